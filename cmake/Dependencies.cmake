@@ -1,0 +1,40 @@
+# Every dependency comes from a Debian package; when one is missing we stop and name it.
+# scripts/install_deps.sh installs exactly these.
+
+function(dlrm_missing what package)
+  message(FATAL_ERROR "libdlrm: ${what} not found. Install it with:\n  sudo apt-get install ${package}\n(or run scripts/install_deps.sh)")
+endfunction()
+
+set(THREADS_PREFER_PTHREAD_FLAG ON)
+find_package(Threads REQUIRED)
+
+find_package(Protobuf QUIET)
+if(NOT Protobuf_FOUND OR NOT TARGET protobuf::protoc)
+  dlrm_missing("Protocol Buffers (library and protoc)" "libprotobuf-dev protobuf-compiler")
+endif()
+
+find_package(gflags QUIET)
+if(NOT gflags_FOUND)
+  dlrm_missing("gflags" "libgflags-dev")
+endif()
+
+find_package(glog QUIET)
+if(NOT glog_FOUND)
+  dlrm_missing("glog" "libgoogle-glog-dev")
+endif()
+
+# OpenBLAS: the engine calls it single-threaded and does its own threading over fixed-size
+# chunks, which is what keeps results bitwise identical across thread counts.
+find_library(OPENBLAS_LIBRARY NAMES openblas)
+find_path(CBLAS_INCLUDE_DIR cblas.h
+  PATH_SUFFIXES x86_64-linux-gnu/openblas-pthread aarch64-linux-gnu/openblas-pthread openblas)
+if(NOT OPENBLAS_LIBRARY OR NOT CBLAS_INCLUDE_DIR)
+  dlrm_missing("OpenBLAS" "libopenblas-dev")
+endif()
+
+if(DLRM_BUILD_TESTS)
+  find_package(GTest QUIET)
+  if(NOT GTest_FOUND)
+    dlrm_missing("GoogleTest" "libgtest-dev libgmock-dev")
+  endif()
+endif()

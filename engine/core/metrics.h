@@ -1,0 +1,17 @@
+// Evaluation metrics over a set of (score, label) pairs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dlrm {
+
+// Area under the ROC curve, exact: ranks by score with tied scores sharing their mean
+// rank (Mann-Whitney U). Labels are thresholded at 0.5. Returns NaN when only one class
+// is present.
+double RocAuc(const std::vector<double>& scores, const std::vector<float>& labels);
+
+// Mean binary cross-entropy of probabilities, clamped to [1e-12, 1 - 1e-12].
+double LogLoss(const std::vector<double>& probabilities, const std::vector<float>& labels);
+
+}  // namespace dlrm

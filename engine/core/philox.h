@@ -1,0 +1,69 @@
+// Counter-based random numbers (Philox4x32-10, Salmon et al., SC'11).
+//
+// Every random value in the engine is a pure function of (seed, stream, index): a table
+// row's initial value depends only on (seed, table, row), never on thread count,
+// sharding or the order in which rows are first seen. No generator state to share.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+
+namespace dlrm {
+
+// Returns 4 independent 32-bit random words for the 128-bit counter (c_hi, c_lo) under
+// the 64-bit key.
+inline std::array<uint32_t, 4> Philox4x32(uint64_t key, uint64_t c_hi, uint64_t c_lo) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  uint32_t c0 = static_cast<uint32_t>(c_lo), c1 = static_cast<uint32_t>(c_lo >> 32);
+  uint32_t c2 = static_cast<uint32_t>(c_hi), c3 = static_cast<uint32_t>(c_hi >> 32);
+  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = static_cast<uint64_t>(kM0) * c0;
+    const uint64_t p1 = static_cast<uint64_t>(kM1) * c2;
+    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += kW0;
+    k1 += kW1;
+  }
+  return {c0, c1, c2, c3};
+}
+
+// Uniform in the open interval (0, 1), from the top 24 bits (exact in float and double).
+inline double UnitFromBits(uint32_t bits) { return ((bits >> 8) + 0.5) * (1.0 / 16777216.0); }
+
+// A stream of uniform / normal variates addressed by (seed, stream, index); draw(j) is the
+// j-th value of that address and costs one Philox call per 4 uniforms.
+class CounterRng {
+ public:
+  CounterRng(uint64_t seed, uint64_t stream, uint64_t index)
+      : seed_(seed), stream_(stream), index_(index) {}
+
+  // j-th uniform in (0, 1).
+  double Uniform(uint64_t j) const {
+    const auto words = Philox4x32(seed_, stream_, (index_ << 20) ^ (j >> 2));
+    return UnitFromBits(words[j & 3]);
+  }
+  // j-th standard normal (Box-Muller over uniforms 2j and 2j+1).
+  double Normal(uint64_t j) const {
+    const double u1 = Uniform(2 * j), u2 = Uniform(2 * j + 1);
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+ private:
+  uint64_t seed_, stream_, index_;
+};
+
+// Streams used by the engine, so that no two consumers draw the same numbers.
+enum RngStream : uint64_t {
+  kStreamEmbeddingBase = 1ull << 40,  // + table index
+  kStreamDenseBase = 2ull << 40,      // + parameter index
+  kStreamSynthetic = 3ull << 40,      // data generator
+};
+
+}  // namespace dlrm

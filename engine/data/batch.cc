@@ -1,0 +1,77 @@
+#include "engine/data/batch.h"
+
+#include <cmath>
+
+#include "engine/core/status.h"
+
+namespace dlrm {
+
+ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
+                             const std::vector<SparseFeatureSpec>& features,
+                             bool require_labels) {
+  const int64_t B = batch.batch_size;
+  if (B <= 0) ThrowInvalid("batch.batch_size must be > 0, got ", B);
+  if (batch.num_dense != expected_dense)
+    ThrowInvalid("batch.num_dense is ", batch.num_dense, " but the model has ", expected_dense,
+                 " dense features");
+  const int32_t F = static_cast<int32_t>(features.size());
+  if (batch.num_sparse != F)
+    ThrowInvalid("batch.num_sparse is ", batch.num_sparse, " but the model has ", F,
+                 " sparse features");
+  if (expected_dense > 0 && batch.dense == nullptr) ThrowInvalid("batch.dense is NULL");
+  if (require_labels && batch.labels == nullptr) ThrowInvalid("batch.labels is NULL");
+  if (F > 0 && batch.lengths == nullptr) ThrowInvalid("batch.lengths is NULL");
+  if (batch.num_ids < 0) ThrowInvalid("batch.num_ids must be >= 0, got ", batch.num_ids);
+  if (batch.num_ids > 0 && batch.ids == nullptr) ThrowInvalid("batch.ids is NULL");
+
+  const int64_t dense_count = B * expected_dense;
+  for (int64_t i = 0; i < dense_count; ++i) {
+    if (!std::isfinite(batch.dense[i]))
+      ThrowInvalid("batch.dense[", i / expected_dense, "][", i % expected_dense,
+                   "] is not finite (", batch.dense[i], ")");
+  }
+  if (batch.labels != nullptr) {
+    for (int64_t b = 0; b < B; ++b) {
+      const float y = batch.labels[b];
+      if (!std::isfinite(y)) ThrowInvalid("batch.labels[", b, "] is not finite (", y, ")");
+      if (y < 0.0f || y > 1.0f)
+        ThrowInvalid("batch.labels[", b, "] = ", y, " is outside [0, 1]");
+    }
+  }
+
+  ValidatedBatch out;
+  out.view = batch;
+  out.offsets.resize(static_cast<size_t>(F) * B + 1);
+  int64_t total = 0;
+  for (int32_t f = 0; f < F; ++f) {
+    for (int64_t b = 0; b < B; ++b) {
+      const int32_t len = batch.lengths[f * B + b];
+      if (len < 0)
+        ThrowInvalid("batch.lengths[", f * B + b, "] (feature ", f, ", sample ", b,
+                     ") is negative: ", len);
+      out.offsets[f * B + b] = total;
+      total += len;
+    }
+  }
+  out.offsets[F * B] = total;
+  if (total != batch.num_ids)
+    ThrowInvalid("batch.num_ids is ", batch.num_ids, " but the lengths sum to ", total);
+
+  for (int32_t f = 0; f < F; ++f) {
+    const int64_t rows = features[f].num_rows;
+    for (int64_t i = out.offsets[f * B]; i < out.offsets[(f + 1) * B]; ++i) {
+      const int64_t id = batch.ids[i];
+      if (id < 0 || id >= rows)
+        Throw(StatusCode::kOutOfRange, "batch.ids[", i, "] = ", id, " (feature ", f,
+              ") is outside its table's range [0, ", rows, ")");
+    }
+  }
+  if (batch.weights != nullptr) {
+    for (int64_t i = 0; i < total; ++i)
+      if (!std::isfinite(batch.weights[i]))
+        ThrowInvalid("batch.weights[", i, "] is not finite (", batch.weights[i], ")");
+  }
+  return out;
+}
+
+}  // namespace dlrm

@@ -1,0 +1,41 @@
+// Feature interaction between the bottom MLP output x [n x d] and the F pooled embeddings.
+//
+// pooled is [n x pooled_width]: sample b's feature f occupies columns
+// [feature_offset(f), feature_offset(f) + feature_dims[f]).
+//  DOT: all dims equal d; out = [x, <z_i, z_j> for i in 1..F for j in 0..i-1] with
+//       z_0 = x, z_i = e_i (strict lower triangle, row by row, as the DLRM reference);
+//       out_dim = d + F(F+1)/2.
+//  CAT: out = [x, e_1, ..., e_F]; out_dim = d + pooled_width.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/config/dlrm.pb.h"
+
+namespace dlrm {
+
+template <typename T>
+class Interaction {
+ public:
+  // Throws dlrm::Error (kInvalidArgument) if DOT is asked for with unequal dims.
+  Interaction(config::ModelConfig::Interaction kind, int bottom_dim, std::vector<int> feature_dims);
+
+  int out_dim() const { return out_dim_; }
+  int pooled_width() const { return pooled_width_; }
+  int feature_offset(int f) const { return offsets_[f]; }
+
+  void Forward(const T* x, const T* pooled, int64_t n, T* out) const;
+  // dx [n x d] and dpooled [n x pooled_width] are overwritten.
+  void Backward(const T* x, const T* pooled, const T* dout, int64_t n, T* dx, T* dpooled) const;
+
+ private:
+  config::ModelConfig::Interaction kind_;
+  int bottom_dim_;
+  std::vector<int> dims_;
+  std::vector<int> offsets_;
+  int pooled_width_ = 0;
+  int out_dim_ = 0;
+};
+
+}  // namespace dlrm

@@ -1,0 +1,38 @@
+// One embedding table held as a dense [num_rows x dim] array in host memory.
+// (Dynamic hash tables and tiered SSD storage come as further backends.)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/config/dlrm.pb.h"
+
+namespace dlrm {
+
+template <typename T>
+class EmbeddingTable {
+ public:
+  EmbeddingTable(std::string name, int64_t num_rows, int32_t dim);
+
+  // Row r gets values drawn from CounterRng(seed, kStreamEmbeddingBase + table_index, r):
+  // independent of thread count, sharding and the order rows are touched. DEFAULT is
+  // uniform(-1/sqrt(num_rows), 1/sqrt(num_rows)) as the DLRM reference.
+  void Initialize(const config::Initializer& init, uint64_t seed, int32_t table_index);
+
+  const std::string& name() const { return name_; }
+  int64_t num_rows() const { return num_rows_; }
+  int32_t dim() const { return dim_; }
+  T* row(int64_t r) { return data_.data() + r * dim_; }
+  const T* row(int64_t r) const { return data_.data() + r * dim_; }
+  std::vector<T>& data() { return data_; }
+  const std::vector<T>& data() const { return data_; }
+
+ private:
+  std::string name_;
+  int64_t num_rows_;
+  int32_t dim_;
+  std::vector<T> data_;
+};
+
+}  // namespace dlrm

@@ -1,0 +1,40 @@
+// Optimizers for embedding rows, applied only to rows touched in a step, from inside the
+// embedding backward (fused: the summed row gradient is used as soon as it is complete
+// and never stored for the whole table).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/config/dlrm.pb.h"
+
+namespace dlrm {
+
+template <typename T>
+class SparseOptimizer {
+ public:
+  virtual ~SparseOptimizer() = default;
+  // Applies the update for one row with its summed gradient grad[dim]. Called at most once
+  // per (table, row) per step; calls for different rows may run concurrently.
+  // step is the 1-based global step count (Adam bias correction).
+  virtual void UpdateRow(int32_t table, int64_t row, T* weights, const T* grad, int32_t dim,
+                         float lr, int64_t step) = 0;
+  // Named state of one table for checkpoints: SGD none; Adagrad "sum_sq" [rows x dim];
+  // row-wise Adagrad "row_sum_sq" [rows]; Adam "exp_avg", "exp_avg_sq" [rows x dim].
+  virtual std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) = 0;
+};
+
+struct TableShape {
+  int64_t num_rows;
+  int32_t dim;
+};
+
+// SGD when config has no kind set. Allocates state for every table up front.
+template <typename T>
+std::unique_ptr<SparseOptimizer<T>> MakeSparseOptimizer(const config::SparseOptimizerConfig& config,
+                                                        const std::vector<TableShape>& tables);
+
+}  // namespace dlrm
