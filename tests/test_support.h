@@ -1,11 +1,24 @@
 // Shared helpers for the test suites.
 #pragma once
 
+#include <cstdint>
 #include <string>
+
+#include "engine/data/batch.h"
 
 namespace dlrm::testing {
 
 // A fresh, empty directory for one test's files (under DLRM_TEST_TMPDIR or /tmp).
 std::string TempDir(const std::string& name);
+
+// A small model: 4 dense features, 3 sparse features over 2 tables (features 0 and 2 share
+// table "t0" of 40 rows; feature 1 uses "t1" of 25 rows, MEAN pooling), dim 4, DOT
+// interaction; `optimizers` is appended verbatim (e.g. "dense_optimizer { adam {} }").
+std::string SmallConfigText(const std::string& optimizers = "", int num_threads = 1,
+                            int chunk_rows = 8, uint64_t seed = 5);
+
+// A deterministic batch for SmallConfigText's model: bags of 0-3 ids (empty bags
+// included), some repeated ids, per-id weights when weighted, labels in {0, 1}.
+OwnedBatch SmallBatch(int64_t batch_size, uint64_t salt, bool weighted = false);
 
 }  // namespace dlrm::testing

@@ -21,6 +21,7 @@ enum class StatusCode : int {
   kFailedPrecondition = 8,
   kNotFound = 9,
   kDataLoss = 10,
+  kResourceExhausted = 11,
 };
 
 const char* StatusCodeName(StatusCode code);

@@ -1,0 +1,211 @@
+// The extern "C" shim over dlrm::Engine: checks arguments, catches every exception and
+// maps it to a status code plus a thread-local message. No engine logic lives here.
+#include "dlrm/dlrm.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "engine/config/config.h"
+#include "engine/core/status.h"
+#include "engine/engine.h"
+
+struct dlrm_engine {
+  std::unique_ptr<dlrm::Engine> impl;
+};
+
+namespace {
+
+// The C ABI's error channel is per thread by contract (like errno).
+thread_local std::string t_last_error;
+
+dlrm_status Fail(dlrm_status status, const std::string& message) {
+  t_last_error = message;
+  return status;
+}
+
+// Runs fn, converting any exception into a status code and message.
+template <typename Fn>
+dlrm_status Guard(Fn&& fn) {
+  try {
+    fn();
+    return DLRM_OK;
+  } catch (const dlrm::Error& e) {
+    return Fail(static_cast<dlrm_status>(e.code()), e.what());
+  } catch (const std::bad_alloc&) {
+    return Fail(DLRM_RESOURCE_EXHAUSTED, "out of memory");
+  } catch (const std::exception& e) {
+    return Fail(DLRM_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return Fail(DLRM_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+void RequireNotNull(const void* ptr, const char* name) {
+  if (ptr == nullptr) dlrm::ThrowInvalid(name, " is NULL");
+}
+
+dlrm::Engine& EngineOf(dlrm_engine* engine) {
+  RequireNotNull(engine, "engine");
+  if (!engine->impl) dlrm::ThrowInvalid("engine handle is not valid");
+  return *engine->impl;
+}
+
+dlrm::BatchView ToView(const dlrm_batch* batch, const char* name) {
+  RequireNotNull(batch, name);
+  if (batch->struct_size < sizeof(dlrm_batch))
+    dlrm::ThrowInvalid(name, "->struct_size is ", batch->struct_size,
+                       "; set it to sizeof(dlrm_batch) = ", sizeof(dlrm_batch));
+  dlrm::BatchView view;
+  view.batch_size = batch->batch_size;
+  view.num_dense = batch->num_dense;
+  view.dense = batch->dense;
+  view.labels = batch->labels;
+  view.num_sparse = batch->num_sparse;
+  view.lengths = batch->lengths;
+  view.num_ids = batch->num_ids;
+  view.ids = batch->ids;
+  view.weights = batch->weights;
+  return view;
+}
+
+dlrm_status CreateWith(dlrm_engine** out, const std::function<std::unique_ptr<dlrm::Engine>()>& make) {
+  return Guard([&] {
+    RequireNotNull(out, "out");
+    auto handle = std::make_unique<dlrm_engine>();
+    handle->impl = make();
+    *out = handle.release();  // ownership passes to the caller until dlrm_engine_destroy
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+DLRM_API const char* dlrm_version(void) { return DLRM_VERSION_STRING; }
+
+DLRM_API int32_t dlrm_abi_version(void) { return DLRM_ABI_VERSION_NUMBER; }
+
+DLRM_API const char* dlrm_last_error(void) { return t_last_error.c_str(); }
+
+DLRM_API const char* dlrm_status_name(dlrm_status status) {
+  if (status < 0 || status > DLRM_RESOURCE_EXHAUSTED) return "UNKNOWN";
+  return dlrm::StatusCodeName(static_cast<dlrm::StatusCode>(status));
+}
+
+DLRM_API void dlrm_free(void* ptr) { std::free(ptr); }
+
+DLRM_API dlrm_status dlrm_engine_create(const char* config_text, dlrm_engine** out) {
+  return CreateWith(out, [&] {
+    RequireNotNull(config_text, "config_text");
+    return std::make_unique<dlrm::Engine>(dlrm::ParseConfigText(config_text));
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_create_from_file(const char* config_path, dlrm_engine** out) {
+  return CreateWith(out, [&] {
+    RequireNotNull(config_path, "config_path");
+    return std::make_unique<dlrm::Engine>(dlrm::LoadConfigFile(config_path));
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_create_from_checkpoint(const char* checkpoint_path,
+                                                        dlrm_engine** out) {
+  return CreateWith(out, [&] {
+    RequireNotNull(checkpoint_path, "checkpoint_path");
+    return dlrm::Engine::FromCheckpoint(checkpoint_path);
+  });
+}
+
+DLRM_API void dlrm_engine_destroy(dlrm_engine* engine) {
+  std::unique_ptr<dlrm_engine> owned(engine);  // NULL is a no-op
+}
+
+DLRM_API dlrm_status dlrm_engine_train_step(dlrm_engine* engine, const dlrm_batch* batch,
+                                            float* loss_out) {
+  return Guard([&] {
+    const float loss = EngineOf(engine).TrainStep(ToView(batch, "batch"));
+    if (loss_out) *loss_out = loss;
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_predict(dlrm_engine* engine, const dlrm_batch* batch,
+                                         float* out, size_t out_len) {
+  return Guard([&] {
+    dlrm::Engine& e = EngineOf(engine);
+    const dlrm::BatchView view = ToView(batch, "batch");
+    RequireNotNull(out, "out");
+    e.Predict(view, out, static_cast<int64_t>(out_len));
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_evaluate(dlrm_engine* engine, const dlrm_batch* batches,
+                                          size_t num_batches, dlrm_eval_result* out) {
+  return Guard([&] {
+    dlrm::Engine& e = EngineOf(engine);
+    RequireNotNull(batches, "batches");
+    RequireNotNull(out, "out");
+    if (out->struct_size < sizeof(dlrm_eval_result))
+      dlrm::ThrowInvalid("out->struct_size is ", out->struct_size,
+                         "; set it to sizeof(dlrm_eval_result) = ", sizeof(dlrm_eval_result));
+    std::vector<dlrm::BatchView> views;
+    for (size_t i = 0; i < num_batches; ++i) {
+      const std::string name = "batches[" + std::to_string(i) + "]";
+      views.push_back(ToView(&batches[i], name.c_str()));
+    }
+    const dlrm::EvalResult result = e.Evaluate(views);
+    out->log_loss = result.log_loss;
+    out->auc = result.auc;
+    out->num_samples = result.num_samples;
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_set_learning_rate(dlrm_engine* engine, int32_t target,
+                                                   float learning_rate) {
+  return Guard([&] {
+    EngineOf(engine).SetLearningRate(static_cast<dlrm::LrTarget>(target), learning_rate);
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_get_step(dlrm_engine* engine, int64_t* out) {
+  return Guard([&] {
+    dlrm::Engine& e = EngineOf(engine);
+    RequireNotNull(out, "out");
+    *out = e.step();
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_get_config(dlrm_engine* engine, char** out) {
+  return Guard([&] {
+    dlrm::Engine& e = EngineOf(engine);
+    RequireNotNull(out, "out");
+    const std::string text = dlrm::ConfigToText(e.config());
+    char* buffer = static_cast<char*>(std::malloc(text.size() + 1));
+    if (buffer == nullptr) throw std::bad_alloc();
+    std::memcpy(buffer, text.c_str(), text.size() + 1);
+    *out = buffer;
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_save(dlrm_engine* engine, const char* path) {
+  return Guard([&] {
+    dlrm::Engine& e = EngineOf(engine);
+    RequireNotNull(path, "path");
+    e.Save(path);
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_load(dlrm_engine* engine, const char* path) {
+  return Guard([&] {
+    dlrm::Engine& e = EngineOf(engine);
+    RequireNotNull(path, "path");
+    e.Load(path);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,179 @@
+#include "engine/config/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include "engine/core/status.h"
+
+namespace dlrm {
+namespace {
+
+class CollectErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (!text_.empty()) text_ += "; ";
+    text_ += "line " + std::to_string(line + 1) + ", column " + std::to_string(column + 1) +
+             ": " + message;
+  }
+  void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+};
+
+std::string Field(const std::string& repeated, int index) {
+  return repeated + "[" + std::to_string(index) + "]";
+}
+
+void CheckLearningRate(const std::string& field, float lr) {
+  if (!std::isfinite(lr) || lr < 0) ThrowInvalid(field, " must be finite and >= 0, got ", lr);
+}
+
+void ValidateInitializer(const std::string& field, const config::Initializer& init) {
+  switch (init.kind()) {
+    case config::Initializer::UNIFORM:
+      if (!(init.low() < init.high()))
+        ThrowInvalid(field, ".low must be < ", field, ".high, got low=", init.low(),
+                     " high=", init.high());
+      break;
+    case config::Initializer::NORMAL:
+      if (!(init.stddev() >= 0) || !std::isfinite(init.mean()))
+        ThrowInvalid(field, ".stddev must be >= 0 and mean finite, got mean=", init.mean(),
+                     " stddev=", init.stddev());
+      break;
+    default:
+      break;
+  }
+}
+
+void ValidateMlp(const std::string& field, const config::ModelConfig& model, bool is_top) {
+  const config::MlpConfig& mlp = is_top ? model.top_mlp() : model.bottom_mlp();
+  if (!(is_top ? model.has_top_mlp() : model.has_bottom_mlp()) || mlp.layer_sizes_size() == 0)
+    ThrowInvalid(field, ".layer_sizes must list at least one layer");
+  for (int i = 0; i < mlp.layer_sizes_size(); ++i) {
+    const int size = mlp.layer_sizes(i);
+    if (size <= 0 || size > (1 << 20))
+      ThrowInvalid(field, ".layer_sizes[", i, "] must be in [1, 1048576], got ", size);
+  }
+  if (is_top && mlp.layer_sizes(mlp.layer_sizes_size() - 1) != 1)
+    ThrowInvalid(field, ".layer_sizes must end in 1 (the logit), got ",
+                 mlp.layer_sizes(mlp.layer_sizes_size() - 1));
+}
+
+void ValidateModel(const config::ModelConfig& model) {
+  if (model.num_dense_features() <= 0)
+    ThrowInvalid("model.num_dense_features must be > 0, got ", model.num_dense_features());
+  if (model.tables_size() == 0) ThrowInvalid("model.tables must list at least one table");
+  std::set<std::string> table_names;
+  for (int t = 0; t < model.tables_size(); ++t) {
+    const auto& table = model.tables(t);
+    const std::string field = Field("model.tables", t);
+    if (table.name().empty()) ThrowInvalid(field, ".name must not be empty");
+    if (!table_names.insert(table.name()).second)
+      ThrowInvalid(field, ".name \"", table.name(), "\" is used by another table");
+    if (table.num_rows() <= 0)
+      ThrowInvalid(field, ".num_rows must be > 0, got ", table.num_rows());
+    if (table.dim() <= 0 || table.dim() > 65536)
+      ThrowInvalid(field, ".dim must be in [1, 65536], got ", table.dim());
+    if (table.num_rows() > std::numeric_limits<int64_t>::max() / table.dim() / 16)
+      ThrowInvalid(field, ": num_rows * dim = ", table.num_rows(), " * ", table.dim(),
+                   " overflows");
+    ValidateInitializer(field + ".initializer", table.initializer());
+  }
+  if (model.sparse_features_size() == 0)
+    ThrowInvalid("model.sparse_features must list at least one feature");
+  std::set<std::string> feature_names;
+  for (int f = 0; f < model.sparse_features_size(); ++f) {
+    const auto& feature = model.sparse_features(f);
+    const std::string field = Field("model.sparse_features", f);
+    if (feature.name().empty()) ThrowInvalid(field, ".name must not be empty");
+    if (!feature_names.insert(feature.name()).second)
+      ThrowInvalid(field, ".name \"", feature.name(), "\" is used by another feature");
+    if (FindTable(model, feature.table()) < 0)
+      ThrowInvalid(field, ".table \"", feature.table(), "\" names no table in model.tables");
+  }
+  ValidateMlp("model.bottom_mlp", model, false);
+  ValidateMlp("model.top_mlp", model, true);
+  if (model.interaction() == config::ModelConfig::DOT) {
+    const int bottom_out = model.bottom_mlp().layer_sizes(model.bottom_mlp().layer_sizes_size() - 1);
+    for (int f = 0; f < model.sparse_features_size(); ++f) {
+      const auto& table = model.tables(FindTable(model, model.sparse_features(f).table()));
+      if (table.dim() != bottom_out)
+        ThrowInvalid("model.interaction DOT needs every embedding dim to equal the bottom MLP's "
+                     "output width ", bottom_out, ", but model.sparse_features[", f, "] (\"",
+                     model.sparse_features(f).name(), "\") uses table \"", table.name(),
+                     "\" of dim ", table.dim());
+    }
+  }
+}
+
+void ValidateSchedule(const config::LrScheduleConfig& s) {
+  if (s.warmup_steps() < 0) ThrowInvalid("lr_schedule.warmup_steps must be >= 0, got ", s.warmup_steps());
+  if (s.decay_start_step() < 0)
+    ThrowInvalid("lr_schedule.decay_start_step must be >= 0, got ", s.decay_start_step());
+  if (s.decay_steps() < 0) ThrowInvalid("lr_schedule.decay_steps must be >= 0, got ", s.decay_steps());
+  if (!(s.decay_power() > 0) || !std::isfinite(s.decay_power()))
+    ThrowInvalid("lr_schedule.decay_power must be > 0, got ", s.decay_power());
+  if (!(s.end_factor() >= 0 && s.end_factor() <= 1))
+    ThrowInvalid("lr_schedule.end_factor must be in [0, 1], got ", s.end_factor());
+}
+
+}  // namespace
+
+int FindTable(const config::ModelConfig& model, const std::string& name) {
+  for (int t = 0; t < model.tables_size(); ++t)
+    if (model.tables(t).name() == name) return t;
+  return -1;
+}
+
+config::DlrmConfig ParseConfigText(const std::string& text) {
+  config::DlrmConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  CollectErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &config))
+    ThrowInvalid("config text is not valid: ",
+                 errors.text().empty() ? std::string("parse failed") : errors.text());
+  return config;
+}
+
+config::DlrmConfig LoadConfigFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Throw(StatusCode::kIo, "cannot read config file \"", path, "\"");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) Throw(StatusCode::kIo, "error reading config file \"", path, "\"");
+  try {
+    return ParseConfigText(text.str());
+  } catch (const Error& e) {
+    Throw(e.code(), path, ": ", e.what());
+  }
+}
+
+void ValidateConfig(const config::DlrmConfig& config) {
+  if (!config.has_model()) ThrowInvalid("model must be set");
+  ValidateModel(config.model());
+  CheckLearningRate("dense_optimizer.learning_rate", config.dense_optimizer().learning_rate());
+  CheckLearningRate("sparse_optimizer.learning_rate", config.sparse_optimizer().learning_rate());
+  ValidateSchedule(config.lr_schedule());
+  if (config.num_threads() < 0 || config.num_threads() > 1024)
+    ThrowInvalid("num_threads must be in [0, 1024] (0 = one per core), got ", config.num_threads());
+  if (config.reduction_chunk_rows() <= 0)
+    ThrowInvalid("reduction_chunk_rows must be > 0, got ", config.reduction_chunk_rows());
+}
+
+std::string ConfigToText(const config::DlrmConfig& config) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(config, &text);
+  return text;
+}
+
+}  // namespace dlrm

@@ -1,0 +1,26 @@
+// Reading and validating the engine configuration (schema: dlrm.proto).
+#pragma once
+
+#include <string>
+
+#include "engine/config/dlrm.pb.h"
+
+namespace dlrm {
+
+// Parses protobuf text format. Throws dlrm::Error(kInvalidArgument) with the line, column
+// and parser message on a syntax error or unknown field.
+config::DlrmConfig ParseConfigText(const std::string& text);
+
+// Reads and parses a text config file; kIo naming the path if it cannot be read.
+config::DlrmConfig LoadConfigFile(const std::string& path);
+
+// Checks every field; throws dlrm::Error(kInvalidArgument) naming the field path and the
+// reason, e.g. "model.tables[2].dim must be > 0, got 0".
+void ValidateConfig(const config::DlrmConfig& config);
+
+std::string ConfigToText(const config::DlrmConfig& config);
+
+// Index of the table with this name, or -1.
+int FindTable(const config::ModelConfig& model, const std::string& name);
+
+}  // namespace dlrm

@@ -1,0 +1,83 @@
+#include "engine/dense/gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <limits>
+#include <mutex>
+
+#include "engine/core/status.h"
+
+namespace dlrm {
+namespace {
+
+// OpenBLAS takes 32-bit dimensions (blasint); a larger value would silently wrap.
+blasint ToBlasInt(int64_t value, const char* name) {
+  if (value < 0 || value > std::numeric_limits<blasint>::max()) {
+    ThrowInvalid("Gemm: ", name, " must be in [0, ", std::numeric_limits<blasint>::max(), "], got ",
+                 value);
+  }
+  return static_cast<blasint>(value);
+}
+
+CBLAS_TRANSPOSE ToBlasTrans(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
+
+void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha,
+              const float* a, blasint lda, const float* b, blasint ldb, float beta, float* c,
+              blasint ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, double alpha,
+              const double* a, blasint lda, const double* b, blasint ldb, double beta, double* c,
+              blasint ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// C = beta * C for an empty inner dimension. BLAS rejects lda/ldb of 0 in that case,
+// and beta == 0 must clear C even where it holds NaN (BLAS semantics).
+template <typename T>
+void ScaleRows(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    T* row = C + i * ldc;
+    if (beta == T(0)) {
+      std::fill(row, row + N, T(0));
+    } else {
+      for (int64_t j = 0; j < N; ++j) row[j] *= beta;
+    }
+  }
+}
+
+}  // namespace
+
+void EnsureSingleThreadedBlas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+template <typename T>
+void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  EnsureSingleThreadedBlas();
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    ScaleRows(M, N, beta, C, ldc);
+    return;
+  }
+  const blasint m = ToBlasInt(M, "M"), n = ToBlasInt(N, "N"), k = ToBlasInt(K, "K");
+  const blasint a_ld = ToBlasInt(lda, "lda"), b_ld = ToBlasInt(ldb, "ldb"),
+                c_ld = ToBlasInt(ldc, "ldc");
+  // Row-major leading dimensions must cover the stored row width, or BLAS reads past rows.
+  if (a_ld < (trans_a ? m : k)) ThrowInvalid("Gemm: lda ", lda, " is below the row width");
+  if (b_ld < (trans_b ? k : n)) ThrowInvalid("Gemm: ldb ", ldb, " is below the row width");
+  if (c_ld < n) ThrowInvalid("Gemm: ldc ", ldc, " is below N ", N);
+  BlasGemm(ToBlasTrans(trans_a), ToBlasTrans(trans_b), m, n, k, alpha, A, a_ld, B, b_ld, beta, C,
+           c_ld);
+}
+
+template void Gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                          const float*, int64_t, float, float*, int64_t);
+template void Gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                           const double*, int64_t, double, double*, int64_t);
+
+}  // namespace dlrm

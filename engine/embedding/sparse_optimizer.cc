@@ -1,0 +1,230 @@
+#include "engine/embedding/sparse_optimizer.h"
+
+#include <cmath>
+
+#include "engine/core/status.h"
+
+namespace dlrm {
+namespace {
+
+// ---- hyperparameter checks: messages name the config field ------------------------
+
+void RequireNonNegative(const char* field, float value) {
+  if (!std::isfinite(value) || !(value >= 0.0f))
+    ThrowInvalid("sparse_optimizer.", field, " must be finite and >= 0, got ", value);
+}
+
+// eps > 0 keeps the update finite for a touched row whose gradient (and so its
+// accumulator) is still zero: 0 / (0 + eps) instead of 0 / 0.
+void RequirePositive(const char* field, float value) {
+  if (!std::isfinite(value) || !(value > 0.0f))
+    ThrowInvalid("sparse_optimizer.", field, " must be finite and > 0, got ", value);
+}
+
+void RequireUnitInterval(const char* field, float value) {
+  if (!(value >= 0.0f && value < 1.0f))
+    ThrowInvalid("sparse_optimizer.", field, " must be in [0, 1), got ", value);
+}
+
+void ValidateShapes(const std::vector<TableShape>& tables) {
+  for (size_t t = 0; t < tables.size(); ++t) {
+    if (tables[t].num_rows <= 0)
+      ThrowInvalid("sparse optimizer: tables[", t, "].num_rows must be > 0, got ",
+                   tables[t].num_rows);
+    if (tables[t].dim <= 0)
+      ThrowInvalid("sparse optimizer: tables[", t, "].dim must be > 0, got ", tables[t].dim);
+  }
+}
+
+void CheckTableIndex(int32_t table, size_t num_tables) {
+  if (table < 0 || static_cast<size_t>(table) >= num_tables)
+    Throw(StatusCode::kOutOfRange, "sparse optimizer: table ", table, " is outside [0, ",
+          num_tables, ")");
+}
+
+// One state buffer per table with values_per_row values per row, allocated up front so
+// that concurrent UpdateRow calls for different rows only touch their own slices.
+template <typename T>
+class TableStates {
+ public:
+  TableStates(const std::vector<TableShape>& tables, bool per_element, T initial) {
+    buffers_.reserve(tables.size());
+    for (const TableShape& shape : tables) {
+      const int64_t width = per_element ? shape.dim : 1;
+      dims_.push_back(shape.dim);
+      buffers_.emplace_back(static_cast<size_t>(shape.num_rows * width), initial);
+    }
+  }
+
+  // State of (table, row) after checking that the caller's dim matches the table's: a
+  // mismatch would silently index another row's state.
+  T* Row(int32_t table, int64_t row, int32_t dim, int64_t width) {
+    DLRM_INTERNAL_CHECK(table >= 0 && static_cast<size_t>(table) < dims_.size());
+    DLRM_INTERNAL_CHECK(dim == dims_[table]);
+    return buffers_[table].data() + row * width;
+  }
+  std::vector<T>* buffer(int32_t table) {
+    CheckTableIndex(table, buffers_.size());
+    return &buffers_[table];
+  }
+
+ private:
+  std::vector<int32_t> dims_;
+  std::vector<std::vector<T>> buffers_;
+};
+
+// ---- the optimizers ------------------------------------------------------------------
+
+template <typename T>
+class SparseSgd final : public SparseOptimizer<T> {
+ public:
+  explicit SparseSgd(size_t num_tables) : num_tables_(num_tables) {}
+
+  void UpdateRow(int32_t, int64_t, T* weights, const T* grad, int32_t dim, float lr,
+                 int64_t) override {
+    const T lr_t = static_cast<T>(lr);
+    for (int32_t k = 0; k < dim; ++k) weights[k] -= lr_t * grad[k];
+  }
+
+  std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) override {
+    CheckTableIndex(table, num_tables_);
+    return {};
+  }
+
+ private:
+  size_t num_tables_;
+};
+
+template <typename T>
+class SparseAdagrad final : public SparseOptimizer<T> {
+ public:
+  SparseAdagrad(const config::SparseAdagradConfig& c, const std::vector<TableShape>& tables)
+      : eps_(static_cast<T>(c.eps())),
+        sum_sq_(tables, /*per_element=*/true, static_cast<T>(c.initial_accumulator())) {}
+
+  void UpdateRow(int32_t table, int64_t row, T* weights, const T* grad, int32_t dim, float lr,
+                 int64_t) override {
+    T* sum_sq = sum_sq_.Row(table, row, dim, dim);
+    const T lr_t = static_cast<T>(lr);
+    for (int32_t k = 0; k < dim; ++k) {
+      sum_sq[k] += grad[k] * grad[k];
+      weights[k] -= lr_t * grad[k] / (std::sqrt(sum_sq[k]) + eps_);
+    }
+  }
+
+  std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) override {
+    return {{"sum_sq", sum_sq_.buffer(table)}};
+  }
+
+ private:
+  T eps_;
+  TableStates<T> sum_sq_;
+};
+
+template <typename T>
+class SparseRowwiseAdagrad final : public SparseOptimizer<T> {
+ public:
+  SparseRowwiseAdagrad(const config::SparseRowwiseAdagradConfig& c,
+                       const std::vector<TableShape>& tables)
+      : eps_(static_cast<T>(c.eps())),
+        row_sum_sq_(tables, /*per_element=*/false, static_cast<T>(c.initial_accumulator())) {}
+
+  void UpdateRow(int32_t table, int64_t row, T* weights, const T* grad, int32_t dim, float lr,
+                 int64_t) override {
+    T* h = row_sum_sq_.Row(table, row, dim, 1);
+    T sum = 0;
+    for (int32_t k = 0; k < dim; ++k) sum += grad[k] * grad[k];
+    *h += sum / static_cast<T>(dim);
+    const T lr_t = static_cast<T>(lr);
+    const T denom = std::sqrt(*h) + eps_;
+    for (int32_t k = 0; k < dim; ++k) weights[k] -= lr_t * grad[k] / denom;
+  }
+
+  std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) override {
+    return {{"row_sum_sq", row_sum_sq_.buffer(table)}};
+  }
+
+ private:
+  T eps_;
+  TableStates<T> row_sum_sq_;
+};
+
+// Lazy Adam: rows not touched in a step keep their moments (no decay), but the bias
+// correction follows the global step, as TensorFlow's LazyAdam and FBGEMM do.
+template <typename T>
+class SparseAdam final : public SparseOptimizer<T> {
+ public:
+  SparseAdam(const config::SparseAdamConfig& c, const std::vector<TableShape>& tables)
+      : beta1_(static_cast<T>(c.beta1())),
+        beta2_(static_cast<T>(c.beta2())),
+        eps_(static_cast<T>(c.eps())),
+        exp_avg_(tables, /*per_element=*/true, T(0)),
+        exp_avg_sq_(tables, /*per_element=*/true, T(0)) {}
+
+  void UpdateRow(int32_t table, int64_t row, T* weights, const T* grad, int32_t dim, float lr,
+                 int64_t step) override {
+    DLRM_INTERNAL_CHECK(step >= 1);
+    T* m = exp_avg_.Row(table, row, dim, dim);
+    T* v = exp_avg_sq_.Row(table, row, dim, dim);
+    // Computed in double: beta^t underflows gracefully and 1 - beta^t keeps its digits.
+    const auto t = static_cast<double>(step);
+    const auto bias1 = static_cast<T>(1.0 - std::pow(static_cast<double>(beta1_), t));
+    const auto bias2 = static_cast<T>(1.0 - std::pow(static_cast<double>(beta2_), t));
+    const T lr_t = static_cast<T>(lr);
+    for (int32_t k = 0; k < dim; ++k) {
+      m[k] = beta1_ * m[k] + (T(1) - beta1_) * grad[k];
+      v[k] = beta2_ * v[k] + (T(1) - beta2_) * grad[k] * grad[k];
+      weights[k] -= lr_t * (m[k] / bias1) / (std::sqrt(v[k] / bias2) + eps_);
+    }
+  }
+
+  std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) override {
+    return {{"exp_avg", exp_avg_.buffer(table)}, {"exp_avg_sq", exp_avg_sq_.buffer(table)}};
+  }
+
+ private:
+  T beta1_, beta2_, eps_;
+  TableStates<T> exp_avg_;
+  TableStates<T> exp_avg_sq_;
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<SparseOptimizer<T>> MakeSparseOptimizer(const config::SparseOptimizerConfig& config,
+                                                        const std::vector<TableShape>& tables) {
+  RequireNonNegative("learning_rate", config.learning_rate());
+  ValidateShapes(tables);
+  switch (config.kind_case()) {
+    case config::SparseOptimizerConfig::kAdagrad: {
+      const auto& c = config.adagrad();
+      RequirePositive("adagrad.eps", c.eps());
+      RequireNonNegative("adagrad.initial_accumulator", c.initial_accumulator());
+      return std::make_unique<SparseAdagrad<T>>(c, tables);
+    }
+    case config::SparseOptimizerConfig::kRowwiseAdagrad: {
+      const auto& c = config.rowwise_adagrad();
+      RequirePositive("rowwise_adagrad.eps", c.eps());
+      RequireNonNegative("rowwise_adagrad.initial_accumulator", c.initial_accumulator());
+      return std::make_unique<SparseRowwiseAdagrad<T>>(c, tables);
+    }
+    case config::SparseOptimizerConfig::kAdam: {
+      const auto& c = config.adam();
+      RequireUnitInterval("adam.beta1", c.beta1());
+      RequireUnitInterval("adam.beta2", c.beta2());
+      RequirePositive("adam.eps", c.eps());
+      return std::make_unique<SparseAdam<T>>(c, tables);
+    }
+    case config::SparseOptimizerConfig::kSgd:
+    case config::SparseOptimizerConfig::KIND_NOT_SET:
+      return std::make_unique<SparseSgd<T>>(tables.size());
+  }
+  ThrowInvalid("sparse_optimizer: unknown kind ", static_cast<int>(config.kind_case()));
+}
+
+template std::unique_ptr<SparseOptimizer<float>> MakeSparseOptimizer<float>(
+    const config::SparseOptimizerConfig&, const std::vector<TableShape>&);
+template std::unique_ptr<SparseOptimizer<double>> MakeSparseOptimizer<double>(
+    const config::SparseOptimizerConfig&, const std::vector<TableShape>&);
+
+}  // namespace dlrm

@@ -1,0 +1,322 @@
+#include "engine/engine.h"
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include "engine/config/config.h"
+#include "engine/core/metrics.h"
+#include "engine/core/status.h"
+#include "engine/dense/loss.h"
+#include "engine/embedding/sparse_optimizer.h"
+#include "engine/io/checkpoint_file.h"
+#include "engine/model/dlrm_model.h"
+#include "engine/optim/dense_optimizer.h"
+#include "engine/optim/lr_schedule.h"
+
+namespace dlrm {
+namespace {
+
+constexpr const char* kCheckpointFormat = "libdlrm.checkpoint.v1";
+
+// Floats travel through checkpoint metadata in hex so they round-trip exactly.
+std::string ExactFloat(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", v);
+  return buf;
+}
+
+double ParseExactFloat(const std::string& key, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0')
+    Throw(StatusCode::kDataLoss, "checkpoint metadata \"", key, "\" is not a number: ", text);
+  return v;
+}
+
+std::vector<TableShape> TableShapes(const config::ModelConfig& model) {
+  std::vector<TableShape> shapes;
+  for (const auto& t : model.tables()) shapes.push_back({t.num_rows(), t.dim()});
+  return shapes;
+}
+
+template <typename T>
+bool AllFinite(const std::vector<T>& values) {
+  for (const T v : values)
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
+std::string EmbeddingParamName(const std::string& table) { return "embedding." + table + ".weight"; }
+
+int ResolveThreads(int configured) {
+  if (configured > 0) return configured;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+struct Engine::State {
+  explicit State(const config::DlrmConfig& config)
+      : model(config),
+        dense_optimizer(MakeDenseOptimizer<float>(config.dense_optimizer(),
+                                                  model.dense_params().size())),
+        sparse_optimizer(MakeSparseOptimizer<float>(config.sparse_optimizer(),
+                                                    TableShapes(config.model()))),
+        dense_lr(config.dense_optimizer().learning_rate()),
+        sparse_lr(config.sparse_optimizer().learning_rate()) {}
+
+  DlrmModel<float> model;
+  std::unique_ptr<DenseOptimizer<float>> dense_optimizer;
+  std::unique_ptr<SparseOptimizer<float>> sparse_optimizer;
+  int64_t step = 0;
+  float dense_lr;
+  float sparse_lr;
+  // Reused across steps.
+  std::vector<float> dense_grad;
+  std::vector<float> d_pooled;
+};
+
+Engine::Engine(const config::DlrmConfig& config) : config_(config) {
+  ValidateConfig(config_);
+  pool_ = std::make_unique<ThreadPool>(ResolveThreads(config_.num_threads()));
+  state_ = NewState();
+}
+
+Engine::~Engine() = default;
+
+std::unique_ptr<Engine::State> Engine::NewState() const {
+  return std::make_unique<State>(config_);
+}
+
+float Engine::TrainStep(const BatchView& batch) {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  State& s = *state_;
+  const ValidatedBatch vb =
+      ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), true);
+  const double loss = s.model.ForwardBackward(vb, &s.dense_grad, &s.d_pooled, pool_.get());
+  if (!std::isfinite(loss) || !AllFinite(s.dense_grad) || !AllFinite(s.d_pooled))
+    Throw(StatusCode::kFailedPrecondition, "training diverged at step ", s.step,
+          ": the loss or a gradient is not finite (loss = ", loss,
+          "); parameters were not updated. Lower the learning rate.");
+
+  const double factor = LrFactor(config_.lr_schedule(), s.step);
+  const float dense_lr = static_cast<float>(s.dense_lr * factor);
+  const float sparse_lr = static_cast<float>(s.sparse_lr * factor);
+  const int64_t t = s.step + 1;
+  const size_t num_params = s.model.dense_params().size();
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(pool_->num_threads() * 4,
+                                                               num_params / 16384));
+  pool_->ParallelFor(parts, [&](int64_t p) {
+    s.dense_optimizer->Update(s.model.dense_params().data(), s.dense_grad.data(),
+                              SplitBegin(num_params, parts, p),
+                              SplitBegin(num_params, parts, p + 1), dense_lr, t);
+  });
+  s.model.SparseBackwardAndUpdate(vb, s.d_pooled, *s.sparse_optimizer, sparse_lr, t,
+                                  pool_.get());
+  s.step = t;
+  return static_cast<float>(loss);
+}
+
+void Engine::Predict(const BatchView& batch, float* out, int64_t capacity) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  const State& s = *state_;
+  const ValidatedBatch vb =
+      ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), false);
+  if (out == nullptr) ThrowInvalid("output buffer is NULL");
+  if (capacity < batch.batch_size)
+    ThrowInvalid("output buffer holds ", capacity, " values but batch_size is ",
+                 batch.batch_size);
+  std::vector<float> logits(batch.batch_size);
+  s.model.PredictLogits(vb, logits.data(), pool_.get());
+  for (int64_t i = 0; i < batch.batch_size; ++i) out[i] = StableSigmoid(logits[i]);
+}
+
+EvalResult Engine::Evaluate(const std::vector<BatchView>& batches) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  const State& s = *state_;
+  if (batches.empty()) ThrowInvalid("evaluate needs at least one batch");
+  std::vector<ValidatedBatch> validated;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    try {
+      validated.push_back(ValidateBatch(batches[i], s.model.num_dense_features(),
+                                        s.model.feature_specs(), true));
+    } catch (const Error& e) {
+      Throw(e.code(), "batches[", i, "]: ", e.what());
+    }
+  }
+  std::vector<double> probabilities;
+  std::vector<float> labels;
+  std::vector<float> logits;
+  for (const ValidatedBatch& vb : validated) {
+    logits.resize(vb.view.batch_size);
+    s.model.PredictLogits(vb, logits.data(), pool_.get());
+    for (int64_t i = 0; i < vb.view.batch_size; ++i) {
+      probabilities.push_back(StableSigmoid(static_cast<double>(logits[i])));
+      labels.push_back(vb.view.labels[i]);
+    }
+  }
+  EvalResult result;
+  result.num_samples = static_cast<int64_t>(labels.size());
+  result.log_loss = LogLoss(probabilities, labels);
+  result.auc = RocAuc(probabilities, labels);
+  return result;
+}
+
+void Engine::SetLearningRate(LrTarget target, float lr) {
+  if (!std::isfinite(lr) || lr < 0)
+    ThrowInvalid("learning rate must be finite and >= 0, got ", lr);
+  if (target != LrTarget::kDense && target != LrTarget::kSparse && target != LrTarget::kAll)
+    ThrowInvalid("learning rate target must be DENSE (1), SPARSE (2) or ALL (3), got ",
+                 static_cast<int>(target));
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  if (target != LrTarget::kSparse) state_->dense_lr = lr;
+  if (target != LrTarget::kDense) state_->sparse_lr = lr;
+}
+
+float Engine::learning_rate(LrTarget target) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return target == LrTarget::kSparse ? state_->sparse_lr : state_->dense_lr;
+}
+
+int64_t Engine::step() const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return state_->step;
+}
+
+int64_t ParameterInfo::size() const {
+  int64_t n = 1;
+  for (const int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<ParameterInfo> Engine::Parameters() const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::vector<ParameterInfo> params;
+  for (const DenseParamInfo& info : state_->model.dense_param_infos())
+    params.push_back({info.name, info.shape});
+  for (const auto& table : state_->model.tables())
+    params.push_back({EmbeddingParamName(table.name()), {table.num_rows(), table.dim()}});
+  return params;
+}
+
+void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  const State& s = *state_;
+  const float* data = nullptr;
+  int64_t size = 0;
+  for (const DenseParamInfo& info : s.model.dense_param_infos()) {
+    if (info.name == name) {
+      data = s.model.dense_params().data() + info.offset;
+      size = static_cast<int64_t>(info.size);
+    }
+  }
+  for (const auto& table : s.model.tables()) {
+    if (EmbeddingParamName(table.name()) == name) {
+      data = table.data().data();
+      size = static_cast<int64_t>(table.data().size());
+    }
+  }
+  if (data == nullptr) Throw(StatusCode::kNotFound, "no parameter named \"", name, "\"");
+  if (out == nullptr) ThrowInvalid("output buffer is NULL");
+  if (capacity < size)
+    ThrowInvalid("output buffer holds ", capacity, " values but parameter \"", name, "\" has ",
+                 size);
+  std::copy(data, data + size, out);
+}
+
+void Engine::Save(const std::string& path) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  // StateBuffers() hands out mutable pointers; under the reader lock we only read them.
+  State& s = *state_;
+  CheckpointWriter writer;
+  writer.SetMetadata("format", kCheckpointFormat);
+  writer.SetMetadata("config", ConfigToText(config_));
+  writer.SetMetadata("step", std::to_string(s.step));
+  writer.SetMetadata("dense_lr", ExactFloat(s.dense_lr));
+  writer.SetMetadata("sparse_lr", ExactFloat(s.sparse_lr));
+  const auto f32 = io::TensorEntry::FLOAT32;
+  for (const DenseParamInfo& info : s.model.dense_param_infos())
+    writer.AddTensor(info.name, f32, info.shape, s.model.dense_params().data() + info.offset,
+                     info.size * sizeof(float));
+  for (const auto& [name, buffer] : s.dense_optimizer->StateBuffers())
+    writer.AddTensor("dense_optimizer/" + name, f32, {static_cast<int64_t>(buffer->size())},
+                     buffer->data(), buffer->size() * sizeof(float));
+  for (size_t t = 0; t < s.model.tables().size(); ++t) {
+    const auto& table = s.model.tables()[t];
+    writer.AddTensor(EmbeddingParamName(table.name()), f32, {table.num_rows(), table.dim()},
+                     table.data().data(), table.data().size() * sizeof(float));
+    for (const auto& [name, buffer] : s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)))
+      writer.AddTensor("sparse_optimizer/" + table.name() + "/" + name, f32,
+                       {static_cast<int64_t>(buffer->size())}, buffer->data(),
+                       buffer->size() * sizeof(float));
+  }
+  writer.WriteAtomic(path);
+}
+
+void Engine::Load(const std::string& path) {
+  const CheckpointReader reader(path);
+  LoadFrom(reader);
+}
+
+std::unique_ptr<Engine> Engine::FromCheckpoint(const std::string& path) {
+  const CheckpointReader reader(path);
+  config::DlrmConfig config;
+  try {
+    config = ParseConfigText(reader.Metadata("config"));
+  } catch (const Error& e) {
+    Throw(StatusCode::kDataLoss, "checkpoint \"", path, "\" holds no valid config: ", e.what());
+  }
+  auto engine = std::make_unique<Engine>(config);
+  engine->LoadFrom(reader);
+  return engine;
+}
+
+void Engine::LoadFrom(const CheckpointReader& reader) {
+  if (reader.metadata().count("format") == 0 || reader.Metadata("format") != kCheckpointFormat)
+    Throw(StatusCode::kDataLoss, "not a libdlrm checkpoint (format tag \"",
+          reader.metadata().count("format") ? reader.Metadata("format") : "", "\")");
+  const config::DlrmConfig saved = ParseConfigText(reader.Metadata("config"));
+  std::string differences;
+  google::protobuf::util::MessageDifferencer differ;
+  differ.ReportDifferencesToString(&differences);
+  if (!differ.Compare(saved.model(), config_.model()))
+    Throw(StatusCode::kFailedPrecondition,
+          "checkpoint was written for a different model (checkpoint vs engine): ", differences);
+  if (saved.dense_optimizer().kind_case() != config_.dense_optimizer().kind_case() ||
+      saved.sparse_optimizer().kind_case() != config_.sparse_optimizer().kind_case())
+    Throw(StatusCode::kFailedPrecondition,
+          "checkpoint was written with different optimizer kinds than this engine's config");
+
+  // Stage everything in a fresh state; swap only when all of it was read.
+  std::unique_ptr<State> staged = NewState();
+  State& s = *staged;
+  const auto f32 = io::TensorEntry::FLOAT32;
+  const double step = ParseExactFloat("step", reader.Metadata("step"));
+  if (step < 0 || step != std::floor(step))
+    Throw(StatusCode::kDataLoss, "checkpoint metadata \"step\" is not a step count: ", step);
+  s.step = static_cast<int64_t>(step);
+  s.dense_lr = static_cast<float>(ParseExactFloat("dense_lr", reader.Metadata("dense_lr")));
+  s.sparse_lr = static_cast<float>(ParseExactFloat("sparse_lr", reader.Metadata("sparse_lr")));
+  for (const DenseParamInfo& info : s.model.dense_param_infos())
+    reader.ReadTensor(info.name, f32, info.shape, s.model.dense_params().data() + info.offset);
+  for (const auto& [name, buffer] : s.dense_optimizer->StateBuffers())
+    reader.ReadTensor("dense_optimizer/" + name, f32, {static_cast<int64_t>(buffer->size())},
+                      buffer->data());
+  for (size_t t = 0; t < s.model.tables().size(); ++t) {
+    auto& table = s.model.tables()[t];
+    reader.ReadTensor(EmbeddingParamName(table.name()), f32, {table.num_rows(), table.dim()},
+                      table.data().data());
+    for (const auto& [name, buffer] : s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)))
+      reader.ReadTensor("sparse_optimizer/" + table.name() + "/" + name, f32,
+                        {static_cast<int64_t>(buffer->size())}, buffer->data());
+  }
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  state_ = std::move(staged);
+}
+
+}  // namespace dlrm

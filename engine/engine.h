@@ -1,0 +1,87 @@
+// The Engine: one DLRM model with its optimizers, what the C ABI's dlrm_engine wraps.
+//
+// Thread safety: Predict, Evaluate and Save take a reader lock and may run concurrently;
+// TrainStep, SetLearningRate and Load take the writer lock. Every input is validated
+// before any state changes, so a call that throws leaves the engine exactly as it was.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "engine/config/dlrm.pb.h"
+#include "engine/core/thread_pool.h"
+#include "engine/data/batch.h"
+
+namespace dlrm {
+
+class CheckpointReader;
+
+struct EvalResult {
+  double log_loss = 0;
+  double auc = 0;
+  int64_t num_samples = 0;
+};
+
+struct ParameterInfo {
+  std::string name;  // "bottom_mlp.0.weight", "top_mlp.1.bias", "embedding.<table>.weight"
+  std::vector<int64_t> shape;
+  int64_t size() const;
+};
+
+enum class LrTarget { kDense = 1, kSparse = 2, kAll = 3 };
+
+class Engine {
+ public:
+  // Validates config (throws kInvalidArgument naming the field) and initializes the model.
+  explicit Engine(const config::DlrmConfig& config);
+  // Builds the engine from the config stored in a checkpoint and restores its state.
+  static std::unique_ptr<Engine> FromCheckpoint(const std::string& path);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // One optimizer step on the batch; returns the batch's mean loss before the update.
+  // Throws kFailedPrecondition, changing nothing, if the loss or a gradient is not finite.
+  float TrainStep(const BatchView& batch);
+
+  // Click probabilities into out[0 .. batch_size); capacity is out's length.
+  void Predict(const BatchView& batch, float* out, int64_t capacity) const;
+
+  // Log loss and ROC AUC over all samples of the batches (labels required).
+  EvalResult Evaluate(const std::vector<BatchView>& batches) const;
+
+  // Overrides the base learning rate (the schedule still multiplies it).
+  void SetLearningRate(LrTarget target, float lr);
+  float learning_rate(LrTarget target) const;
+
+  int64_t step() const;
+
+  // Every trainable parameter: the MLPs' layers in order, then one table per embedding.
+  std::vector<ParameterInfo> Parameters() const;
+  // Copies a parameter into out (capacity floats); kNotFound for an unknown name.
+  void ReadParameter(const std::string& name, float* out, int64_t capacity) const;
+
+  // Writes parameters, optimizer state, step and learning rates atomically with a checksum.
+  void Save(const std::string& path) const;
+  // Restores a checkpoint written by an engine with the same model and optimizer kinds.
+  // Everything is read and verified before the state is replaced.
+  void Load(const std::string& path);
+
+  const config::DlrmConfig& config() const { return config_; }
+  int num_threads() const { return pool_->num_threads(); }
+
+ private:
+  struct State;
+  std::unique_ptr<State> NewState() const;
+  void LoadFrom(const CheckpointReader& reader);
+
+  config::DlrmConfig config_;
+  std::unique_ptr<ThreadPool> pool_;
+  mutable std::shared_mutex mu_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace dlrm

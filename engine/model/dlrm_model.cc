@@ -1,0 +1,182 @@
+#include "engine/model/dlrm_model.h"
+
+#include <algorithm>
+
+#include "engine/config/config.h"
+#include "engine/core/status.h"
+#include "engine/core/tree_reduce.h"
+#include "engine/dense/loss.h"
+
+namespace dlrm {
+
+// Per-chunk activations and gradients; one per concurrently running chunk.
+template <typename T>
+struct DlrmModel<T>::ChunkBuffers {
+  std::vector<T> dense_in, bottom_acts, pooled, inter_out, top_acts;
+  std::vector<T> dlogits, d_inter, dx, scratch;
+};
+
+namespace {
+
+void AddMlpInfos(const std::string& prefix, int in_dim, const std::vector<int>& sizes,
+                 size_t offset, std::vector<DenseParamInfo>* infos) {
+  int in = in_dim;
+  for (size_t l = 0; l < sizes.size(); ++l) {
+    const size_t w = static_cast<size_t>(sizes[l]) * in;
+    infos->push_back({prefix + "." + std::to_string(l) + ".weight", {sizes[l], in}, offset, w});
+    offset += w;
+    infos->push_back({prefix + "." + std::to_string(l) + ".bias", {sizes[l]}, offset,
+                      static_cast<size_t>(sizes[l])});
+    offset += sizes[l];
+    in = sizes[l];
+  }
+}
+
+}  // namespace
+
+template <typename T>
+DlrmModel<T>::DlrmModel(const config::DlrmConfig& config)
+    : num_dense_(config.model().num_dense_features()),
+      chunk_rows_(config.reduction_chunk_rows()) {
+  const config::ModelConfig& model = config.model();
+  tables_.reserve(model.tables_size());
+  for (int t = 0; t < model.tables_size(); ++t) {
+    const auto& tc = model.tables(t);
+    tables_.emplace_back(tc.name(), tc.num_rows(), tc.dim());
+    tables_.back().Initialize(tc.initializer(), config.seed(), t);
+  }
+
+  std::vector<FeatureBinding> bindings;
+  std::vector<int> feature_dims;
+  int32_t pooled_width = 0;
+  for (const auto& feature : model.sparse_features()) {
+    const int t = FindTable(model, feature.table());
+    FeatureBinding binding;
+    binding.table = t;
+    binding.offset = pooled_width;
+    binding.mean = feature.pooling() == config::SparseFeatureConfig::MEAN;
+    bindings.push_back(binding);
+    feature_specs_.push_back({t, model.tables(t).num_rows()});
+    feature_dims.push_back(model.tables(t).dim());
+    pooled_width += model.tables(t).dim();
+  }
+  bags_ = std::make_unique<EmbeddingBagCollection<T>>(&tables_, bindings, pooled_width);
+
+  const std::vector<int> bottom_sizes(model.bottom_mlp().layer_sizes().begin(),
+                                      model.bottom_mlp().layer_sizes().end());
+  bottom_ = std::make_unique<Mlp<T>>(num_dense_, bottom_sizes, /*relu_last=*/true, 0);
+  interaction_ =
+      std::make_unique<Interaction<T>>(model.interaction(), bottom_->out_dim(), feature_dims);
+  const std::vector<int> top_sizes(model.top_mlp().layer_sizes().begin(),
+                                   model.top_mlp().layer_sizes().end());
+  top_ = std::make_unique<Mlp<T>>(interaction_->out_dim(), top_sizes, /*relu_last=*/false,
+                                  bottom_->num_params());
+
+  dense_params_.assign(bottom_->num_params() + top_->num_params(), T(0));
+  bottom_->Initialize(dense_params_.data(), config.seed(), 0);
+  top_->Initialize(dense_params_.data(), config.seed(), 1 << 16);
+  AddMlpInfos("bottom_mlp", num_dense_, bottom_sizes, 0, &param_infos_);
+  AddMlpInfos("top_mlp", interaction_->out_dim(), top_sizes, bottom_->num_params(),
+              &param_infos_);
+}
+
+template <typename T>
+int64_t DlrmModel<T>::NumChunks(int64_t batch_size) const {
+  return (batch_size + chunk_rows_ - 1) / chunk_rows_;
+}
+
+template <typename T>
+const T* DlrmModel<T>::ForwardChunk(const ValidatedBatch& batch, int64_t r0, int64_t r1,
+                                    ChunkBuffers& buf) const {
+  const int64_t n = r1 - r0;
+  buf.dense_in.resize(n * num_dense_);
+  const float* dense = batch.view.dense + r0 * num_dense_;
+  std::copy(dense, dense + n * num_dense_, buf.dense_in.begin());
+  buf.bottom_acts.resize(n * bottom_->activations_per_row());
+  const T* x = bottom_->Forward(dense_params_.data(), buf.dense_in.data(), n,
+                                buf.bottom_acts.data());
+  buf.pooled.resize(n * bags_->pooled_width());
+  bags_->Forward(batch, r0, r1, buf.pooled.data());
+  buf.inter_out.resize(n * interaction_->out_dim());
+  interaction_->Forward(x, buf.pooled.data(), n, buf.inter_out.data());
+  buf.top_acts.resize(n * top_->activations_per_row());
+  return top_->Forward(dense_params_.data(), buf.inter_out.data(), n, buf.top_acts.data());
+}
+
+template <typename T>
+double DlrmModel<T>::ForwardBackward(const ValidatedBatch& batch, std::vector<T>* dense_grad,
+                                     std::vector<T>* d_pooled, ThreadPool* pool) {
+  const int64_t B = batch.view.batch_size;
+  const int64_t chunks = NumChunks(B);
+  const size_t num_params = dense_params_.size();
+  const int32_t width = bags_->pooled_width();
+  if (static_cast<int64_t>(chunk_grads_.size()) < chunks) chunk_grads_.resize(chunks);
+  d_pooled->resize(static_cast<size_t>(B) * width);
+  std::vector<double> chunk_loss(chunks, 0.0);
+  const T grad_scale = T(1) / static_cast<T>(B);
+
+  auto run_chunk = [&](int64_t c) {
+    const int64_t r0 = c * chunk_rows_, r1 = std::min(B, r0 + chunk_rows_), n = r1 - r0;
+    ChunkBuffers buf;
+    const T* logits = ForwardChunk(batch, r0, r1, buf);
+    buf.dlogits.resize(n);
+    chunk_loss[c] = BceWithLogits(logits, batch.view.labels + r0, n, grad_scale,
+                                  buf.dlogits.data());
+    std::vector<T>& grads = chunk_grads_[c];
+    grads.resize(num_params);
+    buf.scratch.resize(n * std::max(top_->scratch_per_row(), bottom_->scratch_per_row()));
+    buf.d_inter.resize(n * interaction_->out_dim());
+    top_->Backward(dense_params_.data(), buf.inter_out.data(), buf.top_acts.data(),
+                   buf.dlogits.data(), n, grads.data(), buf.d_inter.data(), buf.scratch.data());
+    buf.dx.resize(n * bottom_->out_dim());
+    const T* x = buf.bottom_acts.data() + (buf.bottom_acts.size() - n * bottom_->out_dim());
+    interaction_->Backward(x, buf.pooled.data(), buf.d_inter.data(), n, buf.dx.data(),
+                           d_pooled->data() + r0 * width);
+    bottom_->Backward(dense_params_.data(), buf.dense_in.data(), buf.bottom_acts.data(),
+                      buf.dx.data(), n, grads.data(), nullptr, buf.scratch.data());
+  };
+  if (pool) {
+    pool->ParallelFor(chunks, run_chunk);
+  } else {
+    for (int64_t c = 0; c < chunks; ++c) run_chunk(c);
+  }
+
+  std::vector<T*> partials;
+  for (int64_t c = 0; c < chunks; ++c) partials.push_back(chunk_grads_[c].data());
+  TreeReduceInto(partials, num_params, pool);
+  dense_grad->assign(chunk_grads_[0].begin(), chunk_grads_[0].begin() + num_params);
+  std::vector<double*> loss_partials;
+  for (auto& l : chunk_loss) loss_partials.push_back(&l);
+  TreeReduceInto(loss_partials, 1, nullptr);
+  return chunk_loss[0] / static_cast<double>(B);
+}
+
+template <typename T>
+void DlrmModel<T>::SparseBackwardAndUpdate(const ValidatedBatch& batch,
+                                           const std::vector<T>& d_pooled,
+                                           SparseOptimizer<T>& optimizer, float lr, int64_t step,
+                                           ThreadPool* pool) {
+  bags_->BackwardAndUpdate(batch, d_pooled.data(), optimizer, lr, step, pool);
+}
+
+template <typename T>
+void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch, T* logits,
+                                 ThreadPool* pool) const {
+  const int64_t B = batch.view.batch_size;
+  auto run_chunk = [&](int64_t c) {
+    const int64_t r0 = c * chunk_rows_, r1 = std::min(B, r0 + chunk_rows_);
+    ChunkBuffers buf;
+    const T* out = ForwardChunk(batch, r0, r1, buf);
+    std::copy(out, out + (r1 - r0), logits + r0);
+  };
+  if (pool) {
+    pool->ParallelFor(NumChunks(B), run_chunk);
+  } else {
+    for (int64_t c = 0; c < NumChunks(B); ++c) run_chunk(c);
+  }
+}
+
+template class DlrmModel<float>;
+template class DlrmModel<double>;
+
+}  // namespace dlrm

@@ -1,0 +1,90 @@
+// The DLRM graph: dense features -> bottom MLP -> x; sparse features -> embedding bags;
+// interaction(x, bags) -> top MLP -> logit -> BCE loss. Owns every parameter.
+//
+// All dense parameters (both MLPs) live in one flat vector, so the gradient, the optimizer
+// state and the fixed-order cross-chunk reduction are flat arrays. Embedding tables are
+// stored per table.
+//
+// The batch is processed in chunks of reduction_chunk_rows rows. Each chunk runs the
+// whole forward and backward on its own rows and writes its own partial dense gradient;
+// partials are combined in a fixed binary tree. Which thread runs which chunk therefore
+// never changes a result: training is bitwise reproducible for any thread count.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config/dlrm.pb.h"
+#include "engine/core/thread_pool.h"
+#include "engine/data/batch.h"
+#include "engine/dense/interaction.h"
+#include "engine/dense/mlp.h"
+#include "engine/embedding/embedding_bag.h"
+#include "engine/embedding/embedding_table.h"
+#include "engine/embedding/sparse_optimizer.h"
+
+namespace dlrm {
+
+// A named dense parameter: a [rows x cols] (or [size]) slice of the flat vector.
+struct DenseParamInfo {
+  std::string name;  // "bottom_mlp.0.weight", "top_mlp.2.bias", ...
+  std::vector<int64_t> shape;
+  size_t offset;
+  size_t size;
+};
+
+template <typename T>
+class DlrmModel {
+ public:
+  // config must have passed ValidateConfig. Initializes every parameter from config.seed.
+  explicit DlrmModel(const config::DlrmConfig& config);
+  DlrmModel(const DlrmModel&) = delete;
+  DlrmModel& operator=(const DlrmModel&) = delete;
+
+  // What ValidateBatch needs to know about this model's features.
+  const std::vector<SparseFeatureSpec>& feature_specs() const { return feature_specs_; }
+  int32_t num_dense_features() const { return num_dense_; }
+
+  std::vector<T>& dense_params() { return dense_params_; }
+  const std::vector<T>& dense_params() const { return dense_params_; }
+  const std::vector<DenseParamInfo>& dense_param_infos() const { return param_infos_; }
+  std::vector<EmbeddingTable<T>>& tables() { return tables_; }
+  const std::vector<EmbeddingTable<T>>& tables() const { return tables_; }
+
+  // Forward and backward over the batch. Returns the mean BCE loss; dense_grad (resized to
+  // dense_params().size()) receives the gradient of that mean; d_pooled (resized to
+  // B x pooled_width) the gradient w.r.t. the pooled embeddings.
+  double ForwardBackward(const ValidatedBatch& batch, std::vector<T>* dense_grad,
+                         std::vector<T>* d_pooled, ThreadPool* pool);
+
+  // Applies the sparse optimizer to every touched row given d_pooled from ForwardBackward.
+  void SparseBackwardAndUpdate(const ValidatedBatch& batch, const std::vector<T>& d_pooled,
+                               SparseOptimizer<T>& optimizer, float lr, int64_t step,
+                               ThreadPool* pool);
+
+  // logits [B]. Safe to call concurrently with other const calls.
+  void PredictLogits(const ValidatedBatch& batch, T* logits, ThreadPool* pool) const;
+
+ private:
+  struct ChunkBuffers;
+  int64_t NumChunks(int64_t batch_size) const;
+  // Runs the forward for rows [r0, r1) into the chunk's buffers; returns the logits.
+  const T* ForwardChunk(const ValidatedBatch& batch, int64_t r0, int64_t r1,
+                        ChunkBuffers& buf) const;
+
+  int32_t num_dense_;
+  int64_t chunk_rows_;
+  std::vector<SparseFeatureSpec> feature_specs_;
+  std::vector<EmbeddingTable<T>> tables_;
+  std::unique_ptr<EmbeddingBagCollection<T>> bags_;
+  std::unique_ptr<Mlp<T>> bottom_;
+  std::unique_ptr<Interaction<T>> interaction_;
+  std::unique_ptr<Mlp<T>> top_;
+  std::vector<T> dense_params_;
+  std::vector<DenseParamInfo> param_infos_;
+  std::vector<std::vector<T>> chunk_grads_;  // reused across steps
+};
+
+}  // namespace dlrm

@@ -1,0 +1,150 @@
+/*
+ * libdlrm: a training engine for deep learning recommendation models.
+ *
+ * The stable C ABI. Conventions (see docs/DESIGN.md):
+ *  - Every function that can fail returns a dlrm_status (0 = DLRM_OK). On failure,
+ *    dlrm_last_error() returns a message naming the argument or field that was wrong.
+ *    The message is thread-local and stays valid until the next failing call on the same
+ *    thread; successful calls do not clear it.
+ *  - Handles are opaque; every create has a destroy, and destroy(NULL) is a no-op.
+ *  - Input memory is borrowed only for the duration of a call. Outputs go to caller
+ *    buffers of declared size, or to library memory freed with dlrm_free().
+ *  - Structs passed by pointer begin with `struct_size`: set it to sizeof(the struct), so
+ *    later versions can add fields without breaking callers.
+ *  - Configs are protobuf text (schema: engine/config/dlrm.proto in the source tree).
+ *  - No exception, C++ type or STL object crosses this boundary.
+ *  - Bad input never changes engine state: a call that fails leaves the engine as it was.
+ *
+ * Thread safety, per engine handle: dlrm_engine_predict, dlrm_engine_evaluate,
+ * dlrm_engine_save and the getters may run concurrently with each other (reader lock).
+ * dlrm_engine_train_step, dlrm_engine_set_learning_rate and dlrm_engine_load take the
+ * writer lock and serialize with everything else. dlrm_engine_destroy must not race with
+ * any other call on the same handle.
+ */
+#ifndef DLRM_DLRM_H_
+#define DLRM_DLRM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(DLRM_BUILDING_LIBRARY)
+#define DLRM_API __attribute__((visibility("default")))
+#else
+#define DLRM_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped (with the library's soname) on any incompatible change to this header. */
+#define DLRM_ABI_VERSION 1
+
+typedef int32_t dlrm_status;
+enum {
+  DLRM_OK = 0,
+  DLRM_INVALID_ARGUMENT = 1,   /* a bad argument, batch field or config field */
+  DLRM_OUT_OF_RANGE = 2,       /* e.g. an id outside its table's rows */
+  DLRM_IO = 3,                 /* a file could not be read or written */
+  DLRM_NETWORK = 4,
+  DLRM_TIMEOUT = 5,
+  DLRM_CANCELLED = 6,
+  DLRM_INTERNAL = 7,           /* a bug in libdlrm: please report it */
+  DLRM_FAILED_PRECONDITION = 8,/* e.g. training diverged, checkpoint for another model */
+  DLRM_NOT_FOUND = 9,
+  DLRM_DATA_LOSS = 10,         /* a corrupted or truncated checkpoint */
+  DLRM_RESOURCE_EXHAUSTED = 11 /* out of memory */
+};
+
+/* Library version string, e.g. "0.1.0". Never fails. */
+DLRM_API const char* dlrm_version(void);
+/* DLRM_ABI_VERSION the library was built with; bindings check it at load. */
+DLRM_API int32_t dlrm_abi_version(void);
+/* Message of the last failing call on this thread ("" if none). Never NULL. */
+DLRM_API const char* dlrm_last_error(void);
+/* Stable name of a status code, e.g. "INVALID_ARGUMENT". Never NULL. */
+DLRM_API const char* dlrm_status_name(dlrm_status status);
+/* Frees memory the library returned (e.g. dlrm_engine_get_config). NULL is a no-op. */
+DLRM_API void dlrm_free(void* ptr);
+
+typedef struct dlrm_engine dlrm_engine;
+
+/* Creates an engine from a config in protobuf text format. *out is set only on success. */
+DLRM_API dlrm_status dlrm_engine_create(const char* config_text, dlrm_engine** out);
+/* Same, reading the config text from a file. */
+DLRM_API dlrm_status dlrm_engine_create_from_file(const char* config_path, dlrm_engine** out);
+/* Creates an engine from a checkpoint (it stores its config) and restores its state. */
+DLRM_API dlrm_status dlrm_engine_create_from_checkpoint(const char* checkpoint_path,
+                                                        dlrm_engine** out);
+DLRM_API void dlrm_engine_destroy(dlrm_engine* engine);
+
+/*
+ * A batch: borrowed, column-oriented memory (TorchRec KeyedJaggedTensor layout).
+ *   dense    float32 [batch_size x num_dense], row-major
+ *   labels   float32 [batch_size] in [0, 1]; may be NULL for predict
+ *   lengths  int32   [num_sparse x batch_size], feature-major (all bags of feature 0, ...)
+ *   ids      int64   [num_ids], num_ids = sum(lengths), same order as lengths
+ *   weights  float32 [num_ids] per-id weights, or NULL for all 1
+ * Every field is validated (shapes, NULLs, negative lengths, ids outside their table,
+ * NaN/Inf) before anything changes.
+ */
+typedef struct dlrm_batch {
+  size_t struct_size; /* sizeof(dlrm_batch) */
+  int64_t batch_size;
+  int32_t num_dense;
+  int32_t num_sparse;
+  const float* dense;
+  const float* labels;
+  const int32_t* lengths;
+  const int64_t* ids;
+  int64_t num_ids;
+  const float* weights;
+} dlrm_batch;
+
+/* One optimizer step. *loss_out (may be NULL) receives the batch's mean BCE loss before
+ * the update. Writer lock. */
+DLRM_API dlrm_status dlrm_engine_train_step(dlrm_engine* engine, const dlrm_batch* batch,
+                                            float* loss_out);
+
+/* Click probabilities for each sample into out[0 .. batch_size); out_len is out's
+ * length in floats and must be >= batch_size. Reader lock. */
+DLRM_API dlrm_status dlrm_engine_predict(dlrm_engine* engine, const dlrm_batch* batch,
+                                         float* out, size_t out_len);
+
+typedef struct dlrm_eval_result {
+  size_t struct_size; /* sizeof(dlrm_eval_result) */
+  double log_loss;
+  double auc;         /* NaN when the labels hold one class only */
+  int64_t num_samples;
+} dlrm_eval_result;
+
+/* Log loss and ROC AUC over all samples of batches[0 .. num_batches). Reader lock. */
+DLRM_API dlrm_status dlrm_engine_evaluate(dlrm_engine* engine, const dlrm_batch* batches,
+                                          size_t num_batches, dlrm_eval_result* out);
+
+enum { DLRM_LR_DENSE = 1, DLRM_LR_SPARSE = 2, DLRM_LR_ALL = 3 };
+/* Overrides the base learning rate of the dense and/or sparse optimizer; the config's
+ * schedule still multiplies it. Saved in checkpoints. Writer lock. */
+DLRM_API dlrm_status dlrm_engine_set_learning_rate(dlrm_engine* engine, int32_t target,
+                                                   float learning_rate);
+
+/* Number of train steps taken (restored by load). */
+DLRM_API dlrm_status dlrm_engine_get_step(dlrm_engine* engine, int64_t* out);
+
+/* The engine's config as protobuf text; free *out with dlrm_free. */
+DLRM_API dlrm_status dlrm_engine_get_config(dlrm_engine* engine, char** out);
+
+/* Writes parameters, optimizer state, step and learning rates to path atomically
+ * (temporary file, fsync, rename) with a checksum. Reader lock. */
+DLRM_API dlrm_status dlrm_engine_save(dlrm_engine* engine, const char* path);
+
+/* Restores a checkpoint written by an engine with the same model and optimizer kinds.
+ * Verifies the checksum and reads everything before replacing any state: on failure the
+ * engine is unchanged. Writer lock. */
+DLRM_API dlrm_status dlrm_engine_load(dlrm_engine* engine, const char* path);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DLRM_DLRM_H_ */

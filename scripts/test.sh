@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# README command two: install what is missing, then build and run every test suite through
+# ctest: first in the ASan+UBSan build, then in the release build (whose summary line is
+# printed last). DLRM_SKIP_SANITIZER=1 skips the sanitizer pass.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+JOBS=${DLRM_JOBS:-$(nproc)}
+
+scripts/install_deps.sh
+
+run_suite() {  # build dir, cmake args...
+  local dir=$1; shift
+  cmake -S . -B "$dir" -DDLRM_WERROR=ON "$@" >/dev/null
+  cmake --build "$dir" -j "$JOBS"
+  (cd "$dir" && ctest --output-on-failure -j "$JOBS" --timeout 600)
+}
+
+if [ "${DLRM_SKIP_SANITIZER:-0}" != "1" ]; then
+  echo "=== sanitizer build (ASan + UBSan) ==="
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    run_suite "$ROOT/build/sanitize" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLRM_SANITIZE=ON
+fi
+echo "=== release build ==="
+run_suite "$ROOT/build/release" -DCMAKE_BUILD_TYPE=Release

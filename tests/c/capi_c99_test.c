@@ -1,0 +1,348 @@
+/* Exercises every function of include/dlrm/dlrm.h from C99, including each bad-input
+ * case: the call must return the right status, name the problem in dlrm_last_error(), and
+ * leave the engine's predictions bitwise unchanged. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlrm/dlrm.h"
+
+static int g_passed = 0, g_failed = 0;
+
+#define CHECK(cond)                                                      \
+  do {                                                                   \
+    if (cond) {                                                          \
+      ++g_passed;                                                        \
+    } else {                                                             \
+      ++g_failed;                                                        \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+    }                                                                    \
+  } while (0)
+
+/* The call returns `status` and the error message contains `needle`. */
+#define CHECK_FAILS(call, status, needle)                                          \
+  do {                                                                             \
+    dlrm_status s_ = (call);                                                       \
+    CHECK(s_ == (status));                                                         \
+    if (strstr(dlrm_last_error(), (needle)) == NULL) {                             \
+      ++g_failed;                                                                  \
+      fprintf(stderr, "%s:%d: message \"%s\" lacks \"%s\" (status %s)\n", __FILE__, \
+              __LINE__, dlrm_last_error(), (needle), dlrm_status_name(s_));        \
+    } else {                                                                       \
+      ++g_passed;                                                                  \
+    }                                                                              \
+  } while (0)
+
+#define B 8
+#define ND 3
+#define NF 2
+
+static const char* kConfig =
+    "model {\n"
+    "  num_dense_features: 3\n"
+    "  tables { name: 't0' num_rows: 50 dim: 4 }\n"
+    "  tables { name: 't1' num_rows: 20 dim: 4 }\n"
+    "  sparse_features { name: 'a' table: 't0' }\n"
+    "  sparse_features { name: 'b' table: 't1' pooling: MEAN }\n"
+    "  bottom_mlp { layer_sizes: 8 layer_sizes: 4 }\n"
+    "  top_mlp { layer_sizes: 8 layer_sizes: 1 }\n"
+    "}\n"
+    "dense_optimizer { learning_rate: 0.01 adam {} }\n"
+    "sparse_optimizer { learning_rate: 0.1 rowwise_adagrad {} }\n"
+    "seed: 7 num_threads: 2 reduction_chunk_rows: 4\n";
+
+typedef struct {
+  float dense[B * ND];
+  float labels[B];
+  int32_t lengths[NF * B];
+  int64_t ids[NF * B * 3];
+  dlrm_batch batch;
+} test_batch;
+
+static void make_batch(test_batch* t, int salt) {
+  int i, n = 0;
+  for (i = 0; i < B * ND; ++i) t->dense[i] = (float)((i * 7 + salt) % 11) / 11.0f;
+  for (i = 0; i < B; ++i) t->labels[i] = (float)((i + salt) % 2);
+  for (i = 0; i < NF * B; ++i) {
+    int len = (i + salt) % 3; /* 0, 1 or 2 ids: empty bags included */
+    int k;
+    t->lengths[i] = len;
+    for (k = 0; k < len; ++k) t->ids[n++] = (int64_t)((i * 5 + k * 3 + salt) % 20);
+  }
+  memset(&t->batch, 0, sizeof t->batch);
+  t->batch.struct_size = sizeof(dlrm_batch);
+  t->batch.batch_size = B;
+  t->batch.num_dense = ND;
+  t->batch.num_sparse = NF;
+  t->batch.dense = t->dense;
+  t->batch.labels = t->labels;
+  t->batch.lengths = t->lengths;
+  t->batch.ids = t->ids;
+  t->batch.num_ids = n;
+  t->batch.weights = NULL;
+}
+
+static int same_floats(const float* a, const float* b, size_t n) {
+  return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+/* Predictions of the reference batch: the engine's observable state. */
+static void predict_ref(dlrm_engine* e, const test_batch* ref, float* out) {
+  CHECK(dlrm_engine_predict(e, &ref->batch, out, B) == DLRM_OK);
+}
+
+static void write_file(const char* path, const char* bytes, size_t n) {
+  FILE* f = fopen(path, "wb");
+  CHECK(f != NULL);
+  if (f) {
+    fwrite(bytes, 1, n, f);
+    fclose(f);
+  }
+}
+
+static char* read_file(const char* path, size_t* n) {
+  FILE* f = fopen(path, "rb");
+  char* buf;
+  long size;
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  buf = (char*)malloc((size_t)size);
+  if (buf && fread(buf, 1, (size_t)size, f) != (size_t)size) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  *n = (size_t)size;
+  return buf;
+}
+
+static void test_version(void) {
+  CHECK(dlrm_abi_version() == DLRM_ABI_VERSION);
+  CHECK(strlen(dlrm_version()) > 0);
+  CHECK(strcmp(dlrm_status_name(DLRM_INVALID_ARGUMENT), "INVALID_ARGUMENT") == 0);
+  CHECK(strcmp(dlrm_status_name(12345), "UNKNOWN") == 0);
+  CHECK(dlrm_last_error() != NULL);
+  dlrm_engine_destroy(NULL);
+  dlrm_free(NULL);
+}
+
+static void test_create_errors(const char* dir) {
+  dlrm_engine* e = NULL;
+  char path[512];
+  CHECK_FAILS(dlrm_engine_create(NULL, &e), DLRM_INVALID_ARGUMENT, "config_text");
+  CHECK_FAILS(dlrm_engine_create(kConfig, NULL), DLRM_INVALID_ARGUMENT, "out");
+  CHECK_FAILS(dlrm_engine_create("model { bogus_field: 1 }", &e), DLRM_INVALID_ARGUMENT,
+              "bogus_field");
+  CHECK_FAILS(dlrm_engine_create("model { num_dense_features: 0 }", &e), DLRM_INVALID_ARGUMENT,
+              "model.num_dense_features");
+  CHECK(e == NULL);
+  CHECK_FAILS(dlrm_engine_create_from_file("/nonexistent/dir/cfg.txt", &e), DLRM_IO,
+              "/nonexistent/dir/cfg.txt");
+  snprintf(path, sizeof path, "%s/config.pbtxt", dir);
+  write_file(path, kConfig, strlen(kConfig));
+  CHECK(dlrm_engine_create_from_file(path, &e) == DLRM_OK);
+  CHECK(e != NULL);
+  dlrm_engine_destroy(e);
+}
+
+static void test_train_predict_eval(dlrm_engine* e) {
+  test_batch t, ref;
+  float before[B], after[B], loss = -1, first_loss = 0;
+  int step;
+  int64_t steps = -1;
+  dlrm_eval_result result;
+  dlrm_batch both[2];
+  char* config = NULL;
+
+  make_batch(&ref, 1);
+  predict_ref(e, &ref, before);
+  for (step = 0; step < 30; ++step) {
+    make_batch(&t, step % 3);
+    CHECK(dlrm_engine_train_step(e, &t.batch, &loss) == DLRM_OK);
+    if (step == 0) first_loss = loss;
+    CHECK(isfinite(loss) && loss > 0);
+  }
+  CHECK(loss < first_loss); /* it learns the fixed batches */
+  CHECK(dlrm_engine_get_step(e, &steps) == DLRM_OK && steps == 30);
+  predict_ref(e, &ref, after);
+  CHECK(!same_floats(before, after, B));
+  for (step = 0; step < B; ++step) CHECK(after[step] >= 0.0f && after[step] <= 1.0f);
+
+  make_batch(&t, 2);
+  both[0] = ref.batch;
+  both[1] = t.batch;
+  memset(&result, 0, sizeof result);
+  result.struct_size = sizeof result;
+  CHECK(dlrm_engine_evaluate(e, both, 2, &result) == DLRM_OK);
+  CHECK(result.num_samples == 2 * B);
+  CHECK(result.auc >= 0 && result.auc <= 1 && result.log_loss > 0);
+
+  CHECK(dlrm_engine_set_learning_rate(e, DLRM_LR_ALL, 0.01f) == DLRM_OK);
+  CHECK(dlrm_engine_get_config(e, &config) == DLRM_OK);
+  CHECK(config != NULL && strstr(config, "num_dense_features: 3") != NULL);
+  dlrm_free(config);
+}
+
+/* Every bad input: right status, message names the problem, predictions unchanged. */
+static void test_bad_inputs(dlrm_engine* e) {
+  test_batch ref, t;
+  float before[B], after[B], out[B], loss;
+  dlrm_eval_result result;
+  int64_t steps_before, steps_after;
+
+  make_batch(&ref, 1);
+  predict_ref(e, &ref, before);
+  CHECK(dlrm_engine_get_step(e, &steps_before) == DLRM_OK);
+
+  CHECK_FAILS(dlrm_engine_train_step(NULL, &ref.batch, &loss), DLRM_INVALID_ARGUMENT, "engine");
+  CHECK_FAILS(dlrm_engine_train_step(e, NULL, &loss), DLRM_INVALID_ARGUMENT, "batch");
+  CHECK_FAILS(dlrm_engine_predict(e, &ref.batch, NULL, B), DLRM_INVALID_ARGUMENT, "out");
+  CHECK_FAILS(dlrm_engine_predict(e, &ref.batch, out, B - 1), DLRM_INVALID_ARGUMENT,
+              "batch_size");
+
+  make_batch(&t, 3);
+  t.batch.struct_size = 0;
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT, "struct_size");
+
+  make_batch(&t, 3);
+  t.batch.num_dense = ND + 1;
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT, "num_dense");
+
+  make_batch(&t, 3);
+  t.batch.num_sparse = NF - 1;
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT, "num_sparse");
+
+  make_batch(&t, 3);
+  t.batch.num_ids += 1;
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT, "num_ids");
+
+  make_batch(&t, 3);
+  t.batch.batch_size = 0;
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT, "batch_size");
+
+  make_batch(&t, 3);
+  t.batch.dense = NULL;
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT, "dense");
+
+  make_batch(&t, 3);
+  t.lengths[5] = -1;
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT, "negative");
+
+  make_batch(&t, 3);
+  t.ids[0] = 50; /* feature 0's table has 50 rows */
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_OUT_OF_RANGE, "batch.ids[0]");
+  make_batch(&t, 3);
+  t.ids[0] = -3;
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_OUT_OF_RANGE, "-3");
+  CHECK_FAILS(dlrm_engine_predict(e, &t.batch, out, B), DLRM_OUT_OF_RANGE, "batch.ids[0]");
+
+  make_batch(&t, 3);
+  t.dense[4] = NAN;
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT,
+              "batch.dense[1][1]");
+  make_batch(&t, 3);
+  t.dense[0] = INFINITY;
+  CHECK_FAILS(dlrm_engine_predict(e, &t.batch, out, B), DLRM_INVALID_ARGUMENT, "batch.dense[0]");
+
+  make_batch(&t, 3);
+  t.labels[2] = NAN;
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT,
+              "batch.labels[2]");
+  make_batch(&t, 3);
+  t.labels[2] = 2.0f;
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT,
+              "batch.labels[2]");
+  make_batch(&t, 3);
+  t.batch.labels = NULL;
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT, "labels");
+  CHECK(dlrm_engine_predict(e, &t.batch, out, B) == DLRM_OK); /* labels optional here */
+
+  CHECK_FAILS(dlrm_engine_evaluate(e, NULL, 1, &result), DLRM_INVALID_ARGUMENT, "batches");
+  memset(&result, 0, sizeof result);
+  result.struct_size = sizeof result;
+  CHECK_FAILS(dlrm_engine_evaluate(e, &t.batch, 1, &result), DLRM_INVALID_ARGUMENT,
+              "batches[0]");
+  CHECK_FAILS(dlrm_engine_evaluate(e, &ref.batch, 0, &result), DLRM_INVALID_ARGUMENT,
+              "at least one batch");
+
+  CHECK_FAILS(dlrm_engine_set_learning_rate(e, DLRM_LR_DENSE, -1.0f), DLRM_INVALID_ARGUMENT,
+              "learning rate");
+  CHECK_FAILS(dlrm_engine_set_learning_rate(e, DLRM_LR_DENSE, NAN), DLRM_INVALID_ARGUMENT,
+              "learning rate");
+  CHECK_FAILS(dlrm_engine_set_learning_rate(e, 9, 0.1f), DLRM_INVALID_ARGUMENT, "target");
+  CHECK_FAILS(dlrm_engine_get_step(e, NULL), DLRM_INVALID_ARGUMENT, "out");
+  CHECK_FAILS(dlrm_engine_save(e, NULL), DLRM_INVALID_ARGUMENT, "path");
+
+  predict_ref(e, &ref, after);
+  CHECK(same_floats(before, after, B));
+  CHECK(dlrm_engine_get_step(e, &steps_after) == DLRM_OK && steps_after == steps_before);
+}
+
+static void test_checkpoints(dlrm_engine* e, const char* dir) {
+  char path[512], bad[512];
+  float before[B], after[B], fresh[B], loss_a, loss_b;
+  test_batch ref, t;
+  dlrm_engine* other = NULL;
+  size_t n = 0;
+  char* bytes;
+
+  make_batch(&ref, 1);
+  snprintf(path, sizeof path, "%s/engine.ckpt", dir);
+  CHECK(dlrm_engine_save(e, path) == DLRM_OK);
+  predict_ref(e, &ref, before);
+
+  /* A fresh engine from the checkpoint predicts bitwise the same, and trains the same. */
+  CHECK(dlrm_engine_create_from_checkpoint(path, &other) == DLRM_OK);
+  predict_ref(other, &ref, fresh);
+  CHECK(same_floats(before, fresh, B));
+  make_batch(&t, 2);
+  CHECK(dlrm_engine_train_step(e, &t.batch, &loss_a) == DLRM_OK);
+  CHECK(dlrm_engine_train_step(other, &t.batch, &loss_b) == DLRM_OK);
+  CHECK(memcmp(&loss_a, &loss_b, sizeof loss_a) == 0);
+  predict_ref(e, &ref, after);
+  predict_ref(other, &ref, fresh);
+  CHECK(same_floats(after, fresh, B));
+  CHECK(dlrm_engine_load(e, path) == DLRM_OK); /* roll back one step */
+  predict_ref(e, &ref, after);
+  CHECK(same_floats(before, after, B));
+
+  /* Truncated and corrupted checkpoints are refused; the engine is unchanged. */
+  bytes = read_file(path, &n);
+  CHECK(bytes != NULL && n > 100);
+  if (bytes) {
+    snprintf(bad, sizeof bad, "%s/truncated.ckpt", dir);
+    write_file(bad, bytes, n / 2);
+    CHECK_FAILS(dlrm_engine_load(e, bad), DLRM_DATA_LOSS, "truncated.ckpt");
+    bytes[n / 2] ^= 0x5a;
+    snprintf(bad, sizeof bad, "%s/corrupted.ckpt", dir);
+    write_file(bad, bytes, n);
+    CHECK_FAILS(dlrm_engine_load(e, bad), DLRM_DATA_LOSS, "corrupted.ckpt");
+    CHECK_FAILS(dlrm_engine_create_from_checkpoint(bad, &other), DLRM_DATA_LOSS, "checksum");
+    free(bytes);
+  }
+  CHECK_FAILS(dlrm_engine_load(e, "/nonexistent/engine.ckpt"), DLRM_IO, "/nonexistent/engine.ckpt");
+  CHECK_FAILS(dlrm_engine_save(e, "/nonexistent/dir/engine.ckpt"), DLRM_IO, "/nonexistent/dir");
+  predict_ref(e, &ref, after);
+  CHECK(same_floats(before, after, B));
+  dlrm_engine_destroy(other);
+}
+
+int main(int argc, char** argv) {
+  const char* dir = argc > 1 ? argv[1] : ".";
+  dlrm_engine* e = NULL;
+  test_version();
+  test_create_errors(dir);
+  if (dlrm_engine_create(kConfig, &e) != DLRM_OK) {
+    fprintf(stderr, "create failed: %s\n", dlrm_last_error());
+    return 1;
+  }
+  test_train_predict_eval(e);
+  test_bad_inputs(e);
+  test_checkpoints(e, dir);
+  dlrm_engine_destroy(e);
+  printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}

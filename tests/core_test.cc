@@ -1,0 +1,141 @@
+// Core utilities: Philox known answers, the counter RNG's independence from call order,
+// the thread pool, fixed-order reduction, metrics.
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/core/metrics.h"
+#include "engine/core/philox.h"
+#include "engine/core/status.h"
+#include "engine/core/thread_pool.h"
+#include "engine/core/tree_reduce.h"
+
+namespace dlrm {
+namespace {
+
+// Known-answer vectors of Philox4x32-10 from the Random123 distribution (kat_vectors).
+TEST(PhiloxTest, MatchesRandom123KnownAnswers) {
+  EXPECT_EQ(Philox4x32(0, 0, 0), (std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
+  EXPECT_EQ(Philox4x32(~0ull, ~0ull, ~0ull),
+            (std::array<uint32_t, 4>{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
+  // counter (243f6a88 85a308d3 13198a2e 03707344), key (a4093822 299f31d0)
+  EXPECT_EQ(Philox4x32(0x299f31d0a4093822ull, 0x0370734413198a2eull, 0x85a308d3243f6a88ull),
+            (std::array<uint32_t, 4>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+}
+
+TEST(CounterRngTest, ValueDependsOnlyOnAddress) {
+  const CounterRng a(42, 7, 1000), b(42, 7, 1000), other_row(42, 7, 1001), other_seed(43, 7, 1000);
+  std::vector<double> forward, backward(64);
+  for (uint64_t j = 0; j < 64; ++j) forward.push_back(a.Uniform(j));
+  for (uint64_t j = 64; j-- > 0;) backward[j] = b.Uniform(j);
+  EXPECT_EQ(forward, backward);
+  EXPECT_NE(forward[0], other_row.Uniform(0));
+  EXPECT_NE(forward[0], other_seed.Uniform(0));
+  double sum = 0, sum_sq = 0;
+  const int n = 20000;
+  for (int j = 0; j < n; ++j) {
+    const double u = a.Uniform(j);
+    ASSERT_GT(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    const double z = a.Normal(j);
+    sum += z;
+    sum_sq += z * z;
+  }
+  EXPECT_NEAR(sum / n, 0.0, 0.03);
+  EXPECT_NEAR(sum_sq / n, 1.0, 0.05);
+}
+
+TEST(ThreadPoolTest, RunsEveryIndexOnceAndPropagatesErrors) {
+  for (int threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    std::vector<std::atomic<int>> hits(1000);
+    pool.ParallelFor(1000, [&](int64_t i) { hits[i]++; });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    EXPECT_THROW(pool.ParallelFor(100, [](int64_t i) {
+      if (i == 37) throw std::runtime_error("boom");
+    }), std::runtime_error);
+    pool.ParallelFor(0, [](int64_t) { FAIL(); });
+  }
+}
+
+TEST(ThreadPoolTest, ConcurrentCallersShareThePool) {
+  ThreadPool pool(3);
+  std::vector<std::thread> callers;
+  std::atomic<int64_t> total{0};
+  for (int c = 0; c < 4; ++c)
+    callers.emplace_back([&] {
+      for (int rep = 0; rep < 50; ++rep) pool.ParallelFor(64, [&](int64_t i) { total += i; });
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(total.load(), 4 * 50 * (63 * 64 / 2));
+}
+
+TEST(SplitTest, RangesCoverExactly) {
+  for (int64_t n : {0, 1, 7, 100}) {
+    for (int64_t parts : {1, 3, 8}) {
+      EXPECT_EQ(SplitBegin(n, parts, 0), 0);
+      EXPECT_EQ(SplitBegin(n, parts, parts), n);
+      for (int64_t p = 0; p < parts; ++p) EXPECT_LE(SplitBegin(n, parts, p), SplitBegin(n, parts, p + 1));
+    }
+  }
+}
+
+TEST(TreeReduceTest, FixedAssociationRegardlessOfThreads) {
+  // Values chosen so that a different association gives a different float.
+  const size_t chunks = 7, count = 10000;
+  std::vector<std::vector<float>> base(chunks, std::vector<float>(count));
+  for (size_t c = 0; c < chunks; ++c)
+    for (size_t e = 0; e < count; ++e) base[c][e] = std::ldexp(1.0f + 0.37f * c + 1e-3f * e, int(c * 5) - 12);
+  std::vector<float> reference;
+  for (int threads : {1, 2, 4}) {
+    auto copy = base;
+    std::vector<float*> ptrs;
+    for (auto& v : copy) ptrs.push_back(v.data());
+    ThreadPool pool(threads);
+    TreeReduceInto(ptrs, count, &pool);
+    if (reference.empty()) {
+      reference = copy[0];
+      // ((p0+p1)+(p2+p3)) + ((p4+p5)+p6)
+      for (size_t e = 0; e < count; e += 997) {
+        const float expect = ((base[0][e] + base[1][e]) + (base[2][e] + base[3][e])) +
+                             ((base[4][e] + base[5][e]) + base[6][e]);
+        ASSERT_EQ(reference[e], expect) << e;
+      }
+    } else {
+      ASSERT_EQ(copy[0], reference) << threads;
+    }
+  }
+}
+
+TEST(MetricsTest, AucCountsTiesAsHalf) {
+  // Positives at scores 0.9 and 0.5 (tied with a negative), negatives 0.5 and 0.1.
+  EXPECT_DOUBLE_EQ(RocAuc({0.9, 0.5, 0.5, 0.1}, {1, 1, 0, 0}), (2 + 1.5) / 4);
+  EXPECT_DOUBLE_EQ(RocAuc({0.1, 0.2, 0.3}, {0, 0, 1}), 1.0);
+  EXPECT_DOUBLE_EQ(RocAuc({0.1, 0.2, 0.3}, {1, 0, 0}), 0.0);
+  EXPECT_TRUE(std::isnan(RocAuc({0.1, 0.2}, {1, 1})));
+  EXPECT_THROW(RocAuc({0.1}, {1, 0}), Error);
+}
+
+TEST(MetricsTest, LogLossIsMeanCrossEntropy) {
+  EXPECT_NEAR(LogLoss({0.8, 0.3}, {1, 0}), -(std::log(0.8) + std::log(0.7)) / 2, 1e-12);
+  EXPECT_LT(LogLoss({1.0, 0.0}, {0, 1}), 30);  // clamped, finite
+}
+
+TEST(StatusTest, ErrorsCarryCodeAndMessage) {
+  try {
+    ThrowInvalid("field x must be > ", 3, ", got ", -1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_STREQ(e.what(), "field x must be > 3, got -1");
+  }
+  EXPECT_STREQ(StatusCodeName(StatusCode::kDataLoss), "DATA_LOSS");
+}
+
+}  // namespace
+}  // namespace dlrm

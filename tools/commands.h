@@ -1,0 +1,10 @@
+// Subcommands of the `dlrm` command line. Each returns the process exit code.
+#pragma once
+
+namespace dlrm::tools {
+
+int GenerateCommand();
+int TrainCommand();
+int EvalCommand();
+
+}  // namespace dlrm::tools

@@ -1,0 +1,51 @@
+// `dlrm`: the command line over the engine (generate data, train, evaluate).
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include "engine/core/status.h"
+#include "tools/commands.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: dlrm <command> [--flags]\n"
+    "commands:\n"
+    "  generate  write synthetic Criteo-format train/test TSV files with planted labels\n"
+    "  train     train a model from a config on Criteo-format TSV, evaluate, save\n"
+    "  eval      evaluate a saved checkpoint on Criteo-format TSV\n"
+    "`dlrm <command> --help` lists a command's flags.";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(kUsage);
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
+    std::cerr << kUsage << "\n";
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  // Hand the rest of the line to gflags as if the subcommand were the program.
+  argv[1] = argv[0];
+  int sub_argc = argc - 1;
+  char** sub_argv = argv + 1;
+  gflags::ParseCommandLineFlags(&sub_argc, &sub_argv, true);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(sub_argv[0]);
+  try {
+    if (command == "generate") return dlrm::tools::GenerateCommand();
+    if (command == "train") return dlrm::tools::TrainCommand();
+    if (command == "eval") return dlrm::tools::EvalCommand();
+  } catch (const dlrm::Error& e) {
+    LOG(ERROR) << dlrm::StatusCodeName(e.code()) << ": " << e.what();
+    return 1;
+  } catch (const std::exception& e) {
+    LOG(ERROR) << "internal error: " << e.what();
+    return 1;
+  }
+  std::cerr << "dlrm: unknown command \"" << command << "\"\n" << kUsage << "\n";
+  return 2;
+}
