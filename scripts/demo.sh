@@ -12,7 +12,7 @@ scripts/install_deps.sh
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDLRM_BUILD_TESTS=OFF >/dev/null
 cmake --build "$BUILD" --target dlrm_cli -j "$JOBS"
 
-"$BUILD/dlrm" generate --out_dir="$DATA" --train_samples=${DLRM_DEMO_TRAIN:-1000000} \
+"$BUILD/dlrm" generate --out_dir="$DATA" --train_samples=${DLRM_DEMO_TRAIN:-4000000} \
   --test_samples=${DLRM_DEMO_TEST:-200000}
 "$BUILD/dlrm" train --config=tools/configs/demo.pbtxt --train="$DATA/train.tsv" \
   --test="$DATA/test.tsv" --save="$DATA/demo.ckpt" --threads=0

@@ -39,6 +39,13 @@ TEST(ConfigTest, SmallConfigIsValidAndRoundTripsThroughText) {
   EXPECT_EQ(again.SerializeAsString(), config.SerializeAsString());
 }
 
+TEST(ConfigTest, ShippedConfigsAreValid) {
+  const config::DlrmConfig demo = LoadConfigFile(DLRM_SOURCE_DIR "/tools/configs/demo.pbtxt");
+  EXPECT_NO_THROW(ValidateConfig(demo));
+  EXPECT_EQ(demo.model().sparse_features_size(), 26);
+  EXPECT_EQ(demo.model().num_dense_features(), 13);
+}
+
 TEST(ConfigTest, SyntaxErrorsNameLineAndField) {
   try {
     ParseConfigText("model {\n  num_dense_features: 3\n  no_such_field: 1\n}\n");

@@ -14,14 +14,14 @@
 #include "tools/commands.h"
 
 DEFINE_string(out_dir, "demo_data", "directory for train.tsv, test.tsv and their .bayes_auc");
-DEFINE_int64(train_samples, 1000000, "training samples to write");
+DEFINE_int64(train_samples, 4000000, "training samples to write");
 DEFINE_int64(test_samples, 200000, "test samples to write (drawn after the training ones)");
 DEFINE_uint64(seed, 1, "generator seed");
 DEFINE_double(zipf, 1.2, "Zipf exponent of each categorical feature's ids");
 DEFINE_string(cardinalities,
-              "1460,583,50000,20000,305,24,12517,633,3,9314,5683,40000,3194,27,14992,30000,10,"
-              "5652,2173,4,40000,18,15,28618,105,14257",
-              "26 comma-separated table sizes (Criteo Kaggle's, capped)");
+              "1000,583,1000,1000,305,24,1000,633,3,1000,1000,1000,1000,27,1000,1000,10,"
+              "1000,1000,4,1000,18,15,1000,105,1000",
+              "26 comma-separated table sizes (Criteo Kaggle's cardinalities capped at 1000)");
 
 namespace dlrm::tools {
 namespace {
