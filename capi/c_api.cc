@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -72,6 +73,14 @@ dlrm::BatchView ToView(const dlrm_batch* batch, const char* name) {
   view.ids = batch->ids;
   view.weights = batch->weights;
   return view;
+}
+
+// Strings handed to the caller are malloc'ed so that dlrm_free (free) releases them.
+char* CopyToMalloc(const std::string& text) {
+  char* buffer = static_cast<char*>(std::malloc(text.size() + 1));
+  if (buffer == nullptr) throw std::bad_alloc();
+  std::memcpy(buffer, text.c_str(), text.size() + 1);
+  return buffer;
 }
 
 dlrm_status CreateWith(dlrm_engine** out, const std::function<std::unique_ptr<dlrm::Engine>()>& make) {
@@ -184,11 +193,68 @@ DLRM_API dlrm_status dlrm_engine_get_config(dlrm_engine* engine, char** out) {
   return Guard([&] {
     dlrm::Engine& e = EngineOf(engine);
     RequireNotNull(out, "out");
-    const std::string text = dlrm::ConfigToText(e.config());
-    char* buffer = static_cast<char*>(std::malloc(text.size() + 1));
-    if (buffer == nullptr) throw std::bad_alloc();
-    std::memcpy(buffer, text.c_str(), text.size() + 1);
-    *out = buffer;
+    *out = CopyToMalloc(dlrm::ConfigToText(e.config()));
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_parameter_count(dlrm_engine* engine, int64_t* out) {
+  return Guard([&] {
+    dlrm::Engine& e = EngineOf(engine);
+    RequireNotNull(out, "out");
+    *out = static_cast<int64_t>(e.Parameters().size());
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_parameter_name(dlrm_engine* engine, int64_t index, char** out) {
+  return Guard([&] {
+    dlrm::Engine& e = EngineOf(engine);
+    RequireNotNull(out, "out");
+    const auto params = e.Parameters();
+    if (index < 0 || index >= static_cast<int64_t>(params.size()))
+      dlrm::Throw(dlrm::StatusCode::kOutOfRange, "parameter index ", index, " is outside [0, ",
+                  params.size(), ")");
+    *out = CopyToMalloc(params[index].name);
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_parameter_shape(dlrm_engine* engine, const char* name,
+                                                 int64_t* shape, int32_t shape_capacity,
+                                                 int32_t* ndim) {
+  return Guard([&] {
+    dlrm::Engine& e = EngineOf(engine);
+    RequireNotNull(name, "name");
+    RequireNotNull(shape, "shape");
+    RequireNotNull(ndim, "ndim");
+    for (const dlrm::ParameterInfo& info : e.Parameters()) {
+      if (info.name != name) continue;
+      if (shape_capacity < static_cast<int32_t>(info.shape.size()))
+        dlrm::ThrowInvalid("shape_capacity is ", shape_capacity, " but parameter \"", name,
+                           "\" has ", info.shape.size(), " dimensions");
+      std::copy(info.shape.begin(), info.shape.end(), shape);
+      *ndim = static_cast<int32_t>(info.shape.size());
+      return;
+    }
+    dlrm::Throw(dlrm::StatusCode::kNotFound, "no parameter named \"", name, "\"");
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_read_parameter(dlrm_engine* engine, const char* name,
+                                                float* out, size_t out_len) {
+  return Guard([&] {
+    dlrm::Engine& e = EngineOf(engine);
+    RequireNotNull(name, "name");
+    RequireNotNull(out, "out");
+    e.ReadParameter(name, out, static_cast<int64_t>(out_len));
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_write_parameter(dlrm_engine* engine, const char* name,
+                                                 const float* values, size_t len) {
+  return Guard([&] {
+    dlrm::Engine& e = EngineOf(engine);
+    RequireNotNull(name, "name");
+    RequireNotNull(values, "values");
+    e.WriteParameter(name, values, static_cast<int64_t>(len));
   });
 }
 

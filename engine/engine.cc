@@ -204,29 +204,42 @@ std::vector<ParameterInfo> Engine::Parameters() const {
   return params;
 }
 
+namespace {
+
+// The storage of a named parameter inside a state, or {nullptr, 0}.
+template <typename StateT>
+std::pair<float*, int64_t> FindParameter(StateT& s, const std::string& name) {
+  for (const DenseParamInfo& info : s.model.dense_param_infos())
+    if (info.name == name)
+      return {s.model.dense_params().data() + info.offset, static_cast<int64_t>(info.size)};
+  for (auto& table : s.model.tables())
+    if (EmbeddingParamName(table.name()) == name)
+      return {table.data().data(), static_cast<int64_t>(table.data().size())};
+  Throw(StatusCode::kNotFound, "no parameter named \"", name, "\"");
+}
+
+}  // namespace
+
 void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity) const {
   std::shared_lock<std::shared_mutex> lock(mu_);
-  const State& s = *state_;
-  const float* data = nullptr;
-  int64_t size = 0;
-  for (const DenseParamInfo& info : s.model.dense_param_infos()) {
-    if (info.name == name) {
-      data = s.model.dense_params().data() + info.offset;
-      size = static_cast<int64_t>(info.size);
-    }
-  }
-  for (const auto& table : s.model.tables()) {
-    if (EmbeddingParamName(table.name()) == name) {
-      data = table.data().data();
-      size = static_cast<int64_t>(table.data().size());
-    }
-  }
-  if (data == nullptr) Throw(StatusCode::kNotFound, "no parameter named \"", name, "\"");
+  const auto [data, size] = FindParameter(*state_, name);
   if (out == nullptr) ThrowInvalid("output buffer is NULL");
   if (capacity < size)
     ThrowInvalid("output buffer holds ", capacity, " values but parameter \"", name, "\" has ",
                  size);
   std::copy(data, data + size, out);
+}
+
+void Engine::WriteParameter(const std::string& name, const float* values, int64_t count) {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  const auto [data, size] = FindParameter(*state_, name);
+  if (values == nullptr) ThrowInvalid("values is NULL");
+  if (count != size)
+    ThrowInvalid("parameter \"", name, "\" has ", size, " values but ", count, " were given");
+  for (int64_t i = 0; i < count; ++i)
+    if (!std::isfinite(values[i]))
+      ThrowInvalid("values[", i, "] for parameter \"", name, "\" is not finite (", values[i], ")");
+  std::copy(values, values + count, data);
 }
 
 void Engine::Save(const std::string& path) const {

@@ -63,6 +63,9 @@ class Engine {
   std::vector<ParameterInfo> Parameters() const;
   // Copies a parameter into out (capacity floats); kNotFound for an unknown name.
   void ReadParameter(const std::string& name, float* out, int64_t capacity) const;
+  // Replaces a parameter's values (count must equal its size; every value finite).
+  // Optimizer state is kept. Writer lock; on error nothing changes.
+  void WriteParameter(const std::string& name, const float* values, int64_t count);
 
   // Writes parameters, optimizer state, step and learning rates atomically with a checksum.
   void Save(const std::string& path) const;

@@ -8,18 +8,34 @@ PACKAGES=(
   libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev
   libopenblas-dev
+  binutils
+  # bindings: Java (JDK 17, SWIG, JUnit 4) and Go (cgo)
+  openjdk-17-jdk-headless swig junit4
+  golang-go
 )
+# Python test dependencies come from PyPI.
+PIP_PACKAGES=(numpy pytest)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install_deps: all ${#PACKAGES[@]} packages present"
-  exit 0
-fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install_deps: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#PACKAGES[@]} Debian packages present"
+else
+  echo "install_deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+PYTHON=${PYTHON:-python3}
+missing_py=()
+for p in "${PIP_PACKAGES[@]}"; do
+  "$PYTHON" -c "import $p" 2>/dev/null || missing_py+=("$p")
+done
+if [ ${#missing_py[@]} -gt 0 ]; then
+  echo "install_deps: pip installing ${missing_py[*]}"
+  "$PYTHON" -m pip install -q "${missing_py[@]}"
+fi

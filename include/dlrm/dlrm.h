@@ -143,6 +143,29 @@ DLRM_API dlrm_status dlrm_engine_save(dlrm_engine* engine, const char* path);
  * engine is unchanged. Writer lock. */
 DLRM_API dlrm_status dlrm_engine_load(dlrm_engine* engine, const char* path);
 
+/* ---- Parameters as named arrays (float32, row-major) ----------------------------
+ * Names: "bottom_mlp.<layer>.weight" [out x in], "bottom_mlp.<layer>.bias" [out], the same
+ * for "top_mlp", and "embedding.<table>.weight" [rows x dim]. Reads take the reader lock,
+ * writes the writer lock. */
+
+/* Number of parameters. */
+DLRM_API dlrm_status dlrm_engine_parameter_count(dlrm_engine* engine, int64_t* out);
+/* Name of parameter `index` in [0, count); free *out with dlrm_free. */
+DLRM_API dlrm_status dlrm_engine_parameter_name(dlrm_engine* engine, int64_t index, char** out);
+/* Shape of the named parameter: *ndim dimensions into shape[0 .. *ndim). shape_capacity
+ * is shape's length; 2 is always enough today (DLRM_MAX_PARAMETER_DIMS). */
+#define DLRM_MAX_PARAMETER_DIMS 8
+DLRM_API dlrm_status dlrm_engine_parameter_shape(dlrm_engine* engine, const char* name,
+                                                 int64_t* shape, int32_t shape_capacity,
+                                                 int32_t* ndim);
+/* Copies the named parameter into out (out_len floats, >= its size). */
+DLRM_API dlrm_status dlrm_engine_read_parameter(dlrm_engine* engine, const char* name,
+                                                float* out, size_t out_len);
+/* Replaces the named parameter's values: len must equal its size and every value must be
+ * finite, else nothing changes. Optimizer state is kept. */
+DLRM_API dlrm_status dlrm_engine_write_parameter(dlrm_engine* engine, const char* name,
+                                                 const float* values, size_t len);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

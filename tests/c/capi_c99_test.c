@@ -330,6 +330,63 @@ static void test_checkpoints(dlrm_engine* e, const char* dir) {
   dlrm_engine_destroy(other);
 }
 
+static void test_parameters(dlrm_engine* e) {
+  int64_t count = 0, shape[DLRM_MAX_PARAMETER_DIMS], i;
+  int32_t ndim = 0;
+  char* name = NULL;
+  float* values;
+  float before[B], after[B], bad[4] = {0, 0, 0, 0};
+  test_batch ref;
+
+  make_batch(&ref, 1);
+  CHECK(dlrm_engine_parameter_count(e, &count) == DLRM_OK);
+  CHECK(count == 2 * 2 + 2 * 2 + 2); /* two 2-layer MLPs, two tables */
+  CHECK(dlrm_engine_parameter_name(e, 0, &name) == DLRM_OK);
+  CHECK(name != NULL && strcmp(name, "bottom_mlp.0.weight") == 0);
+  dlrm_free(name);
+  CHECK(dlrm_engine_parameter_name(e, count - 1, &name) == DLRM_OK);
+  CHECK(name != NULL && strcmp(name, "embedding.t1.weight") == 0);
+  dlrm_free(name);
+  CHECK_FAILS(dlrm_engine_parameter_name(e, count, &name), DLRM_OUT_OF_RANGE, "index");
+  CHECK(dlrm_engine_parameter_shape(e, "bottom_mlp.0.weight", shape, 8, &ndim) == DLRM_OK);
+  CHECK(ndim == 2 && shape[0] == 8 && shape[1] == ND);
+  CHECK(dlrm_engine_parameter_shape(e, "embedding.t0.weight", shape, 8, &ndim) == DLRM_OK);
+  CHECK(ndim == 2 && shape[0] == 50 && shape[1] == 4);
+  CHECK_FAILS(dlrm_engine_parameter_shape(e, "embedding.t0.weight", shape, 1, &ndim),
+              DLRM_INVALID_ARGUMENT, "shape_capacity");
+  CHECK_FAILS(dlrm_engine_parameter_shape(e, "nope", shape, 8, &ndim), DLRM_NOT_FOUND, "nope");
+
+  /* Read, write back modified, read again: bitwise what was written. */
+  values = (float*)malloc(50 * 4 * sizeof(float));
+  CHECK(values != NULL);
+  if (!values) return;
+  CHECK(dlrm_engine_read_parameter(e, "embedding.t0.weight", values, 200) == DLRM_OK);
+  CHECK_FAILS(dlrm_engine_read_parameter(e, "embedding.t0.weight", values, 199),
+              DLRM_INVALID_ARGUMENT, "199");
+  predict_ref(e, &ref, before);
+  for (i = 0; i < 200; ++i) values[i] = (float)i * 0.001f;
+  CHECK(dlrm_engine_write_parameter(e, "embedding.t0.weight", values, 200) == DLRM_OK);
+  memset(values, 0, 200 * sizeof(float));
+  CHECK(dlrm_engine_read_parameter(e, "embedding.t0.weight", values, 200) == DLRM_OK);
+  for (i = 0; i < 200; ++i) CHECK(values[i] == (float)i * 0.001f);
+  predict_ref(e, &ref, after);
+  CHECK(!same_floats(before, after, B));
+
+  /* Bad writes change nothing. */
+  predict_ref(e, &ref, before);
+  CHECK_FAILS(dlrm_engine_write_parameter(e, "embedding.t0.weight", values, 199),
+              DLRM_INVALID_ARGUMENT, "199 were given");
+  values[17] = NAN;
+  CHECK_FAILS(dlrm_engine_write_parameter(e, "embedding.t0.weight", values, 200),
+              DLRM_INVALID_ARGUMENT, "values[17]");
+  CHECK_FAILS(dlrm_engine_write_parameter(e, "no.such", bad, 4), DLRM_NOT_FOUND, "no.such");
+  CHECK_FAILS(dlrm_engine_write_parameter(e, "embedding.t0.weight", NULL, 200),
+              DLRM_INVALID_ARGUMENT, "values");
+  predict_ref(e, &ref, after);
+  CHECK(same_floats(before, after, B));
+  free(values);
+}
+
 int main(int argc, char** argv) {
   const char* dir = argc > 1 ? argv[1] : ".";
   dlrm_engine* e = NULL;
@@ -342,6 +399,7 @@ int main(int argc, char** argv) {
   test_train_predict_eval(e);
   test_bad_inputs(e);
   test_checkpoints(e, dir);
+  test_parameters(e);
   dlrm_engine_destroy(e);
   printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the build into a fresh prefix, then builds a C program against the installed
+# copy twice: with pkg-config and with CMake's find_package(dlrm).
+set -euo pipefail
+BUILD=$1
+SRC=$2
+WORK=$3
+rm -rf "$WORK" && mkdir -p "$WORK"
+PREFIX=$WORK/prefix
+cmake --install "$BUILD" --prefix "$PREFIX" > "$WORK/install.log"
+LIBDIR=$(dirname "$(find "$PREFIX" -name 'libdlrm.so' | head -1)")
+[ -f "$PREFIX/include/dlrm/dlrm.h" ] || { echo "header not installed"; exit 1; }
+ls "$LIBDIR"/libdlrm.so.* > /dev/null || { echo "no versioned library"; exit 1; }
+soname=$(objdump -p "$LIBDIR/libdlrm.so" | awk '/SONAME/ { print $2 }')
+[[ "$soname" == libdlrm.so.* ]] || { echo "bad soname: $soname"; exit 1; }
+
+export PKG_CONFIG_PATH=$LIBDIR/pkgconfig
+cc -std=c99 -Wall -Werror "$SRC/consumer.c" $(pkg-config --cflags --libs dlrm) -o "$WORK/consumer_pc"
+LD_LIBRARY_PATH=$LIBDIR "$WORK/consumer_pc"
+
+cmake -S "$SRC" -B "$WORK/cmake_build" -DCMAKE_PREFIX_PATH="$PREFIX" > /dev/null
+cmake --build "$WORK/cmake_build" > /dev/null
+LD_LIBRARY_PATH=$LIBDIR "$WORK/cmake_build/consumer"
+echo "install_test: pkg-config and find_package consumers built and ran"
