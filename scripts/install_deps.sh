@@ -14,7 +14,7 @@ PACKAGES=(
   golang-go
 )
 # Python test dependencies come from PyPI.
-PIP_PACKAGES=(numpy pytest)
+PIP_PACKAGES=(numpy pytest tqdm matplotlib)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,0 +1,25 @@
+// Package dlrm is the Go binding of libdlrm, a training engine for deep learning
+// recommendation models (DLRM: embedding tables + MLPs).
+//
+// It calls libdlrm.so through its stable C ABI (include/dlrm/dlrm.h) with cgo and
+// nothing else. Build with the header and the library on the cgo search paths, e.g.
+//
+//	CGO_LDFLAGS="-L/path/to/lib -Wl,-rpath,/path/to/lib" go build ./...
+//
+// An Engine trains, evaluates, predicts and checkpoints a model. A Predictor is a
+// read-only view of a checkpoint for serving: it has no training methods and its Predict
+// may be called from many goroutines at once.
+//
+// Batches are borrowed, column-oriented memory (see Batch); the engine reads the slices
+// in place during a call and keeps no reference to them afterwards.
+//
+// Every failure is a *Error carrying the engine's status Code and its message, which
+// names the argument or field that was wrong. Test for a kind of failure with errors.Is
+// and the sentinel values:
+//
+//	if errors.Is(err, dlrm.ErrOutOfRange) { ... }
+//
+// Engines and Predictors hold native memory: Close them when done. Close waits for
+// calls in flight, is idempotent, and any later call returns an error matching
+// ErrClosed. A finalizer closes a forgotten handle as a backstop only.
+package dlrm

@@ -1,0 +1,3 @@
+module libdlrm.dev/dlrm
+
+go 1.19

@@ -1,0 +1,47 @@
+package dlrm
+
+import "runtime"
+
+// Predictor serves a trained model read-only: it loads a checkpoint and predicts, with
+// no way to train or change it. Predict and PredictInto may be called from any number
+// of goroutines at once; they run concurrently in the engine.
+type Predictor struct {
+	h handle
+}
+
+// OpenPredictor loads the checkpoint at path (written by Engine.Save).
+func OpenPredictor(checkpointPath string) (*Predictor, error) {
+	p := &Predictor{}
+	if err := p.h.open(createFromCheckpoint, checkpointPath, "checkpoint path"); err != nil {
+		return nil, err
+	}
+	runtime.SetFinalizer(p, (*Predictor).Close)
+	return p, nil
+}
+
+// Predict returns the click probability of each of b's samples. Labels are ignored.
+func (p *Predictor) Predict(b *Batch) ([]float32, error) {
+	if err := b.validate("batch"); err != nil {
+		return nil, err // before allocating: BatchSize may be garbage
+	}
+	out := make([]float32, b.BatchSize)
+	if err := p.PredictInto(b, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// PredictInto writes the click probabilities of b's samples into out[:b.BatchSize].
+func (p *Predictor) PredictInto(b *Batch, out []float32) error {
+	err := p.h.predict(b, out)
+	runtime.KeepAlive(p)
+	return err
+}
+
+// Close frees the model once the calls in flight have returned. It is idempotent and
+// always returns nil; later calls on p return an error matching ErrClosed.
+func (p *Predictor) Close() error {
+	p.h.close()
+	runtime.SetFinalizer(p, nil)
+	return nil
+}

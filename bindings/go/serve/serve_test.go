@@ -1,0 +1,238 @@
+package serve_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"libdlrm.dev/dlrm"
+	"libdlrm.dev/dlrm/serve"
+)
+
+const config = `model {
+  num_dense_features: 3
+  tables { name: 't0' num_rows: 50 dim: 4 }
+  tables { name: 't1' num_rows: 20 dim: 4 }
+  sparse_features { name: 'a' table: 't0' }
+  sparse_features { name: 'b' table: 't1' pooling: MEAN }
+  bottom_mlp { layer_sizes: 8 layer_sizes: 4 }
+  top_mlp { layer_sizes: 8 layer_sizes: 1 }
+}
+dense_optimizer { learning_rate: 0.01 adam {} }
+sparse_optimizer { learning_rate: 0.1 rowwise_adagrad {} }
+seed: 7 num_threads: 2
+`
+
+// request is a valid /predict body of 4 samples.
+func request() serve.PredictRequest {
+	return serve.PredictRequest{
+		BatchSize: 4,
+		NumDense:  3,
+		Dense:     []float32{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2},
+		NumSparse: 2,
+		Lengths:   []int32{1, 0, 2, 1, 1, 1, 0, 3},
+		IDs:       []int64{3, 7, 49, 0, 5, 19, 1, 2, 3},
+	}
+}
+
+// newPredictor trains a model briefly, saves it and opens a Predictor on it.
+func newPredictor(t *testing.T) *dlrm.Predictor {
+	t.Helper()
+	e, err := dlrm.NewEngine(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	r := request()
+	b := &dlrm.Batch{BatchSize: r.BatchSize, NumDense: r.NumDense, Dense: r.Dense,
+		NumSparse: r.NumSparse, Lengths: r.Lengths, IDs: r.IDs, Labels: []float32{1, 0, 0, 1}}
+	for i := 0; i < 5; i++ {
+		if _, err := e.TrainStep(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "model.ckpt")
+	if err := e.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	p, err := dlrm.OpenPredictor(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func post(t *testing.T, h http.Handler, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/predict", strings.NewReader(body)))
+	return rec
+}
+
+func mustJSON(t *testing.T, v interface{}) string {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// wantError checks the status and that the JSON error message contains every needle.
+func wantError(t *testing.T, rec *httptest.ResponseRecorder, status int, needles ...string) {
+	t.Helper()
+	if rec.Code != status {
+		t.Errorf("status %d, want %d; body %s", rec.Code, status, rec.Body)
+	}
+	var e serve.ErrorResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
+		t.Fatalf("error body %q: %v", rec.Body, err)
+	}
+	for _, n := range needles {
+		if !strings.Contains(e.Error, n) {
+			t.Errorf("error %q lacks %q", e.Error, n)
+		}
+	}
+}
+
+func TestPredictMatchesPredictor(t *testing.T) {
+	p := newPredictor(t)
+	h := serve.NewHandler(p)
+	req := request()
+	want, err := p.Predict(&dlrm.Batch{BatchSize: req.BatchSize, NumDense: req.NumDense,
+		Dense: req.Dense, NumSparse: req.NumSparse, Lengths: req.Lengths, IDs: req.IDs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := post(t, h, mustJSON(t, req))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	var resp serve.PredictResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
+		t.Fatal(err)
+	}
+	// encoding/json prints float32 in the shortest form that parses back exactly.
+	if len(resp.Probabilities) != len(want) {
+		t.Fatalf("got %v, want %v", resp.Probabilities, want)
+	}
+	for i := range want {
+		if math.Float32bits(resp.Probabilities[i]) != math.Float32bits(want[i]) {
+			t.Errorf("probability %d: got %v, want %v", i, resp.Probabilities[i], want[i])
+		}
+	}
+
+	// Unit weights give the same answer.
+	req.Weights = []float32{1, 1, 1, 1, 1, 1, 1, 1, 1}
+	rec = post(t, h, mustJSON(t, req))
+	var weighted serve.PredictResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &weighted); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	for i := range want {
+		if math.Float32bits(weighted.Probabilities[i]) != math.Float32bits(want[i]) {
+			t.Errorf("weighted probability %d: got %v, want %v", i, weighted.Probabilities[i], want[i])
+		}
+	}
+}
+
+func TestPredictBadRequests(t *testing.T) {
+	h := serve.NewHandler(newPredictor(t))
+
+	wantError(t, post(t, h, `{"batch_size": 4, "dense": [1, 2`), http.StatusBadRequest, "malformed JSON")
+	wantError(t, post(t, h, `not json`), http.StatusBadRequest, "malformed JSON")
+	wantError(t, post(t, h, `{"batch_size": "four"}`), http.StatusBadRequest, "malformed JSON")
+	wantError(t, post(t, h, `{"batch_sise": 4}`), http.StatusBadRequest, "batch_sise")
+	wantError(t, post(t, h, mustJSON(t, request())+`{}`), http.StatusBadRequest, "after the object")
+
+	r := request()
+	r.IDs[0] = 50 // t0 has 50 rows
+	wantError(t, post(t, h, mustJSON(t, r)), http.StatusBadRequest, "batch.ids[0]")
+	r = request()
+	r.Dense = r.Dense[:5]
+	wantError(t, post(t, h, mustJSON(t, r)), http.StatusBadRequest, "batch.Dense")
+	r = request()
+	r.NumDense, r.Dense = 2, r.Dense[:8]
+	wantError(t, post(t, h, mustJSON(t, r)), http.StatusBadRequest, "num_dense")
+	r = request()
+	r.IDs = r.IDs[:8]
+	wantError(t, post(t, h, mustJSON(t, r)), http.StatusBadRequest, "num_ids")
+	wantError(t, post(t, h, `{}`), http.StatusBadRequest, "batch_size")
+
+	small := serve.NewHandler(newPredictor(t))
+	small.MaxBodyBytes = 16
+	wantError(t, post(t, small, mustJSON(t, request())), http.StatusRequestEntityTooLarge, "16 bytes")
+
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/predict", nil))
+	wantError(t, rec, http.StatusMethodNotAllowed, "POST")
+}
+
+func TestClosedPredictor(t *testing.T) {
+	p := newPredictor(t)
+	h := serve.NewHandler(p)
+	p.Close()
+	wantError(t, post(t, h, mustJSON(t, request())), http.StatusServiceUnavailable, "closed")
+}
+
+func TestHealthz(t *testing.T) {
+	h := serve.NewHandler(newPredictor(t))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	if rec.Code != http.StatusOK || !bytes.Contains(rec.Body.Bytes(), []byte(`"ok"`)) {
+		t.Errorf("GET /healthz: %d %s", rec.Code, rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/healthz", nil))
+	if rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /healthz: %d", rec.Code)
+	}
+}
+
+// TestConcurrentRequests serves many requests at once through a real server.
+func TestConcurrentRequests(t *testing.T) {
+	srv := httptest.NewServer(serve.NewHandler(newPredictor(t)))
+	defer srv.Close()
+	body := mustJSON(t, request())
+	first := ""
+	errs := make(chan string, 16)
+	results := make(chan string, 16)
+	for g := 0; g < 16; g++ {
+		go func() {
+			resp, err := http.Post(srv.URL+"/predict", "application/json", strings.NewReader(body))
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			var buf bytes.Buffer
+			buf.ReadFrom(resp.Body)
+			if resp.StatusCode != http.StatusOK {
+				errs <- buf.String()
+				return
+			}
+			results <- buf.String()
+		}()
+	}
+	for g := 0; g < 16; g++ {
+		select {
+		case e := <-errs:
+			t.Error(e)
+		case r := <-results:
+			if first == "" {
+				first = r
+			} else if r != first {
+				t.Errorf("responses differ: %s vs %s", r, first)
+			}
+		}
+	}
+}

@@ -1,0 +1,424 @@
+package ai.dlrm;
+
+import ai.dlrm.internal.DlrmNative;
+import ai.dlrm.internal.SWIGTYPE_p_dlrm_engine;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+
+/**
+ * One batch of samples in the engine's layout (that of TorchRec's KeyedJaggedTensor):
+ *
+ * <ul>
+ *   <li>{@code dense}: float32 {@code [batchSize x numDense]}, row-major;
+ *   <li>{@code labels}: float32 {@code [batchSize]} in [0, 1]; optional for prediction;
+ *   <li>{@code lengths}: int32 {@code [numSparse x batchSize]}, feature-major (all bags of
+ *       feature 0, then feature 1, ...);
+ *   <li>{@code ids}: int64 {@code [sum(lengths)]}, in the same order;
+ *   <li>{@code weights}: float32 per id, optional (all 1).
+ * </ul>
+ *
+ * <p>A batch is a view, not a copy: it refers to the caller's arrays ({@link #builder()}) or
+ * direct buffers ({@link #directBuilder()}), so later writes to them are seen by later calls.
+ * The engine reads them only during a call and never keeps them, so reusing one set of arrays
+ * for batch after batch is the intended, allocation-free pattern. For the duration of a call
+ * the JVM pins array elements or (HotSpot does) copies them; direct buffers are read in place,
+ * so they are the zero-copy path for large batches, e.g. filled by a feature pipeline
+ * off-heap.
+ *
+ * <p>The counts ({@code numDense}, {@code numSparse}, {@code numIds}) are derived from the
+ * sizes given, so they always match the memory handed to the engine; a batch whose counts do
+ * not fit the model (say 2 dense features for a model of 3) is refused by the engine with a
+ * {@link DlrmException} naming the field. Ids out of range, NaN values and negative lengths
+ * are likewise the engine's to check: it validates every field before changing anything.
+ */
+public final class Batch {
+  private final Shape shape;
+  private final Columns columns;
+
+  private Batch(Shape shape, Columns columns) {
+    this.shape = shape;
+    this.columns = columns;
+  }
+
+  /** A builder of a batch over Java arrays. */
+  public static ArrayBuilder builder() {
+    return new ArrayBuilder();
+  }
+
+  /**
+   * A builder of a batch over direct {@link ByteBuffer}s in native byte order, read from
+   * position to limit. Nothing is copied: the engine reads the buffers' memory directly.
+   */
+  public static DirectBuilder directBuilder() {
+    return new DirectBuilder();
+  }
+
+  /** Number of samples. */
+  public int batchSize() {
+    return shape.batchSize;
+  }
+
+  /** Number of dense features per sample. */
+  public int numDense() {
+    return shape.numDense;
+  }
+
+  /** Number of sparse (categorical) features per sample. */
+  public int numSparse() {
+    return shape.numSparse;
+  }
+
+  /** Number of ids over all bags. */
+  public int numIds() {
+    return shape.numIds;
+  }
+
+  /** Whether the batch has labels (training and evaluation need them). */
+  public boolean hasLabels() {
+    return columns.hasLabels();
+  }
+
+  /** Whether the batch is over direct buffers rather than arrays. */
+  public boolean isDirect() {
+    return columns instanceof DirectColumns;
+  }
+
+  @Override
+  public String toString() {
+    return "Batch[batchSize=" + shape.batchSize + ", numDense=" + shape.numDense
+        + ", numSparse=" + shape.numSparse + ", numIds=" + shape.numIds
+        + (hasLabels() ? "" : ", no labels") + (isDirect() ? ", direct" : "") + "]";
+  }
+
+  // ---- calls into the engine (the Engine holds its lock around these) -----------------
+
+  float trainStep(SWIGTYPE_p_dlrm_engine engine) {
+    Shape s = shape;
+    if (columns instanceof ArrayColumns a) {
+      return DlrmNative.jdlrm_train_step_arrays(engine, s.batchSize, s.numDense, s.numSparse,
+          a.dense, a.labels, a.lengths, a.ids, s.numIds, a.weights);
+    }
+    DirectColumns d = (DirectColumns) columns;
+    return DlrmNative.jdlrm_train_step_buffers(engine, s.batchSize, s.numDense, s.numSparse,
+        d.dense, d.labels, d.lengths, d.ids, s.numIds, d.weights);
+  }
+
+  void predict(SWIGTYPE_p_dlrm_engine engine, float[] out) {
+    Shape s = shape;
+    if (columns instanceof ArrayColumns a) {
+      DlrmNative.jdlrm_predict_arrays(engine, s.batchSize, s.numDense, s.numSparse, a.dense,
+          a.labels, a.lengths, a.ids, s.numIds, a.weights, out);
+      return;
+    }
+    DirectColumns d = (DirectColumns) columns;
+    DlrmNative.jdlrm_predict_buffers(engine, s.batchSize, s.numDense, s.numSparse, d.dense,
+        d.labels, d.lengths, d.ids, s.numIds, d.weights, out);
+  }
+
+  /** The shape as evaluate() passes it: batch_size, num_dense, num_sparse, num_ids. */
+  void writeShape(long[] shapes, int index) {
+    shapes[4 * index] = shape.batchSize;
+    shapes[4 * index + 1] = shape.numDense;
+    shapes[4 * index + 2] = shape.numSparse;
+    shapes[4 * index + 3] = shape.numIds;
+  }
+
+  ArrayColumns arrays() {
+    return (ArrayColumns) columns;
+  }
+
+  /** The columns as direct buffers: the batch's own, or native copies of its arrays. */
+  DirectColumns buffers() {
+    if (columns instanceof DirectColumns d) {
+      return d;
+    }
+    ArrayColumns a = (ArrayColumns) columns;
+    return new DirectColumns(Buffers.copyOf(a.dense), Buffers.copyOf(a.labels),
+        Buffers.copyOf(a.lengths), Buffers.copyOf(a.ids), Buffers.copyOf(a.weights));
+  }
+
+  // ---- storage ----------------------------------------------------------------------
+
+  private record Shape(int batchSize, int numDense, int numSparse, int numIds) {
+    /**
+     * Derives the counts from element counts (-1 for an absent optional column), checking
+     * only what must hold for the memory to match the counts.
+     */
+    static Shape derive(Integer batchSize, int dense, int labels, int lengths, int ids,
+        int weights) {
+      int b;
+      if (batchSize != null) {
+        b = batchSize;
+        if (labels >= 0 && labels != b) {
+          throw new IllegalArgumentException(
+              "labels has " + labels + " values but batchSize is " + b);
+        }
+      } else if (labels >= 0) {
+        b = labels;
+      } else {
+        throw new IllegalArgumentException("batchSize is unknown: set it, or give labels");
+      }
+      if (b <= 0) {
+        throw new IllegalArgumentException("batchSize must be positive, got " + b);
+      }
+      if (dense % b != 0) {
+        throw new IllegalArgumentException(
+            "dense has " + dense + " values, not a multiple of batchSize " + b);
+      }
+      if (lengths % b != 0) {
+        throw new IllegalArgumentException(
+            "lengths has " + lengths + " values, not a multiple of batchSize " + b);
+      }
+      if (weights >= 0 && weights != ids) {
+        throw new IllegalArgumentException(
+            "weights has " + weights + " values but ids has " + ids + "; give one weight per id");
+      }
+      return new Shape(b, dense / b, lengths / b, ids);
+    }
+  }
+
+  private interface Columns {
+    boolean hasLabels();
+  }
+
+  /** Columns over Java arrays (labels and weights may be null). */
+  static final class ArrayColumns implements Columns {
+    final float[] dense;
+    final float[] labels;
+    final int[] lengths;
+    final long[] ids;
+    final float[] weights;
+
+    ArrayColumns(float[] dense, float[] labels, int[] lengths, long[] ids, float[] weights) {
+      this.dense = dense;
+      this.labels = labels;
+      this.lengths = lengths;
+      this.ids = ids;
+      this.weights = weights;
+    }
+
+    @Override
+    public boolean hasLabels() {
+      return labels != null;
+    }
+  }
+
+  /** Columns over direct buffers, each a slice starting at the caller's position. */
+  static final class DirectColumns implements Columns {
+    final ByteBuffer dense;
+    final ByteBuffer labels;
+    final ByteBuffer lengths;
+    final ByteBuffer ids;
+    final ByteBuffer weights;
+
+    DirectColumns(ByteBuffer dense, ByteBuffer labels, ByteBuffer lengths, ByteBuffer ids,
+        ByteBuffer weights) {
+      this.dense = dense;
+      this.labels = labels;
+      this.lengths = lengths;
+      this.ids = ids;
+      this.weights = weights;
+    }
+
+    @Override
+    public boolean hasLabels() {
+      return labels != null;
+    }
+  }
+
+  // ---- builders ---------------------------------------------------------------------
+
+  /** Builds a {@link Batch} over Java arrays; the arrays are referenced, not copied. */
+  public static final class ArrayBuilder {
+    private Integer batchSize;
+    private float[] dense;
+    private float[] labels;
+    private int[] lengths;
+    private long[] ids;
+    private float[] weights;
+
+    private ArrayBuilder() {}
+
+    /** Number of samples; needed only when there are no labels. */
+    public ArrayBuilder batchSize(int batchSize) {
+      this.batchSize = batchSize;
+      return this;
+    }
+
+    /** Dense features, {@code [batchSize x numDense]} row-major. */
+    public ArrayBuilder dense(float[] dense) {
+      this.dense = dense;
+      return this;
+    }
+
+    /** Labels in [0, 1], one per sample; null for none. */
+    public ArrayBuilder labels(float[] labels) {
+      this.labels = labels;
+      return this;
+    }
+
+    /** Bag lengths, {@code [numSparse x batchSize]} feature-major. */
+    public ArrayBuilder lengths(int[] lengths) {
+      this.lengths = lengths;
+      return this;
+    }
+
+    /** Ids of all bags, in the order of {@code lengths}. */
+    public ArrayBuilder ids(long[] ids) {
+      this.ids = ids;
+      return this;
+    }
+
+    /** One weight per id; null for all 1. */
+    public ArrayBuilder weights(float[] weights) {
+      this.weights = weights;
+      return this;
+    }
+
+    /**
+     * The batch.
+     *
+     * @throws IllegalArgumentException naming the argument, if a required array is missing or
+     *     the sizes cannot describe one batch
+     */
+    public Batch build() {
+      require(dense, "dense");
+      require(lengths, "lengths");
+      require(ids, "ids");
+      Shape shape = Shape.derive(batchSize, dense.length, labels == null ? -1 : labels.length,
+          lengths.length, ids.length, weights == null ? -1 : weights.length);
+      return new Batch(shape, new ArrayColumns(dense, labels, lengths, ids, weights));
+    }
+  }
+
+  /**
+   * Builds a {@link Batch} over direct buffers. Each buffer must be direct, in native byte
+   * order ({@code buffer.order(ByteOrder.nativeOrder())}, which is how the engine reads the
+   * bytes) and aligned to its element size; its content is position to limit.
+   */
+  public static final class DirectBuilder {
+    private Integer batchSize;
+    private ByteBuffer dense;
+    private ByteBuffer labels;
+    private ByteBuffer lengths;
+    private ByteBuffer ids;
+    private ByteBuffer weights;
+
+    private DirectBuilder() {}
+
+    /** Number of samples; needed only when there are no labels. */
+    public DirectBuilder batchSize(int batchSize) {
+      this.batchSize = batchSize;
+      return this;
+    }
+
+    /** Dense features: float32 {@code [batchSize x numDense]} row-major. */
+    public DirectBuilder dense(ByteBuffer dense) {
+      this.dense = dense;
+      return this;
+    }
+
+    /** Labels: float32, one per sample; null for none. */
+    public DirectBuilder labels(ByteBuffer labels) {
+      this.labels = labels;
+      return this;
+    }
+
+    /** Bag lengths: int32 {@code [numSparse x batchSize]} feature-major. */
+    public DirectBuilder lengths(ByteBuffer lengths) {
+      this.lengths = lengths;
+      return this;
+    }
+
+    /** Ids: int64, in the order of {@code lengths}. */
+    public DirectBuilder ids(ByteBuffer ids) {
+      this.ids = ids;
+      return this;
+    }
+
+    /** Weights: float32, one per id; null for all 1. */
+    public DirectBuilder weights(ByteBuffer weights) {
+      this.weights = weights;
+      return this;
+    }
+
+    /**
+     * The batch.
+     *
+     * @throws IllegalArgumentException naming the argument, if a buffer is missing, not direct,
+     *     not in native order, misaligned, or the sizes cannot describe one batch
+     */
+    public Batch build() {
+      ByteBuffer d = Buffers.view(require(dense, "dense"), Float.BYTES, "dense");
+      ByteBuffer l = labels == null ? null : Buffers.view(labels, Float.BYTES, "labels");
+      ByteBuffer n = Buffers.view(require(lengths, "lengths"), Integer.BYTES, "lengths");
+      ByteBuffer i = Buffers.view(require(ids, "ids"), Long.BYTES, "ids");
+      ByteBuffer w = weights == null ? null : Buffers.view(weights, Float.BYTES, "weights");
+      Shape shape = Shape.derive(batchSize, d.capacity() / Float.BYTES,
+          l == null ? -1 : l.capacity() / Float.BYTES, n.capacity() / Integer.BYTES,
+          i.capacity() / Long.BYTES, w == null ? -1 : w.capacity() / Float.BYTES);
+      return new Batch(shape, new DirectColumns(d, l, n, i, w));
+    }
+  }
+
+  private static <T> T require(T value, String argument) {
+    if (value == null) {
+      throw new IllegalArgumentException(argument + " is required");
+    }
+    return value;
+  }
+
+  /** Direct-buffer checks and copies. */
+  static final class Buffers {
+    private Buffers() {}
+
+    /** A slice of position..limit, after checking what the engine cannot check itself. */
+    static ByteBuffer view(ByteBuffer buffer, int elementSize, String argument) {
+      if (!buffer.isDirect()) {
+        throw new IllegalArgumentException(argument
+            + " must be a direct ByteBuffer (ByteBuffer.allocateDirect): the engine reads its"
+            + " memory in place");
+      }
+      if (buffer.order() != ByteOrder.nativeOrder()) {
+        throw new IllegalArgumentException(argument + " is in " + buffer.order()
+            + " byte order; the engine reads native order (" + ByteOrder.nativeOrder()
+            + "): set buffer.order(ByteOrder.nativeOrder())");
+      }
+      if (buffer.remaining() % elementSize != 0) {
+        throw new IllegalArgumentException(argument + " has " + buffer.remaining()
+            + " bytes, not a multiple of the element size " + elementSize);
+      }
+      if (buffer.alignmentOffset(buffer.position(), elementSize) != 0) {
+        throw new IllegalArgumentException(
+            argument + " is not aligned to " + elementSize + " bytes at its position");
+      }
+      return buffer.slice();
+    }
+
+    static ByteBuffer allocate(int elements, int elementSize) {
+      return ByteBuffer.allocateDirect(Math.multiplyExact(elements, elementSize))
+          .order(ByteOrder.nativeOrder());
+    }
+
+    static ByteBuffer copyOf(float[] values) {
+      if (values == null) {
+        return null;
+      }
+      ByteBuffer buffer = allocate(values.length, Float.BYTES);
+      buffer.asFloatBuffer().put(values);
+      return buffer;
+    }
+
+    static ByteBuffer copyOf(int[] values) {
+      ByteBuffer buffer = allocate(values.length, Integer.BYTES);
+      buffer.asIntBuffer().put(values);
+      return buffer;
+    }
+
+    static ByteBuffer copyOf(long[] values) {
+      ByteBuffer buffer = allocate(values.length, Long.BYTES);
+      buffer.asLongBuffer().put(values);
+      return buffer;
+    }
+  }
+}

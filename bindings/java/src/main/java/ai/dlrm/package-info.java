@@ -1,0 +1,23 @@
+/**
+ * Java binding of libdlrm, a training engine for DLRM recommendation models.
+ *
+ * <p>{@link ai.dlrm.Engine} owns one native engine; {@link ai.dlrm.Batch} describes one
+ * batch of samples in the engine's column-oriented layout, either over Java arrays or over
+ * direct {@link java.nio.ByteBuffer}s (no copy). Failures of the engine surface as
+ * {@link ai.dlrm.DlrmException} with a {@link ai.dlrm.StatusCode} and the engine's message,
+ * which names the argument or config field that was wrong.
+ *
+ * <pre>{@code
+ * try (Engine engine = Engine.create(configText)) {
+ *   Batch batch = Batch.builder()
+ *       .dense(dense).labels(labels).lengths(lengths).ids(ids)
+ *       .build();
+ *   float loss = engine.trainStep(batch);
+ *   float[] clickProbabilities = engine.predict(batch);
+ * }
+ * }</pre>
+ *
+ * <p>Everything here is a thin layer over the library's C ABI ({@code dlrm/dlrm.h}), reached
+ * through SWIG-generated code in {@code ai.dlrm.internal}, which is not part of the API.
+ */
+package ai.dlrm;

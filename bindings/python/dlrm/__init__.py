@@ -1,0 +1,43 @@
+"""Python binding of libdlrm, a training engine for DLRM recommendation models.
+
+Thin and faithful to the C ABI (include/dlrm/dlrm.h) over ctypes + numpy: batches are
+numpy arrays passed without copies, every call releases the GIL, and every failing call
+raises DlrmError with the engine's status and message.
+
+    import dlrm, numpy as np
+    with dlrm.Engine.from_file("model.pbtxt") as engine:
+        batch = dlrm.Batch(dense, labels, lengths, ids)
+        loss = engine.train_step(batch)
+        p = engine.predict(batch)
+"""
+from . import _native
+from ._version import __version__
+from .batch import Batch
+from .engine import Engine, EvalResult, LoadResult
+from .errors import DlrmError, EngineClosedError, StatusCode
+from .fit import History, fit
+
+#: The C ABI version this package speaks (checked against the library at import).
+ABI_VERSION = _native.ABI_VERSION
+
+
+def library_version() -> str:
+    """Version string of the loaded libdlrm, e.g. "0.1.0"."""
+    return _native.lib.dlrm_version().decode("utf-8")
+
+
+def library_abi_version() -> int:
+    """dlrm_abi_version() of the loaded library (equal to ABI_VERSION, or import failed)."""
+    return int(_native.lib.dlrm_abi_version())
+
+
+def library_path() -> str:
+    """Where the loaded libdlrm came from (see _native for the lookup order)."""
+    return _native.library_path
+
+
+__all__ = [
+    "ABI_VERSION", "Batch", "DlrmError", "Engine", "EngineClosedError", "EvalResult",
+    "History", "LoadResult", "StatusCode", "__version__", "fit", "library_abi_version",
+    "library_path", "library_version",
+]

@@ -1,0 +1,176 @@
+"""Loads libdlrm.so, declares every function of ``include/dlrm/dlrm.h`` and checks the ABI.
+
+This is the only module that touches ctypes prototypes. The library is loaded with
+``ctypes.CDLL`` (never ``PyDLL``) so that every call releases the GIL: predictions from
+several Python threads run in parallel inside the engine's reader lock.
+
+Lookup order, first hit wins:
+  1. ``$DLRM_LIBRARY`` (path to libdlrm.so): an explicit choice is never second-guessed,
+     so a wrong path is an ImportError rather than a silent fallback;
+  2. the copy bundled by ``pip install`` in ``dlrm/_lib/``;
+  3. ``ctypes.util.find_library("dlrm")`` (a system install).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from .errors import DlrmError
+
+#: The ``DLRM_ABI_VERSION`` this binding was written against.
+ABI_VERSION = 1
+#: ``DLRM_MAX_PARAMETER_DIMS``: capacity of the shape buffer for parameter_shape.
+MAX_PARAMETER_DIMS = 8
+#: ``DLRM_LR_*`` targets of dlrm_engine_set_learning_rate.
+LR_DENSE, LR_SPARSE, LR_ALL = 1, 2, 3
+
+_BUNDLED_DIR = Path(__file__).resolve().parent / "_lib"
+
+c_float_p = ctypes.POINTER(ctypes.c_float)
+c_int32_p = ctypes.POINTER(ctypes.c_int32)
+c_int64_p = ctypes.POINTER(ctypes.c_int64)
+_engine_p = ctypes.c_void_p  # dlrm_engine* (opaque)
+_engine_pp = ctypes.POINTER(ctypes.c_void_p)
+_char_pp = ctypes.POINTER(ctypes.c_void_p)  # char** out, freed with dlrm_free
+
+
+class BatchStruct(ctypes.Structure):
+    """``dlrm_batch``: borrowed, column-oriented memory; see dlrm.h."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("batch_size", ctypes.c_int64),
+        ("num_dense", ctypes.c_int32),
+        ("num_sparse", ctypes.c_int32),
+        ("dense", c_float_p),
+        ("labels", c_float_p),
+        ("lengths", c_int32_p),
+        ("ids", c_int64_p),
+        ("num_ids", ctypes.c_int64),
+        ("weights", c_float_p),
+    ]
+
+
+class EvalResultStruct(ctypes.Structure):
+    """``dlrm_eval_result``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("log_loss", ctypes.c_double),
+        ("auc", ctypes.c_double),
+        ("num_samples", ctypes.c_int64),
+    ]
+
+
+_status = ctypes.c_int32
+# (name, restype, argtypes) for every function of dlrm.h, in the header's order.
+_PROTOTYPES: Sequence[Tuple[str, object, List[object]]] = (
+    ("dlrm_version", ctypes.c_char_p, []),
+    ("dlrm_abi_version", ctypes.c_int32, []),
+    ("dlrm_last_error", ctypes.c_char_p, []),
+    ("dlrm_status_name", ctypes.c_char_p, [_status]),
+    ("dlrm_free", None, [ctypes.c_void_p]),
+    ("dlrm_engine_create", _status, [ctypes.c_char_p, _engine_pp]),
+    ("dlrm_engine_create_from_file", _status, [ctypes.c_char_p, _engine_pp]),
+    ("dlrm_engine_create_from_checkpoint", _status, [ctypes.c_char_p, _engine_pp]),
+    ("dlrm_engine_destroy", None, [_engine_p]),
+    ("dlrm_engine_train_step", _status, [_engine_p, ctypes.POINTER(BatchStruct), c_float_p]),
+    ("dlrm_engine_predict", _status,
+     [_engine_p, ctypes.POINTER(BatchStruct), c_float_p, ctypes.c_size_t]),
+    ("dlrm_engine_evaluate", _status,
+     [_engine_p, ctypes.POINTER(BatchStruct), ctypes.c_size_t,
+      ctypes.POINTER(EvalResultStruct)]),
+    ("dlrm_engine_set_learning_rate", _status, [_engine_p, ctypes.c_int32, ctypes.c_float]),
+    ("dlrm_engine_get_step", _status, [_engine_p, c_int64_p]),
+    ("dlrm_engine_get_config", _status, [_engine_p, _char_pp]),
+    ("dlrm_engine_save", _status, [_engine_p, ctypes.c_char_p]),
+    ("dlrm_engine_load", _status, [_engine_p, ctypes.c_char_p]),
+    ("dlrm_engine_parameter_count", _status, [_engine_p, c_int64_p]),
+    ("dlrm_engine_parameter_name", _status, [_engine_p, ctypes.c_int64, _char_pp]),
+    ("dlrm_engine_parameter_shape", _status,
+     [_engine_p, ctypes.c_char_p, c_int64_p, ctypes.c_int32, c_int32_p]),
+    ("dlrm_engine_read_parameter", _status,
+     [_engine_p, ctypes.c_char_p, c_float_p, ctypes.c_size_t]),
+    ("dlrm_engine_write_parameter", _status,
+     [_engine_p, ctypes.c_char_p, c_float_p, ctypes.c_size_t]),
+)
+
+
+def find_library() -> str:
+    """Returns the path (or linker name) of libdlrm to load, following the lookup order."""
+    explicit = os.environ.get("DLRM_LIBRARY")
+    if explicit:
+        if not os.path.exists(explicit):
+            raise ImportError(f"DLRM_LIBRARY={explicit!r} does not exist")
+        return explicit
+    bundled = sorted(_BUNDLED_DIR.glob("libdlrm.so*"))
+    if bundled:
+        return str(bundled[0])
+    found = ctypes.util.find_library("dlrm")
+    if found:
+        return found
+    raise ImportError(
+        "libdlrm.so not found: set DLRM_LIBRARY=/path/to/libdlrm.so, install this package "
+        "with the library bundled (pip install bindings/python), or install libdlrm where "
+        "the dynamic linker finds it")
+
+
+def check_abi(found: int, path: str) -> None:
+    """Refuses a library whose C ABI differs from the one these prototypes describe."""
+    if found != ABI_VERSION:
+        raise ImportError(
+            f"{path} implements libdlrm C ABI version {found}, but this dlrm Python package "
+            f"needs ABI version {ABI_VERSION}; install a matching package or library")
+
+
+def load(path: Optional[str] = None) -> ctypes.CDLL:
+    """Loads the library, checks its ABI version, then declares every prototype."""
+    path = path or find_library()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError(f"cannot load libdlrm from {path!r}: {e}") from e
+    try:
+        abi = lib.dlrm_abi_version
+    except AttributeError as e:
+        raise ImportError(f"{path!r} is not libdlrm: it lacks dlrm_abi_version") from e
+    abi.argtypes, abi.restype = [], ctypes.c_int32
+    # The ABI is checked before any other symbol is touched: a mismatched library may not
+    # even have them, and its prototypes may differ.
+    check_abi(abi(), path)
+    for name, restype, argtypes in _PROTOTYPES:
+        try:
+            fn = getattr(lib, name)
+        except AttributeError as e:
+            raise ImportError(f"{path!r} lacks {name} although it reports ABI version "
+                              f"{ABI_VERSION}") from e
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+lib: ctypes.CDLL = load()
+library_path: str = lib._name
+
+
+def check(status: int) -> None:
+    """Raises DlrmError for a non-OK status.
+
+    Call it right after the C call, on the same thread: the message is thread-local and
+    is replaced by the next failing call of that thread.
+    """
+    if status != 0:
+        name = lib.dlrm_status_name(status).decode("utf-8", "replace")
+        message = lib.dlrm_last_error().decode("utf-8", "replace")
+        raise DlrmError(status, name, message)
+
+
+def take_string(ptr: ctypes.c_void_p) -> str:
+    """Copies a library-owned string into Python and releases it with dlrm_free."""
+    try:
+        return ctypes.string_at(ptr).decode("utf-8")
+    finally:
+        lib.dlrm_free(ptr)

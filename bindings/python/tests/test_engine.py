@@ -1,0 +1,267 @@
+"""Engine lifecycle, training, prediction, evaluation and checkpoints."""
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+import pytest
+from conftest import SMALL_CONFIG, make_batch, same_bits, trained
+
+import dlrm
+
+
+def test_train_predict_evaluate(engine, rng):
+    batches = [make_batch(rng, batch_size=16, weights=True) for _ in range(4)]
+    losses = [engine.train_step(b) for b in batches]
+    assert all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in losses)
+    assert engine.step == 4
+
+    p = engine.predict(batches[0])
+    assert p.dtype == np.float32 and p.shape == (16,)
+    assert np.all((p > 0) & (p < 1))
+
+    result = engine.evaluate(batches)
+    assert isinstance(result, dlrm.EvalResult)
+    assert result.num_samples == 64
+    assert math.isfinite(result.log_loss) and 0 <= result.auc <= 1
+    # A single Batch is accepted as well as an iterable (here a generator).
+    assert engine.evaluate(batches[0]).num_samples == 16
+    assert engine.evaluate(b for b in batches[:2]).num_samples == 32
+    with pytest.raises(dlrm.DlrmError, match="at least one batch"):
+        engine.evaluate([])
+
+
+def test_predict_without_labels_matches_with_labels(engine, rng):
+    batch = make_batch(rng, weights=True)
+    unlabeled = batch.without_labels()
+    assert unlabeled.labels is None
+    assert same_bits(engine.predict(batch), engine.predict(unlabeled))
+    built = dlrm.Batch(batch.dense, None, batch.lengths, batch.ids, batch.weights)
+    assert same_bits(engine.predict(batch), engine.predict(built))
+
+
+def test_predict_into_caller_buffer(engine, batch):
+    out = np.full(batch.batch_size + 3, -1, dtype=np.float32)
+    result = engine.predict(batch, out=out)
+    assert np.shares_memory(result, out) and result.shape == (batch.batch_size,)
+    assert same_bits(result, engine.predict(batch))
+    assert np.all(out[batch.batch_size:] == -1)
+    with pytest.raises(ValueError, match="out holds 2 values"):
+        engine.predict(batch, out=np.empty(2, np.float32))
+    with pytest.raises(TypeError, match="float32"):
+        engine.predict(batch, out=np.empty(8, np.float64))
+
+
+def test_train_step_needs_labels(engine, batch):
+    with pytest.raises(dlrm.DlrmError, match="batch.labels is NULL") as info:
+        engine.train_step(batch.without_labels())
+    assert info.value.code_name == "INVALID_ARGUMENT"
+    assert engine.step == 0
+
+
+def test_weights_change_predictions(engine, rng):
+    batch = make_batch(rng, weights=True)
+    unweighted = dlrm.Batch(batch.dense, batch.labels, batch.lengths, batch.ids)
+    assert not same_bits(engine.predict(batch), engine.predict(unweighted))
+    ones = dlrm.Batch(batch.dense, batch.labels, batch.lengths, batch.ids,
+                      np.ones(batch.num_ids, np.float32))
+    assert same_bits(engine.predict(ones), engine.predict(unweighted))
+
+
+def test_determinism_same_config_same_batches(rng):
+    batches = [make_batch(rng, weights=True) for _ in range(3)]
+    runs = []
+    for _ in range(2):
+        with dlrm.Engine(SMALL_CONFIG) as e:
+            losses = [e.train_step(b) for b in batches]
+            runs.append((losses, e.predict(batches[0])))
+    assert runs[0][0] == runs[1][0]
+    assert same_bits(runs[0][1], runs[1][1])
+
+
+def test_save_load_from_checkpoint(engine, rng, tmp_path):
+    batch = make_batch(rng, weights=True)
+    trained(engine, rng, steps=3)
+    path = tmp_path / "model.ckpt"
+    engine.save(path)  # os.PathLike and str both work
+    saved = engine.predict(batch)
+
+    trained(engine, rng, steps=2)
+    assert engine.step == 5
+    assert not same_bits(engine.predict(batch), saved)
+    engine.load(str(path))
+    assert engine.step == 3
+    assert same_bits(engine.predict(batch), saved)
+
+    with dlrm.Engine.from_checkpoint(path) as restored:
+        assert restored.step == 3
+        assert same_bits(restored.predict(batch), saved)
+        assert restored.config == engine.config
+
+
+def test_from_file_and_config(tmp_path, batch):
+    path = tmp_path / "model.pbtxt"
+    path.write_text(SMALL_CONFIG)
+    with dlrm.Engine.from_file(path) as a, dlrm.Engine(SMALL_CONFIG) as b:
+        assert "num_dense_features: 3" in a.config
+        assert a.config == b.config
+        assert same_bits(a.predict(batch), b.predict(batch))
+        # The config text round-trips into an identical engine.
+        with dlrm.Engine(a.config) as c:
+            assert same_bits(c.predict(batch), a.predict(batch))
+
+
+def test_set_learning_rate(rng):
+    batch = make_batch(rng)
+    with dlrm.Engine(SMALL_CONFIG) as frozen, dlrm.Engine(SMALL_CONFIG) as ref:
+        before = frozen.predict(batch)
+        frozen.set_learning_rate(0.0)  # target="all"
+        frozen.train_step(batch)
+        assert same_bits(frozen.predict(batch), before)
+        frozen.set_learning_rate(0.05, target="dense")
+        frozen.set_learning_rate(0.5, target="sparse")
+        frozen.train_step(batch)
+        assert not same_bits(frozen.predict(batch), before)
+        assert ref.step == 0
+    with dlrm.Engine(SMALL_CONFIG) as e:
+        with pytest.raises(ValueError, match="target must be one of"):
+            e.set_learning_rate(0.1, target="embeddings")
+        with pytest.raises(dlrm.DlrmError, match="learning rate must be finite") as info:
+            e.set_learning_rate(-1.0)
+        assert info.value.code == dlrm.StatusCode.INVALID_ARGUMENT
+
+
+def test_close_is_idempotent_and_guards_every_call(batch, tmp_path):
+    e = dlrm.Engine(SMALL_CONFIG)
+    assert not e.closed and "step=0" in repr(e)
+    e.close()
+    e.close()
+    assert e.closed and "closed" in repr(e)
+    calls = [
+        lambda: e.train_step(batch), lambda: e.predict(batch), lambda: e.evaluate([batch]),
+        lambda: e.step, lambda: e.config, lambda: e.save(tmp_path / "x"),
+        lambda: e.load(tmp_path / "x"), lambda: e.set_learning_rate(0.1),
+        e.parameter_names, lambda: e.parameter_shape("top_mlp.0.weight"),
+        lambda: e.get_parameter("top_mlp.0.weight"), e.state_dict,
+        lambda: e.load_state_dict({}), lambda: e.__enter__(),
+    ]
+    for call in calls:
+        with pytest.raises(dlrm.EngineClosedError, match="engine is closed"):
+            call()
+    assert issubclass(dlrm.EngineClosedError, ValueError)
+    assert not (tmp_path / "x").exists()
+
+
+def test_context_manager_closes(batch):
+    with dlrm.Engine(SMALL_CONFIG) as e:
+        e.predict(batch)
+    assert e.closed
+    with pytest.raises(dlrm.EngineClosedError):
+        e.predict(batch)
+
+
+def test_close_waits_for_calls_in_flight(rng):
+    # close() from one thread while others predict: every predict either completes or
+    # raises EngineClosedError; none touches a destroyed handle.
+    batch = make_batch(rng, batch_size=64)
+    e = dlrm.Engine(SMALL_CONFIG)
+    outcomes = []
+    start = threading.Barrier(5)
+
+    def worker():
+        start.wait()
+        for _ in range(200):
+            try:
+                e.predict(batch)
+            except dlrm.EngineClosedError:
+                outcomes.append("closed")
+                return
+        outcomes.append("done")
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    start.wait()
+    e.close()
+    for t in threads:
+        t.join()
+    assert len(outcomes) == 4 and set(outcomes) <= {"closed", "done"}
+
+
+def test_garbage_collected_engine_is_released(batch):
+    import gc
+    import weakref
+
+    e = dlrm.Engine(SMALL_CONFIG)
+    finalizer = e._finalizer
+    ref = weakref.ref(e)
+    del e
+    gc.collect()
+    assert ref() is None and not finalizer.alive
+
+
+def test_bad_config_and_missing_files(tmp_path):
+    with pytest.raises(dlrm.DlrmError) as info:
+        dlrm.Engine("model { num_dense_features: -1 }")
+    assert info.value.code_name == "INVALID_ARGUMENT" and info.value.message
+    with pytest.raises(dlrm.DlrmError) as info:
+        dlrm.Engine("this is { not protobuf")
+    assert info.value.code_name == "INVALID_ARGUMENT"
+    with pytest.raises(TypeError, match="protobuf text"):
+        dlrm.Engine(b"model {}")  # type: ignore[arg-type]
+    with pytest.raises(dlrm.DlrmError) as info:
+        dlrm.Engine.from_file(tmp_path / "missing.pbtxt")
+    assert info.value.code_name in ("IO", "NOT_FOUND") and "missing.pbtxt" in info.value.message
+    with pytest.raises(dlrm.DlrmError) as info:
+        dlrm.Engine.from_checkpoint(tmp_path / "missing.ckpt")
+    assert info.value.code_name in ("IO", "NOT_FOUND") and "missing.ckpt" in info.value.message
+
+
+def test_corrupt_checkpoint_leaves_engine_unchanged(engine, rng, tmp_path, batch):
+    trained(engine, rng, steps=2)
+    path = tmp_path / "model.ckpt"
+    engine.save(path)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    before, step = engine.predict(batch), engine.step
+    trained(engine, rng, steps=1)
+    after_train = engine.predict(batch)
+    with pytest.raises(dlrm.DlrmError) as info:
+        engine.load(path)
+    assert info.value.code_name in ("DATA_LOSS", "IO", "INVALID_ARGUMENT")
+    assert engine.step == step + 1
+    assert same_bits(engine.predict(batch), after_train)
+    assert not same_bits(before, after_train)
+
+
+def test_checkpoint_of_another_model_is_rejected(engine, tmp_path, batch):
+    other = SMALL_CONFIG.replace("layer_sizes: 8 layer_sizes: 4", "layer_sizes: 6 layer_sizes: 4")
+    path = tmp_path / "other.ckpt"
+    with dlrm.Engine(other) as e:
+        e.save(path)
+    before = engine.predict(batch)
+    with pytest.raises(dlrm.DlrmError) as info:
+        engine.load(path)
+    assert info.value.message
+    assert same_bits(engine.predict(batch), before)
+
+
+def test_engine_cannot_be_copied(engine):
+    import copy
+    import pickle
+
+    for attempt in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError, match="cannot be copied"):
+            attempt(engine)
+
+
+def test_error_pickles_with_its_fields():
+    import pickle
+
+    err = dlrm.DlrmError(2, "OUT_OF_RANGE", "batch.ids[3] = 99")
+    copy = pickle.loads(pickle.dumps(err))
+    assert (copy.code, copy.code_name, copy.message) == (2, "OUT_OF_RANGE", "batch.ids[3] = 99")
+    assert copy.status is dlrm.StatusCode.OUT_OF_RANGE
+    assert str(copy) == "OUT_OF_RANGE: batch.ids[3] = 99"
