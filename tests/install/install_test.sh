@@ -5,6 +5,7 @@ set -euo pipefail
 BUILD=$1
 SRC=$2
 WORK=$3
+EXTRA_CFLAGS=${4:-}  # e.g. the sanitizer flags the library was built with
 rm -rf "$WORK" && mkdir -p "$WORK"
 PREFIX=$WORK/prefix
 cmake --install "$BUILD" --prefix "$PREFIX" > "$WORK/install.log"
@@ -15,10 +16,12 @@ soname=$(objdump -p "$LIBDIR/libdlrm.so" | awk '/SONAME/ { print $2 }')
 [[ "$soname" == libdlrm.so.* ]] || { echo "bad soname: $soname"; exit 1; }
 
 export PKG_CONFIG_PATH=$LIBDIR/pkgconfig
-cc -std=c99 -Wall -Werror "$SRC/consumer.c" $(pkg-config --cflags --libs dlrm) -o "$WORK/consumer_pc"
+cc -std=c99 -Wall -Werror $EXTRA_CFLAGS "$SRC/consumer.c" $(pkg-config --cflags --libs dlrm) \
+  -o "$WORK/consumer_pc"
 LD_LIBRARY_PATH=$LIBDIR "$WORK/consumer_pc"
 
-cmake -S "$SRC" -B "$WORK/cmake_build" -DCMAKE_PREFIX_PATH="$PREFIX" > /dev/null
+cmake -S "$SRC" -B "$WORK/cmake_build" -DCMAKE_PREFIX_PATH="$PREFIX" \
+  -DCMAKE_C_FLAGS="$EXTRA_CFLAGS" -DCMAKE_EXE_LINKER_FLAGS="$EXTRA_CFLAGS" > /dev/null
 cmake --build "$WORK/cmake_build" > /dev/null
 LD_LIBRARY_PATH=$LIBDIR "$WORK/cmake_build/consumer"
 echo "install_test: pkg-config and find_package consumers built and ran"
