@@ -7,22 +7,11 @@ import (
 	"testing"
 
 	"libdlrm.dev/dlrm"
+	"libdlrm.dev/dlrm/internal/testmodel"
 )
 
-// testConfig is the small model of tests/c/capi_c99_test.c.
-const testConfig = `model {
-  num_dense_features: 3
-  tables { name: 't0' num_rows: 50 dim: 4 }
-  tables { name: 't1' num_rows: 20 dim: 4 }
-  sparse_features { name: 'a' table: 't0' }
-  sparse_features { name: 'b' table: 't1' pooling: MEAN }
-  bottom_mlp { layer_sizes: 8 layer_sizes: 4 }
-  top_mlp { layer_sizes: 8 layer_sizes: 1 }
-}
-dense_optimizer { learning_rate: 0.01 adam {} }
-sparse_optimizer { learning_rate: 0.1 rowwise_adagrad {} }
-seed: 7 num_threads: 2 reduction_chunk_rows: 4
-`
+// testConfig is the small model shared with the C ABI test and the Python and Java suites.
+var testConfig = testmodel.Config()
 
 const (
 	testB  = 8

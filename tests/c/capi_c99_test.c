@@ -38,19 +38,9 @@ static int g_passed = 0, g_failed = 0;
 #define ND 3
 #define NF 2
 
-static const char* kConfig =
-    "model {\n"
-    "  num_dense_features: 3\n"
-    "  tables { name: 't0' num_rows: 50 dim: 4 }\n"
-    "  tables { name: 't1' num_rows: 20 dim: 4 }\n"
-    "  sparse_features { name: 'a' table: 't0' }\n"
-    "  sparse_features { name: 'b' table: 't1' pooling: MEAN }\n"
-    "  bottom_mlp { layer_sizes: 8 layer_sizes: 4 }\n"
-    "  top_mlp { layer_sizes: 8 layer_sizes: 1 }\n"
-    "}\n"
-    "dense_optimizer { learning_rate: 0.01 adam {} }\n"
-    "sparse_optimizer { learning_rate: 0.1 rowwise_adagrad {} }\n"
-    "seed: 7 num_threads: 2 reduction_chunk_rows: 4\n";
+/* The shared small model (tests/data/small_model.pbtxt), read in main(). */
+static char* kConfig = NULL;
+static const char* kConfigPath = NULL;
 
 typedef struct {
   float dense[B * ND];
@@ -129,9 +119,8 @@ static void test_version(void) {
   dlrm_free(NULL);
 }
 
-static void test_create_errors(const char* dir) {
+static void test_create_errors(void) {
   dlrm_engine* e = NULL;
-  char path[512];
   CHECK_FAILS(dlrm_engine_create(NULL, &e), DLRM_INVALID_ARGUMENT, "config_text");
   CHECK_FAILS(dlrm_engine_create(kConfig, NULL), DLRM_INVALID_ARGUMENT, "out");
   CHECK_FAILS(dlrm_engine_create("model { bogus_field: 1 }", &e), DLRM_INVALID_ARGUMENT,
@@ -141,9 +130,7 @@ static void test_create_errors(const char* dir) {
   CHECK(e == NULL);
   CHECK_FAILS(dlrm_engine_create_from_file("/nonexistent/dir/cfg.txt", &e), DLRM_IO,
               "/nonexistent/dir/cfg.txt");
-  snprintf(path, sizeof path, "%s/config.pbtxt", dir);
-  write_file(path, kConfig, strlen(kConfig));
-  CHECK(dlrm_engine_create_from_file(path, &e) == DLRM_OK);
+  CHECK(dlrm_engine_create_from_file(kConfigPath, &e) == DLRM_OK);
   CHECK(e != NULL);
   dlrm_engine_destroy(e);
 }
@@ -388,10 +375,28 @@ static void test_parameters(dlrm_engine* e) {
 }
 
 int main(int argc, char** argv) {
-  const char* dir = argc > 1 ? argv[1] : ".";
+  const char* dir;
   dlrm_engine* e = NULL;
+  size_t config_len = 0;
+  char* config_bytes;
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s TMPDIR MODEL_CONFIG\n", argv[0]);
+    return 2;
+  }
+  dir = argv[1];
+  kConfigPath = argv[2];
+  config_bytes = read_file(kConfigPath, &config_len);
+  if (config_bytes == NULL) {
+    fprintf(stderr, "cannot read %s\n", kConfigPath);
+    return 2;
+  }
+  kConfig = (char*)malloc(config_len + 1);
+  if (kConfig == NULL) return 2;
+  memcpy(kConfig, config_bytes, config_len);
+  kConfig[config_len] = '\0';
+  free(config_bytes);
   test_version();
-  test_create_errors(dir);
+  test_create_errors();
   if (dlrm_engine_create(kConfig, &e) != DLRM_OK) {
     fprintf(stderr, "create failed: %s\n", dlrm_last_error());
     return 1;
@@ -401,6 +406,7 @@ int main(int argc, char** argv) {
   test_checkpoints(e, dir);
   test_parameters(e);
   dlrm_engine_destroy(e);
+  free(kConfig);
   printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
 }

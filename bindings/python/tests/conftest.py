@@ -16,20 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import dlrm  # noqa: E402
 
-SMALL_CONFIG = """
-model {
-  num_dense_features: 3
-  tables { name: 't0' num_rows: 50 dim: 4 }
-  tables { name: 't1' num_rows: 20 dim: 4 }
-  sparse_features { name: 'a' table: 't0' }
-  sparse_features { name: 'b' table: 't1' pooling: MEAN }
-  bottom_mlp { layer_sizes: 8 layer_sizes: 4 }
-  top_mlp { layer_sizes: 8 layer_sizes: 1 }
-}
-dense_optimizer { learning_rate: 0.01 adam {} }
-sparse_optimizer { learning_rate: 0.1 rowwise_adagrad {} }
-seed: 7 num_threads: 2 reduction_chunk_rows: 4
-"""
+# The small model shared with the C ABI test and the Java and Go suites.
+SMALL_CONFIG = (Path(__file__).resolve().parents[3] / "tests" / "data" / "small_model.pbtxt").read_text()
 SMALL_ROWS = (50, 20)
 SMALL_DENSE = 3
 

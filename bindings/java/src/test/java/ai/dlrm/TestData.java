@@ -12,22 +12,20 @@ final class TestData {
   static final int ND = 3;
   static final int NF = 2;
 
-  static final String CONFIG = String.join("\n",
-      "model {",
-      "  num_dense_features: 3",
-      "  tables { name: 't0' num_rows: 50 dim: 4 }",
-      "  tables { name: 't1' num_rows: 20 dim: 4 }",
-      "  sparse_features { name: 'a' table: 't0' }",
-      "  sparse_features { name: 'b' table: 't1' pooling: MEAN }",
-      "  bottom_mlp { layer_sizes: 8 layer_sizes: 4 }",
-      "  top_mlp { layer_sizes: 8 layer_sizes: 1 }",
-      "}",
-      "dense_optimizer { learning_rate: 0.01 adam {} }",
-      "sparse_optimizer { learning_rate: 0.1 rowwise_adagrad {} }",
-      "seed: 7 num_threads: 2 reduction_chunk_rows: 4",
-      "");
+  /** The small model shared with the C ABI test and the Python and Go suites. */
+  static final String CONFIG = readSharedModel();
 
   private TestData() {}
+
+  private static String readSharedModel() {
+    String path = System.getenv("DLRM_TEST_MODEL");
+    if (path == null) throw new IllegalStateException("DLRM_TEST_MODEL is not set");
+    try {
+      return java.nio.file.Files.readString(java.nio.file.Path.of(path));
+    } catch (java.io.IOException e) {
+      throw new java.io.UncheckedIOException(e);
+    }
+  }
 
   /** The columns of one batch as plain arrays, to be mutated by tests before building. */
   static final class Columns {
