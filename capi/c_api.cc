@@ -143,6 +143,24 @@ DLRM_API dlrm_status dlrm_engine_train_step(dlrm_engine* engine, const dlrm_batc
   });
 }
 
+DLRM_API dlrm_status dlrm_engine_train_submit(dlrm_engine* engine, const dlrm_batch* batch,
+                                              int64_t* ticket_out) {
+  return Guard([&] {
+    dlrm::Engine& e = EngineOf(engine);
+    const dlrm::BatchView view = ToView(batch, "batch");
+    RequireNotNull(ticket_out, "ticket_out");
+    *ticket_out = e.SubmitTrainStep(view);
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_train_wait(dlrm_engine* engine, int64_t ticket,
+                                            float* loss_out) {
+  return Guard([&] {
+    const float loss = EngineOf(engine).WaitTrainStep(ticket);
+    if (loss_out) *loss_out = loss;
+  });
+}
+
 DLRM_API dlrm_status dlrm_engine_predict(dlrm_engine* engine, const dlrm_batch* batch,
                                          float* out, size_t out_len) {
   return Guard([&] {

@@ -17,6 +17,7 @@
 #include "engine/model/dlrm_model.h"
 #include "engine/optim/dense_optimizer.h"
 #include "engine/optim/lr_schedule.h"
+#include "engine/train/async_step_queue.h"
 
 namespace dlrm {
 namespace {
@@ -87,13 +88,56 @@ Engine::Engine(const config::DlrmConfig& config) : config_(config) {
   state_ = NewState();
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  async_.reset();  // runs what is still queued while the state is alive
+}
 
 std::unique_ptr<Engine::State> Engine::NewState() const {
   return std::make_unique<State>(config_);
 }
 
 float Engine::TrainStep(const BatchView& batch) {
+  DrainAsyncSteps();
+  return TrainStepNow(batch);
+}
+
+int64_t Engine::SubmitTrainStep(const BatchView& batch) {
+  {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    ValidateBatch(batch, state_->model.num_dense_features(), state_->model.feature_specs(), true);
+  }
+  OwnedBatch copy = CopyBatch(batch);  // the caller's memory is borrowed for this call only
+  AsyncStepQueue* queue;
+  {
+    std::lock_guard<std::mutex> lock(async_mu_);
+    if (!async_)
+      async_ = std::make_unique<AsyncStepQueue>(
+          [this](const OwnedBatch& b) { return TrainStepNow(b.view()); }, kAsyncQueueDepth);
+    queue = async_.get();
+  }
+  return queue->Submit(std::move(copy));
+}
+
+float Engine::WaitTrainStep(int64_t ticket) {
+  AsyncStepQueue* queue;
+  {
+    std::lock_guard<std::mutex> lock(async_mu_);
+    queue = async_.get();
+  }
+  if (queue == nullptr) ThrowInvalid("ticket ", ticket, " was never issued (nothing was submitted)");
+  return queue->Wait(ticket);
+}
+
+void Engine::DrainAsyncSteps() const {
+  AsyncStepQueue* queue;
+  {
+    std::lock_guard<std::mutex> lock(async_mu_);
+    queue = async_.get();
+  }
+  if (queue) queue->Drain();
+}
+
+float Engine::TrainStepNow(const BatchView& batch) {
   std::unique_lock<std::shared_mutex> lock(mu_);
   State& s = *state_;
   const ValidatedBatch vb =
@@ -173,6 +217,7 @@ void Engine::SetLearningRate(LrTarget target, float lr) {
   if (target != LrTarget::kDense && target != LrTarget::kSparse && target != LrTarget::kAll)
     ThrowInvalid("learning rate target must be DENSE (1), SPARSE (2) or ALL (3), got ",
                  static_cast<int>(target));
+  DrainAsyncSteps();
   std::unique_lock<std::shared_mutex> lock(mu_);
   if (target != LrTarget::kSparse) state_->dense_lr = lr;
   if (target != LrTarget::kDense) state_->sparse_lr = lr;
@@ -243,6 +288,7 @@ void Engine::WriteParameter(const std::string& name, const float* values, int64_
 }
 
 void Engine::Save(const std::string& path) const {
+  DrainAsyncSteps();  // save the state after every submitted step
   std::shared_lock<std::shared_mutex> lock(mu_);
   // StateBuffers() hands out mutable pointers; under the reader lock we only read them.
   State& s = *state_;
@@ -272,6 +318,7 @@ void Engine::Save(const std::string& path) const {
 }
 
 void Engine::Load(const std::string& path) {
+  DrainAsyncSteps();
   const CheckpointReader reader(path);
   LoadFrom(reader);
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 
 namespace dlrm {
 
+class AsyncStepQueue;
 class CheckpointReader;
 
 struct EvalResult {
@@ -46,6 +48,16 @@ class Engine {
   // One optimizer step on the batch; returns the batch's mean loss before the update.
   // Throws kFailedPrecondition, changing nothing, if the loss or a gradient is not finite.
   float TrainStep(const BatchView& batch);
+
+  // Asynchronous training: validates and copies the batch, queues the step (blocking
+  // while kAsyncQueueDepth steps wait) and returns its ticket. Steps run in submission
+  // order on an engine thread, so results are bitwise those of TrainStep in that order.
+  // A bad batch throws here and queues nothing.
+  int64_t SubmitTrainStep(const BatchView& batch);
+  // Waits for a submitted step; returns its loss or throws its error (kCancelled for
+  // steps queued behind a failed one). Each ticket is waited for once.
+  float WaitTrainStep(int64_t ticket);
+  static constexpr size_t kAsyncQueueDepth = 2;
 
   // Click probabilities into out[0 .. batch_size); capacity is out's length.
   void Predict(const BatchView& batch, float* out, int64_t capacity) const;
@@ -80,11 +92,18 @@ class Engine {
   struct State;
   std::unique_ptr<State> NewState() const;
   void LoadFrom(const CheckpointReader& reader);
+  float TrainStepNow(const BatchView& batch);
+  // Runs every queued asynchronous step (so mutations apply after them, in order).
+  void DrainAsyncSteps() const;
 
   config::DlrmConfig config_;
   std::unique_ptr<ThreadPool> pool_;
   mutable std::shared_mutex mu_;
   std::unique_ptr<State> state_;
+  // Created by the first SubmitTrainStep; declared last so it is destroyed (and drained)
+  // while everything it uses is still alive.
+  mutable std::mutex async_mu_;
+  std::unique_ptr<AsyncStepQueue> async_;
 };
 
 }  // namespace dlrm

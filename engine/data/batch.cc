@@ -74,4 +74,17 @@ ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
   return out;
 }
 
+OwnedBatch CopyBatch(const BatchView& view) {
+  OwnedBatch b;
+  b.batch_size = view.batch_size;
+  b.num_dense = view.num_dense;
+  b.num_sparse = view.num_sparse;
+  b.dense.assign(view.dense, view.dense + view.batch_size * view.num_dense);
+  if (view.labels) b.labels.assign(view.labels, view.labels + view.batch_size);
+  b.lengths.assign(view.lengths, view.lengths + static_cast<int64_t>(view.num_sparse) * view.batch_size);
+  b.ids.assign(view.ids, view.ids + view.num_ids);
+  if (view.weights) b.weights.assign(view.weights, view.weights + view.num_ids);
+  return b;
+}
+
 }  // namespace dlrm

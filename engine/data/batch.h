@@ -69,4 +69,8 @@ struct OwnedBatch {
   }
 };
 
+// Copies a borrowed batch into owned storage (what an asynchronous submit keeps).
+// The view must have passed ValidateBatch (sizes are trusted).
+OwnedBatch CopyBatch(const BatchView& view);
+
 }  // namespace dlrm

@@ -106,6 +106,22 @@ typedef struct dlrm_batch {
 DLRM_API dlrm_status dlrm_engine_train_step(dlrm_engine* engine, const dlrm_batch* batch,
                                             float* loss_out);
 
+/* Asynchronous training, so a host prepares batch N+1 while batch N trains.
+ * submit validates the batch (errors are returned at once and nothing is queued), copies
+ * it (the caller may reuse its memory as soon as submit returns) and queues the step; it
+ * blocks while 2 steps are already waiting. *ticket_out identifies the step. Steps run
+ * one at a time in submission order, so the results are bitwise those of calling
+ * dlrm_engine_train_step in that order. submit and wait may be called from different
+ * threads. dlrm_engine_train_step, set_learning_rate, save and load first wait for every
+ * submitted step. */
+DLRM_API dlrm_status dlrm_engine_train_submit(dlrm_engine* engine, const dlrm_batch* batch,
+                                              int64_t* ticket_out);
+/* Waits for a submitted step: *loss_out (may be NULL) receives its loss, or the call
+ * returns the step's error. A step queued behind a failed one returns DLRM_CANCELLED.
+ * Each ticket can be waited for once. */
+DLRM_API dlrm_status dlrm_engine_train_wait(dlrm_engine* engine, int64_t ticket,
+                                            float* loss_out);
+
 /* Click probabilities for each sample into out[0 .. batch_size); out_len is out's
  * length in floats and must be >= batch_size. Reader lock. */
 DLRM_API dlrm_status dlrm_engine_predict(dlrm_engine* engine, const dlrm_batch* batch,

@@ -317,6 +317,43 @@ static void test_checkpoints(dlrm_engine* e, const char* dir) {
   dlrm_engine_destroy(other);
 }
 
+/* Submitted steps give bitwise the losses and predictions of synchronous steps. */
+static void test_async(void) {
+  dlrm_engine *sync_engine = NULL, *async_engine = NULL;
+  test_batch t, ref;
+  float sync_loss[4], async_loss[4], a[B], b[B];
+  int64_t tickets[4], bad_ticket = 0;
+  int i;
+  CHECK(dlrm_engine_create(kConfig, &sync_engine) == DLRM_OK);
+  CHECK(dlrm_engine_create(kConfig, &async_engine) == DLRM_OK);
+  if (!sync_engine || !async_engine) return;
+  for (i = 0; i < 4; ++i) {
+    make_batch(&t, i);
+    CHECK(dlrm_engine_train_step(sync_engine, &t.batch, &sync_loss[i]) == DLRM_OK);
+    CHECK(dlrm_engine_train_submit(async_engine, &t.batch, &tickets[i]) == DLRM_OK);
+    memset(t.dense, 0, sizeof t.dense); /* submit copied the batch */
+  }
+  for (i = 0; i < 4; ++i) CHECK(dlrm_engine_train_wait(async_engine, tickets[i], &async_loss[i]) == DLRM_OK);
+  CHECK(same_floats(sync_loss, async_loss, 4));
+  make_batch(&ref, 1);
+  predict_ref(sync_engine, &ref, a);
+  predict_ref(async_engine, &ref, b);
+  CHECK(same_floats(a, b, B));
+
+  make_batch(&t, 3);
+  t.ids[0] = 50;
+  CHECK_FAILS(dlrm_engine_train_submit(async_engine, &t.batch, &bad_ticket), DLRM_OUT_OF_RANGE,
+              "batch.ids[0]");
+  CHECK_FAILS(dlrm_engine_train_submit(async_engine, &ref.batch, NULL), DLRM_INVALID_ARGUMENT,
+              "ticket_out");
+  CHECK_FAILS(dlrm_engine_train_wait(async_engine, tickets[0], NULL), DLRM_INVALID_ARGUMENT,
+              "already waited");
+  CHECK_FAILS(dlrm_engine_train_wait(async_engine, 999, NULL), DLRM_INVALID_ARGUMENT, "never issued");
+  CHECK_FAILS(dlrm_engine_train_wait(NULL, 1, NULL), DLRM_INVALID_ARGUMENT, "engine");
+  dlrm_engine_destroy(sync_engine);
+  dlrm_engine_destroy(async_engine);
+}
+
 static void test_parameters(dlrm_engine* e) {
   int64_t count = 0, shape[DLRM_MAX_PARAMETER_DIMS], i;
   int32_t ndim = 0;
@@ -405,6 +442,7 @@ int main(int argc, char** argv) {
   test_bad_inputs(e);
   test_checkpoints(e, dir);
   test_parameters(e);
+  test_async();
   dlrm_engine_destroy(e);
   free(kConfig);
   printf("%d passed, %d failed\n", g_passed, g_failed);

@@ -78,6 +78,8 @@ _PROTOTYPES: Sequence[Tuple[str, object, List[object]]] = (
     ("dlrm_engine_create_from_checkpoint", _status, [ctypes.c_char_p, _engine_pp]),
     ("dlrm_engine_destroy", None, [_engine_p]),
     ("dlrm_engine_train_step", _status, [_engine_p, ctypes.POINTER(BatchStruct), c_float_p]),
+    ("dlrm_engine_train_submit", _status, [_engine_p, ctypes.POINTER(BatchStruct), c_int64_p]),
+    ("dlrm_engine_train_wait", _status, [_engine_p, ctypes.c_int64, c_float_p]),
     ("dlrm_engine_predict", _status,
      [_engine_p, ctypes.POINTER(BatchStruct), c_float_p, ctypes.c_size_t]),
     ("dlrm_engine_evaluate", _status,

@@ -164,6 +164,28 @@ class Engine:
                                                              ctypes.byref(loss)))
         return float(loss.value)
 
+    def train_submit(self, batch: Batch) -> int:
+        """Queues a training step and returns its ticket without waiting for it.
+
+        The engine validates and copies the batch during this call (a bad batch raises
+        here and nothing is queued), so the arrays may be reused at once: the host can
+        prepare the next batch while this one trains. Steps run in submission order and
+        give bitwise the results of :meth:`train_step` in that order.
+        """
+        s = _require_batch(batch)._struct
+        ticket = ctypes.c_int64()
+        with self._use() as h:
+            _native.check(_native.lib.dlrm_engine_train_submit(h, ctypes.byref(s),
+                                                               ctypes.byref(ticket)))
+        return int(ticket.value)
+
+    def train_wait(self, ticket: int) -> float:
+        """Waits for a submitted step and returns its loss (or raises its error)."""
+        loss = ctypes.c_float()
+        with self._use() as h:
+            _native.check(_native.lib.dlrm_engine_train_wait(h, int(ticket), ctypes.byref(loss)))
+        return float(loss.value)
+
     def predict(self, batch: Batch, out: Optional[np.ndarray] = None) -> np.ndarray:
         """Click probabilities, float32 ``[batch_size]``. Labels are ignored.
 

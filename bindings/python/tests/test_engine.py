@@ -265,3 +265,18 @@ def test_error_pickles_with_its_fields():
     assert (copy.code, copy.code_name, copy.message) == (2, "OUT_OF_RANGE", "batch.ids[3] = 99")
     assert copy.status is dlrm.StatusCode.OUT_OF_RANGE
     assert str(copy) == "OUT_OF_RANGE: batch.ids[3] = 99"
+
+
+def test_async_submit_wait_matches_synchronous_steps(rng):
+    batches = [make_batch(rng) for _ in range(5)]
+    with dlrm.Engine(SMALL_CONFIG) as sync, dlrm.Engine(SMALL_CONFIG) as async_engine:
+        expected = [sync.train_step(b) for b in batches]
+        tickets = [async_engine.train_submit(b) for b in batches]
+        losses = [async_engine.train_wait(t) for t in tickets]
+        assert np.array_equal(np.array(losses, np.float32).view(np.uint32),
+                              np.array(expected, np.float32).view(np.uint32))
+        probe = batches[0]
+        assert same_bits(sync.predict(probe), async_engine.predict(probe))
+        with pytest.raises(dlrm.DlrmError) as err:
+            async_engine.train_wait(tickets[0])
+        assert "already waited" in err.value.message

@@ -1,0 +1,123 @@
+// The asynchronous step queue: order, back-pressure, errors and cancellation.
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/core/status.h"
+#include "engine/train/async_step_queue.h"
+
+namespace dlrm {
+namespace {
+
+using ::testing::HasSubstr;
+
+OwnedBatch Tagged(int64_t tag) {
+  OwnedBatch b;
+  b.batch_size = tag;
+  return b;
+}
+
+TEST(AsyncStepQueueTest, RunsStepsInTicketOrder) {
+  std::vector<int64_t> order;
+  AsyncStepQueue queue([&](const OwnedBatch& b) {
+    order.push_back(b.batch_size);
+    return static_cast<float>(b.batch_size) * 0.5f;
+  }, 2);
+  std::vector<int64_t> tickets;
+  for (int i = 1; i <= 10; ++i) tickets.push_back(queue.Submit(Tagged(i)));
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(tickets[i], i + 1);
+    EXPECT_EQ(queue.Wait(tickets[i]), (i + 1) * 0.5f);
+  }
+  EXPECT_EQ(order, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+}
+
+TEST(AsyncStepQueueTest, SubmitBlocksWhileTheQueueIsFull) {
+  std::atomic<bool> release{false};
+  std::atomic<int> started{0};
+  AsyncStepQueue queue([&](const OwnedBatch&) {
+    ++started;
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return 0.0f;
+  }, 1);
+  queue.Submit(Tagged(1));  // runs (blocked in the step)
+  while (started == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  queue.Submit(Tagged(2));  // waits in the queue: now full
+  std::atomic<bool> third_submitted{false};
+  std::thread producer([&] {
+    queue.Submit(Tagged(3));
+    third_submitted = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(third_submitted);
+  release = true;
+  producer.join();
+  EXPECT_TRUE(third_submitted);
+  queue.Drain();
+  EXPECT_EQ(started, 3);
+}
+
+TEST(AsyncStepQueueTest, FailureCancelsQueuedStepsOnly) {
+  std::atomic<bool> release{false};
+  AsyncStepQueue queue([&](const OwnedBatch& b) -> float {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (b.batch_size == 1) Throw(StatusCode::kFailedPrecondition, "step one failed");
+    return 1.0f;
+  }, 4);
+  const int64_t t1 = queue.Submit(Tagged(1));
+  const int64_t t2 = queue.Submit(Tagged(2));
+  const int64_t t3 = queue.Submit(Tagged(3));
+  release = true;
+  try {
+    queue.Wait(t1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+  }
+  for (int64_t t : {t2, t3}) {
+    try {
+      queue.Wait(t);
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kCancelled);
+      EXPECT_THAT(e.what(), HasSubstr("ticket 1"));
+    }
+  }
+  EXPECT_EQ(queue.Wait(queue.Submit(Tagged(4))), 1.0f);  // later submissions run
+}
+
+TEST(AsyncStepQueueTest, UnknownAndRepeatedTicketsAreErrors) {
+  AsyncStepQueue queue([](const OwnedBatch&) { return 2.0f; }, 2);
+  EXPECT_THROW(queue.Wait(1), Error);
+  const int64_t t = queue.Submit(Tagged(1));
+  EXPECT_EQ(queue.Wait(t), 2.0f);
+  try {
+    queue.Wait(t);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("already waited"));
+  }
+  EXPECT_THROW(queue.Wait(-5), Error);
+}
+
+TEST(AsyncStepQueueTest, DestructorFinishesSubmittedSteps) {
+  std::atomic<int> ran{0};
+  {
+    AsyncStepQueue queue([&](const OwnedBatch&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      ++ran;
+      return 0.0f;
+    }, 3);
+    for (int i = 0; i < 3; ++i) queue.Submit(Tagged(i));
+  }
+  EXPECT_EQ(ran, 3);
+}
+
+}  // namespace
+}  // namespace dlrm
