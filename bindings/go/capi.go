@@ -65,6 +65,15 @@ static dlrm_status go_train_step(dlrm_engine* e, GO_BATCH_PARAMS, float* loss, c
 	return go_check(dlrm_engine_train_step(e, &b, loss), msg);
 }
 
+static dlrm_status go_train_submit(dlrm_engine* e, GO_BATCH_PARAMS, int64_t* ticket, char** msg) {
+	dlrm_batch b = GO_BATCH;
+	return go_check(dlrm_engine_train_submit(e, &b, ticket), msg);
+}
+
+static dlrm_status go_train_wait(dlrm_engine* e, int64_t ticket, float* loss, char** msg) {
+	return go_check(dlrm_engine_train_wait(e, ticket, loss), msg);
+}
+
 static dlrm_status go_predict(dlrm_engine* e, GO_BATCH_PARAMS, float* out, size_t out_len,
                               char** msg) {
 	// An empty Go slice has no address; let the engine report the empty batch.
@@ -290,6 +299,36 @@ func (h *handle) trainStep(b *Batch) (float32, error) {
 		C.int32_t(b.NumSparse), f32(b.Dense), f32(b.Labels), i32(b.Lengths), i64(b.IDs),
 		C.int64_t(len(b.IDs)), f32(b.Weights), &loss, &msg)
 	runtime.KeepAlive(b)
+	return float32(loss), statusError(status, msg)
+}
+
+func (h *handle) trainSubmit(b *Batch) (int64, error) {
+	e, err := h.acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer h.mu.RUnlock()
+	if err := b.validate("batch"); err != nil {
+		return 0, err
+	}
+	var ticket C.int64_t
+	var msg *C.char
+	status := C.go_train_submit(e, C.int64_t(b.BatchSize), C.int32_t(b.NumDense),
+		C.int32_t(b.NumSparse), f32(b.Dense), f32(b.Labels), i32(b.Lengths), i64(b.IDs),
+		C.int64_t(len(b.IDs)), f32(b.Weights), &ticket, &msg)
+	runtime.KeepAlive(b)
+	return int64(ticket), statusError(status, msg)
+}
+
+func (h *handle) trainWait(ticket int64) (float32, error) {
+	e, err := h.acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer h.mu.RUnlock()
+	var loss C.float
+	var msg *C.char
+	status := C.go_train_wait(e, C.int64_t(ticket), &loss, &msg)
 	return float32(loss), statusError(status, msg)
 }
 

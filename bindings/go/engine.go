@@ -52,6 +52,24 @@ func (e *Engine) TrainStep(b *Batch) (float32, error) {
 	return loss, err
 }
 
+// SubmitTrainStep queues a training step and returns its ticket without waiting: the
+// engine validates and copies b during the call (a bad batch is reported here and nothing
+// is queued), so b may be reused at once while the step trains. Steps run in submission
+// order and give bitwise the results of TrainStep in that order.
+func (e *Engine) SubmitTrainStep(b *Batch) (int64, error) {
+	ticket, err := e.h.trainSubmit(b)
+	runtime.KeepAlive(e)
+	return ticket, err
+}
+
+// WaitTrainStep waits for a submitted step and returns its loss or its error (Cancelled
+// for a step queued behind a failed one). Each ticket can be waited for once.
+func (e *Engine) WaitTrainStep(ticket int64) (float32, error) {
+	loss, err := e.h.trainWait(ticket)
+	runtime.KeepAlive(e)
+	return loss, err
+}
+
 // Predict returns the click probability of each of b's samples. Labels are ignored.
 func (e *Engine) Predict(b *Batch) ([]float32, error) {
 	if err := b.validate("batch"); err != nil {
