@@ -499,6 +499,38 @@ float jdlrm_train_step_buffers(JNIEnv* jenv, dlrm_engine* engine, int64_t batch_
                                  (const float*)weights);
 }
 
+/* Asynchronous step: the engine validates and copies the batch; returns the ticket. */
+int64_t jdlrm_train_submit_arrays(JNIEnv* jenv, dlrm_engine* engine, int64_t batch_size,
+                                  int32_t num_dense, int32_t num_sparse, const float* dense,
+                                  const float* labels, const int32_t* lengths,
+                                  const int64_t* ids, int64_t num_ids, const float* weights) {
+  dlrm_batch batch;
+  int64_t ticket = 0;
+  if (jdlrm_pending(jenv)) return 0;
+  batch = jdlrm_make_batch(batch_size, num_dense, num_sparse, dense, labels, lengths, ids,
+                           num_ids, weights);
+  jdlrm_check(jenv, dlrm_engine_train_submit(engine, &batch, &ticket));
+  return ticket;
+}
+
+int64_t jdlrm_train_submit_buffers(JNIEnv* jenv, dlrm_engine* engine, int64_t batch_size,
+                                   int32_t num_dense, int32_t num_sparse, const void* dense,
+                                   const void* labels, const void* lengths, const void* ids,
+                                   int64_t num_ids, const void* weights) {
+  return jdlrm_train_submit_arrays(jenv, engine, batch_size, num_dense, num_sparse,
+                                   (const float*)dense, (const float*)labels,
+                                   (const int32_t*)lengths, (const int64_t*)ids, num_ids,
+                                   (const float*)weights);
+}
+
+/* Waits for a submitted step; returns its loss. */
+float jdlrm_train_wait(JNIEnv* jenv, dlrm_engine* engine, int64_t ticket) {
+  float loss = 0.0f;
+  if (jdlrm_pending(jenv)) return 0.0f;
+  jdlrm_check(jenv, dlrm_engine_train_wait(engine, ticket, &loss));
+  return loss;
+}
+
 /* Click probabilities into out[0 .. batch_size). */
 void jdlrm_predict_arrays(JNIEnv* jenv, dlrm_engine* engine, int64_t batch_size,
                           int32_t num_dense, int32_t num_sparse, const float* dense,

@@ -103,6 +103,17 @@ public final class Batch {
         d.dense, d.labels, d.lengths, d.ids, s.numIds, d.weights);
   }
 
+  long trainSubmit(SWIGTYPE_p_dlrm_engine engine) {
+    Shape s = shape;
+    if (columns instanceof ArrayColumns a) {
+      return DlrmNative.jdlrm_train_submit_arrays(engine, s.batchSize, s.numDense, s.numSparse,
+          a.dense, a.labels, a.lengths, a.ids, s.numIds, a.weights);
+    }
+    DirectColumns d = (DirectColumns) columns;
+    return DlrmNative.jdlrm_train_submit_buffers(engine, s.batchSize, s.numDense, s.numSparse,
+        d.dense, d.labels, d.lengths, d.ids, s.numIds, d.weights);
+  }
+
   void predict(SWIGTYPE_p_dlrm_engine engine, float[] out) {
     Shape s = shape;
     if (columns instanceof ArrayColumns a) {

@@ -126,6 +126,26 @@ public final class Engine implements AutoCloseable {
     return call(batch::trainStep);
   }
 
+  /**
+   * Queues a training step without waiting for it and returns its ticket. The engine
+   * validates and copies the batch during this call (a bad batch throws here and nothing is
+   * queued), so its arrays or buffers may be refilled at once while the step trains. Steps
+   * run in submission order and give bitwise the results of {@link #trainStep} in that order.
+   */
+  public long submitTrainStep(Batch batch) {
+    Objects.requireNonNull(batch, "batch");
+    return call(batch::trainSubmit);
+  }
+
+  /**
+   * Waits for a submitted step and returns its loss. A step queued behind a failed one
+   * throws {@link DlrmException} with {@link StatusCode#CANCELLED}; each ticket can be
+   * waited for once.
+   */
+  public float waitTrainStep(long ticket) {
+    return call(h -> DlrmNative.jdlrm_train_wait(h, ticket));
+  }
+
   /** Click probabilities, one per sample of the batch (labels, if any, are ignored). */
   public float[] predict(Batch batch) {
     Objects.requireNonNull(batch, "batch");
