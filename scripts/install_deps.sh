@@ -8,6 +8,7 @@ PACKAGES=(
   libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev
   libopenblas-dev
+  libbenchmark-dev  # bench/: dlrm_micro_bench
   binutils
   # bindings: Java (JDK 17, SWIG, JUnit 4) and Go (cgo)
   openjdk-17-jdk-headless swig junit4

@@ -6,5 +6,7 @@ namespace dlrm::tools {
 int GenerateCommand();
 int TrainCommand();
 int EvalCommand();
+int PlanCommand();
+int BenchCommand();
 
 }  // namespace dlrm::tools

@@ -17,6 +17,8 @@ constexpr const char* kUsage =
     "  generate  write synthetic Criteo-format train/test TSV files with planted labels\n"
     "  train     train a model from a config on Criteo-format TSV, evaluate, save\n"
     "  eval      evaluate a saved checkpoint on Criteo-format TSV\n"
+    "  plan      plan the sharding of a config's tables over N embedding servers\n"
+    "  bench     time training and prediction of a config on synthetic batches\n"
     "`dlrm <command> --help` lists a command's flags.";
 
 }  // namespace
@@ -39,6 +41,8 @@ int main(int argc, char** argv) {
     if (command == "generate") return dlrm::tools::GenerateCommand();
     if (command == "train") return dlrm::tools::TrainCommand();
     if (command == "eval") return dlrm::tools::EvalCommand();
+    if (command == "plan") return dlrm::tools::PlanCommand();
+    if (command == "bench") return dlrm::tools::BenchCommand();
   } catch (const dlrm::Error& e) {
     LOG(ERROR) << dlrm::StatusCodeName(e.code()) << ": " << e.what();
     return 1;

@@ -99,6 +99,8 @@ void ValidateModel(const config::ModelConfig& model) {
       ThrowInvalid(field, ".name \"", feature.name(), "\" is used by another feature");
     if (FindTable(model, feature.table()) < 0)
       ThrowInvalid(field, ".table \"", feature.table(), "\" names no table in model.tables");
+    if (!(feature.pooling_factor() > 0) || !std::isfinite(feature.pooling_factor()))
+      ThrowInvalid(field, ".pooling_factor must be finite and > 0, got ", feature.pooling_factor());
   }
   ValidateMlp("model.bottom_mlp", model, false);
   ValidateMlp("model.top_mlp", model, true);
@@ -124,6 +126,39 @@ void ValidateSchedule(const config::LrScheduleConfig& s) {
     ThrowInvalid("lr_schedule.decay_power must be > 0, got ", s.decay_power());
   if (!(s.end_factor() >= 0 && s.end_factor() <= 1))
     ThrowInvalid("lr_schedule.end_factor must be in [0, 1], got ", s.end_factor());
+}
+
+void CheckPositive(const std::string& field, double value) {
+  if (!(value > 0) || !std::isfinite(value))
+    ThrowInvalid(field, " must be finite and > 0, got ", value);
+}
+
+void ValidateSharding(const config::ShardingConfig& s, const config::ModelConfig& model) {
+  std::set<std::string> tables;
+  for (int i = 0; i < s.tables_size(); ++i) {
+    const std::string field = Field("sharding.tables", i);
+    if (FindTable(model, s.tables(i).table()) < 0)
+      ThrowInvalid(field, ".table \"", s.tables(i).table(), "\" names no table in model.tables");
+    if (!tables.insert(s.tables(i).table()).second)
+      ThrowInvalid(field, ".table \"", s.tables(i).table(), "\" is listed twice");
+  }
+  if (s.batch_size() <= 0) ThrowInvalid("sharding.batch_size must be > 0, got ", s.batch_size());
+  if (s.data_parallel_max_bytes() < 0)
+    ThrowInvalid("sharding.data_parallel_max_bytes must be >= 0, got ",
+                 s.data_parallel_max_bytes());
+  if (s.server_memory_bytes() < 0)
+    ThrowInvalid("sharding.server_memory_bytes must be >= 0 (0 = unlimited), got ",
+                 s.server_memory_bytes());
+  if (s.servers_per_group() <= 0)
+    ThrowInvalid("sharding.servers_per_group must be > 0, got ", s.servers_per_group());
+  if (!(s.split_fraction() > 0 && s.split_fraction() <= 1))
+    ThrowInvalid("sharding.split_fraction must be in (0, 1], got ", s.split_fraction());
+  CheckPositive("sharding.memory_bandwidth", s.memory_bandwidth());
+  CheckPositive("sharding.network_bandwidth", s.network_bandwidth());
+  if (!(s.lookup_seconds() >= 0) || !std::isfinite(s.lookup_seconds()))
+    ThrowInvalid("sharding.lookup_seconds must be finite and >= 0, got ", s.lookup_seconds());
+  if (s.min_column_block() <= 0)
+    ThrowInvalid("sharding.min_column_block must be > 0, got ", s.min_column_block());
 }
 
 }  // namespace
@@ -168,6 +203,7 @@ void ValidateConfig(const config::DlrmConfig& config) {
     ThrowInvalid("num_threads must be in [0, 1024] (0 = one per core), got ", config.num_threads());
   if (config.reduction_chunk_rows() <= 0)
     ThrowInvalid("reduction_chunk_rows must be > 0, got ", config.reduction_chunk_rows());
+  ValidateSharding(config.sharding(), config.model());
 }
 
 std::string ConfigToText(const config::DlrmConfig& config) {

@@ -1,0 +1,187 @@
+// Dense kernels of the reference models, single-threaded as the engine runs them (one
+// chunk per pool thread, BLAS single-threaded):
+//  BM_LinearForward / BM_LinearBackward: every Linear layer of both MLPs, at the engine's
+//    chunk size (reduction_chunk_rows: what each task computes) and at the full batch
+//    (what a GEMM of the whole batch would achieve; the gap is the cost of chunking).
+//    Backward computes dW, db and dx, except for the bottom MLP's first layer, whose dx
+//    the model never needs.
+//  BM_ReluForward / BM_ReluBackward: the ReLU after each such layer, at the chunk size
+//    only (elementwise: a larger batch only repeats it). Inputs have random signs, as
+//    pre-activations do, which is what a branchy loop pays for.
+//  BM_DotInteractionForward / BM_DotInteractionBackward: the DOT interaction.
+// A FLOP/s counter gives GEMM efficiency; bytes are the operands read and written once.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "bench/micro/micro_bench.h"
+#include "engine/dense/interaction.h"
+#include "engine/dense/linear.h"
+
+namespace dlrm::bench {
+namespace {
+
+constexpr int64_t kFloat = sizeof(float);
+
+std::vector<float> Pattern(int64_t count, float scale, uint64_t salt) {
+  std::vector<float> values(static_cast<size_t>(count));
+  FillPattern(values.data(), count, scale, salt);
+  return values;
+}
+
+void SetRates(benchmark::State& state, int64_t rows, int64_t bytes, int64_t flops) {
+  const auto iters = static_cast<int64_t>(state.iterations());
+  state.SetItemsProcessed(iters * rows);
+  state.SetBytesProcessed(iters * bytes);
+  if (flops > 0) {
+    state.counters["FLOP/s"] =
+        benchmark::Counter(static_cast<double>(iters * flops), benchmark::Counter::kIsRate);
+  }
+}
+
+void LinearFwd(benchmark::State& state, int in, int out, int64_t n) {
+  const auto x = Pattern(n * in, 1.0f, 1), W = Pattern(int64_t{out} * in, 0.05f, 2),
+             b = Pattern(out, 0.05f, 3);
+  std::vector<float> y(static_cast<size_t>(n * out));
+  for (auto _ : state) {
+    LinearForward(x.data(), n, in, out, W.data(), b.data(), y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  SetRates(state, n, kFloat * (n * in + int64_t{in} * out + out + n * out), 2 * n * in * out);
+}
+
+void LinearBwd(benchmark::State& state, int in, int out, int64_t n, bool need_dx) {
+  const auto x = Pattern(n * in, 1.0f, 4), dy = Pattern(n * out, 1e-3f, 5),
+             W = Pattern(int64_t{out} * in, 0.05f, 6);
+  std::vector<float> dx(need_dx ? static_cast<size_t>(n * in) : 0),
+      dW(static_cast<size_t>(out) * in), db(static_cast<size_t>(out));
+  for (auto _ : state) {
+    LinearBackward(x.data(), dy.data(), n, in, out, W.data(), need_dx ? dx.data() : nullptr,
+                   dW.data(), db.data());
+    benchmark::DoNotOptimize(dW.data());
+    benchmark::ClobberMemory();
+  }
+  const int64_t gemm = 2 * n * in * out;
+  const int64_t bytes = kFloat * (n * in + n * out + int64_t{in} * out + out +
+                                  (need_dx ? int64_t{in} * out + n * in : 0));
+  SetRates(state, n, bytes, gemm * (need_dx ? 2 : 1) + n * out);
+}
+
+void ReluFwd(benchmark::State& state, int64_t count) {
+  const auto pre = Pattern(count, 1.0f, 12);
+  std::vector<float> y(pre.size());
+  for (auto _ : state) {
+    // Restoring the pre-activations is part of each iteration (ReLU works in place); the
+    // copy costs a small fraction of the time and is not counted in the bytes.
+    std::copy(pre.begin(), pre.end(), y.begin());
+    ReluForward(y.data(), count);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  SetRates(state, count, kFloat * 2 * count, 0);  // items: elements
+}
+
+void ReluBwd(benchmark::State& state, int64_t count) {
+  auto y = Pattern(count, 1.0f, 13);
+  ReluForward(y.data(), count);  // post-activations: half of them zero
+  const auto grad = Pattern(count, 1e-3f, 14);
+  std::vector<float> dy(grad.size());
+  for (auto _ : state) {
+    std::copy(grad.begin(), grad.end(), dy.begin());
+    ReluBackward(y.data(), dy.data(), count);
+    benchmark::DoNotOptimize(dy.data());
+    benchmark::ClobberMemory();
+  }
+  SetRates(state, count, kFloat * 3 * count, 0);  // items: elements
+}
+
+void DotFwd(benchmark::State& state, const Interaction<float>* inter, int d, int64_t n) {
+  const int width = inter->pooled_width();
+  const auto x = Pattern(n * d, 0.1f, 7), pooled = Pattern(n * width, 0.1f, 8);
+  std::vector<float> out(static_cast<size_t>(n * inter->out_dim()));
+  for (auto _ : state) {
+    inter->Forward(x.data(), pooled.data(), n, out.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  const int64_t features = width / d + 1, pairs = features * (features - 1) / 2;
+  SetRates(state, n, kFloat * n * (d + width + inter->out_dim()), 2 * n * pairs * d);
+}
+
+void DotBwd(benchmark::State& state, const Interaction<float>* inter, int d, int64_t n) {
+  const int width = inter->pooled_width();
+  const auto x = Pattern(n * d, 0.1f, 9), pooled = Pattern(n * width, 0.1f, 10),
+             dout = Pattern(n * inter->out_dim(), 1e-3f, 11);
+  std::vector<float> dx(static_cast<size_t>(n * d)), dpooled(static_cast<size_t>(n * width));
+  for (auto _ : state) {
+    inter->Backward(x.data(), pooled.data(), dout.data(), n, dx.data(), dpooled.data());
+    benchmark::DoNotOptimize(dpooled.data());
+    benchmark::ClobberMemory();
+  }
+  const int64_t features = width / d + 1, pairs = features * (features - 1) / 2;
+  SetRates(state, n, kFloat * n * (2 * (d + width) + inter->out_dim()), 4 * n * pairs * d);
+}
+
+// sizes: {chunk rows, batch size}.
+void RegisterMlp(const std::string& prefix, int in, const config::MlpConfig& mlp,
+                 bool relu_last, const std::vector<int64_t>& sizes) {
+  for (int l = 0; l < mlp.layer_sizes_size(); ++l) {
+    const int out = mlp.layer_sizes(l);
+    const std::string layer =
+        prefix + "." + std::to_string(l) + "/" + std::to_string(in) + "x" + std::to_string(out);
+    const bool need_dx = !(prefix.find("bottom") != std::string::npos && l == 0);
+    if (relu_last || l + 1 < mlp.layer_sizes_size()) {
+      const int64_t count = sizes[0] * out;
+      const std::string suffix = prefix + "." + std::to_string(l) + "/" + std::to_string(out) +
+                                 "/n:" + std::to_string(sizes[0]);
+      benchmark::RegisterBenchmark(("BM_ReluForward/" + suffix).c_str(), ReluFwd, count)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("BM_ReluBackward/" + suffix).c_str(), ReluBwd, count)
+          ->UseRealTime();
+    }
+    for (const int64_t n : sizes) {
+      const std::string suffix = layer + "/n:" + std::to_string(n);
+      benchmark::RegisterBenchmark(("BM_LinearForward/" + suffix).c_str(), LinearFwd, in, out, n)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("BM_LinearBackward/" + suffix).c_str(), LinearBwd, in, out, n,
+                                   need_dx)
+          ->UseRealTime();
+    }
+    in = out;
+  }
+}
+
+}  // namespace
+
+void RegisterDenseBenchmarks(const std::vector<ReferenceModel>& models) {
+  for (const ReferenceModel& ref : models) {
+    const config::ModelConfig& model = ref.config.model();
+    const std::vector<int64_t> sizes = {ref.config.reduction_chunk_rows(), ref.batch_size};
+    const config::MlpConfig& bottom = model.bottom_mlp();
+    const int d = bottom.layer_sizes(bottom.layer_sizes_size() - 1);
+    const int num_features = model.sparse_features_size();
+    // Owned by the benchmarks that capture it.
+    auto inter = std::make_shared<Interaction<float>>(config::ModelConfig::DOT, d,
+                                                      std::vector<int>(num_features, d));
+    // As DlrmModel: ReLU after every layer but the top MLP's last (the logit).
+    RegisterMlp(ref.name + "/bottom", model.num_dense_features(), bottom, true, sizes);
+    RegisterMlp(ref.name + "/top", inter->out_dim(), model.top_mlp(), false, sizes);
+    for (const int64_t n : sizes) {
+      const std::string suffix = ref.name + "/d:" + std::to_string(d) +
+                                 "/F:" + std::to_string(num_features) + "/n:" + std::to_string(n);
+      benchmark::RegisterBenchmark(("BM_DotInteractionForward/" + suffix).c_str(),
+                                   [inter, d, n](benchmark::State& s) { DotFwd(s, inter.get(), d, n); })
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("BM_DotInteractionBackward/" + suffix).c_str(),
+                                   [inter, d, n](benchmark::State& s) { DotBwd(s, inter.get(), d, n); })
+          ->UseRealTime();
+    }
+  }
+}
+
+}  // namespace dlrm::bench

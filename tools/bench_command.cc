@@ -1,0 +1,197 @@
+// dlrm bench: end-to-end training and prediction throughput of a model config on
+// synthetic batches (tools/bench_data.h), for comparing builds and machines.
+//
+// Data generation is not timed: a pool of batches is generated up front and cycled. After
+// a warm-up (first-touch page faults, allocator growth, caches), the timed steps are cut
+// into windows and each window's samples/s is measured on its own; the median is the
+// headline number because it ignores a window disturbed by other load on the machine,
+// and min/max show how much the windows disagree.
+#include <sched.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gflags/gflags.h>
+
+#include "engine/config/config.h"
+#include "engine/core/status.h"
+#include "engine/engine.h"
+#include "tools/bench_data.h"
+#include "tools/commands.h"
+
+// Shared with `train` and `generate` (a gflags flag is defined once per program).
+DECLARE_string(config);
+DECLARE_int64(batch_size);
+DECLARE_int32(threads);
+DECLARE_double(zipf);
+DECLARE_uint64(seed);
+
+DEFINE_int64(steps, 100, "bench: timed steps (train steps, and as many predict calls)");
+DEFINE_int32(bag_size, 1, "bench: ids in every bag of every sparse feature");
+DEFINE_int32(windows, 5, "bench: timing windows the steps are split into (median reported)");
+DEFINE_int32(warmup, 5, "bench: untimed train steps and predict calls before timing");
+DEFINE_int32(pool_batches, 16, "bench: distinct pre-generated batches, used round robin");
+
+namespace dlrm::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct WindowStats {
+  double median = 0, min = 0, max = 0;
+};
+
+WindowStats Summarize(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  WindowStats stats;
+  stats.min = values.front();
+  stats.max = values.back();
+  stats.median = n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+  return stats;
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  // x86 says "model name"; some ARM kernels only "Hardware" or "CPU part".
+  for (const char* key : {"model name", "Hardware"}) {
+    in.clear();
+    in.seekg(0);
+    while (std::getline(in, line)) {
+      if (line.compare(0, std::string(key).size(), key) != 0) continue;
+      const size_t colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      const size_t start = line.find_first_not_of(" \t", colon + 1);
+      if (start != std::string::npos) return line.substr(start);
+    }
+  }
+  return "unknown CPU";
+}
+
+// Cores this process may run on (cgroup/taskset limits), which can be fewer than the
+// machine's logical cores; 0 if unknown.
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 0;
+  return CPU_COUNT(&set);
+}
+
+double PeakRssGb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0 / 1e9;  // ru_maxrss is in KiB
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Runs `windows` windows of `per_window` calls of step(i) (i counts on across windows)
+// and returns each window's samples/s.
+template <typename Step>
+std::vector<double> TimeWindows(int windows, int64_t per_window, int64_t batch_size,
+                                int64_t* next, Step step) {
+  std::vector<double> rates;
+  for (int w = 0; w < windows; ++w) {
+    const auto start = Clock::now();
+    for (int64_t i = 0; i < per_window; ++i) step((*next)++);
+    const double seconds = Seconds(Clock::now() - start);
+    rates.push_back(static_cast<double>(per_window * batch_size) / seconds);
+  }
+  return rates;
+}
+
+void PrintRates(const char* what, const WindowStats& s, int64_t batch_size) {
+  std::printf("%-11s samples/s  median %.0f  min %.0f  max %.0f   (%.2f ms/batch)\n", what,
+              s.median, s.min, s.max, 1e3 * static_cast<double>(batch_size) / s.median);
+}
+
+}  // namespace
+
+int BenchCommand() {
+  if (FLAGS_config.empty()) ThrowInvalid("bench needs --config");
+  if (FLAGS_batch_size <= 0) ThrowInvalid("--batch_size must be > 0, got ", FLAGS_batch_size);
+  if (FLAGS_bag_size < 0) ThrowInvalid("--bag_size must be >= 0, got ", FLAGS_bag_size);
+  if (FLAGS_windows <= 0) ThrowInvalid("--windows must be > 0, got ", FLAGS_windows);
+  if (FLAGS_steps < FLAGS_windows)
+    ThrowInvalid("--steps (", FLAGS_steps, ") must be >= --windows (", FLAGS_windows, ")");
+  if (FLAGS_warmup < 0) ThrowInvalid("--warmup must be >= 0, got ", FLAGS_warmup);
+  if (FLAGS_pool_batches <= 0)
+    ThrowInvalid("--pool_batches must be > 0, got ", FLAGS_pool_batches);
+
+  config::DlrmConfig config = LoadConfigFile(FLAGS_config);
+  if (FLAGS_threads >= 0) config.set_num_threads(FLAGS_threads);
+  std::printf("dlrm bench  %s\n", FLAGS_config.c_str());
+  std::printf("machine     %s, %u logical cores (%d usable)\n", CpuModel().c_str(),
+              std::thread::hardware_concurrency(), UsableCores());
+  std::fflush(stdout);
+
+  // Before the engine, whose tables can take a minute to initialize: bad data flags fail fast.
+  const BenchDataGenerator generator(BenchDataSpecFor(config.model(), FLAGS_batch_size,
+                                                      FLAGS_bag_size, FLAGS_zipf, FLAGS_seed));
+  auto start = Clock::now();
+  Engine engine(config);  // validates the config, allocates and initializes every table
+  const double build_seconds = Seconds(Clock::now() - start);
+
+  int64_t embedding_params = 0, total_params = 0;
+  for (const ParameterInfo& p : engine.Parameters()) {
+    total_params += p.size();
+    if (p.name.rfind("embedding.", 0) == 0) embedding_params += p.size();
+  }
+  const config::ModelConfig& model = config.model();
+  std::printf("threads     %d\n", engine.num_threads());
+  std::printf("model       %d dense + %d sparse features, %d tables; %lld parameters "
+              "(%lld embedding), %.2f GB fp32\n",
+              model.num_dense_features(), model.sparse_features_size(), model.tables_size(),
+              static_cast<long long>(total_params), static_cast<long long>(embedding_params),
+              4e-9 * static_cast<double>(total_params));
+
+  const int64_t per_window = FLAGS_steps / FLAGS_windows;
+  const int64_t pool_size = std::min<int64_t>(FLAGS_pool_batches, FLAGS_warmup + FLAGS_steps);
+  start = Clock::now();
+  const std::vector<OwnedBatch> pool = generator.Batches(pool_size, engine.num_threads());
+  std::vector<BatchView> views;
+  for (const OwnedBatch& b : pool) views.push_back(b.view());
+  char ids[32] = "uniform ids";
+  if (FLAGS_zipf > 0) std::snprintf(ids, sizeof ids, "zipf %g ids", FLAGS_zipf);
+  std::printf("data        batch_size %lld, bag_size %d (%lld ids/batch), %s, pool of %lld "
+              "batches (generated in %.2f s, not timed)\n",
+              static_cast<long long>(FLAGS_batch_size), FLAGS_bag_size,
+              static_cast<long long>(views[0].num_ids), ids, static_cast<long long>(pool_size),
+              Seconds(Clock::now() - start));
+  std::printf("engine      built in %.2f s\n", build_seconds);
+  std::printf("timing      warm-up %d steps; %d windows x %lld steps\n", FLAGS_warmup,
+              FLAGS_windows, static_cast<long long>(per_window));
+  std::fflush(stdout);
+
+  const auto view = [&](int64_t i) -> const BatchView& { return views[i % pool_size]; };
+  int64_t next = 0;
+  float loss = 0;
+  for (int i = 0; i < FLAGS_warmup; ++i) loss = engine.TrainStep(view(next++));
+  const std::vector<double> train = TimeWindows(
+      FLAGS_windows, per_window, FLAGS_batch_size, &next,
+      [&](int64_t i) { loss = engine.TrainStep(view(i)); });
+
+  std::vector<float> probabilities(static_cast<size_t>(FLAGS_batch_size));
+  const auto predict_one = [&](int64_t i) {
+    engine.Predict(view(i), probabilities.data(), FLAGS_batch_size);
+  };
+  next = 0;
+  for (int i = 0; i < FLAGS_warmup; ++i) predict_one(next++);
+  const std::vector<double> predict =
+      TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, predict_one);
+
+  PrintRates("train", Summarize(train), FLAGS_batch_size);
+  PrintRates("predict", Summarize(predict), FLAGS_batch_size);
+  std::printf("last_loss   %.5f\n", loss);
+  std::printf("peak_rss    %.2f GB\n", PeakRssGb());
+  return 0;
+}
+
+}  // namespace dlrm::tools

@@ -1,0 +1,62 @@
+// Synthetic batches for benchmarks (`dlrm bench`, bench/micro): the shape of real traffic
+// without its meaning, so that kernels see realistic id skew and bag sizes.
+//
+//  - ids: Zipf(zipf_exponent) ranks over [1, 2^40) taken modulo the table's rows (the
+//    numpy idiom `zipf(s) % rows`: id 0 is the hottest row); zipf_exponent 0 draws ids
+//    uniformly over the table instead (the cache-hostile extreme);
+//  - every bag holds exactly bag_size ids, unweighted;
+//  - dense: log1p of a log-normal count (the Criteo preprocessing of a Criteo-like count);
+//  - labels: Bernoulli(0.25), independent of the features (nothing is to be learned).
+//
+// Batch i is a pure function of (spec, i) (counter-based RNG), so a pool of batches can
+// be generated in parallel and is the same for any thread count.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/config/dlrm.pb.h"
+#include "engine/data/batch.h"
+
+namespace dlrm::tools {
+
+struct BenchDataSpec {
+  int32_t num_dense = 13;
+  std::vector<int64_t> feature_rows;  // per sparse feature: its table's num_rows
+  int64_t batch_size = 2048;
+  int32_t bag_size = 1;         // ids in every bag (0: all bags empty)
+  double zipf_exponent = 1.2;   // > 0, or 0 for uniform ids
+  uint64_t seed = 1;
+};
+
+// The data shape a model config reads: num_dense and each feature's table rows.
+BenchDataSpec BenchDataSpecFor(const config::ModelConfig& model, int64_t batch_size,
+                               int32_t bag_size, double zipf_exponent, uint64_t seed);
+
+class BenchDataGenerator {
+ public:
+  // Throws dlrm::Error(kInvalidArgument) naming the bad field of spec.
+  explicit BenchDataGenerator(BenchDataSpec spec);
+
+  // Batch number `index` (>= 0).
+  OwnedBatch Batch(int64_t index) const;
+  // Batches [0, count), generated on num_threads threads.
+  std::vector<OwnedBatch> Batches(int64_t count, int num_threads) const;
+
+  const BenchDataSpec& spec() const { return spec_; }
+
+ private:
+  // Constants of rejection-inversion Zipf sampling (Hormann & Derflinger 1996) over
+  // ranks [1, kZipfRanks]; the same for every feature since only the modulus differs.
+  struct Zipf {
+    double h_integral_x1 = 0;
+    double h_integral_n = 0;
+    double squeeze = 0;
+  };
+  int64_t DrawId(int32_t feature, uint64_t occurrence) const;
+
+  BenchDataSpec spec_;
+  Zipf zipf_;
+};
+
+}  // namespace dlrm::tools

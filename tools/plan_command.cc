@@ -1,0 +1,121 @@
+// dlrm plan: how a config's embedding tables are split over N embedding servers
+// (engine/shard/planner.h), with every shard, per-server totals and the imbalance.
+#include <gflags/gflags.h>
+#include <google/protobuf/text_format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "engine/config/config.h"
+#include "engine/core/status.h"
+#include "engine/shard/planner.h"
+#include "tools/commands.h"
+
+// One flag namespace per binary: --config and --batch_size are defined with train.
+DECLARE_string(config);
+DECLARE_int64(batch_size);
+DEFINE_int32(servers, 0, "plan: embedding servers to plan for");
+DEFINE_bool(print_shards, true, "plan: print every shard (false: per-server totals only)");
+DEFINE_string(plan_out, "", "plan: also write the plan here as ShardingPlan protobuf text");
+
+namespace dlrm::tools {
+namespace {
+
+// Bytes in binary units, e.g. "40.00 GiB".
+std::string Bytes(double bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 6) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.2f %s", bytes, kUnits[unit]);
+  return text;
+}
+
+std::string Range(int64_t begin, int64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+std::string SparseOptimizerName(const config::SparseOptimizerConfig& optimizer) {
+  if (optimizer.kind_case() == config::SparseOptimizerConfig::KIND_NOT_SET) return "sgd";
+  return optimizer.GetDescriptor()->FindFieldByNumber(optimizer.kind_case())->name();
+}
+
+void PrintPlan(const shard::ShardingPlan& plan, const config::DlrmConfig& config) {
+  int replicated = 0;
+  for (const auto& shard : plan.shards())
+    replicated += shard.type() == config::ShardingConfig::DATA_PARALLEL;
+  std::printf(
+      "plan: %d tables, %d servers, batch %lld, sparse optimizer %s; load = estimated ms "
+      "per step\n",
+      config.model().tables_size(), plan.num_servers(), static_cast<long long>(plan.batch_size()),
+      SparseOptimizerName(config.sparse_optimizer()).c_str());
+  if (FLAGS_print_shards) {
+    std::printf("%-16s %-4s %6s %-30s %-12s %12s %10s\n", "table", "type", "server", "rows",
+                "columns", "memory", "load_ms");
+    for (const auto& shard : plan.shards()) {
+      const std::string server = shard.has_server() ? std::to_string(shard.server()) : "-";
+      std::printf("%-16s %-4s %6s %-30s %-12s %12s %10.4f\n", shard.table().c_str(),
+                  shard::ShardingTypeShortName(shard.type()), server.c_str(),
+                  Range(shard.row_begin(), shard.row_end()).c_str(),
+                  Range(shard.col_begin(), shard.col_end()).c_str(),
+                  Bytes(static_cast<double>(shard.memory_bytes())).c_str(), shard.load() * 1e3);
+    }
+  }
+  std::printf("%-6s %7s %12s %10s\n", "server", "shards", "memory", "load_ms");
+  double total_load = 0, total_memory = 0, max_load = 0, max_memory = 0;
+  for (const auto& server : plan.servers()) {
+    std::printf("%-6d %7d %12s %10.4f\n", server.server(), server.num_shards(),
+                Bytes(static_cast<double>(server.memory_bytes())).c_str(), server.load() * 1e3);
+    total_load += server.load();
+    total_memory += static_cast<double>(server.memory_bytes());
+    max_load = std::max(max_load, server.load());
+    max_memory = std::max(max_memory, static_cast<double>(server.memory_bytes()));
+  }
+  const double n = plan.num_servers();
+  std::printf("data-parallel: %d tables replicated on every trainer: memory %s, load %.4f ms\n",
+              replicated, Bytes(static_cast<double>(plan.trainer_memory_bytes())).c_str(),
+              plan.trainer_load() * 1e3);
+  std::printf("servers: total memory %s, total load %.4f ms\n", Bytes(total_memory).c_str(),
+              total_load * 1e3);
+  std::printf("load imbalance (max/mean): %.4f  (max %.4f ms, mean %.4f ms)\n",
+              plan.load_imbalance(), max_load * 1e3, total_load / n * 1e3);
+  std::printf("memory imbalance (max/mean): %.4f  (max %s, mean %s)\n", plan.memory_imbalance(),
+              Bytes(max_memory).c_str(), Bytes(total_memory / n).c_str());
+}
+
+}  // namespace
+
+int PlanCommand() {
+  if (FLAGS_config.empty() || FLAGS_servers == 0) ThrowInvalid("plan needs --config and --servers");
+  if (FLAGS_servers < 1 || FLAGS_servers > shard::kMaxServers)
+    ThrowInvalid("--servers must be in [1, ", shard::kMaxServers, "], got ", FLAGS_servers);
+  config::DlrmConfig config = LoadConfigFile(FLAGS_config);
+  // --batch_size is shared with train (default 2048): only an explicit one overrides the
+  // config's sharding.batch_size.
+  if (!gflags::GetCommandLineFlagInfoOrDie("batch_size").is_default) {
+    if (FLAGS_batch_size <= 0) ThrowInvalid("--batch_size must be > 0, got ", FLAGS_batch_size);
+    config.mutable_sharding()->set_batch_size(FLAGS_batch_size);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const shard::ShardingPlan plan = shard::PlanSharding(config, FLAGS_servers);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  PrintPlan(plan, config);
+  std::printf("planned %d shards in %.3f s\n", plan.shards_size(), seconds);
+  if (!FLAGS_plan_out.empty()) {
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(plan, &text);
+    std::ofstream out(FLAGS_plan_out, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) Throw(StatusCode::kIo, "cannot write plan to \"", FLAGS_plan_out, "\"");
+  }
+  return 0;
+}
+
+}  // namespace dlrm::tools
