@@ -8,6 +8,7 @@
 // and min/max show how much the windows disagree.
 #include <sched.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -92,6 +93,41 @@ double PeakRssGb() {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// CPU seconds the whole machine spent busy (user, nice, system, irq, softirq, steal) and
+// that this process used, so that the bench can say how much of the machine other
+// processes took while it was timing: on a shared machine that is what makes a run
+// trustworthy or not. busy is negative where /proc/stat cannot be read.
+struct CpuTimes {
+  double busy = -1;
+  double own = 0;
+};
+
+CpuTimes ReadCpuTimes() {
+  CpuTimes t;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  t.own = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+          1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal &&
+      cpu == "cpu") {
+    const long ticks = sysconf(_SC_CLK_TCK);
+    if (ticks > 0)
+      t.busy = static_cast<double>(user + nice + system + irq + softirq + steal) /
+               static_cast<double>(ticks);
+  }
+  return t;
+}
+
+// Average number of cores used by everything but this process between two readings.
+double OtherCores(const CpuTimes& begin, const CpuTimes& end, double wall_seconds) {
+  if (begin.busy < 0 || end.busy < 0 || wall_seconds <= 0) return -1;
+  const double other = (end.busy - begin.busy) - (end.own - begin.own);
+  return std::max(0.0, other) / wall_seconds;
+}
+
 // Runs `windows` windows of `per_window` calls of step(i) (i counts on across windows)
 // and returns each window's samples/s.
 template <typename Step>
@@ -174,6 +210,8 @@ int BenchCommand() {
   int64_t next = 0;
   float loss = 0;
   for (int i = 0; i < FLAGS_warmup; ++i) loss = engine.TrainStep(view(next++));
+  const CpuTimes cpu_begin = ReadCpuTimes();
+  const auto timed_begin = Clock::now();
   const std::vector<double> train = TimeWindows(
       FLAGS_windows, per_window, FLAGS_batch_size, &next,
       [&](int64_t i) { loss = engine.TrainStep(view(i)); });
@@ -186,9 +224,18 @@ int BenchCommand() {
   for (int i = 0; i < FLAGS_warmup; ++i) predict_one(next++);
   const std::vector<double> predict =
       TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, predict_one);
+  const double other_cores =
+      OtherCores(cpu_begin, ReadCpuTimes(), Seconds(Clock::now() - timed_begin));
 
   PrintRates("train", Summarize(train), FLAGS_batch_size);
   PrintRates("predict", Summarize(predict), FLAGS_batch_size);
+  if (other_cores >= 0) {
+    // Whatever else ran (or the hypervisor stole) competed with the timed steps. An idle
+    // VM shows up to about 0.1 cores of its own daemons; a quarter core already costs a
+    // 2-core machine more than the windows' usual spread.
+    std::printf("background  %.2f cores used by other processes while timing%s\n", other_cores,
+                other_cores > 0.25 ? " (numbers disturbed: rerun on an idle machine)" : "");
+  }
   std::printf("last_loss   %.5f\n", loss);
   std::printf("peak_rss    %.2f GB\n", PeakRssGb());
   return 0;
