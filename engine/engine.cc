@@ -62,8 +62,8 @@ int ResolveThreads(int configured) {
 }  // namespace
 
 struct Engine::State {
-  explicit State(const config::DlrmConfig& config)
-      : model(config),
+  State(const config::DlrmConfig& config, ThreadPool* pool)
+      : model(config, pool),
         dense_optimizer(MakeDenseOptimizer<float>(config.dense_optimizer(),
                                                   model.dense_params().size())),
         sparse_optimizer(MakeSparseOptimizer<float>(config.sparse_optimizer(),
@@ -93,7 +93,7 @@ Engine::~Engine() {
 }
 
 std::unique_ptr<Engine::State> Engine::NewState() const {
-  return std::make_unique<State>(config_);
+  return std::make_unique<State>(config_, pool_.get());
 }
 
 float Engine::TrainStep(const BatchView& batch) {

@@ -73,40 +73,33 @@ bool AnyNonZero(const std::vector<double>& v) {
   return false;
 }
 
-TEST(DenseGradcheckTest, Linear) {
+class LinearGradcheckTest : public ::testing::TestWithParam<Activation> {};
+
+TEST_P(LinearGradcheckTest, AllInputs) {
+  const Activation act = GetParam();
   const int64_t n = 3;
   const int in = 4, out = 5;
   auto x = Random(n * in, 1), W = Random(out * in, 2), b = Random(out, 3);
+  // Biases kept at least 0.05 from the ReLU's kink, where the derivative is undefined.
+  for (double& v : b) v += v >= 0 ? 0.05 : -0.05;
   const auto r = Random(n * out, 4);
   std::vector<double> y(n * out);
   auto loss = [&] {
-    LinearForward(x.data(), n, in, out, W.data(), b.data(), y.data());
+    LinearForward(x.data(), n, in, out, W.data(), b.data(), act, y.data());
     return WeightedSum(y.data(), r);
   };
-  std::vector<double> dx(n * in), dW(out * in), db(out);
-  LinearBackward(x.data(), r.data(), n, in, out, W.data(), dx.data(), dW.data(), db.data());
+  loss();
+  std::vector<double> dx(n * in), dW(out * in), db(out), dy = r;
+  LinearBackward(x.data(), y.data(), dy.data(), n, in, out, W.data(), act, dx.data(), dW.data(),
+                 db.data());
   ExpectGradient("dx", x, dx, loss);
   ExpectGradient("dW", W, dW, loss);
   ExpectGradient("db", b, db, loss);
+  EXPECT_TRUE(AnyNonZero(dW));
 }
 
-TEST(DenseGradcheckTest, Relu) {
-  // Inputs kept at least 0.05 from the kink, where the derivative is undefined.
-  auto y = Random(40, 5);
-  for (double& v : y) v += v >= 0 ? 0.05 : -0.05;
-  const auto r = Random(40, 6);
-  std::vector<double> out(40);
-  auto loss = [&] {
-    out = y;
-    ReluForward(out.data(), 40);
-    return WeightedSum(out.data(), r);
-  };
-  loss();
-  std::vector<double> dy = r;
-  ReluBackward(out.data(), dy.data(), 40);
-  ExpectGradient("dy", y, dy, loss);
-  EXPECT_TRUE(AnyNonZero(dy));
-}
+INSTANTIATE_TEST_SUITE_P(Activations, LinearGradcheckTest,
+                         ::testing::Values(Activation::kNone, Activation::kRelu));
 
 class MlpGradcheckTest : public ::testing::TestWithParam<bool> {};
 

@@ -38,6 +38,16 @@ DEFINE_int32(bag_size, 1, "bench: ids in every bag of every sparse feature");
 DEFINE_int32(windows, 5, "bench: timing windows the steps are split into (median reported)");
 DEFINE_int32(warmup, 5, "bench: untimed train steps and predict calls before timing");
 DEFINE_int32(pool_batches, 16, "bench: distinct pre-generated batches, used round robin");
+DEFINE_string(optimizer, "",
+              "bench: replace the config's optimizers (learning rates kept): sgd, adagrad "
+              "(dense and sparse Adagrad) or rowwise_adagrad (dense Adagrad, row-wise sparse); "
+              "empty keeps the config's");
+DEFINE_string(async_host, "",
+              "bench: also time the asynchronous path (SubmitTrainStep/WaitTrainStep) with a "
+              "host that prepares each batch for prepare_factor x the measured train time: "
+              "'sleep' (waits, as for I/O or a remote feature pipeline) or 'spin' (computes "
+              "on a core of its own, competing with the engine's threads)");
+DEFINE_double(prepare_factor, 1.0, "bench: host preparation time / train time for --async_host");
 
 namespace dlrm::tools {
 namespace {
@@ -148,6 +158,37 @@ void PrintRates(const char* what, const WindowStats& s, int64_t batch_size) {
               s.median, s.min, s.max, 1e3 * static_cast<double>(batch_size) / s.median);
 }
 
+void ApplyOptimizerFlag(const std::string& kind, config::DlrmConfig* config) {
+  if (kind.empty()) return;
+  config::DenseOptimizerConfig* dense = config->mutable_dense_optimizer();
+  config::SparseOptimizerConfig* sparse = config->mutable_sparse_optimizer();
+  if (kind == "sgd") {
+    dense->mutable_sgd();
+    sparse->mutable_sgd();
+  } else if (kind == "adagrad") {
+    dense->mutable_adagrad();
+    sparse->mutable_adagrad();
+  } else if (kind == "rowwise_adagrad") {
+    dense->mutable_adagrad();
+    sparse->mutable_rowwise_adagrad();
+  } else {
+    ThrowInvalid("--optimizer must be sgd, adagrad or rowwise_adagrad, got '", kind, "'");
+  }
+}
+
+// What a host does between two submissions, for `duration` seconds.
+void Prepare(const std::string& how, double duration) {
+  const auto until = Clock::now() + std::chrono::duration<double>(duration);
+  if (how == "sleep") {
+    std::this_thread::sleep_until(until);
+    return;
+  }
+  volatile uint64_t sink = 0;  // spin: real work on the host's own thread
+  while (Clock::now() < until) {
+    for (int i = 0; i < 1000; ++i) sink = sink + static_cast<uint64_t>(i);
+  }
+}
+
 }  // namespace
 
 int BenchCommand() {
@@ -160,9 +201,14 @@ int BenchCommand() {
   if (FLAGS_warmup < 0) ThrowInvalid("--warmup must be >= 0, got ", FLAGS_warmup);
   if (FLAGS_pool_batches <= 0)
     ThrowInvalid("--pool_batches must be > 0, got ", FLAGS_pool_batches);
+  if (!FLAGS_async_host.empty() && FLAGS_async_host != "sleep" && FLAGS_async_host != "spin")
+    ThrowInvalid("--async_host must be sleep or spin, got '", FLAGS_async_host, "'");
+  if (!(FLAGS_prepare_factor >= 0 && FLAGS_prepare_factor <= 100))
+    ThrowInvalid("--prepare_factor must be in [0, 100], got ", FLAGS_prepare_factor);
 
   config::DlrmConfig config = LoadConfigFile(FLAGS_config);
   if (FLAGS_threads >= 0) config.set_num_threads(FLAGS_threads);
+  ApplyOptimizerFlag(FLAGS_optimizer, &config);
   std::printf("dlrm bench  %s\n", FLAGS_config.c_str());
   std::printf("machine     %s, %u logical cores (%d usable)\n", CpuModel().c_str(),
               std::thread::hardware_concurrency(), UsableCores());
@@ -182,6 +228,14 @@ int BenchCommand() {
   }
   const config::ModelConfig& model = config.model();
   std::printf("threads     %d\n", engine.num_threads());
+  std::printf("optimizers dense %s, sparse %s\n",
+              config.dense_optimizer().has_adagrad() ? "adagrad"
+              : config.dense_optimizer().has_adam()  ? "adam"
+                                                     : "sgd",
+              config.sparse_optimizer().has_adagrad()           ? "adagrad"
+              : config.sparse_optimizer().has_rowwise_adagrad() ? "rowwise_adagrad"
+              : config.sparse_optimizer().has_adam()            ? "adam"
+                                                                : "sgd");
   std::printf("model       %d dense + %d sparse features, %d tables; %lld parameters "
               "(%lld embedding), %.2f GB fp32\n",
               model.num_dense_features(), model.sparse_features_size(), model.tables_size(),
@@ -224,11 +278,35 @@ int BenchCommand() {
   for (int i = 0; i < FLAGS_warmup; ++i) predict_one(next++);
   const std::vector<double> predict =
       TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, predict_one);
+
+  // The asynchronous path with a host that prepares batch i + 1 while batch i trains:
+  // prepare, submit, then wait for the previous step (two steps in flight at most).
+  std::vector<double> async_rates;
+  const double prepare_seconds =
+      FLAGS_prepare_factor * static_cast<double>(FLAGS_batch_size) / Summarize(train).median;
+  if (!FLAGS_async_host.empty()) {
+    int64_t pending = -1;
+    next = 0;
+    async_rates = TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, [&](int64_t i) {
+      Prepare(FLAGS_async_host, prepare_seconds);
+      const int64_t ticket = engine.SubmitTrainStep(view(i));
+      if (pending >= 0) loss = engine.WaitTrainStep(pending);
+      pending = ticket;
+    });
+    loss = engine.WaitTrainStep(pending);  // the last step, outside the windows
+  }
   const double other_cores =
       OtherCores(cpu_begin, ReadCpuTimes(), Seconds(Clock::now() - timed_begin));
 
   PrintRates("train", Summarize(train), FLAGS_batch_size);
   PrintRates("predict", Summarize(predict), FLAGS_batch_size);
+  if (!async_rates.empty()) {
+    const WindowStats a = Summarize(async_rates);
+    PrintRates("async", a, FLAGS_batch_size);
+    std::printf("async_host  %s %.2f ms per batch (%.2f x train); async / train = %.3f\n",
+                FLAGS_async_host.c_str(), 1e3 * prepare_seconds, FLAGS_prepare_factor,
+                a.median / Summarize(train).median);
+  }
   if (other_cores >= 0) {
     // Whatever else ran (or the hypervisor stole) competed with the timed steps. An idle
     // VM shows up to about 0.1 cores of its own daemons; a quarter core already costs a

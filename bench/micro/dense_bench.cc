@@ -3,11 +3,11 @@
 //  BM_LinearForward / BM_LinearBackward: every Linear layer of both MLPs, at the engine's
 //    chunk size (reduction_chunk_rows: what each task computes) and at the full batch
 //    (what a GEMM of the whole batch would achieve; the gap is the cost of chunking).
-//    Backward computes dW, db and dx, except for the bottom MLP's first layer, whose dx
-//    the model never needs.
-//  BM_ReluForward / BM_ReluBackward: the ReLU after each such layer, at the chunk size
-//    only (elementwise: a larger batch only repeats it). Inputs have random signs, as
-//    pre-activations do, which is what a branchy loop pays for.
+//    Both include the fused bias + activation sweep. Backward computes dW, db and dx,
+//    except for the bottom MLP's first layer, whose dx the model never needs.
+//  BM_BiasReluForward / BM_ReluBackwardBiasGrad: that sweep alone (bias + ReLU; ReLU mask
+//    + bias gradient), at the chunk size only (elementwise: a larger batch only repeats
+//    it). Inputs have random signs, as pre-activations do, which a branchy loop pays for.
 //  BM_DotInteractionForward / BM_DotInteractionBackward: the DOT interaction.
 // A FLOP/s counter gives GEMM efficiency; bytes are the operands read and written once.
 #include <algorithm>
@@ -43,26 +43,34 @@ void SetRates(benchmark::State& state, int64_t rows, int64_t bytes, int64_t flop
   }
 }
 
-void LinearFwd(benchmark::State& state, int in, int out, int64_t n) {
+void LinearFwd(benchmark::State& state, int in, int out, int64_t n, Activation act) {
   const auto x = Pattern(n * in, 1.0f, 1), W = Pattern(int64_t{out} * in, 0.05f, 2),
              b = Pattern(out, 0.05f, 3);
   std::vector<float> y(static_cast<size_t>(n * out));
   for (auto _ : state) {
-    LinearForward(x.data(), n, in, out, W.data(), b.data(), y.data());
+    LinearForward(x.data(), n, in, out, W.data(), b.data(), act, y.data());
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
   SetRates(state, n, kFloat * (n * in + int64_t{in} * out + out + n * out), 2 * n * in * out);
 }
 
-void LinearBwd(benchmark::State& state, int in, int out, int64_t n, bool need_dx) {
-  const auto x = Pattern(n * in, 1.0f, 4), dy = Pattern(n * out, 1e-3f, 5),
+void LinearBwd(benchmark::State& state, int in, int out, int64_t n, Activation act,
+               bool need_dx) {
+  const auto x = Pattern(n * in, 1.0f, 4), grad = Pattern(n * out, 1e-3f, 5),
              W = Pattern(int64_t{out} * in, 0.05f, 6);
+  // The layer's output, for the ReLU mask: about half of it zero.
+  auto y = Pattern(n * out, 1.0f, 15);
+  const std::vector<float> zero_bias(static_cast<size_t>(out), 0.0f);
+  BiasActivationForward(y.data(), zero_bias.data(), n, out, Activation::kRelu);
+  std::vector<float> dy(grad.size());
   std::vector<float> dx(need_dx ? static_cast<size_t>(n * in) : 0),
       dW(static_cast<size_t>(out) * in), db(static_cast<size_t>(out));
   for (auto _ : state) {
-    LinearBackward(x.data(), dy.data(), n, in, out, W.data(), need_dx ? dx.data() : nullptr,
-                   dW.data(), db.data());
+    // The backward masks dy in place; restoring it is part of each iteration.
+    std::copy(grad.begin(), grad.end(), dy.begin());
+    LinearBackward(x.data(), y.data(), dy.data(), n, in, out, W.data(), act,
+                   need_dx ? dx.data() : nullptr, dW.data(), db.data());
     benchmark::DoNotOptimize(dW.data());
     benchmark::ClobberMemory();
   }
@@ -72,32 +80,33 @@ void LinearBwd(benchmark::State& state, int in, int out, int64_t n, bool need_dx
   SetRates(state, n, bytes, gemm * (need_dx ? 2 : 1) + n * out);
 }
 
-void ReluFwd(benchmark::State& state, int64_t count) {
-  const auto pre = Pattern(count, 1.0f, 12);
+void BiasReluFwd(benchmark::State& state, int64_t n, int out) {
+  const auto pre = Pattern(n * out, 1.0f, 12), b = Pattern(out, 0.05f, 16);
   std::vector<float> y(pre.size());
   for (auto _ : state) {
-    // Restoring the pre-activations is part of each iteration (ReLU works in place); the
-    // copy costs a small fraction of the time and is not counted in the bytes.
+    // Restoring the pre-activations is part of each iteration (the sweep works in place);
+    // the copy costs a small fraction of the time and is not counted in the bytes.
     std::copy(pre.begin(), pre.end(), y.begin());
-    ReluForward(y.data(), count);
+    BiasActivationForward(y.data(), b.data(), n, out, Activation::kRelu);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  SetRates(state, count, kFloat * 2 * count, 0);  // items: elements
+  SetRates(state, n * out, kFloat * 2 * n * out, 0);  // items: elements
 }
 
-void ReluBwd(benchmark::State& state, int64_t count) {
-  auto y = Pattern(count, 1.0f, 13);
-  ReluForward(y.data(), count);  // post-activations: half of them zero
-  const auto grad = Pattern(count, 1e-3f, 14);
-  std::vector<float> dy(grad.size());
+void ReluBwdBiasGrad(benchmark::State& state, int64_t n, int out) {
+  auto y = Pattern(n * out, 1.0f, 13);
+  const std::vector<float> zero_bias(static_cast<size_t>(out), 0.0f);
+  BiasActivationForward(y.data(), zero_bias.data(), n, out, Activation::kRelu);  // half zero
+  const auto grad = Pattern(n * out, 1e-3f, 14);
+  std::vector<float> dy(grad.size()), db(static_cast<size_t>(out));
   for (auto _ : state) {
     std::copy(grad.begin(), grad.end(), dy.begin());
-    ReluBackward(y.data(), dy.data(), count);
+    ActivationBackwardBiasGrad(y.data(), dy.data(), n, out, Activation::kRelu, db.data());
     benchmark::DoNotOptimize(dy.data());
     benchmark::ClobberMemory();
   }
-  SetRates(state, count, kFloat * 3 * count, 0);  // items: elements
+  SetRates(state, n * out, kFloat * 3 * n * out, 0);  // items: elements
 }
 
 void DotFwd(benchmark::State& state, const Interaction<float>* inter, int d, int64_t n) {
@@ -135,21 +144,25 @@ void RegisterMlp(const std::string& prefix, int in, const config::MlpConfig& mlp
     const std::string layer =
         prefix + "." + std::to_string(l) + "/" + std::to_string(in) + "x" + std::to_string(out);
     const bool need_dx = !(prefix.find("bottom") != std::string::npos && l == 0);
-    if (relu_last || l + 1 < mlp.layer_sizes_size()) {
-      const int64_t count = sizes[0] * out;
+    const Activation act = relu_last || l + 1 < mlp.layer_sizes_size() ? Activation::kRelu
+                                                                         : Activation::kNone;
+    if (act == Activation::kRelu) {
       const std::string suffix = prefix + "." + std::to_string(l) + "/" + std::to_string(out) +
                                  "/n:" + std::to_string(sizes[0]);
-      benchmark::RegisterBenchmark(("BM_ReluForward/" + suffix).c_str(), ReluFwd, count)
+      benchmark::RegisterBenchmark(("BM_BiasReluForward/" + suffix).c_str(), BiasReluFwd,
+                                   sizes[0], out)
           ->UseRealTime();
-      benchmark::RegisterBenchmark(("BM_ReluBackward/" + suffix).c_str(), ReluBwd, count)
+      benchmark::RegisterBenchmark(("BM_ReluBackwardBiasGrad/" + suffix).c_str(),
+                                   ReluBwdBiasGrad, sizes[0], out)
           ->UseRealTime();
     }
     for (const int64_t n : sizes) {
       const std::string suffix = layer + "/n:" + std::to_string(n);
-      benchmark::RegisterBenchmark(("BM_LinearForward/" + suffix).c_str(), LinearFwd, in, out, n)
+      benchmark::RegisterBenchmark(("BM_LinearForward/" + suffix).c_str(), LinearFwd, in, out, n,
+                                   act)
           ->UseRealTime();
       benchmark::RegisterBenchmark(("BM_LinearBackward/" + suffix).c_str(), LinearBwd, in, out, n,
-                                   need_dx)
+                                   act, need_dx)
           ->UseRealTime();
     }
     in = out;

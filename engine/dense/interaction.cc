@@ -1,9 +1,12 @@
 #include "engine/dense/interaction.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
+#include "engine/core/cpu_features.h"
 #include "engine/core/status.h"
+#include "engine/dense/dot_interaction_avx2.h"
 
 namespace dlrm {
 namespace {
@@ -50,6 +53,8 @@ Interaction<T>::Interaction(config::ModelConfig::Interaction kind, int bottom_di
   const int num_features = static_cast<int>(dims_.size());
   out_dim_ = kind_ == config::ModelConfig::DOT ? bottom_dim_ + num_features * (num_features + 1) / 2
                                                : bottom_dim_ + pooled_width_;
+  use_avx2_ = std::is_same<T, float>::value && kind_ == config::ModelConfig::DOT &&
+              bottom_dim_ % 8 == 0 && CpuHasAvx2Fma();
 }
 
 template <typename T>
@@ -65,6 +70,12 @@ void Interaction<T>::Forward(const T* x, const T* pooled, int64_t n, T* out) con
       std::copy(pr, pr + pooled_width_, o);
       continue;
     }
+    if constexpr (std::is_same<T, float>::value) {
+      if (use_avx2_) {
+        DotInteractionForwardAvx2(xr, pr, num_features, d, o);
+        continue;
+      }
+    }
     // z_0 = x, z_i = e_i; pairs (i, j) with j < i, row by row.
     auto z = [&](int i) { return i == 0 ? xr : pr + offsets_[i - 1]; };
     for (int i = 1; i <= num_features; ++i) {
@@ -78,6 +89,8 @@ void Interaction<T>::Backward(const T* x, const T* pooled, const T* dout, int64_
                               T* dpooled) const {
   const int d = bottom_dim_;
   const int num_features = static_cast<int>(dims_.size());
+  std::vector<T> scratch(use_avx2_ ? static_cast<size_t>(num_features + 1) * (num_features + 1)
+                                   : 0);
   for (int64_t r = 0; r < n; ++r) {
     const T* xr = x + r * d;
     const T* pr = pooled + r * pooled_width_;
@@ -89,6 +102,12 @@ void Interaction<T>::Backward(const T* x, const T* pooled, const T* dout, int64_
     if (kind_ == config::ModelConfig::CAT) {
       std::copy(g, g + pooled_width_, dpr);
       continue;
+    }
+    if constexpr (std::is_same<T, float>::value) {
+      if (use_avx2_) {
+        DotInteractionBackwardAvx2(xr, pr, g, num_features, d, dxr, dpr, scratch.data());
+        continue;
+      }
     }
     std::fill(dpr, dpr + pooled_width_, T(0));
     auto z = [&](int i) { return i == 0 ? xr : pr + offsets_[i - 1]; };

@@ -36,6 +36,7 @@ class Interaction {
   std::vector<int> offsets_;
   int pooled_width_ = 0;
   int out_dim_ = 0;
+  bool use_avx2_ = false;  // float DOT with dims a multiple of 8 on an AVX2 + FMA CPU
 };
 
 }  // namespace dlrm

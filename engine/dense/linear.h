@@ -1,26 +1,37 @@
-// Fully connected layer y = x W^T + b, W [out x in] row-major (PyTorch's layout).
+// Fully connected layer y = act(x W^T + b), W [out x in] row-major (PyTorch's layout).
 // Stateless functions over borrowed parameter and gradient memory.
+//
+// The activation is fused into the pass that adds the bias (forward) and into the pass
+// that sums the bias gradient (backward), so each layer makes one element-wise sweep over
+// its output beside the GEMMs.
 #pragma once
 
 #include <cstdint>
 
 namespace dlrm {
 
+enum class Activation { kNone, kRelu };
+
 // x [n x in] -> y [n x out].
 template <typename T>
-void LinearForward(const T* x, int64_t n, int in, int out, const T* W, const T* b, T* y);
+void LinearForward(const T* x, int64_t n, int in, int out, const T* W, const T* b, Activation act,
+                   T* y);
 
-// Given dy [n x out]: dW [out x in] = dy^T x and db [out] = column sums of dy are
-// OVERWRITTEN (each chunk writes its own partials); dx [n x in] = dy W unless dx is null.
+// Backward of LinearForward. y is its output (read only for kRelu). dy [n x out] holds the
+// loss gradient w.r.t. y on entry and the gradient w.r.t. the pre-activation on return.
+// dW [out x in] = dy^T x and db [out] = column sums of dy are OVERWRITTEN (each chunk
+// writes its own partials); dx [n x in] = dy W unless dx is null.
 template <typename T>
-void LinearBackward(const T* x, const T* dy, int64_t n, int in, int out, const T* W, T* dx,
-                    T* dW, T* db);
+void LinearBackward(const T* x, const T* y, T* dy, int64_t n, int in, int out, const T* W,
+                    Activation act, T* dx, T* dW, T* db);
 
-// In place y = max(y, 0).
+// The element-wise halves, exposed for tests and micro-benchmarks.
+// y [n x out] = act(y + b) in place. ReLU keeps NaN (as PyTorch), so divergence shows.
 template <typename T>
-void ReluForward(T* y, int64_t count);
-// dy[i] = 0 where the ReLU output y[i] <= 0.
+void BiasActivationForward(T* y, const T* b, int64_t n, int out, Activation act);
+// dy [n x out] zeroed where act is ReLU and y <= 0; db [out] = column sums of the result,
+// rows added in order (a chunk's bias gradient is reproducible).
 template <typename T>
-void ReluBackward(const T* y, T* dy, int64_t count);
+void ActivationBackwardBiasGrad(const T* y, T* dy, int64_t n, int out, Activation act, T* db);
 
 }  // namespace dlrm

@@ -83,13 +83,18 @@ void Mlp<T>::Initialize(T* params, uint64_t seed, uint64_t stream_base) const {
 }
 
 template <typename T>
+Activation Mlp<T>::activation(int l) const {
+  return l + 1 < num_layers() || relu_last_ ? Activation::kRelu : Activation::kNone;
+}
+
+template <typename T>
 const T* Mlp<T>::Forward(const T* params, const T* x, int64_t n, T* acts) const {
   const T* input = x;
   T* out = acts;
   for (int l = 0; l < num_layers(); ++l) {
     const int in_w = layer_in(l), out_w = layer_out(l);
-    LinearForward(input, n, in_w, out_w, params + weight_offset(l), params + bias_offset(l), out);
-    if (l + 1 < num_layers() || relu_last_) ReluForward(out, n * out_w);
+    LinearForward(input, n, in_w, out_w, params + weight_offset(l), params + bias_offset(l),
+                  activation(l), out);
     input = out;
     out += n * out_w;
   }
@@ -108,25 +113,17 @@ void Mlp<T>::Backward(const T* params, const T* x, const T* acts, const T* dy, i
     return acts + offset;
   };
 
-  // dy is const, so the last ReLU's mask is applied to a copy.
-  const T* grad_out = dy;
-  if (relu_last_) {
-    const int64_t count = n * layer_out(last);
-    std::copy(dy, dy + count, buffers[0]);
-    ReluBackward(acts_block(last), buffers[0], count);
-    grad_out = buffers[0];
-  }
+  // Each layer's backward turns its output gradient into the pre-activation gradient in
+  // place; dy is const, so it starts as a copy.
+  T* grad_out = buffers[0];
+  std::copy(dy, dy + n * layer_out(last), grad_out);
   for (int l = last; l >= 0; --l) {
     const int in_w = layer_in(l), out_w = layer_out(l);
     const T* input = l == 0 ? x : acts_block(l - 1);
     T* grad_in = l == 0 ? dx : (grad_out == buffers[0] ? buffers[1] : buffers[0]);
-    LinearBackward(input, grad_out, n, in_w, out_w, params + weight_offset(l), grad_in,
-                   grads + weight_offset(l), grads + bias_offset(l));
-    if (l > 0) {
-      // Every layer below the last is followed by ReLU; its output is this layer's input.
-      ReluBackward(input, grad_in, n * in_w);
-      grad_out = grad_in;
-    }
+    LinearBackward(input, acts_block(l), grad_out, n, in_w, out_w, params + weight_offset(l),
+                   activation(l), grad_in, grads + weight_offset(l), grads + bias_offset(l));
+    grad_out = grad_in;
   }
 }
 

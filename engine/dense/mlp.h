@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/dense/linear.h"
+
 namespace dlrm {
 
 template <typename T>
@@ -50,6 +52,9 @@ class Mlp {
                 T* dx, T* scratch) const;
 
  private:
+  // ReLU after every layer but the last, and after the last too when relu_last.
+  Activation activation(int l) const;
+
   int in_dim_;
   std::vector<int> sizes_;
   bool relu_last_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <utility>
 
 #include "engine/core/status.h"
@@ -26,6 +27,9 @@ struct GradSource {
 // Enough tasks per thread that a few hot ids (power-law batches) do not leave threads
 // idle, few enough that the per-task scheduling cost stays small.
 constexpr int64_t kTasksPerThread = 4;
+// How far ahead (in samples for the forward, in rows for the update) rows are prefetched.
+constexpr int64_t kPrefetchSamples = 2;
+constexpr int64_t kPrefetchRows = 4;
 
 int KeyBits(int64_t num_rows) {
   const auto max_id = static_cast<uint64_t>(num_rows - 1);
@@ -91,7 +95,18 @@ void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0,
   DLRM_INTERNAL_CHECK(batch.offsets.size() ==
                       static_cast<size_t>(num_features()) * view.batch_size + 1);
   DLRM_INTERNAL_CHECK(0 <= b0 && b0 <= b1 && b1 <= view.batch_size);
+  // Rows of large tables are cache misses at random addresses; asking for a later
+  // sample's rows while this one is summed overlaps those misses.
+  auto prefetch_sample = [&](int64_t b) {
+    for (int32_t f = 0; f < num_features(); ++f) {
+      const EmbeddingTable<T>& table = (*tables_)[features_[f].table];
+      for (int64_t i = batch.bag_begin(f, b), end = batch.bag_end(f, b); i < end; ++i)
+        __builtin_prefetch(table.row(view.ids[i]));
+    }
+  };
+  for (int64_t b = b0; b < std::min(b1, b0 + kPrefetchSamples); ++b) prefetch_sample(b);
   for (int64_t b = b0; b < b1; ++b) {
+    if (b + kPrefetchSamples < b1) prefetch_sample(b + kPrefetchSamples);
     T* out_row = pooled + (b - b0) * pooled_width_;
     std::fill(out_row, out_row + pooled_width_, T(0));
     for (int32_t f = 0; f < num_features(); ++f) {
@@ -100,10 +115,17 @@ void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0,
       const int32_t dim = table.dim();
       T* out = out_row + fb.offset;
       const int64_t begin = batch.bag_begin(f, b), end = batch.bag_end(f, b);
-      for (int64_t i = begin; i < end; ++i) {
-        const T w = view.weights ? static_cast<T>(view.weights[i]) : T(1);
-        const T* row = table.row(view.ids[i]);
-        for (int32_t k = 0; k < dim; ++k) out[k] += w * row[k];
+      if (view.weights) {
+        for (int64_t i = begin; i < end; ++i) {
+          const auto w = static_cast<T>(view.weights[i]);
+          const T* row = table.row(view.ids[i]);
+          for (int32_t k = 0; k < dim; ++k) out[k] += w * row[k];
+        }
+      } else {
+        for (int64_t i = begin; i < end; ++i) {
+          const T* row = table.row(view.ids[i]);
+          for (int32_t k = 0; k < dim; ++k) out[k] += row[k];
+        }
       }
       if (fb.mean && end > begin) {
         const auto len = static_cast<T>(end - begin);
@@ -112,6 +134,21 @@ void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0,
     }
   }
 }
+
+template <typename T>
+struct EmbeddingBagCollection<T>::Workspace {
+  std::vector<GradSource<T>> sources;  // per id occurrence
+  std::vector<Touch> touches, scratch;  // per id occurrence, grouped by table
+  std::vector<int64_t> table_begin;
+  // Per table, the start of each run of one id in touches (filled by one task per table),
+  // then concatenated into segment_begin / segment_table.
+  std::vector<std::vector<int64_t>> table_segments;
+  std::vector<int64_t> segment_begin;
+  std::vector<int32_t> segment_table;
+};
+
+template <typename T>
+EmbeddingBagCollection<T>::~EmbeddingBagCollection() = default;
 
 template <typename T>
 void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch,
@@ -126,10 +163,21 @@ void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch,
   const int64_t num_ids = view.num_ids;
   if (num_ids == 0) return;
   const auto num_tables = static_cast<int32_t>(tables_->size());
+  if (!workspace_) workspace_ = std::make_unique<Workspace>();
+  Workspace& ws = *workspace_;
+  // Every phase below gives each task its own features, tables or rows, so the split over
+  // threads never changes a result.
+  auto parallel_for = [pool](int64_t n, const std::function<void(int64_t)>& fn) {
+    if (pool && n > 1) {
+      pool->ParallelFor(n, fn);
+    } else {
+      for (int64_t i = 0; i < n; ++i) fn(i);
+    }
+  };
 
   // Per id occurrence, the slice of d_pooled and the factor its gradient is made of.
-  std::vector<GradSource<T>> sources(static_cast<size_t>(num_ids));
-  for (int32_t f = 0; f < num_features(); ++f) {
+  ws.sources.resize(static_cast<size_t>(num_ids));
+  parallel_for(num_features(), [&](int64_t f) {
     const FeatureBinding& fb = features_[f];
     for (int64_t b = 0; b < B; ++b) {
       const int64_t begin = batch.bag_begin(f, b), end = batch.bag_end(f, b);
@@ -138,67 +186,74 @@ void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch,
       const int64_t base = b * pooled_width_ + fb.offset;
       for (int64_t i = begin; i < end; ++i) {
         const T w = view.weights ? static_cast<T>(view.weights[i]) : T(1);
-        sources[i] = {base, w * scale};
+        ws.sources[i] = {base, w * scale};
       }
     }
-  }
+  });
 
   // Occurrences grouped by table; within a table, features in index order, so each
-  // group starts out in position order (features are stored feature-major).
-  std::vector<int64_t> table_begin(num_tables + 1, 0);
+  // group starts out in position order (features are stored feature-major). Sorting each
+  // group stably by id yields (id, position) order; each run of one id is a segment whose
+  // gradient is summed in that order and applied once.
+  ws.table_begin.assign(num_tables + 1, 0);
   for (int32_t f = 0; f < num_features(); ++f)
-    table_begin[features_[f].table + 1] += batch.bag_begin(f + 1, 0) - batch.bag_begin(f, 0);
-  for (int32_t t = 0; t < num_tables; ++t) table_begin[t + 1] += table_begin[t];
-  std::vector<Touch> touches(static_cast<size_t>(num_ids));
-  for (int32_t t = 0; t < num_tables; ++t) {
-    int64_t next = table_begin[t];
+    ws.table_begin[features_[f].table + 1] += batch.bag_begin(f + 1, 0) - batch.bag_begin(f, 0);
+  for (int32_t t = 0; t < num_tables; ++t) ws.table_begin[t + 1] += ws.table_begin[t];
+  ws.touches.resize(static_cast<size_t>(num_ids));
+  ws.scratch.resize(static_cast<size_t>(num_ids));
+  ws.table_segments.resize(num_tables);
+  parallel_for(num_tables, [&](int64_t t) {
+    const int64_t begin = ws.table_begin[t], end = ws.table_begin[t + 1];
+    std::vector<int64_t>& segments = ws.table_segments[t];
+    segments.clear();
+    if (begin == end) return;
+    int64_t next = begin;
     for (int32_t f = 0; f < num_features(); ++f) {
       if (features_[f].table != t) continue;
       for (int64_t i = batch.bag_begin(f, 0); i < batch.bag_begin(f + 1, 0); ++i)
-        touches[next++] = {view.ids[i], i};
+        ws.touches[next++] = {view.ids[i], i};
     }
-  }
-
-  // Sorting each group stably by id yields (id, position) order; each run of one id is a
-  // segment whose gradient is summed in that order and applied once.
-  std::vector<Touch> scratch(touches.size());
-  std::vector<int64_t> segment_begin;
-  std::vector<int32_t> segment_table;
+    SortById(ws.touches.data() + begin, ws.scratch.data() + begin, end - begin,
+             KeyBits((*tables_)[t].num_rows()));
+    for (int64_t j = begin; j < end; ++j) {
+      if (j == begin || ws.touches[j].id != ws.touches[j - 1].id) segments.push_back(j);
+    }
+  });
+  ws.segment_begin.clear();
+  ws.segment_table.clear();
   int32_t max_dim = 0;
   for (int32_t t = 0; t < num_tables; ++t) {
-    const int64_t begin = table_begin[t], end = table_begin[t + 1];
-    if (begin == end) continue;
-    const EmbeddingTable<T>& table = (*tables_)[t];
-    SortById(touches.data() + begin, scratch.data(), end - begin, KeyBits(table.num_rows()));
-    max_dim = std::max(max_dim, table.dim());
-    for (int64_t j = begin; j < end; ++j) {
-      if (j == begin || touches[j].id != touches[j - 1].id) {
-        segment_begin.push_back(j);
-        segment_table.push_back(t);
-      }
-    }
+    const std::vector<int64_t>& segments = ws.table_segments[t];
+    ws.segment_begin.insert(ws.segment_begin.end(), segments.begin(), segments.end());
+    ws.segment_table.insert(ws.segment_table.end(), segments.size(), t);
+    if (!segments.empty()) max_dim = std::max(max_dim, (*tables_)[t].dim());
   }
-  const auto num_segments = static_cast<int64_t>(segment_table.size());
-  segment_begin.push_back(num_ids);
+  const auto num_segments = static_cast<int64_t>(ws.segment_table.size());
+  ws.segment_begin.push_back(num_ids);
 
   auto update_segments = [&](int64_t s0, int64_t s1) {
     std::vector<T> grad(static_cast<size_t>(max_dim));
     for (int64_t s = s0; s < s1; ++s) {
-      const int32_t t = segment_table[s];
+      if (s + kPrefetchRows < s1) {
+        const int64_t ahead = s + kPrefetchRows;
+        __builtin_prefetch((*tables_)[ws.segment_table[ahead]].row(
+            ws.touches[ws.segment_begin[ahead]].id));
+      }
+      const int32_t t = ws.segment_table[s];
       EmbeddingTable<T>& table = (*tables_)[t];
       const int32_t dim = table.dim();
       std::fill(grad.begin(), grad.begin() + dim, T(0));
-      for (int64_t j = segment_begin[s]; j < segment_begin[s + 1]; ++j) {
-        const GradSource<T>& src = sources[touches[j].pos];
+      for (int64_t j = ws.segment_begin[s]; j < ws.segment_begin[s + 1]; ++j) {
+        const GradSource<T>& src = ws.sources[ws.touches[j].pos];
         const T* d = d_pooled + src.base;
         for (int32_t k = 0; k < dim; ++k) grad[k] += src.coef * d[k];
       }
-      const int64_t id = touches[segment_begin[s]].id;
+      const int64_t id = ws.touches[ws.segment_begin[s]].id;
       optimizer.UpdateRow(t, id, table.row(id), grad.data(), dim, lr, step);
     }
   };
 
-  // Each segment is reduced whole by one task, so the split never changes a result.
+  // Each segment is reduced whole by one task.
   const int64_t parts =
       pool ? std::min<int64_t>(num_segments, pool->num_threads() * kTasksPerThread) : 1;
   if (parts <= 1) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/core/thread_pool.h"
@@ -30,6 +31,9 @@ class EmbeddingBagCollection {
   // table dims.
   EmbeddingBagCollection(std::vector<EmbeddingTable<T>>* tables,
                          std::vector<FeatureBinding> features, int32_t pooled_width);
+  ~EmbeddingBagCollection();
+  EmbeddingBagCollection(const EmbeddingBagCollection&) = delete;
+  EmbeddingBagCollection& operator=(const EmbeddingBagCollection&) = delete;
 
   int32_t pooled_width() const { return pooled_width_; }
   int32_t num_features() const { return static_cast<int32_t>(features_.size()); }
@@ -40,15 +44,19 @@ class EmbeddingBagCollection {
 
   // d_pooled [B x pooled_width] is the loss gradient for the whole batch. Sums each
   // touched row's gradient in (id, position) order and calls optimizer.UpdateRow once per
-  // touched row; work is spread over the pool by ranges of distinct ids.
+  // touched row; work is spread over the pool by ranges of distinct ids. Not reentrant
+  // (it reuses one workspace across steps); training steps are serialized by the engine.
   void BackwardAndUpdate(const ValidatedBatch& batch, const T* d_pooled,
                          SparseOptimizer<T>& optimizer, float lr, int64_t step,
                          ThreadPool* pool);
 
  private:
+  struct Workspace;  // the backward's index arrays, kept at their peak size across steps
+
   std::vector<EmbeddingTable<T>>* tables_;
   std::vector<FeatureBinding> features_;
   int32_t pooled_width_;
+  std::unique_ptr<Workspace> workspace_;
 };
 
 }  // namespace dlrm

@@ -1,6 +1,7 @@
 #include "engine/model/dlrm_model.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "engine/config/config.h"
 #include "engine/core/status.h"
@@ -8,13 +9,6 @@
 #include "engine/dense/loss.h"
 
 namespace dlrm {
-
-// Per-chunk activations and gradients; one per concurrently running chunk.
-template <typename T>
-struct DlrmModel<T>::ChunkBuffers {
-  std::vector<T> dense_in, bottom_acts, pooled, inter_out, top_acts;
-  std::vector<T> dlogits, d_inter, dx, scratch;
-};
 
 namespace {
 
@@ -35,16 +29,24 @@ void AddMlpInfos(const std::string& prefix, int in_dim, const std::vector<int>& 
 }  // namespace
 
 template <typename T>
-DlrmModel<T>::DlrmModel(const config::DlrmConfig& config)
+DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool)
     : num_dense_(config.model().num_dense_features()),
       chunk_rows_(config.reduction_chunk_rows()) {
   const config::ModelConfig& model = config.model();
-  tables_.reserve(model.tables_size());
-  for (int t = 0; t < model.tables_size(); ++t) {
-    const auto& tc = model.tables(t);
-    tables_.emplace_back(tc.name(), tc.num_rows(), tc.dim());
-    tables_.back().Initialize(tc.initializer(), config.seed(), t);
+  // Zero-filling and drawing gigabytes of rows is most of an engine's start-up time.
+  std::vector<std::optional<EmbeddingTable<T>>> built(model.tables_size());
+  auto build = [&](int64_t t) {
+    const auto& tc = model.tables(static_cast<int>(t));
+    built[t].emplace(tc.name(), tc.num_rows(), tc.dim());
+    built[t]->Initialize(tc.initializer(), config.seed(), static_cast<int32_t>(t));
+  };
+  if (pool) {
+    pool->ParallelFor(model.tables_size(), build);
+  } else {
+    for (int t = 0; t < model.tables_size(); ++t) build(t);
   }
+  tables_.reserve(model.tables_size());
+  for (auto& table : built) tables_.push_back(std::move(*table));
 
   std::vector<FeatureBinding> bindings;
   std::vector<int> feature_dims;
@@ -81,8 +83,8 @@ DlrmModel<T>::DlrmModel(const config::DlrmConfig& config)
 }
 
 template <typename T>
-int64_t DlrmModel<T>::NumChunks(int64_t batch_size) const {
-  return (batch_size + chunk_rows_ - 1) / chunk_rows_;
+int64_t DlrmModel<T>::NumChunks(int64_t batch_size, int64_t rows) {
+  return (batch_size + rows - 1) / rows;
 }
 
 template <typename T>
@@ -107,7 +109,7 @@ template <typename T>
 double DlrmModel<T>::ForwardBackward(const ValidatedBatch& batch, std::vector<T>* dense_grad,
                                      std::vector<T>* d_pooled, ThreadPool* pool) {
   const int64_t B = batch.view.batch_size;
-  const int64_t chunks = NumChunks(B);
+  const int64_t chunks = NumChunks(B, chunk_rows_);
   const size_t num_params = dense_params_.size();
   const int32_t width = bags_->pooled_width();
   if (static_cast<int64_t>(chunk_grads_.size()) < chunks) chunk_grads_.resize(chunks);
@@ -117,7 +119,8 @@ double DlrmModel<T>::ForwardBackward(const ValidatedBatch& batch, std::vector<T>
 
   auto run_chunk = [&](int64_t c) {
     const int64_t r0 = c * chunk_rows_, r1 = std::min(B, r0 + chunk_rows_), n = r1 - r0;
-    ChunkBuffers buf;
+    const auto lease = chunk_buffers_.Acquire();
+    ChunkBuffers& buf = *lease;
     const T* logits = ForwardChunk(batch, r0, r1, buf);
     buf.dlogits.resize(n);
     chunk_loss[c] = BceWithLogits(logits, batch.view.labels + r0, n, grad_scale,
@@ -163,16 +166,21 @@ template <typename T>
 void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch, T* logits,
                                  ThreadPool* pool) const {
   const int64_t B = batch.view.batch_size;
+  // Prediction sums nothing across rows, so its chunks need not be the reduction chunks;
+  // larger ones amortize the GEMMs' packing of the weights over more rows. The size
+  // depends on the config only, so predictions do not depend on the thread count.
+  const int64_t rows = std::max<int64_t>(chunk_rows_, kPredictChunkRows);
+  const int64_t chunks = NumChunks(B, rows);
   auto run_chunk = [&](int64_t c) {
-    const int64_t r0 = c * chunk_rows_, r1 = std::min(B, r0 + chunk_rows_);
-    ChunkBuffers buf;
-    const T* out = ForwardChunk(batch, r0, r1, buf);
+    const int64_t r0 = c * rows, r1 = std::min(B, r0 + rows);
+    const auto lease = chunk_buffers_.Acquire();
+    const T* out = ForwardChunk(batch, r0, r1, *lease);
     std::copy(out, out + (r1 - r0), logits + r0);
   };
   if (pool) {
-    pool->ParallelFor(NumChunks(B), run_chunk);
+    pool->ParallelFor(chunks, run_chunk);
   } else {
-    for (int64_t c = 0; c < NumChunks(B); ++c) run_chunk(c);
+    for (int64_t c = 0; c < chunks; ++c) run_chunk(c);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/config/dlrm.pb.h"
+#include "engine/core/object_pool.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/batch.h"
 #include "engine/dense/interaction.h"
@@ -38,8 +39,10 @@ struct DenseParamInfo {
 template <typename T>
 class DlrmModel {
  public:
-  // config must have passed ValidateConfig. Initializes every parameter from config.seed.
-  explicit DlrmModel(const config::DlrmConfig& config);
+  // config must have passed ValidateConfig. Initializes every parameter from config.seed;
+  // tables are allocated and filled in parallel on pool (if given): each value is a pure
+  // function of (seed, table, row, column), so the result is the same on any pool.
+  explicit DlrmModel(const config::DlrmConfig& config, ThreadPool* pool = nullptr);
   DlrmModel(const DlrmModel&) = delete;
   DlrmModel& operator=(const DlrmModel&) = delete;
 
@@ -68,8 +71,15 @@ class DlrmModel {
   void PredictLogits(const ValidatedBatch& batch, T* logits, ThreadPool* pool) const;
 
  private:
-  struct ChunkBuffers;
-  int64_t NumChunks(int64_t batch_size) const;
+  // Per-chunk activations and gradients; one per concurrently running chunk, leased from
+  // chunk_buffers_ so that a step allocates nothing once the pool is warm.
+  struct ChunkBuffers {
+    std::vector<T> dense_in, bottom_acts, pooled, inter_out, top_acts;
+    std::vector<T> dlogits, d_inter, dx, scratch;
+  };
+  // Rows per chunk of PredictLogits (at least reduction_chunk_rows).
+  static constexpr int64_t kPredictChunkRows = 256;
+  static int64_t NumChunks(int64_t batch_size, int64_t rows);
   // Runs the forward for rows [r0, r1) into the chunk's buffers; returns the logits.
   const T* ForwardChunk(const ValidatedBatch& batch, int64_t r0, int64_t r1,
                         ChunkBuffers& buf) const;
@@ -85,6 +95,7 @@ class DlrmModel {
   std::vector<T> dense_params_;
   std::vector<DenseParamInfo> param_infos_;
   std::vector<std::vector<T>> chunk_grads_;  // reused across steps
+  mutable ObjectPool<ChunkBuffers> chunk_buffers_;
 };
 
 }  // namespace dlrm
