@@ -145,8 +145,8 @@ TEST(LinearTest, BackwardHandComputedAndOverwrites) {
                                   0, 1, -1};  // [n = 2 x out = 3]
   std::vector<double> dx(4, 99), dW(6, 99), db(3, 99);
   std::vector<double> g = dy;
-  LinearBackward<double>(x.data(), nullptr, g.data(), 2, 2, 3, W.data(), Activation::kNone, dx.data(),
-                 dW.data(), db.data());
+  LinearBackward<double>(x.data(), nullptr, g.data(), 2, 2, 3, W.data(), Activation::kNone,
+                         dx.data(), dW.data(), db.data());
   EXPECT_EQ(g, dy) << "without an activation the output gradient is left as it is";
   // dW = dy^T x: [1*1 + 0*3, 1*2 + 0*-1], [0 + 3, 0 - 1], [2 - 3, 4 + 1]
   EXPECT_THAT(dW, ElementsAre(1, 2, 3, -1, -1, 5));
@@ -473,7 +473,8 @@ TEST(InteractionTest, FloatDotMatchesDouble) {
       const int64_t n = 3;
       const Interaction<float> f(config::ModelConfig::DOT, d, std::vector<int>(features, d));
       const Interaction<double> g(config::ModelConfig::DOT, d, std::vector<int>(features, d));
-      const auto x = RandomVector<float>(n * d, 80), pooled = RandomVector<float>(n * features * d, 81);
+      const auto x = RandomVector<float>(n * d, 80);
+      const auto pooled = RandomVector<float>(n * features * d, 81);
       const auto dout = RandomVector<float>(n * f.out_dim(), 82);
       const std::vector<double> xd(x.begin(), x.end()), pd(pooled.begin(), pooled.end()),
           doutd(dout.begin(), dout.end());
@@ -515,7 +516,8 @@ TEST(InteractionTest, Avx2KernelsMatchDefinition) {
       }
       EXPECT_EQ(out[pairs], -7.0f) << "wrote past the pairs";
 
-      std::vector<float> dx(d, 0.5f), dp(features * d, 99.0f), scratch((features + 1) * (features + 1));
+      std::vector<float> dx(d, 0.5f), dp(features * d, 99.0f);
+      std::vector<float> scratch((features + 1) * (features + 1));
       DotInteractionBackwardAvx2(x.data(), pooled.data(), g.data(), features, d, dx.data(),
                                  dp.data(), scratch.data());
       std::vector<double> want((features + 1) * d, 0.0);

@@ -139,11 +139,11 @@ template <typename T>
 struct EmbeddingBagCollection<T>::Workspace {
   std::vector<GradSource<T>> sources;  // per id occurrence
   std::vector<Touch> touches, scratch;  // per id occurrence, grouped by table
-  std::vector<int64_t> table_begin;
+  std::vector<int64_t> table_begin, table_end;  // a table's touches: [begin, end)
   // Per table, the start of each run of one id in touches (filled by one task per table),
-  // then concatenated into segment_begin / segment_table.
+  // then concatenated into segment_begin / segment_end / segment_table.
   std::vector<std::vector<int64_t>> table_segments;
-  std::vector<int64_t> segment_begin;
+  std::vector<int64_t> segment_begin, segment_end;
   std::vector<int32_t> segment_table;
 };
 
@@ -154,7 +154,8 @@ template <typename T>
 void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch,
                                                   const T* d_pooled,
                                                   SparseOptimizer<T>& optimizer, float lr,
-                                                  int64_t step, ThreadPool* pool) {
+                                                  int64_t step, ThreadPool* pool,
+                                                  const std::vector<RowRange>* row_ranges) {
   const BatchView& view = batch.view;
   DLRM_INTERNAL_CHECK(view.num_sparse == num_features());
   DLRM_INTERNAL_CHECK(batch.offsets.size() ==
@@ -163,6 +164,8 @@ void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch,
   const int64_t num_ids = view.num_ids;
   if (num_ids == 0) return;
   const auto num_tables = static_cast<int32_t>(tables_->size());
+  DLRM_INTERNAL_CHECK(row_ranges == nullptr ||
+                      row_ranges->size() == static_cast<size_t>(num_tables));
   if (!workspace_) workspace_ = std::make_unique<Workspace>();
   Workspace& ws = *workspace_;
   // Every phase below gives each task its own features, tables or rows, so the split over
@@ -202,34 +205,45 @@ void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch,
   ws.touches.resize(static_cast<size_t>(num_ids));
   ws.scratch.resize(static_cast<size_t>(num_ids));
   ws.table_segments.resize(num_tables);
+  ws.table_end.assign(num_tables, 0);
   parallel_for(num_tables, [&](int64_t t) {
     const int64_t begin = ws.table_begin[t], end = ws.table_begin[t + 1];
     std::vector<int64_t>& segments = ws.table_segments[t];
     segments.clear();
     if (begin == end) return;
     int64_t next = begin;
+    const RowRange rows = row_ranges ? (*row_ranges)[t] : RowRange{0, (*tables_)[t].num_rows()};
     for (int32_t f = 0; f < num_features(); ++f) {
       if (features_[f].table != t) continue;
-      for (int64_t i = batch.bag_begin(f, 0); i < batch.bag_begin(f + 1, 0); ++i)
-        ws.touches[next++] = {view.ids[i], i};
+      for (int64_t i = batch.bag_begin(f, 0); i < batch.bag_begin(f + 1, 0); ++i) {
+        const int64_t id = view.ids[i];
+        if (id >= rows.begin && id < rows.end) ws.touches[next++] = {id - rows.begin, i};
+      }
     }
-    SortById(ws.touches.data() + begin, ws.scratch.data() + begin, end - begin,
+    // Only [begin, next) holds touches of this table's rows (fewer for a shard).
+    ws.table_end[t] = next;
+    SortById(ws.touches.data() + begin, ws.scratch.data() + begin, next - begin,
              KeyBits((*tables_)[t].num_rows()));
-    for (int64_t j = begin; j < end; ++j) {
+    for (int64_t j = begin; j < next; ++j) {
       if (j == begin || ws.touches[j].id != ws.touches[j - 1].id) segments.push_back(j);
     }
   });
   ws.segment_begin.clear();
+  ws.segment_end.clear();
   ws.segment_table.clear();
   int32_t max_dim = 0;
   for (int32_t t = 0; t < num_tables; ++t) {
     const std::vector<int64_t>& segments = ws.table_segments[t];
     ws.segment_begin.insert(ws.segment_begin.end(), segments.begin(), segments.end());
+    // A segment ends where the next one of its table begins, the last at the table's end.
+    if (!segments.empty()) {
+      ws.segment_end.insert(ws.segment_end.end(), segments.begin() + 1, segments.end());
+      ws.segment_end.push_back(ws.table_end[t]);
+    }
     ws.segment_table.insert(ws.segment_table.end(), segments.size(), t);
     if (!segments.empty()) max_dim = std::max(max_dim, (*tables_)[t].dim());
   }
   const auto num_segments = static_cast<int64_t>(ws.segment_table.size());
-  ws.segment_begin.push_back(num_ids);
 
   auto update_segments = [&](int64_t s0, int64_t s1) {
     std::vector<T> grad(static_cast<size_t>(max_dim));
@@ -243,7 +257,7 @@ void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch,
       EmbeddingTable<T>& table = (*tables_)[t];
       const int32_t dim = table.dim();
       std::fill(grad.begin(), grad.begin() + dim, T(0));
-      for (int64_t j = ws.segment_begin[s]; j < ws.segment_begin[s + 1]; ++j) {
+      for (int64_t j = ws.segment_begin[s]; j < ws.segment_end[s]; ++j) {
         const GradSource<T>& src = ws.sources[ws.touches[j].pos];
         const T* d = d_pooled + src.base;
         for (int32_t k = 0; k < dim; ++k) grad[k] += src.coef * d[k];

@@ -18,6 +18,13 @@
 
 namespace dlrm {
 
+// The rows [begin, end) of a table that an embedding server's shard holds; ids outside
+// are someone else's. The shard's local row of id is id - begin.
+struct RowRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
 struct FeatureBinding {
   int32_t table = 0;   // index into the tables vector
   int32_t offset = 0;  // first column of this feature in a pooled row
@@ -46,9 +53,12 @@ class EmbeddingBagCollection {
   // touched row's gradient in (id, position) order and calls optimizer.UpdateRow once per
   // touched row; work is spread over the pool by ranges of distinct ids. Not reentrant
   // (it reuses one workspace across steps); training steps are serialized by the engine.
+  // With row_ranges (one per table), table t holds only the rows of row_ranges[t]: ids
+  // outside it are skipped, the others update local row id - begin. Every id's sum is
+  // formed exactly as without ranges, so shards reproduce the whole table's update.
   void BackwardAndUpdate(const ValidatedBatch& batch, const T* d_pooled,
                          SparseOptimizer<T>& optimizer, float lr, int64_t step,
-                         ThreadPool* pool);
+                         ThreadPool* pool, const std::vector<RowRange>* row_ranges = nullptr);
 
  private:
   struct Workspace;  // the backward's index arrays, kept at their peak size across steps

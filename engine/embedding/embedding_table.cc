@@ -47,15 +47,18 @@ void ValidateInitializer(const std::string& name, const config::Initializer& ini
                " is unknown");
 }
 
-// Value j of a row is a pure function of (rng, j), so rows can be filled in any order.
+// Value j of a row is a pure function of (rng, j), so rows can be filled in any order and
+// a shard (row_begin, col_begin) draws exactly the values of the full table.
 template <typename T, typename Draw>
-void FillRows(EmbeddingTable<T>& table, uint64_t seed, int32_t table_index, Draw draw) {
+void FillRows(EmbeddingTable<T>& table, uint64_t seed, int32_t table_index, int64_t row_begin,
+              int32_t col_begin, Draw draw) {
   const uint64_t stream = kStreamEmbeddingBase + static_cast<uint64_t>(table_index);
   const int32_t dim = table.dim();
   for (int64_t r = 0; r < table.num_rows(); ++r) {
-    const CounterRng rng(seed, stream, static_cast<uint64_t>(r));
+    const CounterRng rng(seed, stream, static_cast<uint64_t>(row_begin + r));
     T* row = table.row(r);
-    for (int32_t j = 0; j < dim; ++j) row[j] = static_cast<T>(draw(rng, static_cast<uint64_t>(j)));
+    for (int32_t j = 0; j < dim; ++j)
+      row[j] = static_cast<T>(draw(rng, static_cast<uint64_t>(col_begin + j)));
   }
 }
 
@@ -70,30 +73,43 @@ EmbeddingTable<T>::EmbeddingTable(std::string name, int64_t num_rows, int32_t di
 template <typename T>
 void EmbeddingTable<T>::Initialize(const config::Initializer& init, uint64_t seed,
                                    int32_t table_index) {
+  InitializeShard(init, seed, table_index, num_rows_, 0, 0);
+}
+
+template <typename T>
+void EmbeddingTable<T>::InitializeShard(const config::Initializer& init, uint64_t seed,
+                                        int32_t table_index, int64_t full_rows,
+                                        int64_t row_begin, int32_t col_begin) {
   ValidateInitializer(name_, init);
   if (table_index < 0)
     ThrowInvalid("table '", name_, "': table_index must be >= 0, got ", table_index);
+  if (row_begin < 0 || col_begin < 0 || full_rows < row_begin + num_rows_)
+    ThrowInvalid("table '", name_, "': shard rows [", row_begin, ", ", row_begin + num_rows_,
+                 ") from column ", col_begin, " do not fit a table of ", full_rows, " rows");
   switch (init.kind()) {
     case config::Initializer::ZEROS:
       std::fill(data_.begin(), data_.end(), T(0));
       return;
     case config::Initializer::DEFAULT: {
-      const double bound = 1.0 / std::sqrt(static_cast<double>(num_rows_));
-      FillRows(*this, seed, table_index, [bound](const CounterRng& rng, uint64_t j) {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(full_rows));
+      FillRows(*this, seed, table_index, row_begin, col_begin,
+               [bound](const CounterRng& rng, uint64_t j) {
         return -bound + 2.0 * bound * rng.Uniform(j);
       });
       return;
     }
     case config::Initializer::UNIFORM: {
       const double low = init.low(), width = static_cast<double>(init.high()) - init.low();
-      FillRows(*this, seed, table_index, [low, width](const CounterRng& rng, uint64_t j) {
+      FillRows(*this, seed, table_index, row_begin, col_begin,
+               [low, width](const CounterRng& rng, uint64_t j) {
         return low + width * rng.Uniform(j);
       });
       return;
     }
     case config::Initializer::NORMAL: {
       const double mean = init.mean(), stddev = init.stddev();
-      FillRows(*this, seed, table_index, [mean, stddev](const CounterRng& rng, uint64_t j) {
+      FillRows(*this, seed, table_index, row_begin, col_begin,
+               [mean, stddev](const CounterRng& rng, uint64_t j) {
         return mean + stddev * rng.Normal(j);
       });
       return;

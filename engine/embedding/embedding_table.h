@@ -20,6 +20,13 @@ class EmbeddingTable {
   // uniform(-1/sqrt(num_rows), 1/sqrt(num_rows)) as the DLRM reference.
   void Initialize(const config::Initializer& init, uint64_t seed, int32_t table_index);
 
+  // For a shard of a larger table: this object holds rows [row_begin, row_begin +
+  // num_rows()) x columns [col_begin, col_begin + dim()) of table `table_index`, which has
+  // full_rows rows. Every value equals the full table's at the same (row, column), so a
+  // sharded model starts from exactly the single-process weights.
+  void InitializeShard(const config::Initializer& init, uint64_t seed, int32_t table_index,
+                       int64_t full_rows, int64_t row_begin, int32_t col_begin);
+
   const std::string& name() const { return name_; }
   int64_t num_rows() const { return num_rows_; }
   int32_t dim() const { return dim_; }

@@ -1,0 +1,96 @@
+// The embedding shards one owner holds, and the two things done to them (owner computes):
+// lookups of rows and the step's fused sparse update.
+//
+// An owner is an embedding server (its shards of the sharding plan) or, for the tables the
+// plan replicates (DATA_PARALLEL), every trainer. Shards start from exactly the values of
+// the single-process tables (EmbeddingTable::InitializeShard) and are updated by the
+// single-process code (EmbeddingBagCollection::BackwardAndUpdate) over the global batch's
+// bags in the global order, restricted to the shard's rows and columns. So in sync mode
+// every row ends up bitwise equal to single-process training, for every sharding type.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/config/dlrm.pb.h"
+#include "engine/core/thread_pool.h"
+#include "engine/embedding/embedding_bag.h"
+#include "engine/embedding/embedding_table.h"
+#include "engine/embedding/sparse_optimizer.h"
+#include "engine/shard/plan.pb.h"
+
+namespace dlrm::dist {
+
+// The owner id of the DATA_PARALLEL shards (held by every trainer).
+constexpr int32_t kTrainerReplica = -1;
+
+// One sparse feature's part of a step's update: its bags for a run of samples and the
+// loss gradient of their pooled vectors (all of the table's columns).
+struct FeatureUpdate {
+  int32_t feature = 0;            // index into model.sparse_features
+  std::vector<int32_t> lengths;   // [samples]
+  std::vector<int64_t> ids;       // [sum(lengths)]
+  std::vector<float> weights;     // like ids, or empty (all 1)
+  std::vector<float> d_pooled;    // [samples x table dim]
+};
+
+// The global batch's updates from the trainers' parts, given in rank order (trainer k holds
+// the k-th run of samples): per feature, the parts concatenated. Every rank must list the
+// same features in the same order; throws kInvalidArgument otherwise.
+std::vector<FeatureUpdate> ConcatenateRanks(const std::vector<std::vector<FeatureUpdate>>& parts);
+
+class EmbeddingShardStore {
+ public:
+  struct Shard {
+    int32_t table = 0;  // model.tables index
+    int64_t row_begin = 0, row_end = 0;
+    int32_t col_begin = 0, col_end = 0;
+  };
+
+  // The shards of `plan` whose owner is `owner` (a server index, or kTrainerReplica).
+  // config must have passed ValidateConfig and plan must be PlanSharding(config, ...).
+  // Throws kInvalidArgument for a plan that does not fit the config, and for row-wise
+  // Adagrad on a shard without whole rows (its per-row statistic needs every column).
+  EmbeddingShardStore(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
+                      int32_t owner, ThreadPool* pool = nullptr);
+  ~EmbeddingShardStore();
+  EmbeddingShardStore(const EmbeddingShardStore&) = delete;
+  EmbeddingShardStore& operator=(const EmbeddingShardStore&) = delete;
+
+  const std::vector<Shard>& shards() const { return shards_; }
+  const EmbeddingTable<float>& shard_table(int32_t shard) const { return tables_[shard]; }
+  // Features whose table has a shard here: what ApplyUpdate needs, in feature order.
+  const std::vector<int32_t>& features() const { return features_; }
+
+  // out [n x shard width] = the rows of `ids` (table ids, inside the shard's rows).
+  // Throws kInvalidArgument / kOutOfRange naming the bad shard or id; writes nothing then.
+  void Lookup(int32_t shard, const int64_t* ids, int64_t n, float* out) const;
+
+  // Applies one step's sparse update from the global batch (batch_size samples): one
+  // FeatureUpdate per entry of features(), in that order. Everything is validated before
+  // any row changes (sizes, id ranges, finite gradients and weights).
+  void ApplyUpdate(const std::vector<FeatureUpdate>& updates, int64_t batch_size, float lr,
+                   int64_t step);
+
+  SparseOptimizer<float>& optimizer() { return *optimizer_; }
+
+ private:
+  const config::ModelConfig model_;
+  ThreadPool* pool_;
+  std::vector<Shard> shards_;
+  std::vector<EmbeddingTable<float>> tables_;  // one per shard
+  std::vector<RowRange> row_ranges_;           // one per shard
+  std::vector<int32_t> features_;
+  // One binding per (feature, shard of its table), features in order: the local batch
+  // ApplyUpdate builds has one sparse "feature" per binding.
+  struct Binding {
+    int32_t feature_slot;  // index into features_
+    int32_t shard;
+  };
+  std::vector<Binding> bindings_;
+  std::unique_ptr<EmbeddingBagCollection<float>> bags_;
+  std::unique_ptr<SparseOptimizer<float>> optimizer_;
+};
+
+}  // namespace dlrm::dist
