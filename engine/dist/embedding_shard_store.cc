@@ -27,30 +27,44 @@ void CheckFinite(const std::vector<float>& values, int32_t feature, const char* 
 
 }  // namespace
 
-std::vector<FeatureUpdate> ConcatenateRanks(
-    const std::vector<std::vector<FeatureUpdate>>& parts) {
-  if (parts.empty()) return {};
-  std::vector<FeatureUpdate> global = parts[0];
-  for (size_t rank = 1; rank < parts.size(); ++rank) {
-    if (parts[rank].size() != global.size())
-      ThrowInvalid("rank ", rank, " sent ", parts[rank].size(), " feature updates, rank 0 sent ",
-                   global.size());
-    for (size_t i = 0; i < global.size(); ++i) {
-      const FeatureUpdate& part = parts[rank][i];
-      FeatureUpdate& all = global[i];
-      if (part.feature != all.feature)
-        ThrowInvalid("rank ", rank, " update ", i, " is feature ", part.feature,
-                     ", rank 0's is feature ", all.feature);
-      if (part.weights.empty() != all.weights.empty())
-        ThrowInvalid("feature ", all.feature, ": rank ", rank,
-                     " disagrees with rank 0 on per-id weights");
-      all.lengths.insert(all.lengths.end(), part.lengths.begin(), part.lengths.end());
-      all.ids.insert(all.ids.end(), part.ids.begin(), part.ids.end());
-      all.weights.insert(all.weights.end(), part.weights.begin(), part.weights.end());
-      all.d_pooled.insert(all.d_pooled.end(), part.d_pooled.begin(), part.d_pooled.end());
+std::vector<std::vector<ShardLocation>> LocateShards(const config::ModelConfig& model,
+                                                     const shard::ShardingPlan& plan) {
+  std::vector<std::vector<ShardLocation>> by_table(model.tables_size());
+  std::vector<int32_t> next_index;  // per server; replicas counted in replica_next
+  int32_t replica_next = 0;
+  for (const shard::TableShard& s : plan.shards()) {
+    const int32_t t = s.table_index();
+    if (t < 0 || t >= model.tables_size() || model.tables(t).name() != s.table())
+      ThrowInvalid("sharding plan names table '", s.table(), "' at index ", t,
+                   ", which the config does not have");
+    const config::TableConfig& tc = model.tables(t);
+    ShardLocation loc;
+    loc.table = t;
+    if (s.type() == config::ShardingConfig::DATA_PARALLEL) {
+      loc.owner = kTrainerReplica;
+      loc.index = replica_next++;
+      loc.row_end = tc.num_rows();
+      loc.col_end = tc.dim();
+    } else {
+      if (!s.has_server() || s.server() < 0 || s.server() >= plan.num_servers())
+        ThrowInvalid("sharding plan: a shard of table '", tc.name(), "' has server ",
+                     s.server(), " outside [0, ", plan.num_servers(), ")");
+      loc.owner = s.server();
+      if (static_cast<size_t>(loc.owner) >= next_index.size()) next_index.resize(loc.owner + 1);
+      loc.index = next_index[loc.owner]++;
+      loc.row_begin = s.row_begin();
+      loc.row_end = s.has_row_end() ? s.row_end() : tc.num_rows();
+      loc.col_begin = s.col_begin();
+      loc.col_end = s.has_col_end() ? s.col_end() : tc.dim();
     }
+    if (loc.row_begin < 0 || loc.row_begin >= loc.row_end || loc.row_end > tc.num_rows() ||
+        loc.col_begin < 0 || loc.col_begin >= loc.col_end || loc.col_end > tc.dim())
+      ThrowInvalid("sharding plan: shard of table '", tc.name(), "' rows [", loc.row_begin,
+                   ", ", loc.row_end, ") columns [", loc.col_begin, ", ", loc.col_end,
+                   ") does not fit the table's ", tc.num_rows(), " x ", tc.dim());
+    by_table[t].push_back(loc);
   }
-  return global;
+  return by_table;
 }
 
 EmbeddingShardStore::EmbeddingShardStore(const config::DlrmConfig& config,
@@ -58,30 +72,21 @@ EmbeddingShardStore::EmbeddingShardStore(const config::DlrmConfig& config,
                                          ThreadPool* pool)
     : model_(config.model()), pool_(pool) {
   const bool rowwise = config.sparse_optimizer().has_rowwise_adagrad();
-  for (const shard::TableShard& s : plan.shards()) {
-    const bool replicated = s.type() == config::ShardingConfig::DATA_PARALLEL;
-    if (replicated ? owner != kTrainerReplica : (!s.has_server() || s.server() != owner))
-      continue;
-    const int32_t t = s.table_index();
-    if (t < 0 || t >= model_.tables_size() || model_.tables(t).name() != s.table())
-      ThrowInvalid("sharding plan names table '", s.table(), "' at index ", t,
-                   ", which the config does not have");
-    const config::TableConfig& tc = model_.tables(t);
-    Shard shard{t, s.row_begin(), s.row_end(), s.col_begin(), s.col_end()};
-    if (!replicated && !s.has_row_end()) shard.row_end = tc.num_rows();
-    if (!s.has_col_end()) shard.col_end = tc.dim();
-    if (replicated) shard = {t, 0, tc.num_rows(), 0, tc.dim()};
-    if (shard.row_begin < 0 || shard.row_begin >= shard.row_end ||
-        shard.row_end > tc.num_rows() || shard.col_begin < 0 ||
-        shard.col_begin >= shard.col_end || shard.col_end > tc.dim())
-      ThrowInvalid("sharding plan: shard of table '", tc.name(), "' rows [", shard.row_begin,
-                   ", ", shard.row_end, ") columns [", shard.col_begin, ", ", shard.col_end,
-                   ") does not fit the table's ", tc.num_rows(), " x ", tc.dim());
+  std::vector<ShardLocation> mine;
+  for (const auto& pieces : LocateShards(model_, plan)) {
+    for (const ShardLocation& loc : pieces) {
+      if (loc.owner == owner) mine.push_back(loc);
+    }
+  }
+  // In the owner's numbering (plan order), which LocateShards assigned.
+  shards_.resize(mine.size());
+  for (const ShardLocation& loc : mine) shards_[loc.index] = loc;
+  for (const ShardLocation& shard : shards_) {
+    const config::TableConfig& tc = model_.tables(shard.table);
     if (rowwise && (shard.col_begin != 0 || shard.col_end != tc.dim()))
       ThrowInvalid("table '", tc.name(), "': row-wise Adagrad keeps one statistic per whole "
                    "row, so it cannot run on a COLUMN_WISE shard (columns [", shard.col_begin,
                    ", ", shard.col_end, ")); use another sharding type or optimizer");
-    shards_.push_back(shard);
   }
 
   // Tables are built one per task: values are a pure function of (seed, table, row, col).

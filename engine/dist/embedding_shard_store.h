@@ -15,6 +15,7 @@
 
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/thread_pool.h"
+#include "engine/dist/feature_update.h"
 #include "engine/embedding/embedding_bag.h"
 #include "engine/embedding/embedding_table.h"
 #include "engine/embedding/sparse_optimizer.h"
@@ -25,28 +26,23 @@ namespace dlrm::dist {
 // The owner id of the DATA_PARALLEL shards (held by every trainer).
 constexpr int32_t kTrainerReplica = -1;
 
-// One sparse feature's part of a step's update: its bags for a run of samples and the
-// loss gradient of their pooled vectors (all of the table's columns).
-struct FeatureUpdate {
-  int32_t feature = 0;            // index into model.sparse_features
-  std::vector<int32_t> lengths;   // [samples]
-  std::vector<int64_t> ids;       // [sum(lengths)]
-  std::vector<float> weights;     // like ids, or empty (all 1)
-  std::vector<float> d_pooled;    // [samples x table dim]
+// One piece of a table and who holds it. An owner numbers its shards in plan order.
+struct ShardLocation {
+  int32_t owner = 0;  // server index, or kTrainerReplica
+  int32_t index = 0;  // the shard's number in its owner's store
+  int32_t table = 0;  // model.tables index
+  int64_t row_begin = 0, row_end = 0;
+  int32_t col_begin = 0, col_end = 0;
 };
 
-// The global batch's updates from the trainers' parts, given in rank order (trainer k holds
-// the k-th run of samples): per feature, the parts concatenated. Every rank must list the
-// same features in the same order; throws kInvalidArgument otherwise.
-std::vector<FeatureUpdate> ConcatenateRanks(const std::vector<std::vector<FeatureUpdate>>& parts);
+// Every shard of the plan, grouped by table (result[t] lists table t's pieces). Throws
+// kInvalidArgument when the plan does not fit the model.
+std::vector<std::vector<ShardLocation>> LocateShards(const config::ModelConfig& model,
+                                                     const shard::ShardingPlan& plan);
 
 class EmbeddingShardStore {
  public:
-  struct Shard {
-    int32_t table = 0;  // model.tables index
-    int64_t row_begin = 0, row_end = 0;
-    int32_t col_begin = 0, col_end = 0;
-  };
+  using Shard = ShardLocation;
 
   // The shards of `plan` whose owner is `owner` (a server index, or kTrainerReplica).
   // config must have passed ValidateConfig and plan must be PlanSharding(config, ...).

@@ -29,26 +29,26 @@ void AddMlpInfos(const std::string& prefix, int in_dim, const std::vector<int>& 
 }  // namespace
 
 template <typename T>
-DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool)
+DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool,
+                        bool allocate_tables)
     : num_dense_(config.model().num_dense_features()),
       chunk_rows_(config.reduction_chunk_rows()) {
   const config::ModelConfig& model = config.model();
   // Zero-filling and drawing gigabytes of rows is most of an engine's start-up time.
-  std::vector<std::optional<EmbeddingTable<T>>> built(model.tables_size());
+  std::vector<std::optional<EmbeddingTable<T>>> built(allocate_tables ? model.tables_size() : 0);
   auto build = [&](int64_t t) {
     const auto& tc = model.tables(static_cast<int>(t));
     built[t].emplace(tc.name(), tc.num_rows(), tc.dim());
     built[t]->Initialize(tc.initializer(), config.seed(), static_cast<int32_t>(t));
   };
   if (pool) {
-    pool->ParallelFor(model.tables_size(), build);
+    pool->ParallelFor(static_cast<int64_t>(built.size()), build);
   } else {
-    for (int t = 0; t < model.tables_size(); ++t) build(t);
+    for (size_t t = 0; t < built.size(); ++t) build(static_cast<int64_t>(t));
   }
-  tables_.reserve(model.tables_size());
+  tables_.reserve(built.size());
   for (auto& table : built) tables_.push_back(std::move(*table));
 
-  std::vector<FeatureBinding> bindings;
   std::vector<int> feature_dims;
   int32_t pooled_width = 0;
   for (const auto& feature : model.sparse_features()) {
@@ -57,12 +57,14 @@ DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool)
     binding.table = t;
     binding.offset = pooled_width;
     binding.mean = feature.pooling() == config::SparseFeatureConfig::MEAN;
-    bindings.push_back(binding);
+    bindings_.push_back(binding);
     feature_specs_.push_back({t, model.tables(t).num_rows()});
     feature_dims.push_back(model.tables(t).dim());
     pooled_width += model.tables(t).dim();
   }
-  bags_ = std::make_unique<EmbeddingBagCollection<T>>(&tables_, bindings, pooled_width);
+  pooled_width_ = pooled_width;
+  if (allocate_tables)
+    bags_ = std::make_unique<EmbeddingBagCollection<T>>(&tables_, bindings_, pooled_width);
 
   const std::vector<int> bottom_sizes(model.bottom_mlp().layer_sizes().begin(),
                                       model.bottom_mlp().layer_sizes().end());
@@ -88,8 +90,9 @@ int64_t DlrmModel<T>::NumChunks(int64_t batch_size, int64_t rows) {
 }
 
 template <typename T>
-const T* DlrmModel<T>::ForwardChunk(const ValidatedBatch& batch, int64_t r0, int64_t r1,
-                                    ChunkBuffers& buf) const {
+const T* DlrmModel<T>::ForwardChunk(const ValidatedBatch& batch,
+                                    const EmbeddingBagCollection<T>& bags, int64_t r0,
+                                    int64_t r1, ChunkBuffers& buf) const {
   const int64_t n = r1 - r0;
   buf.dense_in.resize(n * num_dense_);
   const float* dense = batch.view.dense + r0 * num_dense_;
@@ -97,8 +100,8 @@ const T* DlrmModel<T>::ForwardChunk(const ValidatedBatch& batch, int64_t r0, int
   buf.bottom_acts.resize(n * bottom_->activations_per_row());
   const T* x = bottom_->Forward(dense_params_.data(), buf.dense_in.data(), n,
                                 buf.bottom_acts.data());
-  buf.pooled.resize(n * bags_->pooled_width());
-  bags_->Forward(batch, r0, r1, buf.pooled.data());
+  buf.pooled.resize(n * bags.pooled_width());
+  bags.Forward(batch, r0, r1, buf.pooled.data());
   buf.inter_out.resize(n * interaction_->out_dim());
   interaction_->Forward(x, buf.pooled.data(), n, buf.inter_out.data());
   buf.top_acts.resize(n * top_->activations_per_row());
@@ -108,20 +111,42 @@ const T* DlrmModel<T>::ForwardChunk(const ValidatedBatch& batch, int64_t r0, int
 template <typename T>
 double DlrmModel<T>::ForwardBackward(const ValidatedBatch& batch, std::vector<T>* dense_grad,
                                      std::vector<T>* d_pooled, ThreadPool* pool) {
+  DLRM_INTERNAL_CHECK(bags_ != nullptr);
+  const int64_t B = batch.view.batch_size;
+  return ForwardBackwardChunks(batch, T(1) / static_cast<T>(B), *bags_, dense_grad, d_pooled,
+                               pool) /
+         static_cast<double>(B);
+}
+
+template <typename T>
+double DlrmModel<T>::ForwardBackwardPart(const ValidatedBatch& batch, int64_t global_batch,
+                                         const EmbeddingBagCollection<T>& bags,
+                                         std::vector<T>* dense_grad, std::vector<T>* d_pooled,
+                                         ThreadPool* pool) {
+  DLRM_INTERNAL_CHECK(global_batch >= batch.view.batch_size);
+  DLRM_INTERNAL_CHECK(bags.pooled_width() == pooled_width_);
+  return ForwardBackwardChunks(batch, T(1) / static_cast<T>(global_batch), bags, dense_grad,
+                               d_pooled, pool);
+}
+
+template <typename T>
+double DlrmModel<T>::ForwardBackwardChunks(const ValidatedBatch& batch, T grad_scale,
+                                           const EmbeddingBagCollection<T>& bags,
+                                           std::vector<T>* dense_grad, std::vector<T>* d_pooled,
+                                           ThreadPool* pool) {
   const int64_t B = batch.view.batch_size;
   const int64_t chunks = NumChunks(B, chunk_rows_);
   const size_t num_params = dense_params_.size();
-  const int32_t width = bags_->pooled_width();
+  const int32_t width = bags.pooled_width();
   if (static_cast<int64_t>(chunk_grads_.size()) < chunks) chunk_grads_.resize(chunks);
   d_pooled->resize(static_cast<size_t>(B) * width);
   std::vector<double> chunk_loss(chunks, 0.0);
-  const T grad_scale = T(1) / static_cast<T>(B);
 
   auto run_chunk = [&](int64_t c) {
     const int64_t r0 = c * chunk_rows_, r1 = std::min(B, r0 + chunk_rows_), n = r1 - r0;
     const auto lease = chunk_buffers_.Acquire();
     ChunkBuffers& buf = *lease;
-    const T* logits = ForwardChunk(batch, r0, r1, buf);
+    const T* logits = ForwardChunk(batch, bags, r0, r1, buf);
     buf.dlogits.resize(n);
     chunk_loss[c] = BceWithLogits(logits, batch.view.labels + r0, n, grad_scale,
                                   buf.dlogits.data());
@@ -151,7 +176,7 @@ double DlrmModel<T>::ForwardBackward(const ValidatedBatch& batch, std::vector<T>
   std::vector<double*> loss_partials;
   for (auto& l : chunk_loss) loss_partials.push_back(&l);
   TreeReduceInto(loss_partials, 1, nullptr);
-  return chunk_loss[0] / static_cast<double>(B);
+  return chunk_loss[0];
 }
 
 template <typename T>
@@ -159,12 +184,14 @@ void DlrmModel<T>::SparseBackwardAndUpdate(const ValidatedBatch& batch,
                                            const std::vector<T>& d_pooled,
                                            SparseOptimizer<T>& optimizer, float lr, int64_t step,
                                            ThreadPool* pool) {
+  DLRM_INTERNAL_CHECK(bags_ != nullptr);
   bags_->BackwardAndUpdate(batch, d_pooled.data(), optimizer, lr, step, pool);
 }
 
 template <typename T>
 void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch, T* logits,
                                  ThreadPool* pool) const {
+  DLRM_INTERNAL_CHECK(bags_ != nullptr);
   const int64_t B = batch.view.batch_size;
   // Prediction sums nothing across rows, so its chunks need not be the reduction chunks;
   // larger ones amortize the GEMMs' packing of the weights over more rows. The size
@@ -174,7 +201,7 @@ void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch, T* logits,
   auto run_chunk = [&](int64_t c) {
     const int64_t r0 = c * rows, r1 = std::min(B, r0 + rows);
     const auto lease = chunk_buffers_.Acquire();
-    const T* out = ForwardChunk(batch, r0, r1, *lease);
+    const T* out = ForwardChunk(batch, *bags_, r0, r1, *lease);
     std::copy(out, out + (r1 - r0), logits + r0);
   };
   if (pool) {

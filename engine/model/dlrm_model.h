@@ -42,7 +42,10 @@ class DlrmModel {
   // config must have passed ValidateConfig. Initializes every parameter from config.seed;
   // tables are allocated and filled in parallel on pool (if given): each value is a pure
   // function of (seed, table, row, column), so the result is the same on any pool.
-  explicit DlrmModel(const config::DlrmConfig& config, ThreadPool* pool = nullptr);
+  // With allocate_tables false the model holds only the dense part (a trainer whose
+  // embeddings live on servers): tables() is empty and the *Part calls take the rows.
+  explicit DlrmModel(const config::DlrmConfig& config, ThreadPool* pool = nullptr,
+                     bool allocate_tables = true);
   DlrmModel(const DlrmModel&) = delete;
   DlrmModel& operator=(const DlrmModel&) = delete;
 
@@ -61,6 +64,20 @@ class DlrmModel {
   // B x pooled_width) the gradient w.r.t. the pooled embeddings.
   double ForwardBackward(const ValidatedBatch& batch, std::vector<T>* dense_grad,
                          std::vector<T>* d_pooled, ThreadPool* pool);
+
+  // One trainer's part of a data-parallel step: ForwardBackward over this trainer's rows
+  // with the embeddings pooled by `bags` (the step's fetched rows) and gradients scaled by
+  // 1 / global_batch. Returns the loss SUM over the rows; dense_grad is the tree sum of
+  // this part's chunks, which is a subtree of the global batch's tree when every trainer
+  // has the same power-of-two number of chunks (what sync training requires).
+  double ForwardBackwardPart(const ValidatedBatch& batch, int64_t global_batch,
+                             const EmbeddingBagCollection<T>& bags, std::vector<T>* dense_grad,
+                             std::vector<T>* d_pooled, ThreadPool* pool);
+
+  // How sparse features map onto tables and pooled columns (one binding per feature).
+  const std::vector<FeatureBinding>& feature_bindings() const { return bindings_; }
+  int32_t pooled_width() const { return pooled_width_; }
+  int64_t chunk_rows() const { return chunk_rows_; }
 
   // Applies the sparse optimizer to every touched row given d_pooled from ForwardBackward.
   void SparseBackwardAndUpdate(const ValidatedBatch& batch, const std::vector<T>& d_pooled,
@@ -81,14 +98,20 @@ class DlrmModel {
   static constexpr int64_t kPredictChunkRows = 256;
   static int64_t NumChunks(int64_t batch_size, int64_t rows);
   // Runs the forward for rows [r0, r1) into the chunk's buffers; returns the logits.
-  const T* ForwardChunk(const ValidatedBatch& batch, int64_t r0, int64_t r1,
-                        ChunkBuffers& buf) const;
+  const T* ForwardChunk(const ValidatedBatch& batch, const EmbeddingBagCollection<T>& bags,
+                        int64_t r0, int64_t r1, ChunkBuffers& buf) const;
+  // Chunked forward + backward; returns the loss sum, dense_grad the chunks' tree sum.
+  double ForwardBackwardChunks(const ValidatedBatch& batch, T grad_scale,
+                               const EmbeddingBagCollection<T>& bags, std::vector<T>* dense_grad,
+                               std::vector<T>* d_pooled, ThreadPool* pool);
 
   int32_t num_dense_;
   int64_t chunk_rows_;
   std::vector<SparseFeatureSpec> feature_specs_;
   std::vector<EmbeddingTable<T>> tables_;
-  std::unique_ptr<EmbeddingBagCollection<T>> bags_;
+  std::vector<FeatureBinding> bindings_;
+  int32_t pooled_width_ = 0;
+  std::unique_ptr<EmbeddingBagCollection<T>> bags_;  // null without tables
   std::unique_ptr<Mlp<T>> bottom_;
   std::unique_ptr<Interaction<T>> interaction_;
   std::unique_ptr<Mlp<T>> top_;
