@@ -101,7 +101,7 @@ void SyncTrainer::FetchRows(const ValidatedBatch& batch) {
         replicas_.Lookup(loc.index, wanted.data(), static_cast<int64_t>(wanted.size()),
                          rows.data());
       } else {
-        service_->Lookup(loc.owner, loc.index, wanted, &rows);
+        service_->Lookup(loc.owner, loc.index, step_ + 1, wanted, &rows);
       }
       const int32_t width = loc.col_end - loc.col_begin;
       const auto first = static_cast<int64_t>(lo - ids.begin());
