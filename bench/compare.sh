@@ -97,15 +97,23 @@ echo "Medians over $rounds round(s), samples/s, $threads threads (PyTorch's Adag
 "$python" - "$results" "$models" "$optimizers" <<'EOF'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
-print(f"| model | optimizer | engine train | PyTorch train | train ratio | engine predict | PyTorch predict | predict ratio |")
-print("|---|---|---|---|---|---|---|---|")
+print("| model | optimizer | engine train | PyTorch train | train ratio |")
+print("|---|---|---|---|---|")
 for model in sys.argv[2].split():
     for opt in sys.argv[3].split():
         sel = [list(map(float, r[2:])) for r in rows if r[0] == model and r[1] == opt]
-        if not sel:
-            continue
-        et, ep, tt, tp = (statistics.median(c) for c in zip(*sel))
-        print(f"| {model} | {opt} | {et:,.0f} | {tt:,.0f} | {et / tt:.2f}x | {ep:,.0f} | {tp:,.0f} | {ep / tp:.2f}x |")
+        if sel:
+            et, _, tt, _ = (statistics.median(c) for c in zip(*sel))
+            print(f"| {model} | {opt} | {et:,.0f} | {tt:,.0f} | {et / tt:.2f}x |")
+print()
+print("Prediction does not depend on the optimizer: medians over every run of a model.")
+print("| model | engine predict | PyTorch predict | predict ratio |")
+print("|---|---|---|---|")
+for model in sys.argv[2].split():
+    sel = [list(map(float, r[2:])) for r in rows if r[0] == model]
+    if sel:
+        _, ep, _, tp = (statistics.median(c) for c in zip(*sel))
+        print(f"| {model} | {ep:,.0f} | {tp:,.0f} | {ep / tp:.2f}x |")
 EOF
 
 if [[ "$curve" -gt 0 ]]; then

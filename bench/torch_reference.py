@@ -271,8 +271,11 @@ def curve(args, spec: ModelSpec) -> None:
     opt = make_optimizer(model, args.optimizer, spec)
     loss_fn = nn.BCEWithLogitsLoss()
     rng = np.random.default_rng(args.seed)
-    print(f"{'step':>5} {'engine':>10} {'pytorch':>10} {'diff':>10}")
-    sums = [0.0, 0.0]
+    # Per-step losses are noisy (each batch is new data); the means over windows of
+    # --curve_every steps show the shape of the two curves.
+    print(f"{'steps':>9} {'engine':>10} {'pytorch':>10} {'diff':>10}   (mean loss per window)")
+    window = [0.0, 0.0]
+    count = 0
     for step in range(args.curve):
         dense, labels, ids = make_batch(spec, rng, args.batch_size, args.bag_size, args.zipf,
                                         learnable=True)
@@ -286,13 +289,13 @@ def curve(args, spec: ModelSpec) -> None:
         loss = loss_fn(model(d, t), l)
         loss.backward()
         opt.step()
-        p_loss = loss.item()
-        sums[0] += e_loss
-        sums[1] += p_loss
-        if step % args.curve_every == 0 or step == args.curve - 1:
-            print(f"{step:5d} {e_loss:10.5f} {p_loss:10.5f} {e_loss - p_loss:+10.2e}")
-    n = args.curve
-    print(f"mean  {sums[0] / n:10.5f} {sums[1] / n:10.5f}")
+        window[0] += e_loss
+        window[1] += loss.item()
+        count += 1
+        if count == args.curve_every or step == args.curve - 1:
+            e, p_ = window[0] / count, window[1] / count
+            print(f"{step + 1 - count:4d}-{step:<4d} {e:10.5f} {p_:10.5f} {e - p_:+10.2e}")
+            window, count = [0.0, 0.0], 0
     engine.close()
 
 

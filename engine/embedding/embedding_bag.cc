@@ -27,9 +27,9 @@ struct GradSource {
 // Enough tasks per thread that a few hot ids (power-law batches) do not leave threads
 // idle, few enough that the per-task scheduling cost stays small.
 constexpr int64_t kTasksPerThread = 4;
-// How far ahead (in samples for the forward, in rows for the update) rows are prefetched.
-constexpr int64_t kPrefetchSamples = 2;
-constexpr int64_t kPrefetchRows = 4;
+// How many rows ahead of the one being summed (forward) or updated (backward) the next
+// row is prefetched.
+constexpr int64_t kPrefetchRows = 8;
 
 int KeyBits(int64_t num_rows) {
   const auto max_id = static_cast<uint64_t>(num_rows - 1);
@@ -89,41 +89,49 @@ EmbeddingBagCollection<T>::EmbeddingBagCollection(std::vector<EmbeddingTable<T>>
 
 template <typename T>
 void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0, int64_t b1,
-                                        T* pooled) const {
+                                        T* pooled, std::vector<const T*>* scratch) const {
   const BatchView& view = batch.view;
   DLRM_INTERNAL_CHECK(view.num_sparse == num_features());
   DLRM_INTERNAL_CHECK(batch.offsets.size() ==
                       static_cast<size_t>(num_features()) * view.batch_size + 1);
   DLRM_INTERNAL_CHECK(0 <= b0 && b0 <= b1 && b1 <= view.batch_size);
-  // Rows of large tables are cache misses at random addresses; asking for a later
-  // sample's rows while this one is summed overlaps those misses.
-  auto prefetch_sample = [&](int64_t b) {
+  // Two passes: the rows in the order they are summed, then the sums, asking for the row
+  // kPrefetchRows ahead while one is added. Rows of large tables are cache (and TLB)
+  // misses at random addresses; a steady distance keeps a few in flight without
+  // flooding the core's miss buffers as a whole sample's worth would.
+  std::vector<const T*> local;
+  std::vector<const T*>& rows = scratch ? *scratch : local;
+  rows.clear();
+  for (int64_t b = b0; b < b1; ++b) {
     for (int32_t f = 0; f < num_features(); ++f) {
       const EmbeddingTable<T>& table = (*tables_)[features_[f].table];
       for (int64_t i = batch.bag_begin(f, b), end = batch.bag_end(f, b); i < end; ++i)
-        __builtin_prefetch(table.row(view.ids[i]));
+        rows.push_back(table.row(view.ids[i]));
     }
+  }
+  const size_t num_rows = rows.size();
+  size_t next = 0;
+  auto prefetch = [&](size_t j, int32_t bytes) {
+    if (j >= num_rows) return;
+    const char* p = reinterpret_cast<const char*>(rows[j]);
+    for (int32_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
   };
-  for (int64_t b = b0; b < std::min(b1, b0 + kPrefetchSamples); ++b) prefetch_sample(b);
   for (int64_t b = b0; b < b1; ++b) {
-    if (b + kPrefetchSamples < b1) prefetch_sample(b + kPrefetchSamples);
     T* out_row = pooled + (b - b0) * pooled_width_;
     std::fill(out_row, out_row + pooled_width_, T(0));
     for (int32_t f = 0; f < num_features(); ++f) {
       const FeatureBinding& fb = features_[f];
-      const EmbeddingTable<T>& table = (*tables_)[fb.table];
-      const int32_t dim = table.dim();
+      const int32_t dim = (*tables_)[fb.table].dim();
+      const auto row_bytes = static_cast<int32_t>(dim * sizeof(T));
       T* out = out_row + fb.offset;
       const int64_t begin = batch.bag_begin(f, b), end = batch.bag_end(f, b);
-      if (view.weights) {
-        for (int64_t i = begin; i < end; ++i) {
+      for (int64_t i = begin; i < end; ++i) {
+        prefetch(next + kPrefetchRows, row_bytes);
+        const T* row = rows[next++];
+        if (view.weights) {
           const auto w = static_cast<T>(view.weights[i]);
-          const T* row = table.row(view.ids[i]);
           for (int32_t k = 0; k < dim; ++k) out[k] += w * row[k];
-        }
-      } else {
-        for (int64_t i = begin; i < end; ++i) {
-          const T* row = table.row(view.ids[i]);
+        } else {
           for (int32_t k = 0; k < dim; ++k) out[k] += row[k];
         }
       }

@@ -46,8 +46,10 @@ class EmbeddingBagCollection {
   int32_t num_features() const { return static_cast<int32_t>(features_.size()); }
 
   // pooled [(b1 - b0) x pooled_width] for samples [b0, b1) of the batch:
-  // sum (or mean) over the bag of weight_i * table.row(id_i).
-  void Forward(const ValidatedBatch& batch, int64_t b0, int64_t b1, T* pooled) const;
+  // sum (or mean) over the bag of weight_i * table.row(id_i). scratch (optional, reused by
+  // the caller across calls) holds the rows' addresses.
+  void Forward(const ValidatedBatch& batch, int64_t b0, int64_t b1, T* pooled,
+               std::vector<const T*>* scratch = nullptr) const;
 
   // d_pooled [B x pooled_width] is the loss gradient for the whole batch. Sums each
   // touched row's gradient in (id, position) order and calls optimizer.UpdateRow once per

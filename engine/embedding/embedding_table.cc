@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "engine/core/huge_pages.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 
@@ -67,7 +68,12 @@ void FillRows(EmbeddingTable<T>& table, uint64_t seed, int32_t table_index, int6
 template <typename T>
 EmbeddingTable<T>::EmbeddingTable(std::string name, int64_t num_rows, int32_t dim)
     : name_(std::move(name)), num_rows_(num_rows), dim_(dim) {
-  data_.resize(CheckedElementCount(name_, num_rows_, dim_));
+  const size_t count = CheckedElementCount(name_, num_rows_, dim_);
+  // Reserved (mapped, untouched) first, so the advice applies before the zero-fill faults
+  // the pages in.
+  data_.reserve(count);
+  AdviseHugePages(data_.data(), count * sizeof(T));
+  data_.resize(count);
 }
 
 template <typename T>

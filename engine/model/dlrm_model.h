@@ -91,15 +91,19 @@ class DlrmModel {
   // Per-chunk activations and gradients; one per concurrently running chunk, leased from
   // chunk_buffers_ so that a step allocates nothing once the pool is warm.
   struct ChunkBuffers {
-    std::vector<T> dense_in, bottom_acts, pooled, inter_out, top_acts;
+    std::vector<T> dense_in, bottom_acts, inter_out, top_acts;
     std::vector<T> dlogits, d_inter, dx, scratch;
+    std::vector<const T*> embedding_rows;
   };
   // Rows per chunk of PredictLogits (at least reduction_chunk_rows).
   static constexpr int64_t kPredictChunkRows = 256;
   static int64_t NumChunks(int64_t batch_size, int64_t rows);
-  // Runs the forward for rows [r0, r1) into the chunk's buffers; returns the logits.
-  const T* ForwardChunk(const ValidatedBatch& batch, const EmbeddingBagCollection<T>& bags,
-                        int64_t r0, int64_t r1, ChunkBuffers& buf) const;
+  // pooled [B x pooled_width] = every sample's embedding bags, in chunks on the pool.
+  void PoolBatch(const ValidatedBatch& batch, const EmbeddingBagCollection<T>& bags,
+                 int64_t chunk_rows, T* pooled, ThreadPool* pool) const;
+  // The dense forward of rows [r0, r1) given their pooled embeddings; returns the logits.
+  const T* ForwardChunk(const ValidatedBatch& batch, const T* pooled, int64_t r0, int64_t r1,
+                        ChunkBuffers& buf) const;
   // Chunked forward + backward; returns the loss sum, dense_grad the chunks' tree sum.
   double ForwardBackwardChunks(const ValidatedBatch& batch, T grad_scale,
                                const EmbeddingBagCollection<T>& bags, std::vector<T>* dense_grad,
@@ -119,6 +123,7 @@ class DlrmModel {
   std::vector<DenseParamInfo> param_infos_;
   std::vector<std::vector<T>> chunk_grads_;  // reused across steps
   mutable ObjectPool<ChunkBuffers> chunk_buffers_;
+  mutable ObjectPool<std::vector<T>> batch_buffers_;  // a whole batch's pooled embeddings
 };
 
 }  // namespace dlrm
