@@ -3,7 +3,7 @@
 
 Reads the JSON of a dlrm_micro_bench run (--benchmark_out=FILE --benchmark_out_format=json)
 and prints, for every BM_Embedding* result, its bytes/s beside BM_RandomGather's at the same
-row width (small: dim 16, multihot: dim 64), thread count and 4 KiB pages (what the engine's
+row width (small: dim 16, multihot: dim 64), thread count and 2 MiB pages (what the engine's
 tables get). With --benchmark_repetitions the median is used. Standard library only.
 
 usage: bench/micro_report.py micro.json
@@ -44,7 +44,7 @@ def main():
     rates = results(sys.argv[1])
     gather = {}
     for name, rate in rates.items():
-        m = re.match(r"BM_RandomGather/dim:(\d+)/pages:4k/", name)
+        m = re.match(r"BM_RandomGather/dim:(\d+)/pages:huge/", name)
         if m:
             gather[(int(m.group(1)), threads_of(name))] = rate
     print(f"{'benchmark':<80} {'GB/s':>7} {'gather GB/s':>11} {'fraction':>8}")

@@ -245,8 +245,10 @@ def throughput(args, spec: ModelSpec) -> None:
 
 
 # ---- loss curves: engine and PyTorch from the same weights on the same data -------
-def engine_config_text(path: str, optimizer: str, threads: int) -> str:
+def engine_config_text(path: str, optimizer: str, threads: int, lr: float = 0.0) -> str:
     text = open(path, encoding="utf-8").read()
+    if lr > 0:
+        text = re.sub(r"learning_rate:\s*[0-9.eE+-]+", f"learning_rate: {lr!r}", text)
     if optimizer == "adagrad":
         text = re.sub(r"(dense_optimizer\s*\{[^}]*?)sgd\s*\{\s*\}", r"\1adagrad {}", text)
         text = re.sub(r"(sparse_optimizer\s*\{[^}]*?)sgd\s*\{\s*\}", r"\1adagrad {}", text)
@@ -257,7 +259,7 @@ def engine_config_text(path: str, optimizer: str, threads: int) -> str:
 def curve(args, spec: ModelSpec) -> None:
     import dlrm  # the engine's Python binding
 
-    engine = dlrm.Engine(engine_config_text(args.config, args.optimizer, args.threads))
+    engine = dlrm.Engine(engine_config_text(args.config, args.optimizer, args.threads, args.lr))
     model = Dlrm(spec)
     state = engine.state_dict()
     with torch.no_grad():  # start PyTorch from the engine's initial weights
@@ -314,9 +316,14 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--curve", type=int, default=0, help="steps of the loss-curve comparison")
     p.add_argument("--curve_every", type=int, default=10)
+    p.add_argument("--lr", type=float, default=0.0,
+                   help="learning rate for dense and sparse parameters, on both sides "
+                        "(default: the config's)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     spec = parse_config(args.config)
+    if args.lr > 0:
+        spec.dense_lr = spec.sparse_lr = args.lr
     if args.curve:
         curve(args, spec)
     else:
