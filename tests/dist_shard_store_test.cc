@@ -16,6 +16,7 @@
 #include "engine/core/status.h"
 #include "engine/embedding/embedding_bag.h"
 #include "engine/shard/planner.h"
+#include "tests/dist_test_config.h"
 
 namespace dlrm::dist {
 namespace {
@@ -23,45 +24,6 @@ namespace {
 using Type = config::ShardingConfig::Type;
 constexpr int32_t kServers = 2;
 
-config::DlrmConfig MakeConfig(Type type, const std::string& optimizer) {
-  config::DlrmConfig c;
-  auto* m = c.mutable_model();
-  m->set_num_dense_features(2);
-  const int rows[] = {50, 40, 30};
-  for (int t = 0; t < 3; ++t) {
-    auto* tc = m->add_tables();
-    tc->set_name("t" + std::to_string(t));
-    tc->set_num_rows(rows[t]);
-    tc->set_dim(8);
-  }
-  // Features 0 and 3 share table t0 (their touches interleave in feature order); f2 MEAN.
-  const char* tables[] = {"t0", "t1", "t2", "t0"};
-  for (int f = 0; f < 4; ++f) {
-    auto* sf = m->add_sparse_features();
-    sf->set_name("f" + std::to_string(f));
-    sf->set_table(tables[f]);
-    if (f == 2) sf->set_pooling(config::SparseFeatureConfig::MEAN);
-  }
-  m->mutable_bottom_mlp()->add_layer_sizes(8);
-  m->mutable_top_mlp()->add_layer_sizes(1);
-  auto* so = c.mutable_sparse_optimizer();
-  so->set_learning_rate(0.05f);
-  if (optimizer == "adagrad") so->mutable_adagrad();
-  if (optimizer == "rowwise_adagrad") so->mutable_rowwise_adagrad();
-  if (optimizer == "adam") so->mutable_adam();
-  c.set_seed(11);
-  auto* sh = c.mutable_sharding();
-  sh->set_min_column_block(4);
-  sh->set_servers_per_group(kServers);
-  sh->set_split_fraction(0.01f);  // small tables still get split over both servers
-  for (int t = 0; t < 3; ++t) {
-    auto* opt = sh->add_tables();
-    opt->set_table("t" + std::to_string(t));
-    opt->add_allowed_types(type);
-  }
-  ValidateConfig(c);
-  return c;
-}
 
 // A step's data for 8 samples: random bags (0-3 ids, weighted), random pooled gradients.
 struct Step {
@@ -211,7 +173,8 @@ class ShardStoreTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ShardStoreTest, TwoTrainersTwoServersMatchOneProcessBitwise) {
   const Case& param = GetParam();
-  const config::DlrmConfig c = MakeConfig(param.type, param.optimizer);
+  const config::DlrmConfig c =
+      ShardedTestConfig(param.type, "sgd", param.optimizer, kServers);
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
   for (const auto& s : plan.shards()) ASSERT_EQ(s.type(), param.type) << s.DebugString();
 
@@ -292,7 +255,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, ShardStoreTest, ::testing::ValuesIn(AllCases(
 
 TEST(ShardStoreErrors, RowwiseAdagradNeedsWholeRows) {
   const config::DlrmConfig c =
-      MakeConfig(config::ShardingConfig::COLUMN_WISE, "rowwise_adagrad");
+      ShardedTestConfig(config::ShardingConfig::COLUMN_WISE, "sgd", "rowwise_adagrad", kServers);
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
   try {
     EmbeddingShardStore store(c, plan, 0);
@@ -305,7 +268,8 @@ TEST(ShardStoreErrors, RowwiseAdagradNeedsWholeRows) {
 
 // Bad requests change nothing and name what was wrong.
 TEST(ShardStoreErrors, BadLookupsAndUpdatesLeaveRowsUnchanged) {
-  const config::DlrmConfig c = MakeConfig(config::ShardingConfig::ROW_WISE, "adagrad");
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "adagrad", kServers);
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
   EmbeddingShardStore store(c, plan, 0);
   ASSERT_FALSE(store.shards().empty());

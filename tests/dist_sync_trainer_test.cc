@@ -18,6 +18,7 @@
 #include "engine/core/status.h"
 #include "engine/engine.h"
 #include "engine/shard/planner.h"
+#include "tests/dist_test_config.h"
 
 namespace dlrm::dist {
 namespace {
@@ -26,50 +27,6 @@ using Type = config::ShardingConfig::Type;
 constexpr int32_t kServers = 2, kTrainers = 2;
 constexpr int64_t kPart = 32, kGlobal = kPart * kTrainers;
 
-config::DlrmConfig MakeConfig(Type type, const std::string& dense, const std::string& sparse) {
-  config::DlrmConfig c;
-  auto* m = c.mutable_model();
-  m->set_num_dense_features(4);
-  const int rows[] = {60, 50, 40};
-  for (int t = 0; t < 3; ++t) {
-    auto* tc = m->add_tables();
-    tc->set_name("t" + std::to_string(t));
-    tc->set_num_rows(rows[t]);
-    tc->set_dim(8);
-  }
-  const char* tables[] = {"t0", "t1", "t2", "t0"};
-  for (int f = 0; f < 4; ++f) {
-    auto* sf = m->add_sparse_features();
-    sf->set_name("f" + std::to_string(f));
-    sf->set_table(tables[f]);
-    if (f == 2) sf->set_pooling(config::SparseFeatureConfig::MEAN);
-  }
-  for (int s : {16, 8}) m->mutable_bottom_mlp()->add_layer_sizes(s);
-  for (int s : {16, 1}) m->mutable_top_mlp()->add_layer_sizes(s);
-  auto* d = c.mutable_dense_optimizer();
-  d->set_learning_rate(0.05f);
-  if (dense == "adagrad") d->mutable_adagrad();
-  if (dense == "adam") d->mutable_adam();
-  auto* so = c.mutable_sparse_optimizer();
-  so->set_learning_rate(0.05f);
-  if (sparse == "adagrad") so->mutable_adagrad();
-  if (sparse == "rowwise_adagrad") so->mutable_rowwise_adagrad();
-  if (sparse == "adam") so->mutable_adam();
-  c.set_seed(5);
-  c.set_num_threads(2);
-  c.set_reduction_chunk_rows(16);
-  auto* sh = c.mutable_sharding();
-  sh->set_min_column_block(4);
-  sh->set_servers_per_group(kServers);
-  sh->set_split_fraction(0.01f);
-  for (int t = 0; t < 3; ++t) {
-    auto* opt = sh->add_tables();
-    opt->set_table("t" + std::to_string(t));
-    opt->add_allowed_types(type);
-  }
-  ValidateConfig(c);
-  return c;
-}
 
 OwnedBatch MakeBatch(const config::DlrmConfig& c, int64_t index) {
   const CounterRng rng(3, 9, static_cast<uint64_t>(index));
@@ -218,7 +175,8 @@ class SyncTrainerTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SyncTrainerTest, TwoTrainersTwoServersEqualOneProcessBitwise) {
   const Case& param = GetParam();
-  const config::DlrmConfig c = MakeConfig(param.type, param.dense, param.sparse);
+  const config::DlrmConfig c =
+      ShardedTestConfig(param.type, param.dense, param.sparse, kServers);
   Engine engine(c);
   Cluster cluster(c);
   const std::string name = std::string(shard::ShardingTypeShortName(param.type)) + "/" +
@@ -261,7 +219,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, SyncTrainerTest, ::testing::ValuesIn(AllCases
 // changes anywhere: the next good step still matches the engine.
 TEST(SyncTrainerErrors, BadPartFailsEveryRankAndChangesNothing) {
   const config::DlrmConfig c =
-      MakeConfig(config::ShardingConfig::ROW_WISE, "sgd", "adagrad");
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "adagrad", kServers);
   Engine engine(c);
   Cluster cluster(c);
   const OwnedBatch global = MakeBatch(c, 0);
@@ -289,7 +247,8 @@ TEST(SyncTrainerErrors, BadPartFailsEveryRankAndChangesNothing) {
 // Hybrid mode: with a slow server, trainers run ahead of the embedding updates, but never
 // by more than the bound; with bound 0 the same slow server gives the sync result.
 TEST(HybridTest, NeverExceedsTheStalenessBound) {
-  const config::DlrmConfig c = MakeConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd");
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", kServers);
   for (const int64_t bound : {0, 1, 3}) {
     Cluster cluster(c, bound);
     cluster.service->set_apply_delay(std::chrono::milliseconds(20));
