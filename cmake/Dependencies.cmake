@@ -32,6 +32,21 @@ if(NOT OPENBLAS_LIBRARY OR NOT CBLAS_INCLUDE_DIR)
   dlrm_missing("OpenBLAS" "libopenblas-dev")
 endif()
 
+# ZeroMQ (C API) carries the messages of multi-process training (engine/net).
+find_path(ZMQ_INCLUDE_DIR zmq.h)
+find_library(ZMQ_LIBRARY NAMES zmq)
+if(NOT ZMQ_INCLUDE_DIR OR NOT ZMQ_LIBRARY)
+  dlrm_missing("ZeroMQ" "libzmq3-dev")
+endif()
+
+# libsodium: HMAC-SHA256 message authentication (engine/net/auth.h). libzmq itself
+# already depends on it.
+find_path(SODIUM_INCLUDE_DIR sodium.h)
+find_library(SODIUM_LIBRARY NAMES sodium)
+if(NOT SODIUM_INCLUDE_DIR OR NOT SODIUM_LIBRARY)
+  dlrm_missing("libsodium" "libsodium-dev")
+endif()
+
 if(DLRM_BUILD_TESTS)
   find_package(GTest QUIET)
   if(NOT GTest_FOUND)

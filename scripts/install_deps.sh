@@ -8,6 +8,7 @@ PACKAGES=(
   libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev
   libopenblas-dev
+  libzmq3-dev libsodium-dev  # engine/net: transport, HMAC message authentication
   libbenchmark-dev  # bench/: dlrm_micro_bench
   binutils
   # bindings: Java (JDK 17, SWIG, JUnit 4) and Go (cgo)

@@ -1,0 +1,63 @@
+// The environment contract by which a launcher (Slurm, Kubernetes, mpirun, Spark barrier
+// tasks, `dlrm launch`) tells a process its part in a multi-process training job.
+//
+//   DLRM_ROLE          coordinator | server | trainer                         (required)
+//   DLRM_WORLD_SIZE    number of servers + trainers, in [1, kMaxWorldSize];
+//                      the coordinator is not counted                         (required)
+//   DLRM_RANK          this peer's rank in [0, DLRM_WORLD_SIZE)    (required for peers;
+//                      the coordinator has no rank: if set it must still be an integer)
+//   DLRM_COORDINATOR   host:port of the coordinator (IPv6 as [addr]:port)    (required)
+//   DLRM_BIND_ADDRESS  interface to listen on, default 127.0.0.1 (loopback only); set it
+//                      (e.g. 0.0.0.0 or the host's IP) for a job that spans hosts
+//   DLRM_SECRET        shared secret (>= 16 bytes) that turns on HMAC authentication
+//   DLRM_TIMEOUT_MS    how long rendezvous and barriers wait, default 60000
+//
+// Every bad value is an error naming the variable and the value (DLRM_SECRET's value is
+// never echoed, only its length).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "engine/net/options.h"
+#include "engine/net/wire.pb.h"
+
+namespace dlrm::dist {
+
+inline constexpr int32_t kMaxWorldSize = 1 << 16;
+inline constexpr int64_t kDefaultTimeoutMs = 60000;
+
+struct ClusterEnv {
+  net::Role role = net::ROLE_UNSPECIFIED;
+  int32_t rank = -1;  // -1 for the coordinator
+  int32_t world_size = 0;
+  std::string coordinator_host;  // as given ("10.0.0.5", "[::1]", "node-3")
+  int32_t coordinator_port = 0;
+  std::string bind_address = "127.0.0.1";
+  std::string secret;
+  int64_t timeout_ms = kDefaultTimeoutMs;
+
+  // "tcp://host:port": where peers connect to the coordinator.
+  std::string CoordinatorEndpoint() const;
+  // "tcp://<bind_address>:<coordinator_port>": what the coordinator binds.
+  std::string CoordinatorBindEndpoint() const;
+  // "tcp://<bind_address>:*": what a peer binds to accept connections (a free port).
+  std::string PeerBindEndpoint() const;
+  // Transport options with this environment's secret.
+  net::TransportOptions Transport() const;
+};
+
+// Variable name -> value, or nullopt when unset. Lets tests parse without setenv.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+// kInvalidArgument naming the variable and the value for anything missing or malformed.
+ClusterEnv ParseClusterEnv(const EnvLookup& lookup);
+// ParseClusterEnv over this process's environment.
+ClusterEnv ClusterEnvFromEnvironment();
+
+// "coordinator", "server", "trainer" (the DLRM_ROLE spellings).
+const char* RoleName(net::Role role);
+
+}  // namespace dlrm::dist

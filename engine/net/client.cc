@@ -1,0 +1,71 @@
+#include "engine/net/client.h"
+
+#include <utility>
+
+namespace dlrm::net {
+
+void ThrowRemoteError(const Message& error, const std::string& context) {
+  // The decoder admitted only valid, non-OK codes.
+  Throw(static_cast<StatusCode>(error.header.error_code()), context, ": ",
+        error.header.error_message());
+}
+
+Client::Client(const Context& context, const std::string& address,
+               const TransportOptions& options, std::string peer_name, int32_t sender_rank)
+    : endpoint_(context, Endpoint::kConnect, address, options, std::move(peer_name)),
+      sender_rank_(sender_rank) {}
+
+uint64_t Client::Submit(Message request) {
+  const uint64_t id = next_id_.fetch_add(1);
+  request.header.set_request_id(id);
+  if (sender_rank_ >= 0) request.header.set_sender_rank(sender_rank_);
+  const MessageType type = request.header.type();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    outstanding_[id] = type;
+  }
+  try {
+    endpoint_.Send(std::move(request));
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    outstanding_.erase(id);
+    throw;
+  }
+  return id;
+}
+
+Message Client::Wait(uint64_t request_id, std::chrono::milliseconds timeout) {
+  std::string request;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = outstanding_.find(request_id);
+    if (it == outstanding_.end())
+      ThrowInvalid("request ", request_id, " to ", endpoint_.name(),
+                   " is not outstanding (never submitted, or already waited for)");
+    request = MessageTypeName(it->second) + " #" + std::to_string(request_id);
+  }
+  const std::string what = "the reply to " + request;
+  Received reply;
+  try {
+    reply = endpoint_.ReceiveReply(request_id, timeout, what);
+  } catch (const Error& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    outstanding_.erase(request_id);
+    if (e.code() == StatusCode::kTimeout) endpoint_.Forget(request_id);
+    throw;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    outstanding_.erase(request_id);
+  }
+  if (reply.message.header.type() == Header::ERROR)
+    ThrowRemoteError(reply.message, endpoint_.name() + " (" + endpoint_.address() +
+                                        ") answered " + request + " with an error");
+  return std::move(reply.message);
+}
+
+Message Client::Call(Message request, std::chrono::milliseconds timeout) {
+  return Wait(Submit(std::move(request)), timeout);
+}
+
+}  // namespace dlrm::net

@@ -1,0 +1,93 @@
+#include "engine/net/message.h"
+
+#include <limits>
+#include <sstream>
+
+namespace dlrm::net {
+
+int64_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case PayloadDescriptor::F32: return 4;
+    case PayloadDescriptor::F64: return 8;
+    case PayloadDescriptor::I32: return 4;
+    case PayloadDescriptor::I64: return 8;
+    case PayloadDescriptor::U8: return 1;
+    default: return 0;
+  }
+}
+
+std::string DTypeName(DType dtype) {
+  if (!PayloadDescriptor::DType_IsValid(dtype))
+    return "DTYPE_" + std::to_string(static_cast<int>(dtype));
+  return PayloadDescriptor::DType_Name(dtype);
+}
+
+std::string MessageTypeName(MessageType type) {
+  if (!Header::Type_IsValid(type))
+    return "TYPE_" + std::to_string(static_cast<int>(type));
+  return Header::Type_Name(type);
+}
+
+size_t Payload::CheckedSize(DType dtype, int64_t count) {
+  const int64_t size = DTypeSize(dtype);
+  if (size == 0) ThrowInvalid("payload dtype ", DTypeName(dtype), " is not a known dtype");
+  if (count < 0) ThrowInvalid("payload count ", count, " is negative");
+  if (count > std::numeric_limits<int64_t>::max() / size)
+    ThrowInvalid("payload of ", count, " x ", DTypeName(dtype), " overflows");
+  return static_cast<size_t>(count * size);
+}
+
+Payload Payload::FromBytes(DType dtype, int64_t count, std::vector<uint8_t> bytes) {
+  const size_t want = CheckedSize(dtype, count);
+  if (bytes.size() != want)
+    ThrowInvalid("payload ", DTypeName(dtype), " x ", count, " needs ", want, " bytes, got ",
+                 bytes.size());
+  Payload p;
+  p.dtype_ = dtype;
+  p.count_ = count;
+  p.bytes_ = std::move(bytes);
+  return p;
+}
+
+void Payload::CheckType(DType wanted) const {
+  if (dtype_ != wanted)
+    ThrowInvalid("payload holds ", DTypeName(dtype_), ", read as ", DTypeName(wanted));
+}
+
+Message MakeMessage(MessageType type) {
+  Message m;
+  m.header.set_version(WIRE_VERSION_1);
+  m.header.set_type(type);
+  return m;
+}
+
+Message MakeErrorMessage(StatusCode code, const std::string& text, uint64_t request_id) {
+  DLRM_INTERNAL_CHECK(code != StatusCode::kOk);
+  Message m = MakeMessage(Header::ERROR);
+  m.header.set_error_code(static_cast<int32_t>(code));
+  m.header.set_error_message(text);
+  m.header.set_request_id(request_id);
+  return m;
+}
+
+std::string DescribeMessage(const Message& message) {
+  const Header& h = message.header;
+  std::ostringstream os;
+  os << MessageTypeName(h.type()) << " #" << h.request_id();
+  if (h.has_sender_rank()) os << " from rank " << h.sender_rank();
+  if (h.has_step()) os << ", step " << h.step();
+  os << ", " << message.payloads.size() << " payloads";
+  if (!message.payloads.empty()) {
+    os << " (";
+    for (size_t i = 0; i < message.payloads.size(); ++i)
+      os << (i ? ", " : "") << DTypeName(message.payloads[i].dtype()) << " x "
+         << message.payloads[i].count();
+    os << ")";
+  }
+  if (h.type() == Header::ERROR)
+    os << ": " << StatusCodeName(static_cast<StatusCode>(h.error_code())) << " "
+       << h.error_message();
+  return os.str();
+}
+
+}  // namespace dlrm::net
