@@ -10,6 +10,7 @@
 
 #include "engine/config/config.h"
 #include "engine/core/metrics.h"
+#include "engine/core/finite.h"
 #include "engine/core/status.h"
 #include "engine/dense/loss.h"
 #include "engine/embedding/sparse_optimizer.h"
@@ -43,13 +44,6 @@ std::vector<TableShape> TableShapes(const config::ModelConfig& model) {
   std::vector<TableShape> shapes;
   for (const auto& t : model.tables()) shapes.push_back({t.num_rows(), t.dim()});
   return shapes;
-}
-
-template <typename T>
-bool AllFinite(const std::vector<T>& values) {
-  for (const T v : values)
-    if (!std::isfinite(v)) return false;
-  return true;
 }
 
 std::string EmbeddingParamName(const std::string& table) { return "embedding." + table + ".weight"; }
@@ -144,9 +138,7 @@ float Engine::TrainStepNow(const BatchView& batch) {
       ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), true);
   const double loss = s.model.ForwardBackward(vb, &s.dense_grad, &s.d_pooled, pool_.get());
   if (!std::isfinite(loss) || !AllFinite(s.dense_grad) || !AllFinite(s.d_pooled))
-    Throw(StatusCode::kFailedPrecondition, "training diverged at step ", s.step,
-          ": the loss or a gradient is not finite (loss = ", loss,
-          "); parameters were not updated. Lower the learning rate.");
+    ThrowDiverged(s.step, loss);
 
   const double factor = LrFactor(config_.lr_schedule(), s.step);
   const float dense_lr = static_cast<float>(s.dense_lr * factor);

@@ -43,6 +43,16 @@ class ThreadPool {
   std::vector<std::thread> workers_;
 };
 
+// fn(i) for i in [0, n) on pool, or on the calling thread when pool is null (single-threaded
+// callers and tests pass no pool).
+inline void ParallelFor(ThreadPool* pool, int64_t n, const std::function<void(int64_t)>& fn) {
+  if (pool != nullptr && n > 1) {
+    pool->ParallelFor(n, fn);
+  } else {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  }
+}
+
 // Splits [0, n) into `parts` contiguous ranges of near-equal size; range p is
 // [SplitBegin(n, parts, p), SplitBegin(n, parts, p + 1)).
 inline int64_t SplitBegin(int64_t n, int64_t parts, int64_t p) {

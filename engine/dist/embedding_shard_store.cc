@@ -89,27 +89,17 @@ EmbeddingShardStore::EmbeddingShardStore(const config::DlrmConfig& config,
                    ", ", shard.col_end, ")); use another sharding type or optimizer");
   }
 
-  // Tables are built one per task: values are a pure function of (seed, table, row, col).
-  std::vector<std::unique_ptr<EmbeddingTable<float>>> built(shards_.size());
-  auto build = [&](int64_t i) {
+  tables_ = BuildTables<float>(static_cast<int64_t>(shards_.size()), pool_, [&](int64_t i) {
     const Shard& s = shards_[i];
     const config::TableConfig& tc = model_.tables(s.table);
-    built[i] = std::make_unique<EmbeddingTable<float>>(tc.name(), s.row_end - s.row_begin,
-                                                       s.col_end - s.col_begin);
-    built[i]->InitializeShard(tc.initializer(), config.seed(), s.table, tc.num_rows(),
-                              s.row_begin, s.col_begin);
-  };
-  if (pool_) {
-    pool_->ParallelFor(static_cast<int64_t>(shards_.size()), build);
-  } else {
-    for (size_t i = 0; i < shards_.size(); ++i) build(static_cast<int64_t>(i));
-  }
-  tables_.reserve(shards_.size());
+    EmbeddingTable<float> table(tc.name(), s.row_end - s.row_begin, s.col_end - s.col_begin);
+    table.InitializeShard(tc.initializer(), config.seed(), s.table, tc.num_rows(), s.row_begin,
+                          s.col_begin);
+    return table;
+  });
   std::vector<TableShape> shapes;
-  for (auto& table : built) {
-    shapes.push_back({table->num_rows(), table->dim()});
-    tables_.push_back(std::move(*table));
-  }
+  for (const EmbeddingTable<float>& table : tables_)
+    shapes.push_back({table.num_rows(), table.dim()});
   for (const Shard& s : shards_) row_ranges_.push_back({s.row_begin, s.row_end});
 
   std::vector<FeatureBinding> bindings;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/config/config.h"
+#include "engine/core/finite.h"
 #include "engine/core/status.h"
 #include "engine/core/tree_reduce.h"
 #include "engine/embedding/embedding_bag.h"
@@ -13,13 +14,6 @@
 
 namespace dlrm::dist {
 namespace {
-
-bool AllFinite(const std::vector<float>& values) {
-  for (const float v : values) {
-    if (!std::isfinite(v)) return false;
-  }
-  return true;
-}
 
 bool IsPowerOfTwo(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
@@ -211,10 +205,7 @@ float SyncTrainer::TrainStep(const BatchView& part) {
   TreeReduceInto(grad_ptrs, num_params, pool_);
   TreeReduceInto(loss_ptrs, 1, nullptr);
   const double loss = losses[0] / static_cast<double>(global_batch);
-  if (!finite || !std::isfinite(loss) || !AllFinite(grads[0]))
-    Throw(StatusCode::kFailedPrecondition, "training diverged at step ", step_,
-          ": the loss or a gradient is not finite (loss = ", loss,
-          "); parameters were not updated. Lower the learning rate.");
+  if (!finite || !std::isfinite(loss) || !AllFinite(grads[0])) ThrowDiverged(step_, loss);
 
   const double factor = LrFactor(config_.lr_schedule(), step_);
   const auto dense_lr =

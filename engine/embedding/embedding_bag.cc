@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <functional>
 #include <utility>
 
 #include "engine/core/status.h"
@@ -178,17 +177,10 @@ void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch,
   Workspace& ws = *workspace_;
   // Every phase below gives each task its own features, tables or rows, so the split over
   // threads never changes a result.
-  auto parallel_for = [pool](int64_t n, const std::function<void(int64_t)>& fn) {
-    if (pool && n > 1) {
-      pool->ParallelFor(n, fn);
-    } else {
-      for (int64_t i = 0; i < n; ++i) fn(i);
-    }
-  };
 
   // Per id occurrence, the slice of d_pooled and the factor its gradient is made of.
   ws.sources.resize(static_cast<size_t>(num_ids));
-  parallel_for(num_features(), [&](int64_t f) {
+  ParallelFor(pool, num_features(), [&](int64_t f) {
     const FeatureBinding& fb = features_[f];
     for (int64_t b = 0; b < B; ++b) {
       const int64_t begin = batch.bag_begin(f, b), end = batch.bag_end(f, b);
@@ -214,7 +206,7 @@ void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch,
   ws.scratch.resize(static_cast<size_t>(num_ids));
   ws.table_segments.resize(num_tables);
   ws.table_end.assign(num_tables, 0);
-  parallel_for(num_tables, [&](int64_t t) {
+  ParallelFor(pool, num_tables, [&](int64_t t) {
     const int64_t begin = ws.table_begin[t], end = ws.table_begin[t + 1];
     std::vector<int64_t>& segments = ws.table_segments[t];
     segments.clear();

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/config/dlrm.pb.h"
+#include "engine/core/thread_pool.h"
 
 namespace dlrm {
 
@@ -41,5 +43,18 @@ class EmbeddingTable {
   int32_t dim_;
   std::vector<T> data_;
 };
+
+// Tables [0, n), table i built (allocated and initialized) by make(i), one task each on
+// pool: zero-filling and drawing gigabytes of rows is most of a start-up, and each value
+// is a pure function of (seed, table, row, column), so the split changes nothing.
+template <typename T, typename Make>
+std::vector<EmbeddingTable<T>> BuildTables(int64_t n, ThreadPool* pool, Make make) {
+  std::vector<std::optional<EmbeddingTable<T>>> built(static_cast<size_t>(n));
+  ParallelFor(pool, n, [&](int64_t i) { built[i].emplace(make(i)); });
+  std::vector<EmbeddingTable<T>> tables;
+  tables.reserve(built.size());
+  for (auto& table : built) tables.push_back(std::move(*table));
+  return tables;
+}
 
 }  // namespace dlrm

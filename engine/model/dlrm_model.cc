@@ -1,7 +1,6 @@
 #include "engine/model/dlrm_model.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "engine/config/config.h"
 #include "engine/core/status.h"
@@ -34,20 +33,12 @@ DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool,
     : num_dense_(config.model().num_dense_features()),
       chunk_rows_(config.reduction_chunk_rows()) {
   const config::ModelConfig& model = config.model();
-  // Zero-filling and drawing gigabytes of rows is most of an engine's start-up time.
-  std::vector<std::optional<EmbeddingTable<T>>> built(allocate_tables ? model.tables_size() : 0);
-  auto build = [&](int64_t t) {
+  tables_ = BuildTables<T>(allocate_tables ? model.tables_size() : 0, pool, [&](int64_t t) {
     const auto& tc = model.tables(static_cast<int>(t));
-    built[t].emplace(tc.name(), tc.num_rows(), tc.dim());
-    built[t]->Initialize(tc.initializer(), config.seed(), static_cast<int32_t>(t));
-  };
-  if (pool) {
-    pool->ParallelFor(static_cast<int64_t>(built.size()), build);
-  } else {
-    for (size_t t = 0; t < built.size(); ++t) build(static_cast<int64_t>(t));
-  }
-  tables_.reserve(built.size());
-  for (auto& table : built) tables_.push_back(std::move(*table));
+    EmbeddingTable<T> table(tc.name(), tc.num_rows(), tc.dim());
+    table.Initialize(tc.initializer(), config.seed(), static_cast<int32_t>(t));
+    return table;
+  });
 
   std::vector<int> feature_dims;
   int32_t pooled_width = 0;
@@ -99,12 +90,7 @@ void DlrmModel<T>::PoolBatch(const ValidatedBatch& batch, const EmbeddingBagColl
     const auto lease = chunk_buffers_.Acquire();
     bags.Forward(batch, r0, r1, pooled + r0 * width, &lease->embedding_rows);
   };
-  const int64_t chunks = NumChunks(B, chunk_rows);
-  if (pool) {
-    pool->ParallelFor(chunks, run);
-  } else {
-    for (int64_t c = 0; c < chunks; ++c) run(c);
-  }
+  ParallelFor(pool, NumChunks(B, chunk_rows), run);
 }
 
 template <typename T>
@@ -186,11 +172,7 @@ double DlrmModel<T>::ForwardBackwardChunks(const ValidatedBatch& batch, T grad_s
     bottom_->Backward(dense_params_.data(), buf.dense_in.data(), buf.bottom_acts.data(),
                       buf.dx.data(), n, grads.data(), nullptr, buf.scratch.data());
   };
-  if (pool) {
-    pool->ParallelFor(chunks, run_chunk);
-  } else {
-    for (int64_t c = 0; c < chunks; ++c) run_chunk(c);
-  }
+  ParallelFor(pool, chunks, run_chunk);
 
   std::vector<T*> partials;
   for (int64_t c = 0; c < chunks; ++c) partials.push_back(chunk_grads_[c].data());
@@ -232,11 +214,7 @@ void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch, T* logits,
     const T* out = ForwardChunk(batch, pooled.data() + r0 * width, r0, r1, *lease);
     std::copy(out, out + (r1 - r0), logits + r0);
   };
-  if (pool) {
-    pool->ParallelFor(chunks, run_chunk);
-  } else {
-    for (int64_t c = 0; c < chunks; ++c) run_chunk(c);
-  }
+  ParallelFor(pool, chunks, run_chunk);
 }
 
 template class DlrmModel<float>;
