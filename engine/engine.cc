@@ -48,11 +48,6 @@ std::vector<TableShape> TableShapes(const config::ModelConfig& model) {
 
 std::string EmbeddingParamName(const std::string& table) { return "embedding." + table + ".weight"; }
 
-int ResolveThreads(int configured) {
-  if (configured > 0) return configured;
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 }  // namespace
 
 struct Engine::State {
@@ -78,7 +73,7 @@ struct Engine::State {
 
 Engine::Engine(const config::DlrmConfig& config) : config_(config) {
   ValidateConfig(config_);
-  pool_ = std::make_unique<ThreadPool>(ResolveThreads(config_.num_threads()));
+  pool_ = std::make_unique<ThreadPool>(ResolveThreadCount(config_.num_threads()));
   state_ = NewState();
 }
 
@@ -196,11 +191,7 @@ EvalResult Engine::Evaluate(const std::vector<BatchView>& batches) const {
       labels.push_back(vb.view.labels[i]);
     }
   }
-  EvalResult result;
-  result.num_samples = static_cast<int64_t>(labels.size());
-  result.log_loss = LogLoss(probabilities, labels);
-  result.auc = RocAuc(probabilities, labels);
-  return result;
+  return Evaluation(probabilities, labels);
 }
 
 void Engine::SetLearningRate(LrTarget target, float lr) {

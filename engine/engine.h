@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/config/dlrm.pb.h"
+#include "engine/core/metrics.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/batch.h"
 
@@ -20,12 +21,6 @@ namespace dlrm {
 
 class AsyncStepQueue;
 class CheckpointReader;
-
-struct EvalResult {
-  double log_loss = 0;
-  double auc = 0;
-  int64_t num_samples = 0;
-};
 
 struct ParameterInfo {
   std::string name;  // "bottom_mlp.0.weight", "top_mlp.1.bias", "embedding.<table>.weight"

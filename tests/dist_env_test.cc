@@ -71,7 +71,9 @@ TEST(DistEnvTest, ParsesEveryOptionalVariable) {
   vars["DLRM_BIND_ADDRESS"] = "0.0.0.0";
   vars["DLRM_SECRET"] = "a-secret-of-20-bytes";
   vars["DLRM_TIMEOUT_MS"] = "2500";
+  vars["DLRM_NET_DELAY_MS"] = "2";
   const ClusterEnv env = Parse(vars);
+  EXPECT_EQ(env.Transport().delay_ms, 2);
   EXPECT_EQ(env.role, net::ROLE_SERVER);
   EXPECT_EQ(env.CoordinatorEndpoint(), "tcp://[::1]:7000");
   EXPECT_EQ(env.CoordinatorBindEndpoint(), "tcp://0.0.0.0:7000");
@@ -153,6 +155,7 @@ TEST(DistEnvTest, RejectsTimeout) {
   ExpectInvalid("DLRM_TIMEOUT_MS", "0", {"DLRM_TIMEOUT_MS=0 is out of range [1, 86400000]"});
   ExpectInvalid("DLRM_TIMEOUT_MS", "-5", {"DLRM_TIMEOUT_MS=-5"});
   ExpectInvalid("DLRM_TIMEOUT_MS", "10s", {"DLRM_TIMEOUT_MS='10s' is not an integer"});
+  ExpectInvalid("DLRM_NET_DELAY_MS", "-1", {"DLRM_NET_DELAY_MS=-1 is out of range [0, 60000]"});
 }
 
 TEST(DistEnvTest, ReadsTheProcessEnvironment) {

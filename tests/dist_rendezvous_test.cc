@@ -23,6 +23,7 @@
 #include "engine/dist/rendezvous.h"
 #include "engine/dist/roster.h"
 #include "engine/net/client.h"
+#include "tests/dist_test_data.h"
 
 namespace dlrm::dist {
 namespace {
@@ -32,21 +33,6 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kLoopback[] = "tcp://127.0.0.1:*";
-
-// A ClusterEnv for a peer of a coordinator at `endpoint` ("tcp://127.0.0.1:port").
-ClusterEnv PeerEnv(const std::string& endpoint, net::Role role, int32_t rank, int32_t world,
-                   int64_t timeout_ms = 5000, const std::string& secret = "") {
-  ClusterEnv env;
-  env.role = role;
-  env.rank = rank;
-  env.world_size = world;
-  const size_t colon = endpoint.rfind(':');
-  env.coordinator_host = endpoint.substr(6, colon - 6);
-  env.coordinator_port = std::stoi(endpoint.substr(colon + 1));
-  env.secret = secret;
-  env.timeout_ms = timeout_ms;
-  return env;
-}
 
 std::string FreeLoopbackAddress() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

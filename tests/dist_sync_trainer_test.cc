@@ -16,9 +16,12 @@
 #include "engine/config/config.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
+#include "engine/dense/loss.h"
 #include "engine/engine.h"
 #include "engine/shard/planner.h"
 #include "tests/dist_test_config.h"
+#include "tests/dist_test_checks.h"
+#include "tests/dist_test_data.h"
 
 namespace dlrm::dist {
 namespace {
@@ -27,55 +30,8 @@ using Type = config::ShardingConfig::Type;
 constexpr int32_t kServers = 2, kTrainers = 2;
 constexpr int64_t kPart = 32, kGlobal = kPart * kTrainers;
 
-
 OwnedBatch MakeBatch(const config::DlrmConfig& c, int64_t index) {
-  const CounterRng rng(3, 9, static_cast<uint64_t>(index));
-  uint64_t k = 0;
-  OwnedBatch b;
-  b.batch_size = kGlobal;
-  b.num_dense = c.model().num_dense_features();
-  b.num_sparse = c.model().sparse_features_size();
-  for (int64_t i = 0; i < kGlobal * b.num_dense; ++i)
-    b.dense.push_back(static_cast<float>(rng.Normal(k++)));
-  for (int64_t i = 0; i < kGlobal; ++i) b.labels.push_back(rng.Uniform(k++) < 0.3 ? 1.0f : 0.0f);
-  for (int f = 0; f < b.num_sparse; ++f) {
-    const int t = FindTable(c.model(), c.model().sparse_features(f).table());
-    const int64_t rows = c.model().tables(t).num_rows();
-    for (int64_t s = 0; s < kGlobal; ++s) {
-      const auto len = static_cast<int32_t>(rng.Uniform(k++) * 4);
-      b.lengths.push_back(len);
-      for (int32_t i = 0; i < len; ++i) {
-        const double pick = rng.Uniform(k++);
-        b.ids.push_back(pick < 0.5 ? static_cast<int64_t>(pick * 8)
-                                   : static_cast<int64_t>(rng.Uniform(k++) * rows));
-        b.weights.push_back(static_cast<float>(0.5 + rng.Uniform(k++)));
-      }
-    }
-  }
-  return b;
-}
-
-// Samples [s0, s1) of a batch.
-OwnedBatch Part(const OwnedBatch& g, int64_t s0, int64_t s1) {
-  OwnedBatch p;
-  p.batch_size = s1 - s0;
-  p.num_dense = g.num_dense;
-  p.num_sparse = g.num_sparse;
-  p.dense.assign(g.dense.begin() + s0 * g.num_dense, g.dense.begin() + s1 * g.num_dense);
-  p.labels.assign(g.labels.begin() + s0, g.labels.begin() + s1);
-  int64_t pos = 0;
-  for (int f = 0; f < g.num_sparse; ++f) {
-    for (int64_t s = 0; s < g.batch_size; ++s) {
-      const int32_t len = g.lengths[f * g.batch_size + s];
-      if (s >= s0 && s < s1) {
-        p.lengths.push_back(len);
-        p.ids.insert(p.ids.end(), g.ids.begin() + pos, g.ids.begin() + pos + len);
-        p.weights.insert(p.weights.end(), g.weights.begin() + pos, g.weights.begin() + pos + len);
-      }
-      pos += len;
-    }
-  }
-  return p;
+  return MakeTestBatch(c, index, kGlobal);
 }
 
 struct Cluster {
@@ -129,41 +85,12 @@ struct Cluster {
 // Every dense parameter and embedding row of the cluster equals the engine's, bitwise.
 void ExpectSameParameters(const Engine& engine, const Cluster& cluster,
                           const config::DlrmConfig& c, const std::string& where) {
-  for (const auto& trainer : cluster.trainers) {
-    for (const DenseParamInfo& p : trainer->model().dense_param_infos()) {
-      std::vector<float> want(p.size);
-      engine.ReadParameter(p.name, want.data(), static_cast<int64_t>(want.size()));
-      ASSERT_EQ(std::memcmp(want.data(), trainer->model().dense_params().data() + p.offset,
-                            p.size * sizeof(float)),
-                0)
-          << where << ": " << p.name;
-    }
-  }
+  for (const auto& trainer : cluster.trainers)
+    ExpectDenseMatchesEngine(engine, trainer->model(), where);
   std::vector<const EmbeddingShardStore*> owners;
   for (const auto& s : cluster.servers) owners.push_back(s.get());
   for (const auto& t : cluster.trainers) owners.push_back(&t->replicas());
-  for (int t = 0; t < c.model().tables_size(); ++t) {
-    const auto& tc = c.model().tables(t);
-    std::vector<float> want(tc.num_rows() * tc.dim());
-    engine.ReadParameter("embedding." + tc.name() + ".weight", want.data(),
-                         static_cast<int64_t>(want.size()));
-    int64_t covered = 0;
-    for (const EmbeddingShardStore* o : owners) {
-      for (size_t i = 0; i < o->shards().size(); ++i) {
-        const auto& s = o->shards()[i];
-        if (s.table != t) continue;
-        const EmbeddingTable<float>& piece = o->shard_table(static_cast<int32_t>(i));
-        for (int64_t r = s.row_begin; r < s.row_end; ++r) {
-          const float* expected = want.data() + r * tc.dim() + s.col_begin;
-          ASSERT_EQ(std::memcmp(piece.row(r - s.row_begin), expected, piece.dim() * sizeof(float)),
-                    0)
-              << where << ": table " << tc.name() << " row " << r;
-          covered += piece.dim();
-        }
-      }
-    }
-    EXPECT_GE(covered, tc.num_rows() * tc.dim()) << where << ": table " << tc.name();
-  }
+  ExpectStoresMatchEngine(engine, c, owners, where);
 }
 
 struct Case {
@@ -228,7 +155,7 @@ TEST(SyncTrainerErrors, BadPartFailsEveryRankAndChangesNothing) {
   std::vector<std::string> errors;
   cluster.Step({Part(global, 0, kPart), bad}, &errors);
   for (int r = 0; r < kTrainers; ++r) {
-    EXPECT_NE(errors[r].find("trainer 1's batch part"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("trainer 1's part"), std::string::npos) << errors[r];
     EXPECT_NE(errors[r].find("ids"), std::string::npos) << errors[r];
   }
   // Unequal parts are refused the same way.
@@ -242,6 +169,80 @@ TEST(SyncTrainerErrors, BadPartFailsEveryRankAndChangesNothing) {
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(losses[0], want);
   ExpectSameParameters(engine, cluster, c, "after a good step");
+}
+
+// Pipelining: each trainer keeps three parts queued (their lookups in flight) and the
+// result is still the engine's, bitwise; a bad part in the middle of the queue fails its
+// step on both ranks and the parts queued behind it train as the next step. Prediction
+// and evaluation then match the engine's exactly.
+TEST(SyncTrainerPipeline, QueuedPartsTrainLikeOneProcess) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_ROW_WISE, "adagrad", "adagrad", kServers);
+  Engine engine(c);
+  Cluster cluster(c);
+  constexpr int64_t kBatches = 7, kBad = 3, kDepth = 3;
+  std::vector<OwnedBatch> globals;
+  std::vector<float> want;
+  for (int64_t i = 0; i < kBatches; ++i) {
+    globals.push_back(MakeBatch(c, i));
+    if (i != kBad) want.push_back(engine.TrainStep(globals.back().view()));
+  }
+  std::vector<std::vector<OwnedBatch>> parts(kTrainers);
+  for (int64_t i = 0; i < kBatches; ++i) {
+    parts[0].push_back(Part(globals[i], 0, kPart));
+    parts[1].push_back(Part(globals[i], kPart, kGlobal));
+  }
+  parts[1][kBad].ids[0] = 10'000;  // outside every table
+  std::vector<std::vector<float>> losses(kTrainers);
+  std::vector<std::vector<std::string>> errors(kTrainers);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kTrainers; ++r) {
+    threads.emplace_back([&, r] {
+      SyncTrainer& trainer = *cluster.trainers[r];
+      int64_t next = 0;
+      while (next < kDepth) trainer.Enqueue(parts[r][next++].view());
+      while (trainer.queued() > 0) {
+        try {
+          losses[r].push_back(trainer.TrainStep());
+        } catch (const Error& e) {
+          errors[r].push_back(e.what());
+        }
+        if (next < kBatches) trainer.Enqueue(parts[r][next++].view());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kTrainers; ++r) {
+    ASSERT_EQ(errors[r].size(), 1u) << "rank " << r;
+    EXPECT_NE(errors[r][0].find("step 4: trainer 1's part"), std::string::npos) << errors[r][0];
+    ASSERT_EQ(losses[r].size(), want.size()) << "rank " << r;
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_EQ(std::memcmp(&losses[r][i], &want[i], sizeof(float)), 0)
+          << "rank " << r << " step " << i + 1 << ": " << losses[r][i] << " vs " << want[i];
+  }
+  cluster.service->WaitUntilApplied(cluster.trainers[0]->step());
+  ExpectSameParameters(engine, cluster, c, "after the pipelined steps");
+
+  const OwnedBatch eval = MakeBatch(c, 100);
+  std::vector<float> logits(kGlobal), probabilities(kGlobal);
+  cluster.trainers[1]->PredictLogits(eval.view(), logits.data());
+  engine.Predict(eval.view(), probabilities.data(), kGlobal);
+  for (int64_t i = 0; i < kGlobal; ++i)
+    EXPECT_EQ(StableSigmoid(logits[i]), probabilities[i]) << "sample " << i;
+  const EvalResult got = cluster.trainers[0]->Evaluate({eval.view()});
+  const EvalResult expected = engine.Evaluate({eval.view()});
+  EXPECT_EQ(got.auc, expected.auc);
+  EXPECT_EQ(got.log_loss, expected.log_loss);
+  EXPECT_EQ(got.num_samples, kGlobal);
+  // A bad batch is refused by name.
+  OwnedBatch bad = eval;
+  bad.ids[0] = -1;
+  try {
+    cluster.trainers[0]->Evaluate({eval.view(), bad.view()});
+    ADD_FAILURE() << "a bad evaluation batch was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("batches[1]"), std::string::npos) << e.what();
+  }
 }
 
 // Hybrid mode: with a slow server, trainers run ahead of the embedding updates, but never

@@ -19,6 +19,8 @@ constexpr const char* kUsage =
     "  eval      evaluate a saved checkpoint on Criteo-format TSV\n"
     "  plan      plan the sharding of a config's tables over N embedding servers\n"
     "  bench     time training and prediction of a config on synthetic batches\n"
+    "  launch    run a multi-process job here: dlrm launch --trainers T --servers S -- \n"
+    "            train --config ... (each process is `dlrm train` with DLRM_ROLE set)\n"
     "`dlrm <command> --help` lists a command's flags.";
 
 }  // namespace
@@ -43,6 +45,12 @@ int main(int argc, char** argv) {
     if (command == "eval") return dlrm::tools::EvalCommand();
     if (command == "plan") return dlrm::tools::PlanCommand();
     if (command == "bench") return dlrm::tools::BenchCommand();
+    if (command == "launch") {
+      // What follows the launch flags (after "--") is the command every process runs.
+      int first = 1;
+      if (first < sub_argc && std::strcmp(sub_argv[first], "--") == 0) ++first;
+      return dlrm::tools::LaunchCommand(sub_argc - first + 1, sub_argv + first - 1);
+    }
   } catch (const dlrm::Error& e) {
     LOG(ERROR) << dlrm::StatusCodeName(e.code()) << ": " << e.what();
     return 1;

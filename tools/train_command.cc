@@ -15,6 +15,7 @@
 #include "engine/data/prefetcher.h"
 #include "engine/engine.h"
 #include "tools/commands.h"
+#include "tools/train_data.h"
 
 DEFINE_string(config, "", "model config (protobuf text), for train");
 DEFINE_string(train, "", "training data, Criteo TSV");
@@ -49,43 +50,18 @@ int64_t CountLines(const std::string& path) {
   return lines;
 }
 
-CriteoOptions ReaderOptions(const config::DlrmConfig& config, int64_t batch_size) {
-  const config::ModelConfig& model = config.model();
-  if (model.num_dense_features() != CriteoTsvReader::kNumDense ||
-      model.sparse_features_size() != CriteoTsvReader::kNumSparse)
-    ThrowInvalid("Criteo TSV has 13 dense and 26 sparse features, but the config has ",
-                 model.num_dense_features(), " and ", model.sparse_features_size());
-  CriteoOptions options;
-  options.batch_size = batch_size;
-  options.on_malformed = FLAGS_skip_malformed ? MalformedPolicy::kSkip : MalformedPolicy::kError;
-  for (const auto& feature : model.sparse_features())
-    options.table_rows.push_back(model.tables(FindTable(model, feature.table())).num_rows());
-  return options;
-}
-
 EvalResult EvaluateFile(const Engine& engine, const std::string& path) {
-  CriteoTsvReader reader(path, ReaderOptions(engine.config(), FLAGS_eval_batch_size));
-  std::vector<OwnedBatch> batches;
-  OwnedBatch batch;
-  while (reader.Next(&batch)) batches.push_back(std::move(batch));
-  if (batches.empty()) ThrowInvalid("\"", path, "\" holds no samples");
+  const std::vector<OwnedBatch> batches = LoadBatches(path, engine.config(), FLAGS_eval_batch_size,
+                                                     FLAGS_skip_malformed);
   std::vector<BatchView> views;
   for (const auto& b : batches) views.push_back(b.view());
   return engine.Evaluate(views);
 }
 
-void ReportEval(const std::string& path, const EvalResult& result) {
-  std::printf("eval %s: samples=%lld log_loss=%.6f auc=%.6f\n", path.c_str(),
-              static_cast<long long>(result.num_samples), result.log_loss, result.auc);
-  std::ifstream bayes(path + ".bayes_auc");
-  double bayes_auc = 0;
-  if (bayes >> bayes_auc)
-    std::printf("bayes_optimal_auc=%.6f gap=%.6f\n", bayes_auc, bayes_auc - result.auc);
-}
-
 }  // namespace
 
 int TrainCommand() {
+  if (DistributedRoleFromEnvironment()) return DistributedTrainCommand();
   if (FLAGS_config.empty() || FLAGS_train.empty()) ThrowInvalid("train needs --config and --train");
   if (FLAGS_batch_size <= 0) ThrowInvalid("--batch_size must be > 0");
   config::DlrmConfig config = LoadConfigFile(FLAGS_config);
@@ -102,7 +78,8 @@ int TrainCommand() {
   int64_t samples = 0, step = 0, window_steps = 0;
   double window_loss = 0;
   for (int epoch = 0; epoch < FLAGS_epochs; ++epoch) {
-    auto reader = std::make_shared<CriteoTsvReader>(FLAGS_train, ReaderOptions(config, FLAGS_batch_size));
+    auto reader = std::make_shared<CriteoTsvReader>(
+        FLAGS_train, ReaderOptions(config, FLAGS_batch_size, FLAGS_skip_malformed));
     Prefetcher prefetch([reader](OwnedBatch* b) { return reader->Next(b); }, 4);
     OwnedBatch batch;
     while (prefetch.Next(&batch)) {

@@ -161,7 +161,18 @@ void ValidateSharding(const config::ShardingConfig& s, const config::ModelConfig
     ThrowInvalid("sharding.min_column_block must be > 0, got ", s.min_column_block());
 }
 
+void ValidateDistributed(const config::DistributedConfig& d) {
+  if (d.staleness() < 1 || d.staleness() > 1000)
+    ThrowInvalid("distributed.staleness must be in [1, 1000], got ", d.staleness());
+  if (d.lookahead() < 0 || d.lookahead() > 64)
+    ThrowInvalid("distributed.lookahead must be in [0, 64], got ", d.lookahead());
+}
+
 }  // namespace
+
+int64_t StalenessBound(const config::DistributedConfig& d) {
+  return d.mode() == config::DistributedConfig::HYBRID ? d.staleness() : 0;
+}
 
 int FindTable(const config::ModelConfig& model, const std::string& name) {
   for (int t = 0; t < model.tables_size(); ++t)
@@ -204,6 +215,7 @@ void ValidateConfig(const config::DlrmConfig& config) {
   if (config.reduction_chunk_rows() <= 0)
     ThrowInvalid("reduction_chunk_rows must be > 0, got ", config.reduction_chunk_rows());
   ValidateSharding(config.sharding(), config.model());
+  ValidateDistributed(config.distributed());
 }
 
 std::string ConfigToText(const config::DlrmConfig& config) {

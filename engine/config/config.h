@@ -23,4 +23,7 @@ std::string ConfigToText(const config::DlrmConfig& config);
 // Index of the table with this name, or -1.
 int FindTable(const config::ModelConfig& model, const std::string& name);
 
+// The staleness bound the embedding owners keep: 0 for SYNC, `staleness` for HYBRID.
+int64_t StalenessBound(const config::DistributedConfig& distributed);
+
 }  // namespace dlrm

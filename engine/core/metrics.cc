@@ -49,4 +49,12 @@ double LogLoss(const std::vector<double>& probabilities, const std::vector<float
   return sum / static_cast<double>(probabilities.size());
 }
 
+EvalResult Evaluation(const std::vector<double>& probabilities, const std::vector<float>& labels) {
+  EvalResult result;
+  result.num_samples = static_cast<int64_t>(labels.size());
+  result.log_loss = LogLoss(probabilities, labels);
+  result.auc = RocAuc(probabilities, labels);
+  return result;
+}
+
 }  // namespace dlrm

@@ -6,6 +6,11 @@
 
 namespace dlrm {
 
+int ResolveThreadCount(int configured) {
+  if (configured > 0) return configured;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 struct ThreadPool::Job {
   const std::function<void(int64_t)>* fn = nullptr;
   int64_t n = 0;

@@ -17,6 +17,9 @@
 
 namespace dlrm {
 
+// A configured thread count made concrete: 0 (or less) means one per core.
+int ResolveThreadCount(int configured);
+
 class ThreadPool {
  public:
   // num_threads counts the caller: 1 means run everything inline, no workers.

@@ -87,4 +87,31 @@ OwnedBatch CopyBatch(const BatchView& view) {
   return b;
 }
 
+OwnedBatch SliceBatch(const BatchView& view, int64_t begin, int64_t end) {
+  if (begin < 0 || end > view.batch_size || begin >= end)
+    ThrowInvalid("slice [", begin, ", ", end, ") of a batch of ", view.batch_size,
+                 " samples is empty or out of range");
+  OwnedBatch b;
+  b.batch_size = end - begin;
+  b.num_dense = view.num_dense;
+  b.num_sparse = view.num_sparse;
+  b.dense.assign(view.dense + begin * view.num_dense, view.dense + end * view.num_dense);
+  if (view.labels) b.labels.assign(view.labels + begin, view.labels + end);
+  int64_t pos = 0;
+  for (int32_t f = 0; f < view.num_sparse; ++f) {
+    const int32_t* lengths = view.lengths + f * view.batch_size;
+    for (int64_t s = 0; s < view.batch_size; ++s) {
+      const int32_t len = lengths[s];
+      if (s >= begin && s < end) {
+        b.lengths.push_back(len);
+        b.ids.insert(b.ids.end(), view.ids + pos, view.ids + pos + len);
+        if (view.weights)
+          b.weights.insert(b.weights.end(), view.weights + pos, view.weights + pos + len);
+      }
+      pos += len;
+    }
+  }
+  return b;
+}
+
 }  // namespace dlrm

@@ -73,4 +73,8 @@ struct OwnedBatch {
 // The view must have passed ValidateBatch (sizes are trusted).
 OwnedBatch CopyBatch(const BatchView& view);
 
+// Samples [begin, end) of a batch (a trainer's part of a global batch). The view must
+// have passed ValidateBatch; kInvalidArgument for an empty or out-of-range slice.
+OwnedBatch SliceBatch(const BatchView& view, int64_t begin, int64_t end);
+
 }  // namespace dlrm

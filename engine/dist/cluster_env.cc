@@ -69,6 +69,7 @@ std::string ClusterEnv::PeerBindEndpoint() const { return "tcp://" + bind_addres
 net::TransportOptions ClusterEnv::Transport() const {
   net::TransportOptions options;
   options.secret = secret;
+  options.delay_ms = net_delay_ms;
   return options;
 }
 
@@ -136,6 +137,8 @@ ClusterEnv ParseClusterEnv(const EnvLookup& lookup) {
 
   if (std::optional<std::string> timeout = lookup("DLRM_TIMEOUT_MS"))
     env.timeout_ms = ParseIntVar("DLRM_TIMEOUT_MS", *timeout, 1, 86400000, "[1, 86400000]");
+  if (std::optional<std::string> delay = lookup("DLRM_NET_DELAY_MS"))
+    env.net_delay_ms = ParseIntVar("DLRM_NET_DELAY_MS", *delay, 0, 60000, "[0, 60000]");
   return env;
 }
 

@@ -10,7 +10,10 @@
 //   DLRM_BIND_ADDRESS  interface to listen on, default 127.0.0.1 (loopback only); set it
 //                      (e.g. 0.0.0.0 or the host's IP) for a job that spans hosts
 //   DLRM_SECRET        shared secret (>= 16 bytes) that turns on HMAC authentication
-//   DLRM_TIMEOUT_MS    how long rendezvous and barriers wait, default 60000
+//   DLRM_TIMEOUT_MS    how long any process waits for a peer (rendezvous, barriers,
+//                      lookups, all-gathers; a server for a silent trainer), default 60000
+//   DLRM_NET_DELAY_MS  added one-way delay of every message sent, default 0: a stand-in
+//                      for a slower network in benchmarks (TransportOptions::delay_ms)
 //
 // Every bad value is an error naming the variable and the value (DLRM_SECRET's value is
 // never echoed, only its length).
@@ -38,6 +41,7 @@ struct ClusterEnv {
   std::string bind_address = "127.0.0.1";
   std::string secret;
   int64_t timeout_ms = kDefaultTimeoutMs;
+  int64_t net_delay_ms = 0;
 
   // "tcp://host:port": where peers connect to the coordinator.
   std::string CoordinatorEndpoint() const;

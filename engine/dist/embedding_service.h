@@ -1,96 +1,78 @@
 // How a trainer reaches the embedding owners: lookups of rows and the step's update.
-// LocalEmbeddingService serves stores of this process (tests, one host); the networked
-// service sends the same requests to embedding-server processes.
+// LocalEmbeddingService serves owners of this process (tests, one host);
+// RemoteEmbeddingService (remote_embedding_service.h) sends the same requests to
+// embedding-server processes. Consistency (sync / hybrid with staleness bound k) is the
+// owners' business: shard_owner.h.
 //
-// Consistency is the owner's business, set by one number, the staleness bound k: a lookup
-// for step s is served once every update of steps <= s - 1 - k has been applied.
-//  - k = 0 is `sync`: step s sees every earlier step's update, as in one process.
-//  - k > 0 is `hybrid` (PERSIA): trainers may run up to k steps ahead of the embedding
-//    updates, which are applied in the background while dense training goes on.
-// Updates never wait for their own application; a rejected update fails the trainers'
-// next call to that owner.
+// Lookups are split into submit and wait so that a trainer can have the lookups of later
+// steps in flight while a step computes (pipelining). Updates never wait for their own
+// application; a rejected update fails the trainers' next call to that owner.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
-#include <string>
-#include <thread>
 #include <vector>
 
 #include "engine/dist/embedding_shard_store.h"
 #include "engine/dist/feature_update.h"
+#include "engine/dist/shard_owner.h"
 
 namespace dlrm::dist {
+
+// A lookup on its way: Wait returns the request with rows filled, or throws the owner's
+// error (or kTimeout). Call Wait at most once.
+class PendingLookup {
+ public:
+  virtual ~PendingLookup() = default;
+  virtual std::vector<ShardRows> Wait() = 0;
+};
 
 class EmbeddingService {
  public:
   virtual ~EmbeddingService() = default;
-  // rows [ids.size() x shard width] of owner's shard `shard` (ids inside its rows), for
-  // the lookups of step `step` (>= 1).
-  virtual void Lookup(int32_t owner, int32_t shard, int64_t step,
-                      const std::vector<int64_t>& ids, std::vector<float>* rows) = 0;
+  // Starts a lookup of rows of `owner`'s shards for step `step` (>= 1): request[i].ids of
+  // shard request[i].shard.
+  virtual std::unique_ptr<PendingLookup> SubmitLookup(int32_t owner, int64_t step,
+                                                      std::vector<ShardRows> request) = 0;
   // Rank `rank`'s part of step `step`'s update for `owner` (its features, in order). The
   // owner applies a step when every rank's part is in, in step order.
   virtual void Update(int32_t owner, int32_t rank, int64_t step, float lr,
                       std::vector<FeatureUpdate> part) = 0;
+  // Blocks until every owner has applied every update up to `step` (end of training, a
+  // checkpoint, evaluation); throws an owner's rejection or kTimeout.
+  virtual void WaitUntilApplied(int64_t step) = 0;
+
+  // SubmitLookup + Wait.
+  std::vector<ShardRows> Lookup(int32_t owner, int64_t step, std::vector<ShardRows> request) {
+    return SubmitLookup(owner, step, std::move(request))->Wait();
+  }
 };
 
 class LocalEmbeddingService : public EmbeddingService {
  public:
   // servers[i] is the store of server i (borrowed). world_size: trainers per step.
-  // staleness: the bound k above. Calls that cannot proceed within `timeout` throw
-  // kTimeout. A background thread applies the updates.
+  // staleness: the bound k (shard_owner.h). Calls that cannot proceed within `timeout`
+  // throw kTimeout.
   LocalEmbeddingService(std::vector<EmbeddingShardStore*> servers, int32_t world_size,
                         int64_t staleness, std::chrono::milliseconds timeout);
-  ~LocalEmbeddingService() override;
 
-  void Lookup(int32_t owner, int32_t shard, int64_t step, const std::vector<int64_t>& ids,
-              std::vector<float>* rows) override;
+  std::unique_ptr<PendingLookup> SubmitLookup(int32_t owner, int64_t step,
+                                              std::vector<ShardRows> request) override;
   void Update(int32_t owner, int32_t rank, int64_t step, float lr,
               std::vector<FeatureUpdate> part) override;
+  void WaitUntilApplied(int64_t step) override;
 
-  // Blocks until every server has applied every update up to `step` (end of training, a
-  // checkpoint); throws a server's rejection or kTimeout.
-  void WaitUntilApplied(int64_t step);
-  // The largest (s - 1) - (last applied step) seen by a lookup for step s: how stale the
-  // rows served so far were. Never above the staleness bound.
+  // The largest staleness any owner served (ShardOwner::max_staleness_served).
   int64_t max_staleness_served() const;
-  // For tests of hybrid mode: each apply first sleeps this long (a slow server).
+  // For tests of hybrid mode: every owner sleeps this long before each apply.
   void set_apply_delay(std::chrono::milliseconds delay);
 
  private:
-  struct Pending {
-    std::vector<std::vector<FeatureUpdate>> parts;  // by rank
-    int32_t arrived = 0;
-    float lr = 0;
-  };
-  struct Owner {
-    EmbeddingShardStore* store = nullptr;
-    std::shared_mutex rows_mu;  // lookups share, an apply is exclusive
-    std::map<int64_t, Pending> pending;  // by step
-    int64_t applied = 0;                 // last applied step
-    std::string error;                   // set when an update was rejected
-  };
-  Owner& At(int32_t owner);
-  void ApplyLoop();
+  ShardOwner& At(int32_t owner);
 
-  const int32_t world_size_;
-  const int64_t staleness_;
   const std::chrono::milliseconds timeout_;
-  std::vector<std::unique_ptr<Owner>> owners_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<int32_t, int64_t>> ready_;  // (owner, step) with every part in
-  int64_t max_staleness_served_ = 0;
-  std::chrono::milliseconds apply_delay_{0};
-  bool stopping_ = false;
-  std::thread applier_;
+  std::vector<std::unique_ptr<ShardOwner>> owners_;
 };
 
 }  // namespace dlrm::dist

@@ -56,6 +56,8 @@ class EmbeddingShardStore {
 
   const std::vector<Shard>& shards() const { return shards_; }
   const EmbeddingTable<float>& shard_table(int32_t shard) const { return tables_[shard]; }
+  // For restoring a checkpoint (shard_checkpoint.h); not while updates run.
+  EmbeddingTable<float>& mutable_shard_table(int32_t shard) { return tables_[shard]; }
   // Features whose table has a shard here: what ApplyUpdate needs, in feature order.
   const std::vector<int32_t>& features() const { return features_; }
 

@@ -2,13 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
+#include <utility>
 
 #include "engine/config/config.h"
+#include "engine/core/byte_codec.h"
 #include "engine/core/finite.h"
 #include "engine/core/status.h"
 #include "engine/core/tree_reduce.h"
+#include "engine/dense/loss.h"
 #include "engine/embedding/embedding_bag.h"
 #include "engine/optim/lr_schedule.h"
 
@@ -17,27 +19,63 @@ namespace {
 
 bool IsPowerOfTwo(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
-// What every rank says before a step: its part's size, or why it cannot train it.
-struct Hello {
+// What a rank contributes to a step's exchange.
+struct Contribution {
   int64_t samples = 0;
-  std::string error;  // empty: ready
+  int32_t error_code = 0;  // a StatusCode; kOk: the rank trained its part
+  std::string error;
+  double loss_sum = 0;
+  bool finite = true;
+  std::vector<float> dense_grad;
+  std::string replica_update;  // EncodeFeatureUpdates of the replicated tables' features
 };
 
-std::string EncodeHello(const Hello& h) {
-  std::string out(sizeof(int64_t), '\0');
-  std::memcpy(out.data(), &h.samples, sizeof(int64_t));
-  return out + h.error;
+std::string Encode(const Contribution& c, const std::vector<float>& dense_grad) {
+  ByteWriter out;
+  out.Put<int64_t>(c.samples);
+  out.Put<int32_t>(c.error_code);
+  out.PutString(c.error);
+  if (c.error_code == 0) {
+    out.Put<double>(c.loss_sum);
+    out.Put<uint8_t>(c.finite ? 1 : 0);
+    out.PutArray(dense_grad);
+    out.PutString(c.replica_update);
+  }
+  return std::move(out).Take();
 }
 
-Hello DecodeHello(const std::string& bytes) {
-  Hello h;
-  if (bytes.size() < sizeof(int64_t)) Throw(StatusCode::kDataLoss, "sync step: short hello");
-  std::memcpy(&h.samples, bytes.data(), sizeof(int64_t));
-  h.error = bytes.substr(sizeof(int64_t));
-  return h;
+void Decode(const std::string& bytes, Contribution* c) {
+  ByteReader in(bytes, "trainer exchange");
+  c->samples = in.Get<int64_t>("samples");
+  c->error_code = in.Get<int32_t>("error code");
+  c->error = in.GetString("error");
+  if (c->error_code == 0) {
+    c->loss_sum = in.Get<double>("loss");
+    c->finite = in.Get<uint8_t>("finite flag") == 1;
+    in.GetArray("dense gradient", &c->dense_grad);
+    c->replica_update = in.GetString("replica update");
+  }
+  in.ExpectEnd();
 }
 
 }  // namespace
+
+struct SyncTrainer::Prepared {
+  OwnedBatch batch;
+  ValidatedBatch validated;  // views `batch`
+  StatusCode error_code = StatusCode::kOk;
+  std::string error;  // why the part cannot be trained
+  int64_t step = 0;   // the step its lookups were submitted for
+  std::vector<std::vector<int64_t>> distinct;  // per table: the part's ids, sorted, unique
+  // Where each server's answer goes: one entry per ShardRows asked for.
+  struct Placement {
+    int32_t table;
+    int32_t col_begin, col_end;
+    int64_t first;  // index of the first asked id in distinct[table]
+  };
+  std::vector<std::vector<Placement>> placements;       // per server
+  std::vector<std::unique_ptr<PendingLookup>> lookups;  // per server; null: nothing asked
+};
 
 SyncTrainer::SyncTrainer(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
                          Communicator* comm, EmbeddingService* service, ThreadPool* pool)
@@ -66,48 +104,126 @@ SyncTrainer::SyncTrainer(const config::DlrmConfig& config, const shard::Sharding
     fetched_.emplace_back(tc.name(), 1, tc.dim());
 }
 
-void SyncTrainer::FetchRows(const ValidatedBatch& batch) {
-  const config::ModelConfig& model = config_.model();
-  const BatchView& view = batch.view;
-  local_ids_.assign(view.ids, view.ids + view.num_ids);
-  std::vector<std::vector<int64_t>> distinct(model.tables_size());
-  const std::vector<FeatureBinding>& bindings = model_.feature_bindings();
-  for (int32_t f = 0; f < view.num_sparse; ++f) {
-    std::vector<int64_t>& ids = distinct[bindings[f].table];
-    ids.insert(ids.end(), view.ids + batch.bag_begin(f, 0),
-               view.ids + batch.bag_begin(f + 1, 0));
+SyncTrainer::~SyncTrainer() = default;
+
+std::unique_ptr<SyncTrainer::Prepared> SyncTrainer::Prepare(const BatchView& part, int64_t step,
+                                                            bool training) {
+  auto p = std::make_unique<Prepared>();
+  p->step = step;
+  try {
+    ValidatedBatch checked =
+        ValidateBatch(part, model_.num_dense_features(), model_.feature_specs(), training);
+    const int64_t rows = model_.chunk_rows();
+    if (training && (part.batch_size % rows != 0 || !IsPowerOfTwo(part.batch_size / rows)))
+      ThrowInvalid("sync training needs each trainer's part to be a power-of-two number of ",
+                   "reduction chunks (reduction_chunk_rows ", rows, " x 1, 2, 4, ...), got ",
+                   part.batch_size, " samples");
+    p->batch = CopyBatch(part);
+    p->validated = std::move(checked);
+    p->validated.view = p->batch.view();
+
+    const BatchView& view = p->validated.view;
+    p->distinct.assign(config_.model().tables_size(), {});
+    const std::vector<FeatureBinding>& bindings = model_.feature_bindings();
+    for (int32_t f = 0; f < view.num_sparse; ++f) {
+      std::vector<int64_t>& ids = p->distinct[bindings[f].table];
+      ids.insert(ids.end(), view.ids + p->validated.bag_begin(f, 0),
+                 view.ids + p->validated.bag_begin(f + 1, 0));
+    }
+    for (std::vector<int64_t>& ids : p->distinct) {
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    }
+    SubmitLookups(*p);
+  } catch (const Error& e) {
+    p->error_code = e.code();
+    p->error = e.what();
   }
-  for (int32_t t = 0; t < model.tables_size(); ++t) {
-    std::vector<int64_t>& ids = distinct[t];
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    const int32_t dim = model.tables(t).dim();
-    const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(ids.size()));
-    fetched_[t] = EmbeddingTable<float>(model.tables(t).name(), rows, dim);
-    // Each piece of the table contributes the rows and columns it holds.
+  return p;
+}
+
+void SyncTrainer::SubmitLookups(Prepared& p) {
+  const size_t servers = server_features_.size();
+  std::vector<std::vector<ShardRows>> requests(servers);
+  p.placements.assign(servers, {});
+  p.lookups.clear();
+  p.lookups.resize(servers);
+  for (int32_t t = 0; t < static_cast<int32_t>(p.distinct.size()); ++t) {
+    const std::vector<int64_t>& ids = p.distinct[t];
     for (const ShardLocation& loc : locations_[t]) {
+      if (loc.owner == kTrainerReplica) continue;
       const auto lo = std::lower_bound(ids.begin(), ids.end(), loc.row_begin);
       const auto hi = std::lower_bound(ids.begin(), ids.end(), loc.row_end);
       if (lo == hi) continue;
-      const std::vector<int64_t> wanted(lo, hi);
-      std::vector<float> rows(wanted.size() * (loc.col_end - loc.col_begin));
-      if (loc.owner == kTrainerReplica) {
-        replicas_.Lookup(loc.index, wanted.data(), static_cast<int64_t>(wanted.size()),
-                         rows.data());
-      } else {
-        service_->Lookup(loc.owner, loc.index, step_ + 1, wanted, &rows);
-      }
-      const int32_t width = loc.col_end - loc.col_begin;
-      const auto first = static_cast<int64_t>(lo - ids.begin());
-      for (size_t i = 0; i < wanted.size(); ++i)
-        std::copy(rows.begin() + i * width, rows.begin() + (i + 1) * width,
-                  fetched_[t].row(first + static_cast<int64_t>(i)) + loc.col_begin);
+      ShardRows request;
+      request.shard = loc.index;
+      request.ids.assign(lo, hi);
+      requests[loc.owner].push_back(std::move(request));
+      p.placements[loc.owner].push_back(
+          {t, loc.col_begin, loc.col_end, static_cast<int64_t>(lo - ids.begin())});
+    }
+  }
+  for (size_t s = 0; s < servers; ++s) {
+    if (requests[s].empty()) continue;
+    p.lookups[s] =
+        service_->SubmitLookup(static_cast<int32_t>(s), p.step, std::move(requests[s]));
+  }
+}
+
+void SyncTrainer::GatherRows(Prepared& p) {
+  const config::ModelConfig& model = config_.model();
+  for (int32_t t = 0; t < model.tables_size(); ++t) {
+    const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(p.distinct[t].size()));
+    if (fetched_[t].num_rows() != rows)
+      fetched_[t] = EmbeddingTable<float>(model.tables(t).name(), rows, model.tables(t).dim());
+  }
+  auto place = [&](const Prepared::Placement& where, const std::vector<float>& rows,
+                   int64_t count) {
+    const int32_t width = where.col_end - where.col_begin;
+    for (int64_t i = 0; i < count; ++i)
+      std::copy(rows.begin() + i * width, rows.begin() + (i + 1) * width,
+                fetched_[where.table].row(where.first + i) + where.col_begin);
+  };
+  // Replicated tables: this rank's own copy.
+  for (int32_t t = 0; t < model.tables_size(); ++t) {
+    const std::vector<int64_t>& ids = p.distinct[t];
+    for (const ShardLocation& loc : locations_[t]) {
+      if (loc.owner != kTrainerReplica) continue;
+      const auto lo = std::lower_bound(ids.begin(), ids.end(), loc.row_begin);
+      const auto hi = std::lower_bound(ids.begin(), ids.end(), loc.row_end);
+      if (lo == hi) continue;
+      const auto count = static_cast<int64_t>(hi - lo);
+      std::vector<float> rows(count * (loc.col_end - loc.col_begin));
+      replicas_.Lookup(loc.index, &*lo, count, rows.data());
+      place({t, loc.col_begin, loc.col_end, static_cast<int64_t>(lo - ids.begin())}, rows,
+            count);
+    }
+  }
+  // Served tables: the answers to the lookups submitted when the part was queued.
+  for (size_t s = 0; s < p.lookups.size(); ++s) {
+    if (!p.lookups[s]) continue;
+    const std::vector<ShardRows> answers = p.lookups[s]->Wait();
+    p.lookups[s].reset();
+    const std::vector<Prepared::Placement>& where = p.placements[s];
+    if (answers.size() != where.size())
+      Throw(StatusCode::kDataLoss, "server ", s, " answered ", answers.size(),
+            " shard lookups, ", where.size(), " were asked");
+    for (size_t i = 0; i < answers.size(); ++i) {
+      const int32_t width = where[i].col_end - where[i].col_begin;
+      const auto count = static_cast<int64_t>(answers[i].ids.size());
+      if (answers[i].rows.size() != static_cast<size_t>(count) * width)
+        Throw(StatusCode::kDataLoss, "server ", s, " answered ", answers[i].rows.size(),
+              " values for ", count, " rows of width ", width);
+      place(where[i], answers[i].rows, count);
     }
   }
   // The part re-indexed into the fetched rows.
+  const BatchView& view = p.validated.view;
+  const std::vector<FeatureBinding>& bindings = model_.feature_bindings();
+  local_ids_.assign(view.ids, view.ids + view.num_ids);
   for (int32_t f = 0; f < view.num_sparse; ++f) {
-    const std::vector<int64_t>& ids = distinct[bindings[f].table];
-    for (int64_t i = batch.bag_begin(f, 0); i < batch.bag_begin(f + 1, 0); ++i)
+    const std::vector<int64_t>& ids = p.distinct[bindings[f].table];
+    for (int64_t i = p.validated.bag_begin(f, 0); i < p.validated.bag_begin(f + 1, 0); ++i)
       local_ids_[i] = std::lower_bound(ids.begin(), ids.end(), view.ids[i]) - ids.begin();
   }
 }
@@ -137,100 +253,182 @@ std::vector<FeatureUpdate> SyncTrainer::UpdatesFor(const std::vector<int32_t>& f
   return updates;
 }
 
+void SyncTrainer::Enqueue(const BatchView& part) {
+  const int64_t step = step_ + 1 + static_cast<int64_t>(queue_.size());
+  queue_.push_back(Prepare(part, step, /*training=*/true));
+}
+
 float SyncTrainer::TrainStep(const BatchView& part) {
-  // 0. Every rank validates its part, then all learn whether all can go on.
-  Hello hello;
-  ValidatedBatch batch;
-  try {
-    batch = ValidateBatch(part, model_.num_dense_features(), model_.feature_specs(), true);
-    hello.samples = part.batch_size;
-    const int64_t rows = model_.chunk_rows();
-    if (part.batch_size % rows != 0 || !IsPowerOfTwo(part.batch_size / rows))
-      ThrowInvalid("sync training needs each trainer's part to be a power-of-two number of ",
-                   "reduction chunks (reduction_chunk_rows ", rows, " x 1, 2, 4, ...), got ",
-                   part.batch_size, " samples");
-  } catch (const Error& e) {
-    hello.error = e.what();
+  if (!queue_.empty())
+    Throw(StatusCode::kFailedPrecondition, "sync trainer: ", queue_.size(),
+          " parts are queued; TrainStep(part) is for unqueued use, call TrainStep()");
+  Enqueue(part);
+  return TrainStep();
+}
+
+void SyncTrainer::RenumberQueue() {
+  int64_t step = step_ + 1;
+  for (const std::unique_ptr<Prepared>& p : queue_) {
+    if (p->step != step && p->error.empty()) {
+      // Abandon the lookups sent for the wrong step (their answers are dropped).
+      p->lookups.clear();
+      p->step = step;
+      try {
+        SubmitLookups(*p);
+      } catch (const Error& e) {
+        p->error_code = e.code();
+        p->error = e.what();
+      }
+    }
+    p->step = step++;
   }
-  const std::vector<std::string> hellos = comm_->AllGather(EncodeHello(hello));
+}
+
+float SyncTrainer::TrainStep() {
+  if (queue_.empty())
+    Throw(StatusCode::kFailedPrecondition, "sync trainer: no part queued (call Enqueue)");
+  std::unique_ptr<Prepared> p = std::move(queue_.front());
+  queue_.pop_front();
   const int32_t ranks = comm_->world_size();
-  std::vector<Hello> all;
-  for (const std::string& bytes : hellos) all.push_back(DecodeHello(bytes));
-  for (int32_t r = 0; r < ranks; ++r) {
-    if (!all[r].error.empty())
-      ThrowInvalid("step ", step_ + 1, ": trainer ", r, "'s batch part: ", all[r].error);
-  }
-  int64_t global_batch = 0;
-  for (int32_t r = 0; r < ranks; ++r) {
-    if (all[r].samples != all[0].samples)
-      ThrowInvalid("step ", step_ + 1, ": trainer ", r, " has ", all[r].samples,
-                   " samples, trainer 0 has ", all[0].samples, " (parts must be equal)");
-    global_batch += all[r].samples;
+  const int64_t t = step_ + 1;
+
+  // 1-2. Rows, then this part's forward/backward; any failure becomes this rank's error.
+  Contribution mine;
+  mine.error_code = static_cast<int32_t>(p->error_code);
+  mine.error = p->error;
+  if (p->error.empty()) {
+    mine.samples = p->batch.batch_size;
+    try {
+      GatherRows(*p);
+      ValidatedBatch local = p->validated;
+      local.view.ids = local_ids_.data();
+      const EmbeddingBagCollection<float> bags(&fetched_, model_.feature_bindings(),
+                                               model_.pooled_width());
+      mine.loss_sum = model_.ForwardBackwardPart(local, mine.samples * ranks, bags,
+                                                 &dense_grad_, &d_pooled_, pool_);
+      mine.finite = AllFinite(d_pooled_);
+      if (!replicas_.features().empty())
+        mine.replica_update =
+            EncodeFeatureUpdates(UpdatesFor(replicas_.features(), p->validated));
+    } catch (const Error& e) {
+      mine.error_code = static_cast<int32_t>(e.code());
+      mine.error = e.what();
+    }
   }
 
-  // 1-2. Rows, then this part's forward/backward.
-  FetchRows(batch);
-  ValidatedBatch local = batch;
-  local.view.ids = local_ids_.data();
-  const EmbeddingBagCollection<float> bags(&fetched_, model_.feature_bindings(),
-                                           model_.pooled_width());
-  const double loss_sum =
-      model_.ForwardBackwardPart(local, global_batch, bags, &dense_grad_, &d_pooled_, pool_);
-
-  // 3. Subtrees of all ranks -> the global tree, on every rank.
-  const size_t num_params = dense_grad_.size();
-  std::string mine(sizeof(double) + 1 + num_params * sizeof(float), '\0');
-  std::memcpy(mine.data(), &loss_sum, sizeof(double));
-  mine[sizeof(double)] = AllFinite(d_pooled_) ? 1 : 0;
-  std::memcpy(mine.data() + sizeof(double) + 1, dense_grad_.data(), num_params * sizeof(float));
-  const std::vector<std::string> parts = comm_->AllGather(mine);
-  std::vector<std::vector<float>> grads(ranks, std::vector<float>(num_params));
+  // 3. One exchange: everybody's readiness, loss and gradient subtree.
+  const std::vector<std::string> all = comm_->AllGather(Encode(mine, dense_grad_));
+  if (static_cast<int32_t>(all.size()) != ranks)
+    Throw(StatusCode::kDataLoss, "sync step: ", all.size(), " contributions for ", ranks,
+          " ranks");
+  std::vector<Contribution> by_rank(ranks);
+  for (int32_t r = 0; r < ranks; ++r) Decode(all[r], &by_rank[r]);
+  for (int32_t r = 0; r < ranks; ++r) {
+    const Contribution& c = by_rank[r];
+    if (c.error_code != 0) {
+      RenumberQueue();
+      Throw(static_cast<StatusCode>(c.error_code), "step ", t, ": trainer ", r, "'s part: ",
+            c.error);
+    }
+  }
+  const size_t num_params = model_.dense_params().size();
+  for (int32_t r = 0; r < ranks; ++r) {
+    const Contribution& c = by_rank[r];
+    if (c.samples != by_rank[0].samples) {
+      RenumberQueue();
+      ThrowInvalid("step ", t, ": trainer ", r, " has ", c.samples, " samples, trainer 0 has ",
+                   by_rank[0].samples, " (parts must be equal)");
+    }
+    if (c.dense_grad.size() != num_params)
+      Throw(StatusCode::kDataLoss, "sync step: trainer ", r, " sent ", c.dense_grad.size(),
+            " gradient values, expected ", num_params);
+  }
+  const int64_t global_batch = by_rank[0].samples * ranks;
+  std::vector<float*> grad_ptrs;
   std::vector<double> losses(ranks);
+  std::vector<double*> loss_ptrs;
   bool finite = true;
   for (int32_t r = 0; r < ranks; ++r) {
-    if (parts[r].size() != mine.size())
-      Throw(StatusCode::kDataLoss, "sync step: trainer ", r, " sent ", parts[r].size(),
-            " gradient bytes, expected ", mine.size());
-    std::memcpy(&losses[r], parts[r].data(), sizeof(double));
-    finite &= parts[r][sizeof(double)] == 1;
-    std::memcpy(grads[r].data(), parts[r].data() + sizeof(double) + 1,
-                num_params * sizeof(float));
-  }
-  std::vector<float*> grad_ptrs;
-  std::vector<double*> loss_ptrs;
-  for (int32_t r = 0; r < ranks; ++r) {
-    grad_ptrs.push_back(grads[r].data());
+    grad_ptrs.push_back(by_rank[r].dense_grad.data());
+    losses[r] = by_rank[r].loss_sum;
     loss_ptrs.push_back(&losses[r]);
+    finite &= by_rank[r].finite;
   }
   TreeReduceInto(grad_ptrs, num_params, pool_);
   TreeReduceInto(loss_ptrs, 1, nullptr);
   const double loss = losses[0] / static_cast<double>(global_batch);
-  if (!finite || !std::isfinite(loss) || !AllFinite(grads[0])) ThrowDiverged(step_, loss);
+  const std::vector<float>& grad = by_rank[0].dense_grad;
+  if (!finite || !std::isfinite(loss) || !AllFinite(grad)) {
+    RenumberQueue();
+    ThrowDiverged(step_, loss);
+  }
+  std::vector<std::vector<FeatureUpdate>> replica_parts;
+  if (!replicas_.features().empty()) {
+    for (int32_t r = 0; r < ranks; ++r)
+      replica_parts.push_back(DecodeFeatureUpdates(by_rank[r].replica_update));
+  }
 
   const double factor = LrFactor(config_.lr_schedule(), step_);
-  const auto dense_lr =
-      static_cast<float>(config_.dense_optimizer().learning_rate() * factor);
+  const auto dense_lr = static_cast<float>(config_.dense_optimizer().learning_rate() * factor);
   const auto sparse_lr =
       static_cast<float>(config_.sparse_optimizer().learning_rate() * factor);
-  const int64_t t = step_ + 1;
-  dense_optimizer_->Update(model_.dense_params().data(), grads[0].data(), 0, num_params,
-                           dense_lr, t);
+  dense_optimizer_->Update(model_.dense_params().data(), grad.data(), 0, num_params, dense_lr,
+                           t);
 
-  // 4. Embedding updates: servers, then the replicas from every rank's part.
+  // 4. Embedding updates: the replicas from every rank's part, then the servers.
+  if (!replica_parts.empty())
+    replicas_.ApplyUpdate(ConcatenateRanks(replica_parts), global_batch, sparse_lr, t);
   for (int32_t owner = 0; owner < static_cast<int32_t>(server_features_.size()); ++owner) {
     if (server_features_[owner].empty()) continue;
     service_->Update(owner, comm_->rank(), t, sparse_lr,
-                     UpdatesFor(server_features_[owner], batch));
-  }
-  if (!replicas_.features().empty()) {
-    const std::vector<std::string> all =
-        comm_->AllGather(EncodeFeatureUpdates(UpdatesFor(replicas_.features(), batch)));
-    std::vector<std::vector<FeatureUpdate>> by_rank;
-    for (const std::string& bytes : all) by_rank.push_back(DecodeFeatureUpdates(bytes));
-    replicas_.ApplyUpdate(ConcatenateRanks(by_rank), global_batch, sparse_lr, t);
+                     UpdatesFor(server_features_[owner], p->validated));
   }
   step_ = t;
   return static_cast<float>(loss);
+}
+
+void SyncTrainer::Flush() { service_->WaitUntilApplied(step_); }
+
+void SyncTrainer::PredictLogits(const BatchView& batch, float* logits) {
+  if (logits == nullptr) ThrowInvalid("logits is NULL");
+  service_->WaitUntilApplied(step_);
+  std::unique_ptr<Prepared> p = Prepare(batch, step_ + 1, /*training=*/false);
+  if (!p->error.empty()) Throw(p->error_code, p->error);
+  GatherRows(*p);
+  ValidatedBatch local = p->validated;
+  local.view.ids = local_ids_.data();
+  const EmbeddingBagCollection<float> bags(&fetched_, model_.feature_bindings(),
+                                           model_.pooled_width());
+  model_.PredictLogits(local, bags, logits, pool_);
+}
+
+EvalResult SyncTrainer::Evaluate(const std::vector<BatchView>& batches) {
+  if (batches.empty()) ThrowInvalid("evaluate needs at least one batch");
+  std::vector<double> probabilities;
+  std::vector<float> labels, logits;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const BatchView& b = batches[i];
+    if (b.labels == nullptr) ThrowInvalid("batches[", i, "]: labels are required");
+    logits.resize(std::max<int64_t>(0, b.batch_size));
+    try {
+      PredictLogits(b, logits.data());
+    } catch (const Error& e) {
+      Throw(e.code(), "batches[", i, "]: ", e.what());
+    }
+    for (int64_t j = 0; j < b.batch_size; ++j) {
+      probabilities.push_back(StableSigmoid(static_cast<double>(logits[j])));
+      labels.push_back(b.labels[j]);
+    }
+  }
+  return Evaluation(probabilities, labels);
+}
+
+void SyncTrainer::set_step(int64_t step) {
+  if (!queue_.empty())
+    Throw(StatusCode::kFailedPrecondition, "sync trainer: set_step with ", queue_.size(),
+          " parts queued");
+  if (step < 0) ThrowInvalid("sync trainer: step must be >= 0, got ", step);
+  step_ = step;
 }
 
 }  // namespace dlrm::dist

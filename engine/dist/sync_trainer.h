@@ -1,23 +1,34 @@
-// A trainer of synchronous data-parallel training with sharded embeddings (Neo's
-// model-parallel embeddings + data-parallel MLPs), bitwise equal to one process.
+// A trainer of data-parallel training with sharded embeddings (Neo's model-parallel
+// embeddings + data-parallel MLPs). The dense model is always updated synchronously; the
+// embeddings follow the owners' staleness bound (sync: bitwise equal to one process;
+// hybrid: PERSIA's bounded-stale lookups, see shard_owner.h).
 //
 // Every rank holds the dense model; rank k trains on the k-th run of samples of each global
 // batch (all runs the same size, a power-of-two number of reduction chunks). A step:
-//  1. fetches the rows of the part's distinct ids from their owners (servers, or the local
-//     replicas of DATA_PARALLEL tables) and pools them exactly as one process would;
+//  1. waits for the rows of the part's distinct ids, fetched from their owners (servers,
+//     or the local replicas of DATA_PARALLEL tables), and pools them as one process would;
 //  2. runs the dense forward/backward over its chunks: its dense gradient is a subtree of
 //     the global batch's reduction tree;
-//  3. all-gathers the ranks' subtrees and loss sums and finishes the tree on every rank
-//     (same bits everywhere), then applies the dense optimizer;
-//  4. sends each owner its features' bags and pooled gradients; the owner applies the
-//     global batch's update (the single-process code) before serving the next lookups.
+//  3. exchanges, in ONE all-gather, each rank's readiness (or why its part is bad), loss,
+//     gradient subtree and replica-table update; every rank finishes the tree (same bits
+//     everywhere) and applies the dense optimizer and the replicas' update;
+//  4. sends each server its features' bags and pooled gradients.
+// One collective per step matters: with network latency, each round trip is a step cost.
+//
+// Pipelining: Enqueue starts a part's lookups at once, so the lookups of the next queued
+// steps travel while the current step computes. In sync mode the owners hold those
+// lookups until the step before them is applied; in hybrid mode they are answered at once
+// (within the bound), which is where hybrid's speed comes from.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/config/dlrm.pb.h"
+#include "engine/core/metrics.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/batch.h"
 #include "engine/dist/communicator.h"
@@ -35,23 +46,50 @@ class SyncTrainer {
   // plan every rank and server uses.
   SyncTrainer(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
               Communicator* comm, EmbeddingService* service, ThreadPool* pool);
+  ~SyncTrainer();
 
-  // Collective over the communicator's ranks: this rank's part of one global batch.
-  // Returns the global batch's mean loss (the same on every rank). A bad part, or one of
-  // another size than the other ranks', fails the step on every rank with the same error
-  // before anything changes.
+  // Queues this rank's part of the next global batch and starts its row lookups. The part
+  // is copied. A bad part is not an error here: it fails its step, on every rank alike.
+  void Enqueue(const BatchView& part);
+  // Collective over the communicator's ranks: trains the oldest queued part and returns
+  // the global batch's mean loss (the same on every rank). kFailedPrecondition if nothing
+  // is queued. A bad part, one of another size than the other ranks', or a failed lookup
+  // fails the step on every rank with the same error before anything changes; that part
+  // is dropped and the later ones stay queued.
+  float TrainStep();
+  // Enqueue(part) then TrainStep(); kFailedPrecondition if other parts are queued.
   float TrainStep(const BatchView& part);
+  size_t queued() const { return queue_.size(); }
+
+  // Waits until every owner has applied every update so far (hybrid mode lags).
+  void Flush();
+  // logits [batch_size] with every update so far applied (Flush first). Not collective.
+  void PredictLogits(const BatchView& batch, float* logits);
+  // Log loss and AUC over labelled batches, with every update so far applied.
+  EvalResult Evaluate(const std::vector<BatchView>& batches);
 
   int64_t step() const { return step_; }
   const DlrmModel<float>& model() const { return model_; }
   const EmbeddingShardStore& replicas() const { return replicas_; }
 
+  // For checkpoints: the dense state and the replicas, and the step to resume from.
+  // set_step: kFailedPrecondition while parts are queued (their lookups name steps).
+  DlrmModel<float>& mutable_model() { return model_; }
+  DenseOptimizer<float>& dense_optimizer() { return *dense_optimizer_; }
+  EmbeddingShardStore& mutable_replicas() { return replicas_; }
+  void set_step(int64_t step);
+
  private:
-  // The rows of the part's distinct ids, as step-local tables, and the part re-indexed
-  // into them.
-  void FetchRows(const ValidatedBatch& batch);
+  struct Prepared;  // a part with its lookups in flight
+  // Validates `part` (labels if `training`) and submits its lookups for `step`.
+  std::unique_ptr<Prepared> Prepare(const BatchView& part, int64_t step, bool training);
+  void SubmitLookups(Prepared& p);
+  // Waits for p's rows into fetched_ and re-indexes its ids into them (local_ids_).
+  void GatherRows(Prepared& p);
   std::vector<FeatureUpdate> UpdatesFor(const std::vector<int32_t>& features,
                                         const ValidatedBatch& batch) const;
+  // Resubmits the queued parts' lookups when the step numbers they were sent for are off.
+  void RenumberQueue();
 
   const config::DlrmConfig config_;
   Communicator* comm_;
@@ -62,6 +100,7 @@ class SyncTrainer {
   EmbeddingShardStore replicas_;
   std::vector<std::vector<ShardLocation>> locations_;  // per table
   std::vector<std::vector<int32_t>> server_features_;  // per server: features it serves
+  std::deque<std::unique_ptr<Prepared>> queue_;
   int64_t step_ = 0;
 
   // Per step, reused.

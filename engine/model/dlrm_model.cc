@@ -197,17 +197,24 @@ template <typename T>
 void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch, T* logits,
                                  ThreadPool* pool) const {
   DLRM_INTERNAL_CHECK(bags_ != nullptr);
+  PredictLogits(batch, *bags_, logits, pool);
+}
+
+template <typename T>
+void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch,
+                                 const EmbeddingBagCollection<T>& bags, T* logits,
+                                 ThreadPool* pool) const {
   const int64_t B = batch.view.batch_size;
   // Prediction sums nothing across rows, so its chunks need not be the reduction chunks;
   // larger ones amortize the GEMMs' packing of the weights over more rows. The size
   // depends on the config only, so predictions do not depend on the thread count.
   const int64_t rows = std::max<int64_t>(chunk_rows_, kPredictChunkRows);
   const int64_t chunks = NumChunks(B, rows);
-  const int32_t width = bags_->pooled_width();
+  const int32_t width = bags.pooled_width();
   const auto pooled_lease = batch_buffers_.Acquire();
   std::vector<T>& pooled = *pooled_lease;
   pooled.resize(static_cast<size_t>(B) * width);
-  PoolBatch(batch, *bags_, rows, pooled.data(), pool);
+  PoolBatch(batch, bags, rows, pooled.data(), pool);
   auto run_chunk = [&](int64_t c) {
     const int64_t r0 = c * rows, r1 = std::min(B, r0 + rows);
     const auto lease = chunk_buffers_.Acquire();

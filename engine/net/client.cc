@@ -64,6 +64,11 @@ Message Client::Wait(uint64_t request_id, std::chrono::milliseconds timeout) {
   return std::move(reply.message);
 }
 
+void Client::Abandon(uint64_t request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (outstanding_.erase(request_id) > 0) endpoint_.Forget(request_id);
+}
+
 Message Client::Call(Message request, std::chrono::milliseconds timeout) {
   return Wait(Submit(std::move(request)), timeout);
 }

@@ -37,6 +37,10 @@ class Client {
   // for an id that is not outstanding.
   Message Wait(uint64_t request_id, std::chrono::milliseconds timeout);
 
+  // Gives up on an outstanding request: its reply is dropped whenever it comes. No-op for
+  // an id that is not outstanding.
+  void Abandon(uint64_t request_id);
+
   // Submit + Wait.
   Message Call(Message request, std::chrono::milliseconds timeout);
 

@@ -1,0 +1,99 @@
+// A flat little-endian byte encoding for messages between ranks (feature updates, the
+// trainers' per-step exchange). The reader is a security boundary: every count is checked
+// against the bytes present before anything is allocated, and a short or inflated buffer
+// is rejected with kDataLoss naming the context and the field.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "engine/core/status.h"
+
+namespace dlrm {
+
+class ByteWriter {
+ public:
+  template <typename T>
+  void Put(T value) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    out_.append(reinterpret_cast<const char*>(&value), sizeof(T));
+  }
+  // Count, then the elements.
+  template <typename T>
+  void PutArray(const T* values, size_t count) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    Put<uint64_t>(count);
+    out_.append(reinterpret_cast<const char*>(values), count * sizeof(T));
+  }
+  template <typename T>
+  void PutArray(const std::vector<T>& values) {
+    PutArray(values.data(), values.size());
+  }
+  void PutString(const std::string& s) { PutArray(s.data(), s.size()); }
+
+  std::string& bytes() { return out_; }
+  std::string Take() && { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class ByteReader {
+ public:
+  // `bytes` is borrowed; `context` starts every error ("feature updates").
+  ByteReader(const std::string& bytes, const char* context) : bytes_(bytes), context_(context) {}
+
+  template <typename T>
+  T Get(const char* what) {
+    T value;
+    Need(sizeof(T), what);
+    std::memcpy(&value, bytes_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return value;
+  }
+
+  // Reads a PutArray into out (resized).
+  template <typename T>
+  void GetArray(const char* what, std::vector<T>* out) {
+    const auto count = Get<uint64_t>(what);
+    // Checked against the bytes left before allocating: a forged count cannot make us
+    // reserve more memory than the message itself occupies.
+    if (count > remaining() / sizeof(T))
+      Throw(StatusCode::kDataLoss, context_, ": ", what, " claims ", count,
+            " values but only ", remaining(), " bytes remain");
+    out->resize(static_cast<size_t>(count));
+    if (count > 0) std::memcpy(out->data(), bytes_.data() + pos_, count * sizeof(T));
+    pos_ += count * sizeof(T);
+  }
+  template <typename T>
+  std::vector<T> GetArray(const char* what) {
+    std::vector<T> values;
+    GetArray(what, &values);
+    return values;
+  }
+  std::string GetString(const char* what) {
+    const std::vector<char> chars = GetArray<char>(what);
+    return std::string(chars.begin(), chars.end());
+  }
+
+  size_t remaining() const { return bytes_.size() - pos_; }
+  // kDataLoss if bytes are left over.
+  void ExpectEnd() const {
+    if (remaining() != 0) Throw(StatusCode::kDataLoss, context_, ": ", remaining(),
+                                " trailing bytes");
+  }
+
+ private:
+  void Need(size_t n, const char* what) const {
+    if (remaining() < n) Throw(StatusCode::kDataLoss, context_, ": truncated in ", what);
+  }
+  const std::string& bytes_;
+  const char* context_;
+  size_t pos_ = 0;
+};
+
+}  // namespace dlrm

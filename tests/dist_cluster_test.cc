@@ -1,0 +1,251 @@
+// A whole job over loopback TCP: coordinator, 2 embedding servers and 2 trainers (threads
+// of this process, but every byte between them goes through the transport). Sync mode
+// reproduces the single-process engine bitwise for every sharding type, a sharded
+// checkpoint restores into a new job that goes on exactly where the first stopped, and a
+// server that dies makes every trainer fail with an error naming it, within the timeout.
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/config/config.h"
+#include "engine/core/status.h"
+#include "engine/dist/coordinator.h"
+#include "engine/dist/distributed_trainer.h"
+#include "engine/dist/job_layout.h"
+#include "engine/dist/rendezvous.h"
+#include "engine/dist/server_process.h"
+#include "engine/dist/shard_checkpoint.h"
+#include "engine/engine.h"
+#include "engine/shard/planner.h"
+#include "tests/dist_test_checks.h"
+#include "tests/dist_test_config.h"
+#include "tests/dist_test_data.h"
+
+namespace dlrm::dist {
+namespace {
+
+using std::chrono::milliseconds;
+constexpr int32_t kServers = 2, kTrainers = 2;
+constexpr int64_t kPart = 32, kGlobal = kPart * kTrainers;
+
+// What each trainer does between joining and Finish; its index is t.trainer_rank().
+using TrainerBody = std::function<void(DistributedTrainer& t)>;
+
+struct JobResult {
+  std::vector<std::string> server_errors, trainer_errors;
+};
+
+// Runs a job: ranks 0..kServers-1 are servers, the rest trainers. `stand_in` replaces
+// server 1 by a peer that joins and then vanishes (a server that died).
+JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const TrainerBody& body,
+                 int64_t timeout_ms = 20000, bool dead_server = false) {
+  net::Context context;
+  const int32_t world = kServers + kTrainers;
+  Coordinator coordinator(context, world, "tcp://127.0.0.1:*", net::TransportOptions());
+  std::thread coordinator_thread([&] {
+    try {
+      coordinator.Rendezvous(milliseconds(timeout_ms));
+      coordinator.Serve();
+    } catch (const Error&) {
+      // The peers see the failure themselves.
+    }
+  });
+  JobResult result;
+  result.server_errors.resize(kServers);
+  result.trainer_errors.resize(kTrainers);
+  std::vector<std::thread> peers;
+  for (int32_t rank = 0; rank < world; ++rank) {
+    peers.emplace_back([&, rank] {
+      const bool server = rank < kServers;
+      const ClusterEnv env = PeerEnv(coordinator.address(),
+                                     server ? net::ROLE_SERVER : net::ROLE_TRAINER, rank, world,
+                                     timeout_ms);
+      std::string& error =
+          server ? result.server_errors[rank] : result.trainer_errors[rank - kServers];
+      try {
+        if (server && dead_server && rank == 1) {
+          net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
+                                 env.Transport(), "doomed server");
+          CoordinatorClient(context, env).Rendezvous(listener.address());
+          return;  // the listener closes: this server is gone
+        }
+        if (server) {
+          RunEmbeddingServer(context, env, c, restore);
+        } else {
+          ThreadPool pool(2);
+          DistributedTrainer t(context, env, c, &pool, restore);
+          body(t);
+          t.Finish();
+        }
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    });
+  }
+  for (auto& p : peers) p.join();
+  coordinator.Stop();
+  coordinator_thread.join();
+  return result;
+}
+
+std::string TempDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/dist_cluster_" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// Loads every server's and the replicas' shard files of checkpoint `dir` into fresh stores
+// and compares them with the engine's tables.
+void ExpectCheckpointMatchesEngine(const Engine& engine, const config::DlrmConfig& c,
+                                   const std::string& dir, int64_t step,
+                                   const std::string& where) {
+  const CheckpointManifest manifest = ReadManifest(dir);
+  EXPECT_EQ(manifest.step(), step) << where;
+  const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
+  std::vector<std::unique_ptr<EmbeddingShardStore>> stores;
+  for (int32_t s = 0; s < kServers; ++s) {
+    stores.push_back(std::make_unique<EmbeddingShardStore>(c, plan, s));
+    EXPECT_EQ(LoadShardStore(stores.back().get(), s, dir + "/" + ServerShardFile(s)), step);
+  }
+  stores.push_back(std::make_unique<EmbeddingShardStore>(c, plan, kTrainerReplica));
+  if (manifest.has_replicas())
+    LoadShardStore(stores.back().get(), kTrainerReplica, dir + "/" + kReplicaShardFile);
+  std::vector<const EmbeddingShardStore*> owners;
+  for (const auto& s : stores) owners.push_back(s.get());
+  ExpectStoresMatchEngine(engine, c, owners, where);
+}
+
+// Trains batches [first, last) with `lookahead` parts queued; records the losses.
+void TrainBatches(DistributedTrainer& t, const config::DlrmConfig& c, int64_t first,
+                  int64_t last, int lookahead, std::vector<float>* losses) {
+  const int32_t r = t.trainer_rank();
+  std::vector<OwnedBatch> parts;
+  for (int64_t i = first; i < last; ++i)
+    parts.push_back(Part(MakeTestBatch(c, i, kGlobal), r * kPart, (r + 1) * kPart));
+  size_t next = 0;
+  while (next < parts.size() && static_cast<int>(next) < lookahead + 1)
+    t.trainer().Enqueue(parts[next++].view());
+  while (t.trainer().queued() > 0) {
+    losses->push_back(t.trainer().TrainStep());
+    if (next < parts.size()) t.trainer().Enqueue(parts[next++].view());
+  }
+}
+
+class ClusterTest : public ::testing::TestWithParam<config::ShardingConfig::Type> {};
+
+// Acceptance: sync with 2 trainers and 2 servers on loopback reproduces the single-process
+// run bitwise (losses, dense parameters, every embedding row), for each sharding type.
+TEST_P(ClusterTest, SyncOverLoopbackEqualsOneProcessBitwise) {
+  const auto type = GetParam();
+  const bool cw = type == config::ShardingConfig::COLUMN_WISE;
+  const config::DlrmConfig c = ShardedTestConfig(type, "adam", cw ? "adagrad" : "rowwise_adagrad",
+                                                 kServers);
+  const std::string name = shard::ShardingTypeShortName(type);
+  constexpr int64_t kSteps = 4;
+  Engine engine(c);
+  std::vector<float> want;
+  for (int64_t i = 0; i < kSteps; ++i) want.push_back(engine.TrainStep(
+      MakeTestBatch(c, i, kGlobal).view()));
+  const std::string dir = TempDir(name);
+  std::vector<std::vector<float>> losses(kTrainers);
+  const JobResult result = RunJob(c, "", [&](DistributedTrainer& t) {
+    TrainBatches(t, c, 0, kSteps, /*lookahead=*/2, &losses[t.trainer_rank()]);
+    ExpectDenseMatchesEngine(engine, t.trainer().model(), name);
+    t.Checkpoint(dir);
+  });
+  for (int r = 0; r < kTrainers; ++r) {
+    ASSERT_EQ(result.trainer_errors[r], "") << name << " trainer " << r;
+    ASSERT_EQ(losses[r].size(), want.size());
+    for (int64_t i = 0; i < kSteps; ++i)
+      EXPECT_EQ(std::memcmp(&losses[r][i], &want[i], sizeof(float)), 0)
+          << name << " trainer " << r << " step " << i + 1;
+  }
+  for (int s = 0; s < kServers; ++s) EXPECT_EQ(result.server_errors[s], "") << "server " << s;
+  ExpectCheckpointMatchesEngine(engine, c, dir, kSteps, name + " rows");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, ClusterTest,
+                         ::testing::Values(config::ShardingConfig::TABLE_WISE,
+                                           config::ShardingConfig::ROW_WISE,
+                                           config::ShardingConfig::COLUMN_WISE,
+                                           config::ShardingConfig::TABLE_ROW_WISE,
+                                           config::ShardingConfig::DATA_PARALLEL),
+                         [](const auto& info) {
+                           return std::string(shard::ShardingTypeShortName(info.param));
+                         });
+
+// A job restored from a sharded checkpoint continues exactly where the first stopped.
+TEST(ClusterCheckpoint, RestoreContinuesBitwise) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_ROW_WISE, "adagrad", "adam", kServers);
+  Engine engine(c);
+  std::vector<float> want;
+  for (int64_t i = 0; i < 5; ++i)
+    want.push_back(engine.TrainStep(MakeTestBatch(c, i, kGlobal).view()));
+  const std::string first = TempDir("first"), second = TempDir("second");
+  JobResult result = RunJob(c, "", [&](DistributedTrainer& t) {
+    std::vector<float> losses;
+    TrainBatches(t, c, 0, 3, 1, &losses);
+    t.Checkpoint(first);
+  });
+  for (const std::string& e : result.trainer_errors) ASSERT_EQ(e, "");
+  std::vector<std::vector<float>> losses(kTrainers);
+  result = RunJob(c, first, [&](DistributedTrainer& t) {
+    EXPECT_EQ(t.trainer().step(), 3);
+    TrainBatches(t, c, 3, 5, 1, &losses[t.trainer_rank()]);
+    ExpectDenseMatchesEngine(engine, t.trainer().model(), "restored");
+    t.Checkpoint(second);
+  });
+  for (const std::string& e : result.trainer_errors) ASSERT_EQ(e, "");
+  for (const std::string& e : result.server_errors) ASSERT_EQ(e, "");
+  for (int r = 0; r < kTrainers; ++r) {
+    ASSERT_EQ(losses[r].size(), 2u);
+    EXPECT_EQ(losses[r][0], want[3]) << "trainer " << r;
+    EXPECT_EQ(losses[r][1], want[4]) << "trainer " << r;
+  }
+  ExpectCheckpointMatchesEngine(engine, c, second, 5, "after the restored job");
+
+  // A checkpoint does not restore into another layout, and nothing starts then.
+  config::DlrmConfig other = c;
+  other.mutable_model()->mutable_tables(0)->set_num_rows(61);
+  result = RunJob(other, first, [](DistributedTrainer&) {}, 3000);
+  for (const std::string& e : result.server_errors)
+    EXPECT_NE(e.find("cannot be restored"), std::string::npos) << e;
+}
+
+// Acceptance: a server that dies makes every trainer fail with a clear error within the
+// timeout, never hang.
+TEST(ClusterFaults, DeadServerFailsEveryTrainerWithinTheTimeout) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", kServers);
+  constexpr int64_t kTimeoutMs = 1500;
+  const auto start = std::chrono::steady_clock::now();
+  const JobResult result = RunJob(
+      c, "",
+      [&](DistributedTrainer& t) {
+        std::vector<float> losses;
+        TrainBatches(t, c, 0, 3, 1, &losses);
+      },
+      kTimeoutMs, /*dead_server=*/true);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r = 0; r < kTrainers; ++r) {
+    std::cerr << "trainer " << r << " failed with: " << result.trainer_errors[r] << "\n";
+    EXPECT_NE(result.trainer_errors[r].find("server 1"), std::string::npos)
+        << "trainer " << r << ": " << result.trainer_errors[r];
+  }
+  // One timeout for the lookup; the trainers learn of each other's failure in the same
+  // exchange. Generous bound for a loaded CI machine.
+  EXPECT_LT(seconds, 4.0 * kTimeoutMs / 1000 + 5);
+}
+
+}  // namespace
+}  // namespace dlrm::dist
