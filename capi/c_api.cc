@@ -15,6 +15,23 @@
 #include "engine/config/config.h"
 #include "engine/core/status.h"
 #include "engine/engine.h"
+#include "capi/capi_internal.h"
+
+namespace dlrm::capi {
+// The C ABI's error channel is per thread by contract (like errno).
+std::string& LastError() {
+  thread_local std::string message;
+  return message;
+}
+}  // namespace dlrm::capi
+
+using dlrm::capi::CopyToMalloc;
+using dlrm::capi::Fail;
+using dlrm::capi::Guard;
+using dlrm::capi::RequireNotNull;
+using dlrm::capi::ToView;
+using dlrm::capi::ToViews;
+using dlrm::capi::WriteEvalResult;
 
 struct dlrm_engine {
   std::unique_ptr<dlrm::Engine> impl;
@@ -22,65 +39,10 @@ struct dlrm_engine {
 
 namespace {
 
-// The C ABI's error channel is per thread by contract (like errno).
-thread_local std::string t_last_error;
-
-dlrm_status Fail(dlrm_status status, const std::string& message) {
-  t_last_error = message;
-  return status;
-}
-
-// Runs fn, converting any exception into a status code and message.
-template <typename Fn>
-dlrm_status Guard(Fn&& fn) {
-  try {
-    fn();
-    return DLRM_OK;
-  } catch (const dlrm::Error& e) {
-    return Fail(static_cast<dlrm_status>(e.code()), e.what());
-  } catch (const std::bad_alloc&) {
-    return Fail(DLRM_RESOURCE_EXHAUSTED, "out of memory");
-  } catch (const std::exception& e) {
-    return Fail(DLRM_INTERNAL, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return Fail(DLRM_INTERNAL, "internal error: unknown exception");
-  }
-}
-
-void RequireNotNull(const void* ptr, const char* name) {
-  if (ptr == nullptr) dlrm::ThrowInvalid(name, " is NULL");
-}
-
 dlrm::Engine& EngineOf(dlrm_engine* engine) {
   RequireNotNull(engine, "engine");
   if (!engine->impl) dlrm::ThrowInvalid("engine handle is not valid");
   return *engine->impl;
-}
-
-dlrm::BatchView ToView(const dlrm_batch* batch, const char* name) {
-  RequireNotNull(batch, name);
-  if (batch->struct_size < sizeof(dlrm_batch))
-    dlrm::ThrowInvalid(name, "->struct_size is ", batch->struct_size,
-                       "; set it to sizeof(dlrm_batch) = ", sizeof(dlrm_batch));
-  dlrm::BatchView view;
-  view.batch_size = batch->batch_size;
-  view.num_dense = batch->num_dense;
-  view.dense = batch->dense;
-  view.labels = batch->labels;
-  view.num_sparse = batch->num_sparse;
-  view.lengths = batch->lengths;
-  view.num_ids = batch->num_ids;
-  view.ids = batch->ids;
-  view.weights = batch->weights;
-  return view;
-}
-
-// Strings handed to the caller are malloc'ed so that dlrm_free (free) releases them.
-char* CopyToMalloc(const std::string& text) {
-  char* buffer = static_cast<char*>(std::malloc(text.size() + 1));
-  if (buffer == nullptr) throw std::bad_alloc();
-  std::memcpy(buffer, text.c_str(), text.size() + 1);
-  return buffer;
 }
 
 dlrm_status CreateWith(dlrm_engine** out, const std::function<std::unique_ptr<dlrm::Engine>()>& make) {
@@ -100,7 +62,7 @@ DLRM_API const char* dlrm_version(void) { return DLRM_VERSION_STRING; }
 
 DLRM_API int32_t dlrm_abi_version(void) { return DLRM_ABI_VERSION_NUMBER; }
 
-DLRM_API const char* dlrm_last_error(void) { return t_last_error.c_str(); }
+DLRM_API const char* dlrm_last_error(void) { return dlrm::capi::LastError().c_str(); }
 
 DLRM_API const char* dlrm_status_name(dlrm_status status) {
   if (status < 0 || status > DLRM_RESOURCE_EXHAUSTED) return "UNKNOWN";
@@ -175,20 +137,8 @@ DLRM_API dlrm_status dlrm_engine_evaluate(dlrm_engine* engine, const dlrm_batch*
                                           size_t num_batches, dlrm_eval_result* out) {
   return Guard([&] {
     dlrm::Engine& e = EngineOf(engine);
-    RequireNotNull(batches, "batches");
     RequireNotNull(out, "out");
-    if (out->struct_size < sizeof(dlrm_eval_result))
-      dlrm::ThrowInvalid("out->struct_size is ", out->struct_size,
-                         "; set it to sizeof(dlrm_eval_result) = ", sizeof(dlrm_eval_result));
-    std::vector<dlrm::BatchView> views;
-    for (size_t i = 0; i < num_batches; ++i) {
-      const std::string name = "batches[" + std::to_string(i) + "]";
-      views.push_back(ToView(&batches[i], name.c_str()));
-    }
-    const dlrm::EvalResult result = e.Evaluate(views);
-    out->log_loss = result.log_loss;
-    out->auc = result.auc;
-    out->num_samples = result.num_samples;
+    WriteEvalResult(e.Evaluate(ToViews(batches, num_batches)), out);
   });
 }
 

@@ -25,7 +25,7 @@ std::chrono::milliseconds Timeout(const ClusterEnv& env) {
 DistributedTrainer::DistributedTrainer(const net::Context& context, const ClusterEnv& env,
                                        const config::DlrmConfig& config, ThreadPool* pool,
                                        const std::string& restore_dir,
-                                       Communicator* communicator)
+                                       const CommunicatorFactory& make_communicator)
     : config_(config),
       env_(env),
       listener_(context, net::Endpoint::kListen, env.PeerBindEndpoint(), env.Transport(),
@@ -35,21 +35,19 @@ DistributedTrainer::DistributedTrainer(const net::Context& context, const Cluste
     ThrowInvalid("DistributedTrainer with DLRM_ROLE=", RoleName(env.role));
   ValidateConfig(config_);
   layout_ = LayoutFromRoster(coordinator_.Rendezvous(listener_.address()), env.rank, config_);
-  if (communicator == nullptr) {
-    own_communicator_ =
-        std::make_unique<NetCommunicator>(context, &listener_, layout_.trainer_addresses,
-                                          layout_.index, env.Transport(), Timeout(env));
-    communicator = own_communicator_.get();
+  if (make_communicator) {
+    comm_ = make_communicator(layout_.index, layout_.num_trainers());
+  } else {
+    comm_ = std::make_unique<NetCommunicator>(context, &listener_, layout_.trainer_addresses,
+                                              layout_.index, env.Transport(), Timeout(env));
   }
-  if (communicator->rank() != layout_.index ||
-      communicator->world_size() != layout_.num_trainers())
-    ThrowInvalid("the communicator is rank ", communicator->rank(), " of ",
-                 communicator->world_size(), ", but this is trainer ", layout_.index, " of ",
-                 layout_.num_trainers());
-  comm_ = communicator;
+  if (!comm_ || comm_->rank() != layout_.index || comm_->world_size() != layout_.num_trainers())
+    ThrowInvalid("the communicator is not rank ", layout_.index, " of ",
+                 layout_.num_trainers(), " (this trainer's index and the trainer count)");
   service_ = std::make_unique<RemoteEmbeddingService>(
       context, layout_.server_addresses, layout_.index, env.Transport(), Timeout(env));
-  trainer_ = std::make_unique<SyncTrainer>(config_, layout_.plan, comm_, service_.get(), pool);
+  trainer_ = std::make_unique<SyncTrainer>(config_, layout_.plan, comm_.get(), service_.get(),
+                                          pool);
   if (!restore_dir.empty()) {
     const CheckpointManifest manifest = ManifestForRestore(restore_dir, config_, layout_);
     const int64_t step = LoadDenseState(&trainer_->mutable_model(), &trainer_->dense_optimizer(),

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,14 +30,17 @@ namespace dlrm::dist {
 
 class DistributedTrainer {
  public:
+  // Makes the trainers' collectives once the rendezvous has told this trainer its index
+  // among the trainers and their number: how a host plugs in its own (MPI, Spark).
+  using CommunicatorFactory =
+      std::function<std::unique_ptr<Communicator>(int32_t rank, int32_t world_size)>;
+
   // env.role must be trainer. pool is borrowed. restore_dir: a checkpoint to resume from
-  // (empty: start fresh). communicator: the trainers' collectives; null uses the
-  // transport (NetCommunicator); a host may supply its own (e.g. over MPI or Spark), whose
-  // rank and size must be this trainer's index and the number of trainers.
+  // (empty: start fresh). make_communicator: null uses the transport (NetCommunicator).
   DistributedTrainer(const net::Context& context, const ClusterEnv& env,
                      const config::DlrmConfig& config, ThreadPool* pool,
                      const std::string& restore_dir = "",
-                     Communicator* communicator = nullptr);
+                     const CommunicatorFactory& make_communicator = nullptr);
   ~DistributedTrainer();
 
   SyncTrainer& trainer() { return *trainer_; }
@@ -65,8 +69,7 @@ class DistributedTrainer {
   net::Endpoint listener_;
   CoordinatorClient coordinator_;
   JobLayout layout_;
-  std::unique_ptr<Communicator> own_communicator_;
-  Communicator* comm_;
+  std::unique_ptr<Communicator> comm_;
   std::unique_ptr<RemoteEmbeddingService> service_;
   std::unique_ptr<SyncTrainer> trainer_;
 };

@@ -129,16 +129,23 @@ class Adam final : public DenseOptimizer<T> {
     const T decay_factor = static_cast<T>(1.0 - static_cast<double>(lr) * weight_decay_);
     const bool l2 = weight_decay_ != T(0) && !decoupled_;
     const bool decoupled = weight_decay_ != T(0) && decoupled_;
+    // Branch-free loops so that they vectorize (sqrt and division are correctly rounded
+    // in SIMD too: the results are the scalar loop's bits). Decoupled decay first, as
+    // the update below reads the decayed parameter.
+    T* __restrict p = params;
+    const T* __restrict gr = grads;
+    T* __restrict m = exp_avg_.data();
+    T* __restrict v = exp_avg_sq_.data();
+    if (decoupled)
+      for (size_t i = begin; i < end; ++i) p[i] *= decay_factor;
+    const T wd = l2 ? weight_decay_ : T(0);
+    const T b1 = beta1_, b2 = beta2_, eps = eps_;
     for (size_t i = begin; i < end; ++i) {
-      T g = grads[i];
-      if (decoupled) params[i] *= decay_factor;
-      if (l2) g += weight_decay_ * params[i];
-      T& m = exp_avg_[i];
-      T& v = exp_avg_sq_[i];
-      m = beta1_ * m + (T(1) - beta1_) * g;
-      v = beta2_ * v + (T(1) - beta2_) * g * g;
-      const T denom = std::sqrt(v) / bias_correction2_sqrt + eps_;
-      params[i] -= step_size * m / denom;
+      const T g = l2 ? gr[i] + wd * p[i] : gr[i];
+      m[i] = b1 * m[i] + (T(1) - b1) * g;
+      v[i] = b2 * v[i] + (T(1) - b2) * g * g;
+      const T denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
+      p[i] -= step_size * m[i] / denom;
     }
   }
 

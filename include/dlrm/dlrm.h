@@ -182,6 +182,64 @@ DLRM_API dlrm_status dlrm_engine_read_parameter(dlrm_engine* engine, const char*
 DLRM_API dlrm_status dlrm_engine_write_parameter(dlrm_engine* engine, const char* name,
                                                  const float* values, size_t len);
 
+/* ---- Multi-process training: embedding servers + data-parallel trainers --------------
+ * A job is a coordinator, embedding servers and trainers (docs/DESIGN.md, "A multi-process
+ * job"); `dlrm launch` starts one on a single host. Each process is told its part by the
+ * DLRM_* settings (DLRM_ROLE, DLRM_RANK, DLRM_WORLD_SIZE, DLRM_COORDINATOR, and optionally
+ * DLRM_BIND_ADDRESS, DLRM_SECRET, DLRM_TIMEOUT_MS, DLRM_NET_DELAY_MS), given as
+ * "KEY=VALUE" lines in `cluster` (hosts that cannot set environment variables, like a
+ * JVM, pass them so), or read from the process environment when cluster is NULL.
+ * Every wait is bounded by DLRM_TIMEOUT_MS; a dead peer is an error naming it. */
+
+/* Runs this process's part when it is the coordinator or an embedding server: returns
+ * when the job has ended. restore_dir: NULL, or a sharded checkpoint directory to resume
+ * from (a server loads its shards). */
+DLRM_API dlrm_status dlrm_run_role(const char* config_text, const char* cluster,
+                                   const char* restore_dir);
+
+/* A host's all-gather (MPI_Allgatherv, Spark's BarrierTaskContext.allGather, ...). Every
+ * trainer calls it with its bytes, collectively; it must hand each rank's bytes, in rank
+ * order 0 .. num_trainers-1 (its own included), to dlrm_gather_put, and return 0. A
+ * nonzero return fails the step with DLRM_NETWORK naming the value. */
+typedef struct dlrm_gather dlrm_gather;
+typedef int32_t (*dlrm_allgather_fn)(void* user_data, const void* data, int64_t num_bytes,
+                                     dlrm_gather* result);
+/* Inside a dlrm_allgather_fn: rank `rank`'s contribution (copied). */
+DLRM_API dlrm_status dlrm_gather_put(dlrm_gather* result, int32_t rank, const void* data,
+                                     int64_t num_bytes);
+
+typedef struct dlrm_trainer dlrm_trainer;
+/* Joins the job as a trainer (the settings' DLRM_ROLE must be trainer): rendezvous,
+ * connections to the servers and trainers, and the restore of restore_dir (NULL: a fresh
+ * start). allgather: NULL uses the built-in collective over the transport; else the
+ * host's (user_data is passed to it). A trainer's rank among the trainers is the order of
+ * its DLRM_RANK among the trainers' ranks. */
+DLRM_API dlrm_status dlrm_trainer_create(const char* config_text, const char* cluster,
+                                         const char* restore_dir, dlrm_allgather_fn allgather,
+                                         void* user_data, dlrm_trainer** out);
+DLRM_API void dlrm_trainer_destroy(dlrm_trainer* trainer);
+/* This trainer's rank among the trainers, their number, and the global step done. Any
+ * pointer may be NULL. */
+DLRM_API dlrm_status dlrm_trainer_info(dlrm_trainer* trainer, int32_t* rank,
+                                       int32_t* num_trainers, int64_t* step);
+/* Queues this trainer's part of the next global batch (copied) and starts its embedding
+ * lookups, so they travel while earlier steps compute. Parts must be equal in size on
+ * every trainer: reduction_chunk_rows x a power of two. A bad part fails its step. */
+DLRM_API dlrm_status dlrm_trainer_enqueue(dlrm_trainer* trainer, const dlrm_batch* part);
+/* Collective: trains the oldest queued part; *loss_out (may be NULL) receives the global
+ * batch's mean loss, the same on every trainer. A bad part on any trainer fails the step
+ * on all with the same message, and nothing changes. */
+DLRM_API dlrm_status dlrm_trainer_train_step(dlrm_trainer* trainer, float* loss_out);
+/* Collective: log loss and AUC over batches (the same on every trainer), with every
+ * update so far applied. */
+DLRM_API dlrm_status dlrm_trainer_evaluate(dlrm_trainer* trainer, const dlrm_batch* batches,
+                                           size_t num_batches, dlrm_eval_result* out);
+/* Collective: a sharded checkpoint of the current step in dir (servers write their
+ * shards, trainer 0 the dense state and, last, the MANIFEST). */
+DLRM_API dlrm_status dlrm_trainer_checkpoint(dlrm_trainer* trainer, const char* dir);
+/* Collective: waits for every update, tells the servers this trainer is done, leaves. */
+DLRM_API dlrm_status dlrm_trainer_finish(dlrm_trainer* trainer);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

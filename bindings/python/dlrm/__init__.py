@@ -10,7 +10,7 @@ raises DlrmError with the engine's status and message.
         loss = engine.train_step(batch)
         p = engine.predict(batch)
 """
-from . import _native
+from . import _native, distributed
 from ._version import __version__
 from .batch import Batch
 from .engine import Engine, EvalResult, LoadResult
@@ -39,5 +39,5 @@ def library_path() -> str:
 __all__ = [
     "ABI_VERSION", "Batch", "DlrmError", "Engine", "EngineClosedError", "EvalResult",
     "History", "LoadResult", "StatusCode", "__version__", "fit", "library_abi_version",
-    "library_path", "library_version",
+    "distributed", "library_path", "library_version",
 ]

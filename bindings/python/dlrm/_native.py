@@ -67,6 +67,11 @@ class EvalResultStruct(ctypes.Structure):
 
 _status = ctypes.c_int32
 # (name, restype, argtypes) for every function of dlrm.h, in the header's order.
+# dlrm_allgather_fn: int32_t (*)(void* user_data, const void* data, int64_t num_bytes,
+#                                dlrm_gather* result)
+ALLGATHER_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_int64, ctypes.c_void_p)
+
 _PROTOTYPES: Sequence[Tuple[str, object, List[object]]] = (
     ("dlrm_version", ctypes.c_char_p, []),
     ("dlrm_abi_version", ctypes.c_int32, []),
@@ -98,6 +103,21 @@ _PROTOTYPES: Sequence[Tuple[str, object, List[object]]] = (
      [_engine_p, ctypes.c_char_p, c_float_p, ctypes.c_size_t]),
     ("dlrm_engine_write_parameter", _status,
      [_engine_p, ctypes.c_char_p, c_float_p, ctypes.c_size_t]),
+    ("dlrm_run_role", _status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]),
+    ("dlrm_gather_put", _status,
+     [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64]),
+    ("dlrm_trainer_create", _status,
+     [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ALLGATHER_FN, ctypes.c_void_p,
+      ctypes.POINTER(ctypes.c_void_p)]),
+    ("dlrm_trainer_destroy", None, [ctypes.c_void_p]),
+    ("dlrm_trainer_info", _status, [ctypes.c_void_p, c_int32_p, c_int32_p, c_int64_p]),
+    ("dlrm_trainer_enqueue", _status, [ctypes.c_void_p, ctypes.POINTER(BatchStruct)]),
+    ("dlrm_trainer_train_step", _status, [ctypes.c_void_p, c_float_p]),
+    ("dlrm_trainer_evaluate", _status,
+     [ctypes.c_void_p, ctypes.POINTER(BatchStruct), ctypes.c_size_t,
+      ctypes.POINTER(EvalResultStruct)]),
+    ("dlrm_trainer_checkpoint", _status, [ctypes.c_void_p, ctypes.c_char_p]),
+    ("dlrm_trainer_finish", _status, [ctypes.c_void_p]),
 )
 
 

@@ -1,0 +1,127 @@
+"""dlrm.distributed: a job of a coordinator, 2 embedding servers and 2 trainers as threads
+of this process over loopback TCP (every call releases the GIL). Sync training equals the
+single-process Engine on the same global batches, bitwise, with the built-in collective
+and with a Python all-gather; bad settings are refused by name."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Dict, List, Sequence
+
+import numpy as np
+import pytest
+
+import dlrm
+from conftest import SMALL_CONFIG, make_batch
+
+CONFIG = SMALL_CONFIG + "\nsharding { data_parallel_max_bytes: 0 }\n"  # tables on servers
+TRAINERS, STEPS, GLOBAL = 2, 4, 8
+
+
+def _part(batch: dlrm.Batch, r: int) -> dlrm.Batch:
+    """Samples of trainer r (of 2) of a global batch of 8."""
+    lo, hi = r * GLOBAL // TRAINERS, (r + 1) * GLOBAL // TRAINERS
+    lengths = batch.lengths
+    offsets = np.concatenate([[0], np.cumsum(lengths.reshape(-1))])
+    ids = np.concatenate([batch.ids[offsets[f * GLOBAL + lo]:offsets[f * GLOBAL + hi]]
+                          for f in range(lengths.shape[0])])
+    return dlrm.Batch(batch.dense[lo:hi].copy(), batch.labels[lo:hi].copy(),
+                      np.ascontiguousarray(lengths[:, lo:hi]), ids)
+
+
+def _cluster(role: str, rank: int, port: int) -> Dict[str, object]:
+    c: Dict[str, object] = {"DLRM_ROLE": role, "DLRM_WORLD_SIZE": 4,
+                            "DLRM_COORDINATOR": f"127.0.0.1:{port}", "DLRM_TIMEOUT_MS": 20000}
+    if rank >= 0:
+        c["DLRM_RANK"] = rank
+    return c
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _PythonAllGather:
+    """Every trainer's bytes in rank order, over a barrier (a stand-in for MPI)."""
+
+    def __init__(self) -> None:
+        self.barrier = threading.Barrier(TRAINERS)
+        self.slots: List[bytes] = [b""] * TRAINERS
+
+    def member(self, rank: int):
+        def allgather(mine: bytes) -> Sequence[bytes]:
+            self.slots[rank] = mine
+            self.barrier.wait()
+            everything = list(self.slots)
+            self.barrier.wait()
+            return everything
+        return allgather
+
+
+def _run_job(batches: List[dlrm.Batch], python_allgather: bool) -> List[List[float]]:
+    port = _free_port()
+    errors: List[BaseException] = []
+    losses: List[List[float]] = [[] for _ in range(TRAINERS)]
+
+    def role(name: str, rank: int) -> None:
+        try:
+            dlrm.distributed.run_role(CONFIG, _cluster(name, rank, port))
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    gather = _PythonAllGather()
+
+    def trainer(r: int) -> None:
+        try:
+            with dlrm.distributed.Trainer(
+                    CONFIG, _cluster("trainer", 2 + r, port),
+                    allgather=gather.member(r) if python_allgather else None) as t:
+                assert (t.rank, t.num_trainers, t.step) == (r, TRAINERS, 0)
+                t.enqueue(_part(batches[0], r))
+                for i in range(1, STEPS):
+                    t.enqueue(_part(batches[i], r))  # one part's lookups in flight
+                    losses[r].append(t.train_step())
+                losses[r].append(t.train_step())
+                assert t.step == STEPS
+                t.finish()
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=role, args=("coordinator", -1))]
+    threads[0].start()
+    time.sleep(0.2)  # the coordinator binds its port before the peers bind theirs
+    threads += [threading.Thread(target=role, args=("server", s)) for s in range(2)]
+    threads += [threading.Thread(target=trainer, args=(r,)) for r in range(TRAINERS)]
+    for t in threads[1:]:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    return losses
+
+
+@pytest.mark.parametrize("python_allgather", [False, True], ids=["transport", "python"])
+def test_sync_job_equals_one_engine_bitwise(python_allgather: bool) -> None:
+    rng = np.random.default_rng(7)
+    batches = [make_batch(rng, batch_size=GLOBAL) for _ in range(STEPS)]
+    with dlrm.Engine(CONFIG) as engine:
+        want = [engine.train_step(b) for b in batches]
+    losses = _run_job(batches, python_allgather)
+    for r in range(TRAINERS):
+        assert np.array(losses[r], np.float32).tobytes() == np.array(want, np.float32).tobytes()
+
+
+def test_bad_settings_are_refused_by_name() -> None:
+    with pytest.raises(dlrm.DlrmError, match="DLRM_ROLE=server"):
+        dlrm.distributed.Trainer(CONFIG, _cluster("server", 0, 5555))
+    with pytest.raises(dlrm.DlrmError, match="not a DLRM_"):
+        dlrm.distributed.Trainer(CONFIG, {"HOME": "/root"})
+    with pytest.raises(ValueError, match="single line"):
+        dlrm.distributed.Trainer(CONFIG, {"DLRM_ROLE": "trainer\nDLRM_RANK=1"})
+    with pytest.raises(dlrm.DlrmError, match="dlrm_trainer_create"):
+        dlrm.distributed.run_role(CONFIG, _cluster("trainer", 2, 5555))
+    with pytest.raises(TypeError):
+        dlrm.distributed.Trainer(b"not text")  # type: ignore[arg-type]

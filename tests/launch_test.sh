@@ -1,0 +1,65 @@
+#!/bin/bash
+# A multi-process job end to end with `dlrm launch` (2 trainers, 2 embedding servers):
+#  1. it trains and writes sharded checkpoints;
+#  2. killing a server (SIGKILL) mid-run makes both trainers exit with an error naming that
+#     server, and the whole job ends, within the timeout (plus slack for a loaded machine);
+#  3. a new job restored from the last complete checkpoint continues from its step and
+#     finishes cleanly, with an evaluation.
+# usage: launch_test.sh DLRM CONFIG WORKDIR
+set -u
+DLRM=$1
+CONFIG=$2
+WORK=$3
+TIMEOUT_MS=5000
+fail() { echo "FAIL: $*"; for f in "$WORK"/run*.log; do echo "--- $f"; tail -30 "$f"; done; exit 1; }
+
+rm -rf "$WORK" && mkdir -p "$WORK"
+"$DLRM" generate --out_dir="$WORK/data" --train_samples=40000 --test_samples=4000 \
+  > "$WORK/generate.log" 2>&1 || fail "generate"
+export DLRM_TIMEOUT_MS=$TIMEOUT_MS
+common=(--config="$CONFIG" --train="$WORK/data/train.tsv" --batch_size=256 --threads=1
+        --epochs=1000 --checkpoint_dir="$WORK/ckpt" --checkpoint_every=20 --log_every_seconds=1000)
+
+# 1-2. Train until a checkpoint exists, then kill server 1.
+"$DLRM" launch --trainers=2 --servers=2 -- train "${common[@]}" > "$WORK/run1.log" 2>&1 &
+launch=$!
+for _ in $(seq 1 600); do
+  [ -f "$WORK/ckpt/step-40/MANIFEST" ] && break
+  kill -0 $launch 2> /dev/null || fail "the job ended before its second checkpoint"
+  sleep 0.1
+done
+[ -f "$WORK/ckpt/step-40/MANIFEST" ] || fail "no checkpoint after 60 s"
+server=$(sed -n 's/^launch: server 1 is pid \([0-9]*\)$/\1/p' "$WORK/run1.log")
+[ -n "$server" ] || fail "launch did not report server 1's pid"
+start=$(date +%s%N)
+kill -9 "$server"
+wait $launch
+rc=$?
+elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+[ $rc -ne 0 ] || fail "the job succeeded although a server was killed"
+for t in 0 1; do
+  grep -q "launch: trainer $t (pid [0-9]*) exited with status 1" "$WORK/run1.log" \
+    || fail "trainer $t did not exit with an error"
+done
+errors=$(grep -c "E[0-9]*.*TIMEOUT: .*server 1 at tcp://" "$WORK/run1.log")
+[ "$errors" -ge 2 ] || fail "expected both trainers to name server 1 in their errors"
+# Trainers: one timeout; server 0 then waits one timeout for the silent trainers.
+limit_ms=$(( 2 * TIMEOUT_MS + 15000 ))
+[ $elapsed_ms -le $limit_ms ] || fail "the job took ${elapsed_ms} ms to end (limit ${limit_ms})"
+echo "killed server 1: job ended in ${elapsed_ms} ms with exit code $rc"
+
+# 3. Restart from the last complete checkpoint and go on for 30 steps.
+last=$(ls -d "$WORK"/ckpt/step-* | sed 's/.*step-//' | sort -n | tail -1)
+while [ ! -f "$WORK/ckpt/step-$last/MANIFEST" ]; do
+  last=$(ls -d "$WORK"/ckpt/step-* | sed 's/.*step-//' | sort -n | awk -v l=$last '$1 < l' | tail -1)
+  [ -n "$last" ] || fail "no complete checkpoint"
+done
+"$DLRM" launch --trainers=2 --servers=2 -- train "${common[@]}" --restore="$WORK/ckpt" \
+  --max_steps=$((last + 30)) --test="$WORK/data/test.tsv" > "$WORK/run2.log" 2>&1 \
+  || fail "the restored job failed"
+grep -q "trainer 0: restored step $last from" "$WORK/run2.log" || fail "trainer 0 did not restore step $last"
+grep -q "server 1: restored step $last from" "$WORK/run2.log" || fail "server 1 did not restore step $last"
+grep -q "trained 30 steps (to step $((last + 30)))" "$WORK/run2.log" || fail "did not train 30 more steps"
+grep -q "^eval .*auc=0\.[5-9]" "$WORK/run2.log" || fail "no evaluation after the restored run"
+echo "restored step $last and trained to step $((last + 30))"
+echo PASS
