@@ -1,8 +1,8 @@
 #!/bin/bash
 # Hybrid against sync training with added network latency (issue: "with 2 ms of added
 # latency per message, hybrid trains at least 2x faster than sync").
-# A job of trainers + embedding servers on this machine (dlrm launch, default 2 + 2); every message
-# leaves DLRM_NET_DELAY_MS after it is sent. Rounds alternate sync and hybrid; the steady
+# A job of trainers + embedding servers on this machine (dlrm launch, default 2 + 2);
+# every message leaves DLRM_NET_DELAY_MS after it is sent. Rounds alternate sync and hybrid; the steady
 # samples/s (after the warm-up steps) of each round and the medians are printed.
 # usage: bench/dist_hybrid.sh [--build DIR] [--rounds N] [--delay_ms D] [--batch B]
 #                             [--steps S] [--config FILE] [--trainers T] [--servers S]
