@@ -42,6 +42,40 @@ TEST(BatchTest, ValidBatchGetsBagOffsets) {
   EXPECT_EQ(vb.offsets.back(), static_cast<int64_t>(b.ids.size()));
 }
 
+// Two slices make the batch again: each sample keeps its dense row, label and bags.
+TEST(BatchTest, SlicesAreTheSamplesOfTheirRange) {
+  const OwnedBatch b = testing::SmallBatch(6, 1);
+  const OwnedBatch lo = SliceBatch(b.view(), 0, 2), hi = SliceBatch(b.view(), 2, 6);
+  EXPECT_EQ(lo.batch_size, 2);
+  EXPECT_EQ(hi.batch_size, 4);
+  const ValidatedBatch vb = ValidateBatch(b.view(), 4, kSpecs, true);
+  const ValidatedBatch vlo = ValidateBatch(lo.view(), 4, kSpecs, true);
+  const ValidatedBatch vhi = ValidateBatch(hi.view(), 4, kSpecs, true);
+  for (int s = 0; s < 6; ++s) {
+    const OwnedBatch& part = s < 2 ? lo : hi;
+    const ValidatedBatch& vp = s < 2 ? vlo : vhi;
+    const int ps = s < 2 ? s : s - 2;
+    EXPECT_EQ(part.labels[ps], b.labels[s]);
+    for (int d = 0; d < 4; ++d) EXPECT_EQ(part.dense[ps * 4 + d], b.dense[s * 4 + d]);
+    for (int f = 0; f < 3; ++f) {
+      const std::vector<int64_t> want(b.ids.begin() + vb.bag_begin(f, s),
+                                      b.ids.begin() + vb.bag_end(f, s));
+      const std::vector<int64_t> got(part.ids.begin() + vp.bag_begin(f, ps),
+                                     part.ids.begin() + vp.bag_end(f, ps));
+      EXPECT_EQ(got, want) << "sample " << s << " feature " << f;
+    }
+  }
+  for (const auto& [begin, end] : {std::pair{0, 0}, std::pair{-1, 2}, std::pair{3, 7}}) {
+    try {
+      SliceBatch(b.view(), begin, end);
+      ADD_FAILURE() << "sliced [" << begin << ", " << end << ")";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), HasSubstr("empty or out of range"));
+    }
+  }
+}
+
 TEST(BatchTest, RejectsShapeErrors) {
   OwnedBatch b = testing::SmallBatch(6, 2);
   BatchView v = b.view();

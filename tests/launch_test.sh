@@ -11,7 +11,11 @@ DLRM=$1
 CONFIG=$2
 WORK=$3
 TIMEOUT_MS=5000
-fail() { echo "FAIL: $*"; for f in "$WORK"/run*.log; do echo "--- $f"; tail -30 "$f"; done; exit 1; }
+fail() {
+  echo "FAIL: $*"
+  for f in "$WORK"/run*.log; do echo "--- $f"; tail -30 "$f"; done
+  exit 1
+}
 
 rm -rf "$WORK" && mkdir -p "$WORK"
 "$DLRM" generate --out_dir="$WORK/data" --train_samples=40000 --test_samples=4000 \
@@ -51,15 +55,19 @@ echo "killed server 1: job ended in ${elapsed_ms} ms with exit code $rc"
 # 3. Restart from the last complete checkpoint and go on for 30 steps.
 last=$(ls -d "$WORK"/ckpt/step-* | sed 's/.*step-//' | sort -n | tail -1)
 while [ ! -f "$WORK/ckpt/step-$last/MANIFEST" ]; do
-  last=$(ls -d "$WORK"/ckpt/step-* | sed 's/.*step-//' | sort -n | awk -v l=$last '$1 < l' | tail -1)
+  last=$(ls -d "$WORK"/ckpt/step-* | sed 's/.*step-//' | sort -n \
+         | awk -v l=$last '$1 < l' | tail -1)
   [ -n "$last" ] || fail "no complete checkpoint"
 done
 "$DLRM" launch --trainers=2 --servers=2 -- train "${common[@]}" --restore="$WORK/ckpt" \
   --max_steps=$((last + 30)) --test="$WORK/data/test.tsv" > "$WORK/run2.log" 2>&1 \
   || fail "the restored job failed"
-grep -q "trainer 0: restored step $last from" "$WORK/run2.log" || fail "trainer 0 did not restore step $last"
-grep -q "server 1: restored step $last from" "$WORK/run2.log" || fail "server 1 did not restore step $last"
-grep -q "trained 30 steps (to step $((last + 30)))" "$WORK/run2.log" || fail "did not train 30 more steps"
+grep -q "trainer 0: restored step $last from" "$WORK/run2.log" \
+  || fail "trainer 0 did not restore step $last"
+grep -q "server 1: restored step $last from" "$WORK/run2.log" \
+  || fail "server 1 did not restore step $last"
+grep -q "trained 30 steps (to step $((last + 30)))" "$WORK/run2.log" \
+  || fail "did not train 30 more steps"
 grep -q "^eval .*auc=0\.[5-9]" "$WORK/run2.log" || fail "no evaluation after the restored run"
 echo "restored step $last and trained to step $((last + 30))"
 echo PASS

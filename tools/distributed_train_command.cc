@@ -23,6 +23,7 @@
 #include "engine/dist/shard_checkpoint.h"
 #include "engine/net/context.h"
 #include "tools/commands.h"
+#include "tools/stopwatch.h"
 #include "tools/train_data.h"
 
 DECLARE_string(config);
@@ -47,12 +48,6 @@ DEFINE_int64(warmup_steps, 10, "steps left out of the reported steady-state samp
 
 namespace dlrm::tools {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 config::DlrmConfig JobConfig() {
   if (FLAGS_config.empty()) ThrowInvalid("train needs --config");

@@ -15,6 +15,7 @@
 #include "engine/data/prefetcher.h"
 #include "engine/engine.h"
 #include "tools/commands.h"
+#include "tools/stopwatch.h"
 #include "tools/train_data.h"
 
 DEFINE_string(config, "", "model config (protobuf text), for train");
@@ -31,12 +32,6 @@ DEFINE_bool(skip_malformed, false, "skip and count malformed TSV lines instead o
 
 namespace dlrm::tools {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 int64_t CountLines(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -6,28 +6,13 @@
 #include <set>
 #include <sstream>
 
-#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include "engine/config/text_proto.h"
 #include "engine/core/status.h"
 
 namespace dlrm {
 namespace {
-
-class CollectErrors : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, google::protobuf::io::ColumnNumber column,
-                const std::string& message) override {
-    if (!text_.empty()) text_ += "; ";
-    text_ += "line " + std::to_string(line + 1) + ", column " + std::to_string(column + 1) +
-             ": " + message;
-  }
-  void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
-  const std::string& text() const { return text_; }
-
- private:
-  std::string text_;
-};
 
 std::string Field(const std::string& repeated, int index) {
   return repeated + "[" + std::to_string(index) + "]";
@@ -182,12 +167,8 @@ int FindTable(const config::ModelConfig& model, const std::string& name) {
 
 config::DlrmConfig ParseConfigText(const std::string& text) {
   config::DlrmConfig config;
-  google::protobuf::TextFormat::Parser parser;
-  CollectErrors errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &config))
-    ThrowInvalid("config text is not valid: ",
-                 errors.text().empty() ? std::string("parse failed") : errors.text());
+  const std::string errors = ParseTextProto(text, &config);
+  if (!errors.empty()) ThrowInvalid("config text is not valid: ", errors);
   return config;
 }
 

@@ -34,6 +34,8 @@ class ByteWriter {
     PutArray(values.data(), values.size());
   }
   void PutString(const std::string& s) { PutArray(s.data(), s.size()); }
+  // Room for `bytes` in all, so that appending never reallocates (large messages).
+  void Reserve(size_t bytes) { out_.reserve(bytes); }
 
   std::string& bytes() { return out_; }
   std::string Take() && { return std::move(out_); }

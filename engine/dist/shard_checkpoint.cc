@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include "engine/config/text_proto.h"
 #include "engine/core/status.h"
 #include "engine/io/checkpoint_file.h"
 
@@ -168,20 +168,6 @@ Layout DenseLayout(const DlrmModel<float>& model, DenseOptimizer<float>& optimiz
 std::string DenseStateName(const std::string& state) { return "dense_optimizer/" + state; }
 
 // ---- manifest ------------------------------------------------------------------------
-
-class CollectErrors : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, google::protobuf::io::ColumnNumber column,
-                const std::string& message) override {
-    if (!text_.empty()) text_ += "; ";
-    text_ += "line " + std::to_string(line + 1) + ", column " + std::to_string(column + 1) +
-             ": " + message;
-  }
-  const std::string& text() const { return text_; }
-
- private:
-  std::string text_;
-};
 
 std::string ManifestPath(const std::string& dir) {
   return (fs::path(dir) / kManifestFile).string();
@@ -397,11 +383,9 @@ CheckpointManifest ReadManifest(const std::string& dir) {
     ThrowBadManifest(dir, kManifestFile, " is not a manifest (format tag \"",
                      format == reader.metadata().end() ? "" : format->second, "\")");
   CheckpointManifest manifest;
-  google::protobuf::TextFormat::Parser parser;
-  CollectErrors errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(RequiredMetadata(reader, path, "manifest"), &manifest))
-    ThrowBadManifest(dir, kManifestFile, " does not parse: ", errors.text());
+  const std::string errors =
+      ParseTextProto(RequiredMetadata(reader, path, "manifest"), &manifest);
+  if (!errors.empty()) ThrowBadManifest(dir, kManifestFile, " does not parse: ", errors);
 
   if (!manifest.has_step() || manifest.step() < 0)
     ThrowBadManifest(dir, kManifestFile, " has step ", manifest.step(), ", expected >= 0");

@@ -19,8 +19,10 @@ namespace {
 
 bool IsPowerOfTwo(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
+}  // namespace
+
 // What a rank contributes to a step's exchange.
-struct Contribution {
+struct SyncTrainer::Contribution {
   int64_t samples = 0;
   int32_t error_code = 0;  // a StatusCode; kOk: the rank trained its part
   std::string error;
@@ -30,8 +32,9 @@ struct Contribution {
   std::string replica_update;  // EncodeFeatureUpdates of the replicated tables' features
 };
 
-std::string Encode(const Contribution& c, const std::vector<float>& dense_grad) {
+std::string SyncTrainer::Encode(const Contribution& c, const std::vector<float>& dense_grad) {
   ByteWriter out;
+  out.Reserve(64 + c.error.size() + dense_grad.size() * sizeof(float) + c.replica_update.size());
   out.Put<int64_t>(c.samples);
   out.Put<int32_t>(c.error_code);
   out.PutString(c.error);
@@ -44,7 +47,7 @@ std::string Encode(const Contribution& c, const std::vector<float>& dense_grad) 
   return std::move(out).Take();
 }
 
-void Decode(const std::string& bytes, Contribution* c) {
+void SyncTrainer::Decode(const std::string& bytes, Contribution* c) {
   ByteReader in(bytes, "trainer exchange");
   c->samples = in.Get<int64_t>("samples");
   c->error_code = in.Get<int32_t>("error code");
@@ -57,8 +60,6 @@ void Decode(const std::string& bytes, Contribution* c) {
   }
   in.ExpectEnd();
 }
-
-}  // namespace
 
 struct SyncTrainer::Prepared {
   OwnedBatch batch;
@@ -321,7 +322,9 @@ float SyncTrainer::TrainStep() {
   if (static_cast<int32_t>(all.size()) != ranks)
     Throw(StatusCode::kDataLoss, "sync step: ", all.size(), " contributions for ", ranks,
           " ranks");
-  std::vector<Contribution> by_rank(ranks);
+  // Decoded into last step's buffers: no per-step allocation of the gradients.
+  exchange_.resize(ranks);
+  std::vector<Contribution>& by_rank = exchange_;
   for (int32_t r = 0; r < ranks; ++r) Decode(all[r], &by_rank[r]);
   for (int32_t r = 0; r < ranks; ++r) {
     const Contribution& c = by_rank[r];

@@ -80,7 +80,10 @@ class SyncTrainer {
   void set_step(int64_t step);
 
  private:
-  struct Prepared;  // a part with its lookups in flight
+  struct Prepared;      // a part with its lookups in flight
+  struct Contribution;  // what a rank puts into a step's exchange
+  static std::string Encode(const Contribution& c, const std::vector<float>& dense_grad);
+  static void Decode(const std::string& bytes, Contribution* c);
   // Validates `part` (labels if `training`) and submits its lookups for `step`.
   std::unique_ptr<Prepared> Prepare(const BatchView& part, int64_t step, bool training);
   void SubmitLookups(Prepared& p);
@@ -107,6 +110,7 @@ class SyncTrainer {
   std::vector<EmbeddingTable<float>> fetched_;
   std::vector<int64_t> local_ids_;
   std::vector<float> dense_grad_, d_pooled_;
+  std::vector<Contribution> exchange_;  // by rank
 };
 
 }  // namespace dlrm::dist

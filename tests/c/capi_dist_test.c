@@ -139,7 +139,8 @@ static int32_t host_allgather(void* user_data, const void* data, int64_t num_byt
 /* ---- the job's processes as threads ---------------------------------------------------- */
 static void cluster_text(char* out, size_t n, const char* role, int rank) {
   if (rank < 0)
-    snprintf(out, n, "DLRM_ROLE=%s\nDLRM_WORLD_SIZE=4\nDLRM_COORDINATOR=%s\nDLRM_TIMEOUT_MS=20000\n",
+    snprintf(out, n,
+             "DLRM_ROLE=%s\nDLRM_WORLD_SIZE=4\nDLRM_COORDINATOR=%s\nDLRM_TIMEOUT_MS=20000\n",
              role, g_coordinator);
   else
     snprintf(out, n,
