@@ -70,4 +70,18 @@ grep -q "trained 30 steps (to step $((last + 30)))" "$WORK/run2.log" \
   || fail "did not train 30 more steps"
 grep -q "^eval .*auc=0\.[5-9]" "$WORK/run2.log" || fail "no evaluation after the restored run"
 echo "restored step $last and trained to step $((last + 30))"
+
+# 4. Bad launches and bad job flags end with an error naming the problem.
+"$DLRM" launch --trainers=0 --servers=1 -- train > "$WORK/run3.log" 2>&1 \
+  && fail "launched 0 trainers"
+grep -q "needs --trainers >= 1" "$WORK/run3.log" || fail "no message for 0 trainers"
+"$DLRM" launch --trainers=1 --servers=1 > "$WORK/run4.log" 2>&1 && fail "launched no command"
+grep -q "launch needs the command" "$WORK/run4.log" || fail "no message for a missing command"
+"$DLRM" launch --trainers=2 --servers=1 -- train "${common[@]}" --batch_size=255 \
+  > "$WORK/run5.log" 2>&1 && fail "trained with a batch the trainers cannot split"
+grep -q "batch_size 255 must be a positive multiple of the 2 trainers" "$WORK/run5.log" \
+  || fail "no message for an unsplittable batch"
+"$DLRM" launch --trainers=1 --servers=1 -- train "${common[@]}" --mode=fast \
+  > "$WORK/run6.log" 2>&1 && fail "trained in mode fast"
+grep -q "mode must be sync or hybrid" "$WORK/run6.log" || fail "no message for a bad mode"
 echo PASS
