@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <ostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -183,6 +184,10 @@ struct Case {
   std::string optimizer;
   int32_t owner;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << shard::ShardingTypeShortName(c.type) << "/" << c.optimizer << " owner " << c.owner;
+}
 
 class ShardStoreCheckpointTest : public ::testing::TestWithParam<Case> {};
 

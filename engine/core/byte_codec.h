@@ -17,6 +17,10 @@ namespace dlrm {
 
 class ByteWriter {
  public:
+  ByteWriter() = default;
+  // Writes into `reuse` (cleared), keeping its capacity: a buffer recycled across steps.
+  explicit ByteWriter(std::string reuse) : out_(std::move(reuse)) { out_.clear(); }
+
   template <typename T>
   void Put(T value) {
     static_assert(std::is_trivially_copyable_v<T>);

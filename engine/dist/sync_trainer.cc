@@ -32,8 +32,9 @@ struct SyncTrainer::Contribution {
   std::string replica_update;  // EncodeFeatureUpdates of the replicated tables' features
 };
 
-std::string SyncTrainer::Encode(const Contribution& c, const std::vector<float>& dense_grad) {
-  ByteWriter out;
+std::string SyncTrainer::Encode(const Contribution& c, const std::vector<float>& dense_grad,
+                                std::string buffer) {
+  ByteWriter out(std::move(buffer));
   out.Reserve(64 + c.error.size() + dense_grad.size() * sizeof(float) + c.replica_update.size());
   out.Put<int64_t>(c.samples);
   out.Put<int32_t>(c.error_code);
@@ -318,14 +319,27 @@ float SyncTrainer::TrainStep() {
   }
 
   // 3. One exchange: everybody's readiness, loss and gradient subtree.
-  const std::vector<std::string> all = comm_->AllGather(Encode(mine, dense_grad_));
+  std::string bytes = Encode(mine, dense_grad_, std::move(send_buffer_));
+  const std::vector<std::string> all = comm_->AllGather(bytes);
+  send_buffer_ = std::move(bytes);
   if (static_cast<int32_t>(all.size()) != ranks)
     Throw(StatusCode::kDataLoss, "sync step: ", all.size(), " contributions for ", ranks,
           " ranks");
-  // Decoded into last step's buffers: no per-step allocation of the gradients.
+  // Into last step's buffers (no per-step allocation of the gradients); this rank's own
+  // contribution is taken as it is, not decoded from its bytes.
   exchange_.resize(ranks);
   std::vector<Contribution>& by_rank = exchange_;
-  for (int32_t r = 0; r < ranks; ++r) Decode(all[r], &by_rank[r]);
+  const int32_t me = comm_->rank();
+  for (int32_t r = 0; r < ranks; ++r) {
+    if (r != me) {
+      Decode(all[r], &by_rank[r]);
+      continue;
+    }
+    std::vector<float> grad_buffer = std::move(by_rank[r].dense_grad);
+    by_rank[r] = std::move(mine);
+    by_rank[r].dense_grad.swap(dense_grad_);
+    dense_grad_ = std::move(grad_buffer);  // recycled: the next backward overwrites it
+  }
   for (int32_t r = 0; r < ranks; ++r) {
     const Contribution& c = by_rank[r];
     if (c.error_code != 0) {

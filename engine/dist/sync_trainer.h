@@ -82,7 +82,8 @@ class SyncTrainer {
  private:
   struct Prepared;      // a part with its lookups in flight
   struct Contribution;  // what a rank puts into a step's exchange
-  static std::string Encode(const Contribution& c, const std::vector<float>& dense_grad);
+  static std::string Encode(const Contribution& c, const std::vector<float>& dense_grad,
+                            std::string buffer);
   static void Decode(const std::string& bytes, Contribution* c);
   // Validates `part` (labels if `training`) and submits its lookups for `step`.
   std::unique_ptr<Prepared> Prepare(const BatchView& part, int64_t step, bool training);
@@ -111,6 +112,7 @@ class SyncTrainer {
   std::vector<int64_t> local_ids_;
   std::vector<float> dense_grad_, d_pooled_;
   std::vector<Contribution> exchange_;  // by rank
+  std::string send_buffer_;
 };
 
 }  // namespace dlrm::dist
