@@ -33,24 +33,6 @@ constexpr int64_t kMaxIndex = int64_t{1} << 44;
 constexpr int64_t kMaxBatchSize = int64_t{1} << 24;
 constexpr int32_t kMaxBagSize = 1 << 12;
 
-// ---- Zipf by rejection-inversion (as engine/data/synthetic.cc; the rank range differs) --
-double Helper1(double x) {  // log1p(x) / x, continuous at 0
-  return std::abs(x) > 1e-8 ? std::log1p(x) / x : 1.0 - x * (0.5 - x * (1.0 / 3.0 - x * 0.25));
-}
-double Helper2(double x) {  // expm1(x) / x, continuous at 0
-  return std::abs(x) > 1e-8 ? std::expm1(x) / x
-                            : 1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + x * 0.25));
-}
-double ZipfH(double x, double s) { return std::exp(-s * std::log(x)); }
-double ZipfHIntegral(double x, double s) {
-  const double log_x = std::log(x);
-  return Helper2((1.0 - s) * log_x) * log_x;
-}
-double ZipfHIntegralInverse(double x, double s) {
-  const double t = std::max(x * (1.0 - s), -1.0);  // rounding can push t below -1
-  return std::exp(Helper1(t) * x);
-}
-
 // Uniform in (0, 1) with 53 random bits, from two Philox words: the Zipf tail needs more
 // resolution than CounterRng's 24-bit uniforms give.
 double Unit53(uint32_t hi, uint32_t lo) {
@@ -91,18 +73,13 @@ BenchDataGenerator::BenchDataGenerator(BenchDataSpec spec) : spec_(std::move(spe
   const double s = spec_.zipf_exponent;
   if (!std::isfinite(s) || s < 0)
     ThrowInvalid("bench data: zipf exponent must be finite and >= 0 (0 = uniform), got ", s);
-  if (s > 0) {
-    zipf_.h_integral_x1 = ZipfHIntegral(1.5, s) - 1.0;
-    zipf_.h_integral_n = ZipfHIntegral(kZipfRanks + 0.5, s);
-    zipf_.squeeze = 2.0 - ZipfHIntegralInverse(ZipfHIntegral(2.5, s) - ZipfH(2.0, s), s);
-  }
+  if (s > 0) zipf_.emplace(s, kZipfRanks);
 }
 
 int64_t BenchDataGenerator::DrawId(int32_t feature, uint64_t occurrence) const {
   const auto rows = static_cast<uint64_t>(spec_.feature_rows[feature]);
   const uint64_t stream = kIdStreamBase + static_cast<uint64_t>(feature);
-  const double s = spec_.zipf_exponent;
-  if (s == 0) {
+  if (!zipf_) {
     const auto w = Philox4x32(spec_.seed, stream, occurrence << kAttemptBits);
     const uint64_t bits = (static_cast<uint64_t>(w[0]) << 32) | w[1];
     return static_cast<int64_t>(bits % rows);  // bias < rows / 2^64: negligible
@@ -110,11 +87,8 @@ int64_t BenchDataGenerator::DrawId(int32_t feature, uint64_t occurrence) const {
   for (uint64_t attempt = 0; attempt < kMaxZipfAttempts; ++attempt) {
     const auto w = Philox4x32(spec_.seed, stream, (occurrence << kAttemptBits) | (attempt >> 1));
     const double unit = (attempt & 1) ? Unit53(w[2], w[3]) : Unit53(w[0], w[1]);
-    const double u = zipf_.h_integral_n + unit * (zipf_.h_integral_x1 - zipf_.h_integral_n);
-    const double x = ZipfHIntegralInverse(u, s);
-    const double k = std::min(std::max(std::floor(x + 0.5), 1.0), kZipfRanks);
-    if (k - x <= zipf_.squeeze || u >= ZipfHIntegral(k + 0.5, s) - ZipfH(k, s))
-      return static_cast<int64_t>((static_cast<uint64_t>(k) - 1) % rows);
+    if (const std::optional<double> k = zipf_->TryRank(unit))
+      return static_cast<int64_t>((static_cast<uint64_t>(*k) - 1) % rows);
   }
   // The hat hugs the density, so nearly every first attempt is accepted.
   Throw(StatusCode::kInternal, "bench data: Zipf sampling did not converge");

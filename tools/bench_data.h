@@ -13,9 +13,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "engine/config/dlrm.pb.h"
+#include "engine/core/zipf.h"
 #include "engine/data/batch.h"
 
 namespace dlrm::tools {
@@ -46,17 +48,12 @@ class BenchDataGenerator {
   const BenchDataSpec& spec() const { return spec_; }
 
  private:
-  // Constants of rejection-inversion Zipf sampling (Hormann & Derflinger 1996) over
-  // ranks [1, kZipfRanks]; the same for every feature since only the modulus differs.
-  struct Zipf {
-    double h_integral_x1 = 0;
-    double h_integral_n = 0;
-    double squeeze = 0;
-  };
   int64_t DrawId(int32_t feature, uint64_t occurrence) const;
 
   BenchDataSpec spec_;
-  Zipf zipf_;
+  // Ranks [1, kZipfRanks], the same for every feature (only the modulus differs); unset
+  // for uniform ids.
+  std::optional<ZipfSampler> zipf_;
 };
 
 }  // namespace dlrm::tools

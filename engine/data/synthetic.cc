@@ -14,6 +14,7 @@
 #include "engine/core/metrics.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
+#include "engine/core/zipf.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/criteo_dense.h"
 
@@ -44,30 +45,6 @@ constexpr size_t kTsvSparse = 26;
 constexpr int64_t kMaxTsvCardinality = int64_t{1} << 32;  // ids are written as 8 hex digits
 constexpr int64_t kTsvChunk = 1024;       // samples formatted by one task
 constexpr unsigned kMaxTsvThreads = 16;
-
-// ---- Zipf by rejection-inversion (Hormann & Derflinger 1996) ---------------------------
-// H is an antiderivative of h(x) = x^-s; ranks are drawn by inverting H over the hat
-// function and accepting with a cheap squeeze test, O(1) per draw with no table.
-
-// log1p(x) / x, continuous at 0.
-double Helper1(double x) {
-  return std::abs(x) > 1e-8 ? std::log1p(x) / x : 1.0 - x * (0.5 - x * (1.0 / 3.0 - x * 0.25));
-}
-// expm1(x) / x, continuous at 0.
-double Helper2(double x) {
-  return std::abs(x) > 1e-8 ? std::expm1(x) / x
-                            : 1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + x * 0.25));
-}
-double ZipfH(double x, double s) { return std::exp(-s * std::log(x)); }
-double ZipfHIntegral(double x, double s) {
-  const double log_x = std::log(x);
-  return Helper2((1.0 - s) * log_x) * log_x;
-}
-double ZipfHIntegralInverse(double x, double s) {
-  // Rounding can push t just below -1, where log1p is undefined.
-  const double t = std::max(x * (1.0 - s), -1.0);
-  return std::exp(Helper1(t) * x);
-}
 
 uint64_t MulMod(uint64_t a, uint64_t b, uint64_t n) {
   __extension__ using Uint128 = unsigned __int128;
@@ -144,11 +121,8 @@ SyntheticGenerator::SyntheticGenerator(SyntheticSpec spec) : spec_(std::move(spe
   ValidateSpec(spec_);
   const double s = spec_.zipf_exponent;
   for (size_t f = 0; f < spec_.cardinalities.size(); ++f) {
-    ZipfFeature z;
-    z.n = spec_.cardinalities[f];
-    z.h_integral_x1 = ZipfHIntegral(1.5, s) - 1.0;
-    z.h_integral_n = ZipfHIntegral(static_cast<double>(z.n) + 0.5, s);
-    z.squeeze = 2.0 - ZipfHIntegralInverse(ZipfHIntegral(2.5, s) - ZipfH(2.0, s), s);
+    ZipfFeature z{spec_.cardinalities[f],
+                  ZipfSampler(s, static_cast<double>(spec_.cardinalities[f]))};
     // Multiplying by a unit mod n is a bijection of [0, n); it sends consecutive ranks
     // far apart so the hot ids of a table are not clustered at its start.
     const CounterRng rng(spec_.seed, kStreamSynthetic + kScrambleStream, f);
@@ -180,15 +154,11 @@ SyntheticGenerator::SyntheticGenerator(SyntheticSpec spec) : spec_(std::move(spe
 
 int64_t SyntheticGenerator::DrawId(size_t feature, int64_t index) const {
   const ZipfFeature& z = zipf_[feature];
-  const double s = spec_.zipf_exponent;
   const CounterRng rng(spec_.seed, kStreamSynthetic + kZipfStreamBase + feature,
                        static_cast<uint64_t>(index));
   for (uint64_t attempt = 0; attempt < kMaxZipfAttempts; ++attempt) {
-    const double u = z.h_integral_n + rng.Uniform(attempt) * (z.h_integral_x1 - z.h_integral_n);
-    const double x = ZipfHIntegralInverse(u, s);
-    const double k_real = std::min(std::max(std::floor(x + 0.5), 1.0), static_cast<double>(z.n));
-    if (k_real - x <= z.squeeze || u >= ZipfHIntegral(k_real + 0.5, s) - ZipfH(k_real, s)) {
-      const auto rank0 = static_cast<uint64_t>(k_real) - 1;
+    if (const std::optional<double> k = z.sampler.TryRank(rng.Uniform(attempt))) {
+      const auto rank0 = static_cast<uint64_t>(*k) - 1;
       const auto n = static_cast<uint64_t>(z.n);
       return static_cast<int64_t>((MulMod(rank0, z.multiplier, n) + z.offset) % n);
     }

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/zipf.h"
+
 #include "engine/data/batch.h"
 
 namespace dlrm {
@@ -65,9 +67,7 @@ class SyntheticGenerator {
   // ranks [1, n] and the bijective scramble id = (multiplier * (rank - 1) + offset) mod n.
   struct ZipfFeature {
     int64_t n = 0;
-    double h_integral_x1 = 0;
-    double h_integral_n = 0;
-    double squeeze = 0;
+    ZipfSampler sampler;
     uint64_t multiplier = 0;
     uint64_t offset = 0;
   };
