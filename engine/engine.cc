@@ -87,7 +87,7 @@ std::unique_ptr<Engine::State> Engine::NewState() const {
 
 float Engine::TrainStep(const BatchView& batch) {
   DrainAsyncSteps();
-  return TrainStepNow(batch);
+  return TrainStepNow(batch, false);
 }
 
 int64_t Engine::SubmitTrainStep(const BatchView& batch) {
@@ -101,7 +101,9 @@ int64_t Engine::SubmitTrainStep(const BatchView& batch) {
     std::lock_guard<std::mutex> lock(async_mu_);
     if (!async_)
       async_ = std::make_unique<AsyncStepQueue>(
-          [this](const OwnedBatch& b) { return TrainStepNow(b.view()); }, kAsyncQueueDepth);
+          // Validated by this call before it was copied: only indexed again.
+          [this](const OwnedBatch& b) { return TrainStepNow(b.view(), true); },
+          kAsyncQueueDepth);
     queue = async_.get();
   }
   return queue->Submit(std::move(copy));
@@ -126,11 +128,12 @@ void Engine::DrainAsyncSteps() const {
   if (queue) queue->Drain();
 }
 
-float Engine::TrainStepNow(const BatchView& batch) {
+float Engine::TrainStepNow(const BatchView& batch, bool validated) {
   std::unique_lock<std::shared_mutex> lock(mu_);
   State& s = *state_;
   const ValidatedBatch vb =
-      ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), true);
+      validated ? IndexValidBatch(batch)
+                : ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), true);
   const double loss = s.model.ForwardBackward(vb, &s.dense_grad, &s.d_pooled, pool_.get());
   if (!std::isfinite(loss) || !AllFinite(s.dense_grad) || !AllFinite(s.d_pooled))
     ThrowDiverged(s.step, loss);

@@ -87,7 +87,8 @@ class Engine {
   struct State;
   std::unique_ptr<State> NewState() const;
   void LoadFrom(const CheckpointReader& reader);
-  float TrainStepNow(const BatchView& batch);
+  // validated: the batch is a copy of one that passed ValidateBatch (asynchronous steps).
+  float TrainStepNow(const BatchView& batch, bool validated);
   // Runs every queued asynchronous step (so mutations apply after them, in order).
   void DrainAsyncSteps() const;
 

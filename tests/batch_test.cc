@@ -42,6 +42,13 @@ TEST(BatchTest, ValidBatchGetsBagOffsets) {
   EXPECT_EQ(vb.offsets.back(), static_cast<int64_t>(b.ids.size()));
 }
 
+// The asynchronous path indexes its validated copy without checking it again; the
+// offsets must be ValidateBatch's.
+TEST(BatchTest, IndexingAValidBatchGivesValidateBatchsOffsets) {
+  const OwnedBatch b = testing::SmallBatch(6, 2);
+  EXPECT_EQ(IndexValidBatch(b.view()).offsets, ValidateBatch(b.view(), 4, kSpecs, true).offsets);
+}
+
 // Two slices make the batch again: each sample keeps its dense row, label and bags.
 TEST(BatchTest, SlicesAreTheSamplesOfTheirRange) {
   const OwnedBatch b = testing::SmallBatch(6, 1);

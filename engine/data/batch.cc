@@ -74,6 +74,20 @@ ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
   return out;
 }
 
+ValidatedBatch IndexValidBatch(const BatchView& batch) {
+  ValidatedBatch out;
+  out.view = batch;
+  const int64_t B = batch.batch_size;
+  out.offsets.resize(static_cast<size_t>(batch.num_sparse) * B + 1);
+  int64_t total = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(batch.num_sparse) * B; ++i) {
+    out.offsets[i] = total;
+    total += batch.lengths[i];
+  }
+  out.offsets.back() = total;
+  return out;
+}
+
 OwnedBatch CopyBatch(const BatchView& view) {
   OwnedBatch b;
   b.batch_size = view.batch_size;
