@@ -1,6 +1,5 @@
 #include "engine/dist/distributed_trainer.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
@@ -9,7 +8,6 @@
 #include "engine/config/config.h"
 #include "engine/core/byte_codec.h"
 #include "engine/core/status.h"
-#include "engine/dense/loss.h"
 #include "engine/dist/net_communicator.h"
 #include "engine/dist/shard_checkpoint.h"
 
@@ -113,24 +111,11 @@ void DistributedTrainer::Checkpoint(const std::string& dir) {
 
 EvalResult DistributedTrainer::Evaluate(const std::vector<BatchView>& batches) {
   std::vector<double> probabilities;
-  std::vector<float> labels, logits;
+  std::vector<float> labels;
   std::string error;
   try {
-    if (batches.empty()) ThrowInvalid("evaluate needs at least one batch");
-    for (size_t i = layout_.index; i < batches.size(); i += layout_.num_trainers()) {
-      const BatchView& b = batches[i];
-      if (b.labels == nullptr) ThrowInvalid("batches[", i, "]: labels are required");
-      logits.resize(std::max<int64_t>(0, b.batch_size));
-      try {
-        trainer_->PredictLogits(b, logits.data());
-      } catch (const Error& e) {
-        Throw(e.code(), "batches[", i, "]: ", e.what());
-      }
-      for (int64_t j = 0; j < b.batch_size; ++j) {
-        probabilities.push_back(StableSigmoid(static_cast<double>(logits[j])));
-        labels.push_back(b.labels[j]);
-      }
-    }
+    trainer_->AppendPredictions(batches, layout_.index, layout_.num_trainers(), &probabilities,
+                                &labels);
   } catch (const Error& e) {
     error = e.what();
   }

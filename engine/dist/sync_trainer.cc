@@ -69,13 +69,15 @@ struct SyncTrainer::Prepared {
   std::string error;  // why the part cannot be trained
   int64_t step = 0;   // the step its lookups were submitted for
   std::vector<std::vector<int64_t>> distinct;  // per table: the part's ids, sorted, unique
-  // Where each server's answer goes: one entry per ShardRows asked for.
+  // Where a shard's rows go: one entry per shard the part reads.
   struct Placement {
     int32_t table;
+    int32_t shard;  // in its owner's store
     int32_t col_begin, col_end;
-    int64_t first;  // index of the first asked id in distinct[table]
+    int64_t first, count;  // the ids distinct[table][first, first + count)
   };
-  std::vector<std::vector<Placement>> placements;       // per server
+  std::vector<std::vector<Placement>> placements;       // per server, one per ShardRows asked
+  std::vector<Placement> replica_placements;            // read at train time (see GatherRows)
   std::vector<std::unique_ptr<PendingLookup>> lookups;  // per server; null: nothing asked
 };
 
@@ -148,21 +150,27 @@ void SyncTrainer::SubmitLookups(Prepared& p) {
   const size_t servers = server_features_.size();
   std::vector<std::vector<ShardRows>> requests(servers);
   p.placements.assign(servers, {});
+  p.replica_placements.clear();
   p.lookups.clear();
   p.lookups.resize(servers);
   for (int32_t t = 0; t < static_cast<int32_t>(p.distinct.size()); ++t) {
     const std::vector<int64_t>& ids = p.distinct[t];
     for (const ShardLocation& loc : locations_[t]) {
-      if (loc.owner == kTrainerReplica) continue;
       const auto lo = std::lower_bound(ids.begin(), ids.end(), loc.row_begin);
       const auto hi = std::lower_bound(ids.begin(), ids.end(), loc.row_end);
       if (lo == hi) continue;
+      const Prepared::Placement where{t, loc.index, loc.col_begin, loc.col_end,
+                                      static_cast<int64_t>(lo - ids.begin()),
+                                      static_cast<int64_t>(hi - lo)};
+      if (loc.owner == kTrainerReplica) {
+        p.replica_placements.push_back(where);
+        continue;
+      }
       ShardRows request;
       request.shard = loc.index;
       request.ids.assign(lo, hi);
       requests[loc.owner].push_back(std::move(request));
-      p.placements[loc.owner].push_back(
-          {t, loc.col_begin, loc.col_end, static_cast<int64_t>(lo - ids.begin())});
+      p.placements[loc.owner].push_back(where);
     }
   }
   for (size_t s = 0; s < servers; ++s) {
@@ -172,34 +180,26 @@ void SyncTrainer::SubmitLookups(Prepared& p) {
   }
 }
 
-void SyncTrainer::GatherRows(Prepared& p) {
+ValidatedBatch SyncTrainer::GatherRows(Prepared& p) {
   const config::ModelConfig& model = config_.model();
   for (int32_t t = 0; t < model.tables_size(); ++t) {
     const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(p.distinct[t].size()));
     if (fetched_[t].num_rows() != rows)
       fetched_[t] = EmbeddingTable<float>(model.tables(t).name(), rows, model.tables(t).dim());
   }
-  auto place = [&](const Prepared::Placement& where, const std::vector<float>& rows,
-                   int64_t count) {
+  auto place = [&](const Prepared::Placement& where, const std::vector<float>& rows) {
     const int32_t width = where.col_end - where.col_begin;
-    for (int64_t i = 0; i < count; ++i)
+    for (int64_t i = 0; i < where.count; ++i)
       std::copy(rows.begin() + i * width, rows.begin() + (i + 1) * width,
                 fetched_[where.table].row(where.first + i) + where.col_begin);
   };
-  // Replicated tables: this rank's own copy.
-  for (int32_t t = 0; t < model.tables_size(); ++t) {
-    const std::vector<int64_t>& ids = p.distinct[t];
-    for (const ShardLocation& loc : locations_[t]) {
-      if (loc.owner != kTrainerReplica) continue;
-      const auto lo = std::lower_bound(ids.begin(), ids.end(), loc.row_begin);
-      const auto hi = std::lower_bound(ids.begin(), ids.end(), loc.row_end);
-      if (lo == hi) continue;
-      const auto count = static_cast<int64_t>(hi - lo);
-      std::vector<float> rows(count * (loc.col_end - loc.col_begin));
-      replicas_.Lookup(loc.index, &*lo, count, rows.data());
-      place({t, loc.col_begin, loc.col_end, static_cast<int64_t>(lo - ids.begin())}, rows,
-            count);
-    }
+  // Replicated tables: this rank's own copy, read now (after the previous step's update).
+  std::vector<float> rows;
+  for (const Prepared::Placement& where : p.replica_placements) {
+    rows.resize(where.count * (where.col_end - where.col_begin));
+    replicas_.Lookup(where.shard, p.distinct[where.table].data() + where.first, where.count,
+                     rows.data());
+    place(where, rows);
   }
   // Served tables: the answers to the lookups submitted when the part was queued.
   for (size_t s = 0; s < p.lookups.size(); ++s) {
@@ -212,11 +212,10 @@ void SyncTrainer::GatherRows(Prepared& p) {
             " shard lookups, ", where.size(), " were asked");
     for (size_t i = 0; i < answers.size(); ++i) {
       const int32_t width = where[i].col_end - where[i].col_begin;
-      const auto count = static_cast<int64_t>(answers[i].ids.size());
-      if (answers[i].rows.size() != static_cast<size_t>(count) * width)
+      if (answers[i].rows.size() != static_cast<size_t>(where[i].count) * width)
         Throw(StatusCode::kDataLoss, "server ", s, " answered ", answers[i].rows.size(),
-              " values for ", count, " rows of width ", width);
-      place(where[i], answers[i].rows, count);
+              " values for ", where[i].count, " rows of width ", width);
+      place(where[i], answers[i].rows);
     }
   }
   // The part re-indexed into the fetched rows.
@@ -228,6 +227,9 @@ void SyncTrainer::GatherRows(Prepared& p) {
     for (int64_t i = p.validated.bag_begin(f, 0); i < p.validated.bag_begin(f + 1, 0); ++i)
       local_ids_[i] = std::lower_bound(ids.begin(), ids.end(), view.ids[i]) - ids.begin();
   }
+  ValidatedBatch local = p.validated;
+  local.view.ids = local_ids_.data();
+  return local;
 }
 
 std::vector<FeatureUpdate> SyncTrainer::UpdatesFor(const std::vector<int32_t>& features,
@@ -301,9 +303,7 @@ float SyncTrainer::TrainStep() {
   if (p->error.empty()) {
     mine.samples = p->batch.batch_size;
     try {
-      GatherRows(*p);
-      ValidatedBatch local = p->validated;
-      local.view.ids = local_ids_.data();
+      const ValidatedBatch local = GatherRows(*p);
       const EmbeddingBagCollection<float> bags(&fetched_, model_.feature_bindings(),
                                                model_.pooled_width());
       mine.loss_sum = model_.ForwardBackwardPart(local, mine.samples * ranks, bags,
@@ -408,35 +408,45 @@ void SyncTrainer::Flush() { service_->WaitUntilApplied(step_); }
 
 void SyncTrainer::PredictLogits(const BatchView& batch, float* logits) {
   if (logits == nullptr) ThrowInvalid("logits is NULL");
-  service_->WaitUntilApplied(step_);
+  Flush();
+  PredictFlushed(batch, logits);
+}
+
+void SyncTrainer::PredictFlushed(const BatchView& batch, float* logits) {
   std::unique_ptr<Prepared> p = Prepare(batch, step_ + 1, /*training=*/false);
   if (!p->error.empty()) Throw(p->error_code, p->error);
-  GatherRows(*p);
-  ValidatedBatch local = p->validated;
-  local.view.ids = local_ids_.data();
+  const ValidatedBatch local = GatherRows(*p);
   const EmbeddingBagCollection<float> bags(&fetched_, model_.feature_bindings(),
                                            model_.pooled_width());
   model_.PredictLogits(local, bags, logits, pool_);
 }
 
-EvalResult SyncTrainer::Evaluate(const std::vector<BatchView>& batches) {
+void SyncTrainer::AppendPredictions(const std::vector<BatchView>& batches, size_t first,
+                                    size_t stride, std::vector<double>* probabilities,
+                                    std::vector<float>* labels) {
   if (batches.empty()) ThrowInvalid("evaluate needs at least one batch");
-  std::vector<double> probabilities;
-  std::vector<float> labels, logits;
-  for (size_t i = 0; i < batches.size(); ++i) {
+  Flush();  // once: every batch sees the same, fully applied rows
+  std::vector<float> logits;
+  for (size_t i = first; i < batches.size(); i += stride) {
     const BatchView& b = batches[i];
     if (b.labels == nullptr) ThrowInvalid("batches[", i, "]: labels are required");
     logits.resize(std::max<int64_t>(0, b.batch_size));
     try {
-      PredictLogits(b, logits.data());
+      PredictFlushed(b, logits.data());
     } catch (const Error& e) {
       Throw(e.code(), "batches[", i, "]: ", e.what());
     }
     for (int64_t j = 0; j < b.batch_size; ++j) {
-      probabilities.push_back(StableSigmoid(static_cast<double>(logits[j])));
-      labels.push_back(b.labels[j]);
+      probabilities->push_back(StableSigmoid(static_cast<double>(logits[j])));
+      labels->push_back(b.labels[j]);
     }
   }
+}
+
+EvalResult SyncTrainer::Evaluate(const std::vector<BatchView>& batches) {
+  std::vector<double> probabilities;
+  std::vector<float> labels;
+  AppendPredictions(batches, 0, 1, &probabilities, &labels);
   return Evaluation(probabilities, labels);
 }
 

@@ -67,6 +67,10 @@ class SyncTrainer {
   void PredictLogits(const BatchView& batch, float* logits);
   // Log loss and AUC over labelled batches, with every update so far applied.
   EvalResult Evaluate(const std::vector<BatchView>& batches);
+  // The click probabilities and labels of batches first, first + stride, ... (every
+  // update so far applied), appended: Evaluate's work, which trainers of a job share out.
+  void AppendPredictions(const std::vector<BatchView>& batches, size_t first, size_t stride,
+                         std::vector<double>* probabilities, std::vector<float>* labels);
 
   int64_t step() const { return step_; }
   const DlrmModel<float>& model() const { return model_; }
@@ -88,8 +92,10 @@ class SyncTrainer {
   // Validates `part` (labels if `training`) and submits its lookups for `step`.
   std::unique_ptr<Prepared> Prepare(const BatchView& part, int64_t step, bool training);
   void SubmitLookups(Prepared& p);
-  // Waits for p's rows into fetched_ and re-indexes its ids into them (local_ids_).
-  void GatherRows(Prepared& p);
+  // Waits for p's rows into fetched_; returns p's batch re-indexed into them.
+  ValidatedBatch GatherRows(Prepared& p);
+  // PredictLogits once Flush has run.
+  void PredictFlushed(const BatchView& batch, float* logits);
   std::vector<FeatureUpdate> UpdatesFor(const std::vector<int32_t>& features,
                                         const ValidatedBatch& batch) const;
   // Resubmits the queued parts' lookups when the step numbers they were sent for are off.
