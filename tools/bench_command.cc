@@ -246,8 +246,7 @@ int BenchCommand() {
   const int64_t pool_size = std::min<int64_t>(FLAGS_pool_batches, FLAGS_warmup + FLAGS_steps);
   start = Clock::now();
   const std::vector<OwnedBatch> pool = generator.Batches(pool_size, engine.num_threads());
-  std::vector<BatchView> views;
-  for (const OwnedBatch& b : pool) views.push_back(b.view());
+  const std::vector<BatchView> views = ViewsOf(pool);
   char ids[32] = "uniform ids";
   if (FLAGS_zipf > 0) std::snprintf(ids, sizeof ids, "zipf %g ids", FLAGS_zipf);
   std::printf("data        batch_size %lld, bag_size %d (%lld ids/batch), %s, pool of %lld "

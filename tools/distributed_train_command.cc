@@ -181,9 +181,7 @@ int TrainerMain(const dist::ClusterEnv& env, const config::DlrmConfig& config) {
   if (!FLAGS_test.empty()) {
     const std::vector<OwnedBatch> batches =
         LoadBatches(FLAGS_test, config, FLAGS_eval_batch_size, FLAGS_skip_malformed);
-    std::vector<BatchView> views;
-    for (const auto& b : batches) views.push_back(b.view());
-    const EvalResult result = job.Evaluate(views);
+    const EvalResult result = job.Evaluate(ViewsOf(batches));
     if (lead) ReportEval(FLAGS_test, result);
   }
   job.Finish();

@@ -48,9 +48,7 @@ int64_t CountLines(const std::string& path) {
 EvalResult EvaluateFile(const Engine& engine, const std::string& path) {
   const std::vector<OwnedBatch> batches = LoadBatches(path, engine.config(), FLAGS_eval_batch_size,
                                                      FLAGS_skip_malformed);
-  std::vector<BatchView> views;
-  for (const auto& b : batches) views.push_back(b.view());
-  return engine.Evaluate(views);
+  return engine.Evaluate(ViewsOf(batches));
 }
 
 }  // namespace

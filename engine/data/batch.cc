@@ -88,6 +88,13 @@ ValidatedBatch IndexValidBatch(const BatchView& batch) {
   return out;
 }
 
+std::vector<BatchView> ViewsOf(const std::vector<OwnedBatch>& batches) {
+  std::vector<BatchView> views;
+  views.reserve(batches.size());
+  for (const OwnedBatch& b : batches) views.push_back(b.view());
+  return views;
+}
+
 OwnedBatch CopyBatch(const BatchView& view) {
   OwnedBatch b;
   b.batch_size = view.batch_size;

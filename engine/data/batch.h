@@ -73,6 +73,9 @@ struct OwnedBatch {
   }
 };
 
+// The views of owned batches (the batches must outlive them).
+std::vector<BatchView> ViewsOf(const std::vector<OwnedBatch>& batches);
+
 // Copies a borrowed batch into owned storage (what an asynchronous submit keeps).
 // The view must have passed ValidateBatch (sizes are trusted).
 OwnedBatch CopyBatch(const BatchView& view);
