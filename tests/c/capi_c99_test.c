@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dlrm/dlrm.h"
+#include "test_batch.h"
 
 static int g_passed = 0, g_failed = 0;
 
@@ -34,44 +35,9 @@ static int g_passed = 0, g_failed = 0;
     }                                                                              \
   } while (0)
 
-#define B 8
-#define ND 3
-#define NF 2
-
 /* The shared small model (tests/data/small_model.pbtxt), read in main(). */
 static char* kConfig = NULL;
 static const char* kConfigPath = NULL;
-
-typedef struct {
-  float dense[B * ND];
-  float labels[B];
-  int32_t lengths[NF * B];
-  int64_t ids[NF * B * 3];
-  dlrm_batch batch;
-} test_batch;
-
-static void make_batch(test_batch* t, int salt) {
-  int i, n = 0;
-  for (i = 0; i < B * ND; ++i) t->dense[i] = (float)((i * 7 + salt) % 11) / 11.0f;
-  for (i = 0; i < B; ++i) t->labels[i] = (float)((i + salt) % 2);
-  for (i = 0; i < NF * B; ++i) {
-    int len = (i + salt) % 3; /* 0, 1 or 2 ids: empty bags included */
-    int k;
-    t->lengths[i] = len;
-    for (k = 0; k < len; ++k) t->ids[n++] = (int64_t)((i * 5 + k * 3 + salt) % 20);
-  }
-  memset(&t->batch, 0, sizeof t->batch);
-  t->batch.struct_size = sizeof(dlrm_batch);
-  t->batch.batch_size = B;
-  t->batch.num_dense = ND;
-  t->batch.num_sparse = NF;
-  t->batch.dense = t->dense;
-  t->batch.labels = t->labels;
-  t->batch.lengths = t->lengths;
-  t->batch.ids = t->ids;
-  t->batch.num_ids = n;
-  t->batch.weights = NULL;
-}
 
 static int same_floats(const float* a, const float* b, size_t n) {
   return memcmp(a, b, n * sizeof(float)) == 0;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "dlrm/dlrm.h"
+#include "test_batch.h"
 
 static int g_passed = 0, g_failed = 0;
 static pthread_mutex_t g_check_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -36,48 +37,14 @@ static pthread_mutex_t g_check_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #define CHECK_MESSAGE(needle) CHECK(strstr(dlrm_last_error(), (needle)) != NULL)
 
-#define B 8 /* global batch; each of the 2 trainers gets 4 = one reduction chunk */
-#define ND 3
-#define NF 2
+/* The global batch is test_batch.h's 8 samples: each of the 2 trainers gets 4, one
+ * reduction chunk of the small model. */
 #define STEPS 4
 #define TRAINERS 2
 
 static char* g_config = NULL;
 static char g_coordinator[64];
 static const char* g_tmp = NULL;
-
-typedef struct {
-  float dense[B * ND];
-  float labels[B];
-  int32_t lengths[NF * B];
-  int64_t ids[NF * B * 3];
-  dlrm_batch batch;
-} test_batch;
-
-static void finish_batch(test_batch* t, int64_t batch_size, int64_t num_ids) {
-  memset(&t->batch, 0, sizeof t->batch);
-  t->batch.struct_size = sizeof(dlrm_batch);
-  t->batch.batch_size = batch_size;
-  t->batch.num_dense = ND;
-  t->batch.num_sparse = NF;
-  t->batch.dense = t->dense;
-  t->batch.labels = t->labels;
-  t->batch.lengths = t->lengths;
-  t->batch.ids = t->ids;
-  t->batch.num_ids = num_ids;
-}
-
-static void make_batch(test_batch* t, int salt) {
-  int i, n = 0;
-  for (i = 0; i < B * ND; ++i) t->dense[i] = (float)((i * 7 + salt) % 11) / 11.0f;
-  for (i = 0; i < B; ++i) t->labels[i] = (float)((i + salt) % 2);
-  for (i = 0; i < NF * B; ++i) {
-    int len = (i + salt) % 3, k;
-    t->lengths[i] = len;
-    for (k = 0; k < len; ++k) t->ids[n++] = (int64_t)((i * 5 + k * 3 + salt) % 20);
-  }
-  finish_batch(t, B, n);
-}
 
 /* Samples [s0, s1) of a global batch: one trainer's part. */
 static void slice_batch(const test_batch* g, int s0, int s1, test_batch* p) {
