@@ -93,11 +93,11 @@ std::string CheckpointDir(int64_t step) {
   return FLAGS_checkpoint_dir + "/step-" + std::to_string(step);
 }
 
-int TrainerMain(const dist::ClusterEnv& env, const config::DlrmConfig& config) {
+int TrainerMain(const dist::ClusterEnv& env, const config::DlrmConfig& config,
+                const std::string& restore) {
   if (FLAGS_train.empty()) ThrowInvalid("train needs --train");
   ThreadPool pool(ResolveThreadCount(config.num_threads()));
   net::Context context;
-  const std::string restore = FLAGS_restore.empty() ? "" : CheckpointToRestore(FLAGS_restore);
   dist::DistributedTrainer job(context, env, config, &pool, restore);
   dist::SyncTrainer& trainer = job.trainer();
   const int32_t ranks = job.num_trainers(), rank = job.trainer_rank();
@@ -200,14 +200,13 @@ int DistributedTrainCommand() {
     return 0;
   }
   const config::DlrmConfig config = JobConfig();
+  const std::string restore = FLAGS_restore.empty() ? "" : CheckpointToRestore(FLAGS_restore);
   if (env.role == net::ROLE_SERVER) {
     net::Context context;
-    const std::string restore =
-        FLAGS_restore.empty() ? "" : CheckpointToRestore(FLAGS_restore);
     dist::RunEmbeddingServer(context, env, config, restore);
     return 0;
   }
-  return TrainerMain(env, config);
+  return TrainerMain(env, config, restore);
 }
 
 }  // namespace dlrm::tools

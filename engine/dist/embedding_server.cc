@@ -41,14 +41,16 @@ void EmbeddingServer::Serve() {
   while (!stop_ && static_cast<int32_t>(trainers_done_.size()) < num_trainers_) {
     std::optional<net::Received> r = endpoint_->TryReceive(std::chrono::milliseconds(100));
     const auto now = Clock::now();
+    // The message just received counts before anyone is judged silent.
+    if (r && r->message.header.has_sender_rank() &&
+        r->message.header.sender_rank() < num_trainers_)
+      last_heard_[r->message.header.sender_rank()] = now;
     for (int32_t t = 0; t < num_trainers_; ++t) {
       if (trainers_done_.count(t) == 0 && now - last_heard_[t] > trainer_timeout_)
         Throw(StatusCode::kTimeout, "server ", index_, ": trainer ", t, " has sent nothing for ",
               trainer_timeout_.count(), " ms (it died, or the network is down); giving up");
     }
     if (!r) continue;
-    const auto& h = r->message.header;
-    if (h.has_sender_rank() && h.sender_rank() < num_trainers_) last_heard_[h.sender_rank()] = now;
     try {
       Handle(std::move(*r));
     } catch (const Error& e) {
