@@ -200,5 +200,27 @@ TEST(ConfigTest, RejectsTrainingErrors) {
   ExpectInvalid(c, "reduction_chunk_rows", "> 0");
 }
 
+TEST(ConfigTest, RejectsDistributedErrors) {
+  config::DlrmConfig c = Valid();
+  c.mutable_distributed()->set_staleness(0);
+  ExpectInvalid(c, "distributed.staleness", "[1, 1000]");
+  c = Valid();
+  c.mutable_distributed()->set_lookahead(65);
+  ExpectInvalid(c, "distributed.lookahead", "[0, 64]");
+}
+
+TEST(ConfigTest, LookaheadFollowsTheModeUnlessSet) {
+  config::DistributedConfig d;
+  EXPECT_EQ(Lookahead(d), 1);  // sync: the servers hold deeper lookups anyway
+  d.set_mode(config::DistributedConfig::HYBRID);
+  EXPECT_EQ(Lookahead(d), 2);  // the default staleness
+  d.set_staleness(5);
+  EXPECT_EQ(Lookahead(d), 5);
+  d.set_staleness(1000);
+  EXPECT_EQ(Lookahead(d), 64);  // at most what validation allows when set
+  d.set_lookahead(0);
+  EXPECT_EQ(Lookahead(d), 0);  // set: taken as it is
+}
+
 }  // namespace
 }  // namespace dlrm

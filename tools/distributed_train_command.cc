@@ -112,7 +112,7 @@ int TrainerMain(const dist::ClusterEnv& env, const config::DlrmConfig& config,
               << config::DistributedConfig::Mode_Name(config.distributed().mode())
               << " (staleness bound " << StalenessBound(config.distributed())
               << "), global batch " << FLAGS_batch_size << ", lookahead "
-              << config.distributed().lookahead() << (resumed ? ", resuming at step " : "")
+              << Lookahead(config.distributed()) << (resumed ? ", resuming at step " : "")
               << (resumed ? std::to_string(resumed) : "");
 
   auto start = Clock::now(), steady_start = start, last_log = start;
@@ -139,7 +139,7 @@ int TrainerMain(const dist::ClusterEnv& env, const config::DlrmConfig& config,
   };
 
   int64_t global_index = 0, dropped = 0;
-  const int64_t lookahead = config.distributed().lookahead();
+  const int64_t lookahead = Lookahead(config.distributed());
   bool done = false;
   for (int epoch = 0; epoch < FLAGS_epochs && !done; ++epoch) {
     auto reader = std::make_shared<CriteoTsvReader>(

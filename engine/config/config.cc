@@ -1,5 +1,6 @@
 #include "engine/config/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -157,6 +158,11 @@ void ValidateDistributed(const config::DistributedConfig& d) {
 
 int64_t StalenessBound(const config::DistributedConfig& d) {
   return d.mode() == config::DistributedConfig::HYBRID ? d.staleness() : 0;
+}
+
+int32_t Lookahead(const config::DistributedConfig& d) {
+  if (d.has_lookahead()) return d.lookahead();
+  return static_cast<int32_t>(std::clamp<int64_t>(StalenessBound(d), 1, 64));
 }
 
 int FindTable(const config::ModelConfig& model, const std::string& name) {

@@ -26,4 +26,8 @@ int FindTable(const config::ModelConfig& model, const std::string& name);
 // The staleness bound the embedding owners keep: 0 for SYNC, `staleness` for HYBRID.
 int64_t StalenessBound(const config::DistributedConfig& distributed);
 
+// Steps ahead whose lookups a trainer keeps in flight: `lookahead` if set, else 1 for SYNC
+// and the staleness bound (at most 64) for HYBRID.
+int32_t Lookahead(const config::DistributedConfig& distributed);
+
 }  // namespace dlrm
