@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/core/finite.h"
 #include "engine/core/metrics.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
@@ -124,6 +125,28 @@ TEST(MetricsTest, AucCountsTiesAsHalf) {
 TEST(MetricsTest, LogLossIsMeanCrossEntropy) {
   EXPECT_NEAR(LogLoss({0.8, 0.3}, {1, 0}), -(std::log(0.8) + std::log(0.7)) / 2, 1e-12);
   EXPECT_LT(LogLoss({1.0, 0.0}, {0, 1}), 30);  // clamped, finite
+}
+
+template <typename T>
+void ExpectFiniteCheck() {
+  using Limits = std::numeric_limits<T>;
+  std::vector<T> values = {T(0), -T(0), T(1.5), Limits::max(), Limits::lowest(),
+                           Limits::denorm_min(), Limits::min()};
+  EXPECT_TRUE(AllFinite(values));
+  EXPECT_TRUE(AllFinite(std::vector<T>{}));
+  for (const T bad : {Limits::infinity(), -Limits::infinity(), Limits::quiet_NaN(),
+                      -Limits::quiet_NaN(), Limits::signaling_NaN()}) {
+    for (const size_t at : {size_t{0}, size_t{3}, values.size() - 1}) {
+      std::vector<T> with_bad = values;
+      with_bad[at] = bad;
+      EXPECT_FALSE(AllFinite(with_bad)) << bad << " at " << at;
+    }
+  }
+}
+
+TEST(FiniteTest, FindsEveryInfinityAndNaNWherever) {
+  ExpectFiniteCheck<float>();
+  ExpectFiniteCheck<double>();
 }
 
 TEST(StatusTest, ErrorsCarryCodeAndMessage) {

@@ -2,20 +2,33 @@
 // single-process engine and the distributed trainer so both fail alike.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "engine/core/status.h"
 
 namespace dlrm {
 
+// A value is not finite when its exponent bits are all ones. Testing the bits with an
+// OR over the whole array (no early exit) lets the compiler vectorize the loop; it runs
+// over every gradient of every step.
 template <typename T>
 bool AllFinite(const std::vector<T>& values) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  using Bits = std::conditional_t<std::is_same_v<T, float>, uint32_t, uint64_t>;
+  constexpr int kMantissaBits = std::numeric_limits<T>::digits - 1;
+  constexpr int kExponentBits = static_cast<int>(8 * sizeof(T)) - 1 - kMantissaBits;
+  constexpr Bits kExponent = ((Bits{1} << kExponentBits) - 1) << kMantissaBits;
+  Bits not_finite = 0;
   for (const T v : values) {
-    if (!std::isfinite(v)) return false;
+    Bits bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    not_finite |= static_cast<Bits>((bits & kExponent) == kExponent);
   }
-  return true;
+  return not_finite == 0;
 }
 
 // kFailedPrecondition for a step whose loss or gradients are not finite.

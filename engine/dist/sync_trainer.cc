@@ -182,10 +182,13 @@ void SyncTrainer::SubmitLookups(Prepared& p) {
 
 ValidatedBatch SyncTrainer::GatherRows(Prepared& p) {
   const config::ModelConfig& model = config_.model();
+  // Grown, never shrunk: the re-indexed ids stay below the part's distinct count, and a
+  // table reallocated every step (its size follows the ids) faulted its pages in afresh.
   for (int32_t t = 0; t < model.tables_size(); ++t) {
-    const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(p.distinct[t].size()));
-    if (fetched_[t].num_rows() != rows)
-      fetched_[t] = EmbeddingTable<float>(model.tables(t).name(), rows, model.tables(t).dim());
+    const int64_t rows = static_cast<int64_t>(p.distinct[t].size());
+    if (fetched_[t].num_rows() < rows)
+      fetched_[t] = EmbeddingTable<float>(model.tables(t).name(), rows + rows / 2,
+                                          model.tables(t).dim());
   }
   auto place = [&](const Prepared::Placement& where, const std::vector<float>& rows) {
     const int32_t width = where.col_end - where.col_begin;
