@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -49,11 +48,17 @@ class Payload {
  public:
   Payload() = default;  // an empty U8 array
 
-  // Copies `count` elements.
+  // Copies `count` elements, in one pass (not zero-filled first: payloads reach megabytes).
   template <typename T>
   static Payload Copy(const T* data, int64_t count) {
-    Payload p = Zeros<T>(count);
-    if (count > 0) std::memcpy(p.bytes_.data(), data, p.bytes_.size());
+    Payload p;
+    p.dtype_ = DTypeOf<T>::value;
+    p.count_ = count;
+    const size_t size = CheckedSize(p.dtype_, count);
+    if (size > 0) {
+      const auto* bytes = reinterpret_cast<const uint8_t*>(data);
+      p.bytes_.assign(bytes, bytes + size);
+    }
     return p;
   }
   template <typename T>
