@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +42,7 @@ using TrainerBody = std::function<void(DistributedTrainer& t)>;
 
 struct JobResult {
   std::vector<std::string> server_errors, trainer_errors;
+  std::string coordinator_error;  // "" when every peer left
 };
 
 // Runs a job: ranks 0..kServers-1 are servers, the rest trainers. `stand_in` replaces
@@ -49,16 +51,21 @@ JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const 
                  int64_t timeout_ms = 20000, bool dead_server = false) {
   net::Context context;
   const int32_t world = kServers + kTrainers;
+  // The dead server's link to the coordinator: a killed process never says it leaves, so
+  // this outlives the coordinator (its destructor's Leave then finds nobody).
+  std::unique_ptr<CoordinatorClient> dead_client;
   Coordinator coordinator(context, world, "tcp://127.0.0.1:*", net::TransportOptions());
+  JobResult result;
+  std::atomic<bool> coordinator_done{false};
   std::thread coordinator_thread([&] {
     try {
       coordinator.Rendezvous(milliseconds(timeout_ms));
       coordinator.Serve();
-    } catch (const Error&) {
-      // The peers see the failure themselves.
+    } catch (const Error& e) {
+      result.coordinator_error = e.what();
     }
+    coordinator_done = true;
   });
-  JobResult result;
   result.server_errors.resize(kServers);
   result.trainer_errors.resize(kTrainers);
   std::vector<std::thread> peers;
@@ -74,7 +81,8 @@ JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const 
         if (server && dead_server && rank == 1) {
           net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
                                  env.Transport(), "doomed server");
-          CoordinatorClient(context, env).Rendezvous(listener.address());
+          dead_client = std::make_unique<CoordinatorClient>(context, env);
+          dead_client->Rendezvous(listener.address());
           return;  // the listener closes: this server is gone
         }
         if (server) {
@@ -91,7 +99,15 @@ JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const 
     });
   }
   for (auto& p : peers) p.join();
-  coordinator.Stop();
+  // The coordinator ends by itself: every peer left, or one left and the rest did not
+  // within the timeout (dead or failed peers). Stopped only when it does not.
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(3 * timeout_ms + 5000);
+  while (!coordinator_done && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(20));
+  if (!coordinator_done) {
+    ADD_FAILURE() << "the coordinator still waits after every peer has ended";
+    coordinator.Stop();
+  }
   coordinator_thread.join();
   return result;
 }
@@ -245,6 +261,11 @@ TEST(ClusterFaults, DeadServerFailsEveryTrainerWithinTheTimeout) {
   // One timeout for the lookup; the trainers learn of each other's failure in the same
   // exchange. Generous bound for a loaded CI machine.
   EXPECT_LT(seconds, 4.0 * kTimeoutMs / 1000 + 5);
+  // The failed trainers left the job, the live server noticed they had gone and left
+  // too; the coordinator then gave up on the dead server, naming it.
+  EXPECT_NE(result.server_errors[0], "");
+  EXPECT_NE(result.coordinator_error.find("rank(s) 1 did not leave"), std::string::npos)
+      << result.coordinator_error;
 }
 
 }  // namespace

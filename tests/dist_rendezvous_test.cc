@@ -323,6 +323,36 @@ TEST(DistRendezvousTest, BarrierWaitingForAPeerThatLeavesFails) {
   stay.join();
 }
 
+TEST(DistRendezvousTest, CoordinatorGivesUpOnAPeerThatNeverLeavesAfterAnotherDid) {
+  net::Context context;
+  const auto timeout = milliseconds(1500);
+  CoordinatorThread coordinator(context, 3, timeout);
+  // Rank 2 joins and then hangs: it is destroyed (and would leave) only after the
+  // coordinator has given up on it.
+  CoordinatorClient silent(context,
+                           PeerEnv(coordinator.address(), net::ROLE_TRAINER, 2, 3, 1500));
+  std::thread others([&] {
+    CoordinatorClient a(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 3));
+    a.Rendezvous("");
+    a.Leave();
+  });
+  std::thread server([&] {
+    CoordinatorClient failing(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 3));
+    failing.Rendezvous("");
+    // Fails without calling Leave: its destructor leaves for it.
+  });
+  silent.Rendezvous("");
+  const auto started = std::chrono::steady_clock::now();
+  others.join();
+  server.join();
+  coordinator.Join();
+  const auto waited = std::chrono::steady_clock::now() - started;
+  EXPECT_FALSE(coordinator.served_);
+  EXPECT_EQ(coordinator.code_, StatusCode::kTimeout);
+  EXPECT_THAT(coordinator.error_, HasSubstr("rank(s) 2 did not leave within 3000 ms"));
+  EXPECT_LT(waited, 4 * timeout);  // bounded by the timeout, not waiting forever
+}
+
 TEST(DistRendezvousTest, RendezvousWithASharedSecret) {
   const std::string secret = "cluster-secret-0123456789";
   net::Context context;

@@ -42,6 +42,7 @@ Coordinator::Coordinator(const net::Context& context, int32_t world_size,
 
 net::Roster Coordinator::Rendezvous(milliseconds timeout) {
   if (roster_) Throw(StatusCode::kFailedPrecondition, "the rendezvous has already completed");
+  timeout_ = timeout;
   const auto deadline = Clock::now() + timeout;
   std::vector<std::optional<net::Received>> hellos(world_size_);
   int32_t count = 0;
@@ -130,6 +131,16 @@ void Coordinator::Serve() {
   if (!roster_)
     Throw(StatusCode::kFailedPrecondition, "Coordinator::Serve before a successful Rendezvous");
   while (!stop_ && num_left_ < world_size_) {
+    // Twice the timeout: a peer that learns of another's death by a timeout of its own
+    // leaves up to one timeout after the dead one's partners did.
+    if (first_left_ && Clock::now() - *first_left_ > 2 * timeout_) {
+      std::vector<int32_t> staying;
+      for (int32_t r = 0; r < world_size_; ++r)
+        if (!left_[r]) staying.push_back(r);
+      Throw(StatusCode::kTimeout, "the job is ending but rank(s) ", RankList(staying),
+            " did not leave within ", 2 * timeout_.count(),
+            " ms after the first peer left (died, or abandoned the job without finishing)");
+    }
     std::optional<net::Received> r = endpoint_.TryReceive(kPollInterval);
     if (r) Handle(std::move(*r));
   }
@@ -211,6 +222,7 @@ void Coordinator::HandleShutdown(net::Received r) {
   if (!left_[*rank]) {
     left_[*rank] = true;
     ++num_left_;
+    if (!first_left_) first_left_ = Clock::now();
   }
   endpoint_.Reply(r, net::MakeMessage(net::Header::SHUTDOWN));
   FailBarriersWaitingFor(*rank);

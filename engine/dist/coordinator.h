@@ -10,7 +10,10 @@
 // Then Serve answers BARRIER (released when all world_size peers reached the same
 // generation; an ERROR if a peer has left, since it can never complete), HEARTBEAT
 // (echoed) and SHUTDOWN (a peer leaving; acknowledged) until every peer has left or
-// Stop() is called. The coordinator holds no training state.
+// Stop() is called. Once one peer has left the job is ending: a peer that has not left
+// within twice the rendezvous timeout after that died (a peer that fails or is abandoned
+// leaves in ~CoordinatorClient), and Serve fails naming it rather than waiting forever.
+// The coordinator holds no training state.
 #pragma once
 
 #include <atomic>
@@ -43,8 +46,9 @@ class Coordinator {
   // kCancelled if Stop() is called meanwhile.
   net::Roster Rendezvous(std::chrono::milliseconds timeout);
 
-  // Serves barriers until every peer has sent SHUTDOWN or Stop() is called.
-  // kFailedPrecondition before a successful Rendezvous.
+  // Serves barriers until every peer has sent SHUTDOWN or Stop() is called. kTimeout
+  // naming the peers still in the job when twice the rendezvous timeout has passed since
+  // the first one left. kFailedPrecondition before a successful Rendezvous.
   void Serve();
   // Makes Rendezvous or Serve return (from any thread) within about 100 ms.
   void Stop() { stop_ = true; }
@@ -67,6 +71,8 @@ class Coordinator {
   std::vector<std::string> hello_routing_ids_;  // by rank, to recognize a repeated HELLO
   std::vector<bool> left_;
   int32_t num_left_ = 0;
+  std::chrono::milliseconds timeout_{0};  // the rendezvous timeout, also the leave deadline
+  std::optional<std::chrono::steady_clock::time_point> first_left_;
   // Barrier generation -> the peers waiting in it, by rank.
   std::map<int64_t, std::map<int32_t, net::Received>> barriers_;
 };

@@ -59,7 +59,7 @@ class DistributedTrainer {
   // manifest). Returns when the checkpoint is complete.
   void Checkpoint(const std::string& dir);
   // Collective: waits for every update, tells the servers this trainer is done and
-  // leaves the job. The destructor does nothing of the sort: a trainer that fails just
+  // leaves the job. The destructor only leaves the coordinator: a trainer that fails just
   // goes, and the servers notice by their own timeouts.
   void Finish();
 

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include <glog/logging.h>
+
 namespace dlrm::dist {
 namespace {
 
@@ -20,6 +22,16 @@ const ClusterEnv& CheckedPeerEnv(const ClusterEnv& env) {
 CoordinatorClient::CoordinatorClient(const net::Context& context, const ClusterEnv& env)
     : env_(CheckedPeerEnv(env)),
       client_(context, env.CoordinatorEndpoint(), env.Transport(), "coordinator", env.rank) {}
+
+CoordinatorClient::~CoordinatorClient() {
+  if (!joined_ || left_) return;
+  try {
+    Leave();
+  } catch (const Error& e) {
+    LOG(WARNING) << RoleName(env_.role) << " rank " << env_.rank
+                 << ": could not tell the coordinator it leaves: " << e.what();
+  }
+}
 
 net::Roster CoordinatorClient::Rendezvous(const std::string& address) {
   net::Message hello = net::MakeMessage(net::Header::HELLO);
@@ -46,6 +58,7 @@ net::Roster CoordinatorClient::Rendezvous(const std::string& address) {
       roster.peers(env_.rank).role() != env_.role)
     Throw(StatusCode::kNetwork, "the coordinator's roster (world size ", roster.world_size(),
           ") does not list this ", RoleName(env_.role), " as rank ", env_.rank);
+  joined_ = true;
   return roster;
 }
 
@@ -63,6 +76,7 @@ void CoordinatorClient::Barrier(std::chrono::milliseconds timeout) {
 }
 
 void CoordinatorClient::Leave() {
+  left_ = true;  // tried once: the destructor does not try again
   net::Message reply = client_.Call(net::MakeMessage(net::Header::SHUTDOWN),
                                     std::chrono::milliseconds(env_.timeout_ms));
   if (reply.header.type() != net::Header::SHUTDOWN)

@@ -28,6 +28,12 @@ class CoordinatorClient {
  public:
   // kInvalidArgument if env.role is the coordinator's.
   CoordinatorClient(const net::Context& context, const ClusterEnv& env);
+  // A peer that joined and did not Leave (it failed, or its host abandoned it) leaves now,
+  // best effort (waiting at most env.timeout_ms), so the coordinator learns the job is
+  // ending instead of waiting for it.
+  ~CoordinatorClient();
+  CoordinatorClient(const CoordinatorClient&) = delete;
+  CoordinatorClient& operator=(const CoordinatorClient&) = delete;
 
   // HELLO with `address` (where this peer accepts connections; empty if nowhere), then
   // the roster. The coordinator's ERROR (e.g. rank already taken) is thrown with its
@@ -47,6 +53,7 @@ class CoordinatorClient {
   const ClusterEnv env_;
   net::Client client_;
   int64_t next_barrier_ = 0;
+  bool joined_ = false, left_ = false;
 };
 
 }  // namespace dlrm::dist

@@ -46,7 +46,7 @@ void RunEmbeddingServer(const net::Context& context, const ClusterEnv& env,
   LOG(INFO) << "server " << layout.index << " (rank " << env.rank << ") serves "
             << store.shards().size() << " shards at " << listener.address() << " for "
             << layout.num_trainers() << " trainers, staleness " << owner.staleness();
-  server.Serve();
+  server.Serve();  // on an error, ~CoordinatorClient leaves the job
   LOG(INFO) << "server " << layout.index << ": every trainer is done; "
             << server.lookups_served() << " lookups served";
   coordinator.Leave();
