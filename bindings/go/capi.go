@@ -4,49 +4,8 @@ package dlrm
 #cgo CFLAGS: -I${SRCDIR}/../../include
 #cgo LDFLAGS: -ldlrm
 #include <stdlib.h>
-#include <string.h>
 
-#include "dlrm/dlrm.h"
-
-// dlrm_last_error() is thread-local and a goroutine may move to another thread between
-// two cgo calls, so each helper reads the message in the same C call that failed and
-// hands the caller a malloc'ed copy (NULL if out of memory) to free.
-static dlrm_status go_check(dlrm_status status, char** msg) {
-	if (status != DLRM_OK) {
-		const char* text = dlrm_last_error();
-		size_t n = strlen(text) + 1;
-		char* copy = (char*)malloc(n);
-		if (copy != NULL) memcpy(copy, text, n);
-		*msg = copy;
-	}
-	return status;
-}
-
-// The batch arrives as separate arguments (pointers into Go slices) and is assembled on
-// the C stack: a dlrm_batch in Go memory holding Go pointers would break cgo's rules.
-#define GO_BATCH_PARAMS                                                            \
-	int64_t batch_size, int32_t num_dense, int32_t num_sparse, const float* dense, \
-	    const float* labels, const int32_t* lengths, const int64_t* ids,           \
-	    int64_t num_ids, const float* weights
-
-static dlrm_batch go_batch(GO_BATCH_PARAMS) {
-	dlrm_batch b;
-	memset(&b, 0, sizeof b);
-	b.struct_size = sizeof(dlrm_batch);
-	b.batch_size = batch_size;
-	b.num_dense = num_dense;
-	b.num_sparse = num_sparse;
-	b.dense = dense;
-	b.labels = labels;
-	b.lengths = lengths;
-	b.ids = ids;
-	b.num_ids = num_ids;
-	b.weights = weights;
-	return b;
-}
-
-#define GO_BATCH \
-	go_batch(batch_size, num_dense, num_sparse, dense, labels, lengths, ids, num_ids, weights)
+#include "capi_helpers.h"
 
 static dlrm_status go_create(const char* config_text, dlrm_engine** out, char** msg) {
 	return go_check(dlrm_engine_create(config_text, out), msg);

@@ -10,6 +10,12 @@
 // read-only view of a checkpoint for serving: it has no training methods and its Predict
 // may be called from many goroutines at once.
 //
+// A multi-process job (a coordinator, embedding servers and data-parallel trainers, told
+// their parts by the DLRM_* settings) is run with RunRole, for the coordinator and the
+// servers, and a Trainer per trainer: Enqueue its part of each global batch, then the
+// collective TrainStep, Evaluate, Checkpoint and Finish. WithAllGather plugs in the
+// host's own collective (an AllGather) instead of the built-in one.
+//
 // Batches are borrowed, column-oriented memory (see Batch); the engine reads the slices
 // in place during a call and keeps no reference to them afterwards.
 //
@@ -19,7 +25,7 @@
 //
 //	if errors.Is(err, dlrm.ErrOutOfRange) { ... }
 //
-// Engines and Predictors hold native memory: Close them when done. Close waits for
+// Engines, Predictors and Trainers hold native memory: Close them when done. Close waits for
 // calls in flight, is idempotent, and any later call returns an error matching
 // ErrClosed. A finalizer closes a forgotten handle as a backstop only.
 package dlrm

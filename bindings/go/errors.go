@@ -50,6 +50,8 @@ func (c Code) String() string {
 type Error struct {
 	Code Code
 	Msg  string
+
+	cause error // a Go error behind the failure (a Trainer's AllGather), or nil
 }
 
 // Error formats the error as "dlrm: CODE: message".
@@ -71,6 +73,15 @@ func (e *Error) Is(target error) bool {
 	return t.Code == e.Code && (t.Msg == "" || t.Msg == e.Msg)
 }
 
+// Unwrap returns the Go error behind the failure, if any: the error (or panic) of a
+// Trainer's AllGather that failed the call. Msg already includes its text.
+func (e *Error) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.cause
+}
+
 // Sentinel errors for errors.Is, one per status code.
 var (
 	ErrInvalidArgument    = &Error{Code: InvalidArgument}
@@ -86,8 +97,8 @@ var (
 	ErrResourceExhausted  = &Error{Code: ResourceExhausted}
 )
 
-// ErrClosed is returned by every method of an Engine or Predictor after Close. It also
-// matches ErrFailedPrecondition.
+// ErrClosed is returned by every method of an Engine, Predictor or Trainer after Close.
+// It also matches ErrFailedPrecondition.
 var ErrClosed = &Error{Code: FailedPrecondition, Msg: "engine is closed"}
 
 // invalidf returns an InvalidArgument *Error detected on the Go side.
