@@ -11,7 +11,15 @@
  *  - small jdlrm_* helpers (%inline below) that build a dlrm_batch on the stack, turn
  *    out-parameters into return values and turn a failing dlrm_status into a Java
  *    ai.dlrm.DlrmException thrown from the same native call, so the thread-local
- *    dlrm_last_error() is read on the thread that failed, before anything can replace it.
+ *    dlrm_last_error() is read on the thread that failed, before anything can replace it;
+ *  - the multi-process trainer (ai.dlrm.DistributedTrainer): jdlrm_run_role and the
+ *    jdlrm_trainer_* helpers over a jdlrm_trainer, which pairs the library's dlrm_trainer
+ *    with a global reference to the host's ai.dlrm.AllGather, if any. jdlrm_allgather is
+ *    the dlrm_allgather_fn trampoline that calls it: it runs on the thread of the collective
+ *    call (attaching a thread the JVM does not know), hands each returned byte[] to
+ *    dlrm_gather_put, and turns a Java exception or an unusable result into a nonzero
+ *    return, keeping the Throwable so the DlrmException of the failed call names it and
+ *    carries it as its cause.
  *
  * Typemaps:
  *  - float[] / int[] / long[] / byte[]  <->  const float* / const int32_t* / const int64_t*
@@ -21,6 +29,7 @@
  *  - float[][] / int[][] / long[][]: the same, for the batches of one evaluate call;
  *  - direct java.nio.ByteBuffer (and ByteBuffer[])  ->  its address, no copy; a heap
  *    buffer is refused with IllegalArgumentException;
+ *  - jobject all_gather  <-  ai.dlrm.AllGather, as it is;
  *  - JNIEnv* jenv: hidden from Java, handed to the helpers so they can throw.
  *
  * Error discipline of the generated wrappers: every typemap and helper does nothing once
@@ -49,6 +58,7 @@
 %javaconst(1);
 
 %{
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,10 +77,12 @@ static void jdlrm_throw_java(JNIEnv* jenv, const char* class_name, const char* m
 }
 
 /* Returns 1 for DLRM_OK. Otherwise throws ai.dlrm.DlrmException built by its static
- * factory fromNative(int, byte[]) from this thread's dlrm_last_error() and returns 0.
+ * factory fromNative(int, byte[]) from this thread's dlrm_last_error() and returns 0;
+ * with a cause (a Throwable, e.g. what a host's AllGather threw inside the failed call),
+ * by fromNative(int, byte[], Throwable), which names the cause in the message.
  * The message travels as raw UTF-8 bytes: NewStringUTF expects *modified* UTF-8 and the
  * engine may echo arbitrary bytes (paths, config text). */
-static int jdlrm_check(JNIEnv* jenv, dlrm_status status) {
+static int jdlrm_check_cause(JNIEnv* jenv, dlrm_status status, jobject cause) {
   const char* message;
   size_t n;
   jclass cls;
@@ -83,14 +95,23 @@ static int jdlrm_check(JNIEnv* jenv, dlrm_status status) {
   if (n > 0x7fffffff) n = 0x7fffffff;
   cls = (*jenv)->FindClass(jenv, "ai/dlrm/DlrmException");
   if (cls == NULL) return 0;
-  factory = (*jenv)->GetStaticMethodID(jenv, cls, "fromNative", "(I[B)Lai/dlrm/DlrmException;");
+  factory = (*jenv)->GetStaticMethodID(
+      jenv, cls, "fromNative",
+      cause == NULL ? "(I[B)Lai/dlrm/DlrmException;"
+                    : "(I[BLjava/lang/Throwable;)Lai/dlrm/DlrmException;");
   if (factory == NULL) return 0;
   bytes = (*jenv)->NewByteArray(jenv, (jsize)n);
   if (bytes == NULL) return 0;
   (*jenv)->SetByteArrayRegion(jenv, bytes, 0, (jsize)n, (const jbyte*)message);
-  error = (*jenv)->CallStaticObjectMethod(jenv, cls, factory, (jint)status, bytes);
+  error = cause == NULL
+              ? (*jenv)->CallStaticObjectMethod(jenv, cls, factory, (jint)status, bytes)
+              : (*jenv)->CallStaticObjectMethod(jenv, cls, factory, (jint)status, bytes, cause);
   if (error != NULL && !jdlrm_pending(jenv)) (*jenv)->Throw(jenv, (jthrowable)error);
   return 0;
+}
+
+static int jdlrm_check(JNIEnv* jenv, dlrm_status status) {
+  return jdlrm_check_cause(jenv, status, NULL);
 }
 
 /* ---- pinning primitive arrays ------------------------------------------------------ */
@@ -268,9 +289,201 @@ static dlrm_batch jdlrm_make_batch(int64_t batch_size, int32_t num_dense, int32_
   batch.weights = weights;
   return batch;
 }
-/* Evaluate over num_batches batches. shapes holds 4 numbers per batch:
- * batch_size, num_dense, num_sparse, num_ids. */
-static void jdlrm_evaluate(JNIEnv* jenv, dlrm_engine* engine, const int64_t* shapes,
+/* ---- the multi-process trainer and the host's all-gather -------------------------------- */
+
+/* What Java holds for one ai.dlrm.DistributedTrainer: the library's trainer and, when the
+ * host brought its own collective, a global reference to its ai.dlrm.AllGather (held for
+ * the trainer's life, deleted by jdlrm_trainer_destroy) with the method the trampoline
+ * calls. `failure` is the Throwable of the last failed all-gather (a global reference):
+ * the trampoline must return a plain int to the engine, so it clears the Java exception
+ * and keeps it here; the helper that made the failing call hands it to the DlrmException
+ * it throws, as the cause named in its message. Calls on one trainer are serialized by
+ * the Java layer, so the fields need no lock. */
+typedef struct jdlrm_trainer {
+  dlrm_trainer* trainer;
+  JavaVM* vm;
+  jobject gather;
+  jmethodID all_gather; /* byte[][] allGather(byte[] mine) */
+  int32_t num_trainers;
+  jobject failure;
+} jdlrm_trainer;
+
+/* Return values of the trampoline; the engine's error names the value. */
+enum {
+  JDLRM_GATHER_THREW = 1,      /* AllGather.allGather threw (kept as the cause) */
+  JDLRM_GATHER_BAD_RESULT = 2, /* null, the wrong number of arrays, a null array */
+  JDLRM_GATHER_JNI_FAILED = 3  /* no JNIEnv, out of memory, a contribution over 2 GiB */
+};
+
+/* Keeps the pending Java exception (if any) as the trainer's failure, the first one of a
+ * call winning, and clears it. */
+static void jdlrm_keep_failure(JNIEnv* jenv, jdlrm_trainer* t) {
+  jthrowable thrown;
+  if (!jdlrm_pending(jenv)) return;
+  thrown = (*jenv)->ExceptionOccurred(jenv);
+  (*jenv)->ExceptionClear(jenv);
+  if (thrown == NULL) return;
+  if (t->failure == NULL) t->failure = (*jenv)->NewGlobalRef(jenv, thrown);
+  (*jenv)->DeleteLocalRef(jenv, thrown);
+  if (jdlrm_pending(jenv)) (*jenv)->ExceptionClear(jenv); /* a failed NewGlobalRef */
+}
+
+/* Records an IllegalStateException with an ASCII message as the trainer's failure. */
+static void jdlrm_gather_fail(JNIEnv* jenv, jdlrm_trainer* t, const char* message) {
+  jdlrm_throw_java(jenv, "java/lang/IllegalStateException", message);
+  jdlrm_keep_failure(jenv, t);
+}
+
+static int32_t jdlrm_gather_in_frame(JNIEnv* jenv, jdlrm_trainer* t, const void* data,
+                                     int64_t num_bytes, dlrm_gather* result) {
+  char message[200];
+  jbyteArray mine;
+  jobjectArray all;
+  jsize i, n;
+  if (num_bytes < 0 || num_bytes > 0x7fffffff) {
+    jdlrm_gather_fail(jenv, t, "this trainer's contribution does not fit a Java byte[]");
+    return JDLRM_GATHER_JNI_FAILED;
+  }
+  mine = (*jenv)->NewByteArray(jenv, (jsize)num_bytes);
+  if (mine == NULL || jdlrm_pending(jenv)) {
+    jdlrm_keep_failure(jenv, t);
+    return JDLRM_GATHER_JNI_FAILED;
+  }
+  if (num_bytes > 0) {
+    (*jenv)->SetByteArrayRegion(jenv, mine, 0, (jsize)num_bytes, (const jbyte*)data);
+    if (jdlrm_pending(jenv)) {
+      jdlrm_keep_failure(jenv, t);
+      return JDLRM_GATHER_JNI_FAILED;
+    }
+  }
+  all = (jobjectArray)(*jenv)->CallObjectMethod(jenv, t->gather, t->all_gather, mine);
+  if (jdlrm_pending(jenv)) {
+    jdlrm_keep_failure(jenv, t);
+    return JDLRM_GATHER_THREW;
+  }
+  (*jenv)->DeleteLocalRef(jenv, mine);
+  if (all == NULL) {
+    jdlrm_gather_fail(jenv, t, "AllGather.allGather returned null");
+    return JDLRM_GATHER_BAD_RESULT;
+  }
+  n = (*jenv)->GetArrayLength(jenv, all);
+  if (n != t->num_trainers) {
+    snprintf(message, sizeof message,
+             "AllGather.allGather returned %ld arrays for %ld trainers (one per rank, in "
+             "rank order)", (long)n, (long)t->num_trainers);
+    jdlrm_gather_fail(jenv, t, message);
+    return JDLRM_GATHER_BAD_RESULT;
+  }
+  for (i = 0; i < n; ++i) {
+    jbyteArray part = (jbyteArray)(*jenv)->GetObjectArrayElement(jenv, all, i);
+    jsize length;
+    jbyte* bytes = NULL;
+    dlrm_status status;
+    if (jdlrm_pending(jenv)) {
+      jdlrm_keep_failure(jenv, t);
+      return JDLRM_GATHER_JNI_FAILED;
+    }
+    if (part == NULL) {
+      snprintf(message, sizeof message, "AllGather.allGather returned null for rank %ld",
+               (long)i);
+      jdlrm_gather_fail(jenv, t, message);
+      return JDLRM_GATHER_BAD_RESULT;
+    }
+    length = (*jenv)->GetArrayLength(jenv, part);
+    if (length > 0) {
+      bytes = (*jenv)->GetByteArrayElements(jenv, part, NULL);
+      if (bytes == NULL || jdlrm_pending(jenv)) {
+        (*jenv)->DeleteLocalRef(jenv, part);
+        jdlrm_keep_failure(jenv, t);
+        return JDLRM_GATHER_JNI_FAILED;
+      }
+    }
+    status = dlrm_gather_put(result, (int32_t)i, bytes, (int64_t)length); /* copies */
+    if (bytes != NULL) (*jenv)->ReleaseByteArrayElements(jenv, part, bytes, JNI_ABORT);
+    (*jenv)->DeleteLocalRef(jenv, part);
+    if (status != DLRM_OK) {
+      snprintf(message, sizeof message, "dlrm_gather_put refused rank %ld: %.120s", (long)i,
+               dlrm_last_error());
+      jdlrm_gather_fail(jenv, t, message);
+      return JDLRM_GATHER_BAD_RESULT;
+    }
+  }
+  return 0;
+}
+
+/* The dlrm_allgather_fn of a trainer with a Java AllGather. The engine calls it on the
+ * thread inside dlrm_trainer_train_step / evaluate / checkpoint / finish, i.e. the Java
+ * caller's thread, attached to the JVM; a thread that is not (a host calling from its own
+ * native thread) is attached for the call and detached after. No Java exception leaves
+ * it: it returns nonzero instead and keeps the exception in t->failure. */
+static int32_t jdlrm_allgather(void* user_data, const void* data, int64_t num_bytes,
+                               dlrm_gather* result) {
+  jdlrm_trainer* t = (jdlrm_trainer*)user_data;
+  JNIEnv* jenv = NULL;
+  int attached = 0;
+  int32_t rc;
+  jint got;
+  if (t == NULL || t->vm == NULL || t->gather == NULL) return JDLRM_GATHER_JNI_FAILED;
+  got = (*t->vm)->GetEnv(t->vm, (void**)&jenv, JNI_VERSION_1_6);
+  if (got == JNI_EDETACHED) {
+    if ((*t->vm)->AttachCurrentThread(t->vm, (void**)&jenv, NULL) != JNI_OK)
+      return JDLRM_GATHER_JNI_FAILED;
+    attached = 1;
+  } else if (got != JNI_OK || jenv == NULL) {
+    return JDLRM_GATHER_JNI_FAILED;
+  }
+  if (jdlrm_pending(jenv)) {
+    /* Cannot happen from the jdlrm_* helpers (they return early then); never call Java
+     * with an exception pending. */
+    rc = JDLRM_GATHER_JNI_FAILED;
+  } else if ((*jenv)->PushLocalFrame(jenv, 16) != 0) {
+    jdlrm_keep_failure(jenv, t);
+    rc = JDLRM_GATHER_JNI_FAILED;
+  } else {
+    rc = jdlrm_gather_in_frame(jenv, t, data, num_bytes, result);
+    (*jenv)->PopLocalFrame(jenv, NULL);
+  }
+  if (attached) (*t->vm)->DetachCurrentThread(t->vm);
+  return rc;
+}
+
+/* Drops the failure of an earlier call, before a call that may run the all-gather. */
+static void jdlrm_trainer_begin(JNIEnv* jenv, jdlrm_trainer* t) {
+  if (t != NULL && t->failure != NULL) {
+    (*jenv)->DeleteGlobalRef(jenv, t->failure);
+    t->failure = NULL;
+  }
+}
+
+/* jdlrm_check for a trainer call: a failure the all-gather kept becomes the cause. */
+static int jdlrm_trainer_check(JNIEnv* jenv, jdlrm_trainer* t, dlrm_status status) {
+  jobject cause = NULL;
+  int ok;
+  if (t != NULL && t->failure != NULL) {
+    cause = (*jenv)->NewLocalRef(jenv, t->failure);
+    (*jenv)->DeleteGlobalRef(jenv, t->failure);
+    t->failure = NULL;
+  }
+  ok = jdlrm_check_cause(jenv, status, cause);
+  if (cause != NULL) (*jenv)->DeleteLocalRef(jenv, cause);
+  return ok;
+}
+
+/* A trainer helper's first check: nothing pending, and a handle (the Java layer never
+ * passes null; this keeps a bug from reaching the engine as a NULL it would misname). */
+static int jdlrm_trainer_usable(JNIEnv* jenv, jdlrm_trainer* t) {
+  if (jdlrm_pending(jenv)) return 0;
+  if (t == NULL) {
+    jdlrm_throw_java(jenv, "java/lang/NullPointerException", "trainer");
+    return 0;
+  }
+  return 1;
+}
+
+/* Evaluate over num_batches batches, on a trainer if one is given, else on the engine. shapes holds
+ * 4 numbers per batch: batch_size, num_dense, num_sparse, num_ids. */
+static void jdlrm_evaluate(JNIEnv* jenv, dlrm_engine* engine, jdlrm_trainer* trainer,
+                           const int64_t* shapes,
                            const float* const* dense, const float* const* labels,
                            const int32_t* const* lengths, const int64_t* const* ids,
                            const float* const* weights, size_t num_batches,
@@ -295,8 +508,50 @@ static void jdlrm_evaluate(JNIEnv* jenv, dlrm_engine* engine, const int64_t* sha
   }
   memset(out, 0, sizeof *out);
   out->struct_size = sizeof *out;
-  jdlrm_check(jenv, dlrm_engine_evaluate(engine, batches, num_batches, out));
+  if (trainer == NULL) {
+    jdlrm_check(jenv, dlrm_engine_evaluate(engine, batches, num_batches, out));
+  } else {
+    jdlrm_trainer_begin(jenv, trainer);
+    jdlrm_trainer_check(jenv, trainer,
+                        dlrm_trainer_evaluate(trainer->trainer, batches, num_batches, out));
+  }
   free(batches);
+}
+
+/* The same on direct buffers: typed copies of the pointer arrays, so no object is read
+ * through the wrong type. */
+static void jdlrm_evaluate_direct(JNIEnv* jenv, dlrm_engine* engine, jdlrm_trainer* trainer,
+                                  const int64_t* shapes, const void* const* dense,
+                                  const void* const* labels, const void* const* lengths,
+                                  const void* const* ids, const void* const* weights,
+                                  size_t num_batches, dlrm_eval_result* out) {
+  const float** d = (const float**)calloc(num_batches + 1, sizeof *d);
+  const float** l = (const float**)calloc(num_batches + 1, sizeof *l);
+  const int32_t** n = (const int32_t**)calloc(num_batches + 1, sizeof *n);
+  const int64_t** k = (const int64_t**)calloc(num_batches + 1, sizeof *k);
+  const float** w = (const float**)calloc(num_batches + 1, sizeof *w);
+  size_t i;
+  if (d == NULL || l == NULL || n == NULL || k == NULL || w == NULL) {
+    jdlrm_throw_java(jenv, "java/lang/OutOfMemoryError", "evaluate batches");
+  } else if (dense != NULL && labels != NULL && lengths != NULL && ids != NULL &&
+             weights != NULL) {
+    for (i = 0; i < num_batches; ++i) {
+      d[i] = (const float*)dense[i];
+      l[i] = (const float*)labels[i];
+      n[i] = (const int32_t*)lengths[i];
+      k[i] = (const int64_t*)ids[i];
+      w[i] = (const float*)weights[i];
+    }
+    jdlrm_evaluate(jenv, engine, trainer, shapes, d, l, n, k, w, num_batches, out);
+  } else {
+    jdlrm_evaluate(jenv, engine, trainer, shapes, NULL, NULL, NULL, NULL, NULL, num_batches,
+                   out);
+  }
+  free(d);
+  free(l);
+  free(n);
+  free(k);
+  free(w);
 }
 %}
 
@@ -426,7 +681,21 @@ JDLRM_ARRAYS_TYPEMAPS(int64_t, long[][], JDLRM_LONG)
 %apply const void* const* DIRECT_BUFFERS {
   const void* const* dense, const void* const* labels, const void* const* lengths,
   const void* const* ids, const void* const* weights };
-%apply const char* UTF8Z { const char* config_text, const char* path, const char* name };
+%apply const char* UTF8Z {
+  const char* config_text, const char* path, const char* name, const char* cluster,
+  const char* restore_dir, const char* dir };
+
+/* ai.dlrm.AllGather -> jobject, passed as it is (the trainer helper takes a global
+ * reference). */
+%typemap(jni) jobject ALL_GATHER "jobject"
+%typemap(jtype) jobject ALL_GATHER "ai.dlrm.AllGather"
+%typemap(jstype) jobject ALL_GATHER "ai.dlrm.AllGather"
+%typemap(javain) jobject ALL_GATHER "$javainput"
+%typemap(in) jobject ALL_GATHER %{ $1 = $input; %}
+%apply jobject ALL_GATHER { jobject all_gather };
+
+/* Opaque to Java (SWIGTYPE_p_jdlrm_trainer); defined in the C block above. */
+typedef struct jdlrm_trainer jdlrm_trainer;
 %apply (float* OUT_ARRAY, size_t LEN) { (float* out, size_t out_len) };
 %apply (const float* IN_ARRAY, size_t LEN) { (const float* values, size_t len) };
 %apply (int64_t* OUT_ARRAY, int32_t LEN) { (int64_t* shape, int32_t shape_capacity) };
@@ -557,7 +826,8 @@ void jdlrm_evaluate_arrays(JNIEnv* jenv, dlrm_engine* engine, const int64_t* sha
                            const int32_t* const* lengths, const int64_t* const* ids,
                            const float* const* weights, size_t num_batches,
                            dlrm_eval_result* out) {
-  jdlrm_evaluate(jenv, engine, shapes, dense, labels, lengths, ids, weights, num_batches, out);
+  jdlrm_evaluate(jenv, engine, NULL, shapes, dense, labels, lengths, ids, weights,
+                 num_batches, out);
 }
 
 void jdlrm_evaluate_buffers(JNIEnv* jenv, dlrm_engine* engine, const int64_t* shapes,
@@ -565,33 +835,8 @@ void jdlrm_evaluate_buffers(JNIEnv* jenv, dlrm_engine* engine, const int64_t* sh
                             const void* const* lengths, const void* const* ids,
                             const void* const* weights, size_t num_batches,
                             dlrm_eval_result* out) {
-  /* Typed copies of the pointer arrays, so no object is read through the wrong type. */
-  const float** d = (const float**)calloc(num_batches + 1, sizeof *d);
-  const float** l = (const float**)calloc(num_batches + 1, sizeof *l);
-  const int32_t** n = (const int32_t**)calloc(num_batches + 1, sizeof *n);
-  const int64_t** k = (const int64_t**)calloc(num_batches + 1, sizeof *k);
-  const float** w = (const float**)calloc(num_batches + 1, sizeof *w);
-  size_t i;
-  if (d == NULL || l == NULL || n == NULL || k == NULL || w == NULL) {
-    jdlrm_throw_java(jenv, "java/lang/OutOfMemoryError", "evaluate batches");
-  } else if (dense != NULL && labels != NULL && lengths != NULL && ids != NULL &&
-             weights != NULL) {
-    for (i = 0; i < num_batches; ++i) {
-      d[i] = (const float*)dense[i];
-      l[i] = (const float*)labels[i];
-      n[i] = (const int32_t*)lengths[i];
-      k[i] = (const int64_t*)ids[i];
-      w[i] = (const float*)weights[i];
-    }
-    jdlrm_evaluate(jenv, engine, shapes, d, l, n, k, w, num_batches, out);
-  } else {
-    jdlrm_evaluate(jenv, engine, shapes, NULL, NULL, NULL, NULL, NULL, num_batches, out);
-  }
-  free(d);
-  free(l);
-  free(n);
-  free(k);
-  free(w);
+  jdlrm_evaluate_direct(jenv, engine, NULL, shapes, dense, labels, lengths, ids, weights,
+                        num_batches, out);
 }
 
 /* target: DLRM_LR_DENSE, DLRM_LR_SPARSE or DLRM_LR_ALL. */
@@ -660,5 +905,153 @@ void jdlrm_write_parameter(JNIEnv* jenv, dlrm_engine* engine, const char* name,
                            const float* values, size_t len) {
   if (jdlrm_pending(jenv)) return;
   jdlrm_check(jenv, dlrm_engine_write_parameter(engine, name, values, len));
+}
+
+/* ---- multi-process training ------------------------------------------------------------ */
+
+/* Runs the coordinator or an embedding server until the job ends. cluster: "KEY=VALUE\n"
+ * lines, or NULL for the process environment; restore_dir may be NULL. */
+void jdlrm_run_role(JNIEnv* jenv, const char* config_text, const char* cluster,
+                    const char* restore_dir) {
+  if (jdlrm_pending(jenv)) return;
+  jdlrm_check(jenv, dlrm_run_role(config_text, cluster, restore_dir));
+}
+
+/* Joins the job as a trainer; all_gather: an ai.dlrm.AllGather, or null for the built-in
+ * collective. Returns the trainer, or NULL with an exception pending. */
+jdlrm_trainer* jdlrm_trainer_create(JNIEnv* jenv, const char* config_text, const char* cluster,
+                                    const char* restore_dir, jobject all_gather) {
+  jdlrm_trainer* t;
+  dlrm_status status;
+  if (jdlrm_pending(jenv)) return NULL;
+  t = (jdlrm_trainer*)calloc(1, sizeof *t);
+  if (t == NULL) {
+    jdlrm_throw_java(jenv, "java/lang/OutOfMemoryError", "trainer");
+    return NULL;
+  }
+  if (all_gather != NULL) {
+    jclass cls;
+    if ((*jenv)->GetJavaVM(jenv, &t->vm) != 0) {
+      jdlrm_throw_java(jenv, "java/lang/IllegalStateException", "no JavaVM for the AllGather");
+      free(t);
+      return NULL;
+    }
+    cls = (*jenv)->GetObjectClass(jenv, all_gather);
+    if (cls != NULL && !jdlrm_pending(jenv)) {
+      t->all_gather = (*jenv)->GetMethodID(jenv, cls, "allGather", "([B)[[B");
+      (*jenv)->DeleteLocalRef(jenv, cls);
+    }
+    if (t->all_gather != NULL && !jdlrm_pending(jenv))
+      t->gather = (*jenv)->NewGlobalRef(jenv, all_gather);
+    if (t->gather == NULL) {
+      jdlrm_throw_java(jenv, "java/lang/OutOfMemoryError", "a global reference to the AllGather");
+      free(t);
+      return NULL;
+    }
+  }
+  status = dlrm_trainer_create(config_text, cluster, restore_dir,
+                               t->gather != NULL ? jdlrm_allgather : NULL, t, &t->trainer);
+  if (status == DLRM_OK)
+    status = dlrm_trainer_info(t->trainer, NULL, &t->num_trainers, NULL);
+  if (!jdlrm_check(jenv, status)) {
+    dlrm_trainer_destroy(t->trainer);
+    if (t->gather != NULL) (*jenv)->DeleteGlobalRef(jenv, t->gather);
+    free(t);
+    return NULL;
+  }
+  return t;
+}
+
+/* Destroys the trainer, then releases the AllGather. NULL is a no-op. */
+void jdlrm_trainer_destroy(JNIEnv* jenv, jdlrm_trainer* t) {
+  if (t == NULL) return;
+  dlrm_trainer_destroy(t->trainer);
+  if (t->gather != NULL) (*jenv)->DeleteGlobalRef(jenv, t->gather);
+  if (t->failure != NULL) (*jenv)->DeleteGlobalRef(jenv, t->failure);
+  free(t);
+}
+
+int32_t jdlrm_trainer_rank(JNIEnv* jenv, jdlrm_trainer* t) {
+  int32_t rank = 0;
+  if (!jdlrm_trainer_usable(jenv, t)) return 0;
+  jdlrm_check(jenv, dlrm_trainer_info(t->trainer, &rank, NULL, NULL));
+  return rank;
+}
+
+int32_t jdlrm_trainer_num_trainers(JNIEnv* jenv, jdlrm_trainer* t) {
+  int32_t count = 0;
+  if (!jdlrm_trainer_usable(jenv, t)) return 0;
+  jdlrm_check(jenv, dlrm_trainer_info(t->trainer, NULL, &count, NULL));
+  return count;
+}
+
+int64_t jdlrm_trainer_step(JNIEnv* jenv, jdlrm_trainer* t) {
+  int64_t step = 0;
+  if (!jdlrm_trainer_usable(jenv, t)) return 0;
+  jdlrm_check(jenv, dlrm_trainer_info(t->trainer, NULL, NULL, &step));
+  return step;
+}
+
+/* Queues this trainer's part of the next global batch (the engine copies it). */
+void jdlrm_trainer_enqueue_arrays(JNIEnv* jenv, jdlrm_trainer* t, int64_t batch_size,
+                                  int32_t num_dense, int32_t num_sparse, const float* dense,
+                                  const float* labels, const int32_t* lengths,
+                                  const int64_t* ids, int64_t num_ids, const float* weights) {
+  dlrm_batch batch;
+  if (!jdlrm_trainer_usable(jenv, t)) return;
+  batch = jdlrm_make_batch(batch_size, num_dense, num_sparse, dense, labels, lengths, ids,
+                           num_ids, weights);
+  jdlrm_check(jenv, dlrm_trainer_enqueue(t->trainer, &batch));
+}
+
+void jdlrm_trainer_enqueue_buffers(JNIEnv* jenv, jdlrm_trainer* t, int64_t batch_size,
+                                   int32_t num_dense, int32_t num_sparse, const void* dense,
+                                   const void* labels, const void* lengths, const void* ids,
+                                   int64_t num_ids, const void* weights) {
+  jdlrm_trainer_enqueue_arrays(jenv, t, batch_size, num_dense, num_sparse,
+                               (const float*)dense, (const float*)labels,
+                               (const int32_t*)lengths, (const int64_t*)ids, num_ids,
+                               (const float*)weights);
+}
+
+/* Collective (may run the AllGather): trains the oldest queued part; returns the loss. */
+float jdlrm_trainer_train_step(JNIEnv* jenv, jdlrm_trainer* t) {
+  float loss = 0.0f;
+  if (!jdlrm_trainer_usable(jenv, t)) return 0.0f;
+  jdlrm_trainer_begin(jenv, t);
+  jdlrm_trainer_check(jenv, t, dlrm_trainer_train_step(t->trainer, &loss));
+  return loss;
+}
+
+void jdlrm_trainer_evaluate_arrays(JNIEnv* jenv, jdlrm_trainer* t, const int64_t* shapes,
+                                   const float* const* dense, const float* const* labels,
+                                   const int32_t* const* lengths, const int64_t* const* ids,
+                                   const float* const* weights, size_t num_batches,
+                                   dlrm_eval_result* out) {
+  if (!jdlrm_trainer_usable(jenv, t)) return;
+  jdlrm_evaluate(jenv, NULL, t, shapes, dense, labels, lengths, ids, weights, num_batches,
+                 out);
+}
+
+void jdlrm_trainer_evaluate_buffers(JNIEnv* jenv, jdlrm_trainer* t, const int64_t* shapes,
+                                    const void* const* dense, const void* const* labels,
+                                    const void* const* lengths, const void* const* ids,
+                                    const void* const* weights, size_t num_batches,
+                                    dlrm_eval_result* out) {
+  if (!jdlrm_trainer_usable(jenv, t)) return;
+  jdlrm_evaluate_direct(jenv, NULL, t, shapes, dense, labels, lengths, ids, weights,
+                        num_batches, out);
+}
+
+void jdlrm_trainer_checkpoint(JNIEnv* jenv, jdlrm_trainer* t, const char* dir) {
+  if (!jdlrm_trainer_usable(jenv, t)) return;
+  jdlrm_trainer_begin(jenv, t);
+  jdlrm_trainer_check(jenv, t, dlrm_trainer_checkpoint(t->trainer, dir));
+}
+
+void jdlrm_trainer_finish(JNIEnv* jenv, jdlrm_trainer* t) {
+  if (!jdlrm_trainer_usable(jenv, t)) return;
+  jdlrm_trainer_begin(jenv, t);
+  jdlrm_trainer_check(jenv, t, dlrm_trainer_finish(t->trainer));
 }
 %}

@@ -1,9 +1,13 @@
 package ai.dlrm;
 
 import ai.dlrm.internal.DlrmNative;
+import ai.dlrm.internal.NativeEvalResult;
 import ai.dlrm.internal.SWIGTYPE_p_dlrm_engine;
+import ai.dlrm.internal.SWIGTYPE_p_jdlrm_trainer;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.util.List;
+import java.util.Objects;
 
 /**
  * One batch of samples in the engine's layout (that of TorchRec's KeyedJaggedTensor):
@@ -124,6 +128,82 @@ public final class Batch {
     DirectColumns d = (DirectColumns) columns;
     DlrmNative.jdlrm_predict_buffers(engine, s.batchSize, s.numDense, s.numSparse, d.dense,
         d.labels, d.lengths, d.ids, s.numIds, d.weights, out);
+  }
+
+  /** Queues this batch as a trainer's part of the next global batch (the engine copies it). */
+  void enqueue(SWIGTYPE_p_jdlrm_trainer trainer) {
+    Shape s = shape;
+    if (columns instanceof ArrayColumns a) {
+      DlrmNative.jdlrm_trainer_enqueue_arrays(trainer, s.batchSize, s.numDense, s.numSparse,
+          a.dense, a.labels, a.lengths, a.ids, s.numIds, a.weights);
+      return;
+    }
+    DirectColumns d = (DirectColumns) columns;
+    DlrmNative.jdlrm_trainer_enqueue_buffers(trainer, s.batchSize, s.numDense, s.numSparse,
+        d.dense, d.labels, d.lengths, d.ids, s.numIds, d.weights);
+  }
+
+  /** One native evaluate call (of an engine or a trainer) over arrays or direct buffers. */
+  interface Evaluator {
+    void arrays(long[] shapes, float[][] dense, float[][] labels, int[][] lengths, long[][] ids,
+        float[][] weights, long numBatches, NativeEvalResult out);
+
+    void buffers(long[] shapes, ByteBuffer[] dense, ByteBuffer[] labels, ByteBuffer[] lengths,
+        ByteBuffer[] ids, ByteBuffer[] weights, long numBatches, NativeEvalResult out);
+  }
+
+  /**
+   * Evaluates {@code batches} with one native call. Batches over arrays and over direct
+   * buffers can be mixed; in that case the array batches are copied to native memory.
+   */
+  static EvalResult evaluate(List<Batch> batches, Evaluator evaluator) {
+    Objects.requireNonNull(batches, "batches");
+    Batch[] list = batches.toArray(new Batch[0]);
+    int n = list.length;
+    long[] shapes = new long[4 * n];
+    boolean allArrays = true;
+    for (int i = 0; i < n; i++) {
+      Objects.requireNonNull(list[i], "batches[" + i + "]");
+      list[i].writeShape(shapes, i);
+      allArrays &= !list[i].isDirect();
+    }
+    NativeEvalResult result = new NativeEvalResult();
+    try {
+      if (allArrays) {
+        float[][] dense = new float[n][];
+        float[][] labels = new float[n][];
+        int[][] lengths = new int[n][];
+        long[][] ids = new long[n][];
+        float[][] weights = new float[n][];
+        for (int i = 0; i < n; i++) {
+          ArrayColumns a = list[i].arrays();
+          dense[i] = a.dense;
+          labels[i] = a.labels;
+          lengths[i] = a.lengths;
+          ids[i] = a.ids;
+          weights[i] = a.weights;
+        }
+        evaluator.arrays(shapes, dense, labels, lengths, ids, weights, n, result);
+      } else {
+        ByteBuffer[] dense = new ByteBuffer[n];
+        ByteBuffer[] labels = new ByteBuffer[n];
+        ByteBuffer[] lengths = new ByteBuffer[n];
+        ByteBuffer[] ids = new ByteBuffer[n];
+        ByteBuffer[] weights = new ByteBuffer[n];
+        for (int i = 0; i < n; i++) {
+          DirectColumns d = list[i].buffers();
+          dense[i] = d.dense;
+          labels[i] = d.labels;
+          lengths[i] = d.lengths;
+          ids[i] = d.ids;
+          weights[i] = d.weights;
+        }
+        evaluator.buffers(shapes, dense, labels, lengths, ids, weights, n, result);
+      }
+      return new EvalResult(result.getLog_loss(), result.getAuc(), result.getNum_samples());
+    } finally {
+      result.delete();
+    }
   }
 
   /** The shape as evaluate() passes it: batch_size, num_dense, num_sparse, num_ids. */

@@ -54,4 +54,18 @@ public class DlrmException extends RuntimeException {
     String message = new String(utf8Message, StandardCharsets.UTF_8);
     return new DlrmException(StatusCode.of(status), status, message);
   }
+
+  /**
+   * As {@link #fromNative(int, byte[])}, for a call that failed because Java code it ran
+   * failed: a host's {@link AllGather} threw, or returned something unusable. The message
+   * names that failure, which becomes the cause.
+   */
+  @SuppressWarnings("unused")
+  private static DlrmException fromNative(int status, byte[] utf8Message, Throwable cause) {
+    String message = new String(utf8Message, StandardCharsets.UTF_8);
+    DlrmException e = new DlrmException(
+        StatusCode.of(status), status, message + "; the AllGather failed: " + cause);
+    e.initCause(cause);
+    return e;
+  }
 }

@@ -39,7 +39,8 @@ public final class Engine implements AutoCloseable {
     NativeLoader.load();
   }
 
-  private static final Cleaner CLEANER = Cleaner.create();
+  /** Destroys forgotten native handles (engines and distributed trainers). */
+  static final Cleaner CLEANER = Cleaner.create();
   private static final AtomicLong RELEASED_BY_CLEANER = new AtomicLong();
   private static final System.Logger LOG = System.getLogger(Engine.class.getName());
 
@@ -179,54 +180,22 @@ public final class Engine implements AutoCloseable {
    */
   public EvalResult evaluate(List<Batch> batches) {
     Objects.requireNonNull(batches, "batches");
-    Batch[] list = batches.toArray(new Batch[0]);
-    int n = list.length;
-    long[] shapes = new long[4 * n];
-    boolean allArrays = true;
-    for (int i = 0; i < n; i++) {
-      Objects.requireNonNull(list[i], "batches[" + i + "]");
-      list[i].writeShape(shapes, i);
-      allArrays &= !list[i].isDirect();
-    }
-    NativeEvalResult result = new NativeEvalResult();
-    try {
-      if (allArrays) {
-        float[][] dense = new float[n][];
-        float[][] labels = new float[n][];
-        int[][] lengths = new int[n][];
-        long[][] ids = new long[n][];
-        float[][] weights = new float[n][];
-        for (int i = 0; i < n; i++) {
-          Batch.ArrayColumns a = list[i].arrays();
-          dense[i] = a.dense;
-          labels[i] = a.labels;
-          lengths[i] = a.lengths;
-          ids[i] = a.ids;
-          weights[i] = a.weights;
-        }
-        run(pointer -> DlrmNative.jdlrm_evaluate_arrays(
-            pointer, shapes, dense, labels, lengths, ids, weights, n, result));
-      } else {
-        ByteBuffer[] dense = new ByteBuffer[n];
-        ByteBuffer[] labels = new ByteBuffer[n];
-        ByteBuffer[] lengths = new ByteBuffer[n];
-        ByteBuffer[] ids = new ByteBuffer[n];
-        ByteBuffer[] weights = new ByteBuffer[n];
-        for (int i = 0; i < n; i++) {
-          Batch.DirectColumns d = list[i].buffers();
-          dense[i] = d.dense;
-          labels[i] = d.labels;
-          lengths[i] = d.lengths;
-          ids[i] = d.ids;
-          weights[i] = d.weights;
-        }
-        run(pointer -> DlrmNative.jdlrm_evaluate_buffers(
-            pointer, shapes, dense, labels, lengths, ids, weights, n, result));
+    return call(pointer -> Batch.evaluate(batches, new Batch.Evaluator() {
+      @Override
+      public void arrays(long[] shapes, float[][] dense, float[][] labels, int[][] lengths,
+          long[][] ids, float[][] weights, long numBatches, NativeEvalResult out) {
+        DlrmNative.jdlrm_evaluate_arrays(
+            pointer, shapes, dense, labels, lengths, ids, weights, numBatches, out);
       }
-      return new EvalResult(result.getLog_loss(), result.getAuc(), result.getNum_samples());
-    } finally {
-      result.delete();
-    }
+
+      @Override
+      public void buffers(long[] shapes, ByteBuffer[] dense, ByteBuffer[] labels,
+          ByteBuffer[] lengths, ByteBuffer[] ids, ByteBuffer[] weights, long numBatches,
+          NativeEvalResult out) {
+        DlrmNative.jdlrm_evaluate_buffers(
+            pointer, shapes, dense, labels, lengths, ids, weights, numBatches, out);
+      }
+    }));
   }
 
   // ---- optimizer state ----------------------------------------------------------------

@@ -17,6 +17,11 @@
  * }
  * }</pre>
  *
+ * <p>{@link ai.dlrm.DistributedTrainer} is one trainer of a multi-process job of embedding
+ * servers and data-parallel trainers, with the job's built-in collective or the host's own
+ * ({@link ai.dlrm.AllGather}); {@link ai.dlrm.DistributedTrainer#runRole} runs the
+ * coordinator or a server.
+ *
  * <p>Everything here is a thin layer over the library's C ABI ({@code dlrm/dlrm.h}), reached
  * through SWIG-generated code in {@code ai.dlrm.internal}, which is not part of the API.
  */
