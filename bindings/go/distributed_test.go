@@ -459,3 +459,38 @@ func TestGoAllGatherErrorFailsTheStep(t *testing.T) {
 		t.Errorf("%v", err)
 	}
 }
+
+// Trainers that their host drops without Finish leave nothing waiting: the server notices
+// their silence within the timeout and ends with an error naming one, and the
+// coordinator, whom every peer told it was leaving, returns.
+func TestAbandonedTrainersDoNotHangTheJob(t *testing.T) {
+	const timeoutMS = 1000
+	port := freePort(t)
+	waitRoles := startRoles(t, port, timeoutMS)
+	var wg sync.WaitGroup
+	for r := 0; r < jobTrainers; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			tr, err := dlrm.NewTrainer(jobConfig, jobCluster("trainer", 1+r, port, timeoutMS))
+			if err != nil {
+				t.Errorf("trainer %d: NewTrainer: %v", r, err)
+				return
+			}
+			if err := tr.Enqueue(part(makeBatch(0), r)); err != nil {
+				t.Errorf("trainer %d: Enqueue: %v", r, err)
+			} else if _, err := tr.TrainStep(); err != nil {
+				t.Errorf("trainer %d: TrainStep: %v", r, err)
+			}
+			if err := tr.Close(); err != nil { // abandoned: no Finish
+				t.Errorf("trainer %d: Close: %v", r, err)
+			}
+		}(r)
+	}
+	wg.Wait()
+	errs := waitRoles(4 * time.Duration(timeoutMS) * time.Millisecond)
+	if len(errs) != 1 {
+		t.Fatalf("errors of the coordinator and the server: %v; want the server's only", errs)
+	}
+	wantError(t, errs[0], dlrm.ErrTimeout, "server 0: trainer", "has sent nothing for")
+}
