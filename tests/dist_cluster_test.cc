@@ -20,6 +20,7 @@
 #include "engine/core/status.h"
 #include "engine/dist/coordinator.h"
 #include "engine/dist/distributed_trainer.h"
+#include "engine/dist/gloo_communicator.h"
 #include "engine/dist/job_layout.h"
 #include "engine/dist/rendezvous.h"
 #include "engine/dist/server_process.h"
@@ -48,7 +49,8 @@ struct JobResult {
 // Runs a job: ranks 0..kServers-1 are servers, the rest trainers. `stand_in` replaces
 // server 1 by a peer that joins and then vanishes (a server that died).
 JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const TrainerBody& body,
-                 int64_t timeout_ms = 20000, bool dead_server = false) {
+                 int64_t timeout_ms = 20000, bool dead_server = false,
+                 ClusterEnv::Collective collective = ClusterEnv::Collective::kBuiltin) {
   net::Context context;
   const int32_t world = kServers + kTrainers;
   // The dead server's link to the coordinator: a killed process never says it leaves, so
@@ -72,9 +74,10 @@ JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const 
   for (int32_t rank = 0; rank < world; ++rank) {
     peers.emplace_back([&, rank] {
       const bool server = rank < kServers;
-      const ClusterEnv env = PeerEnv(coordinator.address(),
-                                     server ? net::ROLE_SERVER : net::ROLE_TRAINER, rank, world,
-                                     timeout_ms);
+      ClusterEnv env = PeerEnv(coordinator.address(),
+                               server ? net::ROLE_SERVER : net::ROLE_TRAINER, rank, world,
+                               timeout_ms);
+      env.collective = collective;
       std::string& error =
           server ? result.server_errors[rank] : result.trainer_errors[rank - kServers];
       try {
@@ -155,12 +158,10 @@ void TrainBatches(DistributedTrainer& t, const config::DlrmConfig& c, int64_t fi
   }
 }
 
-class ClusterTest : public ::testing::TestWithParam<config::ShardingConfig::Type> {};
-
-// Acceptance: sync with 2 trainers and 2 servers on loopback reproduces the single-process
-// run bitwise (losses, dense parameters, every embedding row), for each sharding type.
-TEST_P(ClusterTest, SyncOverLoopbackEqualsOneProcessBitwise) {
-  const auto type = GetParam();
+// Trains 4 steps with 2 trainers and 2 servers and expects the single-process run's
+// losses, dense parameters and embedding rows bitwise.
+void ExpectSyncJobEqualsOneProcess(config::ShardingConfig::Type type,
+                                   ClusterEnv::Collective collective) {
   const bool cw = type == config::ShardingConfig::COLUMN_WISE;
   const config::DlrmConfig c = ShardedTestConfig(type, "adam", cw ? "adagrad" : "rowwise_adagrad",
                                                  kServers);
@@ -172,11 +173,14 @@ TEST_P(ClusterTest, SyncOverLoopbackEqualsOneProcessBitwise) {
       MakeTestBatch(c, i, kGlobal).view()));
   const std::string dir = TempDir(name);
   std::vector<std::vector<float>> losses(kTrainers);
-  const JobResult result = RunJob(c, "", [&](DistributedTrainer& t) {
-    TrainBatches(t, c, 0, kSteps, /*lookahead=*/2, &losses[t.trainer_rank()]);
-    ExpectDenseMatchesEngine(engine, t.trainer().model(), name);
-    t.Checkpoint(dir);
-  });
+  const JobResult result = RunJob(
+      c, "",
+      [&](DistributedTrainer& t) {
+        TrainBatches(t, c, 0, kSteps, /*lookahead=*/2, &losses[t.trainer_rank()]);
+        ExpectDenseMatchesEngine(engine, t.trainer().model(), name);
+        t.Checkpoint(dir);
+      },
+      20000, false, collective);
   for (int r = 0; r < kTrainers; ++r) {
     ASSERT_EQ(result.trainer_errors[r], "") << name << " trainer " << r;
     ASSERT_EQ(losses[r].size(), want.size());
@@ -186,6 +190,23 @@ TEST_P(ClusterTest, SyncOverLoopbackEqualsOneProcessBitwise) {
   }
   for (int s = 0; s < kServers; ++s) EXPECT_EQ(result.server_errors[s], "") << "server " << s;
   ExpectCheckpointMatchesEngine(engine, c, dir, kSteps, name + " rows");
+}
+
+class ClusterTest : public ::testing::TestWithParam<config::ShardingConfig::Type> {};
+
+// Acceptance: sync with 2 trainers and 2 servers on loopback reproduces the single-process
+// run bitwise (losses, dense parameters, every embedding row), for each sharding type.
+TEST_P(ClusterTest, SyncOverLoopbackEqualsOneProcessBitwise) {
+  ExpectSyncJobEqualsOneProcess(GetParam(), ClusterEnv::Collective::kBuiltin);
+}
+
+// The same with the trainers' all-gather over Gloo (DLRM_COLLECTIVE=gloo).
+TEST(ClusterGloo, SyncOverGlooEqualsOneProcessBitwise) {
+  if (!GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
+  ExpectSyncJobEqualsOneProcess(config::ShardingConfig::TABLE_ROW_WISE,
+                                ClusterEnv::Collective::kGloo);
+  ExpectSyncJobEqualsOneProcess(config::ShardingConfig::DATA_PARALLEL,
+                                ClusterEnv::Collective::kGloo);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, ClusterTest,

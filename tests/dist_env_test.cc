@@ -9,6 +9,7 @@
 
 #include "engine/core/status.h"
 #include "engine/dist/cluster_env.h"
+#include "engine/dist/gloo_communicator.h"
 #include "engine/dist/roster.h"
 
 namespace dlrm::dist {
@@ -156,6 +157,34 @@ TEST(DistEnvTest, RejectsTimeout) {
   ExpectInvalid("DLRM_TIMEOUT_MS", "-5", {"DLRM_TIMEOUT_MS=-5"});
   ExpectInvalid("DLRM_TIMEOUT_MS", "10s", {"DLRM_TIMEOUT_MS='10s' is not an integer"});
   ExpectInvalid("DLRM_NET_DELAY_MS", "-1", {"DLRM_NET_DELAY_MS=-1 is out of range [0, 60000]"});
+}
+
+TEST(DistEnvTest, CollectiveIsBuiltinOrGlooWithoutASecret) {
+  EXPECT_EQ(Parse(Trainer()).collective, ClusterEnv::Collective::kBuiltin);
+  Vars vars = Trainer();
+  vars["DLRM_COLLECTIVE"] = "gloo";
+  EXPECT_EQ(Parse(vars).collective, ClusterEnv::Collective::kGloo);
+  vars["DLRM_COLLECTIVE"] = "builtin";
+  EXPECT_EQ(Parse(vars).collective, ClusterEnv::Collective::kBuiltin);
+  ExpectInvalid("DLRM_COLLECTIVE", "mpi", {"DLRM_COLLECTIVE='mpi' is not builtin or gloo"});
+  Vars with_secret = Trainer();
+  with_secret["DLRM_SECRET"] = "a-secret-of-20-bytes";
+  ExpectInvalid("DLRM_COLLECTIVE", "gloo", {"DLRM_COLLECTIVE=gloo", "not authenticated"},
+                with_secret);
+}
+
+TEST(DistEnvTest, EndpointHostStripsSchemePortAndBrackets) {
+  EXPECT_EQ(EndpointHost("tcp://10.0.0.5:7000"), "10.0.0.5");
+  EXPECT_EQ(EndpointHost("tcp://[::1]:7000"), "::1");
+  EXPECT_EQ(EndpointHost("node-3:1"), "node-3");
+  for (const char* bad : {"tcp://nohost", "tcp://:5", ""}) {
+    try {
+      EndpointHost(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument) << bad;
+    }
+  }
 }
 
 TEST(DistEnvTest, ReadsTheProcessEnvironment) {

@@ -139,6 +139,16 @@ ClusterEnv ParseClusterEnv(const EnvLookup& lookup) {
     env.timeout_ms = ParseIntVar("DLRM_TIMEOUT_MS", *timeout, 1, 86400000, "[1, 86400000]");
   if (std::optional<std::string> delay = lookup("DLRM_NET_DELAY_MS"))
     env.net_delay_ms = ParseIntVar("DLRM_NET_DELAY_MS", *delay, 0, 60000, "[0, 60000]");
+  if (std::optional<std::string> collective = lookup("DLRM_COLLECTIVE")) {
+    if (*collective == "gloo") {
+      env.collective = ClusterEnv::Collective::kGloo;
+    } else if (*collective != "builtin") {
+      ThrowInvalid("DLRM_COLLECTIVE='", *collective, "' is not builtin or gloo");
+    }
+    if (env.collective == ClusterEnv::Collective::kGloo && !env.secret.empty())
+      ThrowInvalid("DLRM_COLLECTIVE=gloo cannot be used with DLRM_SECRET: Gloo's connections "
+                   "are not authenticated (use DLRM_COLLECTIVE=builtin)");
+  }
   return env;
 }
 

@@ -14,6 +14,9 @@
 //                      lookups, all-gathers; a server for a silent trainer), default 60000
 //   DLRM_NET_DELAY_MS  added one-way delay of every message sent, default 0: a stand-in
 //                      for a slower network in benchmarks (TransportOptions::delay_ms)
+//   DLRM_COLLECTIVE    the trainers' all-gather: builtin (default: over this transport,
+//                      authenticated with DLRM_SECRET) or gloo (gloo_communicator.h; not
+//                      authenticated, so refused together with DLRM_SECRET)
 //
 // Every bad value is an error naming the variable and the value (DLRM_SECRET's value is
 // never echoed, only its length).
@@ -42,6 +45,8 @@ struct ClusterEnv {
   std::string secret;
   int64_t timeout_ms = kDefaultTimeoutMs;
   int64_t net_delay_ms = 0;
+  enum class Collective { kBuiltin, kGloo };
+  Collective collective = Collective::kBuiltin;
 
   // "tcp://host:port": where peers connect to the coordinator.
   std::string CoordinatorEndpoint() const;

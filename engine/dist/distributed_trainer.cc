@@ -8,6 +8,7 @@
 #include "engine/config/config.h"
 #include "engine/core/byte_codec.h"
 #include "engine/core/status.h"
+#include "engine/dist/gloo_communicator.h"
 #include "engine/dist/net_communicator.h"
 #include "engine/dist/shard_checkpoint.h"
 
@@ -33,11 +34,20 @@ DistributedTrainer::DistributedTrainer(const net::Context& context, const Cluste
     ThrowInvalid("DistributedTrainer with DLRM_ROLE=", RoleName(env.role));
   ValidateConfig(config_);
   layout_ = LayoutFromRoster(coordinator_.Rendezvous(listener_.address()), env.rank, config_);
+  const bool gloo = env.collective == ClusterEnv::Collective::kGloo;
   if (make_communicator) {
+    if (gloo)
+      ThrowInvalid("DLRM_COLLECTIVE=gloo and a host all-gather were both given: choose one");
     comm_ = make_communicator(layout_.index, layout_.num_trainers());
   } else {
     comm_ = std::make_unique<NetCommunicator>(context, &listener_, layout_.trainer_addresses,
                                               layout_.index, env.Transport(), Timeout(env));
+    // Gloo listens on the address this trainer was reached at (the roster's, where a
+    // wildcard bind was replaced by the address the coordinator saw).
+    if (gloo)
+      comm_ = MakeGlooCommunicator(std::move(comm_),
+                                   EndpointHost(layout_.trainer_addresses[layout_.index]),
+                                   Timeout(env));
   }
   if (!comm_ || comm_->rank() != layout_.index || comm_->world_size() != layout_.num_trainers())
     ThrowInvalid("the communicator is not rank ", layout_.index, " of ",
