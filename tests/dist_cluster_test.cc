@@ -209,6 +209,30 @@ TEST(ClusterGloo, SyncOverGlooEqualsOneProcessBitwise) {
                                 ClusterEnv::Collective::kGloo);
 }
 
+// A trainer that fails before its step leaves the other one with an error naming the Gloo
+// all-gather, within the timeout, not a hang.
+TEST(ClusterGloo, ATrainerThatFailsFailsTheOtherWithinTheTimeout) {
+  if (!GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", kServers);
+  constexpr int64_t kTimeoutMs = 2000;
+  const auto start = std::chrono::steady_clock::now();
+  const JobResult result = RunJob(
+      c, "",
+      [&](DistributedTrainer& t) {
+        if (t.trainer_rank() == 1) ThrowInvalid("trainer 1 gives up");
+        std::vector<float> losses;
+        TrainBatches(t, c, 0, 2, 1, &losses);
+      },
+      kTimeoutMs, false, ClusterEnv::Collective::kGloo);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.trainer_errors[0].find("gloo all-gather"), std::string::npos)
+      << result.trainer_errors[0];
+  EXPECT_EQ(result.trainer_errors[1], "trainer 1 gives up");
+  EXPECT_LT(seconds, 4.0 * kTimeoutMs / 1000 + 5);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, ClusterTest,
                          ::testing::Values(config::ShardingConfig::TABLE_WISE,
                                            config::ShardingConfig::ROW_WISE,
