@@ -9,7 +9,6 @@
 
 #include "engine/core/status.h"
 #include "engine/dist/cluster_env.h"
-#include "engine/dist/gloo_communicator.h"
 #include "engine/dist/roster.h"
 
 namespace dlrm::dist {

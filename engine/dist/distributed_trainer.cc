@@ -10,6 +10,7 @@
 #include "engine/core/status.h"
 #include "engine/dist/gloo_communicator.h"
 #include "engine/dist/net_communicator.h"
+#include "engine/dist/roster.h"
 #include "engine/dist/shard_checkpoint.h"
 
 namespace dlrm::dist {

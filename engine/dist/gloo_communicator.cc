@@ -26,18 +26,6 @@
 
 namespace dlrm::dist {
 
-std::string EndpointHost(const std::string& endpoint) {
-  const std::string scheme = "tcp://";
-  std::string rest = endpoint.rfind(scheme, 0) == 0 ? endpoint.substr(scheme.size()) : endpoint;
-  const size_t colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0)
-    ThrowInvalid("endpoint '", endpoint, "' is not tcp://host:port");
-  rest = rest.substr(0, colon);
-  if (rest.size() >= 2 && rest.front() == '[' && rest.back() == ']')
-    rest = rest.substr(1, rest.size() - 2);
-  return rest;
-}
-
 #ifdef DLRM_HAVE_GLOO
 namespace {
 
@@ -133,13 +121,14 @@ class GlooCommunicator : public Communicator {
   std::vector<std::string> AllGather(const std::string& contribution) override {
     const int32_t n = world_size();
     ++number_;
-    const size_t fits = slot_bytes_ - sizeof(int64_t);
-    std::vector<char> slot(slot_bytes_, 0);
+    const size_t slot_bytes = slot_bytes_;  // this call's (the member may grow below)
+    const size_t fits = slot_bytes - sizeof(int64_t);
+    std::vector<char> slot(slot_bytes, 0);
     const int64_t my_size = static_cast<int64_t>(contribution.size());
     std::memcpy(slot.data(), &my_size, sizeof my_size);
     std::memcpy(slot.data() + sizeof my_size, contribution.data(),
                 std::min(contribution.size(), fits));
-    std::vector<char> slots(slot_bytes_ * n);
+    std::vector<char> slots(slot_bytes * n);
     std::vector<int64_t> sizes(n);
     std::vector<char> rest;  // the bytes beyond the slots, rank after rank
     std::vector<size_t> rest_counts(n);
@@ -151,7 +140,7 @@ class GlooCommunicator : public Communicator {
       gloo::allgather(options);
       size_t largest = 0;
       for (int32_t r = 0; r < n; ++r) {
-        std::memcpy(&sizes[r], slots.data() + r * slot_bytes_, sizeof(int64_t));
+        std::memcpy(&sizes[r], slots.data() + r * slot_bytes, sizeof(int64_t));
         if (sizes[r] < 0)
           Throw(StatusCode::kDataLoss, "gloo all-gather #", number_, ": trainer ", r,
                 " announced ", sizes[r], " bytes");
@@ -183,7 +172,7 @@ class GlooCommunicator : public Communicator {
     size_t at = 0;
     for (int32_t r = 0; r < n; ++r) {
       const size_t size = static_cast<size_t>(sizes[r]);
-      const char* in_slot = slots.data() + r * (fits + sizeof(int64_t)) + sizeof(int64_t);
+      const char* in_slot = slots.data() + r * slot_bytes + sizeof(int64_t);
       all[r].assign(in_slot, std::min(size, fits));
       if (!rest.empty()) all[r].append(rest.data() + at, rest_counts[r] - 1);
       at += rest_counts[r];

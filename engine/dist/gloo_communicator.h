@@ -27,7 +27,4 @@ std::unique_ptr<Communicator> MakeGlooCommunicator(std::unique_ptr<Communicator>
                                                    const std::string& host,
                                                    std::chrono::milliseconds timeout);
 
-// The host part of "tcp://host:port" ("tcp://[::1]:5" gives "::1").
-std::string EndpointHost(const std::string& endpoint);
-
 }  // namespace dlrm::dist

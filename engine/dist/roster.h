@@ -22,4 +22,8 @@ std::string DescribeRoster(const net::Roster& roster);
 // coordinator saw the peer's connection come from. Anything else is returned unchanged.
 std::string AdvertisedAddress(const std::string& bound, const std::string& peer_ip);
 
+// The host of a peer's address "tcp://host:port" (the scheme may be left out), without
+// the brackets of an IPv6 address: "tcp://[::1]:5" gives "::1". kInvalidArgument else.
+std::string EndpointHost(const std::string& endpoint);
+
 }  // namespace dlrm::dist
