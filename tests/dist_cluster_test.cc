@@ -104,7 +104,8 @@ JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const 
   for (auto& p : peers) p.join();
   // The coordinator ends by itself: every peer left, or one left and the rest did not
   // within the timeout (dead or failed peers). Stopped only when it does not.
-  const auto deadline = std::chrono::steady_clock::now() + milliseconds(3 * timeout_ms + 5000);
+  const auto deadline =
+      std::chrono::steady_clock::now() + milliseconds(kLeaveTimeouts * timeout_ms + 5000);
   while (!coordinator_done && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(milliseconds(20));
   if (!coordinator_done) {

@@ -11,7 +11,8 @@
 //                      (e.g. 0.0.0.0 or the host's IP) for a job that spans hosts
 //   DLRM_SECRET        shared secret (>= 16 bytes) that turns on HMAC authentication
 //   DLRM_TIMEOUT_MS    how long any process waits for a peer (rendezvous, barriers,
-//                      lookups, all-gathers; a server for a silent trainer), default 60000
+//                      lookups, a server for a silent trainer; all-gathers wait
+//                      kAllGatherTimeouts of it), default 60000
 //   DLRM_NET_DELAY_MS  added one-way delay of every message sent, default 0: a stand-in
 //                      for a slower network in benchmarks (TransportOptions::delay_ms)
 //   DLRM_COLLECTIVE    the trainers' all-gather: builtin (default: over this transport,
@@ -34,6 +35,14 @@ namespace dlrm::dist {
 
 inline constexpr int32_t kMaxWorldSize = 1 << 16;
 inline constexpr int64_t kDefaultTimeoutMs = 60000;
+
+// Nested waits need growing patience, or the outer wait races the inner one and reports a
+// symptom instead of the cause. A trainer in the all-gather outwaits a peer that is itself
+// waiting one timeout on a server, so that peer's error naming the server reaches it in
+// the exchange (with equal timers CI once saw "trainer 0 is late" instead). The
+// coordinator, once a peer has left, outwaits the longest wait a live peer can be in.
+inline constexpr int kAllGatherTimeouts = 2;
+inline constexpr int kLeaveTimeouts = kAllGatherTimeouts + 1;
 
 struct ClusterEnv {
   net::Role role = net::ROLE_UNSPECIFIED;

@@ -131,14 +131,14 @@ void Coordinator::Serve() {
   if (!roster_)
     Throw(StatusCode::kFailedPrecondition, "Coordinator::Serve before a successful Rendezvous");
   while (!stop_ && num_left_ < world_size_) {
-    // Twice the timeout: a peer that learns of another's death by a timeout of its own
-    // leaves up to one timeout after the dead one's partners did.
-    if (first_left_ && Clock::now() - *first_left_ > 2 * timeout_) {
+    // A peer that learns of another's death by a wait of its own leaves up to
+    // kAllGatherTimeouts after the dead one's partners did (cluster_env.h).
+    if (first_left_ && Clock::now() - *first_left_ > kLeaveTimeouts * timeout_) {
       std::vector<int32_t> staying;
       for (int32_t r = 0; r < world_size_; ++r)
         if (!left_[r]) staying.push_back(r);
       Throw(StatusCode::kTimeout, "the job is ending but rank(s) ", RankList(staying),
-            " did not leave within ", 2 * timeout_.count(),
+            " did not leave within ", kLeaveTimeouts * timeout_.count(),
             " ms after the first peer left (died, or abandoned the job without finishing)");
     }
     std::optional<net::Received> r = endpoint_.TryReceive(kPollInterval);

@@ -11,8 +11,9 @@
 // generation; an ERROR if a peer has left, since it can never complete), HEARTBEAT
 // (echoed) and SHUTDOWN (a peer leaving; acknowledged) until every peer has left or
 // Stop() is called. Once one peer has left the job is ending: a peer that has not left
-// within twice the rendezvous timeout after that died (a peer that fails or is abandoned
-// leaves in ~CoordinatorClient), and Serve fails naming it rather than waiting forever.
+// within kLeaveTimeouts rendezvous timeouts after that died (a peer that fails or is
+// abandoned leaves in ~CoordinatorClient), and Serve fails naming it rather than waiting
+// forever.
 // The coordinator holds no training state.
 #pragma once
 
@@ -47,8 +48,8 @@ class Coordinator {
   net::Roster Rendezvous(std::chrono::milliseconds timeout);
 
   // Serves barriers until every peer has sent SHUTDOWN or Stop() is called. kTimeout
-  // naming the peers still in the job when twice the rendezvous timeout has passed since
-  // the first one left. kFailedPrecondition before a successful Rendezvous.
+  // naming the peers still in the job when kLeaveTimeouts rendezvous timeouts have passed
+  // since the first one left. kFailedPrecondition before a successful Rendezvous.
   void Serve();
   // Makes Rendezvous or Serve return (from any thread) within about 100 ms.
   void Stop() { stop_ = true; }

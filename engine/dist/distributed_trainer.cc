@@ -20,6 +20,10 @@ std::chrono::milliseconds Timeout(const ClusterEnv& env) {
   return std::chrono::milliseconds(env.timeout_ms);
 }
 
+std::chrono::milliseconds AllGatherTimeout(const ClusterEnv& env) {
+  return kAllGatherTimeouts * Timeout(env);
+}
+
 }  // namespace
 
 DistributedTrainer::DistributedTrainer(const net::Context& context, const ClusterEnv& env,
@@ -42,13 +46,14 @@ DistributedTrainer::DistributedTrainer(const net::Context& context, const Cluste
     comm_ = make_communicator(layout_.index, layout_.num_trainers());
   } else {
     comm_ = std::make_unique<NetCommunicator>(context, &listener_, layout_.trainer_addresses,
-                                              layout_.index, env.Transport(), Timeout(env));
+                                              layout_.index, env.Transport(),
+                                              AllGatherTimeout(env));
     // Gloo listens on the address this trainer was reached at (the roster's, where a
     // wildcard bind was replaced by the address the coordinator saw).
     if (gloo)
       comm_ = MakeGlooCommunicator(std::move(comm_),
                                    EndpointHost(layout_.trainer_addresses[layout_.index]),
-                                   Timeout(env));
+                                   AllGatherTimeout(env));
   }
   if (!comm_ || comm_->rank() != layout_.index || comm_->world_size() != layout_.num_trainers())
     ThrowInvalid("the communicator is not rank ", layout_.index, " of ",
