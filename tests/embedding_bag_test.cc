@@ -7,6 +7,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -149,6 +151,71 @@ TEST(EmbeddingBagForward, SubRangeMatchesFullBatchRows) {
   EXPECT_THAT(middle, ElementsAre(13, 130, 0, 0, 0, 39, 390,  //
                                   0, 0, 0, 9, 18, 109, 1090));
   EXPECT_TRUE(RunForward(bags, batch, 2, 2).empty());
+}
+
+// In float, dims that are multiples of 8 take the AVX2 kernel where the CPU has it
+// (pool_bag_avx2.h); it must give the portable loop's bits: rows added one by one from
+// zero, a weighted row multiplied then added, a MEAN bag divided at the end. Dims 4 and 12
+// stay portable; 72 and 136 cover a partial second 64-column block.
+TEST(EmbeddingBagForward, FloatMatchesThePortableSumsBitwise) {
+  const std::vector<int32_t> dims = {4, 8, 12, 24, 64, 72, 136};
+  std::vector<EmbeddingTable<float>> tables;
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (size_t t = 0; t < dims.size(); ++t) {
+    tables.emplace_back("t" + std::to_string(t), 50, dims[t]);
+    for (int64_t r = 0; r < 50; ++r)
+      for (int32_t k = 0; k < dims[t]; ++k) tables[t].row(r)[k] = value(gen);
+  }
+  std::vector<FeatureBinding> features;
+  int32_t width = 0;
+  for (size_t t = 0; t < dims.size(); ++t) {
+    for (bool mean : {false, true}) {
+      features.push_back({static_cast<int32_t>(t), width, mean});
+      width += dims[t];
+    }
+  }
+  const int64_t batch_size = 9;
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> ids;
+  std::uniform_int_distribution<int32_t> length(0, 13);
+  std::uniform_int_distribution<int64_t> id(0, 49);
+  for (size_t f = 0; f < features.size(); ++f) {
+    for (int64_t b = 0; b < batch_size; ++b) {
+      lengths.push_back(length(gen));
+      for (int32_t i = 0; i < lengths.back(); ++i) ids.push_back(id(gen));
+    }
+  }
+  std::vector<float> weights(ids.size());
+  for (float& w : weights) w = value(gen);
+  const std::vector<SparseFeatureSpec> specs = SpecsFor(tables, features);
+  EmbeddingBagCollection<float> bags(&tables, features, width);
+
+  for (bool weighted : {false, true}) {
+    TestBatch batch(batch_size, lengths, ids, weighted ? weights : std::vector<float>{},
+                    specs);
+    std::vector<float> pooled(batch_size * width, std::numeric_limits<float>::quiet_NaN());
+    bags.Forward(batch.get(), 0, batch_size, pooled.data());
+    std::vector<float> expected(batch_size * width, 0.0f);
+    for (size_t f = 0; f < features.size(); ++f) {
+      const EmbeddingTable<float>& table = tables[features[f].table];
+      for (int64_t b = 0; b < batch_size; ++b) {
+        float* out = expected.data() + b * width + features[f].offset;
+        const int64_t begin = batch.get().bag_begin(f, b), end = batch.get().bag_end(f, b);
+        for (int64_t i = begin; i < end; ++i) {
+          const float w = weighted ? weights[i] : 1.0f;
+          for (int32_t k = 0; k < table.dim(); ++k) {
+            const float term = weighted ? w * table.row(ids[i])[k] : table.row(ids[i])[k];
+            out[k] += term;
+          }
+        }
+        if (features[f].mean && end > begin)
+          for (int32_t k = 0; k < table.dim(); ++k) out[k] /= static_cast<float>(end - begin);
+      }
+    }
+    EXPECT_EQ(std::memcmp(pooled.data(), expected.data(), pooled.size() * sizeof(float)), 0)
+        << (weighted ? "weighted" : "unweighted") << " bags differ from the portable sums";
+  }
 }
 
 TEST(EmbeddingBagConstruction, RejectsBadBindings) {

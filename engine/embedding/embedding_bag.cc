@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <array>
+#include <type_traits>
 #include <utility>
 
+#include "engine/core/cpu_features.h"
 #include "engine/core/status.h"
+#include "engine/embedding/pool_bag_avx2.h"
 
 namespace dlrm {
 namespace {
@@ -115,6 +118,8 @@ void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0,
     const char* p = reinterpret_cast<const char*>(rows[j]);
     for (int32_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
   };
+  bool avx2 = false;
+  if constexpr (std::is_same_v<T, float>) avx2 = CpuHasAvx2Fma();
   for (int64_t b = b0; b < b1; ++b) {
     T* out_row = pooled + (b - b0) * pooled_width_;
     std::fill(out_row, out_row + pooled_width_, T(0));
@@ -124,6 +129,15 @@ void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0,
       const auto row_bytes = static_cast<int32_t>(dim * sizeof(T));
       T* out = out_row + fb.offset;
       const int64_t begin = batch.bag_begin(f, b), end = batch.bag_end(f, b);
+      if constexpr (std::is_same_v<T, float>) {
+        if (avx2 && dim % 8 == 0) {
+          PoolBagAvx2(rows.data() + next, end - begin,
+                      view.weights ? view.weights + begin : nullptr, fb.mean, dim, out,
+                      static_cast<int64_t>(num_rows - next), kPrefetchRows);
+          next += static_cast<size_t>(end - begin);
+          continue;
+        }
+      }
       for (int64_t i = begin; i < end; ++i) {
         prefetch(next + kPrefetchRows, row_bytes);
         const T* row = rows[next++];

@@ -1,0 +1,81 @@
+#include "engine/embedding/pool_bag_avx2.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+// AVX2 without FMA: a fused multiply-add would round a weighted row differently from the
+// portable loop.
+#define DLRM_AVX2_NO_FMA __attribute__((target("avx2")))
+
+namespace dlrm {
+namespace {
+
+constexpr int32_t kLanes = 8;
+constexpr int32_t kBlockVectors = 8;  // 64 columns: 8 accumulators, half the registers
+
+DLRM_AVX2_NO_FMA inline void Prefetch(const float* row, int32_t dim) {
+  const char* p = reinterpret_cast<const char*>(row);
+  for (int32_t off = 0; off < dim * static_cast<int32_t>(sizeof(float)); off += 64)
+    _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
+// Columns [col, col + V * 8) of the bag; prefetches only when asked (the first block).
+template <int V>
+DLRM_AVX2_NO_FMA void PoolBlock(const float* const* rows, int64_t count, const float* weights,
+                                bool mean, int32_t dim, int32_t col, float* out,
+                                int64_t available, int64_t distance, bool prefetch) {
+  __m256 acc[V];
+  for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < count; ++j) {
+    if (prefetch && j + distance < available) Prefetch(rows[j + distance], dim);
+    const float* row = rows[j] + col;
+    if (weights) {
+      const __m256 w = _mm256_set1_ps(weights[j]);
+      for (int v = 0; v < V; ++v)
+        acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(w, _mm256_loadu_ps(row + v * kLanes)));
+    } else {
+      for (int v = 0; v < V; ++v)
+        acc[v] = _mm256_add_ps(acc[v], _mm256_loadu_ps(row + v * kLanes));
+    }
+  }
+  if (mean && count > 0) {
+    const __m256 len = _mm256_set1_ps(static_cast<float>(count));
+    for (int v = 0; v < V; ++v) acc[v] = _mm256_div_ps(acc[v], len);
+  }
+  for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + col + v * kLanes, acc[v]);
+}
+
+using BlockKernel = void (*)(const float* const*, int64_t, const float*, bool, int32_t, int32_t,
+                             float*, int64_t, int64_t, bool);
+constexpr BlockKernel kBlockKernels[kBlockVectors + 1] = {
+    nullptr,      PoolBlock<1>, PoolBlock<2>, PoolBlock<3>, PoolBlock<4>,
+    PoolBlock<5>, PoolBlock<6>, PoolBlock<7>, PoolBlock<8>};
+
+}  // namespace
+
+void PoolBagAvx2(const float* const* rows, int64_t count, const float* weights, bool mean,
+                 int32_t dim, float* out, int64_t available, int64_t prefetch_distance) {
+  const int32_t vectors = dim / kLanes;
+  for (int32_t v0 = 0; v0 < vectors; v0 += kBlockVectors) {
+    const int32_t v = vectors - v0 < kBlockVectors ? vectors - v0 : kBlockVectors;
+    kBlockKernels[v](rows, count, weights, mean, dim, v0 * kLanes, out, available,
+                     prefetch_distance, v0 == 0);
+  }
+}
+
+}  // namespace dlrm
+
+#else
+
+#include "engine/core/status.h"
+
+namespace dlrm {
+
+void PoolBagAvx2(const float* const*, int64_t, const float*, bool, int32_t, float*, int64_t,
+                 int64_t) {
+  DLRM_INTERNAL_CHECK(false && "PoolBagAvx2 on a CPU without AVX2");
+}
+
+}  // namespace dlrm
+
+#endif
