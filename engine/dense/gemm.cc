@@ -6,7 +6,9 @@
 #include <limits>
 #include <mutex>
 
+#include "engine/core/cpu_features.h"
 #include "engine/core/status.h"
+#include "engine/dense/sgemm_avx512.h"
 
 namespace dlrm {
 namespace {
@@ -22,9 +24,15 @@ blasint ToBlasInt(int64_t value, const char* name) {
 
 CBLAS_TRANSPOSE ToBlasTrans(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
 
+// Float GEMMs go to the engine's AVX-512 kernel where the CPU has it (sgemm_avx512.h says
+// why), to BLAS elsewhere; the choice is made once per process.
 void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha,
               const float* a, blasint lda, const float* b, blasint ldb, float beta, float* c,
               blasint ldc) {
+  if (CpuHasAvx512()) {
+    SgemmAvx512(ta == CblasTrans, tb == CblasTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -60,7 +68,7 @@ void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   EnsureSingleThreadedBlas();
   if (M == 0 || N == 0) return;
-  if (K == 0) {
+  if (K == 0 || alpha == T(0)) {  // C = beta * C, however A and B hold inf or NaN
     ScaleRows(M, N, beta, C, ldc);
     return;
   }

@@ -1,6 +1,7 @@
-// Row-major GEMM over the BLAS library, for float and double.
+// Row-major GEMM for float and double: BLAS, or for float the engine's AVX-512 kernel where
+// the CPU has AVX-512F (sgemm_avx512.h).
 //
-// The engine threads over fixed-size row chunks itself and calls BLAS single-threaded:
+// The engine threads over fixed-size row chunks itself and runs every GEMM single-threaded:
 // a chunk's result is then the same whichever thread computes it (determinism contract).
 #pragma once
 

@@ -1,0 +1,218 @@
+#include "engine/dense/sgemm_avx512.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#define DLRM_AVX512 __attribute__((target("avx512f,fma")))
+
+// GCC 12's AVX-512 headers build their "undefined" pass-through operands as `__m512 x = x`,
+// which -Wmaybe-uninitialized reports once the intrinsics are inlined here.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace dlrm {
+namespace {
+
+// Register block: 12 rows x 32 columns = 24 zmm accumulators, 2 for B, 1 broadcast.
+constexpr int64_t kMr = 12;
+constexpr int64_t kNr = 32;
+constexpr int64_t kLanes = 16;
+// Cache blocks: a packed B panel (kGemmKc x kNr, 32 KiB) stays in L1 while the micro-kernel
+// sweeps a packed A block (kMc x kGemmKc, 192 KiB) held in L2; the packed B block
+// (kGemmKc x kNc, up to 2 MiB) is reused across every A block from L2/L3.
+constexpr int64_t kMc = 16 * kMr;
+constexpr int64_t kNc = 2048;
+static_assert(kNc % kNr == 0, "kNc must be a multiple of the register block");
+
+// Packing scratch, one per thread and reused by every call (no allocation per GEMM once
+// warm). Thread-local because the engine's pool threads each run single-threaded GEMMs.
+class PackBuffer {
+ public:
+  float* Get(size_t floats) {
+    if (floats + kLanes > storage_.size()) storage_.resize(floats + kLanes);
+    // 64-byte aligned, so packed panels load with aligned full-width loads.
+    const auto address = reinterpret_cast<uintptr_t>(storage_.data());
+    return storage_.data() + ((64 - address % 64) % 64) / sizeof(float);
+  }
+
+ private:
+  std::vector<float> storage_;
+};
+
+__mmask16 LaneMask(int64_t count) {
+  return count >= kLanes ? static_cast<__mmask16>(0xFFFF)
+                         : static_cast<__mmask16>((1u << std::max<int64_t>(count, 0)) - 1);
+}
+
+// op(A) rows [i0, i0 + mc), columns [k0, k0 + kc) into row panels of kMr: panel p holds,
+// for each k, the kMr values of rows i0 + p * kMr + r. Rows past mc are zero.
+DLRM_AVX512 void PackA(bool trans_a, const float* A, int64_t lda, int64_t i0, int64_t k0,
+                       int64_t mc, int64_t kc, float* dst) {
+  for (int64_t p = 0; p < mc; p += kMr) {
+    const int64_t rows = std::min(kMr, mc - p);
+    float* panel = dst + p * kc;
+    if (trans_a) {  // op(A)(i, k) = A[k * lda + i]: kMr consecutive values per k
+      const float* src = A + k0 * lda + i0 + p;
+      const __mmask16 mask = LaneMask(rows);
+      for (int64_t k = 0; k < kc; ++k) {
+        const __m512 v = _mm512_maskz_loadu_ps(mask, src + k * lda);
+        _mm512_mask_storeu_ps(panel + k * kMr, static_cast<__mmask16>(0x0FFF), v);
+      }
+    } else {  // op(A)(i, k) = A[i * lda + k]: a transpose of the panel's rows
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* src = A + (i0 + p + r) * lda + k0;
+        for (int64_t k = 0; k < kc; ++k) panel[k * kMr + r] = src[k];
+      }
+      for (int64_t r = rows; r < kMr; ++r) {
+        for (int64_t k = 0; k < kc; ++k) panel[k * kMr + r] = 0.0f;
+      }
+    }
+  }
+}
+
+// 16 x 16 transpose in registers: on return row[c] holds what was column c.
+DLRM_AVX512 void Transpose16x16(__m512 row[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(row[2 * i], row[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(row[2 * i], row[2 * i + 1]);
+  }
+  // u[4g + e], 128-bit lane L: rows 4g .. 4g + 3 of column 4L + e.
+  for (int g = 0; g < 4; ++g) {
+    const __m512d lo0 = _mm512_castps_pd(t[4 * g]), hi0 = _mm512_castps_pd(t[4 * g + 1]);
+    const __m512d lo1 = _mm512_castps_pd(t[4 * g + 2]), hi1 = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo0, lo1));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo0, lo1));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi0, hi1));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi0, hi1));
+  }
+  for (int e = 0; e < 4; ++e) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88);
+    const __m512 v1 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xdd);
+    const __m512 w0 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88);
+    const __m512 w1 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xdd);
+    row[e] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+    row[8 + e] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
+    row[4 + e] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+    row[12 + e] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
+  }
+}
+
+// op(B) rows [k0, k0 + kc), columns [j0, j0 + nc) into column panels of kNr: panel q
+// holds, for each k, the kNr values of columns j0 + q * kNr + c. Columns past nc are zero.
+DLRM_AVX512 void PackB(bool trans_b, const float* B, int64_t ldb, int64_t k0, int64_t j0,
+                       int64_t kc, int64_t nc, float* dst) {
+  for (int64_t q = 0; q < nc; q += kNr) {
+    const int64_t cols = std::min(kNr, nc - q);
+    float* panel = dst + q * kc;
+    if (!trans_b) {  // op(B)(k, j) = B[k * ldb + j]: kNr consecutive values per k
+      const float* src = B + k0 * ldb + j0 + q;
+      const __mmask16 m0 = LaneMask(cols), m1 = LaneMask(cols - kLanes);
+      for (int64_t k = 0; k < kc; ++k) {
+        _mm512_store_ps(panel + k * kNr, _mm512_maskz_loadu_ps(m0, src + k * ldb));
+        _mm512_store_ps(panel + k * kNr + kLanes, _mm512_maskz_loadu_ps(m1, src + k * ldb + kLanes));
+      }
+      continue;
+    }
+    // op(B)(k, j) = B[j * ldb + k]: 16 x 16 tiles, each transposed in registers.
+    for (int64_t half = 0; half < kNr; half += kLanes) {
+      const int64_t half_cols = std::min(kLanes, cols - half);
+      for (int64_t kk = 0; kk < kc; kk += kLanes) {
+        const __mmask16 k_mask = LaneMask(kc - kk);
+        __m512 tile[16];
+        for (int64_t c = 0; c < kLanes; ++c) {
+          tile[c] = c < half_cols
+                        ? _mm512_maskz_loadu_ps(k_mask, B + (j0 + q + half + c) * ldb + k0 + kk)
+                        : _mm512_setzero_ps();
+        }
+        Transpose16x16(tile);
+        const int64_t ks = std::min(kLanes, kc - kk);
+        for (int64_t t = 0; t < ks; ++t) _mm512_store_ps(panel + (kk + t) * kNr + half, tile[t]);
+      }
+    }
+  }
+}
+
+// C tile [rows x cols] (at most kMr x kNr) = alpha * (a_panel x b_panel) + beta * C, the
+// product summed over k ascending in registers. beta == 0 leaves C unread.
+DLRM_AVX512 void MicroKernel(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                             int64_t rows, int64_t cols, float alpha, float beta) {
+  __m512 acc[kMr][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < kMr; ++r) {
+    acc[r][0] = _mm512_setzero_ps();
+    acc[r][1] = _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_load_ps(b + k * kNr);
+    const __m512 b1 = _mm512_load_ps(b + k * kNr + kLanes);
+    const float* ak = a + k * kMr;
+#pragma GCC unroll 12
+    for (int r = 0; r < kMr; ++r) {
+      const __m512 ar = _mm512_set1_ps(ak[r]);
+      acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
+    }
+  }
+  const __mmask16 m0 = LaneMask(cols), m1 = LaneMask(cols - kLanes);
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  for (int r = 0; r < rows; ++r) {
+    float* row = c + r * ldc;
+    __m512 y0 = _mm512_mul_ps(acc[r][0], va), y1 = _mm512_mul_ps(acc[r][1], va);
+    if (beta != 0.0f) {
+      y0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, row), vb, y0);
+      y1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, row + kLanes), vb, y1);
+    }
+    _mm512_mask_storeu_ps(row, m0, y0);
+    _mm512_mask_storeu_ps(row + kLanes, m1, y1);
+  }
+}
+
+}  // namespace
+
+void SgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc) {
+  thread_local PackBuffer a_buffer, b_buffer;
+  for (int64_t jc = 0; jc < N; jc += kNc) {
+    const int64_t nc = std::min(kNc, N - jc);
+    const int64_t nc_padded = (nc + kNr - 1) / kNr * kNr;
+    for (int64_t pc = 0; pc < K; pc += kGemmKc) {
+      const int64_t kc = std::min(kGemmKc, K - pc);
+      // The first K block applies beta; later blocks add to what the first stored.
+      const float block_beta = pc == 0 ? beta : 1.0f;
+      float* packed_b = b_buffer.Get(static_cast<size_t>(kc * nc_padded));
+      PackB(trans_b, B, ldb, pc, jc, kc, nc, packed_b);
+      for (int64_t ic = 0; ic < M; ic += kMc) {
+        const int64_t mc = std::min(kMc, M - ic);
+        const int64_t mc_padded = (mc + kMr - 1) / kMr * kMr;
+        float* packed_a = a_buffer.Get(static_cast<size_t>(mc_padded * kc));
+        PackA(trans_a, A, lda, ic, pc, mc, kc, packed_a);
+        for (int64_t jr = 0; jr < nc; jr += kNr) {
+          for (int64_t ir = 0; ir < mc; ir += kMr) {
+            MicroKernel(kc, packed_a + ir * kc, packed_b + jr * kc, C + (ic + ir) * ldc + jc + jr,
+                        ldc, std::min(kMr, mc - ir), std::min(kNr, nc - jr), alpha, block_beta);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace dlrm
+
+#else  // not x86-64: CpuHasAvx512() is false, so this is never called.
+
+#include <cstdlib>
+
+namespace dlrm {
+void SgemmAvx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                 const float*, int64_t, float, float*, int64_t) {
+  std::abort();
+}
+}  // namespace dlrm
+
+#endif

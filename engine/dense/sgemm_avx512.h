@@ -1,0 +1,31 @@
+// Single-precision GEMM with AVX-512, the engine's own (BLIS-style packing and a 12 x 32
+// register-blocked micro-kernel), used by Gemm<float> where the CPU has AVX-512F.
+//
+// Why not BLAS there: Debian's OpenBLAS 0.3.21 picks its kernels by CPU model, and on
+// CPUs newer than it knows (AMD Zen 4/5) it falls back to its AVX2 (Haswell) kernels,
+// half the machine's single-precision FLOP/s. The same OpenBLAS forced to its AVX-512
+// kernels (OPENBLAS_CORETYPE=SkylakeX) runs 1.9x faster there, which only the host
+// process's environment can ask for; this kernel asks the CPU instead.
+//
+// Each element of C is one fixed-order sum: k ascending, in blocks of kGemmKc, each block
+// summed in a register from zero and then added to C. It does not depend on M, N, the
+// row or column of the element or the thread, so a chunk's rows come out the same
+// whichever chunking or thread computes them (the determinism contract).
+#pragma once
+
+#include <cstdint>
+
+namespace dlrm {
+
+// The K block: a sum over k in [b * kGemmKc, (b + 1) * kGemmKc) is formed in a register,
+// then added to C (so K <= kGemmKc gives one rounding per k and one store).
+inline constexpr int64_t kGemmKc = 256;
+
+// C[M x N] = alpha * op(A) * op(B) + beta * C, all row-major, as cblas_sgemm with
+// CblasRowMajor. beta == 0 never reads C (NaN there is overwritten). Callers check
+// CpuHasAvx512() and the arguments first (Gemm<float> does); M, N, K > 0.
+void SgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc);
+
+}  // namespace dlrm

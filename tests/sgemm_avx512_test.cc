@@ -1,0 +1,184 @@
+// The AVX-512 single-precision GEMM (engine/dense/sgemm_avx512.h): values against a double
+// reference over shapes at every blocking edge, its documented summation order bit for
+// bit, and independence of a row's result from the call's shape (what chunked training
+// relies on). Skipped on CPUs without AVX-512F, where Gemm<float> never calls it.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/core/cpu_features.h"
+#include "engine/core/philox.h"
+#include "engine/dense/gemm.h"
+#include "engine/dense/sgemm_avx512.h"
+
+namespace dlrm {
+namespace {
+
+std::vector<float> RandomFloats(size_t n, uint64_t stream) {
+  const CounterRng rng(11, stream, 0);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(2 * rng.Uniform(i) - 1);
+  return v;
+}
+
+struct Operands {
+  bool ta, tb;
+  int64_t M, N, K, lda, ldb, ldc;
+  std::vector<float> A, B, C;
+};
+
+// Leading dimensions padded past the row width, so reads or writes outside a row show.
+Operands MakeOperands(bool ta, bool tb, int64_t M, int64_t N, int64_t K, uint64_t seed) {
+  Operands o{ta, tb, M, N, K, (ta ? M : K) + 3, (tb ? K : N) + 5, N + 2, {}, {}, {}};
+  o.A = RandomFloats(static_cast<size_t>((ta ? K : M) * o.lda), 3 * seed);
+  o.B = RandomFloats(static_cast<size_t>((tb ? N : K) * o.ldb), 3 * seed + 1);
+  o.C = RandomFloats(static_cast<size_t>(M * o.ldc), 3 * seed + 2);
+  return o;
+}
+
+float OpA(const Operands& o, int64_t i, int64_t k) {
+  return o.ta ? o.A[k * o.lda + i] : o.A[i * o.lda + k];
+}
+float OpB(const Operands& o, int64_t k, int64_t j) {
+  return o.tb ? o.B[j * o.ldb + k] : o.B[k * o.ldb + j];
+}
+
+void Multiply(Operands& o, float alpha, float beta) {
+  SgemmAvx512(o.ta, o.tb, o.M, o.N, o.K, alpha, o.A.data(), o.lda, o.B.data(), o.ldb, beta,
+              o.C.data(), o.ldc);
+}
+
+std::string Shape(const Operands& o) {
+  return "ta=" + std::to_string(o.ta) + " tb=" + std::to_string(o.tb) + " M=" +
+         std::to_string(o.M) + " N=" + std::to_string(o.N) + " K=" + std::to_string(o.K);
+}
+
+class SgemmAvx512Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!CpuHasAvx512()) GTEST_SKIP() << "this CPU has no AVX-512F (or DLRM_MAX_ISA caps it)";
+  }
+};
+
+TEST_F(SgemmAvx512Test, MatchesDoubleReferenceAtEveryBlockingEdge) {
+  // 12 x 32 register block, 16 lanes, kGemmKc = 256, 192-row A blocks.
+  const int64_t sizes[] = {1, 11, 12, 13, 16, 17, 31, 32, 33, 191, 193};
+  const int64_t depths[] = {1, 15, 16, 17, 255, 256, 257, 520};
+  uint64_t seed = 0;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (int64_t M : sizes) {
+        for (int64_t N : sizes) {
+          for (int64_t K : depths) {
+            if ((M * N * K) % 7 != 0 && M > 17 && N > 17) continue;  // a spread, not all
+            Operands o = MakeOperands(ta, tb, M, N, K, ++seed);
+            const float alpha = seed % 2 ? 1.0f : -0.5f;
+            const float beta = seed % 3 == 0 ? 0.0f : (seed % 3 == 1 ? 1.0f : 0.25f);
+            const std::vector<float> before = o.C;
+            Multiply(o, alpha, beta);
+            for (int64_t i = 0; i < M; ++i) {
+              for (int64_t j = 0; j < o.ldc; ++j) {
+                const float got = o.C[i * o.ldc + j];
+                if (j >= N) {  // the padding past each row of C is never written
+                  ASSERT_EQ(got, before[i * o.ldc + j]) << Shape(o) << " wrote column " << j;
+                  continue;
+                }
+                double sum = 0;
+                for (int64_t k = 0; k < K; ++k) sum += double(OpA(o, i, k)) * OpB(o, k, j);
+                const double want = alpha * sum + beta * double(before[i * o.ldc + j]);
+                ASSERT_NEAR(got, want, 2e-6 * K + 1e-6) << Shape(o) << " at (" << i << ", " << j
+                                                        << ")";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The header's promise, checked bitwise: per element, blocks of kGemmKc values of k are each
+// summed from zero by fused multiply-adds in k order, scaled by alpha, and then the first is
+// added to beta * C (fused) and every later one to C.
+TEST_F(SgemmAvx512Test, SumsInTheDocumentedOrderBitForBit) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      Operands o = MakeOperands(ta, tb, 13, 35, 2 * kGemmKc + 19, ta + 2 * tb + 100);
+      const std::vector<float> before = o.C;
+      const float alpha = 0.75f, beta = -1.5f;
+      Multiply(o, alpha, beta);
+      for (int64_t i = 0; i < o.M; ++i) {
+        for (int64_t j = 0; j < o.N; ++j) {
+          float c = before[i * o.ldc + j];
+          for (int64_t k0 = 0; k0 < o.K; k0 += kGemmKc) {
+            float acc = 0;
+            for (int64_t k = k0; k < std::min(o.K, k0 + kGemmKc); ++k)
+              acc = std::fma(OpA(o, i, k), OpB(o, k, j), acc);
+            c = std::fma(c, k0 == 0 ? beta : 1.0f, acc * alpha);
+          }
+          ASSERT_EQ(o.C[i * o.ldc + j], c) << Shape(o) << " at (" << i << ", " << j << ")";
+        }
+      }
+    }
+  }
+}
+
+TEST_F(SgemmAvx512Test, RowsDoNotDependOnTheCallsShape) {
+  // One row computed alone, or at any position of a larger M, or in a narrower N: same
+  // bits. Chunked training and prediction (any chunk size, any thread) rely on this.
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      Operands whole = MakeOperands(ta, tb, 203, 77, 300, 50 + ta + 2 * tb);
+      Multiply(whole, 1.0f, 0.0f);
+      for (int64_t row : {0, 11, 12, 100, 202}) {
+        Operands single = whole;
+        single.M = 1;
+        single.C.assign(static_cast<size_t>(single.ldc), 0.0f);
+        if (ta) {
+          single.A.assign(whole.A.begin() + row, whole.A.end());  // column `row` starts here
+        } else {
+          single.A.assign(whole.A.begin() + row * whole.lda, whole.A.begin() + (row + 1) * whole.lda);
+        }
+        Multiply(single, 1.0f, 0.0f);
+        for (int64_t j = 0; j < whole.N; ++j)
+          ASSERT_EQ(single.C[j], whole.C[row * whole.ldc + j]) << Shape(whole) << " row " << row;
+      }
+      Operands narrow = whole;
+      narrow.N = 40;  // the first 40 columns only
+      narrow.C.assign(narrow.C.size(), 0.0f);
+      Multiply(narrow, 1.0f, 0.0f);
+      for (int64_t i = 0; i < whole.M; ++i) {
+        for (int64_t j = 0; j < narrow.N; ++j)
+          ASSERT_EQ(narrow.C[i * narrow.ldc + j], whole.C[i * whole.ldc + j]) << Shape(whole);
+      }
+    }
+  }
+}
+
+TEST_F(SgemmAvx512Test, BetaZeroOverwritesNaNInC) {
+  Operands o = MakeOperands(false, true, 14, 33, 20, 77);
+  o.C.assign(o.C.size(), std::numeric_limits<float>::quiet_NaN());
+  Multiply(o, 1.0f, 0.0f);
+  for (int64_t i = 0; i < o.M; ++i) {
+    for (int64_t j = 0; j < o.N; ++j) ASSERT_FALSE(std::isnan(o.C[i * o.ldc + j])) << i << "," << j;
+  }
+}
+
+TEST_F(SgemmAvx512Test, GemmFloatUsesThisKernel) {
+  // Gemm<float> dispatches here on this CPU: same bits as a direct call.
+  Operands direct = MakeOperands(true, false, 40, 50, 60, 90);
+  Operands through = direct;
+  Multiply(direct, 1.0f, 0.0f);
+  Gemm<float>(true, false, 40, 50, 60, 1.0f, through.A.data(), through.lda, through.B.data(),
+              through.ldb, 0.0f, through.C.data(), through.ldc);
+  EXPECT_EQ(direct.C, through.C);
+}
+
+}  // namespace
+}  // namespace dlrm
