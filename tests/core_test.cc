@@ -1,5 +1,7 @@
 // Core utilities: Philox known answers, the counter RNG's independence from call order,
 // the thread pool, fixed-order reduction, metrics.
+#include <stdlib.h>
+
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -9,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/core/cpu_features.h"
 #include "engine/core/finite.h"
 #include "engine/core/metrics.h"
 #include "engine/core/philox.h"
@@ -18,6 +21,28 @@
 
 namespace dlrm {
 namespace {
+
+TEST(CpuFeaturesTest, MaxIsaCapsTheLevelOnlyWhenNamed) {
+  ASSERT_EQ(unsetenv("DLRM_MAX_ISA"), 0);
+  EXPECT_EQ(MaxIsaFromEnvironment(), IsaLevel::kAvx512);
+  setenv("DLRM_MAX_ISA", "avx2", 1);
+  EXPECT_EQ(MaxIsaFromEnvironment(), IsaLevel::kAvx2);
+  setenv("DLRM_MAX_ISA", "portable", 1);
+  EXPECT_EQ(MaxIsaFromEnvironment(), IsaLevel::kPortable);
+  setenv("DLRM_MAX_ISA", "sse9", 1);  // not a level: no cap (dlrm bench refuses it)
+  EXPECT_EQ(MaxIsaFromEnvironment(), IsaLevel::kAvx512);
+  IsaLevel parsed = IsaLevel::kAvx2;
+  EXPECT_FALSE(ParseIsaLevel("AVX2", &parsed));
+  EXPECT_EQ(parsed, IsaLevel::kAvx2);
+  EXPECT_TRUE(ParseIsaLevel("avx512", &parsed));
+  EXPECT_EQ(parsed, IsaLevel::kAvx512);
+  unsetenv("DLRM_MAX_ISA");
+  // The process's level is fixed at first use and is one the CPU supports.
+  const IsaLevel level = CpuIsaLevel();
+  EXPECT_EQ(CpuHasAvx512(), level == IsaLevel::kAvx512);
+  EXPECT_EQ(CpuHasAvx2Fma(), level != IsaLevel::kPortable);
+  EXPECT_STREQ(IsaLevelName(IsaLevel::kAvx2), "avx2");
+}
 
 // Known-answer vectors of Philox4x32-10 from the Random123 distribution (kat_vectors).
 TEST(PhiloxTest, MatchesRandom123KnownAnswers) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -21,6 +22,7 @@
 #include <gflags/gflags.h>
 
 #include "engine/config/config.h"
+#include "engine/core/cpu_features.h"
 #include "engine/core/status.h"
 #include "engine/engine.h"
 #include "tools/bench_data.h"
@@ -206,12 +208,18 @@ int BenchCommand() {
   if (!(FLAGS_prepare_factor >= 0 && FLAGS_prepare_factor <= 100))
     ThrowInvalid("--prepare_factor must be in [0, 100], got ", FLAGS_prepare_factor);
 
+  IsaLevel cap;
+  const char* max_isa = std::getenv("DLRM_MAX_ISA");
+  if (max_isa != nullptr && !ParseIsaLevel(max_isa, &cap))
+    ThrowInvalid("DLRM_MAX_ISA must be avx512, avx2 or portable, got '", max_isa, "'");
+
   config::DlrmConfig config = LoadConfigFile(FLAGS_config);
   if (FLAGS_threads >= 0) config.set_num_threads(FLAGS_threads);
   ApplyOptimizerFlag(FLAGS_optimizer, &config);
   std::printf("dlrm bench  %s\n", FLAGS_config.c_str());
-  std::printf("machine     %s, %u logical cores (%d usable)\n", CpuModel().c_str(),
-              std::thread::hardware_concurrency(), UsableCores());
+  std::printf("machine     %s, %u logical cores (%d usable), %s kernels%s\n", CpuModel().c_str(),
+              std::thread::hardware_concurrency(), UsableCores(), IsaLevelName(CpuIsaLevel()),
+              max_isa != nullptr ? " (DLRM_MAX_ISA)" : "");
   std::fflush(stdout);
 
   // Before the engine, whose tables can take a minute to initialize: bad data flags fail fast.

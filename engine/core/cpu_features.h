@@ -8,7 +8,6 @@
 // DLRM_MAX_ISA caps the choice for the whole process: "avx2" keeps the AVX2 kernels and
 // BLAS for the GEMMs, "portable" also the portable loops. A fleet of mixed CPUs can so get
 // the same bits everywhere, and a benchmark can measure a kernel against what it replaced.
-// Any other value means no cap.
 #pragma once
 
 #include <cstdlib>
@@ -18,13 +17,27 @@ namespace dlrm {
 
 enum class IsaLevel { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
 
-// The level DLRM_MAX_ISA allows (kAvx512 when unset or unrecognized).
+// "avx512", "avx2" or "portable" into *level; false (and *level untouched) otherwise.
+inline bool ParseIsaLevel(const char* name, IsaLevel* level) {
+  if (std::strcmp(name, "avx512") == 0) {
+    *level = IsaLevel::kAvx512;
+  } else if (std::strcmp(name, "avx2") == 0) {
+    *level = IsaLevel::kAvx2;
+  } else if (std::strcmp(name, "portable") == 0) {
+    *level = IsaLevel::kPortable;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The level DLRM_MAX_ISA allows: kAvx512 (no cap) when unset or not a level's name. The
+// library cannot report a bad value from here; `dlrm bench` refuses one by name.
 inline IsaLevel MaxIsaFromEnvironment() {
+  IsaLevel level = IsaLevel::kAvx512;
   const char* value = std::getenv("DLRM_MAX_ISA");
-  if (value == nullptr) return IsaLevel::kAvx512;
-  if (std::strcmp(value, "portable") == 0) return IsaLevel::kPortable;
-  if (std::strcmp(value, "avx2") == 0) return IsaLevel::kAvx2;
-  return IsaLevel::kAvx512;
+  if (value != nullptr) ParseIsaLevel(value, &level);
+  return level;
 }
 
 // The widest level this CPU (and its OS: GCC's check includes XGETBV) supports, capped by
@@ -43,6 +56,16 @@ inline IsaLevel CpuIsaLevel() {
 #else
   return IsaLevel::kPortable;
 #endif
+}
+
+// "avx512", "avx2" or "portable": what benchmarks print beside their numbers.
+inline const char* IsaLevelName(IsaLevel level) {
+  switch (level) {
+    case IsaLevel::kAvx512: return "avx512";
+    case IsaLevel::kAvx2: return "avx2";
+    case IsaLevel::kPortable: break;
+  }
+  return "portable";
 }
 
 inline bool CpuHasAvx2Fma() { return static_cast<int>(CpuIsaLevel()) >= 1; }
