@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -253,12 +254,19 @@ class RecordingOptimizer : public SparseOptimizer<T> {
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t) override {
     return {};
   }
+  bool HasRowState() const override { return true; }  // so that the backward prefetches
+  void PrefetchState(int32_t table, int64_t row) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    prefetched_.insert({table, row});
+  }
 
   const std::map<std::pair<int32_t, int64_t>, Call>& calls() const { return calls_; }
+  const std::set<std::pair<int32_t, int64_t>>& prefetched() const { return prefetched_; }
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<std::pair<int32_t, int64_t>, Call> calls_;
+  mutable std::set<std::pair<int32_t, int64_t>> prefetched_;
 };
 
 double Loss(const EmbeddingBagCollection<double>& bags, const TestBatch& batch,
@@ -473,6 +481,11 @@ TEST(EmbeddingBagBackward, SumsEachRowInIdPositionOrder) {
     for (const auto& entry : recorder.calls()) recorded += entry.first.first == t;
     EXPECT_EQ(recorded, rows_seen) << "table " << t;
   }
+  // State is prefetched only for rows that are then updated (a hint for a row outside the
+  // step would name another row's state), and the backward does prefetch.
+  EXPECT_FALSE(recorder.prefetched().empty());
+  for (const auto& key : recorder.prefetched())
+    EXPECT_EQ(recorder.calls().count(key), 1u) << "table " << key.first << " row " << key.second;
 }
 
 struct TrainedState {

@@ -27,6 +27,8 @@ class GradientCapture : public SparseOptimizer<double> {
     EXPECT_TRUE(inserted) << "row updated twice in one step: " << table << "/" << row;
   }
   std::vector<std::pair<std::string, std::vector<double>*>> StateBuffers(int32_t) override { return {}; }
+  bool HasRowState() const override { return false; }
+  void PrefetchState(int32_t, int64_t) const override {}
 
   std::map<std::pair<int32_t, int64_t>, std::vector<double>> grads;
 

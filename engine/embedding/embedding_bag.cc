@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "engine/core/cpu_features.h"
+#include "engine/core/prefetch.h"
 #include "engine/core/status.h"
 #include "engine/embedding/pool_bag_avx2.h"
 
@@ -114,9 +115,7 @@ void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0,
   const size_t num_rows = rows.size();
   size_t next = 0;
   auto prefetch = [&](size_t j, int32_t bytes) {
-    if (j >= num_rows) return;
-    const char* p = reinterpret_cast<const char*>(rows[j]);
-    for (int32_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
+    if (j < num_rows) PrefetchLines(rows[j], static_cast<size_t>(bytes));
   };
   bool avx2 = false;
   if constexpr (std::is_same_v<T, float>) avx2 = CpuHasAvx2Fma();
@@ -259,13 +258,18 @@ void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch,
   }
   const auto num_segments = static_cast<int64_t>(ws.segment_table.size());
 
+  // Asked once: a stateless optimizer (SGD) is spared a virtual call per row.
+  const bool has_state = optimizer.HasRowState();
   auto update_segments = [&](int64_t s0, int64_t s1) {
     std::vector<T> grad(static_cast<size_t>(max_dim));
     for (int64_t s = s0; s < s1; ++s) {
-      if (s + kPrefetchRows < s1) {
+      if (s + kPrefetchRows < s1) {  // the whole row and its optimizer state
         const int64_t ahead = s + kPrefetchRows;
-        __builtin_prefetch((*tables_)[ws.segment_table[ahead]].row(
-            ws.touches[ws.segment_begin[ahead]].id));
+        const int32_t ahead_table = ws.segment_table[ahead];
+        const int64_t ahead_id = ws.touches[ws.segment_begin[ahead]].id;
+        const EmbeddingTable<T>& ahead_rows = (*tables_)[ahead_table];
+        PrefetchLines(ahead_rows.row(ahead_id), sizeof(T) * ahead_rows.dim());
+        if (has_state) optimizer.PrefetchState(ahead_table, ahead_id);
       }
       const int32_t t = ws.segment_table[s];
       EmbeddingTable<T>& table = (*tables_)[t];

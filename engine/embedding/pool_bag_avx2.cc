@@ -3,6 +3,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "engine/core/prefetch.h"
+
 // AVX2 without FMA: a fused multiply-add would round a weighted row differently from the
 // portable loop.
 #define DLRM_AVX2_NO_FMA __attribute__((target("avx2")))
@@ -13,12 +15,6 @@ namespace {
 constexpr int32_t kLanes = 8;
 constexpr int32_t kBlockVectors = 8;  // 64 columns: 8 accumulators, half the registers
 
-DLRM_AVX2_NO_FMA inline void Prefetch(const float* row, int32_t dim) {
-  const char* p = reinterpret_cast<const char*>(row);
-  for (int32_t off = 0; off < dim * static_cast<int32_t>(sizeof(float)); off += 64)
-    _mm_prefetch(p + off, _MM_HINT_T0);
-}
-
 // Columns [col, col + V * 8) of the bag; prefetches only when asked (the first block).
 template <int V>
 DLRM_AVX2_NO_FMA void PoolBlock(const float* const* rows, int64_t count, const float* weights,
@@ -27,7 +23,8 @@ DLRM_AVX2_NO_FMA void PoolBlock(const float* const* rows, int64_t count, const f
   __m256 acc[V];
   for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
   for (int64_t j = 0; j < count; ++j) {
-    if (prefetch && j + distance < available) Prefetch(rows[j + distance], dim);
+    if (prefetch && j + distance < available)
+      PrefetchLines(rows[j + distance], sizeof(float) * static_cast<size_t>(dim));
     const float* row = rows[j] + col;
     if (weights) {
       const __m256 w = _mm256_set1_ps(weights[j]);

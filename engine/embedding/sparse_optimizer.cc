@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "engine/core/prefetch.h"
 #include "engine/core/status.h"
 
 namespace dlrm {
@@ -52,6 +53,7 @@ class TableStates {
     for (const TableShape& shape : tables) {
       const int64_t width = per_element ? shape.dim : 1;
       dims_.push_back(shape.dim);
+      widths_.push_back(width);
       buffers_.emplace_back(static_cast<size_t>(shape.num_rows * width), initial);
     }
   }
@@ -63,6 +65,11 @@ class TableStates {
     DLRM_INTERNAL_CHECK(dim == dims_[table]);
     return buffers_[table].data() + row * width;
   }
+  // For prefetching only: no check (the caller's ids are validated), nothing read.
+  void Prefetch(int32_t table, int64_t row) const {
+    const int64_t width = widths_[table];
+    PrefetchLines(buffers_[table].data() + row * width, sizeof(T) * static_cast<size_t>(width));
+  }
   std::vector<T>* buffer(int32_t table) {
     CheckTableIndex(table, buffers_.size());
     return &buffers_[table];
@@ -70,10 +77,25 @@ class TableStates {
 
  private:
   std::vector<int32_t> dims_;
+  std::vector<int64_t> widths_;
   std::vector<std::vector<T>> buffers_;
 };
 
 // ---- the optimizers ------------------------------------------------------------------
+
+// sum of g[k]^2 as 8 interleaved partial sums (k mod 8) added in a fixed tree. A single
+// running sum is a chain of dependent adds the compiler may not reorder; this order it
+// vectorizes, and being fixed it gives the same bits on every machine and thread.
+template <typename T>
+T SquaredNorm(const T* g, int32_t dim) {
+  T part[8] = {};
+  int32_t k = 0;
+  for (; k + 8 <= dim; k += 8) {
+    for (int j = 0; j < 8; ++j) part[j] += g[k + j] * g[k + j];
+  }
+  for (int j = 0; k < dim; ++k, ++j) part[j] += g[k] * g[k];
+  return ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+}
 
 template <typename T>
 class SparseSgd final : public SparseOptimizer<T> {
@@ -85,6 +107,8 @@ class SparseSgd final : public SparseOptimizer<T> {
     const T lr_t = static_cast<T>(lr);
     for (int32_t k = 0; k < dim; ++k) weights[k] -= lr_t * grad[k];
   }
+  bool HasRowState() const override { return false; }
+  void PrefetchState(int32_t, int64_t) const override {}
 
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) override {
     CheckTableIndex(table, num_tables_);
@@ -111,6 +135,8 @@ class SparseAdagrad final : public SparseOptimizer<T> {
       weights[k] -= lr_t * grad[k] / (std::sqrt(sum_sq[k]) + eps_);
     }
   }
+  bool HasRowState() const override { return true; }
+  void PrefetchState(int32_t table, int64_t row) const override { sum_sq_.Prefetch(table, row); }
 
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) override {
     return {{"sum_sq", sum_sq_.buffer(table)}};
@@ -132,12 +158,14 @@ class SparseRowwiseAdagrad final : public SparseOptimizer<T> {
   void UpdateRow(int32_t table, int64_t row, T* weights, const T* grad, int32_t dim, float lr,
                  int64_t) override {
     T* h = row_sum_sq_.Row(table, row, dim, 1);
-    T sum = 0;
-    for (int32_t k = 0; k < dim; ++k) sum += grad[k] * grad[k];
-    *h += sum / static_cast<T>(dim);
+    *h += SquaredNorm(grad, dim) / static_cast<T>(dim);
     const T lr_t = static_cast<T>(lr);
     const T denom = std::sqrt(*h) + eps_;
     for (int32_t k = 0; k < dim; ++k) weights[k] -= lr_t * grad[k] / denom;
+  }
+  bool HasRowState() const override { return true; }
+  void PrefetchState(int32_t table, int64_t row) const override {
+    row_sum_sq_.Prefetch(table, row);
   }
 
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) override {
@@ -176,6 +204,11 @@ class SparseAdam final : public SparseOptimizer<T> {
       v[k] = beta2_ * v[k] + (T(1) - beta2_) * grad[k] * grad[k];
       weights[k] -= lr_t * (m[k] / bias1) / (std::sqrt(v[k] / bias2) + eps_);
     }
+  }
+  bool HasRowState() const override { return true; }
+  void PrefetchState(int32_t table, int64_t row) const override {
+    exp_avg_.Prefetch(table, row);
+    exp_avg_sq_.Prefetch(table, row);
   }
 
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) override {

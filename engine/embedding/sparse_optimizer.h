@@ -22,6 +22,12 @@ class SparseOptimizer {
   // step is the 1-based global step count (Adam bias correction).
   virtual void UpdateRow(int32_t table, int64_t row, T* weights, const T* grad, int32_t dim,
                          float lr, int64_t step) = 0;
+  // Whether rows have optimizer state (all but SGD): only then is PrefetchState worth a call.
+  virtual bool HasRowState() const = 0;
+  // Asks the memory system for (table, row)'s state ahead of its UpdateRow (the embedding
+  // backward calls it a few rows early, beside the row's own prefetch). A hint only: it
+  // reads nothing. table and row are valid.
+  virtual void PrefetchState(int32_t table, int64_t row) const = 0;
   // Named state of one table for checkpoints: SGD none; Adagrad "sum_sq" [rows x dim];
   // row-wise Adagrad "row_sum_sq" [rows]; Adam "exp_avg", "exp_avg_sq" [rows x dim].
   virtual std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) = 0;
