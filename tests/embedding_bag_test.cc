@@ -158,6 +158,18 @@ TEST(EmbeddingBagForward, SubRangeMatchesFullBatchRows) {
 // (pool_bag_avx2.h); it must give the portable loop's bits: rows added one by one from
 // zero, a weighted row multiplied then added, a MEAN bag divided at the end. Dims 4 and 12
 // stay portable; 72 and 136 cover a partial second 64-column block.
+TEST(EmbeddingBagForward, ColumnsNoFeatureCoversAreZero) {
+  // Features need not tile the pooled row: the rest of it is zeroed, never left as it was.
+  auto tables = HandTables();
+  const std::vector<FeatureBinding> features = {{1, 4, false}, {0, 0, false}};
+  EmbeddingBagCollection<double> bags(&tables, features, 9);
+  // f0 (B): {1}, {}   f1 (A): {0, 2}, {3}
+  TestBatch batch(2, {1, 0, 2, 1}, {1, 0, 2, 3}, {}, SpecsFor(tables, features));
+  EXPECT_THAT(RunForward(bags, batch, 0, 2),
+              ElementsAre(4, 40, 0, 0, 100, 101, 102, 0, 0,  // sample 0
+                          4, 40, 0, 0, 0, 0, 0, 0, 0));      // sample 1
+}
+
 TEST(EmbeddingBagForward, FloatMatchesThePortableSumsBitwise) {
   const std::vector<int32_t> dims = {4, 8, 12, 24, 64, 72, 136};
   std::vector<EmbeddingTable<float>> tables;

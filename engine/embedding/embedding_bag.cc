@@ -88,6 +88,14 @@ EmbeddingBagCollection<T>::EmbeddingBagCollection(std::vector<EmbeddingTable<T>>
                    static_cast<int64_t>(fb.offset) + dim, ") do not fit pooled_width ",
                    pooled_width_);
   }
+  // Whether the features' columns cover [0, pooled_width) once each (every model's do).
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (const FeatureBinding& fb : features_)
+    spans.push_back({fb.offset, fb.offset + (*tables_)[fb.table].dim()});
+  std::sort(spans.begin(), spans.end());
+  int64_t covered = 0;
+  for (const auto& [begin, end] : spans) covered = begin == covered ? end : -1;
+  features_tile_row_ = covered == pooled_width_;
 }
 
 template <typename T>
@@ -121,7 +129,9 @@ void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0,
   if constexpr (std::is_same_v<T, float>) avx2 = CpuHasAvx2Fma();
   for (int64_t b = b0; b < b1; ++b) {
     T* out_row = pooled + (b - b0) * pooled_width_;
-    std::fill(out_row, out_row + pooled_width_, T(0));
+    // With tiling features each bag zeroes (portable loop) or stores (AVX2) its own columns,
+    // so the row is written once rather than zeroed first.
+    if (!features_tile_row_) std::fill(out_row, out_row + pooled_width_, T(0));
     for (int32_t f = 0; f < num_features(); ++f) {
       const FeatureBinding& fb = features_[f];
       const int32_t dim = (*tables_)[fb.table].dim();
@@ -137,6 +147,7 @@ void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0,
           continue;
         }
       }
+      if (features_tile_row_) std::fill(out, out + dim, T(0));
       for (int64_t i = begin; i < end; ++i) {
         prefetch(next + kPrefetchRows, row_bytes);
         const T* row = rows[next++];

@@ -68,6 +68,7 @@ class EmbeddingBagCollection {
   std::vector<EmbeddingTable<T>>* tables_;
   std::vector<FeatureBinding> features_;
   int32_t pooled_width_;
+  bool features_tile_row_ = false;  // columns [0, pooled_width_) covered once each
   std::unique_ptr<Workspace> workspace_;
 };
 
