@@ -5,10 +5,10 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -154,10 +154,6 @@ TEST(EmbeddingBagForward, SubRangeMatchesFullBatchRows) {
   EXPECT_TRUE(RunForward(bags, batch, 2, 2).empty());
 }
 
-// In float, dims that are multiples of 8 take the AVX2 kernel where the CPU has it
-// (pool_bag_avx2.h); it must give the portable loop's bits: rows added one by one from
-// zero, a weighted row multiplied then added, a MEAN bag divided at the end. Dims 4 and 12
-// stay portable; 72 and 136 cover a partial second 64-column block.
 TEST(EmbeddingBagForward, ColumnsNoFeatureCoversAreZero) {
   // Features need not tile the pooled row: the rest of it is zeroed, never left as it was.
   auto tables = HandTables();
@@ -170,6 +166,10 @@ TEST(EmbeddingBagForward, ColumnsNoFeatureCoversAreZero) {
                           4, 40, 0, 0, 0, 0, 0, 0, 0));      // sample 1
 }
 
+// In float, dims that are multiples of 8 take the AVX2 kernel where the CPU has it
+// (pool_bag_avx2.h); it must give the portable loop's bits: rows added one by one from
+// zero, a weighted row multiplied then added, a MEAN bag divided at the end. Dims 4 and 12
+// stay portable; 72 and 136 cover a partial second 64-column block.
 TEST(EmbeddingBagForward, FloatMatchesThePortableSumsBitwise) {
   const std::vector<int32_t> dims = {4, 8, 12, 24, 64, 72, 136};
   std::vector<EmbeddingTable<float>> tables;

@@ -17,18 +17,26 @@ namespace dlrm {
 
 enum class IsaLevel { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
 
-// "avx512", "avx2" or "portable" into *level; false (and *level untouched) otherwise.
-inline bool ParseIsaLevel(const char* name, IsaLevel* level) {
-  if (std::strcmp(name, "avx512") == 0) {
-    *level = IsaLevel::kAvx512;
-  } else if (std::strcmp(name, "avx2") == 0) {
-    *level = IsaLevel::kAvx2;
-  } else if (std::strcmp(name, "portable") == 0) {
-    *level = IsaLevel::kPortable;
-  } else {
-    return false;
+// "avx512", "avx2" or "portable": what benchmarks print beside their numbers.
+inline const char* IsaLevelName(IsaLevel level) {
+  switch (level) {
+    case IsaLevel::kAvx512: return "avx512";
+    case IsaLevel::kAvx2: return "avx2";
+    case IsaLevel::kPortable: break;
   }
-  return true;
+  return "portable";
+}
+
+// A level's name (as IsaLevelName spells it) into *level; false (and *level untouched)
+// for any other text.
+inline bool ParseIsaLevel(const char* name, IsaLevel* level) {
+  for (IsaLevel candidate : {IsaLevel::kAvx512, IsaLevel::kAvx2, IsaLevel::kPortable}) {
+    if (std::strcmp(name, IsaLevelName(candidate)) == 0) {
+      *level = candidate;
+      return true;
+    }
+  }
+  return false;
 }
 
 // The level DLRM_MAX_ISA allows: kAvx512 (no cap) when unset or not a level's name. The
@@ -58,17 +66,7 @@ inline IsaLevel CpuIsaLevel() {
 #endif
 }
 
-// "avx512", "avx2" or "portable": what benchmarks print beside their numbers.
-inline const char* IsaLevelName(IsaLevel level) {
-  switch (level) {
-    case IsaLevel::kAvx512: return "avx512";
-    case IsaLevel::kAvx2: return "avx2";
-    case IsaLevel::kPortable: break;
-  }
-  return "portable";
-}
-
-inline bool CpuHasAvx2Fma() { return static_cast<int>(CpuIsaLevel()) >= 1; }
+inline bool CpuHasAvx2Fma() { return CpuIsaLevel() != IsaLevel::kPortable; }
 inline bool CpuHasAvx512() { return CpuIsaLevel() == IsaLevel::kAvx512; }
 
 }  // namespace dlrm

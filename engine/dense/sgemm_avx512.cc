@@ -206,12 +206,12 @@ void SgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 
 #else  // not x86-64: CpuHasAvx512() is false, so this is never called.
 
-#include <cstdlib>
+#include "engine/core/status.h"
 
 namespace dlrm {
 void SgemmAvx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
                  const float*, int64_t, float, float*, int64_t) {
-  std::abort();
+  DLRM_INTERNAL_CHECK(false && "SgemmAvx512 on a CPU without AVX-512");
 }
 }  // namespace dlrm
 

@@ -48,12 +48,12 @@ void CheckTableIndex(int32_t table, size_t num_tables) {
 template <typename T>
 class TableStates {
  public:
-  TableStates(const std::vector<TableShape>& tables, bool per_element, T initial) {
+  TableStates(const std::vector<TableShape>& tables, bool per_element, T initial)
+      : per_element_(per_element) {
     buffers_.reserve(tables.size());
     for (const TableShape& shape : tables) {
       const int64_t width = per_element ? shape.dim : 1;
       dims_.push_back(shape.dim);
-      widths_.push_back(width);
       buffers_.emplace_back(static_cast<size_t>(shape.num_rows * width), initial);
     }
   }
@@ -67,7 +67,7 @@ class TableStates {
   }
   // For prefetching only: no check (the caller's ids are validated), nothing read.
   void Prefetch(int32_t table, int64_t row) const {
-    const int64_t width = widths_[table];
+    const int64_t width = per_element_ ? dims_[table] : 1;
     PrefetchLines(buffers_[table].data() + row * width, sizeof(T) * static_cast<size_t>(width));
   }
   std::vector<T>* buffer(int32_t table) {
@@ -76,8 +76,8 @@ class TableStates {
   }
 
  private:
+  bool per_element_;  // dim values per row, else one
   std::vector<int32_t> dims_;
-  std::vector<int64_t> widths_;
   std::vector<std::vector<T>> buffers_;
 };
 
