@@ -12,11 +12,11 @@
 #include "engine/config/config.h"
 #include "engine/core/status.h"
 #include "engine/core/thread_pool.h"
-#include "engine/dist/cluster_env.h"
-#include "engine/dist/communicator.h"
-#include "engine/dist/coordinator.h"
-#include "engine/dist/distributed_trainer.h"
-#include "engine/dist/server_process.h"
+#include "engine/cluster/cluster_env.h"
+#include "engine/collective/communicator.h"
+#include "engine/cluster/coordinator.h"
+#include "engine/train/trainer_role.h"
+#include "engine/ps/server_role.h"
 #include "engine/net/context.h"
 
 using dlrm::capi::Guard;
@@ -33,7 +33,7 @@ struct dlrm_trainer {
   dlrm::config::DlrmConfig config;
   std::unique_ptr<dlrm::ThreadPool> pool;
   std::unique_ptr<dlrm::net::Context> context;
-  std::unique_ptr<dlrm::dist::DistributedTrainer> impl;
+  std::unique_ptr<dlrm::dist::TrainerRole> impl;
 };
 
 namespace {
@@ -109,7 +109,7 @@ class HostCommunicator : public dlrm::dist::Communicator {
   int32_t rank_, world_size_;
 };
 
-dlrm::dist::DistributedTrainer& TrainerOf(dlrm_trainer* trainer) {
+dlrm::dist::TrainerRole& TrainerOf(dlrm_trainer* trainer) {
   RequireNotNull(trainer, "trainer");
   if (!trainer->impl) dlrm::ThrowInvalid("trainer handle is not valid");
   return *trainer->impl;
@@ -160,12 +160,12 @@ DLRM_API dlrm_status dlrm_trainer_create(const char* config_text, const char* cl
     handle->pool = std::make_unique<dlrm::ThreadPool>(
         dlrm::ResolveThreadCount(handle->config.num_threads()));
     handle->context = std::make_unique<dlrm::net::Context>();
-    dlrm::dist::DistributedTrainer::CommunicatorFactory factory;
+    dlrm::dist::TrainerRole::CommunicatorFactory factory;
     if (allgather != nullptr)
       factory = [allgather, user_data](int32_t rank, int32_t size) {
         return std::make_unique<HostCommunicator>(allgather, user_data, rank, size);
       };
-    handle->impl = std::make_unique<dlrm::dist::DistributedTrainer>(
+    handle->impl = std::make_unique<dlrm::dist::TrainerRole>(
         *handle->context, env, handle->config, handle->pool.get(), DirFrom(restore_dir),
         factory);
     *out = handle.release();  // ownership passes to the caller until dlrm_trainer_destroy
@@ -179,7 +179,7 @@ DLRM_API void dlrm_trainer_destroy(dlrm_trainer* trainer) {
 DLRM_API dlrm_status dlrm_trainer_info(dlrm_trainer* trainer, int32_t* rank,
                                        int32_t* num_trainers, int64_t* step) {
   return Guard([&] {
-    dlrm::dist::DistributedTrainer& t = TrainerOf(trainer);
+    dlrm::dist::TrainerRole& t = TrainerOf(trainer);
     if (rank) *rank = t.trainer_rank();
     if (num_trainers) *num_trainers = t.num_trainers();
     if (step) *step = t.trainer().step();
@@ -200,7 +200,7 @@ DLRM_API dlrm_status dlrm_trainer_train_step(dlrm_trainer* trainer, float* loss_
 DLRM_API dlrm_status dlrm_trainer_evaluate(dlrm_trainer* trainer, const dlrm_batch* batches,
                                            size_t num_batches, dlrm_eval_result* out) {
   return Guard([&] {
-    dlrm::dist::DistributedTrainer& t = TrainerOf(trainer);
+    dlrm::dist::TrainerRole& t = TrainerOf(trainer);
     RequireNotNull(out, "out");
     WriteEvalResult(t.Evaluate(ToViews(batches, num_batches)), out);
   });

@@ -14,7 +14,8 @@
 #include "engine/core/status.h"
 #include "engine/dense/loss.h"
 #include "engine/embedding/sparse_optimizer.h"
-#include "engine/io/checkpoint_file.h"
+#include "engine/checkpoint/checkpoint_file.h"
+#include "engine/checkpoint/codec.h"
 #include "engine/model/dlrm_model.h"
 #include "engine/optim/dense_optimizer.h"
 #include "engine/optim/lr_schedule.h"
@@ -23,8 +24,6 @@
 namespace dlrm {
 namespace {
 
-constexpr const char* kCheckpointFormat = "libdlrm.checkpoint.v1";
-
 // Floats travel through checkpoint metadata in hex so they round-trip exactly.
 std::string ExactFloat(double v) {
   char buf[64];
@@ -32,11 +31,14 @@ std::string ExactFloat(double v) {
   return buf;
 }
 
-double ParseExactFloat(const std::string& key, const std::string& text) {
+double ParseExactFloat(const CheckpointReader& reader, const std::string& path,
+                       const std::string& key) {
+  const std::string& text = checkpoint::RequiredMetadata(reader, path, key);
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
   if (end == text.c_str() || *end != '\0')
-    Throw(StatusCode::kDataLoss, "checkpoint metadata \"", key, "\" is not a number: ", text);
+    Throw(StatusCode::kDataLoss, "checkpoint ", path, ": metadata \"", key,
+          "\" is not a number: ", text);
   return v;
 }
 
@@ -45,8 +47,6 @@ std::vector<TableShape> TableShapes(const config::ModelConfig& model) {
   for (const auto& t : model.tables()) shapes.push_back({t.num_rows(), t.dim()});
   return shapes;
 }
-
-std::string EmbeddingParamName(const std::string& table) { return "embedding." + table + ".weight"; }
 
 }  // namespace
 
@@ -231,7 +231,7 @@ std::vector<ParameterInfo> Engine::Parameters() const {
   for (const DenseParamInfo& info : state_->model.dense_param_infos())
     params.push_back({info.name, info.shape});
   for (const auto& table : state_->model.tables())
-    params.push_back({EmbeddingParamName(table.name()), {table.num_rows(), table.dim()}});
+    params.push_back({checkpoint::EmbeddingWeightName(table.name()), {table.num_rows(), table.dim()}});
   return params;
 }
 
@@ -244,7 +244,7 @@ std::pair<float*, int64_t> FindParameter(StateT& s, const std::string& name) {
     if (info.name == name)
       return {s.model.dense_params().data() + info.offset, static_cast<int64_t>(info.size)};
   for (auto& table : s.model.tables())
-    if (EmbeddingParamName(table.name()) == name)
+    if (checkpoint::EmbeddingWeightName(table.name()) == name)
       return {table.data().data(), static_cast<int64_t>(table.data().size())};
   Throw(StatusCode::kNotFound, "no parameter named \"", name, "\"");
 }
@@ -279,26 +279,19 @@ void Engine::Save(const std::string& path) const {
   // StateBuffers() hands out mutable pointers; under the reader lock we only read them.
   State& s = *state_;
   CheckpointWriter writer;
-  writer.SetMetadata("format", kCheckpointFormat);
+  writer.SetMetadata("format", checkpoint::kEngineFormat);
   writer.SetMetadata("config", ConfigToText(config_));
-  writer.SetMetadata("step", std::to_string(s.step));
+  checkpoint::WriteStep(s.step, &writer);
   writer.SetMetadata("dense_lr", ExactFloat(s.dense_lr));
   writer.SetMetadata("sparse_lr", ExactFloat(s.sparse_lr));
-  const auto f32 = io::TensorEntry::FLOAT32;
-  for (const DenseParamInfo& info : s.model.dense_param_infos())
-    writer.AddTensor(info.name, f32, info.shape, s.model.dense_params().data() + info.offset,
-                     info.size * sizeof(float));
-  for (const auto& [name, buffer] : s.dense_optimizer->StateBuffers())
-    writer.AddTensor("dense_optimizer/" + name, f32, {static_cast<int64_t>(buffer->size())},
-                     buffer->data(), buffer->size() * sizeof(float));
+  checkpoint::AddDenseTensors(s.model, *s.dense_optimizer, &writer);
   for (size_t t = 0; t < s.model.tables().size(); ++t) {
     const auto& table = s.model.tables()[t];
-    writer.AddTensor(EmbeddingParamName(table.name()), f32, {table.num_rows(), table.dim()},
-                     table.data().data(), table.data().size() * sizeof(float));
+    writer.AddTensor(checkpoint::EmbeddingWeightName(table.name()), checkpoint::kF32,
+                     {table.num_rows(), table.dim()}, table.data().data(),
+                     table.data().size() * sizeof(float));
     for (const auto& [name, buffer] : s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)))
-      writer.AddTensor("sparse_optimizer/" + table.name() + "/" + name, f32,
-                       {static_cast<int64_t>(buffer->size())}, buffer->data(),
-                       buffer->size() * sizeof(float));
+      checkpoint::AddVector(checkpoint::SparseStateName(table.name(), name), *buffer, &writer);
   }
   writer.WriteAtomic(path);
 }
@@ -306,27 +299,27 @@ void Engine::Save(const std::string& path) const {
 void Engine::Load(const std::string& path) {
   DrainAsyncSteps();
   const CheckpointReader reader(path);
-  LoadFrom(reader);
+  LoadFrom(reader, path);
 }
 
 std::unique_ptr<Engine> Engine::FromCheckpoint(const std::string& path) {
   const CheckpointReader reader(path);
+  checkpoint::CheckFormat(reader, path, checkpoint::kEngineFormat);
   config::DlrmConfig config;
   try {
-    config = ParseConfigText(reader.Metadata("config"));
+    config = ParseConfigText(checkpoint::RequiredMetadata(reader, path, "config"));
   } catch (const Error& e) {
     Throw(StatusCode::kDataLoss, "checkpoint \"", path, "\" holds no valid config: ", e.what());
   }
   auto engine = std::make_unique<Engine>(config);
-  engine->LoadFrom(reader);
+  engine->LoadFrom(reader, path);
   return engine;
 }
 
-void Engine::LoadFrom(const CheckpointReader& reader) {
-  if (reader.metadata().count("format") == 0 || reader.Metadata("format") != kCheckpointFormat)
-    Throw(StatusCode::kDataLoss, "not a libdlrm checkpoint (format tag \"",
-          reader.metadata().count("format") ? reader.Metadata("format") : "", "\")");
-  const config::DlrmConfig saved = ParseConfigText(reader.Metadata("config"));
+void Engine::CheckCheckpointFits(const CheckpointReader& reader, const std::string& path) const {
+  checkpoint::CheckFormat(reader, path, checkpoint::kEngineFormat);
+  const config::DlrmConfig saved =
+      ParseConfigText(checkpoint::RequiredMetadata(reader, path, "config"));
   std::string differences;
   google::protobuf::util::MessageDifferencer differ;
   differ.ReportDifferencesToString(&differences);
@@ -337,28 +330,24 @@ void Engine::LoadFrom(const CheckpointReader& reader) {
       saved.sparse_optimizer().kind_case() != config_.sparse_optimizer().kind_case())
     Throw(StatusCode::kFailedPrecondition,
           "checkpoint was written with different optimizer kinds than this engine's config");
+}
 
+void Engine::LoadFrom(const CheckpointReader& reader, const std::string& path) {
+  CheckCheckpointFits(reader, path);
   // Stage everything in a fresh state; swap only when all of it was read.
   std::unique_ptr<State> staged = NewState();
   State& s = *staged;
-  const auto f32 = io::TensorEntry::FLOAT32;
-  const double step = ParseExactFloat("step", reader.Metadata("step"));
-  if (step < 0 || step != std::floor(step))
-    Throw(StatusCode::kDataLoss, "checkpoint metadata \"step\" is not a step count: ", step);
-  s.step = static_cast<int64_t>(step);
-  s.dense_lr = static_cast<float>(ParseExactFloat("dense_lr", reader.Metadata("dense_lr")));
-  s.sparse_lr = static_cast<float>(ParseExactFloat("sparse_lr", reader.Metadata("sparse_lr")));
-  for (const DenseParamInfo& info : s.model.dense_param_infos())
-    reader.ReadTensor(info.name, f32, info.shape, s.model.dense_params().data() + info.offset);
-  for (const auto& [name, buffer] : s.dense_optimizer->StateBuffers())
-    reader.ReadTensor("dense_optimizer/" + name, f32, {static_cast<int64_t>(buffer->size())},
-                      buffer->data());
+  s.step = checkpoint::ReadStep(reader, path);
+  s.dense_lr = static_cast<float>(ParseExactFloat(reader, path, "dense_lr"));
+  s.sparse_lr = static_cast<float>(ParseExactFloat(reader, path, "sparse_lr"));
+  checkpoint::ReadDenseTensors(reader, s.model, s.model.dense_params().data(),
+                               s.dense_optimizer->StateBuffers());
   for (size_t t = 0; t < s.model.tables().size(); ++t) {
     auto& table = s.model.tables()[t];
-    reader.ReadTensor(EmbeddingParamName(table.name()), f32, {table.num_rows(), table.dim()},
-                      table.data().data());
+    reader.ReadTensor(checkpoint::EmbeddingWeightName(table.name()), checkpoint::kF32,
+                      {table.num_rows(), table.dim()}, table.data().data());
     for (const auto& [name, buffer] : s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)))
-      reader.ReadTensor("sparse_optimizer/" + table.name() + "/" + name, f32,
+      reader.ReadTensor(checkpoint::SparseStateName(table.name(), name), checkpoint::kF32,
                         {static_cast<int64_t>(buffer->size())}, buffer->data());
   }
   std::unique_lock<std::shared_mutex> lock(mu_);

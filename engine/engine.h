@@ -86,7 +86,10 @@ class Engine {
  private:
   struct State;
   std::unique_ptr<State> NewState() const;
-  void LoadFrom(const CheckpointReader& reader);
+  // kFailedPrecondition (naming the difference) unless the checkpoint is an engine
+  // checkpoint of this model and optimizer kinds.
+  void CheckCheckpointFits(const CheckpointReader& reader, const std::string& path) const;
+  void LoadFrom(const CheckpointReader& reader, const std::string& path);
   // validated: the batch is a copy of one that passed ValidateBatch (asynchronous steps).
   float TrainStepNow(const BatchView& batch, bool validated);
   // Runs every queued asynchronous step (so mutations apply after them, in order).

@@ -16,11 +16,11 @@
 #include "engine/core/status.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/prefetcher.h"
-#include "engine/dist/cluster_env.h"
-#include "engine/dist/coordinator.h"
-#include "engine/dist/distributed_trainer.h"
-#include "engine/dist/server_process.h"
-#include "engine/dist/shard_checkpoint.h"
+#include "engine/cluster/cluster_env.h"
+#include "engine/cluster/coordinator.h"
+#include "engine/train/trainer_role.h"
+#include "engine/ps/server_role.h"
+#include "engine/checkpoint/sharded_checkpoint.h"
 #include "engine/net/context.h"
 #include "tools/commands.h"
 #include "tools/stopwatch.h"
@@ -98,8 +98,8 @@ int TrainerMain(const dist::ClusterEnv& env, const config::DlrmConfig& config,
   if (FLAGS_train.empty()) ThrowInvalid("train needs --train");
   ThreadPool pool(ResolveThreadCount(config.num_threads()));
   net::Context context;
-  dist::DistributedTrainer job(context, env, config, &pool, restore);
-  dist::SyncTrainer& trainer = job.trainer();
+  dist::TrainerRole job(context, env, config, &pool, restore);
+  dist::DataParallelTrainer& trainer = job.trainer();
   const int32_t ranks = job.num_trainers(), rank = job.trainer_rank();
   if (FLAGS_batch_size <= 0 || FLAGS_batch_size % ranks != 0)
     ThrowInvalid("--batch_size ", FLAGS_batch_size, " must be a positive multiple of the ",

@@ -2,7 +2,7 @@
 // this machine. It starts a coordinator, S embedding servers (ranks 0..S-1) and T trainers
 // (ranks S..S+T-1), each `dlrm` with the given command and the DLRM_* environment set,
 // and waits for them. It is one launcher among any: the processes only read the
-// environment contract (engine/dist/cluster_env.h).
+// environment contract (engine/cluster/cluster_env.h).
 //
 // When a process fails, the others are given DLRM_TIMEOUT_MS (plus a grace period) to
 // notice and report it themselves, then killed; the exit code is 0 only if every
@@ -26,7 +26,7 @@
 #include <glog/logging.h>
 
 #include "engine/core/status.h"
-#include "engine/dist/cluster_env.h"
+#include "engine/cluster/cluster_env.h"
 #include "tools/commands.h"
 
 DEFINE_int32(trainers, 2, "launch: number of trainer processes");

@@ -1,0 +1,68 @@
+// A checkpoint file: named tensors plus string metadata, written atomically and verified
+// by checksum on load.
+//
+// Layout (little-endian):
+//   "DLRMCKPT" | u32 format_version | u32 header_bytes | CheckpointHeader (protobuf)
+//   | payload (tensors, 64-byte aligned offsets) | u32 CRC32C of all preceding bytes
+//   | "DLRMEND!"
+// Writing goes to "<path>.tmp.<pid>", is fsync'ed, then renamed over <path> (and the
+// directory fsync'ed), so a crash leaves either the old or the new file, never a torn one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/checkpoint.pb.h"
+
+namespace dlrm {
+
+// CRC32C (Castagnoli), continuing from crc (0 to start).
+uint32_t Crc32c(uint32_t crc, const void* data, size_t num_bytes);
+
+class CheckpointWriter {
+ public:
+  // data is borrowed until WriteAtomic returns.
+  void AddTensor(const std::string& name, checkpoint::TensorEntry::DType dtype,
+                 std::vector<int64_t> shape, const void* data, size_t num_bytes);
+  void SetMetadata(const std::string& key, const std::string& value);
+  // Throws dlrm::Error(kIo) naming the path and the OS error on any failure; the
+  // temporary file is removed and an existing file at path is left as it was.
+  void WriteAtomic(const std::string& path) const;
+
+ private:
+  struct Pending {
+    checkpoint::TensorEntry entry;
+    const void* data;
+  };
+  std::vector<Pending> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+class CheckpointReader {
+ public:
+  // Reads and verifies the whole file. Throws dlrm::Error: kIo if it cannot be read,
+  // kDataLoss if it is truncated, has a bad magic/version, or fails the checksum.
+  explicit CheckpointReader(const std::string& path);
+
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Throws kNotFound naming the key.
+  const std::string& Metadata(const std::string& key) const;
+  bool HasTensor(const std::string& name) const;
+  // Copies the tensor into dst after checking dtype and shape; throws kNotFound if absent
+  // and kInvalidArgument naming the tensor, expected and found shape on mismatch.
+  void ReadTensor(const std::string& name, checkpoint::TensorEntry::DType dtype,
+                  const std::vector<int64_t>& shape, void* dst) const;
+  std::vector<std::string> TensorNames() const;
+
+ private:
+  std::string path_;
+  std::vector<char> bytes_;  // the whole verified file
+  std::map<std::string, checkpoint::TensorEntry> tensors_;
+  std::map<std::string, std::string> metadata_;
+  size_t payload_start_ = 0;
+};
+
+}  // namespace dlrm

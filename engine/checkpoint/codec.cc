@@ -1,0 +1,110 @@
+#include "engine/checkpoint/codec.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "engine/core/status.h"
+
+namespace dlrm::checkpoint {
+
+std::string EmbeddingWeightName(const std::string& key) { return "embedding." + key + ".weight"; }
+
+std::string SparseStateName(const std::string& key, const std::string& state) {
+  return "sparse_optimizer/" + key + "/" + state;
+}
+
+std::string DenseStateName(const std::string& state) { return "dense_optimizer/" + state; }
+
+const std::string& RequiredMetadata(const CheckpointReader& reader, const std::string& path,
+                                    const std::string& key) {
+  const auto it = reader.metadata().find(key);
+  if (it == reader.metadata().end())
+    Throw(StatusCode::kDataLoss, "checkpoint ", path, " lacks metadata \"", key, "\"");
+  return it->second;
+}
+
+void CheckFormat(const CheckpointReader& reader, const std::string& path, const char* want) {
+  const auto it = reader.metadata().find("format");
+  if (it == reader.metadata().end())
+    Throw(StatusCode::kDataLoss, "checkpoint ", path, " has no format tag: not a libdlrm ",
+          "file, expected format \"", want, "\"");
+  if (it->second != want)
+    Throw(StatusCode::kFailedPrecondition, "checkpoint ", path, " has format \"", it->second,
+          "\", expected \"", want, "\"");
+}
+
+void WriteStep(int64_t step, CheckpointWriter* writer) {
+  if (step < 0) ThrowInvalid("checkpoint step must be >= 0, got ", step);
+  writer->SetMetadata("step", std::to_string(step));
+}
+
+int64_t ReadStep(const CheckpointReader& reader, const std::string& path) {
+  const std::string& text = RequiredMetadata(reader, path, "step");
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || v < 0)
+    Throw(StatusCode::kDataLoss, "checkpoint ", path, ": metadata \"step\" is not a step count: \"",
+          text, "\"");
+  return static_cast<int64_t>(v);
+}
+
+void WriteLayout(const Layout& layout, CheckpointWriter* writer) {
+  for (const auto& [key, value] : layout) writer->SetMetadata(key, value);
+}
+
+void CheckLayout(const CheckpointReader& reader, const std::string& path, const Layout& want,
+                 const char* target) {
+  for (const auto& [key, value] : want) {
+    const std::string& found = RequiredMetadata(reader, path, key);
+    if (found != value)
+      Throw(StatusCode::kFailedPrecondition, "checkpoint ", path, " does not fit this ", target,
+            ": ", key, " is ", found, " in the checkpoint, ", value, " here");
+  }
+}
+
+void CheckNoOtherTensors(const CheckpointReader& reader, const std::string& path,
+                         const std::set<std::string>& expected, const char* target) {
+  for (const std::string& name : reader.TensorNames()) {
+    if (expected.count(name) == 0)
+      Throw(StatusCode::kFailedPrecondition, "checkpoint ", path, " holds tensor '", name,
+            "', which this ", target, " does not have");
+  }
+}
+
+std::string Join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return "[" + out + "]";
+}
+
+void AddVector(const std::string& name, const std::vector<float>& values,
+               CheckpointWriter* writer) {
+  writer->AddTensor(name, kF32, {static_cast<int64_t>(values.size())}, values.data(),
+                    values.size() * sizeof(float));
+}
+
+void AddDenseTensors(const DlrmModel<float>& model, DenseOptimizer<float>& optimizer,
+                     CheckpointWriter* writer) {
+  for (const DenseParamInfo& info : model.dense_param_infos())
+    writer->AddTensor(info.name, kF32, info.shape, model.dense_params().data() + info.offset,
+                      info.size * sizeof(float));
+  for (const auto& [name, buffer] : optimizer.StateBuffers())
+    AddVector(DenseStateName(name), *buffer, writer);
+}
+
+void ReadDenseTensors(const CheckpointReader& reader, const DlrmModel<float>& model,
+                      float* params, const StateBufferList& state,
+                      std::set<std::string>* expected) {
+  for (const DenseParamInfo& info : model.dense_param_infos()) {
+    if (expected) expected->insert(info.name);
+    reader.ReadTensor(info.name, kF32, info.shape, params + info.offset);
+  }
+  for (const auto& [state_name, buffer] : state) {
+    const std::string name = DenseStateName(state_name);
+    if (expected) expected->insert(name);
+    reader.ReadTensor(name, kF32, {static_cast<int64_t>(buffer->size())}, buffer->data());
+  }
+}
+
+}  // namespace dlrm::checkpoint

@@ -1,0 +1,91 @@
+// The one codec of checkpoint contents, shared by the single-process checkpoint
+// (Engine::Save/Load) and the sharded one (sharded_checkpoint.h, ps/shard_store_file.h):
+// format tags, tensor names, the step, layout metadata, and the dense state's tensors.
+// A name or format defined here is defined nowhere else.
+//
+// Tensor names (PyTorch-like, so a reader in another language can find them):
+//   <dense parameter>                    "bottom_mlp.0.weight", "top_mlp.2.bias", ...
+//   dense_optimizer/<state>              the dense optimizer's state buffers
+//   embedding.<key>.weight               a table ("embedding.t0.weight") or a shard of it
+//   sparse_optimizer/<key>/<state>       the sparse optimizer's state of that table/shard
+//
+// Errors: a file of another kind (its format tag names another format) is
+// kFailedPrecondition; missing or unparsable metadata is kDataLoss (a damaged or foreign
+// file). Every message names the file and the metadata key or tensor.
+// Thread safety: stateless functions; the writers and readers they take are not shared.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/checkpoint/checkpoint_file.h"
+#include "engine/model/dlrm_model.h"
+#include "engine/optim/dense_optimizer.h"
+
+namespace dlrm::checkpoint {
+
+// Format tags (metadata "format") of the files libdlrm writes.
+inline constexpr const char* kEngineFormat = "libdlrm.checkpoint.v1";
+inline constexpr const char* kShardStoreFormat = "libdlrm.shard_store.v1";
+inline constexpr const char* kDenseStateFormat = "libdlrm.dense_state.v1";
+inline constexpr const char* kManifestFormat = "libdlrm.manifest.v1";
+
+inline constexpr auto kF32 = TensorEntry::FLOAT32;
+
+std::string EmbeddingWeightName(const std::string& key);
+std::string SparseStateName(const std::string& key, const std::string& state);
+std::string DenseStateName(const std::string& state);
+
+// Metadata the file's format promises; kDataLoss naming the key when it is absent.
+const std::string& RequiredMetadata(const CheckpointReader& reader, const std::string& path,
+                                    const std::string& key);
+// kDataLoss without a format tag, kFailedPrecondition when it names another format.
+void CheckFormat(const CheckpointReader& reader, const std::string& path, const char* want);
+
+// The step travels as decimal metadata "step".
+void WriteStep(int64_t step, CheckpointWriter* writer);  // kInvalidArgument if step < 0
+int64_t ReadStep(const CheckpointReader& reader, const std::string& path);  // kDataLoss
+
+// What a file must agree on with the state it is loaded into, as metadata entries written
+// by the saver and compared one by one by the loader (so an error names the first
+// difference). A count entry comes before the per-item ones: a file with more items fails
+// on it.
+using Layout = std::vector<std::pair<std::string, std::string>>;
+void WriteLayout(const Layout& layout, CheckpointWriter* writer);
+// kFailedPrecondition naming the key whose value differs ("this <target>").
+void CheckLayout(const CheckpointReader& reader, const std::string& path, const Layout& want,
+                 const char* target);
+// Tensors the loader did not ask for mean the file holds state this target would drop.
+void CheckNoOtherTensors(const CheckpointReader& reader, const std::string& path,
+                         const std::set<std::string>& expected, const char* target);
+
+// "[a, b, c]"; the names of optimizer state buffers (they identify the optimizer's kind).
+std::string Join(const std::vector<std::string>& parts);
+template <typename Buffers>
+std::string StateNames(const Buffers& buffers) {
+  std::vector<std::string> names;
+  for (const auto& [name, buffer] : buffers) names.push_back(name);
+  return Join(names);
+}
+
+// A float vector as one tensor of its length.
+void AddVector(const std::string& name, const std::vector<float>& values,
+               CheckpointWriter* writer);
+
+// The dense parameters and the dense optimizer's state. optimizer is not const only
+// because StateBuffers() is not; it is only read.
+void AddDenseTensors(const DlrmModel<float>& model, DenseOptimizer<float>& optimizer,
+                     CheckpointWriter* writer);
+// Named state buffers, as an optimizer's StateBuffers() lists them.
+using StateBufferList = std::vector<std::pair<std::string, std::vector<float>*>>;
+// Reads what AddDenseTensors wrote into params (the model's dense_params() layout) and
+// into state (named like the optimizer's StateBuffers(), each already sized: the live
+// buffers of a fresh state, or staging copies); records every name read in expected.
+void ReadDenseTensors(const CheckpointReader& reader, const DlrmModel<float>& model,
+                      float* params, const StateBufferList& state,
+                      std::set<std::string>* expected = nullptr);
+
+}  // namespace dlrm::checkpoint

@@ -1,0 +1,163 @@
+#include "engine/cluster/cluster_env.h"
+
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+
+#include "engine/core/status.h"
+
+namespace dlrm::dist {
+namespace {
+
+std::optional<int64_t> ParseInt(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return value;
+}
+
+int64_t ParseIntVar(const std::string& name, const std::string& text, int64_t lo, int64_t hi,
+                    const std::string& range) {
+  const std::optional<int64_t> v = ParseInt(text);
+  if (!v) ThrowInvalid(name, "='", text, "' is not an integer");
+  if (*v < lo || *v > hi) ThrowInvalid(name, "=", *v, " is out of range ", range);
+  return *v;
+}
+
+// A host name, an IPv4 address, or a bracketed IPv6 address. `wildcard_ok` admits "*".
+bool ValidHost(const std::string& host, bool wildcard_ok) {
+  if (host.empty() || host.size() > 253) return false;
+  if (wildcard_ok && host == "*") return true;
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return false;
+    for (size_t i = 1; i + 1 < host.size(); ++i) {
+      const char c = host[i];
+      if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.') return false;
+    }
+    return true;
+  }
+  for (char c : host) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_')
+      return false;
+  }
+  return host.front() != '-' && host.front() != '.';
+}
+
+}  // namespace
+
+const char* RoleName(net::Role role) {
+  switch (role) {
+    case net::ROLE_COORDINATOR: return "coordinator";
+    case net::ROLE_SERVER: return "server";
+    case net::ROLE_TRAINER: return "trainer";
+    default: return "unspecified";
+  }
+}
+
+std::string ClusterEnv::CoordinatorEndpoint() const {
+  return "tcp://" + coordinator_host + ":" + std::to_string(coordinator_port);
+}
+
+std::string ClusterEnv::CoordinatorBindEndpoint() const {
+  return "tcp://" + bind_address + ":" + std::to_string(coordinator_port);
+}
+
+std::string ClusterEnv::PeerBindEndpoint() const { return "tcp://" + bind_address + ":*"; }
+
+net::TransportOptions ClusterEnv::Transport() const {
+  net::TransportOptions options;
+  options.secret = secret;
+  options.delay_ms = net_delay_ms;
+  return options;
+}
+
+ClusterEnv ParseClusterEnv(const EnvLookup& lookup) {
+  ClusterEnv env;
+  auto required = [&](const std::string& name, const std::string& expected) {
+    std::optional<std::string> v = lookup(name);
+    if (!v) ThrowInvalid(name, " is not set (expected ", expected, ")");
+    return *v;
+  };
+
+  const std::string role = required("DLRM_ROLE", "coordinator, server or trainer");
+  if (role == "coordinator") {
+    env.role = net::ROLE_COORDINATOR;
+  } else if (role == "server") {
+    env.role = net::ROLE_SERVER;
+  } else if (role == "trainer") {
+    env.role = net::ROLE_TRAINER;
+  } else {
+    ThrowInvalid("DLRM_ROLE='", role, "' is not one of coordinator, server, trainer");
+  }
+
+  const std::string world = required("DLRM_WORLD_SIZE", "the number of servers + trainers");
+  env.world_size = static_cast<int32_t>(ParseIntVar(
+      "DLRM_WORLD_SIZE", world, 1, kMaxWorldSize, "[1, " + std::to_string(kMaxWorldSize) + "]"));
+
+  const std::optional<std::string> rank = lookup("DLRM_RANK");
+  if (env.role == net::ROLE_COORDINATOR) {
+    // Not used, but a launcher that sets it for every process must set it sanely.
+    if (rank) ParseIntVar("DLRM_RANK", *rank, 0, kMaxWorldSize, "for the coordinator");
+  } else {
+    if (!rank) ThrowInvalid("DLRM_RANK is not set (required for DLRM_ROLE=", role, ")");
+    env.rank = static_cast<int32_t>(ParseIntVar(
+        "DLRM_RANK", *rank, 0, env.world_size - 1,
+        "[0, DLRM_WORLD_SIZE=" + std::to_string(env.world_size) + ")"));
+  }
+
+  const std::string coordinator = required("DLRM_COORDINATOR", "host:port");
+  const size_t colon = coordinator.rfind(':');
+  if (colon == std::string::npos)
+    ThrowInvalid("DLRM_COORDINATOR='", coordinator, "' is not host:port");
+  env.coordinator_host = coordinator.substr(0, colon);
+  if (!ValidHost(env.coordinator_host, false))
+    ThrowInvalid("DLRM_COORDINATOR='", coordinator, "' has an invalid host '",
+                 env.coordinator_host, "' (IPv6 addresses go in brackets: [::1]:5555)");
+  const std::optional<int64_t> port = ParseInt(coordinator.substr(colon + 1));
+  if (!port || *port < 1 || *port > 65535)
+    ThrowInvalid("DLRM_COORDINATOR='", coordinator, "' has port '", coordinator.substr(colon + 1),
+                 "', not an integer in [1, 65535]");
+  env.coordinator_port = static_cast<int32_t>(*port);
+
+  if (std::optional<std::string> bind = lookup("DLRM_BIND_ADDRESS")) {
+    if (!ValidHost(*bind, true))
+      ThrowInvalid("DLRM_BIND_ADDRESS='", *bind,
+                   "' is not a host, an IP address, [IPv6] or * (no port: ports are chosen)");
+    env.bind_address = *bind;
+  }
+
+  if (std::optional<std::string> secret = lookup("DLRM_SECRET")) {
+    if (secret->size() < net::kMinSecretBytes)
+      ThrowInvalid("DLRM_SECRET is set but has ", secret->size(), " bytes, fewer than ",
+                   net::kMinSecretBytes, " (value not shown)");
+    env.secret = *secret;
+  }
+
+  if (std::optional<std::string> timeout = lookup("DLRM_TIMEOUT_MS"))
+    env.timeout_ms = ParseIntVar("DLRM_TIMEOUT_MS", *timeout, 1, 86400000, "[1, 86400000]");
+  if (std::optional<std::string> delay = lookup("DLRM_NET_DELAY_MS"))
+    env.net_delay_ms = ParseIntVar("DLRM_NET_DELAY_MS", *delay, 0, 60000, "[0, 60000]");
+  if (std::optional<std::string> collective = lookup("DLRM_COLLECTIVE")) {
+    if (*collective == "gloo") {
+      env.collective = ClusterEnv::Collective::kGloo;
+    } else if (*collective != "builtin") {
+      ThrowInvalid("DLRM_COLLECTIVE='", *collective, "' is not builtin or gloo");
+    }
+    if (env.collective == ClusterEnv::Collective::kGloo && !env.secret.empty())
+      ThrowInvalid("DLRM_COLLECTIVE=gloo cannot be used with DLRM_SECRET: Gloo's connections "
+                   "are not authenticated (use DLRM_COLLECTIVE=builtin)");
+  }
+  return env;
+}
+
+ClusterEnv ClusterEnvFromEnvironment() {
+  return ParseClusterEnv([](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  });
+}
+
+}  // namespace dlrm::dist

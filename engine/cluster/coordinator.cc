@@ -1,0 +1,254 @@
+#include "engine/cluster/coordinator.h"
+
+#include <algorithm>
+#include <sstream>
+#include <utility>
+
+#include <glog/logging.h>
+
+#include "engine/cluster/roster.h"
+
+namespace dlrm::dist {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr milliseconds kPollInterval{100};
+
+std::string RankList(const std::vector<int32_t>& ranks) {
+  std::ostringstream os;
+  const size_t shown = std::min<size_t>(ranks.size(), 20);
+  for (size_t i = 0; i < shown; ++i) os << (i ? ", " : "") << ranks[i];
+  if (shown < ranks.size()) os << " and " << ranks.size() - shown << " more";
+  return os.str();
+}
+
+int32_t CheckedWorldSize(int32_t world_size) {
+  if (world_size < 1 || world_size > kMaxWorldSize)
+    ThrowInvalid("coordinator world_size ", world_size, " is out of range [1, ", kMaxWorldSize,
+                 "]");
+  return world_size;
+}
+
+}  // namespace
+
+Coordinator::Coordinator(const net::Context& context, int32_t world_size,
+                         const std::string& bind_address, const net::TransportOptions& options)
+    : world_size_(CheckedWorldSize(world_size)),
+      endpoint_(context, net::Endpoint::kListen, bind_address, options, "coordinator"),
+      hello_routing_ids_(world_size),
+      left_(world_size, false) {}
+
+net::Roster Coordinator::Rendezvous(milliseconds timeout) {
+  if (roster_) Throw(StatusCode::kFailedPrecondition, "the rendezvous has already completed");
+  timeout_ = timeout;
+  const auto deadline = Clock::now() + timeout;
+  std::vector<std::optional<net::Received>> hellos(world_size_);
+  int32_t count = 0;
+  while (count < world_size_) {
+    const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      std::vector<int32_t> missing;
+      for (int32_t r = 0; r < world_size_; ++r)
+        if (!hellos[r]) missing.push_back(r);
+      std::ostringstream why;
+      why << "rendezvous timed out after " << timeout.count() << " ms: " << count << " of "
+          << world_size_ << " peers said HELLO to the coordinator at " << address()
+          << "; missing ranks " << RankList(missing);
+      for (auto& h : hellos)
+        if (h) endpoint_.ReplyError(*h, StatusCode::kTimeout, why.str());
+      Throw(StatusCode::kTimeout, why.str());
+    }
+    if (stop_) Throw(StatusCode::kCancelled, "the coordinator's rendezvous was stopped");
+    std::optional<net::Received> r = endpoint_.TryReceive(std::min(left, kPollInterval));
+    if (r) HandleDuringRendezvous(std::move(*r), hellos, count);
+  }
+  net::Message reply = net::MakeMessage(net::Header::ROSTER);
+  net::Roster& roster = *reply.header.mutable_roster();
+  roster.set_world_size(world_size_);
+  for (int32_t rank = 0; rank < world_size_; ++rank) {
+    const net::Hello& hello = hellos[rank]->message.header.hello();
+    net::PeerInfo* p = roster.add_peers();
+    p->set_rank(rank);
+    p->set_role(hello.role());
+    p->set_address(AdvertisedAddress(hello.address(), hellos[rank]->from.address));
+  }
+  roster_ = roster;
+  for (auto& h : hellos) endpoint_.Reply(*h, reply);
+  LOG(INFO) << "coordinator " << address() << ": rendezvous complete: " << DescribeRoster(roster);
+  return roster;
+}
+
+void Coordinator::HandleDuringRendezvous(net::Received r,
+                                         std::vector<std::optional<net::Received>>& hellos,
+                                         int32_t& count) {
+  const net::Header& h = r.message.header;
+  if (h.type() == net::Header::HEARTBEAT) {
+    endpoint_.Reply(r, net::MakeMessage(net::Header::HEARTBEAT));
+    return;
+  }
+  if (h.type() != net::Header::HELLO) {
+    endpoint_.ReplyError(r, StatusCode::kFailedPrecondition,
+                         "the coordinator is still waiting for peers to say HELLO and cannot "
+                         "handle " + net::MessageTypeName(h.type()) + " yet");
+    return;
+  }
+  const net::Hello& hello = h.hello();  // the decoder checked its fields are present
+  if (hello.world_size() != world_size_) {
+    endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
+                         "HELLO from rank " + std::to_string(hello.rank()) +
+                             " says DLRM_WORLD_SIZE=" + std::to_string(hello.world_size()) +
+                             " but the coordinator has " + std::to_string(world_size_));
+    return;
+  }
+  if (hello.rank() >= world_size_) {
+    endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
+                         "HELLO rank " + std::to_string(hello.rank()) + " is out of range [0, " +
+                             std::to_string(world_size_) + ")");
+    return;
+  }
+  std::optional<net::Received>& slot = hellos[hello.rank()];
+  if (slot) {
+    if (slot->from.routing_id == r.from.routing_id) {  // the same peer saying it again
+      slot = std::move(r);
+      return;
+    }
+    const net::Hello& first = slot->message.header.hello();
+    endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
+                         "rank " + std::to_string(hello.rank()) + " is already taken by a " +
+                             RoleName(first.role()) + " (address '" + first.address() +
+                             "', connected from " + slot->from.address +
+                             "); is DLRM_RANK set twice?");
+    return;
+  }
+  hello_routing_ids_[hello.rank()] = r.from.routing_id;
+  slot = std::move(r);
+  registered_ = ++count;
+}
+
+void Coordinator::Serve() {
+  if (!roster_)
+    Throw(StatusCode::kFailedPrecondition, "Coordinator::Serve before a successful Rendezvous");
+  while (!stop_ && num_left_ < world_size_) {
+    // A peer that learns of another's death by a wait of its own leaves up to
+    // kAllGatherTimeouts after the dead one's partners did (cluster_env.h).
+    if (first_left_ && Clock::now() - *first_left_ > kLeaveTimeouts * timeout_) {
+      std::vector<int32_t> staying;
+      for (int32_t r = 0; r < world_size_; ++r)
+        if (!left_[r]) staying.push_back(r);
+      Throw(StatusCode::kTimeout, "the job is ending but rank(s) ", RankList(staying),
+            " did not leave within ", kLeaveTimeouts * timeout_.count(),
+            " ms after the first peer left (died, or abandoned the job without finishing)");
+    }
+    std::optional<net::Received> r = endpoint_.TryReceive(kPollInterval);
+    if (r) Handle(std::move(*r));
+  }
+}
+
+std::optional<int32_t> Coordinator::SenderRank(const net::Received& r) {
+  const net::Header& h = r.message.header;
+  if (!h.has_sender_rank() || h.sender_rank() >= world_size_) {
+    endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
+                         net::MessageTypeName(h.type()) + " needs a sender_rank in [0, " +
+                             std::to_string(world_size_) + ")");
+    return std::nullopt;
+  }
+  return h.sender_rank();
+}
+
+void Coordinator::Handle(net::Received r) {
+  const net::Header& h = r.message.header;
+  switch (h.type()) {
+    case net::Header::HELLO: {
+      const int32_t rank = h.hello().rank();
+      if (rank < world_size_ && hello_routing_ids_[rank] == r.from.routing_id) {
+        net::Message again = net::MakeMessage(net::Header::ROSTER);
+        *again.header.mutable_roster() = *roster_;
+        endpoint_.Reply(r, std::move(again));
+      } else {
+        endpoint_.ReplyError(r, StatusCode::kFailedPrecondition,
+                             "the rendezvous of " + std::to_string(world_size_) +
+                                 " peers is complete; rank " + std::to_string(rank) +
+                                 " cannot join now");
+      }
+      return;
+    }
+    case net::Header::BARRIER:
+      HandleBarrier(std::move(r));
+      return;
+    case net::Header::SHUTDOWN:
+      HandleShutdown(std::move(r));
+      return;
+    case net::Header::HEARTBEAT:
+      endpoint_.Reply(r, net::MakeMessage(net::Header::HEARTBEAT));
+      return;
+    default:
+      endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
+                           "the coordinator does not handle " + net::MessageTypeName(h.type()));
+  }
+}
+
+void Coordinator::HandleBarrier(net::Received r) {
+  const std::optional<int32_t> rank = SenderRank(r);
+  if (!rank) return;
+  const int64_t generation = r.message.header.barrier_generation();
+  for (int32_t p = 0; p < world_size_; ++p) {
+    if (left_[p]) {
+      endpoint_.ReplyError(r, StatusCode::kFailedPrecondition,
+                           "barrier " + std::to_string(generation) + " cannot complete: rank " +
+                               std::to_string(p) + " has left");
+      return;
+    }
+  }
+  auto& waiting = barriers_[generation];
+  if (waiting.count(*rank)) {
+    endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
+                         "rank " + std::to_string(*rank) + " entered barrier " +
+                             std::to_string(generation) + " twice");
+    return;
+  }
+  waiting.emplace(*rank, std::move(r));
+  if (static_cast<int32_t>(waiting.size()) < world_size_) return;
+  net::Message release = net::MakeMessage(net::Header::BARRIER);
+  release.header.set_barrier_generation(generation);
+  for (auto& [p, waiter] : waiting) endpoint_.Reply(waiter, release);
+  barriers_.erase(generation);
+}
+
+void Coordinator::HandleShutdown(net::Received r) {
+  const std::optional<int32_t> rank = SenderRank(r);
+  if (!rank) return;
+  if (!left_[*rank]) {
+    left_[*rank] = true;
+    ++num_left_;
+    if (!first_left_) first_left_ = Clock::now();
+  }
+  endpoint_.Reply(r, net::MakeMessage(net::Header::SHUTDOWN));
+  FailBarriersWaitingFor(*rank);
+}
+
+void Coordinator::FailBarriersWaitingFor(int32_t rank) {
+  for (auto it = barriers_.begin(); it != barriers_.end();) {
+    if (it->second.count(rank)) {
+      ++it;
+      continue;
+    }
+    for (auto& [p, waiter] : it->second)
+      endpoint_.ReplyError(waiter, StatusCode::kFailedPrecondition,
+                           "barrier " + std::to_string(it->first) + " cannot complete: rank " +
+                               std::to_string(rank) + " has left");
+    it = barriers_.erase(it);
+  }
+}
+
+void RunCoordinator(const net::Context& context, const ClusterEnv& env) {
+  if (env.role != net::ROLE_COORDINATOR)
+    ThrowInvalid("RunCoordinator with DLRM_ROLE=", RoleName(env.role));
+  Coordinator coordinator(context, env.world_size, env.CoordinatorBindEndpoint(),
+                          env.Transport());
+  coordinator.Rendezvous(milliseconds(env.timeout_ms));
+  coordinator.Serve();
+}
+
+}  // namespace dlrm::dist

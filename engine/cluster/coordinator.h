@@ -1,0 +1,85 @@
+// The coordinator of a multi-process job: rendezvous, then barriers.
+//
+// Rendezvous: every peer (server or trainer, ranks [0, world_size)) sends HELLO with its
+// role, rank, world size and the address it accepts connections on. A HELLO that cannot
+// be admitted (rank out of range or already taken, another world size) is answered at
+// once with an ERROR naming the problem and does not count. When all ranks are in, each
+// HELLO is answered with the ROSTER. A wildcard bind address (0.0.0.0) in a HELLO is
+// replaced by the IP the peer's connection came from (roster.h).
+//
+// Then Serve answers BARRIER (released when all world_size peers reached the same
+// generation; an ERROR if a peer has left, since it can never complete), HEARTBEAT
+// (echoed) and SHUTDOWN (a peer leaving; acknowledged) until every peer has left or
+// Stop() is called. Once one peer has left the job is ending: a peer that has not left
+// within kLeaveTimeouts rendezvous timeouts after that died (a peer that fails or is
+// abandoned leaves in ~CoordinatorClient), and Serve fails naming it rather than waiting
+// forever.
+// The coordinator holds no training state.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/cluster/cluster_env.h"
+#include "engine/net/endpoint.h"
+
+namespace dlrm::dist {
+
+class Coordinator {
+ public:
+  // Listens on `bind_address` ("tcp://127.0.0.1:5555", or port * for a free one).
+  // kInvalidArgument for world_size outside [1, kMaxWorldSize]; kNetwork if the bind fails.
+  Coordinator(const net::Context& context, int32_t world_size, const std::string& bind_address,
+              const net::TransportOptions& options);
+
+  // The endpoint bound (port resolved): what DLRM_COORDINATOR must point to.
+  const std::string& address() const { return endpoint_.address(); }
+  // How many ranks have said HELLO so far (progress reports; any thread).
+  int32_t peers_registered() const { return registered_; }
+
+  // Waits for all HELLOs and answers them with the roster, which it returns. kTimeout
+  // naming the missing ranks; the peers that did say HELLO get an ERROR saying so.
+  // kCancelled if Stop() is called meanwhile.
+  net::Roster Rendezvous(std::chrono::milliseconds timeout);
+
+  // Serves barriers until every peer has sent SHUTDOWN or Stop() is called. kTimeout
+  // naming the peers still in the job when kLeaveTimeouts rendezvous timeouts have passed
+  // since the first one left. kFailedPrecondition before a successful Rendezvous.
+  void Serve();
+  // Makes Rendezvous or Serve return (from any thread) within about 100 ms.
+  void Stop() { stop_ = true; }
+
+ private:
+  void HandleDuringRendezvous(net::Received r, std::vector<std::optional<net::Received>>& hellos,
+                              int32_t& count);
+  void Handle(net::Received r);
+  void HandleBarrier(net::Received r);
+  void HandleShutdown(net::Received r);
+  // The rank a message claims, if it is a valid one; else answers an ERROR.
+  std::optional<int32_t> SenderRank(const net::Received& r);
+  void FailBarriersWaitingFor(int32_t rank);
+
+  const int32_t world_size_;
+  net::Endpoint endpoint_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int32_t> registered_{0};
+  std::optional<net::Roster> roster_;
+  std::vector<std::string> hello_routing_ids_;  // by rank, to recognize a repeated HELLO
+  std::vector<bool> left_;
+  int32_t num_left_ = 0;
+  std::chrono::milliseconds timeout_{0};  // the rendezvous timeout, also the leave deadline
+  std::optional<std::chrono::steady_clock::time_point> first_left_;
+  // Barrier generation -> the peers waiting in it, by rank.
+  std::map<int64_t, std::map<int32_t, net::Received>> barriers_;
+};
+
+// DLRM_ROLE=coordinator: listens on env.CoordinatorBindEndpoint(), rendezvous within
+// env.timeout_ms, then serves until every peer has left.
+void RunCoordinator(const net::Context& context, const ClusterEnv& env);
+
+}  // namespace dlrm::dist

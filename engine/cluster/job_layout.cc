@@ -1,0 +1,27 @@
+#include "engine/cluster/job_layout.h"
+
+#include "engine/config/config.h"
+#include "engine/core/status.h"
+#include "engine/shard/planner.h"
+
+namespace dlrm::dist {
+
+JobLayout LayoutFromRoster(const net::Roster& roster, int32_t rank,
+                           const config::DlrmConfig& config) {
+  JobLayout layout;
+  if (rank < 0 || rank >= roster.peers_size())
+    ThrowInvalid("rank ", rank, " is not in the roster of ", roster.peers_size(), " peers");
+  for (const net::PeerInfo& peer : roster.peers()) {
+    std::vector<std::string>& list = peer.role() == net::ROLE_SERVER ? layout.server_addresses
+                                                                     : layout.trainer_addresses;
+    if (peer.rank() == rank) layout.index = static_cast<int32_t>(list.size());
+    list.push_back(peer.address());
+  }
+  if (layout.server_addresses.empty() || layout.trainer_addresses.empty())
+    ThrowInvalid("a training job needs at least one server and one trainer; the roster has ",
+                 layout.num_servers(), " servers and ", layout.num_trainers(), " trainers");
+  layout.plan = shard::PlanSharding(config, layout.num_servers());
+  return layout;
+}
+
+}  // namespace dlrm::dist

@@ -1,0 +1,31 @@
+// Who is who in a multi-process job, from the roster: servers and trainers are numbered
+// among their own role by ascending rank (server 0 is the server with the lowest rank),
+// and the sharding plan is computed from the config and the number of servers, so every
+// process derives the same plan without exchanging it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/config/dlrm.pb.h"
+#include "engine/net/wire.pb.h"
+#include "engine/shard/plan.pb.h"
+
+namespace dlrm::dist {
+
+struct JobLayout {
+  std::vector<std::string> server_addresses;   // by server index
+  std::vector<std::string> trainer_addresses;  // by trainer index
+  int32_t index = -1;  // this process's number among its role
+  shard::ShardingPlan plan;
+
+  int32_t num_servers() const { return static_cast<int32_t>(server_addresses.size()); }
+  int32_t num_trainers() const { return static_cast<int32_t>(trainer_addresses.size()); }
+};
+
+// kInvalidArgument when the roster has no trainer or no server, or rank is not in it.
+JobLayout LayoutFromRoster(const net::Roster& roster, int32_t rank,
+                           const config::DlrmConfig& config);
+
+}  // namespace dlrm::dist

@@ -1,0 +1,87 @@
+#include "engine/cluster/rendezvous.h"
+
+#include <utility>
+
+#include <glog/logging.h>
+
+namespace dlrm::dist {
+namespace {
+
+const ClusterEnv& CheckedPeerEnv(const ClusterEnv& env) {
+  if (env.role != net::ROLE_SERVER && env.role != net::ROLE_TRAINER)
+    ThrowInvalid("CoordinatorClient needs DLRM_ROLE=server or trainer, not ",
+                 RoleName(env.role));
+  if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size)
+    ThrowInvalid("DLRM_RANK=", env.rank, " is out of range [0, DLRM_WORLD_SIZE=", env.world_size,
+                 ")");
+  return env;
+}
+
+}  // namespace
+
+CoordinatorClient::CoordinatorClient(const net::Context& context, const ClusterEnv& env)
+    : env_(CheckedPeerEnv(env)),
+      client_(context, env.CoordinatorEndpoint(), env.Transport(), "coordinator", env.rank) {}
+
+CoordinatorClient::~CoordinatorClient() {
+  if (!joined_ || left_) return;
+  try {
+    Leave();
+  } catch (const Error& e) {
+    LOG(WARNING) << RoleName(env_.role) << " rank " << env_.rank
+                 << ": could not tell the coordinator it leaves: " << e.what();
+  }
+}
+
+net::Roster CoordinatorClient::Rendezvous(const std::string& address) {
+  net::Message hello = net::MakeMessage(net::Header::HELLO);
+  net::Hello* h = hello.header.mutable_hello();
+  h->set_role(env_.role);
+  h->set_rank(env_.rank);
+  h->set_world_size(env_.world_size);
+  h->set_address(address);
+  net::Message reply;
+  try {
+    reply = client_.Call(std::move(hello), std::chrono::milliseconds(env_.timeout_ms));
+  } catch (const Error& e) {
+    Throw(e.code(), "rendezvous of ", RoleName(env_.role), " rank ", env_.rank, " failed: ",
+          e.what(),
+          e.code() == StatusCode::kTimeout
+              ? " (is the coordinator running at DLRM_COORDINATOR, and DLRM_SECRET the same?)"
+              : "");
+  }
+  if (reply.header.type() != net::Header::ROSTER)
+    Throw(StatusCode::kNetwork, "the coordinator answered HELLO with ",
+          net::MessageTypeName(reply.header.type()), " instead of ROSTER");
+  const net::Roster& roster = reply.header.roster();  // shape checked by the decoder
+  if (roster.world_size() != env_.world_size ||
+      roster.peers(env_.rank).role() != env_.role)
+    Throw(StatusCode::kNetwork, "the coordinator's roster (world size ", roster.world_size(),
+          ") does not list this ", RoleName(env_.role), " as rank ", env_.rank);
+  joined_ = true;
+  return roster;
+}
+
+void CoordinatorClient::Barrier() { Barrier(std::chrono::milliseconds(env_.timeout_ms)); }
+
+void CoordinatorClient::Barrier(std::chrono::milliseconds timeout) {
+  const int64_t generation = next_barrier_++;
+  net::Message enter = net::MakeMessage(net::Header::BARRIER);
+  enter.header.set_barrier_generation(generation);
+  net::Message reply = client_.Call(std::move(enter), timeout);
+  if (reply.header.type() != net::Header::BARRIER ||
+      reply.header.barrier_generation() != generation)
+    Throw(StatusCode::kNetwork, "the coordinator answered barrier ", generation, " with ",
+          net::DescribeMessage(reply));
+}
+
+void CoordinatorClient::Leave() {
+  left_ = true;  // tried once: the destructor does not try again
+  net::Message reply = client_.Call(net::MakeMessage(net::Header::SHUTDOWN),
+                                    std::chrono::milliseconds(env_.timeout_ms));
+  if (reply.header.type() != net::Header::SHUTDOWN)
+    Throw(StatusCode::kNetwork, "the coordinator answered SHUTDOWN with ",
+          net::DescribeMessage(reply));
+}
+
+}  // namespace dlrm::dist

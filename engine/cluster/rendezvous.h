@@ -1,0 +1,59 @@
+// The peer side of rendezvous (servers and trainers): say HELLO to the coordinator, get
+// the roster; later, barriers through the coordinator, and leave.
+//
+//   dist::ClusterEnv env = dist::ClusterEnvFromEnvironment();
+//   net::Context context;
+//   net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
+//                          env.Transport(), "server " + std::to_string(env.rank));
+//   dist::CoordinatorClient coordinator(context, env);
+//   net::Roster roster = coordinator.Rendezvous(listener.address());
+//   ...                                   // connect to roster.peers(r).address()
+//   coordinator.Barrier();
+//   coordinator.Leave();
+//
+// A peer may start before the coordinator: ZeroMQ keeps trying to connect, and only the
+// wait for the roster is bounded (env.timeout_ms, then kTimeout naming the coordinator).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "engine/cluster/cluster_env.h"
+#include "engine/net/client.h"
+
+namespace dlrm::dist {
+
+class CoordinatorClient {
+ public:
+  // kInvalidArgument if env.role is the coordinator's.
+  CoordinatorClient(const net::Context& context, const ClusterEnv& env);
+  // A peer that joined and did not Leave (it failed, or its host abandoned it) leaves now,
+  // best effort (waiting at most env.timeout_ms), so the coordinator learns the job is
+  // ending instead of waiting for it.
+  ~CoordinatorClient();
+  CoordinatorClient(const CoordinatorClient&) = delete;
+  CoordinatorClient& operator=(const CoordinatorClient&) = delete;
+
+  // HELLO with `address` (where this peer accepts connections; empty if nowhere), then
+  // the roster. The coordinator's ERROR (e.g. rank already taken) is thrown with its
+  // code and text; kTimeout after env.timeout_ms if the coordinator does not answer.
+  net::Roster Rendezvous(const std::string& address);
+
+  // Returns when every peer has entered the same barrier (the k-th call of each peer
+  // meets the k-th call of the others). kTimeout after env.timeout_ms or `timeout`;
+  // kFailedPrecondition if a peer has left.
+  void Barrier();
+  void Barrier(std::chrono::milliseconds timeout);
+
+  // Tells the coordinator this peer is done (SHUTDOWN) and waits for its acknowledgment.
+  void Leave();
+
+ private:
+  const ClusterEnv env_;
+  net::Client client_;
+  int64_t next_barrier_ = 0;
+  bool joined_ = false, left_ = false;
+};
+
+}  // namespace dlrm::dist

@@ -1,0 +1,59 @@
+#include "engine/collective/communicator.h"
+
+#include "engine/core/status.h"
+
+namespace dlrm::dist {
+
+class LocalCommunicator : public Communicator {
+ public:
+  LocalCommunicator(LocalCommunicatorHub* hub, int32_t rank) : hub_(hub), rank_(rank) {}
+  int32_t rank() const override { return rank_; }
+  int32_t world_size() const override { return hub_->world_size_; }
+  std::vector<std::string> AllGather(const std::string& contribution) override {
+    return hub_->Exchange(rank_, contribution);
+  }
+
+ private:
+  LocalCommunicatorHub* hub_;
+  int32_t rank_;
+};
+
+LocalCommunicatorHub::LocalCommunicatorHub(int32_t world_size, std::chrono::milliseconds timeout)
+    : world_size_(world_size), timeout_(timeout) {
+  if (world_size <= 0) ThrowInvalid("communicator: world_size must be > 0, got ", world_size);
+  pending_.resize(world_size);
+}
+
+std::unique_ptr<Communicator> LocalCommunicatorHub::Rank(int32_t rank) {
+  if (rank < 0 || rank >= world_size_)
+    ThrowInvalid("communicator: rank ", rank, " is outside [0, ", world_size_, ")");
+  return std::make_unique<LocalCommunicator>(this, rank);
+}
+
+std::vector<std::string> LocalCommunicatorHub::Exchange(int32_t rank,
+                                                        const std::string& contribution) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // A rank that comes back for the next exchange waits until everyone took the last one.
+  if (!cv_.wait_for(lock, timeout_, [&] { return departed_ == 0 || arrived_ > 0; }))
+    Throw(StatusCode::kTimeout, "communicator: rank ", rank,
+          " timed out waiting for the previous all-gather to finish");
+  const uint64_t generation = generation_;
+  pending_[rank] = contribution;
+  if (++arrived_ == world_size_) {
+    result_.swap(pending_);
+    pending_.assign(world_size_, std::string());
+    arrived_ = 0;
+    departed_ = world_size_;
+    ++generation_;
+    cv_.notify_all();
+  } else if (!cv_.wait_for(lock, timeout_, [&] { return generation_ != generation; })) {
+    Throw(StatusCode::kTimeout, "communicator: rank ", rank, " waited ", timeout_.count(),
+          " ms in an all-gather that ", world_size_ - arrived_,
+          " rank(s) never joined");
+  }
+  std::vector<std::string> out = result_;
+  if (--departed_ == 0) cv_.notify_all();
+  return out;
+}
+
+}  // namespace dlrm::dist

@@ -1,0 +1,45 @@
+// The trainers' all-gather over the transport: every rank sends its contribution straight
+// to every other rank (one message latency per collective, which is what a step pays in
+// hybrid mode) and collects theirs, in rank order.
+//
+// Each rank listens on its own endpoint (the address it gave at rendezvous) and connects
+// to every other rank's. Contributions carry the collective's number, so a fast rank's
+// next contribution is kept until its turn. A rank that does not contribute within the
+// timeout fails the collective with kTimeout naming it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/collective/communicator.h"
+#include "engine/net/endpoint.h"
+
+namespace dlrm::dist {
+
+class NetCommunicator : public Communicator {
+ public:
+  // listener: this rank's listening endpoint (borrowed; it must receive nothing but
+  // ALLGATHER messages). addresses[r]: where rank r listens; addresses[rank] is unused.
+  NetCommunicator(const net::Context& context, net::Endpoint* listener,
+                  const std::vector<std::string>& addresses, int32_t rank,
+                  const net::TransportOptions& options, std::chrono::milliseconds timeout);
+
+  int32_t rank() const override { return rank_; }
+  int32_t world_size() const override { return static_cast<int32_t>(peers_.size()); }
+  std::vector<std::string> AllGather(const std::string& contribution) override;
+
+ private:
+  net::Endpoint* listener_;
+  const int32_t rank_;
+  const std::chrono::milliseconds timeout_;
+  std::vector<std::unique_ptr<net::Endpoint>> peers_;  // by rank; null for this rank
+  int64_t number_ = 0;                                 // collectives done
+  // Contributions that arrived early: collective number -> rank -> bytes.
+  std::map<int64_t, std::map<int32_t, std::string>> early_;
+};
+
+}  // namespace dlrm::dist

@@ -1,0 +1,32 @@
+// What a trainer sends an embedding owner after its backward: for each sparse feature the
+// owner serves, the bags of the trainer's samples and the loss gradient of their pooled
+// vectors. Owners concatenate the trainers' parts in rank order (= global sample order)
+// and run the single-process update on the result (shard_store.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dlrm::dist {
+
+struct FeatureUpdate {
+  int32_t feature = 0;           // index into model.sparse_features
+  std::vector<int32_t> lengths;  // [samples]
+  std::vector<int64_t> ids;      // [sum(lengths)]
+  std::vector<float> weights;    // like ids, or empty (all 1)
+  std::vector<float> d_pooled;   // [samples x table dim]
+};
+
+// The global batch's updates from the trainers' parts, given in rank order (trainer k holds
+// the k-th run of samples): per feature, the parts concatenated. Every rank must list the
+// same features in the same order; throws kInvalidArgument otherwise.
+std::vector<FeatureUpdate> ConcatenateRanks(const std::vector<std::vector<FeatureUpdate>>& parts);
+
+// A flat little-endian encoding, for collectives and messages. DecodeFeatureUpdates
+// checks every count against the bytes present (a short or inflated buffer is rejected
+// with kDataLoss naming the field) and never allocates more than the input could hold.
+std::string EncodeFeatureUpdates(const std::vector<FeatureUpdate>& updates);
+std::vector<FeatureUpdate> DecodeFeatureUpdates(const std::string& bytes);
+
+}  // namespace dlrm::dist

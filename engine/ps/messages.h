@@ -1,0 +1,42 @@
+// The embedding service's messages on the wire (engine/net): how a lookup, its answer
+// and an update are laid out in payload frames. Every decoder checks what it reads
+// against the frames present and throws kDataLoss naming the rule a message broke.
+//
+//   LOOKUP        step; [I32 shard per request] [I64 ids per request] [I64 all ids]
+//   LOOKUP_REPLY  [I64 values per request] [F32 all rows, request after request]
+//   UPDATE        step, sender_rank; [F32 learning rate] [U8 EncodeFeatureUpdates]
+//   FLUSH / SAVE  step (SAVE: the checkpoint directory in body); answered by the ACKs
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/ps/feature_update.h"
+#include "engine/ps/shard_owner.h"
+#include "engine/net/message.h"
+
+namespace dlrm::dist {
+
+net::Message EncodeLookup(int64_t step, const std::vector<ShardRows>& request);
+std::vector<ShardRows> DecodeLookup(const net::Message& message);
+
+net::Message EncodeLookupReply(const std::vector<ShardRows>& answered);
+// Fills request[i].rows from the reply to `request`.
+void DecodeLookupReply(const net::Message& reply, std::vector<ShardRows>* request);
+
+struct UpdateMessage {
+  int32_t rank = 0;
+  int64_t step = 0;
+  float lr = 0;
+  std::vector<FeatureUpdate> part;
+};
+net::Message EncodeUpdate(const UpdateMessage& update);
+UpdateMessage DecodeUpdate(const net::Message& message);
+
+// A message with only a step (FLUSH) or a step and a directory (SAVE).
+net::Message StepMessage(net::MessageType type, int64_t step, const std::string& body = "");
+// kDataLoss unless the message carries a step.
+int64_t RequiredStep(const net::Message& message);
+
+}  // namespace dlrm::dist

@@ -1,0 +1,187 @@
+#include "engine/ps/server.h"
+
+#include <chrono>
+#include <utility>
+
+#include <glog/logging.h>
+
+#include "engine/core/status.h"
+#include "engine/ps/messages.h"
+#include "engine/checkpoint/sharded_checkpoint.h"
+#include "engine/ps/shard_store_file.h"
+
+namespace dlrm::dist {
+
+EmbeddingServer::EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int32_t index,
+                                 int32_t num_trainers,
+                                 std::chrono::milliseconds trainer_timeout)
+    : endpoint_(endpoint),
+      owner_(owner),
+      index_(index),
+      num_trainers_(num_trainers),
+      trainer_timeout_(trainer_timeout) {
+  if (endpoint_ == nullptr || owner_ == nullptr)
+    ThrowInvalid("embedding server: endpoint and owner are required");
+  if (endpoint_->kind() != net::Endpoint::kListen)
+    ThrowInvalid("embedding server: the endpoint must listen");
+  owner_->set_on_applied([this] { ServeParked(); });
+}
+
+EmbeddingServer::~EmbeddingServer() { owner_->set_on_applied(nullptr); }
+
+void EmbeddingServer::Stop() { stop_ = true; }
+
+int64_t EmbeddingServer::lookups_served() const {
+  std::lock_guard<std::mutex> lock(parked_mu_);
+  return lookups_served_;
+}
+
+void EmbeddingServer::Serve() {
+  using Clock = std::chrono::steady_clock;
+  last_heard_.assign(num_trainers_, Clock::now());
+  while (!stop_ && static_cast<int32_t>(trainers_done_.size()) < num_trainers_) {
+    std::optional<net::Received> r = endpoint_->TryReceive(std::chrono::milliseconds(100));
+    const auto now = Clock::now();
+    // The message just received counts before anyone is judged silent.
+    if (r && r->message.header.has_sender_rank() &&
+        r->message.header.sender_rank() < num_trainers_)
+      last_heard_[r->message.header.sender_rank()] = now;
+    for (int32_t t = 0; t < num_trainers_; ++t) {
+      if (trainers_done_.count(t) == 0 && now - last_heard_[t] > trainer_timeout_)
+        Throw(StatusCode::kTimeout, "server ", index_, ": trainer ", t, " has sent nothing for ",
+              trainer_timeout_.count(), " ms (it died, or the network is down); giving up");
+    }
+    if (!r) continue;
+    try {
+      Handle(std::move(*r));
+    } catch (const Error& e) {
+      // Handle answers what it can; this is for a reply that could not even be formed.
+      LOG(WARNING) << "server " << index_ << ": " << e.what();
+    }
+  }
+}
+
+void EmbeddingServer::Handle(net::Received r) {
+  switch (r.message.header.type()) {
+    case net::Header::LOOKUP:
+      HandleLookup(std::move(r));
+      return;
+    case net::Header::UPDATE:
+      HandleUpdate(r);
+      return;
+    case net::Header::FLUSH:
+    case net::Header::SAVE:
+      HandleWait(std::move(r));
+      return;
+    case net::Header::SHUTDOWN: {
+      const auto& h = r.message.header;
+      if (!h.has_sender_rank() || h.sender_rank() >= num_trainers_) {
+        endpoint_->ReplyError(r, StatusCode::kInvalidArgument,
+                              "SHUTDOWN needs the sender's trainer rank");
+        return;
+      }
+      trainers_done_.insert(h.sender_rank());
+      endpoint_->Reply(r, net::MakeMessage(net::Header::SHUTDOWN));
+      return;
+    }
+    case net::Header::HEARTBEAT:
+      // Trainers' periodic heartbeats carry no request id and want no answer.
+      if (r.message.header.request_id() != 0)
+        endpoint_->Reply(r, net::MakeMessage(net::Header::HEARTBEAT));
+      return;
+    default:
+      endpoint_->ReplyError(r, StatusCode::kInvalidArgument,
+                            "an embedding server does not handle " +
+                                net::MessageTypeName(r.message.header.type()));
+  }
+}
+
+void EmbeddingServer::HandleLookup(net::Received r) {
+  ParkedLookup lookup;
+  try {
+    lookup.step = RequiredStep(r.message);
+    lookup.rows = DecodeLookup(r.message);
+    owner_->ValidateLookup(lookup.rows, lookup.step);
+  } catch (const Error& e) {
+    endpoint_->ReplyError(r, e.code(), "server " + std::to_string(index_) + ": " + e.what());
+    return;
+  }
+  lookup.request = std::move(r);
+  std::lock_guard<std::mutex> lock(parked_mu_);
+  if (!TryAnswer(lookup)) parked_lookups_.push_back(std::move(lookup));
+}
+
+bool EmbeddingServer::TryAnswer(ParkedLookup& lookup) {
+  try {
+    if (!owner_->Servable(lookup.step)) return false;
+    owner_->ReadRows(lookup.step, &lookup.rows);
+    endpoint_->Reply(lookup.request, EncodeLookupReply(lookup.rows));
+    ++lookups_served_;
+  } catch (const Error& e) {
+    endpoint_->ReplyError(lookup.request, e.code(), e.what());
+  }
+  return true;
+}
+
+void EmbeddingServer::HandleUpdate(const net::Received& r) {
+  try {
+    UpdateMessage u = DecodeUpdate(r.message);
+    owner_->AddUpdate(u.rank, u.step, u.lr, std::move(u.part));
+  } catch (const Error& e) {
+    // Updates are not answered; the trainers learn of this from their next request.
+    const std::string reason = "bad UPDATE (" + net::DescribeMessage(r.message) + "): " +
+                               e.what();
+    LOG(ERROR) << "server " << index_ << ": " << reason;
+    owner_->Fail(reason);
+  }
+}
+
+void EmbeddingServer::HandleWait(net::Received r) {
+  if (!r.message.header.has_step()) {
+    endpoint_->ReplyError(r, StatusCode::kInvalidArgument,
+                          net::MessageTypeName(r.message.header.type()) + " needs a step");
+    return;
+  }
+  std::lock_guard<std::mutex> lock(parked_mu_);
+  if (!TryAnswerWait(r)) parked_waits_.push_back(std::move(r));
+}
+
+bool EmbeddingServer::TryAnswerWait(const net::Received& r) {
+  const int64_t step = r.message.header.step();
+  try {
+    if (!owner_->Applied(step)) return false;
+    if (r.message.header.type() == net::Header::SAVE) {
+      Save(r, step);
+    } else {
+      endpoint_->Reply(r, StepMessage(net::Header::FLUSH_ACK, step));
+    }
+  } catch (const Error& e) {
+    endpoint_->ReplyError(r, e.code(), e.what());
+  }
+  return true;
+}
+
+void EmbeddingServer::Save(const net::Received& r, int64_t step) {
+  const std::string& dir = r.message.header.body();
+  if (dir.empty()) ThrowInvalid("SAVE names no directory");
+  owner_->Frozen([&](int64_t applied) {
+    // Trainers stop sending updates until every server has saved, so the shards are
+    // exactly as of `step`; anything else is a protocol error, not a checkpoint.
+    if (applied != step && !owner_->store().features().empty())
+      Throw(StatusCode::kFailedPrecondition, "server ", index_, " has applied step ", applied,
+            ", cannot save a checkpoint of step ", step);
+    SaveShardStore(owner_->store(), index_, step, dir + "/" + ServerShardFile(index_));
+  });
+  LOG(INFO) << "server " << index_ << ": saved step " << step << " to " << dir;
+  endpoint_->Reply(r, StepMessage(net::Header::SAVE_ACK, step));
+}
+
+void EmbeddingServer::ServeParked() {
+  std::lock_guard<std::mutex> lock(parked_mu_);
+  for (auto it = parked_lookups_.begin(); it != parked_lookups_.end();)
+    it = TryAnswer(*it) ? parked_lookups_.erase(it) : std::next(it);
+  for (auto it = parked_waits_.begin(); it != parked_waits_.end();)
+    it = TryAnswerWait(*it) ? parked_waits_.erase(it) : std::next(it);
+}
+
+}  // namespace dlrm::dist

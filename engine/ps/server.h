@@ -1,0 +1,77 @@
+// An embedding server: serves one ShardOwner (its shards of the plan) to the trainers
+// over a listening endpoint. Owner computes: lookups are answered from the shards, and
+// the trainers' update parts are applied here (shard_owner.h has the consistency rule).
+//
+// A lookup that may not be served yet (its step needs updates still in flight) is parked
+// and answered the moment the owner applies the step it needs, from the applier thread,
+// so sync mode pays no polling delay. FLUSH and SAVE wait the same way.
+//
+// Whatever a peer sends, the server keeps serving: a bad request gets an ERROR naming
+// the problem. A bad UPDATE stops the owner (its step can never complete, so later
+// lookups could only be stale); every later request is answered with that error.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/ps/shard_owner.h"
+#include "engine/net/endpoint.h"
+
+namespace dlrm::dist {
+
+class EmbeddingServer {
+ public:
+  // Borrows endpoint (kListen) and owner. index: the server's number in the plan.
+  // trainer_timeout: how long a trainer may stay silent (trainers send heartbeats)
+  // before Serve gives up on the job.
+  EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int32_t index,
+                  int32_t num_trainers, std::chrono::milliseconds trainer_timeout);
+  ~EmbeddingServer();
+  EmbeddingServer(const EmbeddingServer&) = delete;
+  EmbeddingServer& operator=(const EmbeddingServer&) = delete;
+
+  // Serves until every trainer has sent SHUTDOWN, or Stop() (from any thread). Throws
+  // kTimeout naming a trainer that has been silent for trainer_timeout (it died).
+  void Serve();
+  void Stop();
+
+  int64_t lookups_served() const;
+
+ private:
+  struct ParkedLookup {
+    net::Received request;
+    int64_t step;
+    std::vector<ShardRows> rows;
+  };
+  void Handle(net::Received r);
+  void HandleLookup(net::Received r);
+  void HandleUpdate(const net::Received& r);
+  void HandleWait(net::Received r);  // FLUSH, SAVE
+  // Answers what became possible: parked lookups, flushes and saves. Any thread.
+  void ServeParked();
+  // Answers a lookup now; false if its step is not servable yet. parked_mu_ held.
+  bool TryAnswer(ParkedLookup& lookup);
+  bool TryAnswerWait(const net::Received& r);  // parked_mu_ held
+  void Save(const net::Received& r, int64_t step);
+
+  net::Endpoint* const endpoint_;
+  ShardOwner* const owner_;
+  const int32_t index_;
+  const int32_t num_trainers_;
+  const std::chrono::milliseconds trainer_timeout_;
+  std::vector<std::chrono::steady_clock::time_point> last_heard_;  // by trainer
+  mutable std::mutex parked_mu_;
+  std::deque<ParkedLookup> parked_lookups_;
+  std::deque<net::Received> parked_waits_;
+  int64_t lookups_served_ = 0;
+  std::set<int32_t> trainers_done_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace dlrm::dist

@@ -1,0 +1,57 @@
+#include "engine/ps/server_role.h"
+
+#include <chrono>
+#include <memory>
+
+#include <glog/logging.h>
+
+#include "engine/config/config.h"
+#include "engine/core/status.h"
+#include "engine/core/thread_pool.h"
+#include "engine/ps/server.h"
+#include "engine/ps/shard_store.h"
+#include "engine/cluster/job_layout.h"
+#include "engine/cluster/rendezvous.h"
+#include "engine/checkpoint/sharded_checkpoint.h"
+#include "engine/ps/shard_store_file.h"
+#include "engine/ps/shard_owner.h"
+#include "engine/net/endpoint.h"
+
+namespace dlrm::dist {
+
+void RunEmbeddingServer(const net::Context& context, const ClusterEnv& env,
+                        const config::DlrmConfig& config, const std::string& restore_dir) {
+  if (env.role != net::ROLE_SERVER)
+    ThrowInvalid("RunEmbeddingServer with DLRM_ROLE=", RoleName(env.role));
+  const std::string name = "server rank " + std::to_string(env.rank);
+  net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
+                         env.Transport(), name);
+  CoordinatorClient coordinator(context, env);
+  const net::Roster roster = coordinator.Rendezvous(listener.address());
+  const JobLayout layout = LayoutFromRoster(roster, env.rank, config);
+
+  ThreadPool pool(ResolveThreadCount(config.num_threads()));
+  EmbeddingShardStore store(config, layout.plan, layout.index, &pool);
+  int64_t applied = 0;
+  if (!restore_dir.empty()) {
+    ManifestForRestore(restore_dir, config, layout.num_servers(), layout.num_trainers(),
+                       layout.plan);
+    applied = LoadShardStore(&store, layout.index,
+                             restore_dir + "/" + ServerShardFile(layout.index));
+    LOG(INFO) << "server " << layout.index << ": restored step " << applied << " from "
+              << restore_dir;
+  }
+  ShardOwner owner(&store, layout.index, layout.num_trainers(),
+                   StalenessBound(config.distributed()), applied);
+  EmbeddingServer server(&listener, &owner, layout.index, layout.num_trainers(),
+                         std::chrono::milliseconds(env.timeout_ms));
+  LOG(INFO) << "server " << layout.index << " (rank " << env.rank << ") serves "
+            << store.shards().size() << " shards at " << listener.address() << " for "
+            << layout.num_trainers() << " trainers, staleness " << owner.staleness();
+  server.Serve();  // on an error, ~CoordinatorClient leaves the job
+  LOG(INFO) << "server " << layout.index << ": every trainer is done; "
+            << server.lookups_served() << " lookups served";
+  coordinator.Leave();
+}
+
+}  // namespace dlrm::dist

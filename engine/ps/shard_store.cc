@@ -1,0 +1,229 @@
+#include "engine/ps/shard_store.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "engine/core/status.h"
+#include "engine/data/batch.h"
+
+namespace dlrm::dist {
+namespace {
+
+int32_t TableOfFeature(const config::ModelConfig& model, int32_t feature) {
+  const std::string& name = model.sparse_features(feature).table();
+  for (int t = 0; t < model.tables_size(); ++t) {
+    if (model.tables(t).name() == name) return t;
+  }
+  ThrowInvalid("sparse feature ", feature, " names unknown table '", name, "'");
+}
+
+void CheckFinite(const std::vector<float>& values, int32_t feature, const char* what) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i]))
+      ThrowInvalid("update of feature ", feature, ": ", what, "[", i, "] is not finite");
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<ShardLocation>> LocateShards(const config::ModelConfig& model,
+                                                     const shard::ShardingPlan& plan) {
+  std::vector<std::vector<ShardLocation>> by_table(model.tables_size());
+  std::vector<int32_t> next_index;  // per server; replicas counted in replica_next
+  int32_t replica_next = 0;
+  for (const shard::TableShard& s : plan.shards()) {
+    const int32_t t = s.table_index();
+    if (t < 0 || t >= model.tables_size() || model.tables(t).name() != s.table())
+      ThrowInvalid("sharding plan names table '", s.table(), "' at index ", t,
+                   ", which the config does not have");
+    const config::TableConfig& tc = model.tables(t);
+    ShardLocation loc;
+    loc.table = t;
+    if (s.type() == config::ShardingConfig::DATA_PARALLEL) {
+      loc.owner = kTrainerReplica;
+      loc.index = replica_next++;
+      loc.row_end = tc.num_rows();
+      loc.col_end = tc.dim();
+    } else {
+      if (!s.has_server() || s.server() < 0 || s.server() >= plan.num_servers())
+        ThrowInvalid("sharding plan: a shard of table '", tc.name(), "' has server ",
+                     s.server(), " outside [0, ", plan.num_servers(), ")");
+      loc.owner = s.server();
+      if (static_cast<size_t>(loc.owner) >= next_index.size()) next_index.resize(loc.owner + 1);
+      loc.index = next_index[loc.owner]++;
+      loc.row_begin = s.row_begin();
+      loc.row_end = s.has_row_end() ? s.row_end() : tc.num_rows();
+      loc.col_begin = s.col_begin();
+      loc.col_end = s.has_col_end() ? s.col_end() : tc.dim();
+    }
+    if (loc.row_begin < 0 || loc.row_begin >= loc.row_end || loc.row_end > tc.num_rows() ||
+        loc.col_begin < 0 || loc.col_begin >= loc.col_end || loc.col_end > tc.dim())
+      ThrowInvalid("sharding plan: shard of table '", tc.name(), "' rows [", loc.row_begin,
+                   ", ", loc.row_end, ") columns [", loc.col_begin, ", ", loc.col_end,
+                   ") does not fit the table's ", tc.num_rows(), " x ", tc.dim());
+    by_table[t].push_back(loc);
+  }
+  return by_table;
+}
+
+EmbeddingShardStore::EmbeddingShardStore(const config::DlrmConfig& config,
+                                         const shard::ShardingPlan& plan, int32_t owner,
+                                         ThreadPool* pool)
+    : model_(config.model()), pool_(pool) {
+  const bool rowwise = config.sparse_optimizer().has_rowwise_adagrad();
+  std::vector<ShardLocation> mine;
+  for (const auto& pieces : LocateShards(model_, plan)) {
+    for (const ShardLocation& loc : pieces) {
+      if (loc.owner == owner) mine.push_back(loc);
+    }
+  }
+  // In the owner's numbering (plan order), which LocateShards assigned.
+  shards_.resize(mine.size());
+  for (const ShardLocation& loc : mine) shards_[loc.index] = loc;
+  for (const ShardLocation& shard : shards_) {
+    const config::TableConfig& tc = model_.tables(shard.table);
+    if (rowwise && (shard.col_begin != 0 || shard.col_end != tc.dim()))
+      ThrowInvalid("table '", tc.name(), "': row-wise Adagrad keeps one statistic per whole "
+                   "row, so it cannot run on a COLUMN_WISE shard (columns [", shard.col_begin,
+                   ", ", shard.col_end, ")); use another sharding type or optimizer");
+  }
+
+  tables_ = BuildTables<float>(static_cast<int64_t>(shards_.size()), pool_, [&](int64_t i) {
+    const Shard& s = shards_[i];
+    const config::TableConfig& tc = model_.tables(s.table);
+    EmbeddingTable<float> table(tc.name(), s.row_end - s.row_begin, s.col_end - s.col_begin);
+    table.InitializeShard(tc.initializer(), config.seed(), s.table, tc.num_rows(), s.row_begin,
+                          s.col_begin);
+    return table;
+  });
+  std::vector<TableShape> shapes;
+  for (const EmbeddingTable<float>& table : tables_)
+    shapes.push_back({table.num_rows(), table.dim()});
+  for (const Shard& s : shards_) row_ranges_.push_back({s.row_begin, s.row_end});
+
+  std::vector<FeatureBinding> bindings;
+  int32_t width = 0;
+  for (int32_t f = 0; f < model_.sparse_features_size(); ++f) {
+    const int32_t t = TableOfFeature(model_, f);
+    bool used = false;
+    for (size_t i = 0; i < shards_.size(); ++i) {
+      if (shards_[i].table != t) continue;
+      if (!used) features_.push_back(f);
+      used = true;
+      FeatureBinding b;
+      b.table = static_cast<int32_t>(i);
+      b.offset = width;
+      b.mean = model_.sparse_features(f).pooling() == config::SparseFeatureConfig::MEAN;
+      bindings.push_back(b);
+      bindings_.push_back({static_cast<int32_t>(features_.size()) - 1, static_cast<int32_t>(i)});
+      width += tables_[i].dim();
+    }
+  }
+  bags_ = std::make_unique<EmbeddingBagCollection<float>>(&tables_, bindings, width);
+  optimizer_ = MakeSparseOptimizer<float>(config.sparse_optimizer(), shapes);
+}
+
+EmbeddingShardStore::~EmbeddingShardStore() = default;
+
+void EmbeddingShardStore::Lookup(int32_t shard, const int64_t* ids, int64_t n,
+                                 float* out) const {
+  if (shard < 0 || shard >= static_cast<int32_t>(shards_.size()))
+    ThrowInvalid("lookup: shard ", shard, " is not one of this owner's ", shards_.size());
+  if (n < 0 || (n > 0 && (ids == nullptr || out == nullptr)))
+    ThrowInvalid("lookup: ", n, " ids with a null ids or out pointer");
+  const Shard& s = shards_[shard];
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < s.row_begin || ids[i] >= s.row_end)
+      Throw(StatusCode::kOutOfRange, "lookup: ids[", i, "] = ", ids[i], " is outside shard ",
+            shard, "'s rows [", s.row_begin, ", ", s.row_end, ") of table '",
+            model_.tables(s.table).name(), "'");
+  }
+  const EmbeddingTable<float>& table = tables_[shard];
+  const int32_t dim = table.dim();
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = table.row(ids[i] - s.row_begin);
+    std::copy(row, row + dim, out + i * dim);
+  }
+}
+
+void EmbeddingShardStore::ApplyUpdate(const std::vector<FeatureUpdate>& updates,
+                                      int64_t batch_size, float lr, int64_t step) {
+  if (batch_size <= 0) ThrowInvalid("update: batch_size must be > 0, got ", batch_size);
+  if (updates.size() != features_.size())
+    ThrowInvalid("update: ", updates.size(), " feature updates for the ", features_.size(),
+                 " features this owner serves");
+  bool weighted = false;
+  for (size_t k = 0; k < updates.size(); ++k) {
+    const FeatureUpdate& u = updates[k];
+    const int32_t f = features_[k];
+    if (u.feature != f)
+      ThrowInvalid("update ", k, " is for feature ", u.feature, ", expected feature ", f);
+    const config::TableConfig& tc = model_.tables(TableOfFeature(model_, f));
+    if (static_cast<int64_t>(u.lengths.size()) != batch_size)
+      ThrowInvalid("update of feature ", f, ": ", u.lengths.size(), " lengths for ",
+                   batch_size, " samples");
+    int64_t total = 0;
+    for (size_t b = 0; b < u.lengths.size(); ++b) {
+      if (u.lengths[b] < 0)
+        ThrowInvalid("update of feature ", f, ": lengths[", b, "] = ", u.lengths[b], " < 0");
+      total += u.lengths[b];
+    }
+    if (total != static_cast<int64_t>(u.ids.size()))
+      ThrowInvalid("update of feature ", f, ": lengths sum to ", total, " but there are ",
+                   u.ids.size(), " ids");
+    for (size_t i = 0; i < u.ids.size(); ++i) {
+      if (u.ids[i] < 0 || u.ids[i] >= tc.num_rows())
+        Throw(StatusCode::kOutOfRange, "update of feature ", f, ": ids[", i, "] = ", u.ids[i],
+              " is outside table '", tc.name(), "' [0, ", tc.num_rows(), ")");
+    }
+    if (k == 0) weighted = !u.weights.empty();
+    if (!u.weights.empty() && u.weights.size() != u.ids.size())
+      ThrowInvalid("update of feature ", f, ": ", u.weights.size(), " weights for ",
+                   u.ids.size(), " ids");
+    if (u.weights.empty() == weighted)
+      ThrowInvalid("update of feature ", f, ": per-id weights on some features only");
+    if (static_cast<int64_t>(u.d_pooled.size()) != batch_size * tc.dim())
+      ThrowInvalid("update of feature ", f, ": d_pooled has ", u.d_pooled.size(),
+                   " values, expected ", batch_size, " x ", tc.dim());
+    CheckFinite(u.weights, f, "weights");
+    CheckFinite(u.d_pooled, f, "d_pooled");
+  }
+
+  // The local batch: one sparse feature per binding (a feature once per shard of its
+  // table), feature-major as every batch; and the bindings' gradient columns side by side.
+  const int32_t width = bags_->pooled_width();
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> ids;
+  std::vector<float> weights;
+  std::vector<float> d_local(static_cast<size_t>(batch_size) * width);
+  int32_t offset = 0;
+  for (const Binding& b : bindings_) {
+    const FeatureUpdate& u = updates[b.feature_slot];
+    lengths.insert(lengths.end(), u.lengths.begin(), u.lengths.end());
+    ids.insert(ids.end(), u.ids.begin(), u.ids.end());
+    weights.insert(weights.end(), u.weights.begin(), u.weights.end());
+    const Shard& s = shards_[b.shard];
+    const int32_t full_dim = model_.tables(s.table).dim();
+    const int32_t cols = s.col_end - s.col_begin;
+    for (int64_t r = 0; r < batch_size; ++r) {
+      const float* src = u.d_pooled.data() + r * full_dim + s.col_begin;
+      std::copy(src, src + cols, d_local.data() + r * width + offset);
+    }
+    offset += cols;
+  }
+  ValidatedBatch batch;
+  batch.view.batch_size = batch_size;
+  batch.view.num_sparse = static_cast<int32_t>(bindings_.size());
+  batch.view.lengths = lengths.data();
+  batch.view.num_ids = static_cast<int64_t>(ids.size());
+  batch.view.ids = ids.data();
+  batch.view.weights = weighted ? weights.data() : nullptr;
+  batch.offsets.resize(lengths.size() + 1);
+  batch.offsets[0] = 0;
+  for (size_t i = 0; i < lengths.size(); ++i)
+    batch.offsets[i + 1] = batch.offsets[i] + lengths[i];
+  bags_->BackwardAndUpdate(batch, d_local.data(), *optimizer_, lr, step, pool_, &row_ranges_);
+}
+
+}  // namespace dlrm::dist

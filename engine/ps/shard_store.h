@@ -1,0 +1,94 @@
+// The embedding shards one owner holds, and the two things done to them (owner computes):
+// lookups of rows and the step's fused sparse update.
+//
+// An owner is an embedding server (its shards of the sharding plan) or, for the tables the
+// plan replicates (DATA_PARALLEL), every trainer. Shards start from exactly the values of
+// the single-process tables (EmbeddingTable::InitializeShard) and are updated by the
+// single-process code (EmbeddingBagCollection::BackwardAndUpdate) over the global batch's
+// bags in the global order, restricted to the shard's rows and columns. So in sync mode
+// every row ends up bitwise equal to single-process training, for every sharding type.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/config/dlrm.pb.h"
+#include "engine/core/thread_pool.h"
+#include "engine/ps/feature_update.h"
+#include "engine/embedding/embedding_bag.h"
+#include "engine/embedding/embedding_table.h"
+#include "engine/embedding/sparse_optimizer.h"
+#include "engine/shard/plan.pb.h"
+
+namespace dlrm::dist {
+
+// The owner id of the DATA_PARALLEL shards (held by every trainer).
+constexpr int32_t kTrainerReplica = -1;
+
+// One piece of a table and who holds it. An owner numbers its shards in plan order.
+struct ShardLocation {
+  int32_t owner = 0;  // server index, or kTrainerReplica
+  int32_t index = 0;  // the shard's number in its owner's store
+  int32_t table = 0;  // model.tables index
+  int64_t row_begin = 0, row_end = 0;
+  int32_t col_begin = 0, col_end = 0;
+};
+
+// Every shard of the plan, grouped by table (result[t] lists table t's pieces). Throws
+// kInvalidArgument when the plan does not fit the model.
+std::vector<std::vector<ShardLocation>> LocateShards(const config::ModelConfig& model,
+                                                     const shard::ShardingPlan& plan);
+
+class EmbeddingShardStore {
+ public:
+  using Shard = ShardLocation;
+
+  // The shards of `plan` whose owner is `owner` (a server index, or kTrainerReplica).
+  // config must have passed ValidateConfig and plan must be PlanSharding(config, ...).
+  // Throws kInvalidArgument for a plan that does not fit the config, and for row-wise
+  // Adagrad on a shard without whole rows (its per-row statistic needs every column).
+  EmbeddingShardStore(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
+                      int32_t owner, ThreadPool* pool = nullptr);
+  ~EmbeddingShardStore();
+  EmbeddingShardStore(const EmbeddingShardStore&) = delete;
+  EmbeddingShardStore& operator=(const EmbeddingShardStore&) = delete;
+
+  const std::vector<Shard>& shards() const { return shards_; }
+  const EmbeddingTable<float>& shard_table(int32_t shard) const { return tables_[shard]; }
+  // For restoring a checkpoint (shard_store_file.h); not while updates run.
+  EmbeddingTable<float>& mutable_shard_table(int32_t shard) { return tables_[shard]; }
+  // Features whose table has a shard here: what ApplyUpdate needs, in feature order.
+  const std::vector<int32_t>& features() const { return features_; }
+
+  // out [n x shard width] = the rows of `ids` (table ids, inside the shard's rows).
+  // Throws kInvalidArgument / kOutOfRange naming the bad shard or id; writes nothing then.
+  void Lookup(int32_t shard, const int64_t* ids, int64_t n, float* out) const;
+
+  // Applies one step's sparse update from the global batch (batch_size samples): one
+  // FeatureUpdate per entry of features(), in that order. Everything is validated before
+  // any row changes (sizes, id ranges, finite gradients and weights).
+  void ApplyUpdate(const std::vector<FeatureUpdate>& updates, int64_t batch_size, float lr,
+                   int64_t step);
+
+  SparseOptimizer<float>& optimizer() { return *optimizer_; }
+
+ private:
+  const config::ModelConfig model_;
+  ThreadPool* pool_;
+  std::vector<Shard> shards_;
+  std::vector<EmbeddingTable<float>> tables_;  // one per shard
+  std::vector<RowRange> row_ranges_;           // one per shard
+  std::vector<int32_t> features_;
+  // One binding per (feature, shard of its table), features in order: the local batch
+  // ApplyUpdate builds has one sparse "feature" per binding.
+  struct Binding {
+    int32_t feature_slot;  // index into features_
+    int32_t shard;
+  };
+  std::vector<Binding> bindings_;
+  std::unique_ptr<EmbeddingBagCollection<float>> bags_;
+  std::unique_ptr<SparseOptimizer<float>> optimizer_;
+};
+
+}  // namespace dlrm::dist

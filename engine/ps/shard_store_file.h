@@ -1,0 +1,32 @@
+// A shard store's file in a sharded checkpoint (engine/checkpoint/sharded_checkpoint.h
+// has the directory layout and the files' names): each embedding server's shards, or the trainers' replicas of
+// the DATA_PARALLEL tables. Tensor names, format tag and layout metadata come from the
+// checkpoint codec (engine/checkpoint/codec.h).
+//
+// Errors: kIo / kDataLoss for a file that cannot be read or is corrupt,
+// kFailedPrecondition naming the difference for a file of another kind, owner or layout;
+// a failed load leaves the store unchanged. Callers must not run updates on the store
+// during a save or load.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/ps/shard_store.h"
+
+namespace dlrm::dist {
+
+// Writes every shard's rows ("embedding.<table>.rows_<b>_<e>.cols_<b>_<e>.weight") and its
+// sparse optimizer state ("sparse_optimizer/<table>.rows_..._cols_.../<state name>"), with
+// metadata: format tag, owner, step and the layout (each shard's table, rows and columns,
+// and the optimizer's state names, which identify its kind). owner must be the store's
+// owner (kInvalidArgument otherwise). Throws kIo if the file cannot be written.
+void SaveShardStore(const EmbeddingShardStore& store, int32_t owner, int64_t step,
+                    const std::string& path);
+
+// Restores a SaveShardStore file into store and returns its step. Throws kIo / kDataLoss
+// for a file that cannot be read or is corrupt, kFailedPrecondition naming the difference
+// when the file is of another kind, owner or layout. store is unchanged on any error.
+int64_t LoadShardStore(EmbeddingShardStore* store, int32_t owner, const std::string& path);
+
+}  // namespace dlrm::dist

@@ -1,0 +1,464 @@
+#include "engine/train/data_parallel_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "engine/config/config.h"
+#include "engine/core/byte_codec.h"
+#include "engine/core/finite.h"
+#include "engine/core/status.h"
+#include "engine/core/tree_reduce.h"
+#include "engine/dense/loss.h"
+#include "engine/embedding/embedding_bag.h"
+#include "engine/optim/lr_schedule.h"
+
+namespace dlrm::dist {
+namespace {
+
+bool IsPowerOfTwo(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+}  // namespace
+
+// What a rank contributes to a step's exchange.
+struct DataParallelTrainer::Contribution {
+  int64_t samples = 0;
+  int32_t error_code = 0;  // a StatusCode; kOk: the rank trained its part
+  std::string error;
+  double loss_sum = 0;
+  bool finite = true;
+  std::vector<float> dense_grad;
+  std::string replica_update;  // EncodeFeatureUpdates of the replicated tables' features
+};
+
+std::string DataParallelTrainer::Encode(const Contribution& c, const std::vector<float>& dense_grad,
+                                std::string buffer) {
+  ByteWriter out(std::move(buffer));
+  out.Reserve(64 + c.error.size() + dense_grad.size() * sizeof(float) + c.replica_update.size());
+  out.Put<int64_t>(c.samples);
+  out.Put<int32_t>(c.error_code);
+  out.PutString(c.error);
+  if (c.error_code == 0) {
+    out.Put<double>(c.loss_sum);
+    out.Put<uint8_t>(c.finite ? 1 : 0);
+    out.PutArray(dense_grad);
+    out.PutString(c.replica_update);
+  }
+  return std::move(out).Take();
+}
+
+void DataParallelTrainer::Decode(const std::string& bytes, Contribution* c) {
+  ByteReader in(bytes, "trainer exchange");
+  c->samples = in.Get<int64_t>("samples");
+  c->error_code = in.Get<int32_t>("error code");
+  c->error = in.GetString("error");
+  if (c->error_code == 0) {
+    c->loss_sum = in.Get<double>("loss");
+    c->finite = in.Get<uint8_t>("finite flag") == 1;
+    in.GetArray("dense gradient", &c->dense_grad);
+    c->replica_update = in.GetString("replica update");
+  }
+  in.ExpectEnd();
+}
+
+struct DataParallelTrainer::Prepared {
+  OwnedBatch batch;
+  ValidatedBatch validated;  // views `batch`
+  StatusCode error_code = StatusCode::kOk;
+  std::string error;  // why the part cannot be trained
+  int64_t step = 0;   // the step its lookups were submitted for
+  std::vector<std::vector<int64_t>> distinct;  // per table: the part's ids, sorted, unique
+  // Where a shard's rows go: one entry per shard the part reads.
+  struct Placement {
+    int32_t table;
+    int32_t shard;  // in its owner's store
+    int32_t col_begin, col_end;
+    int64_t first, count;  // the ids distinct[table][first, first + count)
+  };
+  std::vector<std::vector<Placement>> placements;       // per server, one per ShardRows asked
+  std::vector<Placement> replica_placements;            // read at train time (see GatherRows)
+  std::vector<std::unique_ptr<PendingLookup>> lookups;  // per server; null: nothing asked
+};
+
+DataParallelTrainer::DataParallelTrainer(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
+                         Communicator* comm, EmbeddingService* service, ThreadPool* pool)
+    : config_(config),
+      comm_(comm),
+      service_(service),
+      pool_(pool),
+      model_(config, pool, /*allocate_tables=*/false),
+      dense_optimizer_(
+          MakeDenseOptimizer<float>(config.dense_optimizer(), model_.dense_params().size())),
+      replicas_(config, plan, kTrainerReplica, pool),
+      locations_(LocateShards(config.model(), plan)) {
+  if (comm_ == nullptr || service_ == nullptr)
+    ThrowInvalid("sync trainer: communicator and embedding service are required");
+  server_features_.resize(plan.num_servers());
+  const config::ModelConfig& model = config.model();
+  for (int32_t f = 0; f < model.sparse_features_size(); ++f) {
+    const int32_t t = FindTable(model, model.sparse_features(f).table());
+    for (const ShardLocation& loc : locations_[t]) {
+      if (loc.owner == kTrainerReplica) continue;
+      std::vector<int32_t>& features = server_features_[loc.owner];
+      if (features.empty() || features.back() != f) features.push_back(f);
+    }
+  }
+  for (const config::TableConfig& tc : model.tables())
+    fetched_.emplace_back(tc.name(), 1, tc.dim());
+}
+
+DataParallelTrainer::~DataParallelTrainer() = default;
+
+std::unique_ptr<DataParallelTrainer::Prepared> DataParallelTrainer::Prepare(const BatchView& part, int64_t step,
+                                                            bool training) {
+  auto p = std::make_unique<Prepared>();
+  p->step = step;
+  try {
+    ValidatedBatch checked =
+        ValidateBatch(part, model_.num_dense_features(), model_.feature_specs(), training);
+    const int64_t rows = model_.chunk_rows();
+    if (training && (part.batch_size % rows != 0 || !IsPowerOfTwo(part.batch_size / rows)))
+      ThrowInvalid("sync training needs each trainer's part to be a power-of-two number of ",
+                   "reduction chunks (reduction_chunk_rows ", rows, " x 1, 2, 4, ...), got ",
+                   part.batch_size, " samples");
+    p->batch = CopyBatch(part);
+    p->validated = std::move(checked);
+    p->validated.view = p->batch.view();
+
+    const BatchView& view = p->validated.view;
+    p->distinct.assign(config_.model().tables_size(), {});
+    const std::vector<FeatureBinding>& bindings = model_.feature_bindings();
+    for (int32_t f = 0; f < view.num_sparse; ++f) {
+      std::vector<int64_t>& ids = p->distinct[bindings[f].table];
+      ids.insert(ids.end(), view.ids + p->validated.bag_begin(f, 0),
+                 view.ids + p->validated.bag_begin(f + 1, 0));
+    }
+    for (std::vector<int64_t>& ids : p->distinct) {
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    }
+    SubmitLookups(*p);
+  } catch (const Error& e) {
+    p->error_code = e.code();
+    p->error = e.what();
+  }
+  return p;
+}
+
+void DataParallelTrainer::SubmitLookups(Prepared& p) {
+  const size_t servers = server_features_.size();
+  std::vector<std::vector<ShardRows>> requests(servers);
+  p.placements.assign(servers, {});
+  p.replica_placements.clear();
+  p.lookups.clear();
+  p.lookups.resize(servers);
+  for (int32_t t = 0; t < static_cast<int32_t>(p.distinct.size()); ++t) {
+    const std::vector<int64_t>& ids = p.distinct[t];
+    for (const ShardLocation& loc : locations_[t]) {
+      const auto lo = std::lower_bound(ids.begin(), ids.end(), loc.row_begin);
+      const auto hi = std::lower_bound(ids.begin(), ids.end(), loc.row_end);
+      if (lo == hi) continue;
+      const Prepared::Placement where{t, loc.index, loc.col_begin, loc.col_end,
+                                      static_cast<int64_t>(lo - ids.begin()),
+                                      static_cast<int64_t>(hi - lo)};
+      if (loc.owner == kTrainerReplica) {
+        p.replica_placements.push_back(where);
+        continue;
+      }
+      ShardRows request;
+      request.shard = loc.index;
+      request.ids.assign(lo, hi);
+      requests[loc.owner].push_back(std::move(request));
+      p.placements[loc.owner].push_back(where);
+    }
+  }
+  for (size_t s = 0; s < servers; ++s) {
+    if (requests[s].empty()) continue;
+    p.lookups[s] =
+        service_->SubmitLookup(static_cast<int32_t>(s), p.step, std::move(requests[s]));
+  }
+}
+
+ValidatedBatch DataParallelTrainer::GatherRows(Prepared& p) {
+  const config::ModelConfig& model = config_.model();
+  // Grown, never shrunk: the re-indexed ids stay below the part's distinct count, and a
+  // table reallocated every step (its size follows the ids) faulted its pages in afresh.
+  for (int32_t t = 0; t < model.tables_size(); ++t) {
+    const int64_t rows = static_cast<int64_t>(p.distinct[t].size());
+    if (fetched_[t].num_rows() < rows)
+      fetched_[t] = EmbeddingTable<float>(model.tables(t).name(), rows + rows / 2,
+                                          model.tables(t).dim());
+  }
+  auto place = [&](const Prepared::Placement& where, const std::vector<float>& rows) {
+    const int32_t width = where.col_end - where.col_begin;
+    for (int64_t i = 0; i < where.count; ++i)
+      std::copy(rows.begin() + i * width, rows.begin() + (i + 1) * width,
+                fetched_[where.table].row(where.first + i) + where.col_begin);
+  };
+  // Replicated tables: this rank's own copy, read now (after the previous step's update).
+  std::vector<float> rows;
+  for (const Prepared::Placement& where : p.replica_placements) {
+    rows.resize(where.count * (where.col_end - where.col_begin));
+    replicas_.Lookup(where.shard, p.distinct[where.table].data() + where.first, where.count,
+                     rows.data());
+    place(where, rows);
+  }
+  // Served tables: the answers to the lookups submitted when the part was queued.
+  for (size_t s = 0; s < p.lookups.size(); ++s) {
+    if (!p.lookups[s]) continue;
+    const std::vector<ShardRows> answers = p.lookups[s]->Wait();
+    p.lookups[s].reset();
+    const std::vector<Prepared::Placement>& where = p.placements[s];
+    if (answers.size() != where.size())
+      Throw(StatusCode::kDataLoss, "server ", s, " answered ", answers.size(),
+            " shard lookups, ", where.size(), " were asked");
+    for (size_t i = 0; i < answers.size(); ++i) {
+      const int32_t width = where[i].col_end - where[i].col_begin;
+      if (answers[i].rows.size() != static_cast<size_t>(where[i].count) * width)
+        Throw(StatusCode::kDataLoss, "server ", s, " answered ", answers[i].rows.size(),
+              " values for ", where[i].count, " rows of width ", width);
+      place(where[i], answers[i].rows);
+    }
+  }
+  // The part re-indexed into the fetched rows.
+  const BatchView& view = p.validated.view;
+  const std::vector<FeatureBinding>& bindings = model_.feature_bindings();
+  local_ids_.assign(view.ids, view.ids + view.num_ids);
+  for (int32_t f = 0; f < view.num_sparse; ++f) {
+    const std::vector<int64_t>& ids = p.distinct[bindings[f].table];
+    for (int64_t i = p.validated.bag_begin(f, 0); i < p.validated.bag_begin(f + 1, 0); ++i)
+      local_ids_[i] = std::lower_bound(ids.begin(), ids.end(), view.ids[i]) - ids.begin();
+  }
+  ValidatedBatch local = p.validated;
+  local.view.ids = local_ids_.data();
+  return local;
+}
+
+std::vector<FeatureUpdate> DataParallelTrainer::UpdatesFor(const std::vector<int32_t>& features,
+                                                   const ValidatedBatch& batch) const {
+  const BatchView& view = batch.view;
+  const int64_t samples = view.batch_size;
+  const int32_t width = model_.pooled_width();
+  std::vector<FeatureUpdate> updates;
+  for (const int32_t f : features) {
+    const FeatureBinding& b = model_.feature_bindings()[f];
+    const int32_t dim = config_.model().tables(b.table).dim();
+    FeatureUpdate u;
+    u.feature = f;
+    u.lengths.assign(view.lengths + f * samples, view.lengths + (f + 1) * samples);
+    const int64_t begin = batch.bag_begin(f, 0), end = batch.bag_begin(f + 1, 0);
+    u.ids.assign(view.ids + begin, view.ids + end);
+    if (view.weights) u.weights.assign(view.weights + begin, view.weights + end);
+    u.d_pooled.resize(static_cast<size_t>(samples) * dim);
+    for (int64_t r = 0; r < samples; ++r) {
+      const float* src = d_pooled_.data() + r * width + b.offset;
+      std::copy(src, src + dim, u.d_pooled.begin() + r * dim);
+    }
+    updates.push_back(std::move(u));
+  }
+  return updates;
+}
+
+void DataParallelTrainer::Enqueue(const BatchView& part) {
+  const int64_t step = step_ + 1 + static_cast<int64_t>(queue_.size());
+  queue_.push_back(Prepare(part, step, /*training=*/true));
+}
+
+float DataParallelTrainer::TrainStep(const BatchView& part) {
+  if (!queue_.empty())
+    Throw(StatusCode::kFailedPrecondition, "sync trainer: ", queue_.size(),
+          " parts are queued; TrainStep(part) is for unqueued use, call TrainStep()");
+  Enqueue(part);
+  return TrainStep();
+}
+
+void DataParallelTrainer::RenumberQueue() {
+  int64_t step = step_ + 1;
+  for (const std::unique_ptr<Prepared>& p : queue_) {
+    if (p->step != step && p->error.empty()) {
+      // Abandon the lookups sent for the wrong step (their answers are dropped).
+      p->lookups.clear();
+      p->step = step;
+      try {
+        SubmitLookups(*p);
+      } catch (const Error& e) {
+        p->error_code = e.code();
+        p->error = e.what();
+      }
+    }
+    p->step = step++;
+  }
+}
+
+float DataParallelTrainer::TrainStep() {
+  if (queue_.empty())
+    Throw(StatusCode::kFailedPrecondition, "sync trainer: no part queued (call Enqueue)");
+  std::unique_ptr<Prepared> p = std::move(queue_.front());
+  queue_.pop_front();
+  const int32_t ranks = comm_->world_size();
+  const int64_t t = step_ + 1;
+
+  // 1-2. Rows, then this part's forward/backward; any failure becomes this rank's error.
+  Contribution mine;
+  mine.error_code = static_cast<int32_t>(p->error_code);
+  mine.error = p->error;
+  if (p->error.empty()) {
+    mine.samples = p->batch.batch_size;
+    try {
+      const ValidatedBatch local = GatherRows(*p);
+      const EmbeddingBagCollection<float> bags(&fetched_, model_.feature_bindings(),
+                                               model_.pooled_width());
+      mine.loss_sum = model_.ForwardBackwardPart(local, mine.samples * ranks, bags,
+                                                 &dense_grad_, &d_pooled_, pool_);
+      mine.finite = AllFinite(d_pooled_);
+      if (!replicas_.features().empty())
+        mine.replica_update =
+            EncodeFeatureUpdates(UpdatesFor(replicas_.features(), p->validated));
+    } catch (const Error& e) {
+      mine.error_code = static_cast<int32_t>(e.code());
+      mine.error = e.what();
+    }
+  }
+
+  // 3. One exchange: everybody's readiness, loss and gradient subtree.
+  std::string bytes = Encode(mine, dense_grad_, std::move(send_buffer_));
+  const std::vector<std::string> all = comm_->AllGather(bytes);
+  send_buffer_ = std::move(bytes);
+  if (static_cast<int32_t>(all.size()) != ranks)
+    Throw(StatusCode::kDataLoss, "sync step: ", all.size(), " contributions for ", ranks,
+          " ranks");
+  // Into last step's buffers (no per-step allocation of the gradients); this rank's own
+  // contribution is taken as it is, not decoded from its bytes.
+  exchange_.resize(ranks);
+  std::vector<Contribution>& by_rank = exchange_;
+  const int32_t me = comm_->rank();
+  for (int32_t r = 0; r < ranks; ++r) {
+    if (r != me) {
+      Decode(all[r], &by_rank[r]);
+      continue;
+    }
+    std::vector<float> grad_buffer = std::move(by_rank[r].dense_grad);
+    by_rank[r] = std::move(mine);
+    by_rank[r].dense_grad.swap(dense_grad_);
+    dense_grad_ = std::move(grad_buffer);  // recycled: the next backward overwrites it
+  }
+  for (int32_t r = 0; r < ranks; ++r) {
+    const Contribution& c = by_rank[r];
+    if (c.error_code != 0) {
+      RenumberQueue();
+      Throw(static_cast<StatusCode>(c.error_code), "step ", t, ": trainer ", r, "'s part: ",
+            c.error);
+    }
+  }
+  const size_t num_params = model_.dense_params().size();
+  for (int32_t r = 0; r < ranks; ++r) {
+    const Contribution& c = by_rank[r];
+    if (c.samples != by_rank[0].samples) {
+      RenumberQueue();
+      ThrowInvalid("step ", t, ": trainer ", r, " has ", c.samples, " samples, trainer 0 has ",
+                   by_rank[0].samples, " (parts must be equal)");
+    }
+    if (c.dense_grad.size() != num_params)
+      Throw(StatusCode::kDataLoss, "sync step: trainer ", r, " sent ", c.dense_grad.size(),
+            " gradient values, expected ", num_params);
+  }
+  const int64_t global_batch = by_rank[0].samples * ranks;
+  std::vector<float*> grad_ptrs;
+  std::vector<double> losses(ranks);
+  std::vector<double*> loss_ptrs;
+  bool finite = true;
+  for (int32_t r = 0; r < ranks; ++r) {
+    grad_ptrs.push_back(by_rank[r].dense_grad.data());
+    losses[r] = by_rank[r].loss_sum;
+    loss_ptrs.push_back(&losses[r]);
+    finite &= by_rank[r].finite;
+  }
+  TreeReduceInto(grad_ptrs, num_params, pool_);
+  TreeReduceInto(loss_ptrs, 1, nullptr);
+  const double loss = losses[0] / static_cast<double>(global_batch);
+  const std::vector<float>& grad = by_rank[0].dense_grad;
+  if (!finite || !std::isfinite(loss) || !AllFinite(grad)) {
+    RenumberQueue();
+    ThrowDiverged(step_, loss);
+  }
+  std::vector<std::vector<FeatureUpdate>> replica_parts;
+  if (!replicas_.features().empty()) {
+    for (int32_t r = 0; r < ranks; ++r)
+      replica_parts.push_back(DecodeFeatureUpdates(by_rank[r].replica_update));
+  }
+
+  const double factor = LrFactor(config_.lr_schedule(), step_);
+  const auto dense_lr = static_cast<float>(config_.dense_optimizer().learning_rate() * factor);
+  const auto sparse_lr =
+      static_cast<float>(config_.sparse_optimizer().learning_rate() * factor);
+  dense_optimizer_->Update(model_.dense_params().data(), grad.data(), 0, num_params, dense_lr,
+                           t);
+
+  // 4. Embedding updates: the replicas from every rank's part, then the servers.
+  if (!replica_parts.empty())
+    replicas_.ApplyUpdate(ConcatenateRanks(replica_parts), global_batch, sparse_lr, t);
+  for (int32_t owner = 0; owner < static_cast<int32_t>(server_features_.size()); ++owner) {
+    if (server_features_[owner].empty()) continue;
+    service_->Update(owner, comm_->rank(), t, sparse_lr,
+                     UpdatesFor(server_features_[owner], p->validated));
+  }
+  step_ = t;
+  return static_cast<float>(loss);
+}
+
+void DataParallelTrainer::Flush() { service_->WaitUntilApplied(step_); }
+
+void DataParallelTrainer::PredictLogits(const BatchView& batch, float* logits) {
+  if (logits == nullptr) ThrowInvalid("logits is NULL");
+  Flush();
+  PredictFlushed(batch, logits);
+}
+
+void DataParallelTrainer::PredictFlushed(const BatchView& batch, float* logits) {
+  std::unique_ptr<Prepared> p = Prepare(batch, step_ + 1, /*training=*/false);
+  if (!p->error.empty()) Throw(p->error_code, p->error);
+  const ValidatedBatch local = GatherRows(*p);
+  const EmbeddingBagCollection<float> bags(&fetched_, model_.feature_bindings(),
+                                           model_.pooled_width());
+  model_.PredictLogits(local, bags, logits, pool_);
+}
+
+void DataParallelTrainer::AppendPredictions(const std::vector<BatchView>& batches, size_t first,
+                                    size_t stride, std::vector<double>* probabilities,
+                                    std::vector<float>* labels) {
+  if (batches.empty()) ThrowInvalid("evaluate needs at least one batch");
+  Flush();  // once: every batch sees the same, fully applied rows
+  std::vector<float> logits;
+  for (size_t i = first; i < batches.size(); i += stride) {
+    const BatchView& b = batches[i];
+    if (b.labels == nullptr) ThrowInvalid("batches[", i, "]: labels are required");
+    logits.resize(std::max<int64_t>(0, b.batch_size));
+    try {
+      PredictFlushed(b, logits.data());
+    } catch (const Error& e) {
+      Throw(e.code(), "batches[", i, "]: ", e.what());
+    }
+    for (int64_t j = 0; j < b.batch_size; ++j) {
+      probabilities->push_back(StableSigmoid(static_cast<double>(logits[j])));
+      labels->push_back(b.labels[j]);
+    }
+  }
+}
+
+EvalResult DataParallelTrainer::Evaluate(const std::vector<BatchView>& batches) {
+  std::vector<double> probabilities;
+  std::vector<float> labels;
+  AppendPredictions(batches, 0, 1, &probabilities, &labels);
+  return Evaluation(probabilities, labels);
+}
+
+void DataParallelTrainer::set_step(int64_t step) {
+  if (!queue_.empty())
+    Throw(StatusCode::kFailedPrecondition, "sync trainer: set_step with ", queue_.size(),
+          " parts queued");
+  if (step < 0) ThrowInvalid("sync trainer: step must be >= 0, got ", step);
+  step_ = step;
+}
+
+}  // namespace dlrm::dist

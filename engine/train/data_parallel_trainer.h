@@ -1,0 +1,124 @@
+// A trainer of data-parallel training with sharded embeddings (Neo's model-parallel
+// embeddings + data-parallel MLPs). The dense model is always updated synchronously; the
+// embeddings follow the owners' staleness bound (sync: bitwise equal to one process;
+// hybrid: PERSIA's bounded-stale lookups, see shard_owner.h).
+//
+// Every rank holds the dense model; rank k trains on the k-th run of samples of each global
+// batch (all runs the same size, a power-of-two number of reduction chunks). A step:
+//  1. waits for the rows of the part's distinct ids, fetched from their owners (servers,
+//     or the local replicas of DATA_PARALLEL tables), and pools them as one process would;
+//  2. runs the dense forward/backward over its chunks: its dense gradient is a subtree of
+//     the global batch's reduction tree;
+//  3. exchanges, in ONE all-gather, each rank's readiness (or why its part is bad), loss,
+//     gradient subtree and replica-table update; every rank finishes the tree (same bits
+//     everywhere) and applies the dense optimizer and the replicas' update;
+//  4. sends each server its features' bags and pooled gradients.
+// One collective per step matters: with network latency, each round trip is a step cost.
+//
+// Pipelining: Enqueue starts a part's lookups at once, so the lookups of the next queued
+// steps travel while the current step computes. In sync mode the owners hold those
+// lookups until the step before them is applied; in hybrid mode they are answered at once
+// (within the bound), which is where hybrid's speed comes from.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config/dlrm.pb.h"
+#include "engine/core/metrics.h"
+#include "engine/core/thread_pool.h"
+#include "engine/data/batch.h"
+#include "engine/collective/communicator.h"
+#include "engine/ps/service.h"
+#include "engine/ps/shard_store.h"
+#include "engine/model/dlrm_model.h"
+#include "engine/optim/dense_optimizer.h"
+#include "engine/shard/plan.pb.h"
+
+namespace dlrm::dist {
+
+class DataParallelTrainer {
+ public:
+  // Borrows comm, service and pool. config must pass ValidateConfig; plan must be the
+  // plan every rank and server uses.
+  DataParallelTrainer(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
+              Communicator* comm, EmbeddingService* service, ThreadPool* pool);
+  ~DataParallelTrainer();
+
+  // Queues this rank's part of the next global batch and starts its row lookups. The part
+  // is copied. A bad part is not an error here: it fails its step, on every rank alike.
+  void Enqueue(const BatchView& part);
+  // Collective over the communicator's ranks: trains the oldest queued part and returns
+  // the global batch's mean loss (the same on every rank). kFailedPrecondition if nothing
+  // is queued. A bad part, one of another size than the other ranks', or a failed lookup
+  // fails the step on every rank with the same error before anything changes; that part
+  // is dropped and the later ones stay queued.
+  float TrainStep();
+  // Enqueue(part) then TrainStep(); kFailedPrecondition if other parts are queued.
+  float TrainStep(const BatchView& part);
+  size_t queued() const { return queue_.size(); }
+
+  // Waits until every owner has applied every update so far (hybrid mode lags).
+  void Flush();
+  // logits [batch_size] with every update so far applied (Flush first). Not collective.
+  void PredictLogits(const BatchView& batch, float* logits);
+  // Log loss and AUC over labelled batches, with every update so far applied.
+  EvalResult Evaluate(const std::vector<BatchView>& batches);
+  // The click probabilities and labels of batches first, first + stride, ... (every
+  // update so far applied), appended: Evaluate's work, which trainers of a job share out.
+  void AppendPredictions(const std::vector<BatchView>& batches, size_t first, size_t stride,
+                         std::vector<double>* probabilities, std::vector<float>* labels);
+
+  int64_t step() const { return step_; }
+  const DlrmModel<float>& model() const { return model_; }
+  const EmbeddingShardStore& replicas() const { return replicas_; }
+
+  // For checkpoints: the dense state and the replicas, and the step to resume from.
+  // set_step: kFailedPrecondition while parts are queued (their lookups name steps).
+  DlrmModel<float>& mutable_model() { return model_; }
+  DenseOptimizer<float>& dense_optimizer() { return *dense_optimizer_; }
+  EmbeddingShardStore& mutable_replicas() { return replicas_; }
+  void set_step(int64_t step);
+
+ private:
+  struct Prepared;      // a part with its lookups in flight
+  struct Contribution;  // what a rank puts into a step's exchange
+  static std::string Encode(const Contribution& c, const std::vector<float>& dense_grad,
+                            std::string buffer);
+  static void Decode(const std::string& bytes, Contribution* c);
+  // Validates `part` (labels if `training`) and submits its lookups for `step`.
+  std::unique_ptr<Prepared> Prepare(const BatchView& part, int64_t step, bool training);
+  void SubmitLookups(Prepared& p);
+  // Waits for p's rows into fetched_; returns p's batch re-indexed into them.
+  ValidatedBatch GatherRows(Prepared& p);
+  // PredictLogits once Flush has run.
+  void PredictFlushed(const BatchView& batch, float* logits);
+  std::vector<FeatureUpdate> UpdatesFor(const std::vector<int32_t>& features,
+                                        const ValidatedBatch& batch) const;
+  // Resubmits the queued parts' lookups when the step numbers they were sent for are off.
+  void RenumberQueue();
+
+  const config::DlrmConfig config_;
+  Communicator* comm_;
+  EmbeddingService* service_;
+  ThreadPool* pool_;
+  DlrmModel<float> model_;
+  std::unique_ptr<DenseOptimizer<float>> dense_optimizer_;
+  EmbeddingShardStore replicas_;
+  std::vector<std::vector<ShardLocation>> locations_;  // per table
+  std::vector<std::vector<int32_t>> server_features_;  // per server: features it serves
+  std::deque<std::unique_ptr<Prepared>> queue_;
+  int64_t step_ = 0;
+
+  // Per step, reused.
+  std::vector<EmbeddingTable<float>> fetched_;
+  std::vector<int64_t> local_ids_;
+  std::vector<float> dense_grad_, d_pooled_;
+  std::vector<Contribution> exchange_;  // by rank
+  std::string send_buffer_;
+};
+
+}  // namespace dlrm::dist

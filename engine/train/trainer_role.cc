@@ -1,0 +1,170 @@
+#include "engine/train/trainer_role.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include <glog/logging.h>
+
+#include "engine/config/config.h"
+#include "engine/core/byte_codec.h"
+#include "engine/core/status.h"
+#include "engine/collective/gloo_communicator.h"
+#include "engine/collective/net_communicator.h"
+#include "engine/cluster/roster.h"
+#include "engine/checkpoint/sharded_checkpoint.h"
+#include "engine/ps/shard_store_file.h"
+
+namespace dlrm::dist {
+namespace {
+
+std::chrono::milliseconds Timeout(const ClusterEnv& env) {
+  return std::chrono::milliseconds(env.timeout_ms);
+}
+
+std::chrono::milliseconds AllGatherTimeout(const ClusterEnv& env) {
+  return kAllGatherTimeouts * Timeout(env);
+}
+
+}  // namespace
+
+TrainerRole::TrainerRole(const net::Context& context, const ClusterEnv& env,
+                                       const config::DlrmConfig& config, ThreadPool* pool,
+                                       const std::string& restore_dir,
+                                       const CommunicatorFactory& make_communicator)
+    : config_(config),
+      env_(env),
+      listener_(context, net::Endpoint::kListen, env.PeerBindEndpoint(), env.Transport(),
+                "trainer rank " + std::to_string(env.rank)),
+      coordinator_(context, env) {
+  if (env.role != net::ROLE_TRAINER)
+    ThrowInvalid("TrainerRole with DLRM_ROLE=", RoleName(env.role));
+  ValidateConfig(config_);
+  layout_ = LayoutFromRoster(coordinator_.Rendezvous(listener_.address()), env.rank, config_);
+  const bool gloo = env.collective == ClusterEnv::Collective::kGloo;
+  if (make_communicator) {
+    if (gloo)
+      ThrowInvalid("DLRM_COLLECTIVE=gloo and a host all-gather were both given: choose one");
+    comm_ = make_communicator(layout_.index, layout_.num_trainers());
+  } else {
+    comm_ = std::make_unique<NetCommunicator>(context, &listener_, layout_.trainer_addresses,
+                                              layout_.index, env.Transport(),
+                                              AllGatherTimeout(env));
+    // Gloo listens on the address this trainer was reached at (the roster's, where a
+    // wildcard bind was replaced by the address the coordinator saw).
+    if (gloo)
+      comm_ = MakeGlooCommunicator(std::move(comm_),
+                                   EndpointHost(layout_.trainer_addresses[layout_.index]),
+                                   AllGatherTimeout(env));
+  }
+  if (!comm_ || comm_->rank() != layout_.index || comm_->world_size() != layout_.num_trainers())
+    ThrowInvalid("the communicator is not rank ", layout_.index, " of ",
+                 layout_.num_trainers(), " (this trainer's index and the trainer count)");
+  service_ = std::make_unique<RemoteEmbeddingService>(
+      context, layout_.server_addresses, layout_.index, env.Transport(), Timeout(env));
+  trainer_ = std::make_unique<DataParallelTrainer>(config_, layout_.plan, comm_.get(), service_.get(),
+                                          pool);
+  if (!restore_dir.empty()) {
+    const CheckpointManifest manifest = ManifestForRestore(
+        restore_dir, config_, layout_.num_servers(), layout_.num_trainers(), layout_.plan);
+    const int64_t step = LoadDenseState(&trainer_->mutable_model(), &trainer_->dense_optimizer(),
+                                        restore_dir + "/" + kDenseStateFile);
+    if (manifest.has_replicas())
+      LoadShardStore(&trainer_->mutable_replicas(), kTrainerReplica,
+                     restore_dir + "/" + kReplicaShardFile);
+    if (step != manifest.step())
+      Throw(StatusCode::kDataLoss, "checkpoint ", restore_dir, ": the dense state is of step ",
+            step, ", the manifest says ", manifest.step());
+    trainer_->set_step(step);
+    LOG(INFO) << "trainer " << layout_.index << ": restored step " << step << " from "
+              << restore_dir;
+  }
+}
+
+TrainerRole::~TrainerRole() = default;
+
+void TrainerRole::Checkpoint(const std::string& dir) {
+  if (dir.empty()) ThrowInvalid("checkpoint directory is empty");
+  const int64_t step = trainer_->step();
+  // Every trainer stops sending updates here, so the servers save exactly `step`.
+  trainer_->Flush();
+  std::string error;
+  if (layout_.index == 0) {
+    try {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec) Throw(StatusCode::kIo, "cannot create checkpoint directory ", dir, ": ",
+                    ec.message());
+      service_->SaveShards(step, dir);
+      SaveDenseState(trainer_->model(), trainer_->dense_optimizer(), step,
+                     dir + "/" + kDenseStateFile);
+      CheckpointManifest manifest;
+      manifest.set_step(step);
+      manifest.set_config(ConfigToText(config_));
+      *manifest.mutable_plan() = layout_.plan;
+      manifest.set_num_trainers(layout_.num_trainers());
+      manifest.set_num_servers(layout_.num_servers());
+      manifest.set_staleness(StalenessBound(config_.distributed()));
+      *manifest.mutable_dense_state() = DescribeFile(dir, kDenseStateFile);
+      if (!trainer_->replicas().shards().empty()) {
+        SaveShardStore(trainer_->replicas(), kTrainerReplica, step,
+                       dir + "/" + kReplicaShardFile);
+        *manifest.mutable_replicas() = DescribeFile(dir, kReplicaShardFile);
+      }
+      for (int32_t s = 0; s < layout_.num_servers(); ++s) {
+        ServerShardsEntry* entry = manifest.add_servers();
+        entry->set_server(s);
+        *entry->mutable_file() = DescribeFile(dir, ServerShardFile(s));
+      }
+      WriteManifest(dir, manifest);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  // The barrier that holds the others' next updates back, and tells them the outcome.
+  const std::vector<std::string> outcome = comm_->AllGather(error);
+  if (!outcome[0].empty())
+    Throw(StatusCode::kIo, "checkpoint of step ", step, " to ", dir, " failed: ", outcome[0]);
+  LOG(INFO) << "trainer " << layout_.index << ": checkpoint of step " << step << " in " << dir;
+}
+
+EvalResult TrainerRole::Evaluate(const std::vector<BatchView>& batches) {
+  std::vector<double> probabilities;
+  std::vector<float> labels;
+  std::string error;
+  try {
+    trainer_->AppendPredictions(batches, layout_.index, layout_.num_trainers(), &probabilities,
+                                &labels);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  ByteWriter out;
+  out.PutString(error);
+  out.PutArray(probabilities);
+  out.PutArray(labels);
+  const std::vector<std::string> all = comm_->AllGather(std::move(out).Take());
+  probabilities.clear();
+  labels.clear();
+  for (size_t r = 0; r < all.size(); ++r) {
+    ByteReader in(all[r], "evaluation exchange");
+    const std::string failed = in.GetString("error");
+    if (!failed.empty()) ThrowInvalid("evaluation on trainer ", r, ": ", failed);
+    const std::vector<double> p = in.GetArray<double>("probabilities");
+    const std::vector<float> l = in.GetArray<float>("labels");
+    in.ExpectEnd();
+    if (p.size() != l.size())
+      Throw(StatusCode::kDataLoss, "evaluation exchange: trainer ", r, " sent ", p.size(),
+            " predictions for ", l.size(), " labels");
+    probabilities.insert(probabilities.end(), p.begin(), p.end());
+    labels.insert(labels.end(), l.begin(), l.end());
+  }
+  return Evaluation(probabilities, labels);
+}
+
+void TrainerRole::Finish() {
+  trainer_->Flush();
+  comm_->AllGather("");  // nobody tells the servers to go while another trainer still works
+  service_->Shutdown();
+  coordinator_.Leave();
+}
+
+}  // namespace dlrm::dist

@@ -1,0 +1,77 @@
+// The trainer role of a multi-process job (DLRM_ROLE=trainer), as an object a host drives:
+// the `dlrm` tool, or a host program through the C ABI. It joins the job (listen,
+// rendezvous), connects to the servers and the other trainers, optionally restores a
+// sharded checkpoint, and then trains through DataParallelTrainer.
+//
+//   TrainerRole t(context, ClusterEnvFromEnvironment(), config, &pool);
+//   for (...) { t.trainer().Enqueue(part); ... t.trainer().TrainStep(); }
+//   t.Checkpoint("/ckpt/step-1000");   // collective: every trainer calls it
+//   t.Finish();                        // collective: servers exit when all trainers have
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config/dlrm.pb.h"
+#include "engine/core/metrics.h"
+#include "engine/core/thread_pool.h"
+#include "engine/cluster/cluster_env.h"
+#include "engine/collective/communicator.h"
+#include "engine/cluster/job_layout.h"
+#include "engine/cluster/rendezvous.h"
+#include "engine/ps/client.h"
+#include "engine/train/data_parallel_trainer.h"
+#include "engine/net/endpoint.h"
+
+namespace dlrm::dist {
+
+class TrainerRole {
+ public:
+  // Makes the trainers' collectives once the rendezvous has told this trainer its index
+  // among the trainers and their number: how a host plugs in its own (MPI, Spark).
+  using CommunicatorFactory =
+      std::function<std::unique_ptr<Communicator>(int32_t rank, int32_t world_size)>;
+
+  // env.role must be trainer. pool is borrowed. restore_dir: a checkpoint to resume from
+  // (empty: start fresh). make_communicator: null uses the transport (NetCommunicator).
+  TrainerRole(const net::Context& context, const ClusterEnv& env,
+                     const config::DlrmConfig& config, ThreadPool* pool,
+                     const std::string& restore_dir = "",
+                     const CommunicatorFactory& make_communicator = nullptr);
+  ~TrainerRole();
+
+  DataParallelTrainer& trainer() { return *trainer_; }
+  int32_t trainer_rank() const { return layout_.index; }
+  int32_t num_trainers() const { return layout_.num_trainers(); }
+  int32_t num_servers() const { return layout_.num_servers(); }
+  const JobLayout& layout() const { return layout_; }
+
+  // Collective: log loss and AUC over `batches` (the same list on every trainer) with
+  // every update so far applied. Trainer r predicts every r-th batch; the predictions
+  // are all-gathered, so the work is split and every trainer gets the result.
+  EvalResult Evaluate(const std::vector<BatchView>& batches);
+
+  // Collective over the trainers: writes a sharded checkpoint of the current step to dir
+  // (every server its shards, trainer 0 the dense state, replicas and, last, the
+  // manifest). Returns when the checkpoint is complete.
+  void Checkpoint(const std::string& dir);
+  // Collective: waits for every update, tells the servers this trainer is done and
+  // leaves the job. The destructor only leaves the coordinator: a trainer that fails just
+  // goes, and the servers notice by their own timeouts.
+  void Finish();
+
+ private:
+  const config::DlrmConfig config_;
+  const ClusterEnv env_;
+  net::Endpoint listener_;
+  CoordinatorClient coordinator_;
+  JobLayout layout_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<RemoteEmbeddingService> service_;
+  std::unique_ptr<DataParallelTrainer> trainer_;
+};
+
+}  // namespace dlrm::dist

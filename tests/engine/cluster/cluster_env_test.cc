@@ -1,0 +1,230 @@
+// The launch environment contract (DLRM_ROLE, DLRM_RANK, ...): valid settings parse,
+// every bad value is rejected naming the variable and the value.
+#include <map>
+#include <optional>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/core/status.h"
+#include "engine/cluster/cluster_env.h"
+#include "engine/cluster/roster.h"
+
+namespace dlrm::dist {
+namespace {
+
+using ::testing::HasSubstr;
+using Vars = std::map<std::string, std::string>;
+
+ClusterEnv Parse(const Vars& vars) {
+  return ParseClusterEnv([&](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+Vars Trainer() {
+  return {{"DLRM_ROLE", "trainer"},
+          {"DLRM_RANK", "2"},
+          {"DLRM_WORLD_SIZE", "4"},
+          {"DLRM_COORDINATOR", "node-1.cluster:5555"}};
+}
+
+// Sets (or with nullopt removes) one variable of Trainer() and expects kInvalidArgument
+// with every needle in the message.
+void ExpectInvalid(const std::string& name, std::optional<std::string> value,
+                   std::initializer_list<std::string> needles, Vars vars = Trainer()) {
+  if (value) {
+    vars[name] = *value;
+  } else {
+    vars.erase(name);
+  }
+  try {
+    Parse(vars);
+    ADD_FAILURE() << name << "=" << value.value_or("<unset>") << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    for (const std::string& n : needles) EXPECT_THAT(e.what(), HasSubstr(n));
+  }
+}
+
+TEST(DistEnvTest, ParsesAPeerWithDefaults) {
+  const ClusterEnv env = Parse(Trainer());
+  EXPECT_EQ(env.role, net::ROLE_TRAINER);
+  EXPECT_EQ(env.rank, 2);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.CoordinatorEndpoint(), "tcp://node-1.cluster:5555");
+  EXPECT_EQ(env.bind_address, "127.0.0.1");
+  EXPECT_EQ(env.PeerBindEndpoint(), "tcp://127.0.0.1:*");
+  EXPECT_EQ(env.CoordinatorBindEndpoint(), "tcp://127.0.0.1:5555");
+  EXPECT_EQ(env.secret, "");
+  EXPECT_EQ(env.timeout_ms, kDefaultTimeoutMs);
+  EXPECT_EQ(env.Transport().secret, "");
+}
+
+TEST(DistEnvTest, ParsesEveryOptionalVariable) {
+  Vars vars = Trainer();
+  vars["DLRM_ROLE"] = "server";
+  vars["DLRM_COORDINATOR"] = "[::1]:7000";
+  vars["DLRM_BIND_ADDRESS"] = "0.0.0.0";
+  vars["DLRM_SECRET"] = "a-secret-of-20-bytes";
+  vars["DLRM_TIMEOUT_MS"] = "2500";
+  vars["DLRM_NET_DELAY_MS"] = "2";
+  const ClusterEnv env = Parse(vars);
+  EXPECT_EQ(env.Transport().delay_ms, 2);
+  EXPECT_EQ(env.role, net::ROLE_SERVER);
+  EXPECT_EQ(env.CoordinatorEndpoint(), "tcp://[::1]:7000");
+  EXPECT_EQ(env.CoordinatorBindEndpoint(), "tcp://0.0.0.0:7000");
+  EXPECT_EQ(env.Transport().secret, "a-secret-of-20-bytes");
+  EXPECT_EQ(env.timeout_ms, 2500);
+}
+
+TEST(DistEnvTest, CoordinatorNeedsNoRank) {
+  Vars vars = Trainer();
+  vars["DLRM_ROLE"] = "coordinator";
+  vars.erase("DLRM_RANK");
+  EXPECT_EQ(Parse(vars).rank, -1);
+  vars["DLRM_RANK"] = "0";
+  EXPECT_EQ(Parse(vars).rank, -1);
+  ExpectInvalid("DLRM_RANK", "zero", {"DLRM_RANK='zero' is not an integer"}, vars);
+}
+
+TEST(DistEnvTest, RejectsRole) {
+  ExpectInvalid("DLRM_ROLE", std::nullopt, {"DLRM_ROLE is not set"});
+  ExpectInvalid("DLRM_ROLE", "Trainer", {"DLRM_ROLE='Trainer'", "coordinator, server, trainer"});
+  ExpectInvalid("DLRM_ROLE", "", {"DLRM_ROLE=''"});
+}
+
+TEST(DistEnvTest, RejectsWorldSize) {
+  ExpectInvalid("DLRM_WORLD_SIZE", std::nullopt, {"DLRM_WORLD_SIZE is not set"});
+  ExpectInvalid("DLRM_WORLD_SIZE", "four", {"DLRM_WORLD_SIZE='four' is not an integer"});
+  ExpectInvalid("DLRM_WORLD_SIZE", "4x", {"DLRM_WORLD_SIZE='4x' is not an integer"});
+  ExpectInvalid("DLRM_WORLD_SIZE", " 4", {"DLRM_WORLD_SIZE=' 4' is not an integer"});
+  ExpectInvalid("DLRM_WORLD_SIZE", "0", {"DLRM_WORLD_SIZE=0 is out of range [1, 65536]"});
+  ExpectInvalid("DLRM_WORLD_SIZE", "70000", {"DLRM_WORLD_SIZE=70000 is out of range"});
+  ExpectInvalid("DLRM_WORLD_SIZE", "99999999999999999999",
+                {"DLRM_WORLD_SIZE='99999999999999999999' is not an integer"});
+}
+
+TEST(DistEnvTest, RejectsRank) {
+  ExpectInvalid("DLRM_RANK", std::nullopt, {"DLRM_RANK is not set", "DLRM_ROLE=trainer"});
+  ExpectInvalid("DLRM_RANK", "4", {"DLRM_RANK=4 is out of range [0, DLRM_WORLD_SIZE=4)"});
+  ExpectInvalid("DLRM_RANK", "-1", {"DLRM_RANK=-1 is out of range"});
+  ExpectInvalid("DLRM_RANK", "1.5", {"DLRM_RANK='1.5' is not an integer"});
+  ExpectInvalid("DLRM_RANK", "", {"DLRM_RANK='' is not an integer"});
+}
+
+TEST(DistEnvTest, RejectsCoordinator) {
+  ExpectInvalid("DLRM_COORDINATOR", std::nullopt, {"DLRM_COORDINATOR is not set", "host:port"});
+  ExpectInvalid("DLRM_COORDINATOR", "node-1", {"DLRM_COORDINATOR='node-1' is not host:port"});
+  ExpectInvalid("DLRM_COORDINATOR", "node-1:", {"DLRM_COORDINATOR='node-1:' has port ''"});
+  ExpectInvalid("DLRM_COORDINATOR", "node-1:http", {"has port 'http'"});
+  ExpectInvalid("DLRM_COORDINATOR", "node-1:0", {"has port '0', not an integer in [1, 65535]"});
+  ExpectInvalid("DLRM_COORDINATOR", "node-1:65536", {"has port '65536'"});
+  ExpectInvalid("DLRM_COORDINATOR", ":5555", {"DLRM_COORDINATOR=':5555' has an invalid host ''"});
+  ExpectInvalid("DLRM_COORDINATOR", "::1:5555", {"invalid host '::1'", "[::1]:5555"});
+  ExpectInvalid("DLRM_COORDINATOR", "tcp://node-1:5555", {"invalid host 'tcp"});
+  ExpectInvalid("DLRM_COORDINATOR", "node 1:5555", {"invalid host 'node 1'"});
+}
+
+TEST(DistEnvTest, RejectsBindAddress) {
+  ExpectInvalid("DLRM_BIND_ADDRESS", "", {"DLRM_BIND_ADDRESS=''"});
+  ExpectInvalid("DLRM_BIND_ADDRESS", "127.0.0.1:80",
+                {"DLRM_BIND_ADDRESS='127.0.0.1:80'", "no port"});
+  ExpectInvalid("DLRM_BIND_ADDRESS", "tcp://x", {"DLRM_BIND_ADDRESS='tcp://x'"});
+  Vars vars = Trainer();
+  vars["DLRM_BIND_ADDRESS"] = "*";
+  EXPECT_EQ(Parse(vars).PeerBindEndpoint(), "tcp://*:*");
+}
+
+TEST(DistEnvTest, RejectsShortSecretWithoutEchoingIt) {
+  ExpectInvalid("DLRM_SECRET", "hunter2", {"DLRM_SECRET is set but has 7 bytes", "not shown"});
+  ExpectInvalid("DLRM_SECRET", "", {"DLRM_SECRET is set but has 0 bytes"});
+  Vars vars = Trainer();
+  vars["DLRM_SECRET"] = "hunter2";
+  try {
+    Parse(vars);
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("hunter2")));
+  }
+}
+
+TEST(DistEnvTest, RejectsTimeout) {
+  ExpectInvalid("DLRM_TIMEOUT_MS", "0", {"DLRM_TIMEOUT_MS=0 is out of range [1, 86400000]"});
+  ExpectInvalid("DLRM_TIMEOUT_MS", "-5", {"DLRM_TIMEOUT_MS=-5"});
+  ExpectInvalid("DLRM_TIMEOUT_MS", "10s", {"DLRM_TIMEOUT_MS='10s' is not an integer"});
+  ExpectInvalid("DLRM_NET_DELAY_MS", "-1", {"DLRM_NET_DELAY_MS=-1 is out of range [0, 60000]"});
+}
+
+TEST(DistEnvTest, CollectiveIsBuiltinOrGlooWithoutASecret) {
+  EXPECT_EQ(Parse(Trainer()).collective, ClusterEnv::Collective::kBuiltin);
+  Vars vars = Trainer();
+  vars["DLRM_COLLECTIVE"] = "gloo";
+  EXPECT_EQ(Parse(vars).collective, ClusterEnv::Collective::kGloo);
+  vars["DLRM_COLLECTIVE"] = "builtin";
+  EXPECT_EQ(Parse(vars).collective, ClusterEnv::Collective::kBuiltin);
+  ExpectInvalid("DLRM_COLLECTIVE", "mpi", {"DLRM_COLLECTIVE='mpi' is not builtin or gloo"});
+  Vars with_secret = Trainer();
+  with_secret["DLRM_SECRET"] = "a-secret-of-20-bytes";
+  ExpectInvalid("DLRM_COLLECTIVE", "gloo", {"DLRM_COLLECTIVE=gloo", "not authenticated"},
+                with_secret);
+}
+
+TEST(DistEnvTest, EndpointHostStripsSchemePortAndBrackets) {
+  EXPECT_EQ(EndpointHost("tcp://10.0.0.5:7000"), "10.0.0.5");
+  EXPECT_EQ(EndpointHost("tcp://[::1]:7000"), "::1");
+  EXPECT_EQ(EndpointHost("node-3:1"), "node-3");
+  for (const char* bad : {"tcp://nohost", "tcp://:5", ""}) {
+    try {
+      EndpointHost(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument) << bad;
+    }
+  }
+}
+
+TEST(DistEnvTest, ReadsTheProcessEnvironment) {
+  // Only variables this test sets; each test runs in its own process under ctest.
+  setenv("DLRM_ROLE", "server", 1);
+  setenv("DLRM_RANK", "0", 1);
+  setenv("DLRM_WORLD_SIZE", "1", 1);
+  setenv("DLRM_COORDINATOR", "127.0.0.1:6000", 1);
+  unsetenv("DLRM_SECRET");
+  unsetenv("DLRM_BIND_ADDRESS");
+  unsetenv("DLRM_TIMEOUT_MS");
+  const ClusterEnv env = ClusterEnvFromEnvironment();
+  EXPECT_EQ(env.role, net::ROLE_SERVER);
+  EXPECT_EQ(env.CoordinatorEndpoint(), "tcp://127.0.0.1:6000");
+  unsetenv("DLRM_ROLE");
+  EXPECT_THROW(ClusterEnvFromEnvironment(), Error);
+}
+
+TEST(DistRosterTest, WildcardBindAddressesAreAdvertisedAsThePeersIp) {
+  EXPECT_EQ(AdvertisedAddress("tcp://0.0.0.0:4000", "10.1.2.3"), "tcp://10.1.2.3:4000");
+  EXPECT_EQ(AdvertisedAddress("tcp://*:4000", "10.1.2.3"), "tcp://10.1.2.3:4000");
+  EXPECT_EQ(AdvertisedAddress("tcp://[::]:4000", "fe80::1"), "tcp://[fe80::1]:4000");
+  EXPECT_EQ(AdvertisedAddress("tcp://127.0.0.1:4000", "10.1.2.3"), "tcp://127.0.0.1:4000");
+  EXPECT_EQ(AdvertisedAddress("tcp://0.0.0.0:4000", ""), "tcp://0.0.0.0:4000");
+  EXPECT_EQ(AdvertisedAddress("", "10.1.2.3"), "");
+}
+
+TEST(DistRosterTest, RanksWithRoleAndDescription) {
+  net::Roster roster;
+  roster.set_world_size(3);
+  for (int r = 0; r < 3; ++r) {
+    net::PeerInfo* p = roster.add_peers();
+    p->set_rank(r);
+    p->set_role(r == 1 ? net::ROLE_SERVER : net::ROLE_TRAINER);
+    if (r == 1) p->set_address("tcp://h:1");
+  }
+  EXPECT_EQ(RanksWithRole(roster, net::ROLE_TRAINER), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(RanksWithRole(roster, net::ROLE_SERVER), (std::vector<int32_t>{1}));
+  EXPECT_EQ(DescribeRoster(roster),
+            "rank 0 trainer -, rank 1 server tcp://h:1, rank 2 trainer -");
+}
+
+}  // namespace
+}  // namespace dlrm::dist

@@ -1,0 +1,385 @@
+// Rendezvous and barriers through the coordinator, with threads as peers on loopback:
+// a full job, duplicate and out-of-range ranks, a world-size mismatch, a missing
+// coordinator, a coordinator that gives up on a missing peer, a peer that starts first,
+// barriers that cannot complete, and authentication.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/core/status.h"
+#include "engine/cluster/coordinator.h"
+#include "engine/cluster/rendezvous.h"
+#include "engine/cluster/roster.h"
+#include "engine/net/client.h"
+#include "tests/support/dist_data.h"
+
+namespace dlrm::dist {
+namespace {
+
+using namespace ::dlrm::testing;  // the suites' shared helpers
+
+using ::testing::HasSubstr;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kLoopback[] = "tcp://127.0.0.1:*";
+
+std::string FreeLoopbackAddress() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t size = sizeof addr;
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size), 0);
+  close(fd);
+  return "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+}
+
+// Runs the coordinator (rendezvous + serve) on a thread; keeps what happened.
+class CoordinatorThread {
+ public:
+  CoordinatorThread(const net::Context& context, int32_t world, milliseconds timeout,
+                    const std::string& secret = "", const std::string& bind = kLoopback)
+      : coordinator_(context, world, bind, Options(secret)),
+        thread_([this, timeout] {
+          try {
+            roster_ = coordinator_.Rendezvous(timeout);
+            coordinator_.Serve();
+            served_ = true;
+          } catch (const Error& e) {
+            error_ = e.what();
+            code_ = e.code();
+          }
+        }) {}
+  ~CoordinatorThread() {
+    coordinator_.Stop();
+    Join();
+  }
+  const std::string& address() const { return coordinator_.address(); }
+  int32_t peers_registered() const { return coordinator_.peers_registered(); }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  std::optional<net::Roster> roster_;
+  std::string error_;
+  StatusCode code_ = StatusCode::kOk;
+  std::atomic<bool> served_{false};
+
+ private:
+  static net::TransportOptions Options(const std::string& secret) {
+    net::TransportOptions o;
+    o.secret = secret;
+    return o;
+  }
+  Coordinator coordinator_;
+  std::thread thread_;
+};
+
+TEST(DistRendezvousTest, FourPeersGetTheSameRosterThenBarrierAndLeave) {
+  net::Context context;
+  CoordinatorThread coordinator(context, 4, milliseconds(10000));
+  std::vector<std::optional<net::Roster>> rosters(4);
+  std::vector<std::string> listening(4);
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> peers;
+  for (int32_t rank = 0; rank < 4; ++rank) {
+    peers.emplace_back([&, rank] {
+      try {
+        const ClusterEnv env = PeerEnv(coordinator.address(),
+                                       rank < 2 ? net::ROLE_SERVER : net::ROLE_TRAINER, rank, 4);
+        std::optional<net::Endpoint> listener;
+        if (env.role == net::ROLE_SERVER) {
+          listener.emplace(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
+                           env.Transport(), "server " + std::to_string(rank));
+          listening[rank] = listener->address();
+        }
+        CoordinatorClient client(context, env);
+        rosters[rank] = client.Rendezvous(listening[rank]);
+        client.Barrier();
+        client.Barrier();
+        client.Leave();
+      } catch (const Error& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& t : peers) t.join();
+  for (int32_t rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(errors[rank], "") << "rank " << rank;
+    ASSERT_TRUE(rosters[rank].has_value());
+    EXPECT_EQ(rosters[rank]->SerializeAsString(), rosters[0]->SerializeAsString());
+  }
+  const net::Roster& roster = *rosters[0];
+  ASSERT_EQ(roster.peers_size(), 4);
+  EXPECT_EQ(RanksWithRole(roster, net::ROLE_SERVER), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(RanksWithRole(roster, net::ROLE_TRAINER), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(roster.peers(0).address(), listening[0]);
+  EXPECT_EQ(roster.peers(1).address(), listening[1]);
+  EXPECT_EQ(roster.peers(2).address(), "");
+  // Every peer left, so Serve returned by itself.
+  const auto deadline = Clock::now() + milliseconds(5000);
+  while (!coordinator.served_ && Clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(5));
+  EXPECT_TRUE(coordinator.served_) << coordinator.error_;
+}
+
+TEST(DistRendezvousTest, BarrierHoldsUntilEveryPeerArrives) {
+  net::Context context;
+  CoordinatorThread coordinator(context, 2, milliseconds(10000));
+  std::atomic<bool> second_arrived{false};
+  std::atomic<bool> first_released_early{false};
+  std::thread first([&] {
+    CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 0, 2));
+    client.Rendezvous("");
+    client.Barrier();
+    if (!second_arrived) first_released_early = true;
+  });
+  CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+  client.Rendezvous("");
+  std::this_thread::sleep_for(milliseconds(100));
+  second_arrived = true;
+  client.Barrier();
+  first.join();
+  EXPECT_FALSE(first_released_early);
+}
+
+TEST(DistRendezvousTest, DuplicateRankIsRejectedAndTheJobStillForms) {
+  net::Context context;
+  CoordinatorThread coordinator(context, 2, milliseconds(10000));
+  std::optional<net::Roster> roster0;
+  std::thread first([&] {
+    CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
+    roster0 = client.Rendezvous("tcp://127.0.0.1:1111");
+  });
+  // Let rank 0 register first.
+  const auto deadline = Clock::now() + milliseconds(5000);
+  while (coordinator.peers_registered() < 1 && Clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(2));
+  CoordinatorClient duplicate(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 0, 2));
+  try {
+    duplicate.Rendezvous("");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("rank 0 is already taken by a server"));
+    EXPECT_THAT(e.what(), HasSubstr("tcp://127.0.0.1:1111"));
+  }
+  CoordinatorClient second(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+  net::Roster roster1 = second.Rendezvous("");
+  first.join();
+  ASSERT_TRUE(roster0.has_value());
+  EXPECT_EQ(roster0->SerializeAsString(), roster1.SerializeAsString());
+  EXPECT_EQ(roster1.peers(0).role(), net::ROLE_SERVER);
+}
+
+TEST(DistRendezvousTest, OutOfRangeRankAndWrongWorldSizeAreRejected) {
+  net::Context context;
+  CoordinatorThread coordinator(context, 2, milliseconds(10000));
+  // A peer that believes in a world of 5.
+  CoordinatorClient wrong_world(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 4, 5));
+  try {
+    wrong_world.Rendezvous("");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("says DLRM_WORLD_SIZE=5 but the coordinator has 2"));
+  }
+  // A hand-made HELLO with the right world size but a rank outside it.
+  net::Client raw(context, coordinator.address(), net::TransportOptions{}, "coordinator");
+  net::Message hello = net::MakeMessage(net::Header::HELLO);
+  hello.header.mutable_hello()->set_role(net::ROLE_SERVER);
+  hello.header.mutable_hello()->set_rank(7);
+  hello.header.mutable_hello()->set_world_size(2);
+  try {
+    raw.Call(std::move(hello), milliseconds(5000));
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("HELLO rank 7 is out of range [0, 2)"));
+  }
+  // A peer refuses to start with a rank outside its own world.
+  ClusterEnv bad = PeerEnv(coordinator.address(), net::ROLE_TRAINER, 2, 2);
+  EXPECT_THROW(CoordinatorClient(context, bad), Error);
+}
+
+TEST(DistRendezvousTest, MissingCoordinatorTimesOutNamingIt) {
+  net::Context context;
+  const std::string dead = FreeLoopbackAddress();
+  CoordinatorClient client(context, PeerEnv(dead, net::ROLE_TRAINER, 0, 1, /*timeout_ms=*/200));
+  const auto start = Clock::now();
+  try {
+    client.Rendezvous("");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kTimeout);
+    EXPECT_THAT(e.what(), HasSubstr("rendezvous of trainer rank 0 failed"));
+    EXPECT_THAT(e.what(), HasSubstr("timed out after 200 ms waiting for the reply to HELLO"));
+    EXPECT_THAT(e.what(), HasSubstr("coordinator at " + dead));
+  }
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  EXPECT_GE(ms, 190);
+  EXPECT_LT(ms, 3000);
+}
+
+TEST(DistRendezvousTest, CoordinatorGivesUpNamingMissingRanksAndTellsTheOthers) {
+  net::Context context;
+  CoordinatorThread coordinator(context, 3, milliseconds(300));
+  CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 1, 3));
+  try {
+    client.Rendezvous("");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    // The coordinator's own kTimeout, delivered to this peer long before its 5 s.
+    EXPECT_EQ(e.code(), StatusCode::kTimeout);
+    EXPECT_THAT(e.what(), HasSubstr("1 of 3 peers said HELLO"));
+    EXPECT_THAT(e.what(), HasSubstr("missing ranks 0, 2"));
+  }
+  coordinator.Join();
+  EXPECT_EQ(coordinator.code_, StatusCode::kTimeout);
+  EXPECT_THAT(coordinator.error_, HasSubstr("missing ranks 0, 2"));
+}
+
+TEST(DistRendezvousTest, PeersMayStartBeforeTheCoordinator) {
+  net::Context context;
+  // A free port from a plain socket, closed at once. (A ZeroMQ socket closes its listener
+  // asynchronously: a peer connecting meanwhile would hand it the HELLO.)
+  const std::string address = FreeLoopbackAddress();
+  std::optional<net::Roster> roster;
+  std::string error;
+  std::thread peer([&] {
+    try {
+      CoordinatorClient client(context, PeerEnv(address, net::ROLE_TRAINER, 0, 1));
+      roster = client.Rendezvous("");
+      client.Leave();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  });
+  std::this_thread::sleep_for(milliseconds(200));
+  try {
+    Coordinator coordinator(context, 1, address, net::TransportOptions{});
+    coordinator.Rendezvous(milliseconds(5000));
+    coordinator.Serve();  // returns once the peer has left
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what();
+  }
+  peer.join();
+  EXPECT_EQ(error, "");
+  ASSERT_TRUE(roster.has_value());
+  EXPECT_EQ(roster->world_size(), 1);
+}
+
+TEST(DistRendezvousTest, BarrierFailsOnceAPeerHasLeft) {
+  net::Context context;
+  CoordinatorThread coordinator(context, 2, milliseconds(10000));
+  std::thread leaver([&] {
+    CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
+    client.Rendezvous("");
+    client.Leave();
+  });
+  CoordinatorClient stayer(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+  stayer.Rendezvous("");
+  leaver.join();
+  try {
+    stayer.Barrier(milliseconds(5000));
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(e.what(), HasSubstr("barrier 0 cannot complete: rank 0 has left"));
+  }
+}
+
+TEST(DistRendezvousTest, BarrierWaitingForAPeerThatLeavesFails) {
+  net::Context context;
+  CoordinatorThread coordinator(context, 2, milliseconds(10000));
+  CoordinatorClient leaver(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
+  std::thread stay([&] {
+    CoordinatorClient stayer(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+    stayer.Rendezvous("");
+    try {
+      stayer.Barrier(milliseconds(5000));
+      ADD_FAILURE();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+      EXPECT_THAT(e.what(), HasSubstr("rank 0 has left"));
+    }
+  });
+  leaver.Rendezvous("");
+  std::this_thread::sleep_for(milliseconds(100));  // the other peer waits in the barrier
+  leaver.Leave();
+  stay.join();
+}
+
+TEST(DistRendezvousTest, CoordinatorGivesUpOnAPeerThatNeverLeavesAfterAnotherDid) {
+  net::Context context;
+  const auto timeout = milliseconds(1500);
+  CoordinatorThread coordinator(context, 3, timeout);
+  // Rank 2 joins and then hangs: it is destroyed (and would leave) only after the
+  // coordinator has given up on it.
+  CoordinatorClient silent(context,
+                           PeerEnv(coordinator.address(), net::ROLE_TRAINER, 2, 3, 1500));
+  std::thread others([&] {
+    CoordinatorClient a(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 3));
+    a.Rendezvous("");
+    a.Leave();
+  });
+  std::thread server([&] {
+    CoordinatorClient failing(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 3));
+    failing.Rendezvous("");
+    // Fails without calling Leave: its destructor leaves for it.
+  });
+  silent.Rendezvous("");
+  const auto started = std::chrono::steady_clock::now();
+  others.join();
+  server.join();
+  coordinator.Join();
+  const auto waited = std::chrono::steady_clock::now() - started;
+  EXPECT_FALSE(coordinator.served_);
+  EXPECT_EQ(coordinator.code_, StatusCode::kTimeout);
+  EXPECT_THAT(coordinator.error_, HasSubstr("rank(s) 2 did not leave within 4500 ms"));
+  EXPECT_LT(waited, (kLeaveTimeouts + 1) * timeout);  // bounded, not waiting forever
+}
+
+TEST(DistRendezvousTest, RendezvousWithASharedSecret) {
+  const std::string secret = "cluster-secret-0123456789";
+  net::Context context;
+  CoordinatorThread coordinator(context, 1, milliseconds(10000), secret);
+  CoordinatorClient client(
+      context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 1, 5000, secret));
+  EXPECT_EQ(client.Rendezvous("tcp://127.0.0.1:2222").peers(0).address(),
+            "tcp://127.0.0.1:2222");
+  client.Leave();
+}
+
+TEST(DistRendezvousTest, RendezvousWithAWrongSecretFailsSayingWhy) {
+  net::Context context;
+  CoordinatorThread coordinator(context, 1, milliseconds(10000), "cluster-secret-0123456789");
+  CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 1, 300,
+                                            "another-secret-0123456789"));
+  try {
+    client.Rendezvous("");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kTimeout);
+    EXPECT_THAT(e.what(), HasSubstr("auth tag does not match"));
+    EXPECT_THAT(e.what(), HasSubstr("DLRM_SECRET"));
+  }
+}
+
+}  // namespace
+}  // namespace dlrm::dist

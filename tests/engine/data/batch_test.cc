@@ -1,0 +1,155 @@
+// Batch validation: every malformed field is rejected naming the field, index and value.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/core/status.h"
+#include "engine/data/batch.h"
+#include "tests/support/test_support.h"
+
+namespace dlrm {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::vector<SparseFeatureSpec> kSpecs = {{0, 40}, {1, 25}, {0, 40}};
+
+void ExpectRejected(const BatchView& view, StatusCode code, const std::string& needle,
+                    bool require_labels = true) {
+  try {
+    ValidateBatch(view, 4, kSpecs, require_labels);
+    ADD_FAILURE() << "accepted a batch; expected an error mentioning " << needle;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr(needle));
+  }
+}
+
+TEST(BatchTest, ValidBatchGetsBagOffsets) {
+  const OwnedBatch b = testing::SmallBatch(6, 1);
+  const ValidatedBatch vb = ValidateBatch(b.view(), 4, kSpecs, true);
+  ASSERT_EQ(vb.offsets.size(), 3u * 6 + 1);
+  int64_t expect = 0;
+  for (int f = 0; f < 3; ++f)
+    for (int s = 0; s < 6; ++s) {
+      EXPECT_EQ(vb.bag_begin(f, s), expect);
+      expect += b.lengths[f * 6 + s];
+      EXPECT_EQ(vb.bag_end(f, s), expect);
+    }
+  EXPECT_EQ(vb.offsets.back(), static_cast<int64_t>(b.ids.size()));
+}
+
+// The asynchronous path indexes its validated copy without checking it again; the
+// offsets must be ValidateBatch's.
+TEST(BatchTest, IndexingAValidBatchGivesValidateBatchsOffsets) {
+  const OwnedBatch b = testing::SmallBatch(6, 2);
+  EXPECT_EQ(IndexValidBatch(b.view()).offsets, ValidateBatch(b.view(), 4, kSpecs, true).offsets);
+}
+
+// Two slices make the batch again: each sample keeps its dense row, label and bags.
+TEST(BatchTest, SlicesAreTheSamplesOfTheirRange) {
+  const OwnedBatch b = testing::SmallBatch(6, 1);
+  const OwnedBatch lo = SliceBatch(b.view(), 0, 2), hi = SliceBatch(b.view(), 2, 6);
+  EXPECT_EQ(lo.batch_size, 2);
+  EXPECT_EQ(hi.batch_size, 4);
+  const ValidatedBatch vb = ValidateBatch(b.view(), 4, kSpecs, true);
+  const ValidatedBatch vlo = ValidateBatch(lo.view(), 4, kSpecs, true);
+  const ValidatedBatch vhi = ValidateBatch(hi.view(), 4, kSpecs, true);
+  for (int s = 0; s < 6; ++s) {
+    const OwnedBatch& part = s < 2 ? lo : hi;
+    const ValidatedBatch& vp = s < 2 ? vlo : vhi;
+    const int ps = s < 2 ? s : s - 2;
+    EXPECT_EQ(part.labels[ps], b.labels[s]);
+    for (int d = 0; d < 4; ++d) EXPECT_EQ(part.dense[ps * 4 + d], b.dense[s * 4 + d]);
+    for (int f = 0; f < 3; ++f) {
+      const std::vector<int64_t> want(b.ids.begin() + vb.bag_begin(f, s),
+                                      b.ids.begin() + vb.bag_end(f, s));
+      const std::vector<int64_t> got(part.ids.begin() + vp.bag_begin(f, ps),
+                                     part.ids.begin() + vp.bag_end(f, ps));
+      EXPECT_EQ(got, want) << "sample " << s << " feature " << f;
+    }
+  }
+  for (const auto& [begin, end] : {std::pair{0, 0}, std::pair{-1, 2}, std::pair{3, 7}}) {
+    try {
+      SliceBatch(b.view(), begin, end);
+      ADD_FAILURE() << "sliced [" << begin << ", " << end << ")";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), HasSubstr("empty or out of range"));
+    }
+  }
+}
+
+TEST(BatchTest, RejectsShapeErrors) {
+  OwnedBatch b = testing::SmallBatch(6, 2);
+  BatchView v = b.view();
+  v.batch_size = 0;
+  ExpectRejected(v, StatusCode::kInvalidArgument, "batch.batch_size");
+  v = b.view();
+  v.num_dense = 5;
+  ExpectRejected(v, StatusCode::kInvalidArgument, "batch.num_dense is 5");
+  v = b.view();
+  v.num_sparse = 2;
+  ExpectRejected(v, StatusCode::kInvalidArgument, "batch.num_sparse is 2");
+  v = b.view();
+  v.num_ids = v.num_ids + 2;
+  ExpectRejected(v, StatusCode::kInvalidArgument, "lengths sum to");
+  v = b.view();
+  v.num_ids = -1;
+  ExpectRejected(v, StatusCode::kInvalidArgument, "batch.num_ids");
+}
+
+TEST(BatchTest, RejectsNullPointers) {
+  OwnedBatch b = testing::SmallBatch(6, 3);
+  BatchView v = b.view();
+  v.dense = nullptr;
+  ExpectRejected(v, StatusCode::kInvalidArgument, "batch.dense is NULL");
+  v = b.view();
+  v.lengths = nullptr;
+  ExpectRejected(v, StatusCode::kInvalidArgument, "batch.lengths is NULL");
+  v = b.view();
+  v.ids = nullptr;
+  ExpectRejected(v, StatusCode::kInvalidArgument, "batch.ids is NULL");
+  v = b.view();
+  v.labels = nullptr;
+  ExpectRejected(v, StatusCode::kInvalidArgument, "batch.labels is NULL");
+  EXPECT_NO_THROW(ValidateBatch(v, 4, kSpecs, /*require_labels=*/false));
+}
+
+TEST(BatchTest, RejectsBadValues) {
+  OwnedBatch b = testing::SmallBatch(6, 4, /*weighted=*/true);
+  OwnedBatch bad = b;
+  bad.lengths[7] = -2;
+  ExpectRejected(bad.view(), StatusCode::kInvalidArgument, "batch.lengths[7] (feature 1, sample 1) is negative");
+
+  bad = b;
+  bad.ids[0] = 40;
+  ExpectRejected(bad.view(), StatusCode::kOutOfRange, "batch.ids[0] = 40");
+  bad = b;
+  bad.ids.back() = -1;
+  ExpectRejected(bad.view(), StatusCode::kOutOfRange, "= -1 (feature 2)");
+
+  bad = b;
+  bad.dense[9] = std::numeric_limits<float>::quiet_NaN();
+  ExpectRejected(bad.view(), StatusCode::kInvalidArgument, "batch.dense[2][1] is not finite");
+  bad = b;
+  bad.dense[0] = -std::numeric_limits<float>::infinity();
+  ExpectRejected(bad.view(), StatusCode::kInvalidArgument, "batch.dense[0][0]", false);
+
+  bad = b;
+  bad.labels[3] = std::numeric_limits<float>::infinity();
+  ExpectRejected(bad.view(), StatusCode::kInvalidArgument, "batch.labels[3] is not finite");
+  bad = b;
+  bad.labels[3] = -0.5f;
+  ExpectRejected(bad.view(), StatusCode::kInvalidArgument, "outside [0, 1]");
+
+  bad = b;
+  bad.weights[1] = std::numeric_limits<float>::quiet_NaN();
+  ExpectRejected(bad.view(), StatusCode::kInvalidArgument, "batch.weights[1]");
+}
+
+}  // namespace
+}  // namespace dlrm

@@ -1,0 +1,199 @@
+// One embedding server over a real endpoint: lookups are answered from the shards, a
+// lookup whose step needs an update in flight waits for it (sync), and every bad request
+// gets an ERROR naming the problem while the server keeps serving. A bad UPDATE stops the
+// owner (fail-stop) and every later request says why.
+#include "engine/ps/server.h"
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/core/status.h"
+#include "engine/ps/messages.h"
+#include "engine/net/client.h"
+#include "engine/shard/planner.h"
+#include "tests/support/dist_config.h"
+
+namespace dlrm::dist {
+namespace {
+
+using namespace ::dlrm::testing;  // the suites' shared helpers
+
+using std::chrono::milliseconds;
+constexpr milliseconds kWait(5000);
+
+// The server of a TABLE_WISE plan over 1 server, with one trainer.
+struct ServerFixture : ::testing::Test {
+  config::DlrmConfig config =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", 1);
+  shard::ShardingPlan plan = shard::PlanSharding(config, 1);
+  EmbeddingShardStore store{config, plan, 0};
+  ShardOwner owner{&store, 0, /*world_size=*/1, /*staleness=*/0};
+  net::Context context;
+  net::Endpoint listener{context, net::Endpoint::kListen, "tcp://127.0.0.1:*",
+                         net::TransportOptions(), "server 0"};
+  EmbeddingServer server{&listener, &owner, 0, 1, milliseconds(60000)};
+  std::thread serving{[this] { server.Serve(); }};
+  net::Client client{context, listener.address(), net::TransportOptions(), "server 0", 0};
+
+  ~ServerFixture() override {
+    server.Stop();
+    serving.join();
+  }
+
+  std::vector<ShardRows> Request(int32_t shard, std::vector<int64_t> ids) {
+    ShardRows r;
+    r.shard = shard;
+    r.ids = std::move(ids);
+    return {r};
+  }
+
+  // The reply to a lookup, or the error it raised.
+  std::string LookupError(int64_t step, const std::vector<ShardRows>& request) {
+    try {
+      client.Call(EncodeLookup(step, request), kWait);
+    } catch (const Error& e) {
+      return std::string(StatusCodeName(e.code())) + ": " + e.what();
+    }
+    return "";
+  }
+
+  // One sample touching row 0 of every feature the server serves, gradient 1.
+  std::vector<FeatureUpdate> OneSample() {
+    std::vector<FeatureUpdate> part;
+    for (const int32_t f : store.features()) {
+      FeatureUpdate u;
+      u.feature = f;
+      u.lengths = {1};
+      u.ids = {0};
+      const std::string& table = config.model().sparse_features(f).table();
+      u.d_pooled.assign(config.model().tables(FindTable(config.model(), table)).dim(), 1.0f);
+      part.push_back(u);
+    }
+    return part;
+  }
+};
+
+TEST_F(ServerFixture, AnswersLookupsFromTheShards) {
+  const net::Message reply = client.Call(EncodeLookup(1, Request(0, {3, 1, 3})), kWait);
+  std::vector<ShardRows> answered = Request(0, {3, 1, 3});
+  DecodeLookupReply(reply, &answered);
+  const EmbeddingTable<float>& table = store.shard_table(0);
+  ASSERT_EQ(answered[0].rows.size(), 3u * table.dim());
+  for (int k = 0; k < table.dim(); ++k) {
+    EXPECT_EQ(answered[0].rows[k], table.row(3)[k]);
+    EXPECT_EQ(answered[0].rows[table.dim() + k], table.row(1)[k]);
+  }
+}
+
+TEST_F(ServerFixture, SyncLookupWaitsForThePreviousStepsUpdate) {
+  const float before = store.shard_table(0).row(0)[0];
+  const uint64_t id = client.Submit(EncodeLookup(2, Request(0, {0})));
+  std::this_thread::sleep_for(milliseconds(100));  // parked: step 1 is not applied yet
+  UpdateMessage u;
+  u.rank = 0;
+  u.step = 1;
+  u.lr = 0.5f;
+  u.part = OneSample();
+  client.endpoint().Send(EncodeUpdate(u));
+  std::vector<ShardRows> answered = Request(0, {0});
+  DecodeLookupReply(client.Wait(id, kWait), &answered);
+  EXPECT_NE(answered[0].rows[0], before) << "step 2's lookup saw step 1's update";
+  EXPECT_EQ(answered[0].rows[0], store.shard_table(0).row(0)[0]);
+  EXPECT_EQ(owner.applied(), 1);
+  const net::Message ack = client.Call(StepMessage(net::Header::FLUSH, 1), kWait);
+  EXPECT_EQ(ack.header.type(), net::Header::FLUSH_ACK);
+}
+
+TEST_F(ServerFixture, BadRequestsGetErrorsAndTheServerKeepsServing) {
+  EXPECT_NE(LookupError(1, Request(99, {0})).find("has no shard 99"), std::string::npos);
+  EXPECT_NE(LookupError(1, Request(0, {100000})).find("OUT_OF_RANGE"), std::string::npos);
+  EXPECT_NE(LookupError(0, Request(0, {0})).find("steps start at 1"), std::string::npos);
+  net::Message wrong = EncodeLookup(1, Request(0, {0}));
+  wrong.payloads[0] = net::Payload::Copy(std::vector<float>{0.0f});
+  try {
+    client.Call(wrong, kWait);
+    ADD_FAILURE() << "a LOOKUP with an F32 shard list was answered";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kDataLoss);
+    EXPECT_NE(std::string(e.what()).find("LOOKUP payload 0 is F32"), std::string::npos);
+  }
+  net::Message barrier = net::MakeMessage(net::Header::BARRIER);
+  barrier.header.set_barrier_generation(0);
+  try {
+    client.Call(barrier, kWait);
+    ADD_FAILURE() << "BARRIER was answered";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not handle BARRIER"), std::string::npos);
+  }
+  EXPECT_EQ(LookupError(1, Request(0, {1})), "") << "still serving";
+}
+
+TEST_F(ServerFixture, BadUpdateStopsTheOwnerAndEveryLaterRequestSaysWhy) {
+  UpdateMessage u;
+  u.rank = 0;
+  u.step = 5;  // further ahead than staleness 0 allows
+  u.part = OneSample();
+  client.endpoint().Send(EncodeUpdate(u));
+  std::string error;
+  for (int i = 0; i < 50 && error.empty(); ++i) {
+    error = LookupError(1, Request(0, {0}));
+    if (error.empty()) std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_NE(error.find("FAILED_PRECONDITION"), std::string::npos) << error;
+  EXPECT_NE(error.find("bad UPDATE"), std::string::npos) << error;
+  EXPECT_NE(error.find("more than staleness 0 + 1 steps ahead"), std::string::npos) << error;
+  EXPECT_EQ(owner.applied(), 0);
+}
+
+TEST_F(ServerFixture, ShutdownFromEveryTrainerEndsServe) {
+  const net::Message ack = client.Call(net::MakeMessage(net::Header::SHUTDOWN), kWait);
+  EXPECT_EQ(ack.header.type(), net::Header::SHUTDOWN);
+  serving.join();
+  serving = std::thread([] {});  // the fixture joins it again
+}
+
+TEST_F(ServerFixture, OwnerRefusesPartsNoTrainerKeepingTheRuleSends) {
+  auto expect_refused = [&](int32_t rank, int64_t step, const std::string& needle) {
+    try {
+      owner.AddUpdate(rank, step, 0.1f, OneSample());
+      ADD_FAILURE() << "accepted rank " << rank << " step " << step;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(1, 1, "rank 1 outside [0, 1)");
+  expect_refused(-1, 1, "rank -1 outside");
+  expect_refused(0, 0, "step 0 is already applied");
+  expect_refused(0, 2, "more than staleness 0 + 1 steps ahead");
+  EXPECT_EQ(owner.applied(), 0);
+  EXPECT_EQ(LookupError(1, Request(0, {0})), "") << "a refused part does not stop the owner";
+}
+
+TEST(EmbeddingServerLiveness, ASilentTrainerEndsServeWithAnErrorNamingIt) {
+  const config::DlrmConfig config =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", 1);
+  const shard::ShardingPlan plan = shard::PlanSharding(config, 1);
+  EmbeddingShardStore store(config, plan, 0);
+  ShardOwner owner(&store, 0, 2, 0);
+  net::Context context;
+  net::Endpoint listener(context, net::Endpoint::kListen, "tcp://127.0.0.1:*",
+                         net::TransportOptions(), "server 0");
+  EmbeddingServer server(&listener, &owner, 0, 2, milliseconds(300));
+  try {
+    server.Serve();
+    ADD_FAILURE() << "Serve returned although no trainer ever spoke";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("trainer 0 has sent nothing for 300 ms"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dlrm::dist

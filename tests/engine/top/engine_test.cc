@@ -1,0 +1,422 @@
+// The Engine end to end: determinism across runs and thread counts, checkpoint resume,
+// learning, and that failing calls leave the engine unchanged.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/checkpoint/checkpoint_file.h"
+#include "engine/config/config.h"
+#include "engine/core/status.h"
+#include "engine/engine.h"
+#include "tests/support/test_support.h"
+
+namespace dlrm {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<Engine> MakeEngine(const std::string& optimizers, int threads = 1,
+                                   int chunk_rows = 8) {
+  return std::make_unique<Engine>(
+      ParseConfigText(testing::SmallConfigText(optimizers, threads, chunk_rows)));
+}
+
+// Every parameter's bytes, by name: the engine's complete observable model state.
+std::map<std::string, std::vector<float>> Snapshot(const Engine& engine) {
+  std::map<std::string, std::vector<float>> params;
+  for (const ParameterInfo& info : engine.Parameters()) {
+    std::vector<float> values(info.size());
+    engine.ReadParameter(info.name, values.data(), info.size());
+    params[info.name] = std::move(values);
+  }
+  return params;
+}
+
+bool BitwiseEqual(const std::map<std::string, std::vector<float>>& a,
+                  const std::map<std::string, std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, values] : a) {
+    auto it = b.find(name);
+    if (it == b.end() || it->second.size() != values.size() ||
+        std::memcmp(values.data(), it->second.data(), values.size() * sizeof(float)) != 0)
+      return false;
+  }
+  return true;
+}
+
+std::vector<uint32_t> TrainLosses(Engine& engine, int steps, uint64_t first_salt = 0) {
+  std::vector<uint32_t> bits;
+  for (int s = 0; s < steps; ++s) {
+    const OwnedBatch batch = testing::SmallBatch(64, first_salt + s, /*weighted=*/s % 2 == 1);
+    const float loss = engine.TrainStep(batch.view());
+    uint32_t b;
+    std::memcpy(&b, &loss, sizeof b);
+    bits.push_back(b);
+  }
+  return bits;
+}
+
+// Test names for kOptimizerSets, in order.
+const char* const kOptimizerSetNames[] = {"SgdSgd", "NesterovAdagrad", "AdamWRowwiseAdagrad",
+                                          "AdagradAdamWithSchedule"};
+
+const char* const kOptimizerSets[] = {
+    "",  // SGD / SGD
+    "dense_optimizer { learning_rate: 0.05 sgd { momentum: 0.9 nesterov: true } }\n"
+    "sparse_optimizer { learning_rate: 0.1 adagrad {} }",
+    "dense_optimizer { learning_rate: 0.01 adam { weight_decay: 0.01 decoupled_weight_decay: true } }\n"
+    "sparse_optimizer { learning_rate: 0.05 rowwise_adagrad {} }",
+    "dense_optimizer { learning_rate: 0.02 adagrad {} }\n"
+    "sparse_optimizer { learning_rate: 0.01 adam {} }\n"
+    "lr_schedule { warmup_steps: 3 decay_start_step: 5 decay_steps: 10 }",
+};
+
+class EngineOptimizerTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EngineOptimizerTest, BitwiseIdenticalAcrossRunsAndThreadCounts) {
+  std::vector<uint32_t> reference_losses;
+  std::map<std::string, std::vector<float>> reference_params;
+  for (int threads : {1, 2, 4, 1}) {
+    auto engine = MakeEngine(GetParam(), threads);
+    ASSERT_EQ(engine->num_threads(), threads);
+    const auto losses = TrainLosses(*engine, 12);
+    const auto params = Snapshot(*engine);
+    if (reference_losses.empty()) {
+      reference_losses = losses;
+      reference_params = params;
+      continue;
+    }
+    EXPECT_EQ(losses, reference_losses) << threads << " threads";
+    EXPECT_TRUE(BitwiseEqual(params, reference_params)) << threads << " threads";
+  }
+}
+
+TEST_P(EngineOptimizerTest, ResumeFromCheckpointEqualsUninterruptedTraining) {
+  const std::string dir = testing::TempDir("engine_resume");
+  auto straight = MakeEngine(GetParam(), 2);
+  const auto first = TrainLosses(*straight, 6);
+  const auto second = TrainLosses(*straight, 6, 6);
+
+  auto interrupted = MakeEngine(GetParam(), 2);
+  EXPECT_EQ(TrainLosses(*interrupted, 6), first);
+  interrupted->Save(dir + "/mid.ckpt");
+  interrupted.reset();
+  auto resumed = Engine::FromCheckpoint(dir + "/mid.ckpt");
+  EXPECT_EQ(resumed->step(), 6);
+  EXPECT_EQ(TrainLosses(*resumed, 6, 6), second);
+  EXPECT_TRUE(BitwiseEqual(Snapshot(*resumed), Snapshot(*straight)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, EngineOptimizerTest, ::testing::ValuesIn(kOptimizerSets),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(kOptimizerSetNames[info.index]);
+                         });
+
+TEST(EngineTest, AsyncStepsEqualSynchronousSteps) {
+  auto sync = MakeEngine(kOptimizerSets[2], 2);
+  const auto expected = TrainLosses(*sync, 8);
+  auto async = MakeEngine(kOptimizerSets[2], 2);
+  std::vector<int64_t> tickets;
+  for (int s = 0; s < 8; ++s) {
+    OwnedBatch batch = testing::SmallBatch(64, s, s % 2 == 1);
+    tickets.push_back(async->SubmitTrainStep(batch.view()));
+    batch.dense.assign(batch.dense.size(), 99.0f);  // the engine copied it: reuse is safe
+  }
+  std::vector<uint32_t> losses;
+  for (const int64_t t : tickets) {
+    const float loss = async->WaitTrainStep(t);
+    uint32_t bits;
+    std::memcpy(&bits, &loss, sizeof bits);
+    losses.push_back(bits);
+  }
+  EXPECT_EQ(losses, expected);
+  EXPECT_TRUE(BitwiseEqual(Snapshot(*async), Snapshot(*sync)));
+  EXPECT_EQ(async->step(), 8);
+}
+
+TEST(EngineTest, AsyncSubmitRejectsBadBatchesAtOnceAndMutationsWaitForQueuedSteps) {
+  const std::string dir = testing::TempDir("engine_async");
+  auto engine = MakeEngine(kOptimizerSets[1], 2);
+  OwnedBatch bad = testing::SmallBatch(64, 1);
+  bad.ids[0] = -1;
+  try {
+    engine->SubmitTrainStep(bad.view());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kOutOfRange);
+  }
+  EXPECT_THROW(engine->WaitTrainStep(1), Error);  // nothing was queued
+  for (int s = 0; s < 3; ++s) engine->SubmitTrainStep(testing::SmallBatch(64, s).view());
+  engine->Save(dir + "/after3.ckpt");  // waits for the three queued steps
+  EXPECT_EQ(engine->step(), 3);
+  EXPECT_EQ(Engine::FromCheckpoint(dir + "/after3.ckpt")->step(), 3);
+}
+
+TEST(EngineTest, AsyncDivergenceCancelsTheStepsQueuedBehindIt) {
+  auto engine = MakeEngine("dense_optimizer { learning_rate: 1e30 }", 1);
+  std::vector<int64_t> tickets;
+  for (int s = 0; s < 6; ++s) tickets.push_back(engine->SubmitTrainStep(testing::SmallBatch(64, s).view()));
+  int ok = 0, failed = 0, cancelled = 0;
+  for (const int64_t t : tickets) {
+    try {
+      engine->WaitTrainStep(t);
+      ++ok;
+    } catch (const Error& e) {
+      if (e.code() == StatusCode::kFailedPrecondition) ++failed;
+      if (e.code() == StatusCode::kCancelled) ++cancelled;
+    }
+  }
+  // How many later steps were still queued (cancelled) or submitted after the failure (and
+  // diverged again) depends on timing; the queue test checks cancellation exactly.
+  EXPECT_GE(failed, 1);
+  EXPECT_GE(ok, 1);
+  EXPECT_EQ(ok + failed + cancelled, 6);
+  EXPECT_EQ(engine->step(), ok);  // failed and cancelled steps changed nothing
+}
+
+TEST(EngineTest, SaveLoadPredictIsBitwiseIdentical) {
+  const std::string dir = testing::TempDir("engine_saveload");
+  auto engine = MakeEngine(kOptimizerSets[2]);
+  TrainLosses(*engine, 5);
+  const OwnedBatch probe = testing::SmallBatch(50, 1234);
+  std::vector<float> before(50), after(50), other(50);
+  engine->Predict(probe.view(), before.data(), 50);
+  engine->Save(dir + "/a.ckpt");
+  TrainLosses(*engine, 3, 100);
+  engine->Predict(probe.view(), after.data(), 50);
+  EXPECT_NE(before, after);
+  engine->Load(dir + "/a.ckpt");
+  engine->Predict(probe.view(), after.data(), 50);
+  EXPECT_EQ(0, std::memcmp(before.data(), after.data(), 50 * sizeof(float)));
+  EXPECT_EQ(engine->step(), 5);
+  auto fresh = MakeEngine(kOptimizerSets[2], 4);
+  fresh->Load(dir + "/a.ckpt");
+  fresh->Predict(probe.view(), other.data(), 50);
+  EXPECT_EQ(0, std::memcmp(before.data(), other.data(), 50 * sizeof(float)));
+}
+
+TEST(EngineTest, LoadRejectsCheckpointsOfAnotherModelOrOptimizer) {
+  const std::string dir = testing::TempDir("engine_mismatch");
+  MakeEngine(kOptimizerSets[1])->Save(dir + "/adagrad.ckpt");
+  auto adam = MakeEngine(kOptimizerSets[2]);
+  const auto before = Snapshot(*adam);
+  try {
+    adam->Load(dir + "/adagrad.ckpt");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(e.what(), HasSubstr("optimizer"));
+  }
+  std::string other_text = testing::SmallConfigText(kOptimizerSets[1]);
+  other_text.replace(other_text.find("num_rows: 25"), 12, "num_rows: 26");
+  Engine other(ParseConfigText(other_text));
+  try {
+    other.Load(dir + "/adagrad.ckpt");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(e.what(), HasSubstr("num_rows"));
+  }
+  EXPECT_TRUE(BitwiseEqual(Snapshot(*adam), before));
+}
+
+// One rule for every libdlrm file (engine/checkpoint/codec.h): a file of another format is
+// kFailedPrecondition, one without a format tag or with a bad step is kDataLoss.
+TEST(EngineTest, LoadNamesTheFormatOrMetadataThatIsWrong) {
+  const std::string dir = testing::TempDir("engine_format");
+  auto engine = MakeEngine(kOptimizerSets[0]);
+  TrainLosses(*engine, 1);
+  const auto before = Snapshot(*engine);
+  const auto expect_error = [&](const std::map<std::string, std::string>& metadata,
+                                StatusCode code, const std::string& needle) {
+    CheckpointWriter writer;
+    for (const auto& [key, value] : metadata) writer.SetMetadata(key, value);
+    writer.WriteAtomic(dir + "/file");
+    for (const bool fresh : {false, true}) {
+      try {
+        if (fresh) Engine::FromCheckpoint(dir + "/file");
+        else engine->Load(dir + "/file");
+        ADD_FAILURE() << needle;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), code) << e.what();
+        EXPECT_THAT(e.what(), HasSubstr(needle));
+      }
+    }
+  };
+  expect_error({{"format", "libdlrm.dense_state.v1"}}, StatusCode::kFailedPrecondition,
+               "has format \"libdlrm.dense_state.v1\", expected \"libdlrm.checkpoint.v1\"");
+  expect_error({{"step", "3"}}, StatusCode::kDataLoss, "no format tag");
+  expect_error({{"format", "libdlrm.checkpoint.v1"}}, StatusCode::kDataLoss,
+               "lacks metadata \"config\"");
+  const std::map<std::string, std::string> bad_step{
+      {"format", "libdlrm.checkpoint.v1"},
+      {"config", testing::SmallConfigText(kOptimizerSets[0])},
+      {"step", "1.5"}};
+  expect_error(bad_step, StatusCode::kDataLoss,
+               "metadata \"step\" is not a step count: \"1.5\"");
+  EXPECT_TRUE(BitwiseEqual(Snapshot(*engine), before));
+  EXPECT_EQ(engine->step(), 1);
+}
+
+TEST(EngineTest, CorruptCheckpointLeavesEngineUnchanged) {
+  const std::string dir = testing::TempDir("engine_corrupt");
+  auto engine = MakeEngine(kOptimizerSets[2]);
+  TrainLosses(*engine, 2);
+  engine->Save(dir + "/good.ckpt");
+  TrainLosses(*engine, 2, 50);
+  const auto before = Snapshot(*engine);
+  std::string bytes;
+  {
+    std::ifstream in(dir + "/good.ckpt", std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (size_t cut : {size_t{0}, size_t{7}, bytes.size() / 3, bytes.size() - 1}) {
+    std::ofstream(dir + "/bad.ckpt", std::ios::binary).write(bytes.data(), cut);
+    EXPECT_THROW(engine->Load(dir + "/bad.ckpt"), Error) << cut;
+  }
+  bytes[bytes.size() / 2] ^= 1;
+  std::ofstream(dir + "/bad.ckpt", std::ios::binary).write(bytes.data(), bytes.size());
+  try {
+    engine->Load(dir + "/bad.ckpt");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kDataLoss);
+  }
+  EXPECT_TRUE(BitwiseEqual(Snapshot(*engine), before));
+  EXPECT_EQ(engine->step(), 4);
+}
+
+TEST(EngineTest, BadBatchesLeaveEngineUnchanged) {
+  auto engine = MakeEngine(kOptimizerSets[2], 2);
+  TrainLosses(*engine, 2);
+  const auto before = Snapshot(*engine);
+  OwnedBatch bad = testing::SmallBatch(64, 9);
+  bad.ids.back() = 1000;  // past the end of table t0
+  EXPECT_THROW(engine->TrainStep(bad.view()), Error);
+  bad = testing::SmallBatch(64, 9);
+  bad.labels[63] = std::nanf("");
+  EXPECT_THROW(engine->TrainStep(bad.view()), Error);
+  bad = testing::SmallBatch(64, 9);
+  bad.lengths[100] = -1;
+  EXPECT_THROW(engine->TrainStep(bad.view()), Error);
+  EXPECT_TRUE(BitwiseEqual(Snapshot(*engine), before));
+  EXPECT_EQ(engine->step(), 2);
+}
+
+TEST(EngineTest, DivergenceIsReportedAndNothingIsUpdated) {
+  auto engine = MakeEngine("dense_optimizer { learning_rate: 1e30 }", 1);
+  bool diverged = false;
+  for (int s = 0; s < 5 && !diverged; ++s) {
+    const auto before = Snapshot(*engine);
+    const int64_t step = engine->step();
+    try {
+      engine->TrainStep(testing::SmallBatch(64, s).view());
+    } catch (const Error& e) {
+      diverged = true;
+      EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+      EXPECT_THAT(e.what(), HasSubstr("diverged"));
+      EXPECT_TRUE(BitwiseEqual(Snapshot(*engine), before));
+      EXPECT_EQ(engine->step(), step);
+    }
+  }
+  EXPECT_TRUE(diverged);
+}
+
+TEST(EngineTest, LearningRateOverrideControlsWhichParametersMove) {
+  auto engine = MakeEngine(kOptimizerSets[1]);
+  engine->SetLearningRate(LrTarget::kAll, 0.0f);
+  auto before = Snapshot(*engine);
+  TrainLosses(*engine, 2);
+  EXPECT_TRUE(BitwiseEqual(Snapshot(*engine), before));
+  EXPECT_EQ(engine->step(), 2);
+
+  engine->SetLearningRate(LrTarget::kSparse, 0.1f);
+  TrainLosses(*engine, 1);
+  auto after = Snapshot(*engine);
+  EXPECT_EQ(after["top_mlp.0.weight"], before["top_mlp.0.weight"]);
+  EXPECT_NE(after["embedding.t0.weight"], before["embedding.t0.weight"]);
+  EXPECT_FLOAT_EQ(engine->learning_rate(LrTarget::kSparse), 0.1f);
+  EXPECT_FLOAT_EQ(engine->learning_rate(LrTarget::kDense), 0.0f);
+  EXPECT_THROW(engine->SetLearningRate(LrTarget::kDense, -1.0f), Error);
+  EXPECT_THROW(engine->SetLearningRate(static_cast<LrTarget>(7), 1.0f), Error);
+}
+
+TEST(EngineTest, LearnsAHeldOutSignal) {
+  auto engine = MakeEngine(kOptimizerSets[2], 2);
+  std::vector<OwnedBatch> test_batches;
+  std::vector<BatchView> views;
+  for (int i = 0; i < 4; ++i) test_batches.push_back(testing::SmallBatch(256, 100000 + i));
+  for (const auto& b : test_batches) views.push_back(b.view());
+  const EvalResult before = engine->Evaluate(views);
+  for (int s = 0; s < 300; ++s) engine->TrainStep(testing::SmallBatch(64, s).view());
+  const EvalResult after = engine->Evaluate(views);
+  EXPECT_EQ(after.num_samples, 1024);
+  EXPECT_GT(after.auc, 0.9);
+  EXPECT_LT(after.log_loss, before.log_loss - 0.2);
+}
+
+TEST(EngineTest, OptimizerHyperparametersAreValidatedAtCreation) {
+  try {
+    MakeEngine("dense_optimizer { adam { beta1: 1.5 } }");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("beta1"));
+  }
+  try {
+    MakeEngine("sparse_optimizer { adagrad { eps: -1 } }");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("eps"));
+  }
+}
+
+TEST(EngineTest, ConcurrentPredictionsMatchSerialOnes) {
+  auto engine = MakeEngine(kOptimizerSets[2], 2);
+  TrainLosses(*engine, 3);
+  const OwnedBatch probe = testing::SmallBatch(100, 77);
+  std::vector<float> expected(100);
+  engine->Predict(probe.view(), expected.data(), 100);
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<float> out(100);
+      for (int rep = 0; rep < 20; ++rep) {
+        engine->Predict(probe.view(), out.data(), 100);
+        if (std::memcmp(out.data(), expected.data(), 400) != 0) ++mismatches[t];
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+TEST(EngineTest, ParametersAreListedAndReadable) {
+  auto engine = MakeEngine("");
+  const auto params = engine->Parameters();
+  ASSERT_EQ(params.size(), 2u * 2 + 3u * 2 + 2u);
+  EXPECT_EQ(params[0].name, "bottom_mlp.0.weight");
+  EXPECT_EQ(params[0].shape, (std::vector<int64_t>{8, 4}));
+  EXPECT_EQ(params[4].name, "top_mlp.0.weight");
+  EXPECT_EQ(params[4].shape, (std::vector<int64_t>{8, 4 + 6}));  // DOT: 4 + C(4,2)
+  EXPECT_EQ(params.back().name, "embedding.t1.weight");
+  EXPECT_EQ(params.back().shape, (std::vector<int64_t>{25, 4}));
+  std::vector<float> small(3);
+  EXPECT_THROW(engine->ReadParameter("top_mlp.0.weight", small.data(), 3), Error);
+  try {
+    engine->ReadParameter("nope", small.data(), 3);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kNotFound);
+  }
+}
+
+}  // namespace
+}  // namespace dlrm

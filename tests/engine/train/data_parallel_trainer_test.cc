@@ -1,0 +1,284 @@
+// Sync training with 2 trainers and 2 embedding servers (in-process: threads, a local
+// communicator and embedding service) reproduces the single-process engine bitwise: the
+// losses of every step, every dense parameter and every embedding row, for each sharding
+// type and several optimizer sets.
+#include "engine/train/data_parallel_trainer.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/config/config.h"
+#include "engine/core/philox.h"
+#include "engine/core/status.h"
+#include "engine/dense/loss.h"
+#include "engine/engine.h"
+#include "engine/shard/planner.h"
+#include "tests/support/dist_config.h"
+#include "tests/support/dist_checks.h"
+#include "tests/support/dist_data.h"
+
+namespace dlrm::dist {
+namespace {
+
+using namespace ::dlrm::testing;  // the suites' shared helpers
+
+using Type = config::ShardingConfig::Type;
+constexpr int32_t kServers = 2, kTrainers = 2;
+constexpr int64_t kPart = 32, kGlobal = kPart * kTrainers;
+
+OwnedBatch MakeBatch(const config::DlrmConfig& c, int64_t index) {
+  return MakeTestBatch(c, index, kGlobal);
+}
+
+struct Cluster {
+  shard::ShardingPlan plan;
+  std::vector<std::unique_ptr<EmbeddingShardStore>> servers;
+  std::unique_ptr<LocalEmbeddingService> service;
+  LocalCommunicatorHub hub{kTrainers, std::chrono::seconds(20)};
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  std::vector<std::unique_ptr<DataParallelTrainer>> trainers;
+
+  explicit Cluster(const config::DlrmConfig& c, int64_t staleness = 0)
+      : plan(shard::PlanSharding(c, kServers)) {
+    std::vector<EmbeddingShardStore*> raw;
+    for (int s = 0; s < kServers; ++s) {
+      servers.push_back(std::make_unique<EmbeddingShardStore>(c, plan, s));
+      raw.push_back(servers.back().get());
+    }
+    service = std::make_unique<LocalEmbeddingService>(raw, kTrainers, staleness,
+                                                      std::chrono::seconds(20));
+    for (int r = 0; r < kTrainers; ++r) {
+      comms.push_back(hub.Rank(r));
+      pools.push_back(std::make_unique<ThreadPool>(r + 1));  // thread counts differ on purpose
+      trainers.push_back(std::make_unique<DataParallelTrainer>(c, plan, comms.back().get(),
+                                                       service.get(), pools.back().get()));
+    }
+  }
+
+  // Every trainer's step on its part, concurrently; the losses by rank, or the errors.
+  std::vector<float> Step(const std::vector<OwnedBatch>& parts, std::vector<std::string>* errors,
+                          bool wait_applied = true) {
+    std::vector<float> losses(kTrainers, 0.0f);
+    errors->assign(kTrainers, "");
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kTrainers; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          losses[r] = trainers[r]->TrainStep(parts[r].view());
+        } catch (const Error& e) {
+          (*errors)[r] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    // Updates are applied in the background; parameters are compared once they landed.
+    if (wait_applied) service->WaitUntilApplied(trainers[0]->step());
+    return losses;
+  }
+};
+
+// Every dense parameter and embedding row of the cluster equals the engine's, bitwise.
+void ExpectSameParameters(const Engine& engine, const Cluster& cluster,
+                          const config::DlrmConfig& c, const std::string& where) {
+  for (const auto& trainer : cluster.trainers)
+    ExpectDenseMatchesEngine(engine, trainer->model(), where);
+  std::vector<const EmbeddingShardStore*> owners;
+  for (const auto& s : cluster.servers) owners.push_back(s.get());
+  for (const auto& t : cluster.trainers) owners.push_back(&t->replicas());
+  ExpectStoresMatchEngine(engine, c, owners, where);
+}
+
+struct Case {
+  Type type;
+  std::string dense, sparse;
+};
+
+class DataParallelTrainerTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DataParallelTrainerTest, TwoTrainersTwoServersEqualOneProcessBitwise) {
+  const Case& param = GetParam();
+  const config::DlrmConfig c =
+      ShardedTestConfig(param.type, param.dense, param.sparse, kServers);
+  Engine engine(c);
+  Cluster cluster(c);
+  const std::string name = std::string(shard::ShardingTypeShortName(param.type)) + "/" +
+                           param.dense + "+" + param.sparse;
+  for (int64_t step = 0; step < 5; ++step) {
+    const OwnedBatch global = MakeBatch(c, step);
+    const float want = engine.TrainStep(global.view());
+    std::vector<std::string> errors;
+    const std::vector<float> losses =
+        cluster.Step({Part(global, 0, kPart), Part(global, kPart, kGlobal)}, &errors);
+    for (int r = 0; r < kTrainers; ++r) {
+      ASSERT_EQ(errors[r], "") << name << " rank " << r;
+      ASSERT_EQ(std::memcmp(&losses[r], &want, sizeof(float)), 0)
+          << name << " step " << step << " rank " << r << ": " << losses[r] << " vs " << want;
+    }
+    ExpectSameParameters(engine, cluster, c, name + " step " + std::to_string(step));
+  }
+}
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (Type type : {config::ShardingConfig::TABLE_WISE, config::ShardingConfig::ROW_WISE,
+                    config::ShardingConfig::COLUMN_WISE, config::ShardingConfig::TABLE_ROW_WISE,
+                    config::ShardingConfig::DATA_PARALLEL}) {
+    cases.push_back({type, "sgd", "sgd"});
+    cases.push_back({type, "adagrad", "adagrad"});
+    cases.push_back({type, "adam",
+                     type == config::ShardingConfig::COLUMN_WISE ? "adam" : "rowwise_adagrad"});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, DataParallelTrainerTest, ::testing::ValuesIn(AllCases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return std::string(shard::ShardingTypeShortName(info.param.type)) +
+                                  "_" + info.param.dense + "_" + info.param.sparse;
+                         });
+
+// A bad part on one trainer fails the step on both with the same message, and nothing
+// changes anywhere: the next good step still matches the engine.
+TEST(DataParallelTrainerErrors, BadPartFailsEveryRankAndChangesNothing) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "adagrad", kServers);
+  Engine engine(c);
+  Cluster cluster(c);
+  const OwnedBatch global = MakeBatch(c, 0);
+  OwnedBatch bad = Part(global, kPart, kGlobal);
+  bad.ids[0] = 10'000;  // outside every table
+  std::vector<std::string> errors;
+  cluster.Step({Part(global, 0, kPart), bad}, &errors);
+  for (int r = 0; r < kTrainers; ++r) {
+    EXPECT_NE(errors[r].find("trainer 1's part"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("ids"), std::string::npos) << errors[r];
+  }
+  // Unequal parts are refused the same way.
+  cluster.Step({Part(global, 0, 16), Part(global, 16, kGlobal)}, &errors);
+  for (int r = 0; r < kTrainers; ++r) EXPECT_NE(errors[r], "") << "rank " << r;
+  ExpectSameParameters(engine, cluster, c, "after the rejected steps");
+  EXPECT_EQ(cluster.trainers[0]->step(), 0);
+
+  const float want = engine.TrainStep(global.view());
+  const auto losses = cluster.Step({Part(global, 0, kPart), Part(global, kPart, kGlobal)}, &errors);
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(losses[0], want);
+  ExpectSameParameters(engine, cluster, c, "after a good step");
+}
+
+// Pipelining: each trainer keeps three parts queued (their lookups in flight) and the
+// result is still the engine's, bitwise; a bad part in the middle of the queue fails its
+// step on both ranks and the parts queued behind it train as the next step. Prediction
+// and evaluation then match the engine's exactly.
+TEST(DataParallelTrainerPipeline, QueuedPartsTrainLikeOneProcess) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_ROW_WISE, "adagrad", "adagrad", kServers);
+  Engine engine(c);
+  Cluster cluster(c);
+  constexpr int64_t kBatches = 7, kBad = 3, kDepth = 3;
+  std::vector<OwnedBatch> globals;
+  std::vector<float> want;
+  for (int64_t i = 0; i < kBatches; ++i) {
+    globals.push_back(MakeBatch(c, i));
+    if (i != kBad) want.push_back(engine.TrainStep(globals.back().view()));
+  }
+  std::vector<std::vector<OwnedBatch>> parts(kTrainers);
+  for (int64_t i = 0; i < kBatches; ++i) {
+    parts[0].push_back(Part(globals[i], 0, kPart));
+    parts[1].push_back(Part(globals[i], kPart, kGlobal));
+  }
+  parts[1][kBad].ids[0] = 10'000;  // outside every table
+  std::vector<std::vector<float>> losses(kTrainers);
+  std::vector<std::vector<std::string>> errors(kTrainers);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kTrainers; ++r) {
+    threads.emplace_back([&, r] {
+      DataParallelTrainer& trainer = *cluster.trainers[r];
+      int64_t next = 0;
+      while (next < kDepth) trainer.Enqueue(parts[r][next++].view());
+      while (trainer.queued() > 0) {
+        try {
+          losses[r].push_back(trainer.TrainStep());
+        } catch (const Error& e) {
+          errors[r].push_back(e.what());
+        }
+        if (next < kBatches) trainer.Enqueue(parts[r][next++].view());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kTrainers; ++r) {
+    ASSERT_EQ(errors[r].size(), 1u) << "rank " << r;
+    EXPECT_NE(errors[r][0].find("step 4: trainer 1's part"), std::string::npos) << errors[r][0];
+    ASSERT_EQ(losses[r].size(), want.size()) << "rank " << r;
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_EQ(std::memcmp(&losses[r][i], &want[i], sizeof(float)), 0)
+          << "rank " << r << " step " << i + 1 << ": " << losses[r][i] << " vs " << want[i];
+  }
+  cluster.service->WaitUntilApplied(cluster.trainers[0]->step());
+  ExpectSameParameters(engine, cluster, c, "after the pipelined steps");
+
+  const OwnedBatch eval = MakeBatch(c, 100);
+  std::vector<float> logits(kGlobal), probabilities(kGlobal);
+  cluster.trainers[1]->PredictLogits(eval.view(), logits.data());
+  engine.Predict(eval.view(), probabilities.data(), kGlobal);
+  for (int64_t i = 0; i < kGlobal; ++i)
+    EXPECT_EQ(StableSigmoid(logits[i]), probabilities[i]) << "sample " << i;
+  const EvalResult got = cluster.trainers[0]->Evaluate({eval.view()});
+  const EvalResult expected = engine.Evaluate({eval.view()});
+  EXPECT_EQ(got.auc, expected.auc);
+  EXPECT_EQ(got.log_loss, expected.log_loss);
+  EXPECT_EQ(got.num_samples, kGlobal);
+  // A bad batch is refused by name.
+  OwnedBatch bad = eval;
+  bad.ids[0] = -1;
+  try {
+    cluster.trainers[0]->Evaluate({eval.view(), bad.view()});
+    ADD_FAILURE() << "a bad evaluation batch was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("batches[1]"), std::string::npos) << e.what();
+  }
+}
+
+// Hybrid mode: with a slow server, trainers run ahead of the embedding updates, but never
+// by more than the bound; with bound 0 the same slow server gives the sync result.
+TEST(HybridTest, NeverExceedsTheStalenessBound) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", kServers);
+  for (const int64_t bound : {0, 1, 3}) {
+    Cluster cluster(c, bound);
+    cluster.service->set_apply_delay(std::chrono::milliseconds(20));
+    Engine engine(c);
+    bool all_equal = true;
+    for (int64_t step = 0; step < 8; ++step) {
+      const OwnedBatch global = MakeBatch(c, step);
+      const float want = engine.TrainStep(global.view());
+      std::vector<std::string> errors;
+      const auto losses = cluster.Step({Part(global, 0, kPart), Part(global, kPart, kGlobal)},
+                                       &errors, /*wait_applied=*/false);
+      ASSERT_EQ(errors[0], "") << "bound " << bound;
+      ASSERT_EQ(errors[1], "") << "bound " << bound;
+      ASSERT_TRUE(std::isfinite(losses[0]));
+      EXPECT_EQ(losses[0], losses[1]) << "the dense part stays synchronous";
+      all_equal &= losses[0] == want;
+    }
+    const int64_t seen = cluster.service->max_staleness_served();
+    EXPECT_LE(seen, bound);
+    if (bound == 0) {
+      EXPECT_TRUE(all_equal) << "bound 0 is sync: the one-process losses";
+    } else {
+      // A 20 ms apply against a sub-millisecond dense step: the trainers do run ahead.
+      EXPECT_EQ(seen, bound) << "hybrid never used its slack";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dlrm::dist

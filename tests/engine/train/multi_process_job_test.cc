@@ -1,0 +1,321 @@
+// A whole job over loopback TCP: coordinator, 2 embedding servers and 2 trainers (threads
+// of this process, but every byte between them goes through the transport). Sync mode
+// reproduces the single-process engine bitwise for every sharding type, a sharded
+// checkpoint restores into a new job that goes on exactly where the first stopped, and a
+// server that dies makes every trainer fail with an error naming it, within the timeout.
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/config/config.h"
+#include "engine/core/status.h"
+#include "engine/cluster/coordinator.h"
+#include "engine/train/trainer_role.h"
+#include "engine/collective/gloo_communicator.h"
+#include "engine/cluster/job_layout.h"
+#include "engine/cluster/rendezvous.h"
+#include "engine/ps/server_role.h"
+#include "engine/checkpoint/sharded_checkpoint.h"
+#include "engine/ps/shard_store_file.h"
+#include "engine/engine.h"
+#include "engine/shard/planner.h"
+#include "tests/support/dist_checks.h"
+#include "tests/support/dist_config.h"
+#include "tests/support/dist_data.h"
+
+namespace dlrm::dist {
+namespace {
+
+using namespace ::dlrm::testing;  // the suites' shared helpers
+
+using std::chrono::milliseconds;
+constexpr int32_t kServers = 2, kTrainers = 2;
+constexpr int64_t kPart = 32, kGlobal = kPart * kTrainers;
+
+// What each trainer does between joining and Finish; its index is t.trainer_rank().
+using TrainerBody = std::function<void(TrainerRole& t)>;
+
+struct JobResult {
+  std::vector<std::string> server_errors, trainer_errors;
+  std::string coordinator_error;  // "" when every peer left
+};
+
+// Runs a job: ranks 0..kServers-1 are servers, the rest trainers. `stand_in` replaces
+// server 1 by a peer that joins and then vanishes (a server that died).
+JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const TrainerBody& body,
+                 int64_t timeout_ms = 20000, bool dead_server = false,
+                 ClusterEnv::Collective collective = ClusterEnv::Collective::kBuiltin) {
+  net::Context context;
+  const int32_t world = kServers + kTrainers;
+  // The dead server's link to the coordinator: a killed process never says it leaves, so
+  // this outlives the coordinator (its destructor's Leave then finds nobody).
+  std::unique_ptr<CoordinatorClient> dead_client;
+  Coordinator coordinator(context, world, "tcp://127.0.0.1:*", net::TransportOptions());
+  JobResult result;
+  std::atomic<bool> coordinator_done{false};
+  std::thread coordinator_thread([&] {
+    try {
+      coordinator.Rendezvous(milliseconds(timeout_ms));
+      coordinator.Serve();
+    } catch (const Error& e) {
+      result.coordinator_error = e.what();
+    }
+    coordinator_done = true;
+  });
+  result.server_errors.resize(kServers);
+  result.trainer_errors.resize(kTrainers);
+  std::vector<std::thread> peers;
+  for (int32_t rank = 0; rank < world; ++rank) {
+    peers.emplace_back([&, rank] {
+      const bool server = rank < kServers;
+      ClusterEnv env = PeerEnv(coordinator.address(),
+                               server ? net::ROLE_SERVER : net::ROLE_TRAINER, rank, world,
+                               timeout_ms);
+      env.collective = collective;
+      std::string& error =
+          server ? result.server_errors[rank] : result.trainer_errors[rank - kServers];
+      try {
+        if (server && dead_server && rank == 1) {
+          net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
+                                 env.Transport(), "doomed server");
+          dead_client = std::make_unique<CoordinatorClient>(context, env);
+          dead_client->Rendezvous(listener.address());
+          return;  // the listener closes: this server is gone
+        }
+        if (server) {
+          RunEmbeddingServer(context, env, c, restore);
+        } else {
+          ThreadPool pool(2);
+          TrainerRole t(context, env, c, &pool, restore);
+          body(t);
+          t.Finish();
+        }
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    });
+  }
+  for (auto& p : peers) p.join();
+  // The coordinator ends by itself: every peer left, or one left and the rest did not
+  // within the timeout (dead or failed peers). Stopped only when it does not.
+  const auto deadline =
+      std::chrono::steady_clock::now() + milliseconds(kLeaveTimeouts * timeout_ms + 5000);
+  while (!coordinator_done && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(20));
+  if (!coordinator_done) {
+    ADD_FAILURE() << "the coordinator still waits after every peer has ended";
+    coordinator.Stop();
+  }
+  coordinator_thread.join();
+  return result;
+}
+
+std::string TempDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/dist_cluster_" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// Loads every server's and the replicas' shard files of checkpoint `dir` into fresh stores
+// and compares them with the engine's tables.
+void ExpectCheckpointMatchesEngine(const Engine& engine, const config::DlrmConfig& c,
+                                   const std::string& dir, int64_t step,
+                                   const std::string& where) {
+  const CheckpointManifest manifest = ReadManifest(dir);
+  EXPECT_EQ(manifest.step(), step) << where;
+  const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
+  std::vector<std::unique_ptr<EmbeddingShardStore>> stores;
+  for (int32_t s = 0; s < kServers; ++s) {
+    stores.push_back(std::make_unique<EmbeddingShardStore>(c, plan, s));
+    EXPECT_EQ(LoadShardStore(stores.back().get(), s, dir + "/" + ServerShardFile(s)), step);
+  }
+  stores.push_back(std::make_unique<EmbeddingShardStore>(c, plan, kTrainerReplica));
+  if (manifest.has_replicas())
+    LoadShardStore(stores.back().get(), kTrainerReplica, dir + "/" + kReplicaShardFile);
+  std::vector<const EmbeddingShardStore*> owners;
+  for (const auto& s : stores) owners.push_back(s.get());
+  ExpectStoresMatchEngine(engine, c, owners, where);
+}
+
+// Trains batches [first, last) with `lookahead` parts queued; records the losses.
+void TrainBatches(TrainerRole& t, const config::DlrmConfig& c, int64_t first,
+                  int64_t last, int lookahead, std::vector<float>* losses) {
+  const int32_t r = t.trainer_rank();
+  std::vector<OwnedBatch> parts;
+  for (int64_t i = first; i < last; ++i)
+    parts.push_back(Part(MakeTestBatch(c, i, kGlobal), r * kPart, (r + 1) * kPart));
+  size_t next = 0;
+  while (next < parts.size() && static_cast<int>(next) < lookahead + 1)
+    t.trainer().Enqueue(parts[next++].view());
+  while (t.trainer().queued() > 0) {
+    losses->push_back(t.trainer().TrainStep());
+    if (next < parts.size()) t.trainer().Enqueue(parts[next++].view());
+  }
+}
+
+// Trains 4 steps with 2 trainers and 2 servers and expects the single-process run's
+// losses, dense parameters and embedding rows bitwise.
+void ExpectSyncJobEqualsOneProcess(config::ShardingConfig::Type type,
+                                   ClusterEnv::Collective collective) {
+  const bool cw = type == config::ShardingConfig::COLUMN_WISE;
+  const config::DlrmConfig c = ShardedTestConfig(type, "adam", cw ? "adagrad" : "rowwise_adagrad",
+                                                 kServers);
+  const std::string name = shard::ShardingTypeShortName(type);
+  constexpr int64_t kSteps = 4;
+  Engine engine(c);
+  std::vector<float> want;
+  for (int64_t i = 0; i < kSteps; ++i) want.push_back(engine.TrainStep(
+      MakeTestBatch(c, i, kGlobal).view()));
+  const std::string dir = TempDir(name);
+  std::vector<std::vector<float>> losses(kTrainers);
+  const JobResult result = RunJob(
+      c, "",
+      [&](TrainerRole& t) {
+        TrainBatches(t, c, 0, kSteps, /*lookahead=*/2, &losses[t.trainer_rank()]);
+        ExpectDenseMatchesEngine(engine, t.trainer().model(), name);
+        t.Checkpoint(dir);
+      },
+      20000, false, collective);
+  for (int r = 0; r < kTrainers; ++r) {
+    ASSERT_EQ(result.trainer_errors[r], "") << name << " trainer " << r;
+    ASSERT_EQ(losses[r].size(), want.size());
+    for (int64_t i = 0; i < kSteps; ++i)
+      EXPECT_EQ(std::memcmp(&losses[r][i], &want[i], sizeof(float)), 0)
+          << name << " trainer " << r << " step " << i + 1;
+  }
+  for (int s = 0; s < kServers; ++s) EXPECT_EQ(result.server_errors[s], "") << "server " << s;
+  ExpectCheckpointMatchesEngine(engine, c, dir, kSteps, name + " rows");
+}
+
+class ClusterTest : public ::testing::TestWithParam<config::ShardingConfig::Type> {};
+
+// Acceptance: sync with 2 trainers and 2 servers on loopback reproduces the single-process
+// run bitwise (losses, dense parameters, every embedding row), for each sharding type.
+TEST_P(ClusterTest, SyncOverLoopbackEqualsOneProcessBitwise) {
+  ExpectSyncJobEqualsOneProcess(GetParam(), ClusterEnv::Collective::kBuiltin);
+}
+
+// The same with the trainers' all-gather over Gloo (DLRM_COLLECTIVE=gloo).
+TEST(ClusterGloo, SyncOverGlooEqualsOneProcessBitwise) {
+  if (!GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
+  ExpectSyncJobEqualsOneProcess(config::ShardingConfig::TABLE_ROW_WISE,
+                                ClusterEnv::Collective::kGloo);
+  ExpectSyncJobEqualsOneProcess(config::ShardingConfig::DATA_PARALLEL,
+                                ClusterEnv::Collective::kGloo);
+}
+
+// A trainer that fails before its step leaves the other one with an error naming the Gloo
+// all-gather, within the timeout, not a hang.
+TEST(ClusterGloo, ATrainerThatFailsFailsTheOtherWithinTheTimeout) {
+  if (!GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", kServers);
+  constexpr int64_t kTimeoutMs = 2000;
+  const auto start = std::chrono::steady_clock::now();
+  const JobResult result = RunJob(
+      c, "",
+      [&](TrainerRole& t) {
+        if (t.trainer_rank() == 1) ThrowInvalid("trainer 1 gives up");
+        std::vector<float> losses;
+        TrainBatches(t, c, 0, 2, 1, &losses);
+      },
+      kTimeoutMs, false, ClusterEnv::Collective::kGloo);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.trainer_errors[0].find("gloo all-gather"), std::string::npos)
+      << result.trainer_errors[0];
+  EXPECT_EQ(result.trainer_errors[1], "trainer 1 gives up");
+  EXPECT_LT(seconds, 4.0 * kTimeoutMs / 1000 + 5);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, ClusterTest,
+                         ::testing::Values(config::ShardingConfig::TABLE_WISE,
+                                           config::ShardingConfig::ROW_WISE,
+                                           config::ShardingConfig::COLUMN_WISE,
+                                           config::ShardingConfig::TABLE_ROW_WISE,
+                                           config::ShardingConfig::DATA_PARALLEL),
+                         [](const auto& info) {
+                           return std::string(shard::ShardingTypeShortName(info.param));
+                         });
+
+// A job restored from a sharded checkpoint continues exactly where the first stopped.
+TEST(ClusterCheckpoint, RestoreContinuesBitwise) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_ROW_WISE, "adagrad", "adam", kServers);
+  Engine engine(c);
+  std::vector<float> want;
+  for (int64_t i = 0; i < 5; ++i)
+    want.push_back(engine.TrainStep(MakeTestBatch(c, i, kGlobal).view()));
+  const std::string first = TempDir("first"), second = TempDir("second");
+  JobResult result = RunJob(c, "", [&](TrainerRole& t) {
+    std::vector<float> losses;
+    TrainBatches(t, c, 0, 3, 1, &losses);
+    t.Checkpoint(first);
+  });
+  for (const std::string& e : result.trainer_errors) ASSERT_EQ(e, "");
+  std::vector<std::vector<float>> losses(kTrainers);
+  result = RunJob(c, first, [&](TrainerRole& t) {
+    EXPECT_EQ(t.trainer().step(), 3);
+    TrainBatches(t, c, 3, 5, 1, &losses[t.trainer_rank()]);
+    ExpectDenseMatchesEngine(engine, t.trainer().model(), "restored");
+    t.Checkpoint(second);
+  });
+  for (const std::string& e : result.trainer_errors) ASSERT_EQ(e, "");
+  for (const std::string& e : result.server_errors) ASSERT_EQ(e, "");
+  for (int r = 0; r < kTrainers; ++r) {
+    ASSERT_EQ(losses[r].size(), 2u);
+    EXPECT_EQ(losses[r][0], want[3]) << "trainer " << r;
+    EXPECT_EQ(losses[r][1], want[4]) << "trainer " << r;
+  }
+  ExpectCheckpointMatchesEngine(engine, c, second, 5, "after the restored job");
+
+  // A checkpoint does not restore into another layout, and nothing starts then.
+  config::DlrmConfig other = c;
+  other.mutable_model()->mutable_tables(0)->set_num_rows(61);
+  result = RunJob(other, first, [](TrainerRole&) {}, 3000);
+  for (const std::string& e : result.server_errors)
+    EXPECT_NE(e.find("cannot be restored"), std::string::npos) << e;
+}
+
+// Acceptance: a server that dies makes every trainer fail with a clear error within the
+// timeout, never hang.
+TEST(ClusterFaults, DeadServerFailsEveryTrainerWithinTheTimeout) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", kServers);
+  constexpr int64_t kTimeoutMs = 1500;
+  const auto start = std::chrono::steady_clock::now();
+  const JobResult result = RunJob(
+      c, "",
+      [&](TrainerRole& t) {
+        std::vector<float> losses;
+        TrainBatches(t, c, 0, 3, 1, &losses);
+      },
+      kTimeoutMs, /*dead_server=*/true);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r = 0; r < kTrainers; ++r) {
+    std::cerr << "trainer " << r << " failed with: " << result.trainer_errors[r] << "\n";
+    EXPECT_NE(result.trainer_errors[r].find("server 1"), std::string::npos)
+        << "trainer " << r << ": " << result.trainer_errors[r];
+  }
+  // One timeout for the lookup; the trainers learn of each other's failure in the same
+  // exchange. Generous bound for a loaded CI machine.
+  EXPECT_LT(seconds, 4.0 * kTimeoutMs / 1000 + 5);
+  // The failed trainers left the job, the live server noticed they had gone and left
+  // too; the coordinator then gave up on the dead server, naming it.
+  EXPECT_NE(result.server_errors[0], "");
+  EXPECT_NE(result.coordinator_error.find("rank(s) 1 did not leave"), std::string::npos)
+      << result.coordinator_error;
+}
+
+}  // namespace
+}  // namespace dlrm::dist
