@@ -13,9 +13,10 @@
 #include <vector>
 
 #include "engine/config/config.h"
+#include "capi/capi_internal.h"
+#include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/engine.h"
-#include "capi/capi_internal.h"
 
 namespace dlrm::capi {
 // The C ABI's error channel is per thread by contract (like errno).
@@ -24,6 +25,29 @@ std::string& LastError() {
   return message;
 }
 }  // namespace dlrm::capi
+
+// The C codes are the engine's StatusCode values: the Guard casts one to the other.
+#define DLRM_SAME_CODE(c, k) \
+  static_assert(c == static_cast<int>(dlrm::StatusCode::k), #c " != StatusCode::" #k)
+DLRM_SAME_CODE(DLRM_OK, kOk);
+DLRM_SAME_CODE(DLRM_INVALID_ARGUMENT, kInvalidArgument);
+DLRM_SAME_CODE(DLRM_OUT_OF_RANGE, kOutOfRange);
+DLRM_SAME_CODE(DLRM_IO, kIo);
+DLRM_SAME_CODE(DLRM_NETWORK, kNetwork);
+DLRM_SAME_CODE(DLRM_TIMEOUT, kTimeout);
+DLRM_SAME_CODE(DLRM_CANCELLED, kCancelled);
+DLRM_SAME_CODE(DLRM_INTERNAL, kInternal);
+DLRM_SAME_CODE(DLRM_FAILED_PRECONDITION, kFailedPrecondition);
+DLRM_SAME_CODE(DLRM_NOT_FOUND, kNotFound);
+DLRM_SAME_CODE(DLRM_DATA_LOSS, kDataLoss);
+DLRM_SAME_CODE(DLRM_RESOURCE_EXHAUSTED, kResourceExhausted);
+#undef DLRM_SAME_CODE
+// And the log levels are the engine's LogLevel values.
+static_assert(DLRM_LOG_DEBUG == static_cast<int>(dlrm::LogLevel::kDebug));
+static_assert(DLRM_LOG_INFO == static_cast<int>(dlrm::LogLevel::kInfo));
+static_assert(DLRM_LOG_WARNING == static_cast<int>(dlrm::LogLevel::kWarning));
+static_assert(DLRM_LOG_ERROR == static_cast<int>(dlrm::LogLevel::kError));
+static_assert(DLRM_LOG_OFF == static_cast<int>(dlrm::LogLevel::kOff));
 
 using dlrm::capi::CopyToMalloc;
 using dlrm::capi::Fail;
@@ -63,6 +87,21 @@ DLRM_API const char* dlrm_version(void) { return DLRM_VERSION_STRING; }
 DLRM_API int32_t dlrm_abi_version(void) { return DLRM_ABI_VERSION_NUMBER; }
 
 DLRM_API const char* dlrm_last_error(void) { return dlrm::capi::LastError().c_str(); }
+
+DLRM_API dlrm_status dlrm_set_log_callback(dlrm_log_fn fn, void* user_data, int32_t min_level) {
+  return Guard([&] {
+    if (min_level < DLRM_LOG_DEBUG || min_level > DLRM_LOG_OFF)
+      dlrm::ThrowInvalid("min_level must be a DLRM_LOG_* value in [", DLRM_LOG_DEBUG, ", ",
+                         DLRM_LOG_OFF, "], got ", min_level);
+    dlrm::LogSink sink;
+    if (fn != nullptr)
+      sink = [fn, user_data](dlrm::LogLevel level, const char* file, int line,
+                             const std::string& message) {
+        fn(user_data, static_cast<int32_t>(level), file, line, message.c_str());
+      };
+    dlrm::SetLogSink(std::move(sink), static_cast<dlrm::LogLevel>(min_level));
+  });
+}
 
 DLRM_API const char* dlrm_status_name(dlrm_status status) {
   if (status < 0 || status > DLRM_RESOURCE_EXHAUSTED) return "UNKNOWN";

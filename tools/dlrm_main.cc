@@ -6,6 +6,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "tools/commands.h"
 
@@ -23,6 +24,18 @@ constexpr const char* kUsage =
     "            train --config ... (each process is `dlrm train` with DLRM_ROLE set)\n"
     "`dlrm <command> --help` lists a command's flags.";
 
+// The engine's log lines go to glog, as the tool's own do (one format, one stream).
+void ForwardEngineLogToGlog() {
+  dlrm::SetLogSink(
+      [](dlrm::LogLevel level, const char* file, int line, const std::string& message) {
+        google::LogSeverity severity = google::GLOG_INFO;
+        if (level == dlrm::LogLevel::kWarning) severity = google::GLOG_WARNING;
+        if (level == dlrm::LogLevel::kError) severity = google::GLOG_ERROR;
+        google::LogMessage(file, line, severity).stream() << message;
+      },
+      dlrm::LogLevel::kInfo);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -39,6 +52,7 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&sub_argc, &sub_argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(sub_argv[0]);
+  ForwardEngineLogToGlog();
   try {
     if (command == "generate") return dlrm::tools::GenerateCommand();
     if (command == "train") return dlrm::tools::TrainCommand();

@@ -4,7 +4,7 @@
 #include <sstream>
 #include <utility>
 
-#include <glog/logging.h>
+#include "engine/core/log.h"
 
 #include "engine/cluster/roster.h"
 
@@ -76,7 +76,7 @@ net::Roster Coordinator::Rendezvous(milliseconds timeout) {
   }
   roster_ = roster;
   for (auto& h : hellos) endpoint_.Reply(*h, reply);
-  LOG(INFO) << "coordinator " << address() << ": rendezvous complete: " << DescribeRoster(roster);
+  DLRM_LOG(kInfo) << "coordinator " << address() << ": rendezvous complete: " << DescribeRoster(roster);
   return roster;
 }
 

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include <glog/logging.h>
+#include "engine/core/log.h"
 
 namespace dlrm::dist {
 namespace {
@@ -28,7 +28,7 @@ CoordinatorClient::~CoordinatorClient() {
   try {
     Leave();
   } catch (const Error& e) {
-    LOG(WARNING) << RoleName(env_.role) << " rank " << env_.rank
+    DLRM_LOG(kWarning) << RoleName(env_.role) << " rank " << env_.rank
                  << ": could not tell the coordinator it leaves: " << e.what();
   }
 }

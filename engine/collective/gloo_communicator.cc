@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include <glog/logging.h>
+#include "engine/core/log.h"
 
 #include "engine/core/byte_codec.h"
 #include "engine/core/status.h"
@@ -106,7 +106,7 @@ class GlooCommunicator : public Communicator {
       Throw(StatusCode::kNetwork, "trainer ", rank(), ": connecting the trainers over Gloo at ",
             host, " failed: ", e.what());
     }
-    LOG(INFO) << "trainer " << rank() << ": all-gathers over Gloo (TCP at " << host << ", "
+    DLRM_LOG(kInfo) << "trainer " << rank() << ": all-gathers over Gloo (TCP at " << host << ", "
               << world_size() << " trainers)";
   }
 

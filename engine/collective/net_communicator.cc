@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <optional>
 
-#include <glog/logging.h>
+#include "engine/core/log.h"
 
 #include "engine/core/status.h"
 #include "engine/net/message.h"
@@ -80,7 +80,7 @@ std::vector<std::string> NetCommunicator::AllGather(const std::string& contribut
                        h.sender_rank() != rank_ && got->message.payloads.size() == 1 &&
                        got->message.payloads[0].dtype() == net::PayloadDescriptor::U8;
     if (!valid || h.step() < number) {
-      LOG(WARNING) << "trainer " << rank_ << ": dropped " << net::DescribeMessage(got->message)
+      DLRM_LOG(kWarning) << "trainer " << rank_ << ": dropped " << net::DescribeMessage(got->message)
                    << " during all-gather #" << number;
       continue;
     }

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include <glog/logging.h>
+#include "engine/core/log.h"
 #include <zmq.h>
 
 #include "engine/net/zmq_socket.h"
@@ -183,7 +183,7 @@ void Endpoint::IoLoop() {
       const auto now = Clock::now();
       if (stopping && (queue.empty() || now >= linger_deadline)) {
         if (!queue.empty())
-          LOG(WARNING) << name_ << ": dropped " << queue.size()
+          DLRM_LOG(kWarning) << name_ << ": dropped " << queue.size()
                        << " unsent messages at close (linger_ms passed)";
         return;
       }
@@ -211,7 +211,7 @@ void Endpoint::IoLoop() {
       if (items[0].revents & ZMQ_POLLIN) ReceiveAvailable();
     }
   } catch (const std::exception& e) {
-    LOG(ERROR) << name_ << " (" << address_ << "): transport I/O thread failed: " << e.what();
+    DLRM_LOG(kError) << name_ << " (" << address_ << "): transport I/O thread failed: " << e.what();
     std::lock_guard<std::mutex> lock(mu_);
     io_error_ = e.what();
     received_cv_.notify_all();
@@ -229,7 +229,7 @@ bool Endpoint::SendDue(std::deque<Outgoing>& queue) {
       sent = socket_->TrySend(out.routing_id.empty() ? nullptr : &out.routing_id, out.frames);
     } catch (const Error& e) {
       // A recipient that has gone (EHOSTUNREACH) must not stop the endpoint.
-      LOG(WARNING) << name_ << ": could not send " << out.what << ": " << e.what();
+      DLRM_LOG(kWarning) << name_ << ": could not send " << out.what << ": " << e.what();
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.send_failures;
       stats_.last_send_failure = out.what + ": " + e.what();
@@ -286,7 +286,7 @@ void Endpoint::Reject(const Peer& from, const std::string& reason, const Frame* 
     stats_.last_rejection = reason;
   }
   if (count <= kLogFirst || count % kLogEvery == 0) {
-    LOG(WARNING) << name_ << " (" << address_ << "): rejected a message from "
+    DLRM_LOG(kWarning) << name_ << " (" << address_ << "): rejected a message from "
                  << (from.address.empty() ? "a peer" : from.address) << ": " << reason
                  << " [" << count << " rejected so far]";
   }
@@ -307,7 +307,7 @@ void Endpoint::Reject(const Peer& from, const std::string& reason, const Frame* 
   try {
     Enqueue(codec_.Encode(std::move(error)), from.routing_id, std::move(what));
   } catch (const Error& e) {
-    LOG(WARNING) << name_ << ": could not answer a rejected message: " << e.what();
+    DLRM_LOG(kWarning) << name_ << ": could not answer a rejected message: " << e.what();
   }
 }
 

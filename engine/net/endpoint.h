@@ -10,7 +10,7 @@
 //            (ReceiveReply; net::Client does the bookkeeping).
 //
 // Every received message is decoded (codec.h) on the I/O thread. A message that breaks
-// a rule is logged (glog WARNING), counted in stats() and dropped; a listening endpoint
+// a rule is logged (DLRM_LOG WARNING), counted in stats() and dropped; a listening endpoint
 // also answers its sender with an ERROR (kDataLoss) naming the rule, so a misconfigured
 // peer learns why instead of timing out. Nothing a peer sends stops the endpoint.
 //

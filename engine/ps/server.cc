@@ -3,7 +3,7 @@
 #include <chrono>
 #include <utility>
 
-#include <glog/logging.h>
+#include "engine/core/log.h"
 
 #include "engine/core/status.h"
 #include "engine/ps/messages.h"
@@ -56,7 +56,7 @@ void EmbeddingServer::Serve() {
       Handle(std::move(*r));
     } catch (const Error& e) {
       // Handle answers what it can; this is for a reply that could not even be formed.
-      LOG(WARNING) << "server " << index_ << ": " << e.what();
+      DLRM_LOG(kWarning) << "server " << index_ << ": " << e.what();
     }
   }
 }
@@ -131,7 +131,7 @@ void EmbeddingServer::HandleUpdate(const net::Received& r) {
     // Updates are not answered; the trainers learn of this from their next request.
     const std::string reason = "bad UPDATE (" + net::DescribeMessage(r.message) + "): " +
                                e.what();
-    LOG(ERROR) << "server " << index_ << ": " << reason;
+    DLRM_LOG(kError) << "server " << index_ << ": " << reason;
     owner_->Fail(reason);
   }
 }
@@ -172,7 +172,7 @@ void EmbeddingServer::Save(const net::Received& r, int64_t step) {
             ", cannot save a checkpoint of step ", step);
     SaveShardStore(owner_->store(), index_, step, dir + "/" + ServerShardFile(index_));
   });
-  LOG(INFO) << "server " << index_ << ": saved step " << step << " to " << dir;
+  DLRM_LOG(kInfo) << "server " << index_ << ": saved step " << step << " to " << dir;
   endpoint_->Reply(r, StepMessage(net::Header::SAVE_ACK, step));
 }
 

@@ -3,7 +3,7 @@
 #include <chrono>
 #include <memory>
 
-#include <glog/logging.h>
+#include "engine/core/log.h"
 
 #include "engine/config/config.h"
 #include "engine/core/status.h"
@@ -38,18 +38,18 @@ void RunEmbeddingServer(const net::Context& context, const ClusterEnv& env,
                        layout.plan);
     applied = LoadShardStore(&store, layout.index,
                              restore_dir + "/" + ServerShardFile(layout.index));
-    LOG(INFO) << "server " << layout.index << ": restored step " << applied << " from "
+    DLRM_LOG(kInfo) << "server " << layout.index << ": restored step " << applied << " from "
               << restore_dir;
   }
   ShardOwner owner(&store, layout.index, layout.num_trainers(),
                    StalenessBound(config.distributed()), applied);
   EmbeddingServer server(&listener, &owner, layout.index, layout.num_trainers(),
                          std::chrono::milliseconds(env.timeout_ms));
-  LOG(INFO) << "server " << layout.index << " (rank " << env.rank << ") serves "
+  DLRM_LOG(kInfo) << "server " << layout.index << " (rank " << env.rank << ") serves "
             << store.shards().size() << " shards at " << listener.address() << " for "
             << layout.num_trainers() << " trainers, staleness " << owner.staleness();
   server.Serve();  // on an error, ~CoordinatorClient leaves the job
-  LOG(INFO) << "server " << layout.index << ": every trainer is done; "
+  DLRM_LOG(kInfo) << "server " << layout.index << ": every trainer is done; "
             << server.lookups_served() << " lookups served";
   coordinator.Leave();
 }

@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include <glog/logging.h>
+#include "engine/core/log.h"
 
 #include "engine/config/config.h"
 #include "engine/core/byte_codec.h"
@@ -75,7 +75,7 @@ TrainerRole::TrainerRole(const net::Context& context, const ClusterEnv& env,
       Throw(StatusCode::kDataLoss, "checkpoint ", restore_dir, ": the dense state is of step ",
             step, ", the manifest says ", manifest.step());
     trainer_->set_step(step);
-    LOG(INFO) << "trainer " << layout_.index << ": restored step " << step << " from "
+    DLRM_LOG(kInfo) << "trainer " << layout_.index << ": restored step " << step << " from "
               << restore_dir;
   }
 }
@@ -124,7 +124,7 @@ void TrainerRole::Checkpoint(const std::string& dir) {
   const std::vector<std::string> outcome = comm_->AllGather(error);
   if (!outcome[0].empty())
     Throw(StatusCode::kIo, "checkpoint of step ", step, " to ", dir, " failed: ", outcome[0]);
-  LOG(INFO) << "trainer " << layout_.index << ": checkpoint of step " << step << " in " << dir;
+  DLRM_LOG(kInfo) << "trainer " << layout_.index << ": checkpoint of step " << step << " in " << dir;
 }
 
 EvalResult TrainerRole::Evaluate(const std::vector<BatchView>& batches) {

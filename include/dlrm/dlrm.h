@@ -67,6 +67,28 @@ DLRM_API const char* dlrm_status_name(dlrm_status status);
 /* Frees memory the library returned (e.g. dlrm_engine_get_config). NULL is a no-op. */
 DLRM_API void dlrm_free(void* ptr);
 
+/* Logging. Every line libdlrm writes (a server's progress, a rejected message, a peer
+ * that went silent) goes to one process-wide sink: by default stderr, as
+ * "[dlrm LEVEL file:line] message", for DLRM_LOG_INFO and above. */
+enum {
+  DLRM_LOG_DEBUG = 0,
+  DLRM_LOG_INFO = 1,
+  DLRM_LOG_WARNING = 2,
+  DLRM_LOG_ERROR = 3,
+  DLRM_LOG_OFF = 4 /* as a threshold: nothing is logged */
+};
+/* One message: level is a DLRM_LOG_* value below DLRM_LOG_OFF; file ("engine/ps/server.cc")
+ * and line say where it was written; message is one line without a newline. The strings
+ * are valid only during the call. */
+typedef void (*dlrm_log_fn)(void* user_data, int32_t level, const char* file, int32_t line,
+                            const char* message);
+/* Sends every message of level >= min_level to fn(user_data, ...), or to stderr when fn is
+ * NULL; min_level DLRM_LOG_OFF silences the library. Replaces the previous sink: once this
+ * returns, the previous fn is not called again. fn may be called from any thread of the
+ * library, one message at a time (calls are serialized); it must not call into libdlrm.
+ * INVALID_ARGUMENT, changing nothing, when min_level is not a DLRM_LOG_* value. */
+DLRM_API dlrm_status dlrm_set_log_callback(dlrm_log_fn fn, void* user_data, int32_t min_level);
+
 typedef struct dlrm_engine dlrm_engine;
 
 /* Creates an engine from a config in protobuf text format. *out is set only on success. */

@@ -3,7 +3,8 @@
  * of this program, talking over loopback TCP, and the trainers' collective is this file's
  * all-gather over shared memory. Sync training then equals a single-process engine on the
  * same global batches, bitwise; a bad part fails the step on both trainers; bad settings
- * and bad calls are refused by name. */
+ * and bad calls are refused by name. The library's log lines (the coordinator's and the
+ * servers') reach this program's log callback instead of stderr. */
 #define _POSIX_C_SOURCE 200809L
 #include <netinet/in.h>
 #include <pthread.h>
@@ -41,6 +42,27 @@ static pthread_mutex_t g_check_mu = PTHREAD_MUTEX_INITIALIZER;
  * reduction chunk of the small model. */
 #define STEPS 4
 #define TRAINERS 2
+
+/* What the log callback saw. */
+typedef struct {
+  pthread_mutex_t mu;
+  int coordinator; /* "rendezvous complete" lines */
+  int servers;     /* "server N (rank R) serves ..." lines */
+  int malformed;   /* a level, file or line out of the contract */
+} log_capture;
+static log_capture g_log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+
+static void capture_log(void* user_data, int32_t level, const char* file, int32_t line,
+                        const char* message) {
+  log_capture* c = (log_capture*)user_data;
+  pthread_mutex_lock(&c->mu);
+  if (strstr(message, "rendezvous complete") != NULL) ++c->coordinator;
+  if (strncmp(message, "server ", 7) == 0 && strstr(message, ") serves ") != NULL) ++c->servers;
+  if (level < DLRM_LOG_DEBUG || level >= DLRM_LOG_OFF || strncmp(file, "engine/", 7) != 0 ||
+      line <= 0 || strchr(message, '\n') != NULL)
+    ++c->malformed;
+  pthread_mutex_unlock(&c->mu);
+}
 
 static char* g_config = NULL;
 static char g_coordinator[64];
@@ -284,6 +306,10 @@ int main(int argc, char** argv) {
   CHECK(dlrm_engine_evaluate(engine, &global.batch, 1, &want_eval) == DLRM_OK);
   dlrm_engine_destroy(engine);
 
+  CHECK(dlrm_set_log_callback(capture_log, &g_log, DLRM_LOG_OFF + 1) == DLRM_INVALID_ARGUMENT);
+  CHECK_MESSAGE("min_level");
+  CHECK(dlrm_set_log_callback(capture_log, &g_log, DLRM_LOG_INFO) == DLRM_OK);
+
   memset(&group, 0, sizeof group);
   pthread_barrier_init(&group.barrier, NULL, TRAINERS);
   pthread_create(&role_ids[0], NULL, run_role, &roles[0]);
@@ -309,6 +335,10 @@ int main(int argc, char** argv) {
     CHECK(trainers[i].eval.log_loss == want_eval.log_loss);
     CHECK(trainers[i].eval.num_samples == B);
   }
+  CHECK(dlrm_set_log_callback(NULL, NULL, DLRM_LOG_INFO) == DLRM_OK); /* back to stderr */
+  CHECK(g_log.coordinator == 1);
+  CHECK(g_log.servers == 2);
+  CHECK(g_log.malformed == 0);
   pthread_barrier_destroy(&group.barrier);
   free(g_config);
   printf("capi_dist_test: %d passed, %d failed\n", g_passed, g_failed);
