@@ -1,9 +1,8 @@
-// The extern "C" shim over multi-process training (engine/dist): the server and
-// coordinator roles, and the trainer with the built-in or a host-supplied all-gather.
-#include <map>
+// The extern "C" shim over multi-process training: the serving roles (ps/server_role.h),
+// and the trainer role (train/trainer_role.h) with the built-in or a host-supplied
+// all-gather (collective/host_communicator.h). Argument checks only; no engine logic.
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,13 +10,10 @@
 #include "dlrm/dlrm.h"
 #include "engine/config/config.h"
 #include "engine/core/status.h"
-#include "engine/core/thread_pool.h"
 #include "engine/cluster/cluster_env.h"
-#include "engine/collective/communicator.h"
-#include "engine/cluster/coordinator.h"
-#include "engine/train/trainer_role.h"
+#include "engine/collective/host_communicator.h"
 #include "engine/ps/server_role.h"
-#include "engine/net/context.h"
+#include "engine/train/trainer_role.h"
 
 using dlrm::capi::Guard;
 using dlrm::capi::RequireNotNull;
@@ -26,43 +22,19 @@ using dlrm::capi::ToViews;
 using dlrm::capi::WriteEvalResult;
 
 struct dlrm_gather {
-  std::vector<std::optional<std::string>> parts;  // by rank
+  std::vector<std::optional<std::string>>* parts;  // by rank; HostCommunicator's
 };
 
 struct dlrm_trainer {
-  dlrm::config::DlrmConfig config;
-  std::unique_ptr<dlrm::ThreadPool> pool;
-  std::unique_ptr<dlrm::net::Context> context;
   std::unique_ptr<dlrm::dist::TrainerRole> impl;
 };
 
 namespace {
 
-// "KEY=VALUE" lines (blank lines and # comments allowed) -> the cluster settings; NULL
-// reads the process environment.
+// The cluster settings as text (NULL: the process environment).
 dlrm::dist::ClusterEnv ClusterFrom(const char* cluster) {
   if (cluster == nullptr) return dlrm::dist::ClusterEnvFromEnvironment();
-  std::map<std::string, std::string> vars;
-  std::istringstream lines(cluster);
-  std::string line;
-  int number = 0;
-  while (std::getline(lines, line)) {
-    ++number;
-    if (line.empty() || line[0] == '#') continue;
-    const size_t eq = line.find('=');
-    if (eq == std::string::npos || eq == 0)
-      dlrm::ThrowInvalid("cluster line ", number, " is not KEY=VALUE: \"", line, "\"");
-    const std::string key = line.substr(0, eq);
-    if (key.rfind("DLRM_", 0) != 0)
-      dlrm::ThrowInvalid("cluster line ", number, ": \"", key, "\" is not a DLRM_* setting");
-    if (!vars.emplace(key, line.substr(eq + 1)).second)
-      dlrm::ThrowInvalid("cluster line ", number, ": ", key, " is set twice");
-  }
-  return dlrm::dist::ParseClusterEnv([&](const std::string& name) -> std::optional<std::string> {
-    const auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  });
+  return dlrm::dist::ParseClusterEnv(dlrm::dist::ParseClusterSettings(cluster));
 }
 
 dlrm::config::DlrmConfig ConfigFrom(const char* config_text) {
@@ -73,41 +45,6 @@ dlrm::config::DlrmConfig ConfigFrom(const char* config_text) {
 }
 
 std::string DirFrom(const char* dir) { return dir == nullptr ? "" : dir; }
-
-// The trainers' collective through the host's all-gather.
-class HostCommunicator : public dlrm::dist::Communicator {
- public:
-  HostCommunicator(dlrm_allgather_fn fn, void* user_data, int32_t rank, int32_t world_size)
-      : fn_(fn), user_data_(user_data), rank_(rank), world_size_(world_size) {}
-  int32_t rank() const override { return rank_; }
-  int32_t world_size() const override { return world_size_; }
-
-  std::vector<std::string> AllGather(const std::string& contribution) override {
-    dlrm_gather result;
-    result.parts.resize(world_size_);
-    const int32_t rc = fn_(user_data_, contribution.data(),
-                           static_cast<int64_t>(contribution.size()), &result);
-    if (rc != 0)
-      dlrm::Throw(dlrm::StatusCode::kNetwork, "the host's all-gather returned ", rc,
-                  " on trainer ", rank_);
-    std::vector<std::string> all;
-    for (int32_t r = 0; r < world_size_; ++r) {
-      if (!result.parts[r])
-        dlrm::Throw(dlrm::StatusCode::kNetwork, "the host's all-gather gave trainer ", rank_,
-                    " no contribution of rank ", r, " (dlrm_gather_put was not called for it)");
-      all.push_back(std::move(*result.parts[r]));
-    }
-    if (all[rank_] != contribution)
-      dlrm::Throw(dlrm::StatusCode::kNetwork, "the host's all-gather returned other bytes as ",
-                  "trainer ", rank_, "'s own contribution");
-    return all;
-  }
-
- private:
-  dlrm_allgather_fn fn_;
-  void* user_data_;
-  int32_t rank_, world_size_;
-};
 
 dlrm::dist::TrainerRole& TrainerOf(dlrm_trainer* trainer) {
   RequireNotNull(trainer, "trainer");
@@ -122,16 +59,8 @@ extern "C" {
 DLRM_API dlrm_status dlrm_run_role(const char* config_text, const char* cluster,
                                    const char* restore_dir) {
   return Guard([&] {
-    const dlrm::dist::ClusterEnv env = ClusterFrom(cluster);
-    dlrm::net::Context context;
-    if (env.role == dlrm::net::ROLE_COORDINATOR) {
-      dlrm::dist::RunCoordinator(context, env);
-    } else if (env.role == dlrm::net::ROLE_SERVER) {
-      dlrm::dist::RunEmbeddingServer(context, env, ConfigFrom(config_text), DirFrom(restore_dir));
-    } else {
-      dlrm::ThrowInvalid("dlrm_run_role runs the coordinator or a server; DLRM_ROLE is ",
-                         dlrm::dist::RoleName(env.role), " (use dlrm_trainer_create)");
-    }
+    dlrm::dist::RunServingRole(
+        ClusterFrom(cluster), [&] { return ConfigFrom(config_text); }, DirFrom(restore_dir));
   });
 }
 
@@ -139,13 +68,13 @@ DLRM_API dlrm_status dlrm_gather_put(dlrm_gather* result, int32_t rank, const vo
                                      int64_t num_bytes) {
   return Guard([&] {
     RequireNotNull(result, "result");
-    if (rank < 0 || rank >= static_cast<int32_t>(result->parts.size()))
-      dlrm::ThrowInvalid("rank ", rank, " is outside [0, ", result->parts.size(), ")");
+    std::vector<std::optional<std::string>>& parts = *result->parts;
+    if (rank < 0 || rank >= static_cast<int32_t>(parts.size()))
+      dlrm::ThrowInvalid("rank ", rank, " is outside [0, ", parts.size(), ")");
     if (num_bytes < 0) dlrm::ThrowInvalid("num_bytes is negative (", num_bytes, ")");
     if (num_bytes > 0) RequireNotNull(data, "data");
-    if (result->parts[rank]) dlrm::ThrowInvalid("rank ", rank, "'s contribution is put twice");
-    result->parts[rank] = std::string(static_cast<const char*>(data),
-                                      static_cast<size_t>(num_bytes));
+    if (parts[rank]) dlrm::ThrowInvalid("rank ", rank, "'s contribution is put twice");
+    parts[rank] = std::string(static_cast<const char*>(data), static_cast<size_t>(num_bytes));
   });
 }
 
@@ -155,19 +84,22 @@ DLRM_API dlrm_status dlrm_trainer_create(const char* config_text, const char* cl
   return Guard([&] {
     RequireNotNull(out, "out");
     auto handle = std::make_unique<dlrm_trainer>();
-    handle->config = ConfigFrom(config_text);
-    const dlrm::dist::ClusterEnv env = ClusterFrom(cluster);
-    handle->pool = std::make_unique<dlrm::ThreadPool>(
-        dlrm::ResolveThreadCount(handle->config.num_threads()));
-    handle->context = std::make_unique<dlrm::net::Context>();
     dlrm::dist::TrainerRole::CommunicatorFactory factory;
     if (allgather != nullptr)
       factory = [allgather, user_data](int32_t rank, int32_t size) {
-        return std::make_unique<HostCommunicator>(allgather, user_data, rank, size);
+        return std::make_unique<dlrm::dist::HostCommunicator>(
+            [allgather, user_data](const std::string& contribution,
+                                   std::vector<std::optional<std::string>>* parts) {
+              dlrm_gather result{parts};
+              return allgather(user_data, contribution.data(),
+                               static_cast<int64_t>(contribution.size()), &result);
+            },
+            rank, size);
       };
-    handle->impl = std::make_unique<dlrm::dist::TrainerRole>(
-        *handle->context, env, handle->config, handle->pool.get(), DirFrom(restore_dir),
-        factory);
+    const dlrm::config::DlrmConfig config = ConfigFrom(config_text);
+    const dlrm::dist::ClusterEnv env = ClusterFrom(cluster);
+    handle->impl =
+        std::make_unique<dlrm::dist::TrainerRole>(env, config, DirFrom(restore_dir), factory);
     *out = handle.release();  // ownership passes to the caller until dlrm_trainer_destroy
   });
 }

@@ -9,6 +9,7 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include "engine/config/config.h"
+#include "engine/core/cpu_features.h"
 #include "engine/core/metrics.h"
 #include "engine/core/finite.h"
 #include "engine/core/status.h"
@@ -72,6 +73,7 @@ struct Engine::State {
 };
 
 Engine::Engine(const config::DlrmConfig& config) : config_(config) {
+  CheckMaxIsa();
   ValidateConfig(config_);
   pool_ = std::make_unique<ThreadPool>(ResolveThreadCount(config_.num_threads()));
   state_ = NewState();

@@ -8,8 +8,11 @@ BUILD=${DLRM_BUILD_DIR:-$ROOT/build/release}
 DATA=${DLRM_DEMO_DIR:-$ROOT/build/demo}
 JOBS=${DLRM_JOBS:-$(nproc)}
 
+DLRM_ROOT=$ROOT
+source scripts/configure.sh
+
 scripts/install_deps.sh
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDLRM_BUILD_TESTS=OFF >/dev/null
+dlrm_configure_demo "$BUILD"
 cmake --build "$BUILD" --target dlrm_cli -j "$JOBS"
 
 "$BUILD/dlrm" generate --out_dir="$DATA" --train_samples=${DLRM_DEMO_TRAIN:-4000000} \

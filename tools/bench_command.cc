@@ -208,10 +208,7 @@ int BenchCommand() {
   if (!(FLAGS_prepare_factor >= 0 && FLAGS_prepare_factor <= 100))
     ThrowInvalid("--prepare_factor must be in [0, 100], got ", FLAGS_prepare_factor);
 
-  IsaLevel cap;
-  const char* max_isa = std::getenv("DLRM_MAX_ISA");
-  if (max_isa != nullptr && !ParseIsaLevel(max_isa, &cap))
-    ThrowInvalid("DLRM_MAX_ISA must be avx512, avx2 or portable, got '", max_isa, "'");
+  CheckMaxIsa();
 
   config::DlrmConfig config = LoadConfigFile(FLAGS_config);
   if (FLAGS_threads >= 0) config.set_num_threads(FLAGS_threads);
@@ -219,7 +216,7 @@ int BenchCommand() {
   std::printf("dlrm bench  %s\n", FLAGS_config.c_str());
   std::printf("machine     %s, %u logical cores (%d usable), %s kernels%s\n", CpuModel().c_str(),
               std::thread::hardware_concurrency(), UsableCores(), IsaLevelName(CpuIsaLevel()),
-              max_isa != nullptr ? " (DLRM_MAX_ISA)" : "");
+              ReadMaxIsa().value != nullptr ? " (DLRM_MAX_ISA)" : "");
   std::fflush(stdout);
 
   // Before the engine, whose tables can take a minute to initialize: bad data flags fail fast.

@@ -96,9 +96,7 @@ std::string CheckpointDir(int64_t step) {
 int TrainerMain(const dist::ClusterEnv& env, const config::DlrmConfig& config,
                 const std::string& restore) {
   if (FLAGS_train.empty()) ThrowInvalid("train needs --train");
-  ThreadPool pool(ResolveThreadCount(config.num_threads()));
-  net::Context context;
-  dist::TrainerRole job(context, env, config, &pool, restore);
+  dist::TrainerRole job(env, config, restore);
   dist::DataParallelTrainer& trainer = job.trainer();
   const int32_t ranks = job.num_trainers(), rank = job.trainer_rank();
   if (FLAGS_batch_size <= 0 || FLAGS_batch_size % ranks != 0)
@@ -190,23 +188,20 @@ int TrainerMain(const dist::ClusterEnv& env, const config::DlrmConfig& config,
 
 }  // namespace
 
-bool DistributedRoleFromEnvironment() { return std::getenv("DLRM_ROLE") != nullptr; }
+bool DistributedRoleFromEnvironment() {
+  return dist::ProcessEnvironment()("DLRM_ROLE").has_value();
+}
 
 int DistributedTrainCommand() {
   const dist::ClusterEnv env = dist::ClusterEnvFromEnvironment();
-  if (env.role == net::ROLE_COORDINATOR) {
-    net::Context context;
-    dist::RunCoordinator(context, env);
+  const std::string restore =
+      FLAGS_restore.empty() || env.role == net::ROLE_COORDINATOR ? ""
+                                                                 : CheckpointToRestore(FLAGS_restore);
+  if (env.role != net::ROLE_TRAINER) {
+    dist::RunServingRole(env, JobConfig, restore);
     return 0;
   }
-  const config::DlrmConfig config = JobConfig();
-  const std::string restore = FLAGS_restore.empty() ? "" : CheckpointToRestore(FLAGS_restore);
-  if (env.role == net::ROLE_SERVER) {
-    net::Context context;
-    dist::RunEmbeddingServer(context, env, config, restore);
-    return 0;
-  }
-  return TrainerMain(env, config, restore);
+  return TrainerMain(env, JobConfig(), restore);
 }
 
 }  // namespace dlrm::tools

@@ -102,8 +102,7 @@ int LaunchCommand(int argc, char** argv) {
   std::vector<std::string> args = {"dlrm"};
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
 
-  int64_t timeout_ms = dist::kDefaultTimeoutMs;
-  if (const char* t = std::getenv("DLRM_TIMEOUT_MS")) timeout_ms = std::atoll(t);
+  const int64_t timeout_ms = dist::ParseTimeoutMs(dist::ProcessEnvironment());
   const std::map<std::string, std::string> common = {
       {"DLRM_WORLD_SIZE", std::to_string(world)},
       {"DLRM_COORDINATOR", "127.0.0.1:" + std::to_string(port)}};

@@ -3,6 +3,9 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <sstream>
 
 #include "engine/core/status.h"
 
@@ -73,91 +76,133 @@ net::TransportOptions ClusterEnv::Transport() const {
   return options;
 }
 
-ClusterEnv ParseClusterEnv(const EnvLookup& lookup) {
-  ClusterEnv env;
-  auto required = [&](const std::string& name, const std::string& expected) {
-    std::optional<std::string> v = lookup(name);
-    if (!v) ThrowInvalid(name, " is not set (expected ", expected, ")");
-    return *v;
-  };
+namespace {
 
-  const std::string role = required("DLRM_ROLE", "coordinator, server or trainer");
+std::string Required(const EnvLookup& lookup, const std::string& name,
+                     const std::string& expected) {
+  std::optional<std::string> v = lookup(name);
+  if (!v) ThrowInvalid(name, " is not set (expected ", expected, ")");
+  return *v;
+}
+
+void ParseMembership(const EnvLookup& lookup, ClusterEnv* env) {
+  const std::string role = Required(lookup, "DLRM_ROLE", "coordinator, server or trainer");
   if (role == "coordinator") {
-    env.role = net::ROLE_COORDINATOR;
+    env->role = net::ROLE_COORDINATOR;
   } else if (role == "server") {
-    env.role = net::ROLE_SERVER;
+    env->role = net::ROLE_SERVER;
   } else if (role == "trainer") {
-    env.role = net::ROLE_TRAINER;
+    env->role = net::ROLE_TRAINER;
   } else {
     ThrowInvalid("DLRM_ROLE='", role, "' is not one of coordinator, server, trainer");
   }
-
-  const std::string world = required("DLRM_WORLD_SIZE", "the number of servers + trainers");
-  env.world_size = static_cast<int32_t>(ParseIntVar(
+  const std::string world = Required(lookup, "DLRM_WORLD_SIZE", "the number of servers + trainers");
+  env->world_size = static_cast<int32_t>(ParseIntVar(
       "DLRM_WORLD_SIZE", world, 1, kMaxWorldSize, "[1, " + std::to_string(kMaxWorldSize) + "]"));
-
   const std::optional<std::string> rank = lookup("DLRM_RANK");
-  if (env.role == net::ROLE_COORDINATOR) {
+  if (env->role == net::ROLE_COORDINATOR) {
     // Not used, but a launcher that sets it for every process must set it sanely.
     if (rank) ParseIntVar("DLRM_RANK", *rank, 0, kMaxWorldSize, "for the coordinator");
   } else {
     if (!rank) ThrowInvalid("DLRM_RANK is not set (required for DLRM_ROLE=", role, ")");
-    env.rank = static_cast<int32_t>(ParseIntVar(
-        "DLRM_RANK", *rank, 0, env.world_size - 1,
-        "[0, DLRM_WORLD_SIZE=" + std::to_string(env.world_size) + ")"));
+    env->rank = static_cast<int32_t>(ParseIntVar(
+        "DLRM_RANK", *rank, 0, env->world_size - 1,
+        "[0, DLRM_WORLD_SIZE=" + std::to_string(env->world_size) + ")"));
   }
+}
 
-  const std::string coordinator = required("DLRM_COORDINATOR", "host:port");
+void ParseAddresses(const EnvLookup& lookup, ClusterEnv* env) {
+  const std::string coordinator = Required(lookup, "DLRM_COORDINATOR", "host:port");
   const size_t colon = coordinator.rfind(':');
   if (colon == std::string::npos)
     ThrowInvalid("DLRM_COORDINATOR='", coordinator, "' is not host:port");
-  env.coordinator_host = coordinator.substr(0, colon);
-  if (!ValidHost(env.coordinator_host, false))
+  env->coordinator_host = coordinator.substr(0, colon);
+  if (!ValidHost(env->coordinator_host, false))
     ThrowInvalid("DLRM_COORDINATOR='", coordinator, "' has an invalid host '",
-                 env.coordinator_host, "' (IPv6 addresses go in brackets: [::1]:5555)");
+                 env->coordinator_host, "' (IPv6 addresses go in brackets: [::1]:5555)");
   const std::optional<int64_t> port = ParseInt(coordinator.substr(colon + 1));
   if (!port || *port < 1 || *port > 65535)
     ThrowInvalid("DLRM_COORDINATOR='", coordinator, "' has port '", coordinator.substr(colon + 1),
                  "', not an integer in [1, 65535]");
-  env.coordinator_port = static_cast<int32_t>(*port);
-
+  env->coordinator_port = static_cast<int32_t>(*port);
   if (std::optional<std::string> bind = lookup("DLRM_BIND_ADDRESS")) {
     if (!ValidHost(*bind, true))
       ThrowInvalid("DLRM_BIND_ADDRESS='", *bind,
                    "' is not a host, an IP address, [IPv6] or * (no port: ports are chosen)");
-    env.bind_address = *bind;
+    env->bind_address = *bind;
   }
+}
 
+void ParseTransport(const EnvLookup& lookup, ClusterEnv* env) {
   if (std::optional<std::string> secret = lookup("DLRM_SECRET")) {
     if (secret->size() < net::kMinSecretBytes)
       ThrowInvalid("DLRM_SECRET is set but has ", secret->size(), " bytes, fewer than ",
                    net::kMinSecretBytes, " (value not shown)");
-    env.secret = *secret;
+    env->secret = *secret;
   }
-
-  if (std::optional<std::string> timeout = lookup("DLRM_TIMEOUT_MS"))
-    env.timeout_ms = ParseIntVar("DLRM_TIMEOUT_MS", *timeout, 1, 86400000, "[1, 86400000]");
+  env->timeout_ms = ParseTimeoutMs(lookup);
   if (std::optional<std::string> delay = lookup("DLRM_NET_DELAY_MS"))
-    env.net_delay_ms = ParseIntVar("DLRM_NET_DELAY_MS", *delay, 0, 60000, "[0, 60000]");
+    env->net_delay_ms = ParseIntVar("DLRM_NET_DELAY_MS", *delay, 0, 60000, "[0, 60000]");
   if (std::optional<std::string> collective = lookup("DLRM_COLLECTIVE")) {
     if (*collective == "gloo") {
-      env.collective = ClusterEnv::Collective::kGloo;
+      env->collective = ClusterEnv::Collective::kGloo;
     } else if (*collective != "builtin") {
       ThrowInvalid("DLRM_COLLECTIVE='", *collective, "' is not builtin or gloo");
     }
-    if (env.collective == ClusterEnv::Collective::kGloo && !env.secret.empty())
+    if (env->collective == ClusterEnv::Collective::kGloo && !env->secret.empty())
       ThrowInvalid("DLRM_COLLECTIVE=gloo cannot be used with DLRM_SECRET: Gloo's connections "
                    "are not authenticated (use DLRM_COLLECTIVE=builtin)");
   }
+}
+
+}  // namespace
+
+int64_t ParseTimeoutMs(const EnvLookup& lookup) {
+  const std::optional<std::string> timeout = lookup("DLRM_TIMEOUT_MS");
+  if (!timeout) return kDefaultTimeoutMs;
+  return ParseIntVar("DLRM_TIMEOUT_MS", *timeout, 1, 86400000, "[1, 86400000]");
+}
+
+ClusterEnv ParseClusterEnv(const EnvLookup& lookup) {
+  ClusterEnv env;
+  ParseMembership(lookup, &env);
+  ParseAddresses(lookup, &env);
+  ParseTransport(lookup, &env);
   return env;
 }
 
-ClusterEnv ClusterEnvFromEnvironment() {
-  return ParseClusterEnv([](const std::string& name) -> std::optional<std::string> {
+EnvLookup ProcessEnvironment() {
+  return [](const std::string& name) -> std::optional<std::string> {
     const char* v = std::getenv(name.c_str());
     if (v == nullptr) return std::nullopt;
     return std::string(v);
-  });
+  };
 }
+
+EnvLookup ParseClusterSettings(const std::string& text) {
+  auto vars = std::make_shared<std::map<std::string, std::string>>();
+  std::istringstream lines(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    if (line.empty() || line[0] == '#') continue;
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos || eq == 0)
+      ThrowInvalid("cluster line ", number, " is not KEY=VALUE: \"", line, "\"");
+    const std::string key = line.substr(0, eq);
+    if (key.rfind("DLRM_", 0) != 0)
+      ThrowInvalid("cluster line ", number, ": \"", key, "\" is not a DLRM_* setting");
+    if (!vars->emplace(key, line.substr(eq + 1)).second)
+      ThrowInvalid("cluster line ", number, ": ", key, " is set twice");
+  }
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    const auto it = vars->find(name);
+    if (it == vars->end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+ClusterEnv ClusterEnvFromEnvironment() { return ParseClusterEnv(ProcessEnvironment()); }
 
 }  // namespace dlrm::dist

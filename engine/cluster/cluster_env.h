@@ -75,6 +75,16 @@ ClusterEnv ParseClusterEnv(const EnvLookup& lookup);
 // ParseClusterEnv over this process's environment.
 ClusterEnv ClusterEnvFromEnvironment();
 
+// DLRM_TIMEOUT_MS alone (kDefaultTimeoutMs when unset), as ParseClusterEnv reads it: for a
+// launcher that waits on its processes. kInvalidArgument like ParseClusterEnv.
+int64_t ParseTimeoutMs(const EnvLookup& lookup);
+// This process's environment (getenv).
+EnvLookup ProcessEnvironment();
+// Settings given as text instead of the environment (a host's map, through the C ABI):
+// "KEY=VALUE" lines, blank lines and # comments allowed, every key a DLRM_* name set once.
+// kInvalidArgument naming the line otherwise.
+EnvLookup ParseClusterSettings(const std::string& text);
+
 // "coordinator", "server", "trainer" (the DLRM_ROLE spellings).
 const char* RoleName(net::Role role);
 

@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/core/status.h"
+
 namespace dlrm {
 
 enum class IsaLevel { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
@@ -39,13 +41,27 @@ inline bool ParseIsaLevel(const char* name, IsaLevel* level) {
   return false;
 }
 
-// The level DLRM_MAX_ISA allows: kAvx512 (no cap) when unset or not a level's name. The
-// library cannot report a bad value from here; `dlrm bench` refuses one by name.
-inline IsaLevel MaxIsaFromEnvironment() {
+// DLRM_MAX_ISA, read in this one place. Unset: no cap. A value that names no level is
+// kept with valid = false: the kernels then run uncapped, and CheckMaxIsa refuses it.
+struct MaxIsaSetting {
+  const char* value = nullptr;  // the variable's text, null when unset
+  bool valid = true;
   IsaLevel level = IsaLevel::kAvx512;
-  const char* value = std::getenv("DLRM_MAX_ISA");
-  if (value != nullptr) ParseIsaLevel(value, &level);
-  return level;
+};
+
+inline MaxIsaSetting ReadMaxIsa() {
+  MaxIsaSetting setting;
+  setting.value = std::getenv("DLRM_MAX_ISA");
+  if (setting.value != nullptr) setting.valid = ParseIsaLevel(setting.value, &setting.level);
+  return setting;
+}
+
+// kInvalidArgument naming DLRM_MAX_ISA when it is set to no level's name. Every Engine and
+// `dlrm bench` call it, so a typo fails loudly instead of silently running uncapped.
+inline void CheckMaxIsa() {
+  const MaxIsaSetting setting = ReadMaxIsa();
+  if (!setting.valid)
+    ThrowInvalid("DLRM_MAX_ISA must be avx512, avx2 or portable, got '", setting.value, "'");
 }
 
 // The widest level this CPU (and its OS: GCC's check includes XGETBV) supports, capped by
@@ -57,7 +73,7 @@ inline IsaLevel CpuIsaLevel() {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
       cpu = __builtin_cpu_supports("avx512f") ? IsaLevel::kAvx512 : IsaLevel::kAvx2;
     }
-    const IsaLevel cap = MaxIsaFromEnvironment();
+    const IsaLevel cap = ReadMaxIsa().level;
     return static_cast<int>(cap) < static_cast<int>(cpu) ? cap : cpu;
   }();
   return level;

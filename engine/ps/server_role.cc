@@ -10,6 +10,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/ps/server.h"
 #include "engine/ps/shard_store.h"
+#include "engine/cluster/coordinator.h"
 #include "engine/cluster/job_layout.h"
 #include "engine/cluster/rendezvous.h"
 #include "engine/checkpoint/sharded_checkpoint.h"
@@ -52,6 +53,21 @@ void RunEmbeddingServer(const net::Context& context, const ClusterEnv& env,
   DLRM_LOG(kInfo) << "server " << layout.index << ": every trainer is done; "
             << server.lookups_served() << " lookups served";
   coordinator.Leave();
+}
+
+void RunServingRole(const ClusterEnv& env, const std::function<config::DlrmConfig()>& config,
+                    const std::string& restore_dir) {
+  if (env.role == net::ROLE_COORDINATOR) {
+    net::Context context;
+    RunCoordinator(context, env);
+  } else if (env.role == net::ROLE_SERVER) {
+    const config::DlrmConfig server_config = config();
+    net::Context context;
+    RunEmbeddingServer(context, env, server_config, restore_dir);
+  } else {
+    ThrowInvalid("the serving roles are the coordinator and the servers; DLRM_ROLE is ",
+                 RoleName(env.role), " (a trainer is a TrainerRole: dlrm_trainer_create)");
+  }
 }
 
 }  // namespace dlrm::dist

@@ -1,8 +1,11 @@
-// The embedding-server role of a multi-process job (DLRM_ROLE=server): listen, rendezvous,
-// build this server's shards of the plan (or restore them from a sharded checkpoint),
-// serve the trainers until every one of them is done, leave.
+// The roles of a multi-process job that serve until the job ends: the embedding server
+// (DLRM_ROLE=server: listen, rendezvous, build this server's shards of the plan or restore
+// them from a sharded checkpoint, serve the trainers until every one of them is done,
+// leave) and, through RunServingRole, the coordinator. The trainer is train/trainer_role.h.
+// Blocking calls; each role runs on the calling thread and owns its transport context.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "engine/config/dlrm.pb.h"
@@ -15,5 +18,11 @@ namespace dlrm::dist {
 // directory to resume from, or empty. Throws what fails (rendezvous, restore, transport).
 void RunEmbeddingServer(const net::Context& context, const ClusterEnv& env,
                         const config::DlrmConfig& config, const std::string& restore_dir);
+
+// The coordinator (RunCoordinator) or an embedding server, as env.role says, with a
+// transport context of its own; kInvalidArgument for a trainer. config is called only for
+// a server (the coordinator needs none), and must return a validated config.
+void RunServingRole(const ClusterEnv& env, const std::function<config::DlrmConfig()>& config,
+                    const std::string& restore_dir);
 
 }  // namespace dlrm::dist

@@ -27,57 +27,69 @@ std::chrono::milliseconds AllGatherTimeout(const ClusterEnv& env) {
 
 }  // namespace
 
-TrainerRole::TrainerRole(const net::Context& context, const ClusterEnv& env,
-                                       const config::DlrmConfig& config, ThreadPool* pool,
-                                       const std::string& restore_dir,
-                                       const CommunicatorFactory& make_communicator)
-    : config_(config),
+TrainerRole::TrainerRole(const ClusterEnv& env, const config::DlrmConfig& config,
+                         const std::string& restore_dir,
+                         const CommunicatorFactory& make_communicator)
+    : config_(Validated(config)),
       env_(env),
-      listener_(context, net::Endpoint::kListen, env.PeerBindEndpoint(), env.Transport(),
+      pool_(ResolveThreadCount(config_.num_threads())),
+      listener_(context_, net::Endpoint::kListen, env.PeerBindEndpoint(), env.Transport(),
                 "trainer rank " + std::to_string(env.rank)),
-      coordinator_(context, env) {
+      coordinator_(context_, env) {
   if (env.role != net::ROLE_TRAINER)
     ThrowInvalid("TrainerRole with DLRM_ROLE=", RoleName(env.role));
-  ValidateConfig(config_);
   layout_ = LayoutFromRoster(coordinator_.Rendezvous(listener_.address()), env.rank, config_);
-  const bool gloo = env.collective == ClusterEnv::Collective::kGloo;
-  if (make_communicator) {
+  comm_ = MakeCommunicator(make_communicator);
+  service_ = std::make_unique<RemoteEmbeddingService>(
+      context_, layout_.server_addresses, layout_.index, env.Transport(), Timeout(env));
+  trainer_ = std::make_unique<DataParallelTrainer>(config_, layout_.plan, comm_.get(),
+                                                   service_.get(), &pool_);
+  if (!restore_dir.empty()) Restore(restore_dir);
+}
+
+const config::DlrmConfig& TrainerRole::Validated(const config::DlrmConfig& config) {
+  ValidateConfig(config);
+  return config;
+}
+
+std::unique_ptr<Communicator> TrainerRole::MakeCommunicator(const CommunicatorFactory& factory) {
+  const bool gloo = env_.collective == ClusterEnv::Collective::kGloo;
+  std::unique_ptr<Communicator> comm;
+  if (factory) {
     if (gloo)
       ThrowInvalid("DLRM_COLLECTIVE=gloo and a host all-gather were both given: choose one");
-    comm_ = make_communicator(layout_.index, layout_.num_trainers());
+    comm = factory(layout_.index, layout_.num_trainers());
   } else {
-    comm_ = std::make_unique<NetCommunicator>(context, &listener_, layout_.trainer_addresses,
-                                              layout_.index, env.Transport(),
-                                              AllGatherTimeout(env));
+    comm = std::make_unique<NetCommunicator>(context_, &listener_, layout_.trainer_addresses,
+                                             layout_.index, env_.Transport(),
+                                             AllGatherTimeout(env_));
     // Gloo listens on the address this trainer was reached at (the roster's, where a
     // wildcard bind was replaced by the address the coordinator saw).
     if (gloo)
-      comm_ = MakeGlooCommunicator(std::move(comm_),
-                                   EndpointHost(layout_.trainer_addresses[layout_.index]),
-                                   AllGatherTimeout(env));
+      comm = MakeGlooCommunicator(std::move(comm),
+                                  EndpointHost(layout_.trainer_addresses[layout_.index]),
+                                  AllGatherTimeout(env_));
   }
-  if (!comm_ || comm_->rank() != layout_.index || comm_->world_size() != layout_.num_trainers())
+  if (!comm || comm->rank() != layout_.index || comm->world_size() != layout_.num_trainers())
     ThrowInvalid("the communicator is not rank ", layout_.index, " of ",
                  layout_.num_trainers(), " (this trainer's index and the trainer count)");
-  service_ = std::make_unique<RemoteEmbeddingService>(
-      context, layout_.server_addresses, layout_.index, env.Transport(), Timeout(env));
-  trainer_ = std::make_unique<DataParallelTrainer>(config_, layout_.plan, comm_.get(), service_.get(),
-                                          pool);
-  if (!restore_dir.empty()) {
-    const CheckpointManifest manifest = ManifestForRestore(
-        restore_dir, config_, layout_.num_servers(), layout_.num_trainers(), layout_.plan);
-    const int64_t step = LoadDenseState(&trainer_->mutable_model(), &trainer_->dense_optimizer(),
-                                        restore_dir + "/" + kDenseStateFile);
-    if (manifest.has_replicas())
-      LoadShardStore(&trainer_->mutable_replicas(), kTrainerReplica,
-                     restore_dir + "/" + kReplicaShardFile);
-    if (step != manifest.step())
-      Throw(StatusCode::kDataLoss, "checkpoint ", restore_dir, ": the dense state is of step ",
-            step, ", the manifest says ", manifest.step());
-    trainer_->set_step(step);
-    DLRM_LOG(kInfo) << "trainer " << layout_.index << ": restored step " << step << " from "
-              << restore_dir;
-  }
+  return comm;
+}
+
+void TrainerRole::Restore(const std::string& restore_dir) {
+  const CheckpointManifest manifest = ManifestForRestore(
+      restore_dir, config_, layout_.num_servers(), layout_.num_trainers(), layout_.plan);
+  const int64_t step = LoadDenseState(&trainer_->mutable_model(), &trainer_->dense_optimizer(),
+                                      restore_dir + "/" + kDenseStateFile);
+  if (manifest.has_replicas())
+    LoadShardStore(&trainer_->mutable_replicas(), kTrainerReplica,
+                   restore_dir + "/" + kReplicaShardFile);
+  if (step != manifest.step())
+    Throw(StatusCode::kDataLoss, "checkpoint ", restore_dir, ": the dense state is of step ",
+          step, ", the manifest says ", manifest.step());
+  trainer_->set_step(step);
+  DLRM_LOG(kInfo) << "trainer " << layout_.index << ": restored step " << step << " from "
+                  << restore_dir;
 }
 
 TrainerRole::~TrainerRole() = default;
@@ -90,32 +102,7 @@ void TrainerRole::Checkpoint(const std::string& dir) {
   std::string error;
   if (layout_.index == 0) {
     try {
-      std::error_code ec;
-      std::filesystem::create_directories(dir, ec);
-      if (ec) Throw(StatusCode::kIo, "cannot create checkpoint directory ", dir, ": ",
-                    ec.message());
-      service_->SaveShards(step, dir);
-      SaveDenseState(trainer_->model(), trainer_->dense_optimizer(), step,
-                     dir + "/" + kDenseStateFile);
-      CheckpointManifest manifest;
-      manifest.set_step(step);
-      manifest.set_config(ConfigToText(config_));
-      *manifest.mutable_plan() = layout_.plan;
-      manifest.set_num_trainers(layout_.num_trainers());
-      manifest.set_num_servers(layout_.num_servers());
-      manifest.set_staleness(StalenessBound(config_.distributed()));
-      *manifest.mutable_dense_state() = DescribeFile(dir, kDenseStateFile);
-      if (!trainer_->replicas().shards().empty()) {
-        SaveShardStore(trainer_->replicas(), kTrainerReplica, step,
-                       dir + "/" + kReplicaShardFile);
-        *manifest.mutable_replicas() = DescribeFile(dir, kReplicaShardFile);
-      }
-      for (int32_t s = 0; s < layout_.num_servers(); ++s) {
-        ServerShardsEntry* entry = manifest.add_servers();
-        entry->set_server(s);
-        *entry->mutable_file() = DescribeFile(dir, ServerShardFile(s));
-      }
-      WriteManifest(dir, manifest);
+      WriteCheckpoint(dir, step);
     } catch (const Error& e) {
       error = e.what();
     }
@@ -124,7 +111,35 @@ void TrainerRole::Checkpoint(const std::string& dir) {
   const std::vector<std::string> outcome = comm_->AllGather(error);
   if (!outcome[0].empty())
     Throw(StatusCode::kIo, "checkpoint of step ", step, " to ", dir, " failed: ", outcome[0]);
-  DLRM_LOG(kInfo) << "trainer " << layout_.index << ": checkpoint of step " << step << " in " << dir;
+  DLRM_LOG(kInfo) << "trainer " << layout_.index << ": checkpoint of step " << step << " in "
+                  << dir;
+}
+
+void TrainerRole::WriteCheckpoint(const std::string& dir, int64_t step) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) Throw(StatusCode::kIo, "cannot create checkpoint directory ", dir, ": ", ec.message());
+  service_->SaveShards(step, dir);
+  SaveDenseState(trainer_->model(), trainer_->dense_optimizer(), step,
+                 dir + "/" + kDenseStateFile);
+  CheckpointManifest manifest;
+  manifest.set_step(step);
+  manifest.set_config(ConfigToText(config_));
+  *manifest.mutable_plan() = layout_.plan;
+  manifest.set_num_trainers(layout_.num_trainers());
+  manifest.set_num_servers(layout_.num_servers());
+  manifest.set_staleness(StalenessBound(config_.distributed()));
+  *manifest.mutable_dense_state() = DescribeFile(dir, kDenseStateFile);
+  if (!trainer_->replicas().shards().empty()) {
+    SaveShardStore(trainer_->replicas(), kTrainerReplica, step, dir + "/" + kReplicaShardFile);
+    *manifest.mutable_replicas() = DescribeFile(dir, kReplicaShardFile);
+  }
+  for (int32_t s = 0; s < layout_.num_servers(); ++s) {
+    ServerShardsEntry* entry = manifest.add_servers();
+    entry->set_server(s);
+    *entry->mutable_file() = DescribeFile(dir, ServerShardFile(s));
+  }
+  WriteManifest(dir, manifest);  // last: the directory is complete once it is there
 }
 
 EvalResult TrainerRole::Evaluate(const std::vector<BatchView>& batches) {

@@ -3,7 +3,7 @@
 // rendezvous), connects to the servers and the other trainers, optionally restores a
 // sharded checkpoint, and then trains through DataParallelTrainer.
 //
-//   TrainerRole t(context, ClusterEnvFromEnvironment(), config, &pool);
+//   TrainerRole t(ClusterEnvFromEnvironment(), config);
 //   for (...) { t.trainer().Enqueue(part); ... t.trainer().TrainStep(); }
 //   t.Checkpoint("/ckpt/step-1000");   // collective: every trainer calls it
 //   t.Finish();                        // collective: servers exit when all trainers have
@@ -24,6 +24,7 @@
 #include "engine/cluster/rendezvous.h"
 #include "engine/ps/client.h"
 #include "engine/train/data_parallel_trainer.h"
+#include "engine/net/context.h"
 #include "engine/net/endpoint.h"
 
 namespace dlrm::dist {
@@ -35,12 +36,13 @@ class TrainerRole {
   using CommunicatorFactory =
       std::function<std::unique_ptr<Communicator>(int32_t rank, int32_t world_size)>;
 
-  // env.role must be trainer. pool is borrowed. restore_dir: a checkpoint to resume from
-  // (empty: start fresh). make_communicator: null uses the transport (NetCommunicator).
-  TrainerRole(const net::Context& context, const ClusterEnv& env,
-                     const config::DlrmConfig& config, ThreadPool* pool,
-                     const std::string& restore_dir = "",
-                     const CommunicatorFactory& make_communicator = nullptr);
+  // env.role must be trainer; config must pass ValidateConfig (kInvalidArgument naming the
+  // field otherwise). The role owns its transport context and its thread pool
+  // (config.num_threads). restore_dir: a checkpoint to resume from (empty: start fresh).
+  // make_communicator: null uses the transport (NetCommunicator, or Gloo by env).
+  TrainerRole(const ClusterEnv& env, const config::DlrmConfig& config,
+              const std::string& restore_dir = "",
+              const CommunicatorFactory& make_communicator = nullptr);
   ~TrainerRole();
 
   DataParallelTrainer& trainer() { return *trainer_; }
@@ -64,8 +66,17 @@ class TrainerRole {
   void Finish();
 
  private:
+  static const config::DlrmConfig& Validated(const config::DlrmConfig& config);
+  std::unique_ptr<Communicator> MakeCommunicator(const CommunicatorFactory& factory);
+  void Restore(const std::string& restore_dir);
+  // The lead trainer's part of Checkpoint: the servers' shards, the dense state, the
+  // replicas and, last, the manifest.
+  void WriteCheckpoint(const std::string& dir, int64_t step);
+
   const config::DlrmConfig config_;
   const ClusterEnv env_;
+  net::Context context_;
+  ThreadPool pool_;
   net::Endpoint listener_;
   CoordinatorClient coordinator_;
   JobLayout layout_;

@@ -24,13 +24,24 @@ namespace {
 
 TEST(CpuFeaturesTest, MaxIsaCapsTheLevelOnlyWhenNamed) {
   ASSERT_EQ(unsetenv("DLRM_MAX_ISA"), 0);
-  EXPECT_EQ(MaxIsaFromEnvironment(), IsaLevel::kAvx512);
+  EXPECT_EQ(ReadMaxIsa().level, IsaLevel::kAvx512);
+  EXPECT_EQ(ReadMaxIsa().value, nullptr);
+  CheckMaxIsa();
   setenv("DLRM_MAX_ISA", "avx2", 1);
-  EXPECT_EQ(MaxIsaFromEnvironment(), IsaLevel::kAvx2);
+  EXPECT_EQ(ReadMaxIsa().level, IsaLevel::kAvx2);
+  CheckMaxIsa();
   setenv("DLRM_MAX_ISA", "portable", 1);
-  EXPECT_EQ(MaxIsaFromEnvironment(), IsaLevel::kPortable);
-  setenv("DLRM_MAX_ISA", "sse9", 1);  // not a level: no cap (dlrm bench refuses it)
-  EXPECT_EQ(MaxIsaFromEnvironment(), IsaLevel::kAvx512);
+  EXPECT_EQ(ReadMaxIsa().level, IsaLevel::kPortable);
+  setenv("DLRM_MAX_ISA", "sse9", 1);  // not a level: no cap, and refused by name
+  EXPECT_EQ(ReadMaxIsa().level, IsaLevel::kAvx512);
+  EXPECT_FALSE(ReadMaxIsa().valid);
+  try {
+    CheckMaxIsa();
+    ADD_FAILURE() << "sse9 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_STREQ(e.what(), "DLRM_MAX_ISA must be avx512, avx2 or portable, got 'sse9'");
+  }
   IsaLevel parsed = IsaLevel::kAvx2;
   EXPECT_FALSE(ParseIsaLevel("AVX2", &parsed));
   EXPECT_EQ(parsed, IsaLevel::kAvx2);

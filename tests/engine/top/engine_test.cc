@@ -1,5 +1,6 @@
 // The Engine end to end: determinism across runs and thread counts, checkpoint resume,
 // learning, and that failing calls leave the engine unchanged.
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -360,6 +361,19 @@ TEST(EngineTest, LearnsAHeldOutSignal) {
   EXPECT_EQ(after.num_samples, 1024);
   EXPECT_GT(after.auc, 0.9);
   EXPECT_LT(after.log_loss, before.log_loss - 0.2);
+}
+
+TEST(EngineTest, CreationRefusesAMaxIsaThatNamesNoLevel) {
+  ASSERT_EQ(setenv("DLRM_MAX_ISA", "avx1024", 1), 0);
+  try {
+    MakeEngine(kOptimizerSets[0]);
+    ADD_FAILURE() << "DLRM_MAX_ISA=avx1024 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("DLRM_MAX_ISA must be avx512, avx2 or portable"));
+  }
+  unsetenv("DLRM_MAX_ISA");
+  EXPECT_NE(MakeEngine(kOptimizerSets[0]), nullptr);
 }
 
 TEST(EngineTest, OptimizerHyperparametersAreValidatedAtCreation) {

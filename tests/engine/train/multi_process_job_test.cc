@@ -94,8 +94,7 @@ JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const 
         if (server) {
           RunEmbeddingServer(context, env, c, restore);
         } else {
-          ThreadPool pool(2);
-          TrainerRole t(context, env, c, &pool, restore);
+          TrainerRole t(env, c, restore);
           body(t);
           t.Finish();
         }

@@ -1,0 +1,18 @@
+# The cmake configure lines of README's two commands, defined once (sourced by demo.sh,
+# test.sh and tests/tools/test_after_demo_test.sh). Each names every option it relies on,
+# so whatever an earlier configure cached in the same build directory (demo.sh turns the
+# tests off) is overridden.
+#
+#   dlrm_configure_demo BUILD_DIR
+#   dlrm_configure_tests BUILD_DIR [extra cmake args...]
+
+dlrm_configure_demo() {
+  cmake -S "$DLRM_ROOT" -B "$1" -DCMAKE_BUILD_TYPE=Release -DDLRM_BUILD_TESTS=OFF >/dev/null
+}
+
+dlrm_configure_tests() {
+  local dir=$1; shift
+  cmake -S "$DLRM_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DDLRM_WERROR=ON \
+    -DDLRM_BUILD_TESTS=ON -DDLRM_BUILD_BINDINGS=ON -DDLRM_BUILD_BENCH=ON -DDLRM_SANITIZE=OFF \
+    "$@" >/dev/null
+}
