@@ -26,15 +26,15 @@ struct dlrm_gather {
 };
 
 struct dlrm_trainer {
-  std::unique_ptr<dlrm::dist::TrainerRole> impl;
+  std::unique_ptr<dlrm::train::TrainerRole> impl;
 };
 
 namespace {
 
 // The cluster settings as text (NULL: the process environment).
-dlrm::dist::ClusterEnv ClusterFrom(const char* cluster) {
-  if (cluster == nullptr) return dlrm::dist::ClusterEnvFromEnvironment();
-  return dlrm::dist::ParseClusterEnv(dlrm::dist::ParseClusterSettings(cluster));
+dlrm::cluster::ClusterEnv ClusterFrom(const char* cluster) {
+  if (cluster == nullptr) return dlrm::cluster::ClusterEnvFromEnvironment();
+  return dlrm::cluster::ParseClusterEnv(dlrm::cluster::ParseClusterSettings(cluster));
 }
 
 dlrm::config::DlrmConfig ConfigFrom(const char* config_text) {
@@ -46,7 +46,7 @@ dlrm::config::DlrmConfig ConfigFrom(const char* config_text) {
 
 std::string DirFrom(const char* dir) { return dir == nullptr ? "" : dir; }
 
-dlrm::dist::TrainerRole& TrainerOf(dlrm_trainer* trainer) {
+dlrm::train::TrainerRole& TrainerOf(dlrm_trainer* trainer) {
   RequireNotNull(trainer, "trainer");
   if (!trainer->impl) dlrm::ThrowInvalid("trainer handle is not valid");
   return *trainer->impl;
@@ -59,7 +59,7 @@ extern "C" {
 DLRM_API dlrm_status dlrm_run_role(const char* config_text, const char* cluster,
                                    const char* restore_dir) {
   return Guard([&] {
-    dlrm::dist::RunServingRole(
+    dlrm::ps::RunServingRole(
         ClusterFrom(cluster), [&] { return ConfigFrom(config_text); }, DirFrom(restore_dir));
   });
 }
@@ -84,10 +84,10 @@ DLRM_API dlrm_status dlrm_trainer_create(const char* config_text, const char* cl
   return Guard([&] {
     RequireNotNull(out, "out");
     auto handle = std::make_unique<dlrm_trainer>();
-    dlrm::dist::TrainerRole::CommunicatorFactory factory;
+    dlrm::train::TrainerRole::CommunicatorFactory factory;
     if (allgather != nullptr)
       factory = [allgather, user_data](int32_t rank, int32_t size) {
-        return std::make_unique<dlrm::dist::HostCommunicator>(
+        return std::make_unique<dlrm::collective::HostCommunicator>(
             [allgather, user_data](const std::string& contribution,
                                    std::vector<std::optional<std::string>>* parts) {
               dlrm_gather result{parts};
@@ -97,9 +97,9 @@ DLRM_API dlrm_status dlrm_trainer_create(const char* config_text, const char* cl
             rank, size);
       };
     const dlrm::config::DlrmConfig config = ConfigFrom(config_text);
-    const dlrm::dist::ClusterEnv env = ClusterFrom(cluster);
+    const dlrm::cluster::ClusterEnv env = ClusterFrom(cluster);
     handle->impl =
-        std::make_unique<dlrm::dist::TrainerRole>(env, config, DirFrom(restore_dir), factory);
+        std::make_unique<dlrm::train::TrainerRole>(env, config, DirFrom(restore_dir), factory);
     *out = handle.release();  // ownership passes to the caller until dlrm_trainer_destroy
   });
 }
@@ -111,7 +111,7 @@ DLRM_API void dlrm_trainer_destroy(dlrm_trainer* trainer) {
 DLRM_API dlrm_status dlrm_trainer_info(dlrm_trainer* trainer, int32_t* rank,
                                        int32_t* num_trainers, int64_t* step) {
   return Guard([&] {
-    dlrm::dist::TrainerRole& t = TrainerOf(trainer);
+    dlrm::train::TrainerRole& t = TrainerOf(trainer);
     if (rank) *rank = t.trainer_rank();
     if (num_trainers) *num_trainers = t.num_trainers();
     if (step) *step = t.trainer().step();
@@ -132,7 +132,7 @@ DLRM_API dlrm_status dlrm_trainer_train_step(dlrm_trainer* trainer, float* loss_
 DLRM_API dlrm_status dlrm_trainer_evaluate(dlrm_trainer* trainer, const dlrm_batch* batches,
                                            size_t num_batches, dlrm_eval_result* out) {
   return Guard([&] {
-    dlrm::dist::TrainerRole& t = TrainerOf(trainer);
+    dlrm::train::TrainerRole& t = TrainerOf(trainer);
     RequireNotNull(out, "out");
     WriteEvalResult(t.Evaluate(ToViews(batches, num_batches)), out);
   });

@@ -70,13 +70,13 @@ config::DlrmConfig JobConfig() {
 // step-N directory under it with the largest N; kNotFound if there is none.
 std::string CheckpointToRestore(const std::string& path) {
   namespace fs = std::filesystem;
-  if (fs::exists(fs::path(path) / dist::kManifestFile)) return path;
+  if (fs::exists(fs::path(path) / checkpoint::kManifestFile)) return path;
   std::string best;
   int64_t best_step = -1;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(path, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || !fs::exists(entry.path() / dist::kManifestFile)) continue;
+    if (name.rfind("step-", 0) != 0 || !fs::exists(entry.path() / checkpoint::kManifestFile)) continue;
     const int64_t step = std::atoll(name.c_str() + 5);
     if (step > best_step) {
       best_step = step;
@@ -93,11 +93,11 @@ std::string CheckpointDir(int64_t step) {
   return FLAGS_checkpoint_dir + "/step-" + std::to_string(step);
 }
 
-int TrainerMain(const dist::ClusterEnv& env, const config::DlrmConfig& config,
+int TrainerMain(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
                 const std::string& restore) {
   if (FLAGS_train.empty()) ThrowInvalid("train needs --train");
-  dist::TrainerRole job(env, config, restore);
-  dist::DataParallelTrainer& trainer = job.trainer();
+  train::TrainerRole job(env, config, restore);
+  train::DataParallelTrainer& trainer = job.trainer();
   const int32_t ranks = job.num_trainers(), rank = job.trainer_rank();
   if (FLAGS_batch_size <= 0 || FLAGS_batch_size % ranks != 0)
     ThrowInvalid("--batch_size ", FLAGS_batch_size, " must be a positive multiple of the ",
@@ -189,16 +189,16 @@ int TrainerMain(const dist::ClusterEnv& env, const config::DlrmConfig& config,
 }  // namespace
 
 bool DistributedRoleFromEnvironment() {
-  return dist::ProcessEnvironment()("DLRM_ROLE").has_value();
+  return cluster::ProcessEnvironment()("DLRM_ROLE").has_value();
 }
 
 int DistributedTrainCommand() {
-  const dist::ClusterEnv env = dist::ClusterEnvFromEnvironment();
+  const cluster::ClusterEnv env = cluster::ClusterEnvFromEnvironment();
   const std::string restore =
       FLAGS_restore.empty() || env.role == net::ROLE_COORDINATOR ? ""
                                                                  : CheckpointToRestore(FLAGS_restore);
   if (env.role != net::ROLE_TRAINER) {
-    dist::RunServingRole(env, JobConfig, restore);
+    ps::RunServingRole(env, JobConfig, restore);
     return 0;
   }
   return TrainerMain(env, JobConfig(), restore);

@@ -97,12 +97,12 @@ int LaunchCommand(int argc, char** argv) {
   if (FLAGS_trainers < 1 || FLAGS_servers < 1)
     ThrowInvalid("launch needs --trainers >= 1 and --servers >= 1");
   const int32_t world = FLAGS_trainers + FLAGS_servers;
-  if (world > dist::kMaxWorldSize) ThrowInvalid("launch: too many processes");
+  if (world > cluster::kMaxWorldSize) ThrowInvalid("launch: too many processes");
   const int port = FLAGS_coordinator_port > 0 ? FLAGS_coordinator_port : FreeLoopbackPort();
   std::vector<std::string> args = {"dlrm"};
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
 
-  const int64_t timeout_ms = dist::ParseTimeoutMs(dist::ProcessEnvironment());
+  const int64_t timeout_ms = cluster::ParseTimeoutMs(cluster::ProcessEnvironment());
   const std::map<std::string, std::string> common = {
       {"DLRM_WORLD_SIZE", std::to_string(world)},
       {"DLRM_COORDINATOR", "127.0.0.1:" + std::to_string(port)}};

@@ -17,11 +17,10 @@
 #include "engine/config/text_proto.h"
 #include "engine/core/status.h"
 
-namespace dlrm::dist {
+namespace dlrm::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
-using namespace dlrm::checkpoint;  // the codec: names, formats, metadata
 
 // ---- dense state ---------------------------------------------------------------------
 
@@ -230,4 +229,4 @@ CheckpointManifest ManifestForRestore(const std::string& dir, const config::Dlrm
   return manifest;
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::checkpoint

@@ -29,7 +29,7 @@
 #include "engine/model/dlrm_model.h"
 #include "engine/optim/dense_optimizer.h"
 
-namespace dlrm::dist {
+namespace dlrm::checkpoint {
 
 inline constexpr const char* kManifestFile = "MANIFEST";
 inline constexpr const char* kDenseStateFile = "trainer.dense";
@@ -73,4 +73,4 @@ CheckpointManifest ManifestForRestore(const std::string& dir, const config::Dlrm
                                       int32_t num_servers, int32_t num_trainers,
                                       const shard::ShardingPlan& plan);
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::checkpoint

@@ -9,7 +9,7 @@
 
 #include "engine/core/status.h"
 
-namespace dlrm::dist {
+namespace dlrm::cluster {
 namespace {
 
 std::optional<int64_t> ParseInt(const std::string& text) {
@@ -205,4 +205,4 @@ EnvLookup ParseClusterSettings(const std::string& text) {
 
 ClusterEnv ClusterEnvFromEnvironment() { return ParseClusterEnv(ProcessEnvironment()); }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::cluster

@@ -31,7 +31,7 @@
 #include "engine/net/options.h"
 #include "engine/net/wire.pb.h"
 
-namespace dlrm::dist {
+namespace dlrm::cluster {
 
 inline constexpr int32_t kMaxWorldSize = 1 << 16;
 inline constexpr int64_t kDefaultTimeoutMs = 60000;
@@ -88,4 +88,4 @@ EnvLookup ParseClusterSettings(const std::string& text);
 // "coordinator", "server", "trainer" (the DLRM_ROLE spellings).
 const char* RoleName(net::Role role);
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::cluster

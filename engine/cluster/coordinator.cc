@@ -8,7 +8,7 @@
 
 #include "engine/cluster/roster.h"
 
-namespace dlrm::dist {
+namespace dlrm::cluster {
 namespace {
 
 using std::chrono::milliseconds;
@@ -251,4 +251,4 @@ void RunCoordinator(const net::Context& context, const ClusterEnv& env) {
   coordinator.Serve();
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::cluster

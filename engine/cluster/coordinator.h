@@ -28,7 +28,7 @@
 #include "engine/cluster/cluster_env.h"
 #include "engine/net/endpoint.h"
 
-namespace dlrm::dist {
+namespace dlrm::cluster {
 
 class Coordinator {
  public:
@@ -82,4 +82,4 @@ class Coordinator {
 // env.timeout_ms, then serves until every peer has left.
 void RunCoordinator(const net::Context& context, const ClusterEnv& env);
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::cluster

@@ -4,7 +4,7 @@
 #include "engine/core/status.h"
 #include "engine/shard/planner.h"
 
-namespace dlrm::dist {
+namespace dlrm::cluster {
 
 JobLayout LayoutFromRoster(const net::Roster& roster, int32_t rank,
                            const config::DlrmConfig& config) {
@@ -24,4 +24,4 @@ JobLayout LayoutFromRoster(const net::Roster& roster, int32_t rank,
   return layout;
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::cluster

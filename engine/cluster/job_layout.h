@@ -12,7 +12,7 @@
 #include "engine/net/wire.pb.h"
 #include "engine/shard/plan.pb.h"
 
-namespace dlrm::dist {
+namespace dlrm::cluster {
 
 struct JobLayout {
   std::vector<std::string> server_addresses;   // by server index
@@ -28,4 +28,4 @@ struct JobLayout {
 JobLayout LayoutFromRoster(const net::Roster& roster, int32_t rank,
                            const config::DlrmConfig& config);
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::cluster

@@ -4,7 +4,7 @@
 
 #include "engine/core/log.h"
 
-namespace dlrm::dist {
+namespace dlrm::cluster {
 namespace {
 
 const ClusterEnv& CheckedPeerEnv(const ClusterEnv& env) {
@@ -84,4 +84,4 @@ void CoordinatorClient::Leave() {
           net::DescribeMessage(reply));
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::cluster

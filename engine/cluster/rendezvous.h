@@ -1,11 +1,11 @@
 // The peer side of rendezvous (servers and trainers): say HELLO to the coordinator, get
 // the roster; later, barriers through the coordinator, and leave.
 //
-//   dist::ClusterEnv env = dist::ClusterEnvFromEnvironment();
+//   cluster::ClusterEnv env = cluster::ClusterEnvFromEnvironment();
 //   net::Context context;
 //   net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
 //                          env.Transport(), "server " + std::to_string(env.rank));
-//   dist::CoordinatorClient coordinator(context, env);
+//   cluster::CoordinatorClient coordinator(context, env);
 //   net::Roster roster = coordinator.Rendezvous(listener.address());
 //   ...                                   // connect to roster.peers(r).address()
 //   coordinator.Barrier();
@@ -22,7 +22,7 @@
 #include "engine/cluster/cluster_env.h"
 #include "engine/net/client.h"
 
-namespace dlrm::dist {
+namespace dlrm::cluster {
 
 class CoordinatorClient {
  public:
@@ -56,4 +56,4 @@ class CoordinatorClient {
   bool joined_ = false, left_ = false;
 };
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::cluster

@@ -6,7 +6,7 @@
 #include "engine/core/status.h"
 #include "engine/cluster/cluster_env.h"
 
-namespace dlrm::dist {
+namespace dlrm::cluster {
 namespace {
 
 const std::string kTcpScheme = "tcp://";
@@ -65,4 +65,4 @@ std::string EndpointHost(const std::string& endpoint) {
   return host;
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::cluster

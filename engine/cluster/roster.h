@@ -9,7 +9,7 @@
 
 #include "engine/net/wire.pb.h"
 
-namespace dlrm::dist {
+namespace dlrm::cluster {
 
 // Ranks of the peers with `role`, ascending.
 std::vector<int32_t> RanksWithRole(const net::Roster& roster, net::Role role);
@@ -26,4 +26,4 @@ std::string AdvertisedAddress(const std::string& bound, const std::string& peer_
 // the brackets of an IPv6 address: "tcp://[::1]:5" gives "::1". kInvalidArgument else.
 std::string EndpointHost(const std::string& endpoint);
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::cluster

@@ -2,7 +2,7 @@
 
 #include "engine/core/status.h"
 
-namespace dlrm::dist {
+namespace dlrm::collective {
 
 class LocalCommunicator : public Communicator {
  public:
@@ -56,4 +56,4 @@ std::vector<std::string> LocalCommunicatorHub::Exchange(int32_t rank,
   return out;
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::collective

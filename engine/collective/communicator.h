@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace dlrm::dist {
+namespace dlrm::collective {
 
 class Communicator {
  public:
@@ -50,4 +50,4 @@ class LocalCommunicatorHub {
   std::vector<std::string> pending_, result_;
 };
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::collective

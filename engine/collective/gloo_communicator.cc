@@ -24,7 +24,7 @@
 #include <gloo/transport/tcp/device.h>
 #endif
 
-namespace dlrm::dist {
+namespace dlrm::collective {
 
 #ifdef DLRM_HAVE_GLOO
 namespace {
@@ -213,4 +213,4 @@ std::unique_ptr<Communicator> MakeGlooCommunicator(std::unique_ptr<Communicator>
 
 #endif  // DLRM_HAVE_GLOO
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::collective

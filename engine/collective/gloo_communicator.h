@@ -15,7 +15,7 @@
 
 #include "engine/collective/communicator.h"
 
-namespace dlrm::dist {
+namespace dlrm::collective {
 
 // Whether this build links Gloo (CMake found libgloo-dev).
 bool GlooAvailable();
@@ -27,4 +27,4 @@ std::unique_ptr<Communicator> MakeGlooCommunicator(std::unique_ptr<Communicator>
                                                    const std::string& host,
                                                    std::chrono::milliseconds timeout);
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::collective

@@ -4,7 +4,7 @@
 
 #include "engine/core/status.h"
 
-namespace dlrm::dist {
+namespace dlrm::collective {
 
 HostCommunicator::HostCommunicator(AllGatherFn fn, int32_t rank, int32_t world_size)
     : fn_(std::move(fn)), rank_(rank), world_size_(world_size) {
@@ -32,4 +32,4 @@ std::vector<std::string> HostCommunicator::AllGather(const std::string& contribu
   return all;
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::collective

@@ -16,7 +16,7 @@
 
 #include "engine/collective/communicator.h"
 
-namespace dlrm::dist {
+namespace dlrm::collective {
 
 class HostCommunicator : public Communicator {
  public:
@@ -36,4 +36,4 @@ class HostCommunicator : public Communicator {
   int32_t rank_, world_size_;
 };
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::collective

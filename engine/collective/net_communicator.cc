@@ -8,7 +8,7 @@
 #include "engine/core/status.h"
 #include "engine/net/message.h"
 
-namespace dlrm::dist {
+namespace dlrm::collective {
 namespace {
 
 // ALLGATHER: step = the all-gather's number, sender_rank; [U8 contribution].
@@ -101,4 +101,4 @@ std::vector<std::string> NetCommunicator::AllGather(const std::string& contribut
   return all;
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::collective

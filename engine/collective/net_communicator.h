@@ -18,7 +18,7 @@
 #include "engine/collective/communicator.h"
 #include "engine/net/endpoint.h"
 
-namespace dlrm::dist {
+namespace dlrm::collective {
 
 class NetCommunicator : public Communicator {
  public:
@@ -42,4 +42,4 @@ class NetCommunicator : public Communicator {
   std::map<int64_t, std::map<int32_t, std::string>> early_;
 };
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::collective

@@ -6,7 +6,7 @@
 #include "engine/core/status.h"
 #include "engine/ps/messages.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 namespace {
 
 class RemoteLookup : public PendingLookup {
@@ -131,4 +131,4 @@ void RemoteEmbeddingService::Shutdown() {
   CallAll(net::Header::SHUTDOWN, 0, "");
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

@@ -21,7 +21,7 @@
 #include "engine/ps/service.h"
 #include "engine/net/client.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 
 class RemoteEmbeddingService : public EmbeddingService {
  public:
@@ -62,4 +62,4 @@ class RemoteEmbeddingService : public EmbeddingService {
   std::thread heartbeat_;
 };
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

@@ -3,7 +3,7 @@
 #include "engine/core/byte_codec.h"
 #include "engine/core/status.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 
 std::vector<FeatureUpdate> ConcatenateRanks(
     const std::vector<std::vector<FeatureUpdate>>& parts) {
@@ -63,4 +63,4 @@ std::vector<FeatureUpdate> DecodeFeatureUpdates(const std::string& bytes) {
   return updates;
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

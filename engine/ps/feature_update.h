@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 
 struct FeatureUpdate {
   int32_t feature = 0;           // index into model.sparse_features
@@ -29,4 +29,4 @@ std::vector<FeatureUpdate> ConcatenateRanks(const std::vector<std::vector<Featur
 std::string EncodeFeatureUpdates(const std::vector<FeatureUpdate>& updates);
 std::vector<FeatureUpdate> DecodeFeatureUpdates(const std::string& bytes);
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

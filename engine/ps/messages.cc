@@ -6,7 +6,7 @@
 
 #include "engine/core/status.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 namespace {
 
 // kDataLoss unless `message` has exactly the payload dtypes `want`.
@@ -150,4 +150,4 @@ int64_t RequiredStep(const net::Message& message) {
   return message.header.step();
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

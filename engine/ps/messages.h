@@ -16,7 +16,7 @@
 #include "engine/ps/shard_owner.h"
 #include "engine/net/message.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 
 net::Message EncodeLookup(int64_t step, const std::vector<ShardRows>& request);
 std::vector<ShardRows> DecodeLookup(const net::Message& message);
@@ -39,4 +39,4 @@ net::Message StepMessage(net::MessageType type, int64_t step, const std::string&
 // kDataLoss unless the message carries a step.
 int64_t RequiredStep(const net::Message& message);
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

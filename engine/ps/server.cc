@@ -10,7 +10,7 @@
 #include "engine/checkpoint/sharded_checkpoint.h"
 #include "engine/ps/shard_store_file.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 
 EmbeddingServer::EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int32_t index,
                                  int32_t num_trainers,
@@ -170,7 +170,7 @@ void EmbeddingServer::Save(const net::Received& r, int64_t step) {
     if (applied != step && !owner_->store().features().empty())
       Throw(StatusCode::kFailedPrecondition, "server ", index_, " has applied step ", applied,
             ", cannot save a checkpoint of step ", step);
-    SaveShardStore(owner_->store(), index_, step, dir + "/" + ServerShardFile(index_));
+    SaveShardStore(owner_->store(), index_, step, dir + "/" + checkpoint::ServerShardFile(index_));
   });
   DLRM_LOG(kInfo) << "server " << index_ << ": saved step " << step << " to " << dir;
   endpoint_->Reply(r, StepMessage(net::Header::SAVE_ACK, step));
@@ -184,4 +184,4 @@ void EmbeddingServer::ServeParked() {
     it = TryAnswerWait(*it) ? parked_waits_.erase(it) : std::next(it);
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

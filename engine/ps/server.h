@@ -23,7 +23,7 @@
 #include "engine/ps/shard_owner.h"
 #include "engine/net/endpoint.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 
 class EmbeddingServer {
  public:
@@ -74,4 +74,4 @@ class EmbeddingServer {
   std::atomic<bool> stop_{false};
 };
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

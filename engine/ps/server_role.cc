@@ -18,27 +18,27 @@
 #include "engine/ps/shard_owner.h"
 #include "engine/net/endpoint.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 
-void RunEmbeddingServer(const net::Context& context, const ClusterEnv& env,
+void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& env,
                         const config::DlrmConfig& config, const std::string& restore_dir) {
   if (env.role != net::ROLE_SERVER)
-    ThrowInvalid("RunEmbeddingServer with DLRM_ROLE=", RoleName(env.role));
+    ThrowInvalid("RunEmbeddingServer with DLRM_ROLE=", cluster::RoleName(env.role));
   const std::string name = "server rank " + std::to_string(env.rank);
   net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
                          env.Transport(), name);
-  CoordinatorClient coordinator(context, env);
+  cluster::CoordinatorClient coordinator(context, env);
   const net::Roster roster = coordinator.Rendezvous(listener.address());
-  const JobLayout layout = LayoutFromRoster(roster, env.rank, config);
+  const cluster::JobLayout layout = cluster::LayoutFromRoster(roster, env.rank, config);
 
   ThreadPool pool(ResolveThreadCount(config.num_threads()));
   EmbeddingShardStore store(config, layout.plan, layout.index, &pool);
   int64_t applied = 0;
   if (!restore_dir.empty()) {
-    ManifestForRestore(restore_dir, config, layout.num_servers(), layout.num_trainers(),
+    checkpoint::ManifestForRestore(restore_dir, config, layout.num_servers(), layout.num_trainers(),
                        layout.plan);
     applied = LoadShardStore(&store, layout.index,
-                             restore_dir + "/" + ServerShardFile(layout.index));
+                             restore_dir + "/" + checkpoint::ServerShardFile(layout.index));
     DLRM_LOG(kInfo) << "server " << layout.index << ": restored step " << applied << " from "
               << restore_dir;
   }
@@ -55,19 +55,19 @@ void RunEmbeddingServer(const net::Context& context, const ClusterEnv& env,
   coordinator.Leave();
 }
 
-void RunServingRole(const ClusterEnv& env, const std::function<config::DlrmConfig()>& config,
+void RunServingRole(const cluster::ClusterEnv& env, const std::function<config::DlrmConfig()>& config,
                     const std::string& restore_dir) {
   if (env.role == net::ROLE_COORDINATOR) {
     net::Context context;
-    RunCoordinator(context, env);
+    cluster::RunCoordinator(context, env);
   } else if (env.role == net::ROLE_SERVER) {
     const config::DlrmConfig server_config = config();
     net::Context context;
     RunEmbeddingServer(context, env, server_config, restore_dir);
   } else {
     ThrowInvalid("the serving roles are the coordinator and the servers; DLRM_ROLE is ",
-                 RoleName(env.role), " (a trainer is a TrainerRole: dlrm_trainer_create)");
+                 cluster::RoleName(env.role), " (a trainer is a TrainerRole: dlrm_trainer_create)");
   }
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

@@ -12,17 +12,17 @@
 #include "engine/cluster/cluster_env.h"
 #include "engine/net/context.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 
 // config must pass ValidateConfig and be the trainers' config. restore_dir: a checkpoint
 // directory to resume from, or empty. Throws what fails (rendezvous, restore, transport).
-void RunEmbeddingServer(const net::Context& context, const ClusterEnv& env,
+void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& env,
                         const config::DlrmConfig& config, const std::string& restore_dir);
 
 // The coordinator (RunCoordinator) or an embedding server, as env.role says, with a
 // transport context of its own; kInvalidArgument for a trainer. config is called only for
 // a server (the coordinator needs none), and must return a validated config.
-void RunServingRole(const ClusterEnv& env, const std::function<config::DlrmConfig()>& config,
+void RunServingRole(const cluster::ClusterEnv& env, const std::function<config::DlrmConfig()>& config,
                     const std::string& restore_dir);
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

@@ -5,7 +5,7 @@
 
 #include "engine/core/status.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 namespace {
 
 // In process there is nothing to overlap: the lookup runs when it is waited for.
@@ -71,4 +71,4 @@ void LocalEmbeddingService::set_apply_delay(std::chrono::milliseconds delay) {
   for (const auto& owner : owners_) owner->set_apply_delay(delay);
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

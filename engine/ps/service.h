@@ -18,7 +18,7 @@
 #include "engine/ps/feature_update.h"
 #include "engine/ps/shard_owner.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 
 // A lookup on its way: Wait returns the request with rows filled, or throws the owner's
 // error (or kTimeout). Call Wait at most once.
@@ -75,4 +75,4 @@ class LocalEmbeddingService : public EmbeddingService {
   std::vector<std::unique_ptr<ShardOwner>> owners_;
 };
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

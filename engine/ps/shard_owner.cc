@@ -5,7 +5,7 @@
 
 #include "engine/core/status.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 
 ShardOwner::ShardOwner(EmbeddingShardStore* store, int32_t owner, int32_t world_size,
                        int64_t staleness, int64_t applied_step)
@@ -206,4 +206,4 @@ void ShardOwner::set_apply_delay(std::chrono::milliseconds delay) {
   apply_delay_ = delay;
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

@@ -26,7 +26,7 @@
 #include "engine/ps/shard_store.h"
 #include "engine/ps/feature_update.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 
 // The rows of one shard asked for by one lookup: ids in, rows [ids x shard width] out.
 struct ShardRows {
@@ -117,4 +117,4 @@ class ShardOwner {
   std::thread applier_;
 };
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

@@ -7,7 +7,7 @@
 #include "engine/core/status.h"
 #include "engine/data/batch.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 namespace {
 
 int32_t TableOfFeature(const config::ModelConfig& model, int32_t feature) {
@@ -226,4 +226,4 @@ void EmbeddingShardStore::ApplyUpdate(const std::vector<FeatureUpdate>& updates,
   bags_->BackwardAndUpdate(batch, d_local.data(), *optimizer_, lr, step, pool_, &row_ranges_);
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

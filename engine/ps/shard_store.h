@@ -21,7 +21,7 @@
 #include "engine/embedding/sparse_optimizer.h"
 #include "engine/shard/plan.pb.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 
 // The owner id of the DATA_PARALLEL shards (held by every trainer).
 constexpr int32_t kTrainerReplica = -1;
@@ -91,4 +91,4 @@ class EmbeddingShardStore {
   std::unique_ptr<SparseOptimizer<float>> optimizer_;
 };
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

@@ -9,7 +9,7 @@
 #include "engine/checkpoint/codec.h"
 #include "engine/core/status.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 namespace {
 
 using namespace dlrm::checkpoint;  // the codec: names, formats, metadata
@@ -126,4 +126,4 @@ int64_t LoadShardStore(EmbeddingShardStore* store, int32_t owner, const std::str
   return step;
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

@@ -14,7 +14,7 @@
 
 #include "engine/ps/shard_store.h"
 
-namespace dlrm::dist {
+namespace dlrm::ps {
 
 // Writes every shard's rows ("embedding.<table>.rows_<b>_<e>.cols_<b>_<e>.weight") and its
 // sparse optimizer state ("sparse_optimizer/<table>.rows_..._cols_.../<state name>"), with
@@ -29,4 +29,4 @@ void SaveShardStore(const EmbeddingShardStore& store, int32_t owner, int64_t ste
 // when the file is of another kind, owner or layout. store is unchanged on any error.
 int64_t LoadShardStore(EmbeddingShardStore* store, int32_t owner, const std::string& path);
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::ps

@@ -14,7 +14,7 @@
 #include "engine/embedding/embedding_bag.h"
 #include "engine/optim/lr_schedule.h"
 
-namespace dlrm::dist {
+namespace dlrm::train {
 namespace {
 
 bool IsPowerOfTwo(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
@@ -78,11 +78,11 @@ struct DataParallelTrainer::Prepared {
   };
   std::vector<std::vector<Placement>> placements;       // per server, one per ShardRows asked
   std::vector<Placement> replica_placements;            // read at train time (see GatherRows)
-  std::vector<std::unique_ptr<PendingLookup>> lookups;  // per server; null: nothing asked
+  std::vector<std::unique_ptr<ps::PendingLookup>> lookups;  // per server; null: nothing asked
 };
 
 DataParallelTrainer::DataParallelTrainer(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
-                         Communicator* comm, EmbeddingService* service, ThreadPool* pool)
+                         collective::Communicator* comm, ps::EmbeddingService* service, ThreadPool* pool)
     : config_(config),
       comm_(comm),
       service_(service),
@@ -90,16 +90,16 @@ DataParallelTrainer::DataParallelTrainer(const config::DlrmConfig& config, const
       model_(config, pool, /*allocate_tables=*/false),
       dense_optimizer_(
           MakeDenseOptimizer<float>(config.dense_optimizer(), model_.dense_params().size())),
-      replicas_(config, plan, kTrainerReplica, pool),
-      locations_(LocateShards(config.model(), plan)) {
+      replicas_(config, plan, ps::kTrainerReplica, pool),
+      locations_(ps::LocateShards(config.model(), plan)) {
   if (comm_ == nullptr || service_ == nullptr)
     ThrowInvalid("sync trainer: communicator and embedding service are required");
   server_features_.resize(plan.num_servers());
   const config::ModelConfig& model = config.model();
   for (int32_t f = 0; f < model.sparse_features_size(); ++f) {
     const int32_t t = FindTable(model, model.sparse_features(f).table());
-    for (const ShardLocation& loc : locations_[t]) {
-      if (loc.owner == kTrainerReplica) continue;
+    for (const ps::ShardLocation& loc : locations_[t]) {
+      if (loc.owner == ps::kTrainerReplica) continue;
       std::vector<int32_t>& features = server_features_[loc.owner];
       if (features.empty() || features.back() != f) features.push_back(f);
     }
@@ -148,25 +148,25 @@ std::unique_ptr<DataParallelTrainer::Prepared> DataParallelTrainer::Prepare(cons
 
 void DataParallelTrainer::SubmitLookups(Prepared& p) {
   const size_t servers = server_features_.size();
-  std::vector<std::vector<ShardRows>> requests(servers);
+  std::vector<std::vector<ps::ShardRows>> requests(servers);
   p.placements.assign(servers, {});
   p.replica_placements.clear();
   p.lookups.clear();
   p.lookups.resize(servers);
   for (int32_t t = 0; t < static_cast<int32_t>(p.distinct.size()); ++t) {
     const std::vector<int64_t>& ids = p.distinct[t];
-    for (const ShardLocation& loc : locations_[t]) {
+    for (const ps::ShardLocation& loc : locations_[t]) {
       const auto lo = std::lower_bound(ids.begin(), ids.end(), loc.row_begin);
       const auto hi = std::lower_bound(ids.begin(), ids.end(), loc.row_end);
       if (lo == hi) continue;
       const Prepared::Placement where{t, loc.index, loc.col_begin, loc.col_end,
                                       static_cast<int64_t>(lo - ids.begin()),
                                       static_cast<int64_t>(hi - lo)};
-      if (loc.owner == kTrainerReplica) {
+      if (loc.owner == ps::kTrainerReplica) {
         p.replica_placements.push_back(where);
         continue;
       }
-      ShardRows request;
+      ps::ShardRows request;
       request.shard = loc.index;
       request.ids.assign(lo, hi);
       requests[loc.owner].push_back(std::move(request));
@@ -207,7 +207,7 @@ ValidatedBatch DataParallelTrainer::GatherRows(Prepared& p) {
   // Served tables: the answers to the lookups submitted when the part was queued.
   for (size_t s = 0; s < p.lookups.size(); ++s) {
     if (!p.lookups[s]) continue;
-    const std::vector<ShardRows> answers = p.lookups[s]->Wait();
+    const std::vector<ps::ShardRows> answers = p.lookups[s]->Wait();
     p.lookups[s].reset();
     const std::vector<Prepared::Placement>& where = p.placements[s];
     if (answers.size() != where.size())
@@ -235,16 +235,16 @@ ValidatedBatch DataParallelTrainer::GatherRows(Prepared& p) {
   return local;
 }
 
-std::vector<FeatureUpdate> DataParallelTrainer::UpdatesFor(const std::vector<int32_t>& features,
+std::vector<ps::FeatureUpdate> DataParallelTrainer::UpdatesFor(const std::vector<int32_t>& features,
                                                    const ValidatedBatch& batch) const {
   const BatchView& view = batch.view;
   const int64_t samples = view.batch_size;
   const int32_t width = model_.pooled_width();
-  std::vector<FeatureUpdate> updates;
+  std::vector<ps::FeatureUpdate> updates;
   for (const int32_t f : features) {
     const FeatureBinding& b = model_.feature_bindings()[f];
     const int32_t dim = config_.model().tables(b.table).dim();
-    FeatureUpdate u;
+    ps::FeatureUpdate u;
     u.feature = f;
     u.lengths.assign(view.lengths + f * samples, view.lengths + (f + 1) * samples);
     const int64_t begin = batch.bag_begin(f, 0), end = batch.bag_begin(f + 1, 0);
@@ -314,7 +314,7 @@ float DataParallelTrainer::TrainStep() {
       mine.finite = AllFinite(d_pooled_);
       if (!replicas_.features().empty())
         mine.replica_update =
-            EncodeFeatureUpdates(UpdatesFor(replicas_.features(), p->validated));
+            ps::EncodeFeatureUpdates(UpdatesFor(replicas_.features(), p->validated));
     } catch (const Error& e) {
       mine.error_code = static_cast<int32_t>(e.code());
       mine.error = e.what();
@@ -382,10 +382,10 @@ float DataParallelTrainer::TrainStep() {
     RenumberQueue();
     ThrowDiverged(step_, loss);
   }
-  std::vector<std::vector<FeatureUpdate>> replica_parts;
+  std::vector<std::vector<ps::FeatureUpdate>> replica_parts;
   if (!replicas_.features().empty()) {
     for (int32_t r = 0; r < ranks; ++r)
-      replica_parts.push_back(DecodeFeatureUpdates(by_rank[r].replica_update));
+      replica_parts.push_back(ps::DecodeFeatureUpdates(by_rank[r].replica_update));
   }
 
   const double factor = LrFactor(config_.lr_schedule(), step_);
@@ -397,7 +397,7 @@ float DataParallelTrainer::TrainStep() {
 
   // 4. Embedding updates: the replicas from every rank's part, then the servers.
   if (!replica_parts.empty())
-    replicas_.ApplyUpdate(ConcatenateRanks(replica_parts), global_batch, sparse_lr, t);
+    replicas_.ApplyUpdate(ps::ConcatenateRanks(replica_parts), global_batch, sparse_lr, t);
   for (int32_t owner = 0; owner < static_cast<int32_t>(server_features_.size()); ++owner) {
     if (server_features_[owner].empty()) continue;
     service_->Update(owner, comm_->rank(), t, sparse_lr,
@@ -461,4 +461,4 @@ void DataParallelTrainer::set_step(int64_t step) {
   step_ = step;
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::train

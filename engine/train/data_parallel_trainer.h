@@ -38,14 +38,14 @@
 #include "engine/optim/dense_optimizer.h"
 #include "engine/shard/plan.pb.h"
 
-namespace dlrm::dist {
+namespace dlrm::train {
 
 class DataParallelTrainer {
  public:
   // Borrows comm, service and pool. config must pass ValidateConfig; plan must be the
   // plan every rank and server uses.
   DataParallelTrainer(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
-              Communicator* comm, EmbeddingService* service, ThreadPool* pool);
+              collective::Communicator* comm, ps::EmbeddingService* service, ThreadPool* pool);
   ~DataParallelTrainer();
 
   // Queues this rank's part of the next global batch and starts its row lookups. The part
@@ -74,13 +74,13 @@ class DataParallelTrainer {
 
   int64_t step() const { return step_; }
   const DlrmModel<float>& model() const { return model_; }
-  const EmbeddingShardStore& replicas() const { return replicas_; }
+  const ps::EmbeddingShardStore& replicas() const { return replicas_; }
 
   // For checkpoints: the dense state and the replicas, and the step to resume from.
   // set_step: kFailedPrecondition while parts are queued (their lookups name steps).
   DlrmModel<float>& mutable_model() { return model_; }
   DenseOptimizer<float>& dense_optimizer() { return *dense_optimizer_; }
-  EmbeddingShardStore& mutable_replicas() { return replicas_; }
+  ps::EmbeddingShardStore& mutable_replicas() { return replicas_; }
   void set_step(int64_t step);
 
  private:
@@ -96,19 +96,19 @@ class DataParallelTrainer {
   ValidatedBatch GatherRows(Prepared& p);
   // PredictLogits once Flush has run.
   void PredictFlushed(const BatchView& batch, float* logits);
-  std::vector<FeatureUpdate> UpdatesFor(const std::vector<int32_t>& features,
+  std::vector<ps::FeatureUpdate> UpdatesFor(const std::vector<int32_t>& features,
                                         const ValidatedBatch& batch) const;
   // Resubmits the queued parts' lookups when the step numbers they were sent for are off.
   void RenumberQueue();
 
   const config::DlrmConfig config_;
-  Communicator* comm_;
-  EmbeddingService* service_;
+  collective::Communicator* comm_;
+  ps::EmbeddingService* service_;
   ThreadPool* pool_;
   DlrmModel<float> model_;
   std::unique_ptr<DenseOptimizer<float>> dense_optimizer_;
-  EmbeddingShardStore replicas_;
-  std::vector<std::vector<ShardLocation>> locations_;  // per table
+  ps::EmbeddingShardStore replicas_;
+  std::vector<std::vector<ps::ShardLocation>> locations_;  // per table
   std::vector<std::vector<int32_t>> server_features_;  // per server: features it serves
   std::deque<std::unique_ptr<Prepared>> queue_;
   int64_t step_ = 0;
@@ -121,4 +121,4 @@ class DataParallelTrainer {
   std::string send_buffer_;
 };
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::train

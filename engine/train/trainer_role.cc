@@ -14,20 +14,20 @@
 #include "engine/checkpoint/sharded_checkpoint.h"
 #include "engine/ps/shard_store_file.h"
 
-namespace dlrm::dist {
+namespace dlrm::train {
 namespace {
 
-std::chrono::milliseconds Timeout(const ClusterEnv& env) {
+std::chrono::milliseconds Timeout(const cluster::ClusterEnv& env) {
   return std::chrono::milliseconds(env.timeout_ms);
 }
 
-std::chrono::milliseconds AllGatherTimeout(const ClusterEnv& env) {
-  return kAllGatherTimeouts * Timeout(env);
+std::chrono::milliseconds AllGatherTimeout(const cluster::ClusterEnv& env) {
+  return cluster::kAllGatherTimeouts * Timeout(env);
 }
 
 }  // namespace
 
-TrainerRole::TrainerRole(const ClusterEnv& env, const config::DlrmConfig& config,
+TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
                          const std::string& restore_dir,
                          const CommunicatorFactory& make_communicator)
     : config_(Validated(config)),
@@ -37,10 +37,10 @@ TrainerRole::TrainerRole(const ClusterEnv& env, const config::DlrmConfig& config
                 "trainer rank " + std::to_string(env.rank)),
       coordinator_(context_, env) {
   if (env.role != net::ROLE_TRAINER)
-    ThrowInvalid("TrainerRole with DLRM_ROLE=", RoleName(env.role));
-  layout_ = LayoutFromRoster(coordinator_.Rendezvous(listener_.address()), env.rank, config_);
+    ThrowInvalid("TrainerRole with DLRM_ROLE=", cluster::RoleName(env.role));
+  layout_ = cluster::LayoutFromRoster(coordinator_.Rendezvous(listener_.address()), env.rank, config_);
   comm_ = MakeCommunicator(make_communicator);
-  service_ = std::make_unique<RemoteEmbeddingService>(
+  service_ = std::make_unique<ps::RemoteEmbeddingService>(
       context_, layout_.server_addresses, layout_.index, env.Transport(), Timeout(env));
   trainer_ = std::make_unique<DataParallelTrainer>(config_, layout_.plan, comm_.get(),
                                                    service_.get(), &pool_);
@@ -52,22 +52,22 @@ const config::DlrmConfig& TrainerRole::Validated(const config::DlrmConfig& confi
   return config;
 }
 
-std::unique_ptr<Communicator> TrainerRole::MakeCommunicator(const CommunicatorFactory& factory) {
-  const bool gloo = env_.collective == ClusterEnv::Collective::kGloo;
-  std::unique_ptr<Communicator> comm;
+std::unique_ptr<collective::Communicator> TrainerRole::MakeCommunicator(const CommunicatorFactory& factory) {
+  const bool gloo = env_.collective == cluster::ClusterEnv::Collective::kGloo;
+  std::unique_ptr<collective::Communicator> comm;
   if (factory) {
     if (gloo)
       ThrowInvalid("DLRM_COLLECTIVE=gloo and a host all-gather were both given: choose one");
     comm = factory(layout_.index, layout_.num_trainers());
   } else {
-    comm = std::make_unique<NetCommunicator>(context_, &listener_, layout_.trainer_addresses,
+    comm = std::make_unique<collective::NetCommunicator>(context_, &listener_, layout_.trainer_addresses,
                                              layout_.index, env_.Transport(),
                                              AllGatherTimeout(env_));
     // Gloo listens on the address this trainer was reached at (the roster's, where a
     // wildcard bind was replaced by the address the coordinator saw).
     if (gloo)
-      comm = MakeGlooCommunicator(std::move(comm),
-                                  EndpointHost(layout_.trainer_addresses[layout_.index]),
+      comm = collective::MakeGlooCommunicator(std::move(comm),
+                                  cluster::EndpointHost(layout_.trainer_addresses[layout_.index]),
                                   AllGatherTimeout(env_));
   }
   if (!comm || comm->rank() != layout_.index || comm->world_size() != layout_.num_trainers())
@@ -77,13 +77,13 @@ std::unique_ptr<Communicator> TrainerRole::MakeCommunicator(const CommunicatorFa
 }
 
 void TrainerRole::Restore(const std::string& restore_dir) {
-  const CheckpointManifest manifest = ManifestForRestore(
+  const checkpoint::CheckpointManifest manifest = checkpoint::ManifestForRestore(
       restore_dir, config_, layout_.num_servers(), layout_.num_trainers(), layout_.plan);
-  const int64_t step = LoadDenseState(&trainer_->mutable_model(), &trainer_->dense_optimizer(),
-                                      restore_dir + "/" + kDenseStateFile);
+  const int64_t step = checkpoint::LoadDenseState(&trainer_->mutable_model(), &trainer_->dense_optimizer(),
+                                      restore_dir + "/" + checkpoint::kDenseStateFile);
   if (manifest.has_replicas())
-    LoadShardStore(&trainer_->mutable_replicas(), kTrainerReplica,
-                   restore_dir + "/" + kReplicaShardFile);
+    ps::LoadShardStore(&trainer_->mutable_replicas(), ps::kTrainerReplica,
+                   restore_dir + "/" + checkpoint::kReplicaShardFile);
   if (step != manifest.step())
     Throw(StatusCode::kDataLoss, "checkpoint ", restore_dir, ": the dense state is of step ",
           step, ", the manifest says ", manifest.step());
@@ -120,26 +120,26 @@ void TrainerRole::WriteCheckpoint(const std::string& dir, int64_t step) {
   std::filesystem::create_directories(dir, ec);
   if (ec) Throw(StatusCode::kIo, "cannot create checkpoint directory ", dir, ": ", ec.message());
   service_->SaveShards(step, dir);
-  SaveDenseState(trainer_->model(), trainer_->dense_optimizer(), step,
-                 dir + "/" + kDenseStateFile);
-  CheckpointManifest manifest;
+  checkpoint::SaveDenseState(trainer_->model(), trainer_->dense_optimizer(), step,
+                 dir + "/" + checkpoint::kDenseStateFile);
+  checkpoint::CheckpointManifest manifest;
   manifest.set_step(step);
   manifest.set_config(ConfigToText(config_));
   *manifest.mutable_plan() = layout_.plan;
   manifest.set_num_trainers(layout_.num_trainers());
   manifest.set_num_servers(layout_.num_servers());
   manifest.set_staleness(StalenessBound(config_.distributed()));
-  *manifest.mutable_dense_state() = DescribeFile(dir, kDenseStateFile);
+  *manifest.mutable_dense_state() = checkpoint::DescribeFile(dir, checkpoint::kDenseStateFile);
   if (!trainer_->replicas().shards().empty()) {
-    SaveShardStore(trainer_->replicas(), kTrainerReplica, step, dir + "/" + kReplicaShardFile);
-    *manifest.mutable_replicas() = DescribeFile(dir, kReplicaShardFile);
+    ps::SaveShardStore(trainer_->replicas(), ps::kTrainerReplica, step, dir + "/" + checkpoint::kReplicaShardFile);
+    *manifest.mutable_replicas() = checkpoint::DescribeFile(dir, checkpoint::kReplicaShardFile);
   }
   for (int32_t s = 0; s < layout_.num_servers(); ++s) {
-    ServerShardsEntry* entry = manifest.add_servers();
+    checkpoint::ServerShardsEntry* entry = manifest.add_servers();
     entry->set_server(s);
-    *entry->mutable_file() = DescribeFile(dir, ServerShardFile(s));
+    *entry->mutable_file() = checkpoint::DescribeFile(dir, checkpoint::ServerShardFile(s));
   }
-  WriteManifest(dir, manifest);  // last: the directory is complete once it is there
+  checkpoint::WriteManifest(dir, manifest);  // last: the directory is complete once it is there
 }
 
 EvalResult TrainerRole::Evaluate(const std::vector<BatchView>& batches) {
@@ -182,4 +182,4 @@ void TrainerRole::Finish() {
   coordinator_.Leave();
 }
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::train

@@ -27,20 +27,20 @@
 #include "engine/net/context.h"
 #include "engine/net/endpoint.h"
 
-namespace dlrm::dist {
+namespace dlrm::train {
 
 class TrainerRole {
  public:
   // Makes the trainers' collectives once the rendezvous has told this trainer its index
   // among the trainers and their number: how a host plugs in its own (MPI, Spark).
   using CommunicatorFactory =
-      std::function<std::unique_ptr<Communicator>(int32_t rank, int32_t world_size)>;
+      std::function<std::unique_ptr<collective::Communicator>(int32_t rank, int32_t world_size)>;
 
   // env.role must be trainer; config must pass ValidateConfig (kInvalidArgument naming the
   // field otherwise). The role owns its transport context and its thread pool
   // (config.num_threads). restore_dir: a checkpoint to resume from (empty: start fresh).
   // make_communicator: null uses the transport (NetCommunicator, or Gloo by env).
-  TrainerRole(const ClusterEnv& env, const config::DlrmConfig& config,
+  TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
               const std::string& restore_dir = "",
               const CommunicatorFactory& make_communicator = nullptr);
   ~TrainerRole();
@@ -49,7 +49,7 @@ class TrainerRole {
   int32_t trainer_rank() const { return layout_.index; }
   int32_t num_trainers() const { return layout_.num_trainers(); }
   int32_t num_servers() const { return layout_.num_servers(); }
-  const JobLayout& layout() const { return layout_; }
+  const cluster::JobLayout& layout() const { return layout_; }
 
   // Collective: log loss and AUC over `batches` (the same list on every trainer) with
   // every update so far applied. Trainer r predicts every r-th batch; the predictions
@@ -67,22 +67,22 @@ class TrainerRole {
 
  private:
   static const config::DlrmConfig& Validated(const config::DlrmConfig& config);
-  std::unique_ptr<Communicator> MakeCommunicator(const CommunicatorFactory& factory);
+  std::unique_ptr<collective::Communicator> MakeCommunicator(const CommunicatorFactory& factory);
   void Restore(const std::string& restore_dir);
   // The lead trainer's part of Checkpoint: the servers' shards, the dense state, the
   // replicas and, last, the manifest.
   void WriteCheckpoint(const std::string& dir, int64_t step);
 
   const config::DlrmConfig config_;
-  const ClusterEnv env_;
+  const cluster::ClusterEnv env_;
   net::Context context_;
   ThreadPool pool_;
   net::Endpoint listener_;
-  CoordinatorClient coordinator_;
-  JobLayout layout_;
-  std::unique_ptr<Communicator> comm_;
-  std::unique_ptr<RemoteEmbeddingService> service_;
+  cluster::CoordinatorClient coordinator_;
+  cluster::JobLayout layout_;
+  std::unique_ptr<collective::Communicator> comm_;
+  std::unique_ptr<ps::RemoteEmbeddingService> service_;
   std::unique_ptr<DataParallelTrainer> trainer_;
 };
 
-}  // namespace dlrm::dist
+}  // namespace dlrm::train

@@ -16,7 +16,7 @@ namespace dlrm::testing {
 // Every row of every table of the engine is held by some shard of `owners`, and every
 // shard's rows equal the engine's, bitwise.
 inline void ExpectStoresMatchEngine(const Engine& engine, const config::DlrmConfig& c,
-                                    const std::vector<const dist::EmbeddingShardStore*>& owners,
+                                    const std::vector<const ps::EmbeddingShardStore*>& owners,
                                     const std::string& where) {
   for (int t = 0; t < c.model().tables_size(); ++t) {
     const auto& tc = c.model().tables(t);
@@ -24,7 +24,7 @@ inline void ExpectStoresMatchEngine(const Engine& engine, const config::DlrmConf
     engine.ReadParameter("embedding." + tc.name() + ".weight", want.data(),
                          static_cast<int64_t>(want.size()));
     int64_t covered = 0;
-    for (const dist::EmbeddingShardStore* o : owners) {
+    for (const ps::EmbeddingShardStore* o : owners) {
       for (size_t i = 0; i < o->shards().size(); ++i) {
         const auto& s = o->shards()[i];
         if (s.table != t) continue;

@@ -11,14 +11,14 @@
 #include "engine/cluster/cluster_env.h"
 #include "engine/cluster/roster.h"
 
-namespace dlrm::dist {
+namespace dlrm {
 namespace {
 
 using ::testing::HasSubstr;
 using Vars = std::map<std::string, std::string>;
 
-ClusterEnv Parse(const Vars& vars) {
-  return ParseClusterEnv([&](const std::string& name) -> std::optional<std::string> {
+cluster::ClusterEnv Parse(const Vars& vars) {
+  return cluster::ParseClusterEnv([&](const std::string& name) -> std::optional<std::string> {
     auto it = vars.find(name);
     if (it == vars.end()) return std::nullopt;
     return it->second;
@@ -51,7 +51,7 @@ void ExpectInvalid(const std::string& name, std::optional<std::string> value,
 }
 
 TEST(DistEnvTest, ParsesAPeerWithDefaults) {
-  const ClusterEnv env = Parse(Trainer());
+  const cluster::ClusterEnv env = Parse(Trainer());
   EXPECT_EQ(env.role, net::ROLE_TRAINER);
   EXPECT_EQ(env.rank, 2);
   EXPECT_EQ(env.world_size, 4);
@@ -60,7 +60,7 @@ TEST(DistEnvTest, ParsesAPeerWithDefaults) {
   EXPECT_EQ(env.PeerBindEndpoint(), "tcp://127.0.0.1:*");
   EXPECT_EQ(env.CoordinatorBindEndpoint(), "tcp://127.0.0.1:5555");
   EXPECT_EQ(env.secret, "");
-  EXPECT_EQ(env.timeout_ms, kDefaultTimeoutMs);
+  EXPECT_EQ(env.timeout_ms, cluster::kDefaultTimeoutMs);
   EXPECT_EQ(env.Transport().secret, "");
 }
 
@@ -72,7 +72,7 @@ TEST(DistEnvTest, ParsesEveryOptionalVariable) {
   vars["DLRM_SECRET"] = "a-secret-of-20-bytes";
   vars["DLRM_TIMEOUT_MS"] = "2500";
   vars["DLRM_NET_DELAY_MS"] = "2";
-  const ClusterEnv env = Parse(vars);
+  const cluster::ClusterEnv env = Parse(vars);
   EXPECT_EQ(env.Transport().delay_ms, 2);
   EXPECT_EQ(env.role, net::ROLE_SERVER);
   EXPECT_EQ(env.CoordinatorEndpoint(), "tcp://[::1]:7000");
@@ -159,12 +159,12 @@ TEST(DistEnvTest, RejectsTimeout) {
 }
 
 TEST(DistEnvTest, CollectiveIsBuiltinOrGlooWithoutASecret) {
-  EXPECT_EQ(Parse(Trainer()).collective, ClusterEnv::Collective::kBuiltin);
+  EXPECT_EQ(Parse(Trainer()).collective, cluster::ClusterEnv::Collective::kBuiltin);
   Vars vars = Trainer();
   vars["DLRM_COLLECTIVE"] = "gloo";
-  EXPECT_EQ(Parse(vars).collective, ClusterEnv::Collective::kGloo);
+  EXPECT_EQ(Parse(vars).collective, cluster::ClusterEnv::Collective::kGloo);
   vars["DLRM_COLLECTIVE"] = "builtin";
-  EXPECT_EQ(Parse(vars).collective, ClusterEnv::Collective::kBuiltin);
+  EXPECT_EQ(Parse(vars).collective, cluster::ClusterEnv::Collective::kBuiltin);
   ExpectInvalid("DLRM_COLLECTIVE", "mpi", {"DLRM_COLLECTIVE='mpi' is not builtin or gloo"});
   Vars with_secret = Trainer();
   with_secret["DLRM_SECRET"] = "a-secret-of-20-bytes";
@@ -173,12 +173,12 @@ TEST(DistEnvTest, CollectiveIsBuiltinOrGlooWithoutASecret) {
 }
 
 TEST(DistEnvTest, EndpointHostStripsSchemePortAndBrackets) {
-  EXPECT_EQ(EndpointHost("tcp://10.0.0.5:7000"), "10.0.0.5");
-  EXPECT_EQ(EndpointHost("tcp://[::1]:7000"), "::1");
-  EXPECT_EQ(EndpointHost("node-3:1"), "node-3");
+  EXPECT_EQ(cluster::EndpointHost("tcp://10.0.0.5:7000"), "10.0.0.5");
+  EXPECT_EQ(cluster::EndpointHost("tcp://[::1]:7000"), "::1");
+  EXPECT_EQ(cluster::EndpointHost("node-3:1"), "node-3");
   for (const char* bad : {"tcp://nohost", "tcp://:5", ""}) {
     try {
-      EndpointHost(bad);
+      cluster::EndpointHost(bad);
       ADD_FAILURE() << bad << " was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), StatusCode::kInvalidArgument) << bad;
@@ -195,20 +195,20 @@ TEST(DistEnvTest, ReadsTheProcessEnvironment) {
   unsetenv("DLRM_SECRET");
   unsetenv("DLRM_BIND_ADDRESS");
   unsetenv("DLRM_TIMEOUT_MS");
-  const ClusterEnv env = ClusterEnvFromEnvironment();
+  const cluster::ClusterEnv env = cluster::ClusterEnvFromEnvironment();
   EXPECT_EQ(env.role, net::ROLE_SERVER);
   EXPECT_EQ(env.CoordinatorEndpoint(), "tcp://127.0.0.1:6000");
   unsetenv("DLRM_ROLE");
-  EXPECT_THROW(ClusterEnvFromEnvironment(), Error);
+  EXPECT_THROW(cluster::ClusterEnvFromEnvironment(), Error);
 }
 
 TEST(DistRosterTest, WildcardBindAddressesAreAdvertisedAsThePeersIp) {
-  EXPECT_EQ(AdvertisedAddress("tcp://0.0.0.0:4000", "10.1.2.3"), "tcp://10.1.2.3:4000");
-  EXPECT_EQ(AdvertisedAddress("tcp://*:4000", "10.1.2.3"), "tcp://10.1.2.3:4000");
-  EXPECT_EQ(AdvertisedAddress("tcp://[::]:4000", "fe80::1"), "tcp://[fe80::1]:4000");
-  EXPECT_EQ(AdvertisedAddress("tcp://127.0.0.1:4000", "10.1.2.3"), "tcp://127.0.0.1:4000");
-  EXPECT_EQ(AdvertisedAddress("tcp://0.0.0.0:4000", ""), "tcp://0.0.0.0:4000");
-  EXPECT_EQ(AdvertisedAddress("", "10.1.2.3"), "");
+  EXPECT_EQ(cluster::AdvertisedAddress("tcp://0.0.0.0:4000", "10.1.2.3"), "tcp://10.1.2.3:4000");
+  EXPECT_EQ(cluster::AdvertisedAddress("tcp://*:4000", "10.1.2.3"), "tcp://10.1.2.3:4000");
+  EXPECT_EQ(cluster::AdvertisedAddress("tcp://[::]:4000", "fe80::1"), "tcp://[fe80::1]:4000");
+  EXPECT_EQ(cluster::AdvertisedAddress("tcp://127.0.0.1:4000", "10.1.2.3"), "tcp://127.0.0.1:4000");
+  EXPECT_EQ(cluster::AdvertisedAddress("tcp://0.0.0.0:4000", ""), "tcp://0.0.0.0:4000");
+  EXPECT_EQ(cluster::AdvertisedAddress("", "10.1.2.3"), "");
 }
 
 TEST(DistRosterTest, RanksWithRoleAndDescription) {
@@ -220,11 +220,11 @@ TEST(DistRosterTest, RanksWithRoleAndDescription) {
     p->set_role(r == 1 ? net::ROLE_SERVER : net::ROLE_TRAINER);
     if (r == 1) p->set_address("tcp://h:1");
   }
-  EXPECT_EQ(RanksWithRole(roster, net::ROLE_TRAINER), (std::vector<int32_t>{0, 2}));
-  EXPECT_EQ(RanksWithRole(roster, net::ROLE_SERVER), (std::vector<int32_t>{1}));
-  EXPECT_EQ(DescribeRoster(roster),
+  EXPECT_EQ(cluster::RanksWithRole(roster, net::ROLE_TRAINER), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(cluster::RanksWithRole(roster, net::ROLE_SERVER), (std::vector<int32_t>{1}));
+  EXPECT_EQ(cluster::DescribeRoster(roster),
             "rank 0 trainer -, rank 1 server tcp://h:1, rank 2 trainer -");
 }
 
 }  // namespace
-}  // namespace dlrm::dist
+}  // namespace dlrm

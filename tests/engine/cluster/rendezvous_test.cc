@@ -25,7 +25,7 @@
 #include "engine/net/client.h"
 #include "tests/support/dist_data.h"
 
-namespace dlrm::dist {
+namespace dlrm {
 namespace {
 
 using namespace ::dlrm::testing;  // the suites' shared helpers
@@ -86,7 +86,7 @@ class CoordinatorThread {
     o.secret = secret;
     return o;
   }
-  Coordinator coordinator_;
+  cluster::Coordinator coordinator_;
   std::thread thread_;
 };
 
@@ -100,7 +100,7 @@ TEST(DistRendezvousTest, FourPeersGetTheSameRosterThenBarrierAndLeave) {
   for (int32_t rank = 0; rank < 4; ++rank) {
     peers.emplace_back([&, rank] {
       try {
-        const ClusterEnv env = PeerEnv(coordinator.address(),
+        const cluster::ClusterEnv env = PeerEnv(coordinator.address(),
                                        rank < 2 ? net::ROLE_SERVER : net::ROLE_TRAINER, rank, 4);
         std::optional<net::Endpoint> listener;
         if (env.role == net::ROLE_SERVER) {
@@ -108,7 +108,7 @@ TEST(DistRendezvousTest, FourPeersGetTheSameRosterThenBarrierAndLeave) {
                            env.Transport(), "server " + std::to_string(rank));
           listening[rank] = listener->address();
         }
-        CoordinatorClient client(context, env);
+        cluster::CoordinatorClient client(context, env);
         rosters[rank] = client.Rendezvous(listening[rank]);
         client.Barrier();
         client.Barrier();
@@ -126,8 +126,8 @@ TEST(DistRendezvousTest, FourPeersGetTheSameRosterThenBarrierAndLeave) {
   }
   const net::Roster& roster = *rosters[0];
   ASSERT_EQ(roster.peers_size(), 4);
-  EXPECT_EQ(RanksWithRole(roster, net::ROLE_SERVER), (std::vector<int32_t>{0, 1}));
-  EXPECT_EQ(RanksWithRole(roster, net::ROLE_TRAINER), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(cluster::RanksWithRole(roster, net::ROLE_SERVER), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(cluster::RanksWithRole(roster, net::ROLE_TRAINER), (std::vector<int32_t>{2, 3}));
   EXPECT_EQ(roster.peers(0).address(), listening[0]);
   EXPECT_EQ(roster.peers(1).address(), listening[1]);
   EXPECT_EQ(roster.peers(2).address(), "");
@@ -144,12 +144,12 @@ TEST(DistRendezvousTest, BarrierHoldsUntilEveryPeerArrives) {
   std::atomic<bool> second_arrived{false};
   std::atomic<bool> first_released_early{false};
   std::thread first([&] {
-    CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 0, 2));
+    cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 0, 2));
     client.Rendezvous("");
     client.Barrier();
     if (!second_arrived) first_released_early = true;
   });
-  CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+  cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
   client.Rendezvous("");
   std::this_thread::sleep_for(milliseconds(100));
   second_arrived = true;
@@ -163,14 +163,14 @@ TEST(DistRendezvousTest, DuplicateRankIsRejectedAndTheJobStillForms) {
   CoordinatorThread coordinator(context, 2, milliseconds(10000));
   std::optional<net::Roster> roster0;
   std::thread first([&] {
-    CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
+    cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
     roster0 = client.Rendezvous("tcp://127.0.0.1:1111");
   });
   // Let rank 0 register first.
   const auto deadline = Clock::now() + milliseconds(5000);
   while (coordinator.peers_registered() < 1 && Clock::now() < deadline)
     std::this_thread::sleep_for(milliseconds(2));
-  CoordinatorClient duplicate(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 0, 2));
+  cluster::CoordinatorClient duplicate(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 0, 2));
   try {
     duplicate.Rendezvous("");
     ADD_FAILURE();
@@ -179,7 +179,7 @@ TEST(DistRendezvousTest, DuplicateRankIsRejectedAndTheJobStillForms) {
     EXPECT_THAT(e.what(), HasSubstr("rank 0 is already taken by a server"));
     EXPECT_THAT(e.what(), HasSubstr("tcp://127.0.0.1:1111"));
   }
-  CoordinatorClient second(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+  cluster::CoordinatorClient second(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
   net::Roster roster1 = second.Rendezvous("");
   first.join();
   ASSERT_TRUE(roster0.has_value());
@@ -191,7 +191,7 @@ TEST(DistRendezvousTest, OutOfRangeRankAndWrongWorldSizeAreRejected) {
   net::Context context;
   CoordinatorThread coordinator(context, 2, milliseconds(10000));
   // A peer that believes in a world of 5.
-  CoordinatorClient wrong_world(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 4, 5));
+  cluster::CoordinatorClient wrong_world(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 4, 5));
   try {
     wrong_world.Rendezvous("");
     ADD_FAILURE();
@@ -213,14 +213,14 @@ TEST(DistRendezvousTest, OutOfRangeRankAndWrongWorldSizeAreRejected) {
     EXPECT_THAT(e.what(), HasSubstr("HELLO rank 7 is out of range [0, 2)"));
   }
   // A peer refuses to start with a rank outside its own world.
-  ClusterEnv bad = PeerEnv(coordinator.address(), net::ROLE_TRAINER, 2, 2);
-  EXPECT_THROW(CoordinatorClient(context, bad), Error);
+  cluster::ClusterEnv bad = PeerEnv(coordinator.address(), net::ROLE_TRAINER, 2, 2);
+  EXPECT_THROW(cluster::CoordinatorClient(context, bad), Error);
 }
 
 TEST(DistRendezvousTest, MissingCoordinatorTimesOutNamingIt) {
   net::Context context;
   const std::string dead = FreeLoopbackAddress();
-  CoordinatorClient client(context, PeerEnv(dead, net::ROLE_TRAINER, 0, 1, /*timeout_ms=*/200));
+  cluster::CoordinatorClient client(context, PeerEnv(dead, net::ROLE_TRAINER, 0, 1, /*timeout_ms=*/200));
   const auto start = Clock::now();
   try {
     client.Rendezvous("");
@@ -239,7 +239,7 @@ TEST(DistRendezvousTest, MissingCoordinatorTimesOutNamingIt) {
 TEST(DistRendezvousTest, CoordinatorGivesUpNamingMissingRanksAndTellsTheOthers) {
   net::Context context;
   CoordinatorThread coordinator(context, 3, milliseconds(300));
-  CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 1, 3));
+  cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 1, 3));
   try {
     client.Rendezvous("");
     ADD_FAILURE();
@@ -263,7 +263,7 @@ TEST(DistRendezvousTest, PeersMayStartBeforeTheCoordinator) {
   std::string error;
   std::thread peer([&] {
     try {
-      CoordinatorClient client(context, PeerEnv(address, net::ROLE_TRAINER, 0, 1));
+      cluster::CoordinatorClient client(context, PeerEnv(address, net::ROLE_TRAINER, 0, 1));
       roster = client.Rendezvous("");
       client.Leave();
     } catch (const Error& e) {
@@ -272,7 +272,7 @@ TEST(DistRendezvousTest, PeersMayStartBeforeTheCoordinator) {
   });
   std::this_thread::sleep_for(milliseconds(200));
   try {
-    Coordinator coordinator(context, 1, address, net::TransportOptions{});
+    cluster::Coordinator coordinator(context, 1, address, net::TransportOptions{});
     coordinator.Rendezvous(milliseconds(5000));
     coordinator.Serve();  // returns once the peer has left
   } catch (const Error& e) {
@@ -288,11 +288,11 @@ TEST(DistRendezvousTest, BarrierFailsOnceAPeerHasLeft) {
   net::Context context;
   CoordinatorThread coordinator(context, 2, milliseconds(10000));
   std::thread leaver([&] {
-    CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
+    cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
     client.Rendezvous("");
     client.Leave();
   });
-  CoordinatorClient stayer(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+  cluster::CoordinatorClient stayer(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
   stayer.Rendezvous("");
   leaver.join();
   try {
@@ -307,9 +307,9 @@ TEST(DistRendezvousTest, BarrierFailsOnceAPeerHasLeft) {
 TEST(DistRendezvousTest, BarrierWaitingForAPeerThatLeavesFails) {
   net::Context context;
   CoordinatorThread coordinator(context, 2, milliseconds(10000));
-  CoordinatorClient leaver(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
+  cluster::CoordinatorClient leaver(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
   std::thread stay([&] {
-    CoordinatorClient stayer(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+    cluster::CoordinatorClient stayer(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
     stayer.Rendezvous("");
     try {
       stayer.Barrier(milliseconds(5000));
@@ -331,15 +331,15 @@ TEST(DistRendezvousTest, CoordinatorGivesUpOnAPeerThatNeverLeavesAfterAnotherDid
   CoordinatorThread coordinator(context, 3, timeout);
   // Rank 2 joins and then hangs: it is destroyed (and would leave) only after the
   // coordinator has given up on it.
-  CoordinatorClient silent(context,
+  cluster::CoordinatorClient silent(context,
                            PeerEnv(coordinator.address(), net::ROLE_TRAINER, 2, 3, 1500));
   std::thread others([&] {
-    CoordinatorClient a(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 3));
+    cluster::CoordinatorClient a(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 3));
     a.Rendezvous("");
     a.Leave();
   });
   std::thread server([&] {
-    CoordinatorClient failing(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 3));
+    cluster::CoordinatorClient failing(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 3));
     failing.Rendezvous("");
     // Fails without calling Leave: its destructor leaves for it.
   });
@@ -352,14 +352,14 @@ TEST(DistRendezvousTest, CoordinatorGivesUpOnAPeerThatNeverLeavesAfterAnotherDid
   EXPECT_FALSE(coordinator.served_);
   EXPECT_EQ(coordinator.code_, StatusCode::kTimeout);
   EXPECT_THAT(coordinator.error_, HasSubstr("rank(s) 2 did not leave within 4500 ms"));
-  EXPECT_LT(waited, (kLeaveTimeouts + 1) * timeout);  // bounded, not waiting forever
+  EXPECT_LT(waited, (cluster::kLeaveTimeouts + 1) * timeout);  // bounded, not waiting forever
 }
 
 TEST(DistRendezvousTest, RendezvousWithASharedSecret) {
   const std::string secret = "cluster-secret-0123456789";
   net::Context context;
   CoordinatorThread coordinator(context, 1, milliseconds(10000), secret);
-  CoordinatorClient client(
+  cluster::CoordinatorClient client(
       context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 1, 5000, secret));
   EXPECT_EQ(client.Rendezvous("tcp://127.0.0.1:2222").peers(0).address(),
             "tcp://127.0.0.1:2222");
@@ -369,7 +369,7 @@ TEST(DistRendezvousTest, RendezvousWithASharedSecret) {
 TEST(DistRendezvousTest, RendezvousWithAWrongSecretFailsSayingWhy) {
   net::Context context;
   CoordinatorThread coordinator(context, 1, milliseconds(10000), "cluster-secret-0123456789");
-  CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 1, 300,
+  cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 1, 300,
                                             "another-secret-0123456789"));
   try {
     client.Rendezvous("");
@@ -382,4 +382,4 @@ TEST(DistRendezvousTest, RendezvousWithAWrongSecretFailsSayingWhy) {
 }
 
 }  // namespace
-}  // namespace dlrm::dist
+}  // namespace dlrm

@@ -13,7 +13,7 @@
 #include "engine/collective/communicator.h"
 #include "engine/collective/gloo_communicator.h"
 
-namespace dlrm::dist {
+namespace dlrm {
 namespace {
 
 using std::chrono::milliseconds;
@@ -29,17 +29,17 @@ std::string Contribution(int32_t rank, size_t call) {
 }
 
 TEST(GlooCommunicatorTest, GathersEveryRanksBytesInRankOrderWhateverTheirSizes) {
-  if (!GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
+  if (!collective::GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
   constexpr int32_t kRanks = 3;
   constexpr size_t kCalls = 11;
-  LocalCommunicatorHub hub(kRanks, milliseconds(20000));
+  collective::LocalCommunicatorHub hub(kRanks, milliseconds(20000));
   std::vector<std::string> errors(kRanks);
   std::vector<std::thread> threads;
   for (int32_t r = 0; r < kRanks; ++r) {
     threads.emplace_back([&, r] {
       try {
-        std::unique_ptr<Communicator> gloo =
-            MakeGlooCommunicator(hub.Rank(r), "127.0.0.1", milliseconds(20000));
+        std::unique_ptr<collective::Communicator> gloo =
+            collective::MakeGlooCommunicator(hub.Rank(r), "127.0.0.1", milliseconds(20000));
         ASSERT_EQ(gloo->rank(), r);
         ASSERT_EQ(gloo->world_size(), kRanks);
         for (size_t call = 0; call < kCalls; ++call) {
@@ -60,10 +60,10 @@ TEST(GlooCommunicatorTest, GathersEveryRanksBytesInRankOrderWhateverTheirSizes) 
 }
 
 TEST(GlooCommunicatorTest, UnreachableHostIsANetworkErrorNamingIt) {
-  if (!GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
-  LocalCommunicatorHub hub(1, milliseconds(2000));
+  if (!collective::GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
+  collective::LocalCommunicatorHub hub(1, milliseconds(2000));
   try {
-    MakeGlooCommunicator(hub.Rank(0), "no-such-host.invalid", milliseconds(2000));
+    collective::MakeGlooCommunicator(hub.Rank(0), "no-such-host.invalid", milliseconds(2000));
     ADD_FAILURE() << "a device on an unresolvable host was created";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kNetwork);
@@ -72,4 +72,4 @@ TEST(GlooCommunicatorTest, UnreachableHostIsANetworkErrorNamingIt) {
 }
 
 }  // namespace
-}  // namespace dlrm::dist
+}  // namespace dlrm

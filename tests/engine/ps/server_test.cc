@@ -17,7 +17,7 @@
 #include "engine/shard/planner.h"
 #include "tests/support/dist_config.h"
 
-namespace dlrm::dist {
+namespace dlrm {
 namespace {
 
 using namespace ::dlrm::testing;  // the suites' shared helpers
@@ -30,12 +30,12 @@ struct ServerFixture : ::testing::Test {
   config::DlrmConfig config =
       ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", 1);
   shard::ShardingPlan plan = shard::PlanSharding(config, 1);
-  EmbeddingShardStore store{config, plan, 0};
-  ShardOwner owner{&store, 0, /*world_size=*/1, /*staleness=*/0};
+  ps::EmbeddingShardStore store{config, plan, 0};
+  ps::ShardOwner owner{&store, 0, /*world_size=*/1, /*staleness=*/0};
   net::Context context;
   net::Endpoint listener{context, net::Endpoint::kListen, "tcp://127.0.0.1:*",
                          net::TransportOptions(), "server 0"};
-  EmbeddingServer server{&listener, &owner, 0, 1, milliseconds(60000)};
+  ps::EmbeddingServer server{&listener, &owner, 0, 1, milliseconds(60000)};
   std::thread serving{[this] { server.Serve(); }};
   net::Client client{context, listener.address(), net::TransportOptions(), "server 0", 0};
 
@@ -44,17 +44,17 @@ struct ServerFixture : ::testing::Test {
     serving.join();
   }
 
-  std::vector<ShardRows> Request(int32_t shard, std::vector<int64_t> ids) {
-    ShardRows r;
+  std::vector<ps::ShardRows> Request(int32_t shard, std::vector<int64_t> ids) {
+    ps::ShardRows r;
     r.shard = shard;
     r.ids = std::move(ids);
     return {r};
   }
 
   // The reply to a lookup, or the error it raised.
-  std::string LookupError(int64_t step, const std::vector<ShardRows>& request) {
+  std::string LookupError(int64_t step, const std::vector<ps::ShardRows>& request) {
     try {
-      client.Call(EncodeLookup(step, request), kWait);
+      client.Call(ps::EncodeLookup(step, request), kWait);
     } catch (const Error& e) {
       return std::string(StatusCodeName(e.code())) + ": " + e.what();
     }
@@ -62,10 +62,10 @@ struct ServerFixture : ::testing::Test {
   }
 
   // One sample touching row 0 of every feature the server serves, gradient 1.
-  std::vector<FeatureUpdate> OneSample() {
-    std::vector<FeatureUpdate> part;
+  std::vector<ps::FeatureUpdate> OneSample() {
+    std::vector<ps::FeatureUpdate> part;
     for (const int32_t f : store.features()) {
-      FeatureUpdate u;
+      ps::FeatureUpdate u;
       u.feature = f;
       u.lengths = {1};
       u.ids = {0};
@@ -78,9 +78,9 @@ struct ServerFixture : ::testing::Test {
 };
 
 TEST_F(ServerFixture, AnswersLookupsFromTheShards) {
-  const net::Message reply = client.Call(EncodeLookup(1, Request(0, {3, 1, 3})), kWait);
-  std::vector<ShardRows> answered = Request(0, {3, 1, 3});
-  DecodeLookupReply(reply, &answered);
+  const net::Message reply = client.Call(ps::EncodeLookup(1, Request(0, {3, 1, 3})), kWait);
+  std::vector<ps::ShardRows> answered = Request(0, {3, 1, 3});
+  ps::DecodeLookupReply(reply, &answered);
   const EmbeddingTable<float>& table = store.shard_table(0);
   ASSERT_EQ(answered[0].rows.size(), 3u * table.dim());
   for (int k = 0; k < table.dim(); ++k) {
@@ -91,20 +91,20 @@ TEST_F(ServerFixture, AnswersLookupsFromTheShards) {
 
 TEST_F(ServerFixture, SyncLookupWaitsForThePreviousStepsUpdate) {
   const float before = store.shard_table(0).row(0)[0];
-  const uint64_t id = client.Submit(EncodeLookup(2, Request(0, {0})));
+  const uint64_t id = client.Submit(ps::EncodeLookup(2, Request(0, {0})));
   std::this_thread::sleep_for(milliseconds(100));  // parked: step 1 is not applied yet
-  UpdateMessage u;
+  ps::UpdateMessage u;
   u.rank = 0;
   u.step = 1;
   u.lr = 0.5f;
   u.part = OneSample();
-  client.endpoint().Send(EncodeUpdate(u));
-  std::vector<ShardRows> answered = Request(0, {0});
-  DecodeLookupReply(client.Wait(id, kWait), &answered);
+  client.endpoint().Send(ps::EncodeUpdate(u));
+  std::vector<ps::ShardRows> answered = Request(0, {0});
+  ps::DecodeLookupReply(client.Wait(id, kWait), &answered);
   EXPECT_NE(answered[0].rows[0], before) << "step 2's lookup saw step 1's update";
   EXPECT_EQ(answered[0].rows[0], store.shard_table(0).row(0)[0]);
   EXPECT_EQ(owner.applied(), 1);
-  const net::Message ack = client.Call(StepMessage(net::Header::FLUSH, 1), kWait);
+  const net::Message ack = client.Call(ps::StepMessage(net::Header::FLUSH, 1), kWait);
   EXPECT_EQ(ack.header.type(), net::Header::FLUSH_ACK);
 }
 
@@ -112,7 +112,7 @@ TEST_F(ServerFixture, BadRequestsGetErrorsAndTheServerKeepsServing) {
   EXPECT_NE(LookupError(1, Request(99, {0})).find("has no shard 99"), std::string::npos);
   EXPECT_NE(LookupError(1, Request(0, {100000})).find("OUT_OF_RANGE"), std::string::npos);
   EXPECT_NE(LookupError(0, Request(0, {0})).find("steps start at 1"), std::string::npos);
-  net::Message wrong = EncodeLookup(1, Request(0, {0}));
+  net::Message wrong = ps::EncodeLookup(1, Request(0, {0}));
   wrong.payloads[0] = net::Payload::Copy(std::vector<float>{0.0f});
   try {
     client.Call(wrong, kWait);
@@ -133,11 +133,11 @@ TEST_F(ServerFixture, BadRequestsGetErrorsAndTheServerKeepsServing) {
 }
 
 TEST_F(ServerFixture, BadUpdateStopsTheOwnerAndEveryLaterRequestSaysWhy) {
-  UpdateMessage u;
+  ps::UpdateMessage u;
   u.rank = 0;
   u.step = 5;  // further ahead than staleness 0 allows
   u.part = OneSample();
-  client.endpoint().Send(EncodeUpdate(u));
+  client.endpoint().Send(ps::EncodeUpdate(u));
   std::string error;
   for (int i = 0; i < 50 && error.empty(); ++i) {
     error = LookupError(1, Request(0, {0}));
@@ -178,12 +178,12 @@ TEST(EmbeddingServerLiveness, ASilentTrainerEndsServeWithAnErrorNamingIt) {
   const config::DlrmConfig config =
       ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", 1);
   const shard::ShardingPlan plan = shard::PlanSharding(config, 1);
-  EmbeddingShardStore store(config, plan, 0);
-  ShardOwner owner(&store, 0, 2, 0);
+  ps::EmbeddingShardStore store(config, plan, 0);
+  ps::ShardOwner owner(&store, 0, 2, 0);
   net::Context context;
   net::Endpoint listener(context, net::Endpoint::kListen, "tcp://127.0.0.1:*",
                          net::TransportOptions(), "server 0");
-  EmbeddingServer server(&listener, &owner, 0, 2, milliseconds(300));
+  ps::EmbeddingServer server(&listener, &owner, 0, 2, milliseconds(300));
   try {
     server.Serve();
     ADD_FAILURE() << "Serve returned although no trainer ever spoke";
@@ -196,4 +196,4 @@ TEST(EmbeddingServerLiveness, ASilentTrainerEndsServeWithAnErrorNamingIt) {
 }
 
 }  // namespace
-}  // namespace dlrm::dist
+}  // namespace dlrm

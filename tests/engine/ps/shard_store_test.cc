@@ -18,7 +18,7 @@
 #include "engine/shard/planner.h"
 #include "tests/support/dist_config.h"
 
-namespace dlrm::dist {
+namespace dlrm {
 namespace {
 
 using namespace ::dlrm::testing;  // the suites' shared helpers
@@ -29,7 +29,7 @@ constexpr int32_t kServers = 2;
 
 // A step's data for 8 samples: random bags (0-3 ids, weighted), random pooled gradients.
 struct Step {
-  std::vector<FeatureUpdate> per_feature;  // whole batch
+  std::vector<ps::FeatureUpdate> per_feature;  // whole batch
 };
 
 Step MakeStep(const config::DlrmConfig& c, int64_t batch, uint64_t salt) {
@@ -37,7 +37,7 @@ Step MakeStep(const config::DlrmConfig& c, int64_t batch, uint64_t salt) {
   const CounterRng rng(77, 5, salt);
   uint64_t k = 0;
   for (int f = 0; f < c.model().sparse_features_size(); ++f) {
-    FeatureUpdate u;
+    ps::FeatureUpdate u;
     u.feature = f;
     const int t = FindTable(c.model(), c.model().sparse_features(f).table());
     const int64_t rows = c.model().tables(t).num_rows();
@@ -61,8 +61,8 @@ Step MakeStep(const config::DlrmConfig& c, int64_t batch, uint64_t salt) {
 }
 
 // Samples [b0, b1) of a whole-batch update: what trainer k sends.
-FeatureUpdate Slice(const FeatureUpdate& u, int64_t b0, int64_t b1, int dim) {
-  FeatureUpdate out;
+ps::FeatureUpdate Slice(const ps::FeatureUpdate& u, int64_t b0, int64_t b1, int dim) {
+  ps::FeatureUpdate out;
   out.feature = u.feature;
   int64_t first = 0;
   for (int64_t b = 0; b < b0; ++b) first += u.lengths[b];
@@ -112,7 +112,7 @@ struct Reference {
     std::vector<int64_t> ids;
     std::vector<float> weights, d_pooled(static_cast<size_t>(batch) * width);
     for (size_t f = 0; f < s.per_feature.size(); ++f) {
-      const FeatureUpdate& u = s.per_feature[f];
+      const ps::FeatureUpdate& u = s.per_feature[f];
       lengths.insert(lengths.end(), u.lengths.begin(), u.lengths.end());
       ids.insert(ids.end(), u.ids.begin(), u.ids.end());
       weights.insert(weights.end(), u.weights.begin(), u.weights.end());
@@ -134,15 +134,15 @@ struct Reference {
   }
 };
 
-std::vector<FeatureUpdate> ForOwner(const std::vector<FeatureUpdate>& global,
-                                    const EmbeddingShardStore& store) {
-  std::vector<FeatureUpdate> out;
+std::vector<ps::FeatureUpdate> ForOwner(const std::vector<ps::FeatureUpdate>& global,
+                                    const ps::EmbeddingShardStore& store) {
+  std::vector<ps::FeatureUpdate> out;
   for (int32_t f : store.features()) out.push_back(global[f]);
   return out;
 }
 
 // Every row of every shard equals the reference table's block, bitwise; Lookup agrees.
-void ExpectShardsMatch(const EmbeddingShardStore& store, const Reference& ref,
+void ExpectShardsMatch(const ps::EmbeddingShardStore& store, const Reference& ref,
                        const std::string& where) {
   for (size_t i = 0; i < store.shards().size(); ++i) {
     const auto& s = store.shards()[i];
@@ -180,10 +180,10 @@ TEST_P(ShardStoreTest, TwoTrainersTwoServersMatchOneProcessBitwise) {
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
   for (const auto& s : plan.shards()) ASSERT_EQ(s.type(), param.type) << s.DebugString();
 
-  std::vector<std::unique_ptr<EmbeddingShardStore>> owners;
+  std::vector<std::unique_ptr<ps::EmbeddingShardStore>> owners;
   ThreadPool pool(2);
-  for (int32_t owner : {0, 1, kTrainerReplica})
-    owners.push_back(std::make_unique<EmbeddingShardStore>(c, plan, owner, &pool));
+  for (int32_t owner : {0, 1, ps::kTrainerReplica})
+    owners.push_back(std::make_unique<ps::EmbeddingShardStore>(c, plan, owner, &pool));
   // Every row of every table is held exactly once by the servers (or by the replicas).
   int64_t held = 0, total = 0;
   for (const auto& o : owners) {
@@ -219,13 +219,13 @@ TEST_P(ShardStoreTest, TwoTrainersTwoServersMatchOneProcessBitwise) {
     const Step s = MakeStep(c, kBatch, static_cast<uint64_t>(step));
     ref.Apply(s, kBatch, 0.05f, step);
     // Two trainers: samples [0, 3) and [3, 8) (unequal halves are allowed).
-    std::vector<std::vector<FeatureUpdate>> ranks(2);
-    for (const FeatureUpdate& u : s.per_feature) {
+    std::vector<std::vector<ps::FeatureUpdate>> ranks(2);
+    for (const ps::FeatureUpdate& u : s.per_feature) {
       const int dim = static_cast<int>(u.d_pooled.size() / kBatch);
       ranks[0].push_back(Slice(u, 0, 3, dim));
       ranks[1].push_back(Slice(u, 3, kBatch, dim));
     }
-    const std::vector<FeatureUpdate> global = ConcatenateRanks(ranks);
+    const std::vector<ps::FeatureUpdate> global = ps::ConcatenateRanks(ranks);
     for (const auto& o : owners) {
       if (o->features().empty()) continue;
       o->ApplyUpdate(ForOwner(global, *o), kBatch, 0.05f, step);
@@ -260,7 +260,7 @@ TEST(ShardStoreErrors, RowwiseAdagradNeedsWholeRows) {
       ShardedTestConfig(config::ShardingConfig::COLUMN_WISE, "sgd", "rowwise_adagrad", kServers);
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
   try {
-    EmbeddingShardStore store(c, plan, 0);
+    ps::EmbeddingShardStore store(c, plan, 0);
     FAIL() << "row-wise Adagrad on column shards must be rejected";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
@@ -273,7 +273,7 @@ TEST(ShardStoreErrors, BadLookupsAndUpdatesLeaveRowsUnchanged) {
   const config::DlrmConfig c =
       ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "adagrad", kServers);
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
-  EmbeddingShardStore store(c, plan, 0);
+  ps::EmbeddingShardStore store(c, plan, 0);
   ASSERT_FALSE(store.shards().empty());
   Reference ref(c);  // untouched: the initial values
   const auto& s = store.shards()[0];
@@ -291,7 +291,7 @@ TEST(ShardStoreErrors, BadLookupsAndUpdatesLeaveRowsUnchanged) {
   EXPECT_THROW(store.Lookup(99, &outside, 1, out.data()), Error);
 
   const Step good = MakeStep(c, 8, 1);
-  auto expect_rejected = [&](std::vector<FeatureUpdate> updates, int64_t batch,
+  auto expect_rejected = [&](std::vector<ps::FeatureUpdate> updates, int64_t batch,
                              const std::string& needle) {
     try {
       store.ApplyUpdate(updates, batch, 0.05f, 1);
@@ -301,7 +301,7 @@ TEST(ShardStoreErrors, BadLookupsAndUpdatesLeaveRowsUnchanged) {
     }
     ExpectShardsMatch(store, ref, "after rejecting " + needle);
   };
-  const std::vector<FeatureUpdate> base = ForOwner(good.per_feature, store);
+  const std::vector<ps::FeatureUpdate> base = ForOwner(good.per_feature, store);
   auto bad = base;
   bad[0].lengths.pop_back();
   expect_rejected(bad, 8, "lengths for 8 samples");
@@ -326,4 +326,4 @@ TEST(ShardStoreErrors, BadLookupsAndUpdatesLeaveRowsUnchanged) {
 }
 
 }  // namespace
-}  // namespace dlrm::dist
+}  // namespace dlrm

@@ -25,7 +25,7 @@
 #include "tests/support/dist_config.h"
 #include "tests/support/test_support.h"
 
-namespace dlrm::dist {
+namespace dlrm {
 namespace {
 
 using namespace ::dlrm::testing;  // the suites' shared helpers
@@ -36,12 +36,12 @@ constexpr int32_t kServers = 2;
 constexpr int64_t kBatch = 8;
 
 // The whole batch's update of one step: random weighted bags, random pooled gradients.
-std::vector<FeatureUpdate> MakeUpdates(const config::DlrmConfig& c, uint64_t salt) {
-  std::vector<FeatureUpdate> updates;
+std::vector<ps::FeatureUpdate> MakeUpdates(const config::DlrmConfig& c, uint64_t salt) {
+  std::vector<ps::FeatureUpdate> updates;
   const CounterRng rng(91, 3, salt);
   uint64_t k = 0;
   for (int f = 0; f < c.model().sparse_features_size(); ++f) {
-    FeatureUpdate u;
+    ps::FeatureUpdate u;
     u.feature = f;
     const auto& tc = c.model().tables(FindTable(c.model(), c.model().sparse_features(f).table()));
     for (int64_t b = 0; b < kBatch; ++b) {
@@ -59,11 +59,11 @@ std::vector<FeatureUpdate> MakeUpdates(const config::DlrmConfig& c, uint64_t sal
   return updates;
 }
 
-void Train(const config::DlrmConfig& c, EmbeddingShardStore* store, int64_t first,
+void Train(const config::DlrmConfig& c, ps::EmbeddingShardStore* store, int64_t first,
            int64_t last) {
   for (int64_t step = first; step <= last; ++step) {
-    const std::vector<FeatureUpdate> global = MakeUpdates(c, static_cast<uint64_t>(step));
-    std::vector<FeatureUpdate> mine;
+    const std::vector<ps::FeatureUpdate> global = MakeUpdates(c, static_cast<uint64_t>(step));
+    std::vector<ps::FeatureUpdate> mine;
     for (int32_t f : store->features()) mine.push_back(global[f]);
     store->ApplyUpdate(mine, kBatch, 0.05f, step);
   }
@@ -71,7 +71,7 @@ void Train(const config::DlrmConfig& c, EmbeddingShardStore* store, int64_t firs
 
 // Every value a store holds (rows, then optimizer state, shard by shard), for bitwise
 // comparisons.
-std::vector<std::vector<float>> Snapshot(EmbeddingShardStore& store) {
+std::vector<std::vector<float>> Snapshot(ps::EmbeddingShardStore& store) {
   std::vector<std::vector<float>> out;
   for (int32_t i = 0; i < static_cast<int32_t>(store.shards().size()); ++i) {
     out.push_back(store.shard_table(i).data());
@@ -131,10 +131,10 @@ struct TensorRef {
 };
 using TensorMap = std::map<std::string, TensorRef>;
 
-TensorMap StoreTensors(EmbeddingShardStore& store) {
+TensorMap StoreTensors(ps::EmbeddingShardStore& store) {
   TensorMap out;
   for (int32_t i = 0; i < static_cast<int32_t>(store.shards().size()); ++i) {
-    const ShardLocation& s = store.shards()[i];
+    const ps::ShardLocation& s = store.shards()[i];
     const EmbeddingTable<float>& t = store.shard_table(i);
     const std::string key = t.name() + ".rows_" + std::to_string(s.row_begin) + "_" +
                             std::to_string(s.row_end) + ".cols_" + std::to_string(s.col_begin) +
@@ -198,16 +198,16 @@ TEST_P(ShardStoreCheckpointTest, RoundTripIsBitwiseAndResumesIdentically) {
   const Case& p = GetParam();
   const config::DlrmConfig c = ShardedTestConfig(p.type, "sgd", p.optimizer, kServers);
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
-  EmbeddingShardStore saved(c, plan, p.owner);
+  ps::EmbeddingShardStore saved(c, plan, p.owner);
   ASSERT_FALSE(saved.shards().empty());
   Train(c, &saved, 1, 3);
   const std::string path = testing::TempDir("ckpt_roundtrip") + "/store";
-  SaveShardStore(saved, p.owner, 3, path);
+  ps::SaveShardStore(saved, p.owner, 3, path);
 
-  EmbeddingShardStore restored(c, plan, p.owner);
+  ps::EmbeddingShardStore restored(c, plan, p.owner);
   // The updates did change rows and state, so equality below means something.
   ASSERT_FALSE(BitwiseEqual(Snapshot(saved), Snapshot(restored)));
-  EXPECT_EQ(LoadShardStore(&restored, p.owner, path), 3);
+  EXPECT_EQ(ps::LoadShardStore(&restored, p.owner, path), 3);
   ASSERT_TRUE(BitwiseEqual(Snapshot(saved), Snapshot(restored)));
 
   // Resuming: the same further steps give the same bits (the optimizer state is live).
@@ -223,7 +223,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{config::ShardingConfig::COLUMN_WISE, "adam", 0},
                       Case{config::ShardingConfig::TABLE_ROW_WISE, "adagrad", 1},
                       Case{config::ShardingConfig::DATA_PARALLEL, "rowwise_adagrad",
-                           kTrainerReplica}),
+                           ps::kTrainerReplica}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return std::string(shard::ShardingTypeShortName(info.param.type)) + "_" +
              info.param.optimizer;
@@ -235,34 +235,34 @@ struct StoreErrorsTest : ::testing::Test {
                                                  "rowwise_adagrad", kServers);
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
   const std::string dir = testing::TempDir("ckpt_store_errors");
-  const std::string path = dir + "/" + ServerShardFile(0);
+  const std::string path = dir + "/" + checkpoint::ServerShardFile(0);
 
   void SetUp() override {
-    EmbeddingShardStore saved(c, plan, 0);
+    ps::EmbeddingShardStore saved(c, plan, 0);
     Train(c, &saved, 1, 2);
-    SaveShardStore(saved, 0, 2, path);
+    ps::SaveShardStore(saved, 0, 2, path);
   }
 
   // target trained for one step (so it differs from the file and from a fresh store);
   // loading path into it must fail with code and needles, leaving it as it was.
-  void ExpectRefused(EmbeddingShardStore* target, int32_t owner, const std::string& file,
+  void ExpectRefused(ps::EmbeddingShardStore* target, int32_t owner, const std::string& file,
                      StatusCode code, const std::vector<std::string>& needles) {
     Train(c, target, 1, 1);
     const auto before = Snapshot(*target);
-    ExpectError([&] { LoadShardStore(target, owner, file); }, code, needles);
+    ExpectError([&] { ps::LoadShardStore(target, owner, file); }, code, needles);
     EXPECT_TRUE(BitwiseEqual(before, Snapshot(*target))) << "a refused load changed the store";
   }
 };
 
 TEST_F(StoreErrorsTest, FileOfAnotherOwnerIsRefused) {
-  EmbeddingShardStore other(c, plan, 1);
+  ps::EmbeddingShardStore other(c, plan, 1);
   ExpectRefused(&other, 1, path, StatusCode::kFailedPrecondition, {"owner 0", "server 1"});
 }
 
 TEST_F(StoreErrorsTest, OwnerArgumentMustBeTheStoresOwner) {
-  EmbeddingShardStore other(c, plan, 1);
+  ps::EmbeddingShardStore other(c, plan, 1);
   ExpectRefused(&other, 0, path, StatusCode::kInvalidArgument, {"server 1", "server 0"});
-  ExpectError([&] { SaveShardStore(other, 0, 1, dir + "/x"); }, StatusCode::kInvalidArgument,
+  ExpectError([&] { ps::SaveShardStore(other, 0, 1, dir + "/x"); }, StatusCode::kInvalidArgument,
               {"server 1"});
 }
 
@@ -270,14 +270,14 @@ TEST_F(StoreErrorsTest, FileOfAnotherPlanIsRefused) {
   // Three servers: server 0 holds other row ranges of the same tables.
   const config::DlrmConfig c3 = ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd",
                                                   "rowwise_adagrad", 3);
-  EmbeddingShardStore other(c3, shard::PlanSharding(c3, 3), 0);
+  ps::EmbeddingShardStore other(c3, shard::PlanSharding(c3, 3), 0);
   ExpectRefused(&other, 0, path, StatusCode::kFailedPrecondition, {"shard.0", "rows ["});
 }
 
 TEST_F(StoreErrorsTest, FileOfAnotherOptimizerIsRefused) {
   const config::DlrmConfig adam =
       ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "adam", kServers);
-  EmbeddingShardStore other(adam, plan, 0);
+  ps::EmbeddingShardStore other(adam, plan, 0);
   ExpectRefused(&other, 0, path, StatusCode::kFailedPrecondition,
                 {"optimizer_state", "[row_sum_sq]", "[exp_avg, exp_avg_sq]"});
 }
@@ -287,16 +287,16 @@ TEST_F(StoreErrorsTest, FileOfAnotherKindIsRefused) {
                                                   "rowwise_adagrad", kServers);
   DlrmModel<float> model(dc, nullptr, false);
   auto optimizer = MakeDenseOptimizer<float>(dc.dense_optimizer(), model.dense_params().size());
-  SaveDenseState(model, *optimizer, 2, dir + "/dense");
-  EmbeddingShardStore target(c, plan, 0);
+  checkpoint::SaveDenseState(model, *optimizer, 2, dir + "/dense");
+  ps::EmbeddingShardStore target(c, plan, 0);
   ExpectRefused(&target, 0, dir + "/dense", StatusCode::kFailedPrecondition,
                 {"libdlrm.dense_state.v1", "libdlrm.shard_store.v1"});
-  EXPECT_THROW(LoadDenseState(&model, optimizer.get(), path), Error);
+  EXPECT_THROW(checkpoint::LoadDenseState(&model, optimizer.get(), path), Error);
 }
 
 TEST_F(StoreErrorsTest, TruncatedFileIsDataLoss) {
   const std::string bytes = ReadBytes(path);
-  EmbeddingShardStore target(c, plan, 0);
+  ps::EmbeddingShardStore target(c, plan, 0);
   for (const size_t keep : {size_t{0}, size_t{20}, bytes.size() / 2, bytes.size() - 1}) {
     WriteBytes(dir + "/short", bytes.substr(0, keep));
     ExpectRefused(&target, 0, dir + "/short", StatusCode::kDataLoss, {"truncated"});
@@ -307,13 +307,13 @@ TEST_F(StoreErrorsTest, CorruptedFileIsDataLoss) {
   std::string bytes = ReadBytes(path);
   bytes[bytes.size() / 2] ^= 0x10;  // inside the payload: a row value
   WriteBytes(dir + "/flipped", bytes);
-  EmbeddingShardStore target(c, plan, 0);
+  ps::EmbeddingShardStore target(c, plan, 0);
   ExpectRefused(&target, 0, dir + "/flipped", StatusCode::kDataLoss, {"checksum"});
 }
 
 TEST_F(StoreErrorsTest, MissingLastTensorLeavesEveryShardUnchanged) {
   // Every shard but the last is read (staged) before the missing tensor is noticed.
-  EmbeddingShardStore saved(c, plan, 0);
+  ps::EmbeddingShardStore saved(c, plan, 0);
   Train(c, &saved, 1, 2);
   const TensorMap tensors = StoreTensors(saved);
   const auto last = static_cast<int32_t>(saved.shards().size()) - 1;
@@ -327,7 +327,7 @@ TEST_F(StoreErrorsTest, MissingLastTensorLeavesEveryShardUnchanged) {
   }
   ASSERT_FALSE(dropped.empty());
   RewriteWithout(path, tensors, dropped);
-  EmbeddingShardStore target(c, plan, 0);
+  ps::EmbeddingShardStore target(c, plan, 0);
   ExpectRefused(&target, 0, path, StatusCode::kNotFound, {dropped});
 }
 
@@ -339,14 +339,14 @@ TEST_F(StoreErrorsTest, UnknownTensorIsRefused) {
     const CheckpointReader reader(path);
     for (const auto& [key, value] : reader.metadata()) writer.SetMetadata(key, value);
   }
-  EmbeddingShardStore saved(c, plan, 0);
+  ps::EmbeddingShardStore saved(c, plan, 0);
   Train(c, &saved, 1, 2);
   for (const auto& [name, t] : StoreTensors(saved))
     writer.AddTensor(name, checkpoint::TensorEntry::FLOAT32, t.shape, t.data, t.count * sizeof(float));
   writer.AddTensor("sparse_optimizer/extra", checkpoint::TensorEntry::FLOAT32, {2}, extra,
                    sizeof(extra));
   writer.WriteAtomic(path);
-  EmbeddingShardStore target(c, plan, 0);
+  ps::EmbeddingShardStore target(c, plan, 0);
   ExpectRefused(&target, 0, path, StatusCode::kFailedPrecondition, {"sparse_optimizer/extra"});
 }
 
@@ -369,7 +369,7 @@ struct Dense {
       optimizer->Update(model.dense_params().data(), grad.data(), 0, n, 0.05f, step);
     }
   }
-  std::vector<std::vector<float>> Snapshot() { return dist::Snapshot(model, *optimizer); }
+  std::vector<std::vector<float>> Snapshot() { return ::dlrm::Snapshot(model, *optimizer); }
 };
 
 config::DlrmConfig DenseConfig(const std::string& dense_optimizer) {
@@ -381,8 +381,8 @@ TEST(DenseStateTest, RoundTripIsBitwise) {
     SCOPED_TRACE(kind);
     const config::DlrmConfig c = DenseConfig(kind);
     Dense saved(c, 3, 1);
-    const std::string path = testing::TempDir("ckpt_dense") + "/" + kDenseStateFile;
-    SaveDenseState(saved.model, *saved.optimizer, 3, path);
+    const std::string path = testing::TempDir("ckpt_dense") + "/" + checkpoint::kDenseStateFile;
+    checkpoint::SaveDenseState(saved.model, *saved.optimizer, 3, path);
     // Engine::Save's names for the parameters.
     const CheckpointReader reader(path);
     EXPECT_TRUE(reader.HasTensor("bottom_mlp.0.weight"));
@@ -391,22 +391,22 @@ TEST(DenseStateTest, RoundTripIsBitwise) {
 
     Dense restored(c, 0, 0);
     ASSERT_FALSE(BitwiseEqual(saved.Snapshot(), restored.Snapshot()));
-    EXPECT_EQ(LoadDenseState(&restored.model, restored.optimizer.get(), path), 3);
+    EXPECT_EQ(checkpoint::LoadDenseState(&restored.model, restored.optimizer.get(), path), 3);
     EXPECT_TRUE(BitwiseEqual(saved.Snapshot(), restored.Snapshot()));
   }
 }
 
 TEST(DenseStateTest, MismatchesAndDamageChangeNothing) {
   const std::string dir = testing::TempDir("ckpt_dense_errors");
-  const std::string path = dir + "/" + kDenseStateFile;
+  const std::string path = dir + "/" + checkpoint::kDenseStateFile;
   const config::DlrmConfig c = DenseConfig("adam");
   Dense saved(c, 3, 1);
-  SaveDenseState(saved.model, *saved.optimizer, 3, path);
+  checkpoint::SaveDenseState(saved.model, *saved.optimizer, 3, path);
 
   auto expect_refused = [&](Dense* target, const std::string& file, StatusCode code,
                             const std::vector<std::string>& needles) {
     const auto before = target->Snapshot();
-    ExpectError([&] { LoadDenseState(&target->model, target->optimizer.get(), file); }, code,
+    ExpectError([&] { checkpoint::LoadDenseState(&target->model, target->optimizer.get(), file); }, code,
                 needles);
     EXPECT_TRUE(BitwiseEqual(before, target->Snapshot())) << "a refused load changed state";
   };
@@ -445,7 +445,7 @@ struct ManifestTest : ::testing::Test {
                                                  "adam", kServers);
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
   const std::string dir = testing::TempDir("ckpt_manifest");
-  CheckpointManifest manifest;
+  checkpoint::CheckpointManifest manifest;
 
   void SetUp() override {
     manifest.set_step(2);
@@ -455,29 +455,29 @@ struct ManifestTest : ::testing::Test {
     manifest.set_num_servers(kServers);
     manifest.set_staleness(1);
     for (int32_t server = 0; server < kServers; ++server) {
-      EmbeddingShardStore store(c, plan, server);
+      ps::EmbeddingShardStore store(c, plan, server);
       Train(c, &store, 1, 2);
-      SaveShardStore(store, server, 2, dir + "/" + ServerShardFile(server));
-      ServerShardsEntry* entry = manifest.add_servers();
+      ps::SaveShardStore(store, server, 2, dir + "/" + checkpoint::ServerShardFile(server));
+      checkpoint::ServerShardsEntry* entry = manifest.add_servers();
       entry->set_server(server);
-      *entry->mutable_file() = DescribeFile(dir, ServerShardFile(server));
+      *entry->mutable_file() = checkpoint::DescribeFile(dir, checkpoint::ServerShardFile(server));
     }
     Dense dense(c, 2, 1);
-    SaveDenseState(dense.model, *dense.optimizer, 2, dir + "/" + kDenseStateFile);
-    *manifest.mutable_dense_state() = DescribeFile(dir, kDenseStateFile);
-    WriteManifest(dir, manifest);
+    checkpoint::SaveDenseState(dense.model, *dense.optimizer, 2, dir + "/" + checkpoint::kDenseStateFile);
+    *manifest.mutable_dense_state() = checkpoint::DescribeFile(dir, checkpoint::kDenseStateFile);
+    checkpoint::WriteManifest(dir, manifest);
   }
 };
 
 TEST_F(ManifestTest, FileNames) {
-  EXPECT_EQ(ServerShardFile(3), "server-00003.shards");
-  EXPECT_EQ(ServerShardFile(12345), "server-12345.shards");
-  EXPECT_EQ(std::string(kDenseStateFile), "trainer.dense");
-  EXPECT_EQ(std::string(kManifestFile), "MANIFEST");
+  EXPECT_EQ(checkpoint::ServerShardFile(3), "server-00003.shards");
+  EXPECT_EQ(checkpoint::ServerShardFile(12345), "server-12345.shards");
+  EXPECT_EQ(std::string(checkpoint::kDenseStateFile), "trainer.dense");
+  EXPECT_EQ(std::string(checkpoint::kManifestFile), "MANIFEST");
 }
 
 TEST_F(ManifestTest, RoundTripsAndRecordsRealSizesAndChecksums) {
-  const CheckpointManifest read = ReadManifest(dir);
+  const checkpoint::CheckpointManifest read = checkpoint::ReadManifest(dir);
   std::string diff;
   google::protobuf::util::MessageDifferencer differ;
   differ.ReportDifferencesToString(&diff);
@@ -485,60 +485,60 @@ TEST_F(ManifestTest, RoundTripsAndRecordsRealSizesAndChecksums) {
   EXPECT_EQ(read.step(), 2);
   EXPECT_EQ(read.staleness(), 1);
   EXPECT_EQ(read.plan().shards_size(), plan.shards_size());
-  const std::string bytes = ReadBytes(dir + "/" + ServerShardFile(1));
+  const std::string bytes = ReadBytes(dir + "/" + checkpoint::ServerShardFile(1));
   EXPECT_EQ(read.servers(1).file().name(), "server-00001.shards");
   EXPECT_EQ(read.servers(1).file().num_bytes(), bytes.size());
   EXPECT_EQ(read.servers(1).file().crc32c(), Crc32c(0, bytes.data(), bytes.size()));
   // The restore a server would run from it.
-  EmbeddingShardStore store(c, plan, 1);
-  EXPECT_EQ(LoadShardStore(&store, 1, dir + "/" + read.servers(1).file().name()), 2);
+  ps::EmbeddingShardStore store(c, plan, 1);
+  EXPECT_EQ(ps::LoadShardStore(&store, 1, dir + "/" + read.servers(1).file().name()), 2);
 }
 
 TEST_F(ManifestTest, NoManifestMeansIncomplete) {
-  fs::remove(dir + "/" + kManifestFile);
-  ExpectError([&] { ReadManifest(dir); }, StatusCode::kNotFound, {"MANIFEST", "incomplete"});
+  fs::remove(dir + "/" + checkpoint::kManifestFile);
+  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kNotFound, {"MANIFEST", "incomplete"});
 }
 
 TEST_F(ManifestTest, MissingFileIsDataLossNamingIt) {
-  fs::remove(dir + "/" + ServerShardFile(1));
-  ExpectError([&] { ReadManifest(dir); }, StatusCode::kDataLoss,
+  fs::remove(dir + "/" + checkpoint::ServerShardFile(1));
+  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss,
               {"server-00001.shards", "missing"});
 }
 
 TEST_F(ManifestTest, AlteredFileIsDataLossNamingIt) {
-  const std::string file = dir + "/" + kDenseStateFile;
+  const std::string file = dir + "/" + checkpoint::kDenseStateFile;
   std::string bytes = ReadBytes(file);
   bytes[bytes.size() / 2] ^= 4;  // same size, other content
   WriteBytes(file, bytes);
-  ExpectError([&] { ReadManifest(dir); }, StatusCode::kDataLoss, {"trainer.dense", "CRC32C"});
+  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss, {"trainer.dense", "CRC32C"});
   WriteBytes(file, bytes + "x");
-  ExpectError([&] { ReadManifest(dir); }, StatusCode::kDataLoss,
+  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss,
               {"trainer.dense", std::to_string(bytes.size() + 1) + " bytes"});
 }
 
 TEST_F(ManifestTest, InconsistentManifestIsDataLoss) {
-  CheckpointManifest bad = manifest;
+  checkpoint::CheckpointManifest bad = manifest;
   bad.mutable_servers(0)->set_server(1);
-  WriteManifest(dir, bad);
-  ExpectError([&] { ReadManifest(dir); }, StatusCode::kDataLoss, {"server 1 at position 0"});
+  checkpoint::WriteManifest(dir, bad);
+  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss, {"server 1 at position 0"});
   bad = manifest;
   bad.set_num_servers(3);
-  WriteManifest(dir, bad);
-  ExpectError([&] { ReadManifest(dir); }, StatusCode::kDataLoss, {"2 server files for 3"});
+  checkpoint::WriteManifest(dir, bad);
+  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss, {"2 server files for 3"});
   bad = manifest;
   bad.mutable_dense_state()->set_name("../trainer.dense");
-  WriteManifest(dir, bad);
-  ExpectError([&] { ReadManifest(dir); }, StatusCode::kDataLoss, {"../trainer.dense"});
+  checkpoint::WriteManifest(dir, bad);
+  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss, {"../trainer.dense"});
   bad = manifest;
   bad.set_step(-1);
-  EXPECT_THROW(WriteManifest(dir, bad), Error);
+  EXPECT_THROW(checkpoint::WriteManifest(dir, bad), Error);
   // A damaged MANIFEST itself.
-  WriteManifest(dir, manifest);
-  std::string bytes = ReadBytes(dir + "/" + kManifestFile);
+  checkpoint::WriteManifest(dir, manifest);
+  std::string bytes = ReadBytes(dir + "/" + checkpoint::kManifestFile);
   bytes[bytes.size() / 2] ^= 1;
-  WriteBytes(dir + "/" + kManifestFile, bytes);
-  ExpectError([&] { ReadManifest(dir); }, StatusCode::kDataLoss, {"MANIFEST"});
+  WriteBytes(dir + "/" + checkpoint::kManifestFile, bytes);
+  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss, {"MANIFEST"});
 }
 
 }  // namespace
-}  // namespace dlrm::dist
+}  // namespace dlrm

@@ -23,7 +23,7 @@
 #include "tests/support/dist_checks.h"
 #include "tests/support/dist_data.h"
 
-namespace dlrm::dist {
+namespace dlrm {
 namespace {
 
 using namespace ::dlrm::testing;  // the suites' shared helpers
@@ -38,26 +38,26 @@ OwnedBatch MakeBatch(const config::DlrmConfig& c, int64_t index) {
 
 struct Cluster {
   shard::ShardingPlan plan;
-  std::vector<std::unique_ptr<EmbeddingShardStore>> servers;
-  std::unique_ptr<LocalEmbeddingService> service;
-  LocalCommunicatorHub hub{kTrainers, std::chrono::seconds(20)};
-  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<std::unique_ptr<ps::EmbeddingShardStore>> servers;
+  std::unique_ptr<ps::LocalEmbeddingService> service;
+  collective::LocalCommunicatorHub hub{kTrainers, std::chrono::seconds(20)};
+  std::vector<std::unique_ptr<collective::Communicator>> comms;
   std::vector<std::unique_ptr<ThreadPool>> pools;
-  std::vector<std::unique_ptr<DataParallelTrainer>> trainers;
+  std::vector<std::unique_ptr<train::DataParallelTrainer>> trainers;
 
   explicit Cluster(const config::DlrmConfig& c, int64_t staleness = 0)
       : plan(shard::PlanSharding(c, kServers)) {
-    std::vector<EmbeddingShardStore*> raw;
+    std::vector<ps::EmbeddingShardStore*> raw;
     for (int s = 0; s < kServers; ++s) {
-      servers.push_back(std::make_unique<EmbeddingShardStore>(c, plan, s));
+      servers.push_back(std::make_unique<ps::EmbeddingShardStore>(c, plan, s));
       raw.push_back(servers.back().get());
     }
-    service = std::make_unique<LocalEmbeddingService>(raw, kTrainers, staleness,
+    service = std::make_unique<ps::LocalEmbeddingService>(raw, kTrainers, staleness,
                                                       std::chrono::seconds(20));
     for (int r = 0; r < kTrainers; ++r) {
       comms.push_back(hub.Rank(r));
       pools.push_back(std::make_unique<ThreadPool>(r + 1));  // thread counts differ on purpose
-      trainers.push_back(std::make_unique<DataParallelTrainer>(c, plan, comms.back().get(),
+      trainers.push_back(std::make_unique<train::DataParallelTrainer>(c, plan, comms.back().get(),
                                                        service.get(), pools.back().get()));
     }
   }
@@ -89,7 +89,7 @@ void ExpectSameParameters(const Engine& engine, const Cluster& cluster,
                           const config::DlrmConfig& c, const std::string& where) {
   for (const auto& trainer : cluster.trainers)
     ExpectDenseMatchesEngine(engine, trainer->model(), where);
-  std::vector<const EmbeddingShardStore*> owners;
+  std::vector<const ps::EmbeddingShardStore*> owners;
   for (const auto& s : cluster.servers) owners.push_back(s.get());
   for (const auto& t : cluster.trainers) owners.push_back(&t->replicas());
   ExpectStoresMatchEngine(engine, c, owners, where);
@@ -200,7 +200,7 @@ TEST(DataParallelTrainerPipeline, QueuedPartsTrainLikeOneProcess) {
   std::vector<std::thread> threads;
   for (int r = 0; r < kTrainers; ++r) {
     threads.emplace_back([&, r] {
-      DataParallelTrainer& trainer = *cluster.trainers[r];
+      train::DataParallelTrainer& trainer = *cluster.trainers[r];
       int64_t next = 0;
       while (next < kDepth) trainer.Enqueue(parts[r][next++].view());
       while (trainer.queued() > 0) {
@@ -281,4 +281,4 @@ TEST(HybridTest, NeverExceedsTheStalenessBound) {
 }
 
 }  // namespace
-}  // namespace dlrm::dist
+}  // namespace dlrm

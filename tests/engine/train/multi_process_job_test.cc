@@ -32,7 +32,7 @@
 #include "tests/support/dist_config.h"
 #include "tests/support/dist_data.h"
 
-namespace dlrm::dist {
+namespace dlrm {
 namespace {
 
 using namespace ::dlrm::testing;  // the suites' shared helpers
@@ -42,7 +42,7 @@ constexpr int32_t kServers = 2, kTrainers = 2;
 constexpr int64_t kPart = 32, kGlobal = kPart * kTrainers;
 
 // What each trainer does between joining and Finish; its index is t.trainer_rank().
-using TrainerBody = std::function<void(TrainerRole& t)>;
+using TrainerBody = std::function<void(train::TrainerRole& t)>;
 
 struct JobResult {
   std::vector<std::string> server_errors, trainer_errors;
@@ -53,13 +53,13 @@ struct JobResult {
 // server 1 by a peer that joins and then vanishes (a server that died).
 JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const TrainerBody& body,
                  int64_t timeout_ms = 20000, bool dead_server = false,
-                 ClusterEnv::Collective collective = ClusterEnv::Collective::kBuiltin) {
+                 cluster::ClusterEnv::Collective collective = cluster::ClusterEnv::Collective::kBuiltin) {
   net::Context context;
   const int32_t world = kServers + kTrainers;
   // The dead server's link to the coordinator: a killed process never says it leaves, so
   // this outlives the coordinator (its destructor's Leave then finds nobody).
-  std::unique_ptr<CoordinatorClient> dead_client;
-  Coordinator coordinator(context, world, "tcp://127.0.0.1:*", net::TransportOptions());
+  std::unique_ptr<cluster::CoordinatorClient> dead_client;
+  cluster::Coordinator coordinator(context, world, "tcp://127.0.0.1:*", net::TransportOptions());
   JobResult result;
   std::atomic<bool> coordinator_done{false};
   std::thread coordinator_thread([&] {
@@ -77,7 +77,7 @@ JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const 
   for (int32_t rank = 0; rank < world; ++rank) {
     peers.emplace_back([&, rank] {
       const bool server = rank < kServers;
-      ClusterEnv env = PeerEnv(coordinator.address(),
+      cluster::ClusterEnv env = PeerEnv(coordinator.address(),
                                server ? net::ROLE_SERVER : net::ROLE_TRAINER, rank, world,
                                timeout_ms);
       env.collective = collective;
@@ -87,14 +87,14 @@ JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const 
         if (server && dead_server && rank == 1) {
           net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
                                  env.Transport(), "doomed server");
-          dead_client = std::make_unique<CoordinatorClient>(context, env);
+          dead_client = std::make_unique<cluster::CoordinatorClient>(context, env);
           dead_client->Rendezvous(listener.address());
           return;  // the listener closes: this server is gone
         }
         if (server) {
-          RunEmbeddingServer(context, env, c, restore);
+          ps::RunEmbeddingServer(context, env, c, restore);
         } else {
-          TrainerRole t(env, c, restore);
+          train::TrainerRole t(env, c, restore);
           body(t);
           t.Finish();
         }
@@ -107,7 +107,7 @@ JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const 
   // The coordinator ends by itself: every peer left, or one left and the rest did not
   // within the timeout (dead or failed peers). Stopped only when it does not.
   const auto deadline =
-      std::chrono::steady_clock::now() + milliseconds(kLeaveTimeouts * timeout_ms + 5000);
+      std::chrono::steady_clock::now() + milliseconds(cluster::kLeaveTimeouts * timeout_ms + 5000);
   while (!coordinator_done && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(milliseconds(20));
   if (!coordinator_done) {
@@ -129,24 +129,24 @@ std::string TempDir(const std::string& name) {
 void ExpectCheckpointMatchesEngine(const Engine& engine, const config::DlrmConfig& c,
                                    const std::string& dir, int64_t step,
                                    const std::string& where) {
-  const CheckpointManifest manifest = ReadManifest(dir);
+  const checkpoint::CheckpointManifest manifest = checkpoint::ReadManifest(dir);
   EXPECT_EQ(manifest.step(), step) << where;
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
-  std::vector<std::unique_ptr<EmbeddingShardStore>> stores;
+  std::vector<std::unique_ptr<ps::EmbeddingShardStore>> stores;
   for (int32_t s = 0; s < kServers; ++s) {
-    stores.push_back(std::make_unique<EmbeddingShardStore>(c, plan, s));
-    EXPECT_EQ(LoadShardStore(stores.back().get(), s, dir + "/" + ServerShardFile(s)), step);
+    stores.push_back(std::make_unique<ps::EmbeddingShardStore>(c, plan, s));
+    EXPECT_EQ(ps::LoadShardStore(stores.back().get(), s, dir + "/" + checkpoint::ServerShardFile(s)), step);
   }
-  stores.push_back(std::make_unique<EmbeddingShardStore>(c, plan, kTrainerReplica));
+  stores.push_back(std::make_unique<ps::EmbeddingShardStore>(c, plan, ps::kTrainerReplica));
   if (manifest.has_replicas())
-    LoadShardStore(stores.back().get(), kTrainerReplica, dir + "/" + kReplicaShardFile);
-  std::vector<const EmbeddingShardStore*> owners;
+    ps::LoadShardStore(stores.back().get(), ps::kTrainerReplica, dir + "/" + checkpoint::kReplicaShardFile);
+  std::vector<const ps::EmbeddingShardStore*> owners;
   for (const auto& s : stores) owners.push_back(s.get());
   ExpectStoresMatchEngine(engine, c, owners, where);
 }
 
 // Trains batches [first, last) with `lookahead` parts queued; records the losses.
-void TrainBatches(TrainerRole& t, const config::DlrmConfig& c, int64_t first,
+void TrainBatches(train::TrainerRole& t, const config::DlrmConfig& c, int64_t first,
                   int64_t last, int lookahead, std::vector<float>* losses) {
   const int32_t r = t.trainer_rank();
   std::vector<OwnedBatch> parts;
@@ -164,7 +164,7 @@ void TrainBatches(TrainerRole& t, const config::DlrmConfig& c, int64_t first,
 // Trains 4 steps with 2 trainers and 2 servers and expects the single-process run's
 // losses, dense parameters and embedding rows bitwise.
 void ExpectSyncJobEqualsOneProcess(config::ShardingConfig::Type type,
-                                   ClusterEnv::Collective collective) {
+                                   cluster::ClusterEnv::Collective collective) {
   const bool cw = type == config::ShardingConfig::COLUMN_WISE;
   const config::DlrmConfig c = ShardedTestConfig(type, "adam", cw ? "adagrad" : "rowwise_adagrad",
                                                  kServers);
@@ -178,7 +178,7 @@ void ExpectSyncJobEqualsOneProcess(config::ShardingConfig::Type type,
   std::vector<std::vector<float>> losses(kTrainers);
   const JobResult result = RunJob(
       c, "",
-      [&](TrainerRole& t) {
+      [&](train::TrainerRole& t) {
         TrainBatches(t, c, 0, kSteps, /*lookahead=*/2, &losses[t.trainer_rank()]);
         ExpectDenseMatchesEngine(engine, t.trainer().model(), name);
         t.Checkpoint(dir);
@@ -200,34 +200,34 @@ class ClusterTest : public ::testing::TestWithParam<config::ShardingConfig::Type
 // Acceptance: sync with 2 trainers and 2 servers on loopback reproduces the single-process
 // run bitwise (losses, dense parameters, every embedding row), for each sharding type.
 TEST_P(ClusterTest, SyncOverLoopbackEqualsOneProcessBitwise) {
-  ExpectSyncJobEqualsOneProcess(GetParam(), ClusterEnv::Collective::kBuiltin);
+  ExpectSyncJobEqualsOneProcess(GetParam(), cluster::ClusterEnv::Collective::kBuiltin);
 }
 
 // The same with the trainers' all-gather over Gloo (DLRM_COLLECTIVE=gloo).
 TEST(ClusterGloo, SyncOverGlooEqualsOneProcessBitwise) {
-  if (!GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
+  if (!collective::GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
   ExpectSyncJobEqualsOneProcess(config::ShardingConfig::TABLE_ROW_WISE,
-                                ClusterEnv::Collective::kGloo);
+                                cluster::ClusterEnv::Collective::kGloo);
   ExpectSyncJobEqualsOneProcess(config::ShardingConfig::DATA_PARALLEL,
-                                ClusterEnv::Collective::kGloo);
+                                cluster::ClusterEnv::Collective::kGloo);
 }
 
 // A trainer that fails before its step leaves the other one with an error naming the Gloo
 // all-gather, within the timeout, not a hang.
 TEST(ClusterGloo, ATrainerThatFailsFailsTheOtherWithinTheTimeout) {
-  if (!GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
+  if (!collective::GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
   const config::DlrmConfig c =
       ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", kServers);
   constexpr int64_t kTimeoutMs = 2000;
   const auto start = std::chrono::steady_clock::now();
   const JobResult result = RunJob(
       c, "",
-      [&](TrainerRole& t) {
+      [&](train::TrainerRole& t) {
         if (t.trainer_rank() == 1) ThrowInvalid("trainer 1 gives up");
         std::vector<float> losses;
         TrainBatches(t, c, 0, 2, 1, &losses);
       },
-      kTimeoutMs, false, ClusterEnv::Collective::kGloo);
+      kTimeoutMs, false, cluster::ClusterEnv::Collective::kGloo);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(result.trainer_errors[0].find("gloo all-gather"), std::string::npos)
@@ -255,14 +255,14 @@ TEST(ClusterCheckpoint, RestoreContinuesBitwise) {
   for (int64_t i = 0; i < 5; ++i)
     want.push_back(engine.TrainStep(MakeTestBatch(c, i, kGlobal).view()));
   const std::string first = TempDir("first"), second = TempDir("second");
-  JobResult result = RunJob(c, "", [&](TrainerRole& t) {
+  JobResult result = RunJob(c, "", [&](train::TrainerRole& t) {
     std::vector<float> losses;
     TrainBatches(t, c, 0, 3, 1, &losses);
     t.Checkpoint(first);
   });
   for (const std::string& e : result.trainer_errors) ASSERT_EQ(e, "");
   std::vector<std::vector<float>> losses(kTrainers);
-  result = RunJob(c, first, [&](TrainerRole& t) {
+  result = RunJob(c, first, [&](train::TrainerRole& t) {
     EXPECT_EQ(t.trainer().step(), 3);
     TrainBatches(t, c, 3, 5, 1, &losses[t.trainer_rank()]);
     ExpectDenseMatchesEngine(engine, t.trainer().model(), "restored");
@@ -280,7 +280,7 @@ TEST(ClusterCheckpoint, RestoreContinuesBitwise) {
   // A checkpoint does not restore into another layout, and nothing starts then.
   config::DlrmConfig other = c;
   other.mutable_model()->mutable_tables(0)->set_num_rows(61);
-  result = RunJob(other, first, [](TrainerRole&) {}, 3000);
+  result = RunJob(other, first, [](train::TrainerRole&) {}, 3000);
   for (const std::string& e : result.server_errors)
     EXPECT_NE(e.find("cannot be restored"), std::string::npos) << e;
 }
@@ -294,7 +294,7 @@ TEST(ClusterFaults, DeadServerFailsEveryTrainerWithinTheTimeout) {
   const auto start = std::chrono::steady_clock::now();
   const JobResult result = RunJob(
       c, "",
-      [&](TrainerRole& t) {
+      [&](train::TrainerRole& t) {
         std::vector<float> losses;
         TrainBatches(t, c, 0, 3, 1, &losses);
       },
@@ -317,4 +317,4 @@ TEST(ClusterFaults, DeadServerFailsEveryTrainerWithinTheTimeout) {
 }
 
 }  // namespace
-}  // namespace dlrm::dist
+}  // namespace dlrm
