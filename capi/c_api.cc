@@ -1,10 +1,8 @@
 // The extern "C" shim over dlrm::Engine: checks arguments, catches every exception and
 // maps it to a status code plus a thread-local message. No engine logic lives here.
-#include "dlrm/dlrm.h"
-
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -12,8 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/config/config.h"
 #include "capi/capi_internal.h"
+#include "dlrm/dlrm.h"
+#include "engine/config/config.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/engine.h"
@@ -69,7 +68,8 @@ dlrm::Engine& EngineOf(dlrm_engine* engine) {
   return *engine->impl;
 }
 
-dlrm_status CreateWith(dlrm_engine** out, const std::function<std::unique_ptr<dlrm::Engine>()>& make) {
+dlrm_status CreateWith(dlrm_engine** out,
+                       const std::function<std::unique_ptr<dlrm::Engine>()>& make) {
   return Guard([&] {
     RequireNotNull(out, "out");
     auto handle = std::make_unique<dlrm_engine>();
@@ -154,16 +154,15 @@ DLRM_API dlrm_status dlrm_engine_train_submit(dlrm_engine* engine, const dlrm_ba
   });
 }
 
-DLRM_API dlrm_status dlrm_engine_train_wait(dlrm_engine* engine, int64_t ticket,
-                                            float* loss_out) {
+DLRM_API dlrm_status dlrm_engine_train_wait(dlrm_engine* engine, int64_t ticket, float* loss_out) {
   return Guard([&] {
     const float loss = EngineOf(engine).WaitTrainStep(ticket);
     if (loss_out) *loss_out = loss;
   });
 }
 
-DLRM_API dlrm_status dlrm_engine_predict(dlrm_engine* engine, const dlrm_batch* batch,
-                                         float* out, size_t out_len) {
+DLRM_API dlrm_status dlrm_engine_predict(dlrm_engine* engine, const dlrm_batch* batch, float* out,
+                                         size_t out_len) {
   return Guard([&] {
     dlrm::Engine& e = EngineOf(engine);
     const dlrm::BatchView view = ToView(batch, "batch");
@@ -245,8 +244,8 @@ DLRM_API dlrm_status dlrm_engine_parameter_shape(dlrm_engine* engine, const char
   });
 }
 
-DLRM_API dlrm_status dlrm_engine_read_parameter(dlrm_engine* engine, const char* name,
-                                                float* out, size_t out_len) {
+DLRM_API dlrm_status dlrm_engine_read_parameter(dlrm_engine* engine, const char* name, float* out,
+                                                size_t out_len) {
   return Guard([&] {
     dlrm::Engine& e = EngineOf(engine);
     RequireNotNull(name, "name");

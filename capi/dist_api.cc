@@ -8,10 +8,10 @@
 
 #include "capi/capi_internal.h"
 #include "dlrm/dlrm.h"
-#include "engine/config/config.h"
-#include "engine/core/status.h"
 #include "engine/cluster/cluster_env.h"
 #include "engine/collective/host_communicator.h"
+#include "engine/config/config.h"
+#include "engine/core/status.h"
 #include "engine/ps/server_role.h"
 #include "engine/train/trainer_role.h"
 
@@ -108,8 +108,8 @@ DLRM_API void dlrm_trainer_destroy(dlrm_trainer* trainer) {
   std::unique_ptr<dlrm_trainer> owned(trainer);
 }
 
-DLRM_API dlrm_status dlrm_trainer_info(dlrm_trainer* trainer, int32_t* rank,
-                                       int32_t* num_trainers, int64_t* step) {
+DLRM_API dlrm_status dlrm_trainer_info(dlrm_trainer* trainer, int32_t* rank, int32_t* num_trainers,
+                                       int64_t* step) {
   return Guard([&] {
     dlrm::train::TrainerRole& t = TrainerOf(trainer);
     if (rank) *rank = t.trainer_rank();

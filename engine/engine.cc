@@ -1,22 +1,22 @@
 #include "engine/engine.h"
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <thread>
 
-#include <google/protobuf/util/message_differencer.h>
-
+#include "engine/checkpoint/checkpoint_file.h"
+#include "engine/checkpoint/codec.h"
 #include "engine/config/config.h"
 #include "engine/core/cpu_features.h"
-#include "engine/core/metrics.h"
 #include "engine/core/finite.h"
+#include "engine/core/metrics.h"
 #include "engine/core/status.h"
 #include "engine/dense/loss.h"
 #include "engine/embedding/sparse_optimizer.h"
-#include "engine/checkpoint/checkpoint_file.h"
-#include "engine/checkpoint/codec.h"
 #include "engine/model/dlrm_model.h"
 #include "engine/optim/dense_optimizer.h"
 #include "engine/optim/lr_schedule.h"
@@ -54,10 +54,10 @@ std::vector<TableShape> TableShapes(const config::ModelConfig& model) {
 struct Engine::State {
   State(const config::DlrmConfig& config, ThreadPool* pool)
       : model(config, pool),
-        dense_optimizer(MakeDenseOptimizer<float>(config.dense_optimizer(),
-                                                  model.dense_params().size())),
-        sparse_optimizer(MakeSparseOptimizer<float>(config.sparse_optimizer(),
-                                                    TableShapes(config.model()))),
+        dense_optimizer(
+            MakeDenseOptimizer<float>(config.dense_optimizer(), model.dense_params().size())),
+        sparse_optimizer(
+            MakeSparseOptimizer<float>(config.sparse_optimizer(), TableShapes(config.model()))),
         dense_lr(config.dense_optimizer().learning_rate()),
         sparse_lr(config.sparse_optimizer().learning_rate()) {}
 
@@ -104,8 +104,7 @@ int64_t Engine::SubmitTrainStep(const BatchView& batch) {
     if (!async_)
       async_ = std::make_unique<AsyncStepQueue>(
           // Validated by this call before it was copied: only indexed again.
-          [this](const OwnedBatch& b) { return TrainStepNow(b.view(), true); },
-          kAsyncQueueDepth);
+          [this](const OwnedBatch& b) { return TrainStepNow(b.view(), true); }, kAsyncQueueDepth);
     queue = async_.get();
   }
   return queue->Submit(std::move(copy));
@@ -117,7 +116,8 @@ float Engine::WaitTrainStep(int64_t ticket) {
     std::lock_guard<std::mutex> lock(async_mu_);
     queue = async_.get();
   }
-  if (queue == nullptr) ThrowInvalid("ticket ", ticket, " was never issued (nothing was submitted)");
+  if (queue == nullptr)
+    ThrowInvalid("ticket ", ticket, " was never issued (nothing was submitted)");
   return queue->Wait(ticket);
 }
 
@@ -145,15 +145,14 @@ float Engine::TrainStepNow(const BatchView& batch, bool validated) {
   const float sparse_lr = static_cast<float>(s.sparse_lr * factor);
   const int64_t t = s.step + 1;
   const size_t num_params = s.model.dense_params().size();
-  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(pool_->num_threads() * 4,
-                                                               num_params / 16384));
+  const int64_t parts =
+      std::max<int64_t>(1, std::min<int64_t>(pool_->num_threads() * 4, num_params / 16384));
   pool_->ParallelFor(parts, [&](int64_t p) {
     s.dense_optimizer->Update(s.model.dense_params().data(), s.dense_grad.data(),
                               SplitBegin(num_params, parts, p),
                               SplitBegin(num_params, parts, p + 1), dense_lr, t);
   });
-  s.model.SparseBackwardAndUpdate(vb, s.d_pooled, *s.sparse_optimizer, sparse_lr, t,
-                                  pool_.get());
+  s.model.SparseBackwardAndUpdate(vb, s.d_pooled, *s.sparse_optimizer, sparse_lr, t, pool_.get());
   s.step = t;
   return static_cast<float>(loss);
 }
@@ -165,8 +164,7 @@ void Engine::Predict(const BatchView& batch, float* out, int64_t capacity) const
       ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), false);
   if (out == nullptr) ThrowInvalid("output buffer is NULL");
   if (capacity < batch.batch_size)
-    ThrowInvalid("output buffer holds ", capacity, " values but batch_size is ",
-                 batch.batch_size);
+    ThrowInvalid("output buffer holds ", capacity, " values but batch_size is ", batch.batch_size);
   std::vector<float> logits(batch.batch_size);
   s.model.PredictLogits(vb, logits.data(), pool_.get());
   for (int64_t i = 0; i < batch.batch_size; ++i) out[i] = StableSigmoid(logits[i]);
@@ -179,8 +177,8 @@ EvalResult Engine::Evaluate(const std::vector<BatchView>& batches) const {
   std::vector<ValidatedBatch> validated;
   for (size_t i = 0; i < batches.size(); ++i) {
     try {
-      validated.push_back(ValidateBatch(batches[i], s.model.num_dense_features(),
-                                        s.model.feature_specs(), true));
+      validated.push_back(
+          ValidateBatch(batches[i], s.model.num_dense_features(), s.model.feature_specs(), true));
     } catch (const Error& e) {
       Throw(e.code(), "batches[", i, "]: ", e.what());
     }
@@ -200,8 +198,7 @@ EvalResult Engine::Evaluate(const std::vector<BatchView>& batches) const {
 }
 
 void Engine::SetLearningRate(LrTarget target, float lr) {
-  if (!std::isfinite(lr) || lr < 0)
-    ThrowInvalid("learning rate must be finite and >= 0, got ", lr);
+  if (!std::isfinite(lr) || lr < 0) ThrowInvalid("learning rate must be finite and >= 0, got ", lr);
   if (target != LrTarget::kDense && target != LrTarget::kSparse && target != LrTarget::kAll)
     ThrowInvalid("learning rate target must be DENSE (1), SPARSE (2) or ALL (3), got ",
                  static_cast<int>(target));
@@ -233,7 +230,8 @@ std::vector<ParameterInfo> Engine::Parameters() const {
   for (const DenseParamInfo& info : state_->model.dense_param_infos())
     params.push_back({info.name, info.shape});
   for (const auto& table : state_->model.tables())
-    params.push_back({checkpoint::EmbeddingWeightName(table.name()), {table.num_rows(), table.dim()}});
+    params.push_back(
+        {checkpoint::EmbeddingWeightName(table.name()), {table.num_rows(), table.dim()}});
   return params;
 }
 

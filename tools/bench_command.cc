@@ -6,6 +6,7 @@
 // into windows and each window's samples/s is measured on its own; the median is the
 // headline number because it ignores a window disturbed by other load on the machine,
 // and min/max show how much the windows disagree.
+#include <gflags/gflags.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -18,8 +19,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gflags/gflags.h>
 
 #include "engine/config/config.h"
 #include "engine/core/cpu_features.h"
@@ -143,8 +142,8 @@ double OtherCores(const CpuTimes& begin, const CpuTimes& end, double wall_second
 // Runs `windows` windows of `per_window` calls of step(i) (i counts on across windows)
 // and returns each window's samples/s.
 template <typename Step>
-std::vector<double> TimeWindows(int windows, int64_t per_window, int64_t batch_size,
-                                int64_t* next, Step step) {
+std::vector<double> TimeWindows(int windows, int64_t per_window, int64_t batch_size, int64_t* next,
+                                Step step) {
   std::vector<double> rates;
   for (int w = 0; w < windows; ++w) {
     const auto start = Clock::now();
@@ -201,8 +200,7 @@ int BenchCommand() {
   if (FLAGS_steps < FLAGS_windows)
     ThrowInvalid("--steps (", FLAGS_steps, ") must be >= --windows (", FLAGS_windows, ")");
   if (FLAGS_warmup < 0) ThrowInvalid("--warmup must be >= 0, got ", FLAGS_warmup);
-  if (FLAGS_pool_batches <= 0)
-    ThrowInvalid("--pool_batches must be > 0, got ", FLAGS_pool_batches);
+  if (FLAGS_pool_batches <= 0) ThrowInvalid("--pool_batches must be > 0, got ", FLAGS_pool_batches);
   if (!FLAGS_async_host.empty() && FLAGS_async_host != "sleep" && FLAGS_async_host != "spin")
     ThrowInvalid("--async_host must be sleep or spin, got '", FLAGS_async_host, "'");
   if (!(FLAGS_prepare_factor >= 0 && FLAGS_prepare_factor <= 100))
@@ -220,8 +218,8 @@ int BenchCommand() {
   std::fflush(stdout);
 
   // Before the engine, whose tables can take a minute to initialize: bad data flags fail fast.
-  const BenchDataGenerator generator(BenchDataSpecFor(config.model(), FLAGS_batch_size,
-                                                      FLAGS_bag_size, FLAGS_zipf, FLAGS_seed));
+  const BenchDataGenerator generator(
+      BenchDataSpecFor(config.model(), FLAGS_batch_size, FLAGS_bag_size, FLAGS_zipf, FLAGS_seed));
   auto start = Clock::now();
   Engine engine(config);  // validates the config, allocates and initializes every table
   const double build_seconds = Seconds(Clock::now() - start);
@@ -241,11 +239,12 @@ int BenchCommand() {
               : config.sparse_optimizer().has_rowwise_adagrad() ? "rowwise_adagrad"
               : config.sparse_optimizer().has_adam()            ? "adam"
                                                                 : "sgd");
-  std::printf("model       %d dense + %d sparse features, %d tables; %lld parameters "
-              "(%lld embedding), %.2f GB fp32\n",
-              model.num_dense_features(), model.sparse_features_size(), model.tables_size(),
-              static_cast<long long>(total_params), static_cast<long long>(embedding_params),
-              4e-9 * static_cast<double>(total_params));
+  std::printf(
+      "model       %d dense + %d sparse features, %d tables; %lld parameters "
+      "(%lld embedding), %.2f GB fp32\n",
+      model.num_dense_features(), model.sparse_features_size(), model.tables_size(),
+      static_cast<long long>(total_params), static_cast<long long>(embedding_params),
+      4e-9 * static_cast<double>(total_params));
 
   const int64_t per_window = FLAGS_steps / FLAGS_windows;
   const int64_t pool_size = std::min<int64_t>(FLAGS_pool_batches, FLAGS_warmup + FLAGS_steps);
@@ -254,11 +253,12 @@ int BenchCommand() {
   const std::vector<BatchView> views = ViewsOf(pool);
   char ids[32] = "uniform ids";
   if (FLAGS_zipf > 0) std::snprintf(ids, sizeof ids, "zipf %g ids", FLAGS_zipf);
-  std::printf("data        batch_size %lld, bag_size %d (%lld ids/batch), %s, pool of %lld "
-              "batches (generated in %.2f s, not timed)\n",
-              static_cast<long long>(FLAGS_batch_size), FLAGS_bag_size,
-              static_cast<long long>(views[0].num_ids), ids, static_cast<long long>(pool_size),
-              Seconds(Clock::now() - start));
+  std::printf(
+      "data        batch_size %lld, bag_size %d (%lld ids/batch), %s, pool of %lld "
+      "batches (generated in %.2f s, not timed)\n",
+      static_cast<long long>(FLAGS_batch_size), FLAGS_bag_size,
+      static_cast<long long>(views[0].num_ids), ids, static_cast<long long>(pool_size),
+      Seconds(Clock::now() - start));
   std::printf("engine      built in %.2f s\n", build_seconds);
   std::printf("timing      warm-up %d steps; %d windows x %lld steps\n", FLAGS_warmup,
               FLAGS_windows, static_cast<long long>(per_window));
@@ -270,9 +270,9 @@ int BenchCommand() {
   for (int i = 0; i < FLAGS_warmup; ++i) loss = engine.TrainStep(view(next++));
   const CpuTimes cpu_begin = ReadCpuTimes();
   const auto timed_begin = Clock::now();
-  const std::vector<double> train = TimeWindows(
-      FLAGS_windows, per_window, FLAGS_batch_size, &next,
-      [&](int64_t i) { loss = engine.TrainStep(view(i)); });
+  const std::vector<double> train =
+      TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next,
+                  [&](int64_t i) { loss = engine.TrainStep(view(i)); });
 
   std::vector<float> probabilities(static_cast<size_t>(FLAGS_batch_size));
   const auto predict_one = [&](int64_t i) {

@@ -48,8 +48,9 @@ BenchDataSpec BenchDataSpecFor(const config::ModelConfig& model, int64_t batch_s
   spec.num_dense = model.num_dense_features();
   for (const auto& feature : model.sparse_features()) {
     const int t = FindTable(model, feature.table());
-    if (t < 0) ThrowInvalid("sparse feature '", feature.name(), "' names unknown table '",
-                            feature.table(), "'");
+    if (t < 0)
+      ThrowInvalid("sparse feature '", feature.name(), "' names unknown table '", feature.table(),
+                   "'");
     spec.feature_rows.push_back(model.tables(t).num_rows());
   }
   spec.batch_size = batch_size;
@@ -60,7 +61,8 @@ BenchDataSpec BenchDataSpecFor(const config::ModelConfig& model, int64_t batch_s
 }
 
 BenchDataGenerator::BenchDataGenerator(BenchDataSpec spec) : spec_(std::move(spec)) {
-  if (spec_.num_dense < 0) ThrowInvalid("bench data: num_dense must be >= 0, got ", spec_.num_dense);
+  if (spec_.num_dense < 0)
+    ThrowInvalid("bench data: num_dense must be >= 0, got ", spec_.num_dense);
   for (size_t f = 0; f < spec_.feature_rows.size(); ++f) {
     if (spec_.feature_rows[f] <= 0)
       ThrowInvalid("bench data: feature_rows[", f, "] must be > 0, got ", spec_.feature_rows[f]);

@@ -26,8 +26,8 @@ struct BenchDataSpec {
   int32_t num_dense = 13;
   std::vector<int64_t> feature_rows;  // per sparse feature: its table's num_rows
   int64_t batch_size = 2048;
-  int32_t bag_size = 1;         // ids in every bag (0: all bags empty)
-  double zipf_exponent = 1.2;   // > 0, or 0 for uniform ids
+  int32_t bag_size = 1;        // ids in every bag (0: all bags empty)
+  double zipf_exponent = 1.2;  // > 0, or 0 for uniform ids
   uint64_t seed = 1;
 };
 

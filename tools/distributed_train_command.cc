@@ -1,5 +1,8 @@
 // `dlrm train` as one process of a multi-process job (DLRM_ROLE set): the coordinator, an
 // embedding server, or a trainer that trains its part of every global batch.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -9,19 +12,16 @@
 #include <string>
 #include <vector>
 
-#include <gflags/gflags.h>
-#include <glog/logging.h>
-
+#include "engine/checkpoint/sharded_checkpoint.h"
+#include "engine/cluster/cluster_env.h"
+#include "engine/cluster/coordinator.h"
 #include "engine/config/config.h"
 #include "engine/core/status.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/prefetcher.h"
-#include "engine/cluster/cluster_env.h"
-#include "engine/cluster/coordinator.h"
-#include "engine/train/trainer_role.h"
-#include "engine/ps/server_role.h"
-#include "engine/checkpoint/sharded_checkpoint.h"
 #include "engine/net/context.h"
+#include "engine/ps/server_role.h"
+#include "engine/train/trainer_role.h"
 #include "tools/commands.h"
 #include "tools/stopwatch.h"
 #include "tools/train_data.h"
@@ -76,7 +76,8 @@ std::string CheckpointToRestore(const std::string& path) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(path, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || !fs::exists(entry.path() / checkpoint::kManifestFile)) continue;
+    if (name.rfind("step-", 0) != 0 || !fs::exists(entry.path() / checkpoint::kManifestFile))
+      continue;
     const int64_t step = std::atoll(name.c_str() + 5);
     if (step > best_step) {
       best_step = step;
@@ -100,18 +101,17 @@ int TrainerMain(const cluster::ClusterEnv& env, const config::DlrmConfig& config
   train::DataParallelTrainer& trainer = job.trainer();
   const int32_t ranks = job.num_trainers(), rank = job.trainer_rank();
   if (FLAGS_batch_size <= 0 || FLAGS_batch_size % ranks != 0)
-    ThrowInvalid("--batch_size ", FLAGS_batch_size, " must be a positive multiple of the ",
-                 ranks, " trainers");
+    ThrowInvalid("--batch_size ", FLAGS_batch_size, " must be a positive multiple of the ", ranks,
+                 " trainers");
   const int64_t part = FLAGS_batch_size / ranks;
   const bool lead = rank == 0;
   const int64_t resumed = trainer.step();
   if (lead)
     LOG(INFO) << "job: " << ranks << " trainers, " << job.num_servers() << " servers, mode "
               << config::DistributedConfig::Mode_Name(config.distributed().mode())
-              << " (staleness bound " << StalenessBound(config.distributed())
-              << "), global batch " << FLAGS_batch_size << ", lookahead "
-              << Lookahead(config.distributed()) << (resumed ? ", resuming at step " : "")
-              << (resumed ? std::to_string(resumed) : "");
+              << " (staleness bound " << StalenessBound(config.distributed()) << "), global batch "
+              << FLAGS_batch_size << ", lookahead " << Lookahead(config.distributed())
+              << (resumed ? ", resuming at step " : "") << (resumed ? std::to_string(resumed) : "");
 
   auto start = Clock::now(), steady_start = start, last_log = start;
   int64_t steps = 0, steady_steps = 0, window_steps = 0;
@@ -126,8 +126,7 @@ int TrainerMain(const cluster::ClusterEnv& env, const config::DlrmConfig& config
         trainer.step() % FLAGS_checkpoint_every == 0)
       job.Checkpoint(CheckpointDir(trainer.step()));
     if (lead && SecondsSince(last_log) >= FLAGS_log_every_seconds) {
-      std::printf("step %lld  samples/s %.0f  loss %.5f\n",
-                  static_cast<long long>(trainer.step()),
+      std::printf("step %lld  samples/s %.0f  loss %.5f\n", static_cast<long long>(trainer.step()),
                   steps * FLAGS_batch_size / SecondsSince(start), window_loss / window_steps);
       std::fflush(stdout);
       window_loss = 0;
@@ -153,8 +152,8 @@ int TrainerMain(const cluster::ClusterEnv& env, const config::DlrmConfig& config
       const OwnedBatch mine = SliceBatch(batch.view(), rank * part, (rank + 1) * part);
       trainer.Enqueue(mine.view());
       if (static_cast<int64_t>(trainer.queued()) > lookahead) train_one();
-      done = FLAGS_max_steps > 0 && trainer.step() + static_cast<int64_t>(trainer.queued()) >=
-                                        FLAGS_max_steps;
+      done = FLAGS_max_steps > 0 &&
+             trainer.step() + static_cast<int64_t>(trainer.queued()) >= FLAGS_max_steps;
     }
   }
   while (trainer.queued() > 0) train_one();
@@ -194,9 +193,9 @@ bool DistributedRoleFromEnvironment() {
 
 int DistributedTrainCommand() {
   const cluster::ClusterEnv env = cluster::ClusterEnvFromEnvironment();
-  const std::string restore =
-      FLAGS_restore.empty() || env.role == net::ROLE_COORDINATOR ? ""
-                                                                 : CheckpointToRestore(FLAGS_restore);
+  const std::string restore = FLAGS_restore.empty() || env.role == net::ROLE_COORDINATOR
+                                  ? ""
+                                  : CheckpointToRestore(FLAGS_restore);
   if (env.role != net::ROLE_TRAINER) {
     ps::RunServingRole(env, JobConfig, restore);
     return 0;

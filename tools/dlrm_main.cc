@@ -1,10 +1,10 @@
 // `dlrm`: the command line over the engine (generate data, train, evaluate).
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
 #include <cstring>
 #include <iostream>
 #include <string>
-
-#include <gflags/gflags.h>
-#include <glog/logging.h>
 
 #include "engine/core/log.h"
 #include "engine/core/status.h"

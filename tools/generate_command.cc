@@ -1,13 +1,13 @@
 // dlrm generate: synthetic Criteo-like data whose labels come from a planted model.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gflags/gflags.h>
-#include <glog/logging.h>
 
 #include "engine/core/status.h"
 #include "engine/data/synthetic.h"
@@ -68,9 +68,9 @@ int GenerateCommand() {
   WriteText(test + ".bayes_auc", line);
   std::snprintf(line, sizeof line, "%.6f\n", train_auc);
   WriteText(train + ".bayes_auc", line);
-  LOG(INFO) << "wrote " << FLAGS_train_samples << " samples to " << train
-            << " (Bayes-optimal AUC " << train_auc << ") and " << FLAGS_test_samples
-            << " to " << test << " (Bayes-optimal AUC " << test_auc << ")";
+  LOG(INFO) << "wrote " << FLAGS_train_samples << " samples to " << train << " (Bayes-optimal AUC "
+            << train_auc << ") and " << FLAGS_test_samples << " to " << test
+            << " (Bayes-optimal AUC " << test_auc << ")";
   std::printf("bayes_optimal_auc_test=%.6f\n", test_auc);
   return 0;
 }

@@ -7,6 +7,8 @@
 // When a process fails, the others are given DLRM_TIMEOUT_MS (plus a grace period) to
 // notice and report it themselves, then killed; the exit code is 0 only if every
 // process succeeded.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -22,11 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include <gflags/gflags.h>
-#include <glog/logging.h>
-
-#include "engine/core/status.h"
 #include "engine/cluster/cluster_env.h"
+#include "engine/core/status.h"
 #include "tools/commands.h"
 
 DEFINE_int32(trainers, 2, "launch: number of trainer processes");
@@ -92,8 +91,9 @@ std::string Describe(int status) {
 
 int LaunchCommand(int argc, char** argv) {
   if (argc < 2)
-    ThrowInvalid("launch needs the command to run: dlrm launch --trainers T --servers S -- "
-                 "train --config ...");
+    ThrowInvalid(
+        "launch needs the command to run: dlrm launch --trainers T --servers S -- "
+        "train --config ...");
   if (FLAGS_trainers < 1 || FLAGS_servers < 1)
     ThrowInvalid("launch needs --trainers >= 1 and --servers >= 1");
   const int32_t world = FLAGS_trainers + FLAGS_servers;
@@ -143,8 +143,8 @@ int LaunchCommand(int argc, char** argv) {
           if (!failed) {
             failed = true;
             // The others get the timeout to notice and say what went wrong.
-            kill_at = Clock::now() + std::chrono::milliseconds(timeout_ms) +
-                      std::chrono::seconds(10);
+            kill_at =
+                Clock::now() + std::chrono::milliseconds(timeout_ms) + std::chrono::seconds(10);
           }
         }
       }

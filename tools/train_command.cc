@@ -1,13 +1,13 @@
 // dlrm train / dlrm eval: train on Criteo-format TSV with progress, evaluate, save.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gflags/gflags.h>
-#include <glog/logging.h>
 
 #include "engine/config/config.h"
 #include "engine/core/status.h"
@@ -46,8 +46,8 @@ int64_t CountLines(const std::string& path) {
 }
 
 EvalResult EvaluateFile(const Engine& engine, const std::string& path) {
-  const std::vector<OwnedBatch> batches = LoadBatches(path, engine.config(), FLAGS_eval_batch_size,
-                                                     FLAGS_skip_malformed);
+  const std::vector<OwnedBatch> batches =
+      LoadBatches(path, engine.config(), FLAGS_eval_batch_size, FLAGS_skip_malformed);
   return engine.Evaluate(ViewsOf(batches));
 }
 
@@ -63,8 +63,7 @@ int TrainCommand() {
   const int64_t lines = CountLines(FLAGS_train);
   const int64_t total_steps = FLAGS_epochs * ((lines + FLAGS_batch_size - 1) / FLAGS_batch_size);
   LOG(INFO) << "training on " << FLAGS_train << ": " << lines << " samples x " << FLAGS_epochs
-            << " epochs, batch " << FLAGS_batch_size << ", " << engine.num_threads()
-            << " threads";
+            << " epochs, batch " << FLAGS_batch_size << ", " << engine.num_threads() << " threads";
 
   const auto start = Clock::now();
   auto last_log = start;

@@ -10,13 +10,13 @@
 //    it). Inputs have random signs, as pre-activations do, which a branchy loop pays for.
 //  BM_DotInteractionForward / BM_DotInteractionBackward: the DOT interaction.
 // A FLOP/s counter gives GEMM efficiency; bytes are the operands read and written once.
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 #include "bench/micro/micro_bench.h"
 #include "engine/dense/interaction.h"
@@ -55,8 +55,7 @@ void LinearFwd(benchmark::State& state, int in, int out, int64_t n, Activation a
   SetRates(state, n, kFloat * (n * in + int64_t{in} * out + out + n * out), 2 * n * in * out);
 }
 
-void LinearBwd(benchmark::State& state, int in, int out, int64_t n, Activation act,
-               bool need_dx) {
+void LinearBwd(benchmark::State& state, int in, int out, int64_t n, Activation act, bool need_dx) {
   const auto x = Pattern(n * in, 1.0f, 4), grad = Pattern(n * out, 1e-3f, 5),
              W = Pattern(int64_t{out} * in, 0.05f, 6);
   // The layer's output, for the ReLU mask: about half of it zero.
@@ -137,23 +136,23 @@ void DotBwd(benchmark::State& state, const Interaction<float>* inter, int d, int
 }
 
 // sizes: {chunk rows, batch size}.
-void RegisterMlp(const std::string& prefix, int in, const config::MlpConfig& mlp,
-                 bool relu_last, const std::vector<int64_t>& sizes) {
+void RegisterMlp(const std::string& prefix, int in, const config::MlpConfig& mlp, bool relu_last,
+                 const std::vector<int64_t>& sizes) {
   for (int l = 0; l < mlp.layer_sizes_size(); ++l) {
     const int out = mlp.layer_sizes(l);
     const std::string layer =
         prefix + "." + std::to_string(l) + "/" + std::to_string(in) + "x" + std::to_string(out);
     const bool need_dx = !(prefix.find("bottom") != std::string::npos && l == 0);
-    const Activation act = relu_last || l + 1 < mlp.layer_sizes_size() ? Activation::kRelu
-                                                                         : Activation::kNone;
+    const Activation act =
+        relu_last || l + 1 < mlp.layer_sizes_size() ? Activation::kRelu : Activation::kNone;
     if (act == Activation::kRelu) {
       const std::string suffix = prefix + "." + std::to_string(l) + "/" + std::to_string(out) +
                                  "/n:" + std::to_string(sizes[0]);
-      benchmark::RegisterBenchmark(("BM_BiasReluForward/" + suffix).c_str(), BiasReluFwd,
-                                   sizes[0], out)
+      benchmark::RegisterBenchmark(("BM_BiasReluForward/" + suffix).c_str(), BiasReluFwd, sizes[0],
+                                   out)
           ->UseRealTime();
-      benchmark::RegisterBenchmark(("BM_ReluBackwardBiasGrad/" + suffix).c_str(),
-                                   ReluBwdBiasGrad, sizes[0], out)
+      benchmark::RegisterBenchmark(("BM_ReluBackwardBiasGrad/" + suffix).c_str(), ReluBwdBiasGrad,
+                                   sizes[0], out)
           ->UseRealTime();
     }
     for (const int64_t n : sizes) {
@@ -187,11 +186,13 @@ void RegisterDenseBenchmarks(const std::vector<ReferenceModel>& models) {
     for (const int64_t n : sizes) {
       const std::string suffix = ref.name + "/d:" + std::to_string(d) +
                                  "/F:" + std::to_string(num_features) + "/n:" + std::to_string(n);
-      benchmark::RegisterBenchmark(("BM_DotInteractionForward/" + suffix).c_str(),
-                                   [inter, d, n](benchmark::State& s) { DotFwd(s, inter.get(), d, n); })
+      benchmark::RegisterBenchmark(
+          ("BM_DotInteractionForward/" + suffix).c_str(),
+          [inter, d, n](benchmark::State& s) { DotFwd(s, inter.get(), d, n); })
           ->UseRealTime();
-      benchmark::RegisterBenchmark(("BM_DotInteractionBackward/" + suffix).c_str(),
-                                   [inter, d, n](benchmark::State& s) { DotBwd(s, inter.get(), d, n); })
+      benchmark::RegisterBenchmark(
+          ("BM_DotInteractionBackward/" + suffix).c_str(),
+          [inter, d, n](benchmark::State& s) { DotBwd(s, inter.get(), d, n); })
           ->UseRealTime();
     }
   }

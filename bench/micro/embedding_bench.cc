@@ -11,14 +11,14 @@
 // Bytes processed: forward, the rows read (ids x dim x 4); backward, the pooled gradient
 // read per id plus the read and write of each distinct row touched (and of its
 // accumulator for row-wise Adagrad).
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 #include "bench/micro/micro_bench.h"
 #include "engine/config/config.h"
@@ -96,7 +96,8 @@ std::unique_ptr<BatchSet> MakeBatches(const ReferenceModel& ref, const Tables& t
       const int64_t begin = vb.bag_begin(f, 0), end = vb.bag_begin(f + 1, 0);
       row_bytes += (end - begin) * dim_bytes;
       for (int64_t i = begin; i < end; ++i) {
-        if (seen.insert((static_cast<uint64_t>(table) << 40) | static_cast<uint64_t>(vb.view.ids[i]))
+        if (seen.insert((static_cast<uint64_t>(table) << 40) |
+                        static_cast<uint64_t>(vb.view.ids[i]))
                 .second)
           unique_bytes += dim_bytes;
       }
@@ -143,8 +144,8 @@ void BackwardUpdate(benchmark::State& state, std::shared_ptr<Lazy<Tables>> lazy_
   int64_t next = 0, ids = 0, bytes = 0, rows = 0, step = 0;
   for (auto _ : state) {
     const int64_t i = next++ % kNumBatches;
-    tables.bags->BackwardAndUpdate(set.batches[i], set.d_pooled.data(), *optimizer,
-                                   kLearningRate, ++step, &pool);
+    tables.bags->BackwardAndUpdate(set.batches[i], set.d_pooled.data(), *optimizer, kLearningRate,
+                                   ++step, &pool);
     benchmark::ClobberMemory();
     const int64_t num_ids = set.batches[i].view.num_ids;
     const int64_t grad_bytes = set.row_bytes[i];  // one pooled-gradient slice per id
@@ -154,8 +155,8 @@ void BackwardUpdate(benchmark::State& state, std::shared_ptr<Lazy<Tables>> lazy_
   }
   state.SetItemsProcessed(ids);
   state.SetBytesProcessed(bytes);
-  state.counters["rows/s"] = benchmark::Counter(static_cast<double>(rows),
-                                                benchmark::Counter::kIsRate);
+  state.counters["rows/s"] =
+      benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsRate);
 }
 
 }  // namespace
@@ -172,8 +173,7 @@ void RegisterEmbeddingBenchmarks(const std::vector<ReferenceModel>& models) {
     config::SparseOptimizerConfig config;
     int64_t state_bytes_per_row;
   };
-  const Optimizer optimizers[] = {{"sgd", sgd, 0},
-                                  {"rowwise_adagrad", rowwise, sizeof(float)}};
+  const Optimizer optimizers[] = {{"sgd", sgd, 0}, {"rowwise_adagrad", rowwise, sizeof(float)}};
 
   for (const ReferenceModel& ref : models) {
     const config::ModelConfig model = ref.config.model();
@@ -183,8 +183,8 @@ void RegisterEmbeddingBenchmarks(const std::vector<ReferenceModel>& models) {
       auto batches = std::make_shared<Lazy<BatchSet>>(
           [ref, tables, zipf] { return MakeBatches(ref, tables->Get(), zipf); });
       const std::string shape = ref.name + "/" + ids;
-      auto* fwd = benchmark::RegisterBenchmark(("BM_EmbeddingForward/" + shape).c_str(),
-                                               Forward, tables, batches);
+      auto* fwd = benchmark::RegisterBenchmark(("BM_EmbeddingForward/" + shape).c_str(), Forward,
+                                               tables, batches);
       fwd->UseRealTime()->Threads(1);
       if (MaxThreads() > 1) fwd->Threads(MaxThreads());
       for (const Optimizer& opt : optimizers) {

@@ -11,6 +11,7 @@
 // pages off or madvise-only); pages:huge asks for 2 MiB pages (MADV_HUGEPAGE), which
 // removes most TLB misses (and, in a VM, most nested page walks) from random lookups.
 // The label says how much of the table the kernel actually backed with huge pages.
+#include <benchmark/benchmark.h>
 #include <sys/mman.h>
 
 #include <cstdint>
@@ -23,15 +24,13 @@
 #include <string>
 #include <vector>
 
-#include <benchmark/benchmark.h>
-
 #include "bench/micro/micro_bench.h"
 
 namespace dlrm::bench {
 namespace {
 
 constexpr int64_t kTableBytes = int64_t{1} << 30;
-constexpr int64_t kNumIndices = int64_t{1} << 23;         // 8M lookups before repeating
+constexpr int64_t kNumIndices = int64_t{1} << 23;  // 8M lookups before repeating
 constexpr int64_t kLookupsPerIteration = int64_t{1} << 16;
 // Rows are prefetched this many lookups ahead (the indices are known in advance, as an
 // embedding bag's are, and the engine's kernels prefetch as far), so the probe keeps
@@ -160,10 +159,10 @@ void RegisterGatherBenchmarks() {
     auto indices = std::make_shared<Lazy<GatherIndices>>(
         [num_rows, dim] { return MakeIndices(num_rows, static_cast<uint64_t>(dim)); });
     for (const bool huge : {false, true}) {
-      const std::string name = "BM_RandomGather/dim:" + std::to_string(dim) +
-                               (huge ? "/pages:huge" : "/pages:4k");
-      auto* b = benchmark::RegisterBenchmark(name.c_str(), RandomGather, dim, tables[huge],
-                                             indices);
+      const std::string name =
+          "BM_RandomGather/dim:" + std::to_string(dim) + (huge ? "/pages:huge" : "/pages:4k");
+      auto* b =
+          benchmark::RegisterBenchmark(name.c_str(), RandomGather, dim, tables[huge], indices);
       b->UseRealTime()->Threads(1);
       if (MaxThreads() > 1) b->Threads(MaxThreads());
     }

@@ -1,12 +1,12 @@
 // dlrm_micro_bench: Google Benchmark over the engine's kernels. Accepts every
 // --benchmark_* flag (e.g. --benchmark_filter=Gather --benchmark_min_time=0.5); see
 // bench/README.md.
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <thread>
-
-#include <benchmark/benchmark.h>
 
 #include "bench/micro/micro_bench.h"
 

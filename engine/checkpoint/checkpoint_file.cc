@@ -1,5 +1,11 @@
 #include "engine/checkpoint/checkpoint_file.h"
 
+#include <fcntl.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -7,13 +13,6 @@
 #include <limits>
 #include <sstream>
 #include <utility>
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "engine/core/status.h"
 
@@ -67,11 +66,9 @@ void StoreLe32(uint32_t v, char* p) {
 
 size_t DTypeSize(checkpoint::TensorEntry::DType dtype) {
   switch (dtype) {
-    case checkpoint::TensorEntry::FLOAT32:
-      return 4;
+    case checkpoint::TensorEntry::FLOAT32: return 4;
     case checkpoint::TensorEntry::FLOAT64:
-    case checkpoint::TensorEntry::INT64:
-      return 8;
+    case checkpoint::TensorEntry::INT64: return 8;
   }
   return 0;
 }
@@ -111,7 +108,9 @@ bool TensorBytes(const Dims& shape, checkpoint::TensorEntry::DType dtype, uint64
   return true;
 }
 
-uint64_t AlignUp(uint64_t x) { return (x + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment; }
+uint64_t AlignUp(uint64_t x) {
+  return (x + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+}
 
 template <typename... Parts>
 [[noreturn]] void ThrowCorrupt(const std::string& path, Parts&&... parts) {
@@ -302,7 +301,8 @@ PeekResult PeekPayloadBytes(const unsigned char* data, size_t size, uint64_t* pa
         if (!in.ReadLittleEndian64(&u64)) return PeekResult::kMalformed;
         break;
       case 2:  // length-delimited
-        if (!in.ReadVarint32(&u32) || !in.Skip(static_cast<int>(u32))) return PeekResult::kMalformed;
+        if (!in.ReadVarint32(&u32) || !in.Skip(static_cast<int>(u32)))
+          return PeekResult::kMalformed;
         break;
       case 5:  // fixed32
         if (!in.ReadLittleEndian32(&u32)) return PeekResult::kMalformed;
@@ -359,11 +359,11 @@ uint32_t Crc32c(uint32_t crc, const void* data, size_t num_bytes) {
 // ---- writer -------------------------------------------------------------------------
 
 void CheckpointWriter::AddTensor(const std::string& name, checkpoint::TensorEntry::DType dtype,
-                                 std::vector<int64_t> shape, const void* data,
-                                 size_t num_bytes) {
+                                 std::vector<int64_t> shape, const void* data, size_t num_bytes) {
   if (name.empty()) ThrowInvalid("CheckpointWriter::AddTensor: empty tensor name");
   for (const Pending& t : tensors_) {
-    if (t.entry.name() == name) ThrowInvalid("CheckpointWriter::AddTensor: duplicate tensor '", name, "'");
+    if (t.entry.name() == name)
+      ThrowInvalid("CheckpointWriter::AddTensor: duplicate tensor '", name, "'");
   }
   if (!checkpoint::TensorEntry::DType_IsValid(dtype))
     ThrowInvalid("CheckpointWriter::AddTensor: tensor '", name, "': invalid ", DTypeName(dtype));
@@ -446,33 +446,35 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   const auto* data = reinterpret_cast<const unsigned char*>(bytes_.data());
 
   if (size < kPrefixBytes + kTrailerBytes)
-    ThrowCorrupt(path_, "truncated: expected at least ", kPrefixBytes + kTrailerBytes, " bytes, file has ", size);
-  if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0) ThrowCorrupt(path_, "bad magic (not a checkpoint file)");
+    ThrowCorrupt(path_, "truncated: expected at least ", kPrefixBytes + kTrailerBytes,
+                 " bytes, file has ", size);
+  if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0)
+    ThrowCorrupt(path_, "bad magic (not a checkpoint file)");
   const uint32_t version = LoadLe32(data + 8);
   if (version != kFormatVersion)
-    ThrowCorrupt(path_, "unsupported format version ", version, " (this build reads ", kFormatVersion, ")");
+    ThrowCorrupt(path_, "unsupported format version ", version, " (this build reads ",
+                 kFormatVersion, ")");
   const uint64_t header_bytes = LoadLe32(data + 12);
   if (kPrefixBytes + header_bytes + kTrailerBytes > size)
-    ThrowCorrupt(path_, "truncated: expected at least ", kPrefixBytes + header_bytes + kTrailerBytes,
-            " bytes for a header of ", header_bytes, " bytes, file has ", size);
+    ThrowCorrupt(path_, "truncated: expected at least ",
+                 kPrefixBytes + header_bytes + kTrailerBytes, " bytes for a header of ",
+                 header_bytes, " bytes, file has ", size);
 
   if (header_bytes > static_cast<uint64_t>(std::numeric_limits<int>::max()))
     ThrowCorrupt(path_, "header of ", header_bytes, " bytes is larger than protobuf allows");
 
   uint64_t payload_bytes = 0;
   switch (PeekPayloadBytes(data + kPrefixBytes, header_bytes, &payload_bytes)) {
-    case PeekResult::kFound:
-      break;
-    case PeekResult::kMissing:
-      ThrowCorrupt(path_, "header lacks payload_bytes");
-    case PeekResult::kMalformed:
-      ThrowCorrupt(path_, "header does not parse");
+    case PeekResult::kFound: break;
+    case PeekResult::kMissing: ThrowCorrupt(path_, "header lacks payload_bytes");
+    case PeekResult::kMalformed: ThrowCorrupt(path_, "header does not parse");
   }
   const uint64_t room = size - kPrefixBytes - header_bytes - kTrailerBytes;
   if (payload_bytes > room) {
     // A corrupt payload_bytes may be huge: name the expected size without overflowing.
     std::ostringstream expected;
-    if (payload_bytes > std::numeric_limits<uint64_t>::max() - kPrefixBytes - header_bytes - kTrailerBytes) {
+    if (payload_bytes >
+        std::numeric_limits<uint64_t>::max() - kPrefixBytes - header_bytes - kTrailerBytes) {
       expected << "more than 2^64";
     } else {
       expected << kPrefixBytes + header_bytes + payload_bytes + kTrailerBytes;
@@ -481,7 +483,7 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   }
   if (payload_bytes < room)
     ThrowCorrupt(path_, "expected ", kPrefixBytes + header_bytes + payload_bytes + kTrailerBytes,
-            " bytes, file has ", size, " (trailing data)");
+                 " bytes, file has ", size, " (trailing data)");
   if (std::memcmp(data + size - sizeof(kEndMarker), kEndMarker, sizeof(kEndMarker)) != 0)
     ThrowCorrupt(path_, "bad end marker");
   const uint32_t stored_crc = LoadLe32(data + size - kTrailerBytes);
@@ -508,11 +510,11 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
       ThrowCorrupt(path_, "tensor '", name, "': invalid shape ", ShapeString(entry.shape()));
     if (entry.num_bytes() != expected)
       ThrowCorrupt(path_, "tensor '", name, "': shape ", ShapeString(entry.shape()), " of ",
-              DTypeName(entry.dtype()), " needs ", expected, " bytes, entry says ",
-              entry.num_bytes());
+                   DTypeName(entry.dtype()), " needs ", expected, " bytes, entry says ",
+                   entry.num_bytes());
     if (entry.offset() > payload_bytes || entry.num_bytes() > payload_bytes - entry.offset())
       ThrowCorrupt(path_, "tensor '", name, "': bytes [", entry.offset(), ", +", entry.num_bytes(),
-              ") outside the payload of ", payload_bytes, " bytes");
+                   ") outside the payload of ", payload_bytes, " bytes");
     tensors_.emplace(name, entry);
   }
   metadata_.insert(header.metadata().begin(), header.metadata().end());
@@ -525,7 +527,9 @@ const std::string& CheckpointReader::Metadata(const std::string& key) const {
   return it->second;
 }
 
-bool CheckpointReader::HasTensor(const std::string& name) const { return tensors_.count(name) != 0; }
+bool CheckpointReader::HasTensor(const std::string& name) const {
+  return tensors_.count(name) != 0;
+}
 
 void CheckpointReader::ReadTensor(const std::string& name, checkpoint::TensorEntry::DType dtype,
                                   const std::vector<int64_t>& shape, void* dst) const {
@@ -537,8 +541,8 @@ void CheckpointReader::ReadTensor(const std::string& name, checkpoint::TensorEnt
     ThrowInvalid("checkpoint ", path_, ": tensor '", name, "': expected dtype ", DTypeName(dtype),
                  ", found ", DTypeName(entry.dtype()));
   if (!std::equal(shape.begin(), shape.end(), entry.shape().begin(), entry.shape().end()))
-    ThrowInvalid("checkpoint ", path_, ": tensor '", name, "': expected shape ",
-                 ShapeString(shape), ", found ", ShapeString(entry.shape()));
+    ThrowInvalid("checkpoint ", path_, ": tensor '", name, "': expected shape ", ShapeString(shape),
+                 ", found ", ShapeString(entry.shape()));
   if (entry.num_bytes() == 0) return;
   if (dst == nullptr) ThrowInvalid("checkpoint ", path_, ": tensor '", name, "': dst is null");
   std::memcpy(dst, bytes_.data() + payload_start_ + entry.offset(), entry.num_bytes());

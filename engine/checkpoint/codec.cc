@@ -93,9 +93,8 @@ void AddDenseTensors(const DlrmModel<float>& model, DenseOptimizer<float>& optim
     AddVector(DenseStateName(name), *buffer, writer);
 }
 
-void ReadDenseTensors(const CheckpointReader& reader, const DlrmModel<float>& model,
-                      float* params, const StateBufferList& state,
-                      std::set<std::string>* expected) {
+void ReadDenseTensors(const CheckpointReader& reader, const DlrmModel<float>& model, float* params,
+                      const StateBufferList& state, std::set<std::string>* expected) {
   for (const DenseParamInfo& info : model.dense_param_infos()) {
     if (expected) expected->insert(info.name);
     reader.ReadTensor(info.name, kF32, info.shape, params + info.offset);

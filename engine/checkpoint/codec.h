@@ -72,8 +72,7 @@ std::string StateNames(const Buffers& buffers) {
 }
 
 // A float vector as one tensor of its length.
-void AddVector(const std::string& name, const std::vector<float>& values,
-               CheckpointWriter* writer);
+void AddVector(const std::string& name, const std::vector<float>& values, CheckpointWriter* writer);
 
 // The dense parameters and the dense optimizer's state. optimizer is not const only
 // because StateBuffers() is not; it is only read.
@@ -84,8 +83,7 @@ using StateBufferList = std::vector<std::pair<std::string, std::vector<float>*>>
 // Reads what AddDenseTensors wrote into params (the model's dense_params() layout) and
 // into state (named like the optimizer's StateBuffers(), each already sized: the live
 // buffers of a fresh state, or staging copies); records every name read in expected.
-void ReadDenseTensors(const CheckpointReader& reader, const DlrmModel<float>& model,
-                      float* params, const StateBufferList& state,
-                      std::set<std::string>* expected = nullptr);
+void ReadDenseTensors(const CheckpointReader& reader, const DlrmModel<float>& model, float* params,
+                      const StateBufferList& state, std::set<std::string>* expected = nullptr);
 
 }  // namespace dlrm::checkpoint

@@ -1,5 +1,8 @@
 #include "engine/checkpoint/sharded_checkpoint.h"
 
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/message_differencer.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -7,9 +10,6 @@
 #include <set>
 #include <utility>
 #include <vector>
-
-#include <google/protobuf/text_format.h>
-#include <google/protobuf/util/message_differencer.h>
 
 #include "engine/checkpoint/checkpoint_file.h"
 #include "engine/checkpoint/codec.h"
@@ -94,8 +94,8 @@ void VerifyFile(const std::string& dir, const CheckpointFile& entry, const std::
     ThrowBadManifest(dir, "file ", name, " has ", found.num_bytes(), " bytes, MANIFEST records ",
                      entry.num_bytes());
   if (found.crc32c() != entry.crc32c())
-    ThrowBadManifest(dir, "file ", name, " has CRC32C ", Hex(found.crc32c()),
-                     ", MANIFEST records ", Hex(entry.crc32c()));
+    ThrowBadManifest(dir, "file ", name, " has CRC32C ", Hex(found.crc32c()), ", MANIFEST records ",
+                     Hex(entry.crc32c()));
 }
 
 }  // namespace
@@ -106,8 +106,8 @@ std::string ServerShardFile(int32_t server) {
   return buf;
 }
 
-void SaveDenseState(const DlrmModel<float>& model, DenseOptimizer<float>& optimizer,
-                    int64_t step, const std::string& path) {
+void SaveDenseState(const DlrmModel<float>& model, DenseOptimizer<float>& optimizer, int64_t step,
+                    const std::string& path) {
   CheckpointWriter writer;
   WriteStep(step, &writer);
   writer.SetMetadata("format", kDenseStateFormat);
@@ -171,15 +171,14 @@ CheckpointManifest ReadManifest(const std::string& dir) {
   const CheckpointReader reader(path);
   CheckFormat(reader, path, kManifestFormat);
   CheckpointManifest manifest;
-  const std::string errors =
-      ParseTextProto(RequiredMetadata(reader, path, "manifest"), &manifest);
+  const std::string errors = ParseTextProto(RequiredMetadata(reader, path, "manifest"), &manifest);
   if (!errors.empty()) ThrowBadManifest(dir, kManifestFile, " does not parse: ", errors);
 
   if (!manifest.has_step() || manifest.step() < 0)
     ThrowBadManifest(dir, kManifestFile, " has step ", manifest.step(), ", expected >= 0");
   if (manifest.num_servers() < 0 || manifest.servers_size() != manifest.num_servers())
-    ThrowBadManifest(dir, kManifestFile, " lists ", manifest.servers_size(),
-                     " server files for ", manifest.num_servers(), " servers");
+    ThrowBadManifest(dir, kManifestFile, " lists ", manifest.servers_size(), " server files for ",
+                     manifest.num_servers(), " servers");
   if (manifest.has_plan() && manifest.plan().num_servers() != manifest.num_servers())
     ThrowBadManifest(dir, kManifestFile, "'s plan has ", manifest.plan().num_servers(),
                      " servers, the manifest ", manifest.num_servers());

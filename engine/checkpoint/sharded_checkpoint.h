@@ -25,9 +25,9 @@
 
 #include "engine/checkpoint/manifest.pb.h"
 #include "engine/config/dlrm.pb.h"
-#include "engine/shard/plan.pb.h"
 #include "engine/model/dlrm_model.h"
 #include "engine/optim/dense_optimizer.h"
+#include "engine/shard/plan.pb.h"
 
 namespace dlrm::checkpoint {
 
@@ -41,8 +41,8 @@ std::string ServerShardFile(int32_t server);
 // Dense parameters (the names of Engine::Save: "bottom_mlp.0.weight", ...), the dense
 // optimizer's state ("dense_optimizer/<name>") and the step. optimizer is not const only
 // because StateBuffers() is not; it is only read.
-void SaveDenseState(const DlrmModel<float>& model, DenseOptimizer<float>& optimizer,
-                    int64_t step, const std::string& path);
+void SaveDenseState(const DlrmModel<float>& model, DenseOptimizer<float>& optimizer, int64_t step,
+                    const std::string& path);
 
 // Restores a SaveDenseState file and returns its step. Throws kIo / kDataLoss for an
 // unreadable or corrupt file, kFailedPrecondition naming the difference for a file of

@@ -97,17 +97,17 @@ void ParseMembership(const EnvLookup& lookup, ClusterEnv* env) {
     ThrowInvalid("DLRM_ROLE='", role, "' is not one of coordinator, server, trainer");
   }
   const std::string world = Required(lookup, "DLRM_WORLD_SIZE", "the number of servers + trainers");
-  env->world_size = static_cast<int32_t>(ParseIntVar(
-      "DLRM_WORLD_SIZE", world, 1, kMaxWorldSize, "[1, " + std::to_string(kMaxWorldSize) + "]"));
+  env->world_size = static_cast<int32_t>(ParseIntVar("DLRM_WORLD_SIZE", world, 1, kMaxWorldSize,
+                                                     "[1, " + std::to_string(kMaxWorldSize) + "]"));
   const std::optional<std::string> rank = lookup("DLRM_RANK");
   if (env->role == net::ROLE_COORDINATOR) {
     // Not used, but a launcher that sets it for every process must set it sanely.
     if (rank) ParseIntVar("DLRM_RANK", *rank, 0, kMaxWorldSize, "for the coordinator");
   } else {
     if (!rank) ThrowInvalid("DLRM_RANK is not set (required for DLRM_ROLE=", role, ")");
-    env->rank = static_cast<int32_t>(ParseIntVar(
-        "DLRM_RANK", *rank, 0, env->world_size - 1,
-        "[0, DLRM_WORLD_SIZE=" + std::to_string(env->world_size) + ")"));
+    env->rank = static_cast<int32_t>(
+        ParseIntVar("DLRM_RANK", *rank, 0, env->world_size - 1,
+                    "[0, DLRM_WORLD_SIZE=" + std::to_string(env->world_size) + ")"));
   }
 }
 
@@ -150,8 +150,9 @@ void ParseTransport(const EnvLookup& lookup, ClusterEnv* env) {
       ThrowInvalid("DLRM_COLLECTIVE='", *collective, "' is not builtin or gloo");
     }
     if (env->collective == ClusterEnv::Collective::kGloo && !env->secret.empty())
-      ThrowInvalid("DLRM_COLLECTIVE=gloo cannot be used with DLRM_SECRET: Gloo's connections "
-                   "are not authenticated (use DLRM_COLLECTIVE=builtin)");
+      ThrowInvalid(
+          "DLRM_COLLECTIVE=gloo cannot be used with DLRM_SECRET: Gloo's connections "
+          "are not authenticated (use DLRM_COLLECTIVE=builtin)");
   }
 }
 

@@ -4,9 +4,8 @@
 #include <sstream>
 #include <utility>
 
-#include "engine/core/log.h"
-
 #include "engine/cluster/roster.h"
+#include "engine/core/log.h"
 
 namespace dlrm::cluster {
 namespace {
@@ -76,7 +75,8 @@ net::Roster Coordinator::Rendezvous(milliseconds timeout) {
   }
   roster_ = roster;
   for (auto& h : hellos) endpoint_.Reply(*h, reply);
-  DLRM_LOG(kInfo) << "coordinator " << address() << ": rendezvous complete: " << DescribeRoster(roster);
+  DLRM_LOG(kInfo) << "coordinator " << address()
+                  << ": rendezvous complete: " << DescribeRoster(roster);
   return roster;
 }
 
@@ -91,7 +91,8 @@ void Coordinator::HandleDuringRendezvous(net::Received r,
   if (h.type() != net::Header::HELLO) {
     endpoint_.ReplyError(r, StatusCode::kFailedPrecondition,
                          "the coordinator is still waiting for peers to say HELLO and cannot "
-                         "handle " + net::MessageTypeName(h.type()) + " yet");
+                         "handle " +
+                             net::MessageTypeName(h.type()) + " yet");
     return;
   }
   const net::Hello& hello = h.hello();  // the decoder checked its fields are present
@@ -174,12 +175,8 @@ void Coordinator::Handle(net::Received r) {
       }
       return;
     }
-    case net::Header::BARRIER:
-      HandleBarrier(std::move(r));
-      return;
-    case net::Header::SHUTDOWN:
-      HandleShutdown(std::move(r));
-      return;
+    case net::Header::BARRIER: HandleBarrier(std::move(r)); return;
+    case net::Header::SHUTDOWN: HandleShutdown(std::move(r)); return;
     case net::Header::HEARTBEAT:
       endpoint_.Reply(r, net::MakeMessage(net::Header::HEARTBEAT));
       return;
@@ -245,8 +242,7 @@ void Coordinator::FailBarriersWaitingFor(int32_t rank) {
 void RunCoordinator(const net::Context& context, const ClusterEnv& env) {
   if (env.role != net::ROLE_COORDINATOR)
     ThrowInvalid("RunCoordinator with DLRM_ROLE=", RoleName(env.role));
-  Coordinator coordinator(context, env.world_size, env.CoordinatorBindEndpoint(),
-                          env.Transport());
+  Coordinator coordinator(context, env.world_size, env.CoordinatorBindEndpoint(), env.Transport());
   coordinator.Rendezvous(milliseconds(env.timeout_ms));
   coordinator.Serve();
 }

@@ -17,7 +17,7 @@ namespace dlrm::cluster {
 struct JobLayout {
   std::vector<std::string> server_addresses;   // by server index
   std::vector<std::string> trainer_addresses;  // by trainer index
-  int32_t index = -1;  // this process's number among its role
+  int32_t index = -1;                          // this process's number among its role
   shard::ShardingPlan plan;
 
   int32_t num_servers() const { return static_cast<int32_t>(server_addresses.size()); }

@@ -9,8 +9,7 @@ namespace {
 
 const ClusterEnv& CheckedPeerEnv(const ClusterEnv& env) {
   if (env.role != net::ROLE_SERVER && env.role != net::ROLE_TRAINER)
-    ThrowInvalid("CoordinatorClient needs DLRM_ROLE=server or trainer, not ",
-                 RoleName(env.role));
+    ThrowInvalid("CoordinatorClient needs DLRM_ROLE=server or trainer, not ", RoleName(env.role));
   if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size)
     ThrowInvalid("DLRM_RANK=", env.rank, " is out of range [0, DLRM_WORLD_SIZE=", env.world_size,
                  ")");
@@ -29,7 +28,7 @@ CoordinatorClient::~CoordinatorClient() {
     Leave();
   } catch (const Error& e) {
     DLRM_LOG(kWarning) << RoleName(env_.role) << " rank " << env_.rank
-                 << ": could not tell the coordinator it leaves: " << e.what();
+                       << ": could not tell the coordinator it leaves: " << e.what();
   }
 }
 
@@ -44,8 +43,8 @@ net::Roster CoordinatorClient::Rendezvous(const std::string& address) {
   try {
     reply = client_.Call(std::move(hello), std::chrono::milliseconds(env_.timeout_ms));
   } catch (const Error& e) {
-    Throw(e.code(), "rendezvous of ", RoleName(env_.role), " rank ", env_.rank, " failed: ",
-          e.what(),
+    Throw(e.code(), "rendezvous of ", RoleName(env_.role), " rank ", env_.rank,
+          " failed: ", e.what(),
           e.code() == StatusCode::kTimeout
               ? " (is the coordinator running at DLRM_COORDINATOR, and DLRM_SECRET the same?)"
               : "");
@@ -54,8 +53,7 @@ net::Roster CoordinatorClient::Rendezvous(const std::string& address) {
     Throw(StatusCode::kNetwork, "the coordinator answered HELLO with ",
           net::MessageTypeName(reply.header.type()), " instead of ROSTER");
   const net::Roster& roster = reply.header.roster();  // shape checked by the decoder
-  if (roster.world_size() != env_.world_size ||
-      roster.peers(env_.rank).role() != env_.role)
+  if (roster.world_size() != env_.world_size || roster.peers(env_.rank).role() != env_.role)
     Throw(StatusCode::kNetwork, "the coordinator's roster (world size ", roster.world_size(),
           ") does not list this ", RoleName(env_.role), " as rank ", env_.rank);
   joined_ = true;

@@ -3,8 +3,8 @@
 #include <optional>
 #include <sstream>
 
-#include "engine/core/status.h"
 #include "engine/cluster/cluster_env.h"
+#include "engine/core/status.h"
 
 namespace dlrm::cluster {
 namespace {

@@ -48,8 +48,7 @@ std::vector<std::string> LocalCommunicatorHub::Exchange(int32_t rank,
     cv_.notify_all();
   } else if (!cv_.wait_for(lock, timeout_, [&] { return generation_ != generation; })) {
     Throw(StatusCode::kTimeout, "communicator: rank ", rank, " waited ", timeout_.count(),
-          " ms in an all-gather that ", world_size_ - arrived_,
-          " rank(s) never joined");
+          " ms in an all-gather that ", world_size_ - arrived_, " rank(s) never joined");
   }
   std::vector<std::string> out = result_;
   if (--departed_ == 0) cv_.notify_all();

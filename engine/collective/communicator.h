@@ -46,7 +46,7 @@ class LocalCommunicatorHub {
   std::condition_variable cv_;
   uint64_t generation_ = 0;  // completed exchanges
   int32_t arrived_ = 0;
-  int32_t departed_ = 0;     // ranks that took the last result
+  int32_t departed_ = 0;  // ranks that took the last result
   std::vector<std::string> pending_, result_;
 };
 

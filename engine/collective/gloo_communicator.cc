@@ -7,21 +7,19 @@
 #include <utility>
 #include <vector>
 
-#include "engine/core/log.h"
-
 #include "engine/core/byte_codec.h"
+#include "engine/core/log.h"
 #include "engine/core/status.h"
 
 #ifdef DLRM_HAVE_GLOO
-#include <netdb.h>
-#include <sys/socket.h>
-
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #endif
 
 namespace dlrm::collective {
@@ -45,8 +43,8 @@ std::string NumericAddress(const std::string& host) {
                                   nullptr, 0, NI_NUMERICHOST);
   freeaddrinfo(found);
   if (name_rc != 0)
-    Throw(StatusCode::kNetwork, "gloo: no numeric address for '", host, "': ",
-          gai_strerror(name_rc));
+    Throw(StatusCode::kNetwork, "gloo: no numeric address for '", host,
+          "': ", gai_strerror(name_rc));
   return numeric;
 }
 
@@ -96,8 +94,8 @@ class GlooCommunicator : public Communicator {
     GatherStore store(bootstrap_.get());
     try {
       std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
-      context_ = std::make_shared<gloo::rendezvous::Context>(bootstrap_->rank(),
-                                                             bootstrap_->world_size());
+      context_ =
+          std::make_shared<gloo::rendezvous::Context>(bootstrap_->rank(), bootstrap_->world_size());
       context_->setTimeout(timeout_);
       context_->connectFullMesh(store, device);
     } catch (const Error&) {
@@ -107,7 +105,7 @@ class GlooCommunicator : public Communicator {
             host, " failed: ", e.what());
     }
     DLRM_LOG(kInfo) << "trainer " << rank() << ": all-gathers over Gloo (TCP at " << host << ", "
-              << world_size() << " trainers)";
+                    << world_size() << " trainers)";
   }
 
   int32_t rank() const override { return bootstrap_->rank(); }
@@ -142,8 +140,8 @@ class GlooCommunicator : public Communicator {
       for (int32_t r = 0; r < n; ++r) {
         std::memcpy(&sizes[r], slots.data() + r * slot_bytes, sizeof(int64_t));
         if (sizes[r] < 0)
-          Throw(StatusCode::kDataLoss, "gloo all-gather #", number_, ": trainer ", r,
-                " announced ", sizes[r], " bytes");
+          Throw(StatusCode::kDataLoss, "gloo all-gather #", number_, ": trainer ", r, " announced ",
+                sizes[r], " bytes");
         largest = std::max(largest, static_cast<size_t>(sizes[r]));
         // One byte more than the overflow, so no rank's part is empty (Gloo wants a
         // buffer on every rank).
@@ -204,8 +202,7 @@ std::unique_ptr<Communicator> MakeGlooCommunicator(std::unique_ptr<Communicator>
 bool GlooAvailable() { return false; }
 
 std::unique_ptr<Communicator> MakeGlooCommunicator(std::unique_ptr<Communicator>,
-                                                   const std::string&,
-                                                   std::chrono::milliseconds) {
+                                                   const std::string&, std::chrono::milliseconds) {
   Throw(StatusCode::kFailedPrecondition,
         "DLRM_COLLECTIVE=gloo: this libdlrm was built without Gloo (install libgloo-dev and "
         "rebuild), or use DLRM_COLLECTIVE=builtin");

@@ -4,7 +4,6 @@
 #include <optional>
 
 #include "engine/core/log.h"
-
 #include "engine/core/status.h"
 #include "engine/net/message.h"
 
@@ -75,13 +74,13 @@ std::vector<std::string> NetCommunicator::AllGather(const std::string& contribut
             " ms (a trainer died, hangs, or failed before this step)");
     }
     const net::Header& h = got->message.header;
-    const bool valid = h.type() == net::Header::ALLGATHER && h.has_step() &&
-                       h.has_sender_rank() && h.sender_rank() < size &&
-                       h.sender_rank() != rank_ && got->message.payloads.size() == 1 &&
+    const bool valid = h.type() == net::Header::ALLGATHER && h.has_step() && h.has_sender_rank() &&
+                       h.sender_rank() < size && h.sender_rank() != rank_ &&
+                       got->message.payloads.size() == 1 &&
                        got->message.payloads[0].dtype() == net::PayloadDescriptor::U8;
     if (!valid || h.step() < number) {
-      DLRM_LOG(kWarning) << "trainer " << rank_ << ": dropped " << net::DescribeMessage(got->message)
-                   << " during all-gather #" << number;
+      DLRM_LOG(kWarning) << "trainer " << rank_ << ": dropped "
+                         << net::DescribeMessage(got->message) << " during all-gather #" << number;
       continue;
     }
     const net::Payload& p = got->message.payloads[0];
@@ -92,8 +91,9 @@ std::vector<std::string> NetCommunicator::AllGather(const std::string& contribut
       early_[h.step()][from] = std::move(bytes);
       continue;
     }
-    if (have[from]) Throw(StatusCode::kDataLoss, "all-gather #", number, ": trainer ", from,
-                          " contributed twice");
+    if (have[from])
+      Throw(StatusCode::kDataLoss, "all-gather #", number, ": trainer ", from,
+            " contributed twice");
     all[from] = std::move(bytes);
     have[from] = true;
     --missing;

@@ -1,13 +1,13 @@
 #include "engine/config/config.h"
 
+#include <google/protobuf/text_format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
-
-#include <google/protobuf/text_format.h>
 
 #include "engine/config/text_proto.h"
 #include "engine/core/status.h"
@@ -35,8 +35,7 @@ void ValidateInitializer(const std::string& field, const config::Initializer& in
         ThrowInvalid(field, ".stddev must be >= 0 and mean finite, got mean=", init.mean(),
                      " stddev=", init.stddev());
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -65,8 +64,7 @@ void ValidateModel(const config::ModelConfig& model) {
     if (table.name().empty()) ThrowInvalid(field, ".name must not be empty");
     if (!table_names.insert(table.name()).second)
       ThrowInvalid(field, ".name \"", table.name(), "\" is used by another table");
-    if (table.num_rows() <= 0)
-      ThrowInvalid(field, ".num_rows must be > 0, got ", table.num_rows());
+    if (table.num_rows() <= 0) ThrowInvalid(field, ".num_rows must be > 0, got ", table.num_rows());
     if (table.dim() <= 0 || table.dim() > 65536)
       ThrowInvalid(field, ".dim must be in [1, 65536], got ", table.dim());
     if (table.num_rows() > std::numeric_limits<int64_t>::max() / table.dim() / 16)
@@ -91,23 +89,27 @@ void ValidateModel(const config::ModelConfig& model) {
   ValidateMlp("model.bottom_mlp", model, false);
   ValidateMlp("model.top_mlp", model, true);
   if (model.interaction() == config::ModelConfig::DOT) {
-    const int bottom_out = model.bottom_mlp().layer_sizes(model.bottom_mlp().layer_sizes_size() - 1);
+    const int bottom_out =
+        model.bottom_mlp().layer_sizes(model.bottom_mlp().layer_sizes_size() - 1);
     for (int f = 0; f < model.sparse_features_size(); ++f) {
       const auto& table = model.tables(FindTable(model, model.sparse_features(f).table()));
       if (table.dim() != bottom_out)
-        ThrowInvalid("model.interaction DOT needs every embedding dim to equal the bottom MLP's "
-                     "output width ", bottom_out, ", but model.sparse_features[", f, "] (\"",
-                     model.sparse_features(f).name(), "\") uses table \"", table.name(),
-                     "\" of dim ", table.dim());
+        ThrowInvalid(
+            "model.interaction DOT needs every embedding dim to equal the bottom MLP's "
+            "output width ",
+            bottom_out, ", but model.sparse_features[", f, "] (\"", model.sparse_features(f).name(),
+            "\") uses table \"", table.name(), "\" of dim ", table.dim());
     }
   }
 }
 
 void ValidateSchedule(const config::LrScheduleConfig& s) {
-  if (s.warmup_steps() < 0) ThrowInvalid("lr_schedule.warmup_steps must be >= 0, got ", s.warmup_steps());
+  if (s.warmup_steps() < 0)
+    ThrowInvalid("lr_schedule.warmup_steps must be >= 0, got ", s.warmup_steps());
   if (s.decay_start_step() < 0)
     ThrowInvalid("lr_schedule.decay_start_step must be >= 0, got ", s.decay_start_step());
-  if (s.decay_steps() < 0) ThrowInvalid("lr_schedule.decay_steps must be >= 0, got ", s.decay_steps());
+  if (s.decay_steps() < 0)
+    ThrowInvalid("lr_schedule.decay_steps must be >= 0, got ", s.decay_steps());
   if (!(s.decay_power() > 0) || !std::isfinite(s.decay_power()))
     ThrowInvalid("lr_schedule.decay_power must be > 0, got ", s.decay_power());
   if (!(s.end_factor() >= 0 && s.end_factor() <= 1))

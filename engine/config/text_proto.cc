@@ -11,8 +11,8 @@ class CollectErrors : public google::protobuf::io::ErrorCollector {
   void AddError(int line, google::protobuf::io::ColumnNumber column,
                 const std::string& message) override {
     if (!text_.empty()) text_ += "; ";
-    text_ += "line " + std::to_string(line + 1) + ", column " + std::to_string(column + 1) +
-             ": " + message;
+    text_ += "line " + std::to_string(line + 1) + ", column " + std::to_string(column + 1) + ": " +
+             message;
   }
   void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
   const std::string& text() const { return text_; }

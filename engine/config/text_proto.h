@@ -2,9 +2,9 @@
 // checkpoint manifest).
 #pragma once
 
-#include <string>
-
 #include <google/protobuf/message.h>
+
+#include <string>
 
 namespace dlrm {
 

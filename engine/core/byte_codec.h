@@ -69,8 +69,8 @@ class ByteReader {
     // Checked against the bytes left before allocating: a forged count cannot make us
     // reserve more memory than the message itself occupies.
     if (count > remaining() / sizeof(T))
-      Throw(StatusCode::kDataLoss, context_, ": ", what, " claims ", count,
-            " values but only ", remaining(), " bytes remain");
+      Throw(StatusCode::kDataLoss, context_, ": ", what, " claims ", count, " values but only ",
+            remaining(), " bytes remain");
     out->resize(static_cast<size_t>(count));
     if (count > 0) std::memcpy(out->data(), bytes_.data() + pos_, count * sizeof(T));
     pos_ += count * sizeof(T);
@@ -89,8 +89,8 @@ class ByteReader {
   size_t remaining() const { return bytes_.size() - pos_; }
   // kDataLoss if bytes are left over.
   void ExpectEnd() const {
-    if (remaining() != 0) Throw(StatusCode::kDataLoss, context_, ": ", remaining(),
-                                " trailing bytes");
+    if (remaining() != 0)
+      Throw(StatusCode::kDataLoss, context_, ": ", remaining(), " trailing bytes");
   }
 
  private:

@@ -60,8 +60,8 @@ struct LogVoidify {
 
 // A whole expression (no dangling else): `&` binds looser than `<<`, so the message is
 // streamed first and the statement's value is void either way.
-#define DLRM_LOG(level)                                                   \
-  !::dlrm::LogEnabled(::dlrm::LogLevel::level)                            \
-      ? (void)0                                                           \
-      : ::dlrm::LogVoidify() &                                            \
+#define DLRM_LOG(level)                        \
+  !::dlrm::LogEnabled(::dlrm::LogLevel::level) \
+      ? (void)0                                \
+      : ::dlrm::LogVoidify() &                 \
             ::dlrm::LogLine(::dlrm::LogLevel::level, __FILE__, __LINE__).stream()

@@ -18,8 +18,7 @@ class ObjectPool {
  public:
   class Lease {
    public:
-    Lease(ObjectPool* pool, std::unique_ptr<T> object)
-        : pool_(pool), object_(std::move(object)) {}
+    Lease(ObjectPool* pool, std::unique_ptr<T> object) : pool_(pool), object_(std::move(object)) {}
     Lease(Lease&&) noexcept = default;
     Lease& operator=(Lease&&) = delete;
     Lease(const Lease&) = delete;

@@ -28,8 +28,7 @@ const char* StatusCodeName(StatusCode code);
 
 class Error : public std::runtime_error {
  public:
-  Error(StatusCode code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+  Error(StatusCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
   StatusCode code() const { return code_; }
 
  private:
@@ -52,9 +51,9 @@ template <typename... Parts>
 }  // namespace dlrm
 
 // Checks an invariant the engine itself guarantees; failing means a bug, not bad input.
-#define DLRM_INTERNAL_CHECK(cond)                                                  \
-  do {                                                                             \
-    if (!(cond))                                                                   \
-      ::dlrm::Throw(::dlrm::StatusCode::kInternal, "internal check failed: " #cond \
-                    " at " __FILE__ ":", __LINE__);                                \
+#define DLRM_INTERNAL_CHECK(cond)                                                   \
+  do {                                                                              \
+    if (!(cond))                                                                    \
+      ::dlrm::Throw(::dlrm::StatusCode::kInternal,                                  \
+                    "internal check failed: " #cond " at " __FILE__ ":", __LINE__); \
   } while (0)

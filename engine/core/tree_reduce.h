@@ -29,9 +29,9 @@ void TreeReduceInto(const std::vector<T*>& partials, size_t count, ThreadPool* p
       }
     }
   };
-  const int64_t parts = pool ? std::min<int64_t>(pool->num_threads() * 4,
-                                                 static_cast<int64_t>((count + 4095) / 4096))
-                             : 1;
+  const int64_t parts =
+      pool ? std::min<int64_t>(pool->num_threads() * 4, static_cast<int64_t>((count + 4095) / 4096))
+           : 1;
   if (pool == nullptr || parts <= 1) {
     reduce_range(0, count);
     return;

@@ -7,8 +7,7 @@
 namespace dlrm {
 
 ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
-                             const std::vector<SparseFeatureSpec>& features,
-                             bool require_labels) {
+                             const std::vector<SparseFeatureSpec>& features, bool require_labels) {
   const int64_t B = batch.batch_size;
   if (B <= 0) ThrowInvalid("batch.batch_size must be > 0, got ", B);
   if (batch.num_dense != expected_dense)
@@ -34,8 +33,7 @@ ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
     for (int64_t b = 0; b < B; ++b) {
       const float y = batch.labels[b];
       if (!std::isfinite(y)) ThrowInvalid("batch.labels[", b, "] is not finite (", y, ")");
-      if (y < 0.0f || y > 1.0f)
-        ThrowInvalid("batch.labels[", b, "] = ", y, " is outside [0, 1]");
+      if (y < 0.0f || y > 1.0f) ThrowInvalid("batch.labels[", b, "] = ", y, " is outside [0, 1]");
     }
   }
 
@@ -102,7 +100,8 @@ OwnedBatch CopyBatch(const BatchView& view) {
   b.num_sparse = view.num_sparse;
   b.dense.assign(view.dense, view.dense + view.batch_size * view.num_dense);
   if (view.labels) b.labels.assign(view.labels, view.labels + view.batch_size);
-  b.lengths.assign(view.lengths, view.lengths + static_cast<int64_t>(view.num_sparse) * view.batch_size);
+  b.lengths.assign(view.lengths,
+                   view.lengths + static_cast<int64_t>(view.num_sparse) * view.batch_size);
   b.ids.assign(view.ids, view.ids + view.num_ids);
   if (view.weights) b.weights.assign(view.weights, view.weights + view.num_ids);
   return b;

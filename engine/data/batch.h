@@ -16,14 +16,14 @@ struct BatchView {
   int32_t num_sparse = 0;
   const int32_t* lengths = nullptr;  // [num_sparse x batch_size]
   int64_t num_ids = 0;
-  const int64_t* ids = nullptr;      // [num_ids]
-  const float* weights = nullptr;    // [num_ids] or null (all 1)
+  const int64_t* ids = nullptr;    // [num_ids]
+  const float* weights = nullptr;  // [num_ids] or null (all 1)
 };
 
 // What the engine knows about the tables a batch will be looked up in.
 struct SparseFeatureSpec {
-  int32_t table = 0;       // table index
-  int64_t num_rows = 0;    // valid ids are [0, num_rows)
+  int32_t table = 0;     // table index
+  int64_t num_rows = 0;  // valid ids are [0, num_rows)
 };
 
 // A batch that passed validation, plus derived indexing: offsets[f * B + b] is where bag

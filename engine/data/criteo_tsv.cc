@@ -80,8 +80,7 @@ void ValidateOptions(const CriteoOptions& options) {
                  options.table_rows.size());
   for (size_t f = 0; f < options.table_rows.size(); ++f) {
     if (options.table_rows[f] <= 0)
-      ThrowInvalid("CriteoOptions.table_rows[", f, "] must be > 0, got ",
-                   options.table_rows[f]);
+      ThrowInvalid("CriteoOptions.table_rows[", f, "] must be > 0, got ", options.table_rows[f]);
   }
 }
 
@@ -119,12 +118,9 @@ bool ParseCriteoLine(const std::string& line, const std::vector<int64_t>& table_
     } else if (k <= kNumDense) {
       int64_t value = 0;
       switch (ParseDenseInt(field, &value)) {
-        case IntResult::kOk:
-          break;
-        case IntResult::kMalformed:
-          return Fail(error, k, "not an integer:", field);
-        case IntResult::kOutOfRange:
-          return Fail(error, k, "integer out of range:", field);
+        case IntResult::kOk: break;
+        case IntResult::kMalformed: return Fail(error, k, "not an integer:", field);
+        case IntResult::kOutOfRange: return Fail(error, k, "integer out of range:", field);
       }
       row->dense[k - 1] = CriteoDenseValue(value);
     } else {
@@ -154,7 +150,8 @@ CriteoTsvReader::CriteoTsvReader(const std::string& path, CriteoOptions options)
   in_.open(path_, std::ios::in | std::ios::binary);
   if (!in_.is_open()) {
     const int err = errno;
-    Throw(StatusCode::kIo, path_, ": cannot open: ", err != 0 ? std::strerror(err) : "unknown error");
+    Throw(StatusCode::kIo, path_,
+          ": cannot open: ", err != 0 ? std::strerror(err) : "unknown error");
   }
 }
 

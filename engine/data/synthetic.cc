@@ -14,8 +14,8 @@
 #include "engine/core/metrics.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
-#include "engine/core/zipf.h"
 #include "engine/core/thread_pool.h"
+#include "engine/core/zipf.h"
 #include "engine/data/criteo_dense.h"
 
 namespace dlrm {
@@ -23,10 +23,10 @@ namespace {
 
 // Sub-streams of kStreamSynthetic. Each consumer gets its own, so e.g. adding a dense
 // feature does not change any id drawn.
-constexpr uint64_t kGlobalStream = 0;      // index 0: mu/sigma, index 1: dense weights
-constexpr uint64_t kSampleStream = 1;      // index i: dense normals, then the label uniform
-constexpr uint64_t kScrambleStream = 2;    // index f: rank -> id scramble of feature f
-constexpr uint64_t kZipfStreamBase = 1ull << 20;   // + f, index i: Zipf uniforms
+constexpr uint64_t kGlobalStream = 0;             // index 0: mu/sigma, index 1: dense weights
+constexpr uint64_t kSampleStream = 1;             // index i: dense normals, then the label uniform
+constexpr uint64_t kScrambleStream = 2;           // index f: rank -> id scramble of feature f
+constexpr uint64_t kZipfStreamBase = 1ull << 20;  // + f, index i: Zipf uniforms
 constexpr uint64_t kIdParamStreamBase = 2ull << 20;  // + f, index id: w_f(id), u_f(id)
 
 // CounterRng spreads an index over the low 64 counter bits as (index << 20) ^ (j >> 2), so
@@ -37,13 +37,13 @@ constexpr int32_t kMaxDense = 4096;
 constexpr int32_t kMaxLatentDim = 1024;
 // Uniforms per (stream, index) are addressed by j < 2^22; leave the Zipf loop well inside.
 constexpr uint64_t kMaxZipfAttempts = uint64_t{1} << 21;
-constexpr int64_t kCenteringSamples = 2048;  // std error of the center ~ 0.04 logits
+constexpr int64_t kCenteringSamples = 2048;            // std error of the center ~ 0.04 logits
 constexpr int64_t kMaxCount = (int64_t{1} << 31) - 1;  // a Criteo count is a 32-bit int
 
 constexpr int kTsvDense = 13;
 constexpr size_t kTsvSparse = 26;
 constexpr int64_t kMaxTsvCardinality = int64_t{1} << 32;  // ids are written as 8 hex digits
-constexpr int64_t kTsvChunk = 1024;       // samples formatted by one task
+constexpr int64_t kTsvChunk = 1024;                       // samples formatted by one task
 constexpr unsigned kMaxTsvThreads = 16;
 
 uint64_t MulMod(uint64_t a, uint64_t b, uint64_t n) {
@@ -83,10 +83,9 @@ void ValidateSpec(const SyntheticSpec& spec) {
   if (spec.zipf_exponent <= 0)
     ThrowInvalid("SyntheticSpec.zipf_exponent must be > 0, got ", spec.zipf_exponent);
   CheckFinite(spec.bias, "bias");
-  const std::pair<double, const char*> scales[] = {
-      {spec.id_effect_scale, "id_effect_scale"},
-      {spec.interaction_scale, "interaction_scale"},
-      {spec.dense_effect_scale, "dense_effect_scale"}};
+  const std::pair<double, const char*> scales[] = {{spec.id_effect_scale, "id_effect_scale"},
+                                                   {spec.interaction_scale, "interaction_scale"},
+                                                   {spec.dense_effect_scale, "dense_effect_scale"}};
   for (const auto& [value, field] : scales) {
     CheckFinite(value, field);
     if (value < 0) ThrowInvalid("SyntheticSpec.", field, " must be >= 0, got ", value);
@@ -278,7 +277,8 @@ double SyntheticGenerator::WriteTsv(const std::string& path, int64_t first, int6
         probabilities[b] = sample.probability;
         labels[b] = sample.label;
         text.push_back(sample.label > 0.5f ? '1' : '0');
-        for (const int64_t v : sample.dense_counts) AppendField(&text, static_cast<uint64_t>(v), 10);
+        for (const int64_t v : sample.dense_counts)
+          AppendField(&text, static_cast<uint64_t>(v), 10);
         for (const int64_t id : sample.ids) AppendField(&text, static_cast<uint64_t>(id), 16);
         text.push_back('\n');
       }

@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "engine/core/zipf.h"
-
 #include "engine/data/batch.h"
 
 namespace dlrm {
@@ -31,10 +30,10 @@ struct SyntheticSpec {
   int32_t latent_dim = 4;
   // Defaults: with 26 features of a few thousand ids and 13 dense features, the label
   // mean is ~0.30 and the Bayes AUC ~0.80 (Criteo-like).
-  double bias = -1.1;                // the mean planted logit: sets the base click rate
-  double id_effect_scale = 0.22;     // stddev of w_f(id)
-  double interaction_scale = 0.12;   // stddev of each u_f(id) component
-  double dense_effect_scale = 0.2;   // stddev of a_j
+  double bias = -1.1;               // the mean planted logit: sets the base click rate
+  double id_effect_scale = 0.22;    // stddev of w_f(id)
+  double interaction_scale = 0.12;  // stddev of each u_f(id) component
+  double dense_effect_scale = 0.2;  // stddev of a_j
 };
 
 struct SyntheticSample {

@@ -74,14 +74,14 @@ DLRM_AVX2 void DotInteractionBackwardAvx2(const float* x, const float* pooled, c
       __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
       int j = 0;
       for (; j + 1 < n; j += 2) {
-        even = _mm256_fmadd_ps(_mm256_broadcast_ss(mi + j),
-                               _mm256_loadu_ps(Z(x, pooled, d, j) + k), even);
+        even = _mm256_fmadd_ps(_mm256_broadcast_ss(mi + j), _mm256_loadu_ps(Z(x, pooled, d, j) + k),
+                               even);
         odd = _mm256_fmadd_ps(_mm256_broadcast_ss(mi + j + 1),
                               _mm256_loadu_ps(Z(x, pooled, d, j + 1) + k), odd);
       }
       if (j < n) {
-        even = _mm256_fmadd_ps(_mm256_broadcast_ss(mi + j),
-                               _mm256_loadu_ps(Z(x, pooled, d, j) + k), even);
+        even = _mm256_fmadd_ps(_mm256_broadcast_ss(mi + j), _mm256_loadu_ps(Z(x, pooled, d, j) + k),
+                               even);
       }
       __m256 sum = _mm256_add_ps(even, odd);
       if (i == 0) sum = _mm256_add_ps(_mm256_loadu_ps(dz + k), sum);
@@ -96,8 +96,8 @@ DLRM_AVX2 void DotInteractionBackwardAvx2(const float* x, const float* pooled, c
 
 namespace dlrm {
 void DotInteractionForwardAvx2(const float*, const float*, int, int, float*) {}
-void DotInteractionBackwardAvx2(const float*, const float*, const float*, int, int, float*,
-                                float*, float*) {}
+void DotInteractionBackwardAvx2(const float*, const float*, const float*, int, int, float*, float*,
+                                float*) {}
 }  // namespace dlrm
 
 #endif

@@ -16,7 +16,6 @@ void DotInteractionForwardAvx2(const float* x, const float* pooled, int num_feat
 // (g symmetric). dx [d] += dz_0 (dx holds the pass-through gradient on entry);
 // dpooled [F * d] = dz_1..F (overwritten). scratch holds (F + 1)^2 floats.
 void DotInteractionBackwardAvx2(const float* x, const float* pooled, const float* g,
-                                int num_features, int d, float* dx, float* dpooled,
-                                float* scratch);
+                                int num_features, int d, float* dx, float* dpooled, float* scratch);
 
 }  // namespace dlrm

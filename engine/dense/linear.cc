@@ -56,12 +56,11 @@ void LinearBackward(const T* x, const T* y, T* dy, int64_t n, int in, int out, c
   if (dx != nullptr) Gemm<T>(false, false, n, in, out, T(1), dy, out, W, in, T(0), dx, in);
 }
 
-#define DLRM_INSTANTIATE_LINEAR(T)                                                          \
-  template void LinearForward<T>(const T*, int64_t, int, int, const T*, const T*, Activation, \
-                                 T*);                                                       \
-  template void LinearBackward<T>(const T*, const T*, T*, int64_t, int, int, const T*,      \
-                                  Activation, T*, T*, T*);                                  \
-  template void BiasActivationForward<T>(T*, const T*, int64_t, int, Activation);           \
+#define DLRM_INSTANTIATE_LINEAR(T)                                                                 \
+  template void LinearForward<T>(const T*, int64_t, int, int, const T*, const T*, Activation, T*); \
+  template void LinearBackward<T>(const T*, const T*, T*, int64_t, int, int, const T*, Activation, \
+                                  T*, T*, T*);                                                     \
+  template void BiasActivationForward<T>(T*, const T*, int64_t, int, Activation);                  \
   template void ActivationBackwardBiasGrad<T>(const T*, T*, int64_t, int, Activation, T*);
 
 DLRM_INSTANTIATE_LINEAR(float)

@@ -48,8 +48,8 @@ class Mlp {
   // dy [n x out_dim] is the loss gradient w.r.t. the last output (post-activation).
   // Overwrites this MLP's range of `grads` (absolute offsets) with the chunk's gradient
   // and writes dx [n x in] unless dx is null.
-  void Backward(const T* params, const T* x, const T* acts, const T* dy, int64_t n, T* grads,
-                T* dx, T* scratch) const;
+  void Backward(const T* params, const T* x, const T* acts, const T* dy, int64_t n, T* grads, T* dx,
+                T* scratch) const;
 
  private:
   // ReLU after every layer but the last, and after the last too when relu_last.

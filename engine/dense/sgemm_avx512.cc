@@ -113,7 +113,8 @@ DLRM_AVX512 void PackB(bool trans_b, const float* B, int64_t ldb, int64_t k0, in
       const __mmask16 m0 = LaneMask(cols), m1 = LaneMask(cols - kLanes);
       for (int64_t k = 0; k < kc; ++k) {
         _mm512_store_ps(panel + k * kNr, _mm512_maskz_loadu_ps(m0, src + k * ldb));
-        _mm512_store_ps(panel + k * kNr + kLanes, _mm512_maskz_loadu_ps(m1, src + k * ldb + kLanes));
+        _mm512_store_ps(panel + k * kNr + kLanes,
+                        _mm512_maskz_loadu_ps(m1, src + k * ldb + kLanes));
       }
       continue;
     }
@@ -209,8 +210,8 @@ void SgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 #include "engine/core/status.h"
 
 namespace dlrm {
-void SgemmAvx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                 const float*, int64_t, float, float*, int64_t) {
+void SgemmAvx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                 int64_t, float, float*, int64_t) {
   DLRM_INTERNAL_CHECK(false && "SgemmAvx512 on a CPU without AVX-512");
 }
 }  // namespace dlrm

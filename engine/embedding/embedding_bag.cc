@@ -168,8 +168,8 @@ void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0,
 
 template <typename T>
 struct EmbeddingBagCollection<T>::Workspace {
-  std::vector<GradSource<T>> sources;  // per id occurrence
-  std::vector<Touch> touches, scratch;  // per id occurrence, grouped by table
+  std::vector<GradSource<T>> sources;           // per id occurrence
+  std::vector<Touch> touches, scratch;          // per id occurrence, grouped by table
   std::vector<int64_t> table_begin, table_end;  // a table's touches: [begin, end)
   // Per table, the start of each run of one id in touches (filled by one task per table),
   // then concatenated into segment_begin / segment_end / segment_table.
@@ -182,8 +182,7 @@ template <typename T>
 EmbeddingBagCollection<T>::~EmbeddingBagCollection() = default;
 
 template <typename T>
-void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch,
-                                                  const T* d_pooled,
+void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch, const T* d_pooled,
                                                   SparseOptimizer<T>& optimizer, float lr,
                                                   int64_t step, ThreadPool* pool,
                                                   const std::vector<RowRange>* row_ranges) {

@@ -59,8 +59,8 @@ class EmbeddingBagCollection {
   // outside it are skipped, the others update local row id - begin. Every id's sum is
   // formed exactly as without ranges, so shards reproduce the whole table's update.
   void BackwardAndUpdate(const ValidatedBatch& batch, const T* d_pooled,
-                         SparseOptimizer<T>& optimizer, float lr, int64_t step,
-                         ThreadPool* pool, const std::vector<RowRange>* row_ranges = nullptr);
+                         SparseOptimizer<T>& optimizer, float lr, int64_t step, ThreadPool* pool,
+                         const std::vector<RowRange>* row_ranges = nullptr);
 
  private:
   struct Workspace;  // the backward's index arrays, kept at their peak size across steps

@@ -19,20 +19,17 @@ size_t CheckedElementCount(const std::string& name, int64_t num_rows, int32_t di
   if (dim <= 0) ThrowInvalid("table '", name, "': dim must be > 0, got ", dim);
   const auto max_elements = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   if (static_cast<uint64_t>(num_rows) > max_elements / static_cast<uint64_t>(dim))
-    ThrowInvalid("table '", name, "': num_rows * dim (", num_rows, " * ", dim,
-                 ") is too large");
+    ThrowInvalid("table '", name, "': num_rows * dim (", num_rows, " * ", dim, ") is too large");
   return static_cast<size_t>(num_rows) * static_cast<size_t>(dim);
 }
 
 void ValidateInitializer(const std::string& name, const config::Initializer& init) {
   switch (init.kind()) {
     case config::Initializer::DEFAULT:
-    case config::Initializer::ZEROS:
-      return;
+    case config::Initializer::ZEROS: return;
     case config::Initializer::UNIFORM:
       // Written as !(low < high) so that NaN bounds are rejected too.
-      if (!std::isfinite(init.low()) || !std::isfinite(init.high()) ||
-          !(init.low() < init.high()))
+      if (!std::isfinite(init.low()) || !std::isfinite(init.high()) || !(init.low() < init.high()))
         ThrowInvalid("table '", name, "': initializer.low (", init.low(),
                      ") must be finite and < initializer.high (", init.high(), ")");
       return;
@@ -84,8 +81,8 @@ void EmbeddingTable<T>::Initialize(const config::Initializer& init, uint64_t see
 
 template <typename T>
 void EmbeddingTable<T>::InitializeShard(const config::Initializer& init, uint64_t seed,
-                                        int32_t table_index, int64_t full_rows,
-                                        int64_t row_begin, int32_t col_begin) {
+                                        int32_t table_index, int64_t full_rows, int64_t row_begin,
+                                        int32_t col_begin) {
   ValidateInitializer(name_, init);
   if (table_index < 0)
     ThrowInvalid("table '", name_, "': table_index must be >= 0, got ", table_index);
@@ -93,31 +90,28 @@ void EmbeddingTable<T>::InitializeShard(const config::Initializer& init, uint64_
     ThrowInvalid("table '", name_, "': shard rows [", row_begin, ", ", row_begin + num_rows_,
                  ") from column ", col_begin, " do not fit a table of ", full_rows, " rows");
   switch (init.kind()) {
-    case config::Initializer::ZEROS:
-      std::fill(data_.begin(), data_.end(), T(0));
-      return;
+    case config::Initializer::ZEROS: std::fill(data_.begin(), data_.end(), T(0)); return;
     case config::Initializer::DEFAULT: {
       const double bound = 1.0 / std::sqrt(static_cast<double>(full_rows));
       FillRows(*this, seed, table_index, row_begin, col_begin,
                [bound](const CounterRng& rng, uint64_t j) {
-        return -bound + 2.0 * bound * rng.Uniform(j);
-      });
+                 return -bound + 2.0 * bound * rng.Uniform(j);
+               });
       return;
     }
     case config::Initializer::UNIFORM: {
       const double low = init.low(), width = static_cast<double>(init.high()) - init.low();
-      FillRows(*this, seed, table_index, row_begin, col_begin,
-               [low, width](const CounterRng& rng, uint64_t j) {
-        return low + width * rng.Uniform(j);
-      });
+      FillRows(
+          *this, seed, table_index, row_begin, col_begin,
+          [low, width](const CounterRng& rng, uint64_t j) { return low + width * rng.Uniform(j); });
       return;
     }
     case config::Initializer::NORMAL: {
       const double mean = init.mean(), stddev = init.stddev();
       FillRows(*this, seed, table_index, row_begin, col_begin,
                [mean, stddev](const CounterRng& rng, uint64_t j) {
-        return mean + stddev * rng.Normal(j);
-      });
+                 return mean + stddev * rng.Normal(j);
+               });
       return;
     }
   }

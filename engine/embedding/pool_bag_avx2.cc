@@ -18,8 +18,8 @@ constexpr int32_t kBlockVectors = 8;  // 64 columns: 8 accumulators, half the re
 // Columns [col, col + V * 8) of the bag; prefetches only when asked (the first block).
 template <int V>
 DLRM_AVX2_NO_FMA void PoolBlock(const float* const* rows, int64_t count, const float* weights,
-                                bool mean, int32_t dim, int32_t col, float* out,
-                                int64_t available, int64_t distance, bool prefetch) {
+                                bool mean, int32_t dim, int32_t col, float* out, int64_t available,
+                                int64_t distance, bool prefetch) {
   __m256 acc[V];
   for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
   for (int64_t j = 0; j < count; ++j) {
@@ -31,8 +31,7 @@ DLRM_AVX2_NO_FMA void PoolBlock(const float* const* rows, int64_t count, const f
       for (int v = 0; v < V; ++v)
         acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(w, _mm256_loadu_ps(row + v * kLanes)));
     } else {
-      for (int v = 0; v < V; ++v)
-        acc[v] = _mm256_add_ps(acc[v], _mm256_loadu_ps(row + v * kLanes));
+      for (int v = 0; v < V; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_loadu_ps(row + v * kLanes));
     }
   }
   if (mean && count > 0) {
@@ -44,9 +43,9 @@ DLRM_AVX2_NO_FMA void PoolBlock(const float* const* rows, int64_t count, const f
 
 using BlockKernel = void (*)(const float* const*, int64_t, const float*, bool, int32_t, int32_t,
                              float*, int64_t, int64_t, bool);
-constexpr BlockKernel kBlockKernels[kBlockVectors + 1] = {
-    nullptr,      PoolBlock<1>, PoolBlock<2>, PoolBlock<3>, PoolBlock<4>,
-    PoolBlock<5>, PoolBlock<6>, PoolBlock<7>, PoolBlock<8>};
+constexpr BlockKernel kBlockKernels[kBlockVectors + 1] = {nullptr,      PoolBlock<1>, PoolBlock<2>,
+                                                          PoolBlock<3>, PoolBlock<4>, PoolBlock<5>,
+                                                          PoolBlock<6>, PoolBlock<7>, PoolBlock<8>};
 
 }  // namespace
 

@@ -18,7 +18,9 @@ void AddMlpInfos(const std::string& prefix, int in_dim, const std::vector<int>& 
     const size_t w = static_cast<size_t>(sizes[l]) * in;
     infos->push_back({prefix + "." + std::to_string(l) + ".weight", {sizes[l], in}, offset, w});
     offset += w;
-    infos->push_back({prefix + "." + std::to_string(l) + ".bias", {sizes[l]}, offset,
+    infos->push_back({prefix + "." + std::to_string(l) + ".bias",
+                      {sizes[l]},
+                      offset,
                       static_cast<size_t>(sizes[l])});
     offset += sizes[l];
     in = sizes[l];
@@ -28,10 +30,8 @@ void AddMlpInfos(const std::string& prefix, int in_dim, const std::vector<int>& 
 }  // namespace
 
 template <typename T>
-DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool,
-                        bool allocate_tables)
-    : num_dense_(config.model().num_dense_features()),
-      chunk_rows_(config.reduction_chunk_rows()) {
+DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool, bool allocate_tables)
+    : num_dense_(config.model().num_dense_features()), chunk_rows_(config.reduction_chunk_rows()) {
   const config::ModelConfig& model = config.model();
   tables_ = BuildTables<T>(allocate_tables ? model.tables_size() : 0, pool, [&](int64_t t) {
     const auto& tc = model.tables(static_cast<int>(t));
@@ -71,8 +71,7 @@ DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool,
   bottom_->Initialize(dense_params_.data(), config.seed(), 0);
   top_->Initialize(dense_params_.data(), config.seed(), 1 << 16);
   AddMlpInfos("bottom_mlp", num_dense_, bottom_sizes, 0, &param_infos_);
-  AddMlpInfos("top_mlp", interaction_->out_dim(), top_sizes, bottom_->num_params(),
-              &param_infos_);
+  AddMlpInfos("top_mlp", interaction_->out_dim(), top_sizes, bottom_->num_params(), &param_infos_);
 }
 
 template <typename T>
@@ -101,8 +100,8 @@ const T* DlrmModel<T>::ForwardChunk(const ValidatedBatch& batch, const T* pooled
   const float* dense = batch.view.dense + r0 * num_dense_;
   std::copy(dense, dense + n * num_dense_, buf.dense_in.begin());
   buf.bottom_acts.resize(n * bottom_->activations_per_row());
-  const T* x = bottom_->Forward(dense_params_.data(), buf.dense_in.data(), n,
-                                buf.bottom_acts.data());
+  const T* x =
+      bottom_->Forward(dense_params_.data(), buf.dense_in.data(), n, buf.bottom_acts.data());
   buf.inter_out.resize(n * interaction_->out_dim());
   interaction_->Forward(x, pooled, n, buf.inter_out.data());
   buf.top_acts.resize(n * top_->activations_per_row());
@@ -157,8 +156,8 @@ double DlrmModel<T>::ForwardBackwardChunks(const ValidatedBatch& batch, T grad_s
     const T* chunk_pooled = pooled.data() + r0 * width;
     const T* logits = ForwardChunk(batch, chunk_pooled, r0, r1, buf);
     buf.dlogits.resize(n);
-    chunk_loss[c] = BceWithLogits(logits, batch.view.labels + r0, n, grad_scale,
-                                  buf.dlogits.data());
+    chunk_loss[c] =
+        BceWithLogits(logits, batch.view.labels + r0, n, grad_scale, buf.dlogits.data());
     std::vector<T>& grads = chunk_grads_[c];
     grads.resize(num_params);
     buf.scratch.resize(n * std::max(top_->scratch_per_row(), bottom_->scratch_per_row()));
@@ -194,16 +193,14 @@ void DlrmModel<T>::SparseBackwardAndUpdate(const ValidatedBatch& batch,
 }
 
 template <typename T>
-void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch, T* logits,
-                                 ThreadPool* pool) const {
+void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch, T* logits, ThreadPool* pool) const {
   DLRM_INTERNAL_CHECK(bags_ != nullptr);
   PredictLogits(batch, *bags_, logits, pool);
 }
 
 template <typename T>
-void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch,
-                                 const EmbeddingBagCollection<T>& bags, T* logits,
-                                 ThreadPool* pool) const {
+void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch, const EmbeddingBagCollection<T>& bags,
+                                 T* logits, ThreadPool* pool) const {
   const int64_t B = batch.view.batch_size;
   // Prediction sums nothing across rows, so its chunks need not be the reduction chunks;
   // larger ones amortize the GEMMs' packing of the weights over more rows. The size

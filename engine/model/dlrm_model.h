@@ -87,8 +87,8 @@ class DlrmModel {
   // logits [B]. Safe to call concurrently with other const calls.
   void PredictLogits(const ValidatedBatch& batch, T* logits, ThreadPool* pool) const;
   // The same with the embeddings pooled by `bags` (a trainer's fetched rows).
-  void PredictLogits(const ValidatedBatch& batch, const EmbeddingBagCollection<T>& bags,
-                     T* logits, ThreadPool* pool) const;
+  void PredictLogits(const ValidatedBatch& batch, const EmbeddingBagCollection<T>& bags, T* logits,
+                     ThreadPool* pool) const;
 
  private:
   // Per-chunk activations and gradients; one per concurrently running chunk, leased from

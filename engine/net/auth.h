@@ -31,8 +31,7 @@ class Authenticator {
 
   // The tag over `header_prefix` (the header serialized without a tag) and `payloads`.
   AuthTag Tag(const uint8_t* header_prefix, size_t header_prefix_size,
-              const std::vector<std::vector<uint8_t>>& payloads,
-              size_t first_payload = 0) const;
+              const std::vector<std::vector<uint8_t>>& payloads, size_t first_payload = 0) const;
 
   // The trailer to append to the serialized header.
   static std::vector<uint8_t> Trailer(const AuthTag& tag);
@@ -40,8 +39,7 @@ class Authenticator {
   // Whether `header_frame` ends in a trailer whose tag authenticates the rest of it and
   // the payloads; constant time in the tag comparison.
   bool Verify(const std::vector<uint8_t>& header_frame,
-              const std::vector<std::vector<uint8_t>>& payloads,
-              size_t first_payload = 0) const;
+              const std::vector<std::vector<uint8_t>>& payloads, size_t first_payload = 0) const;
 
  private:
   std::string secret_;

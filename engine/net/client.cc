@@ -10,8 +10,8 @@ void ThrowRemoteError(const Message& error, const std::string& context) {
         error.header.error_message());
 }
 
-Client::Client(const Context& context, const std::string& address,
-               const TransportOptions& options, std::string peer_name, int32_t sender_rank)
+Client::Client(const Context& context, const std::string& address, const TransportOptions& options,
+               std::string peer_name, int32_t sender_rank)
     : endpoint_(context, Endpoint::kConnect, address, options, std::move(peer_name)),
       sender_rank_(sender_rank) {}
 
@@ -59,8 +59,8 @@ Message Client::Wait(uint64_t request_id, std::chrono::milliseconds timeout) {
     outstanding_.erase(request_id);
   }
   if (reply.message.header.type() == Header::ERROR)
-    ThrowRemoteError(reply.message, endpoint_.name() + " (" + endpoint_.address() +
-                                        ") answered " + request + " with an error");
+    ThrowRemoteError(reply.message, endpoint_.name() + " (" + endpoint_.address() + ") answered " +
+                                        request + " with an error");
   return std::move(reply.message);
 }
 

@@ -1,11 +1,11 @@
 #include "engine/net/codec.h"
 
+#include <google/protobuf/unknown_field_set.h>
+
 #include <cstring>
 #include <sstream>
 #include <string>
 #include <utility>
-
-#include <google/protobuf/unknown_field_set.h>
 
 namespace dlrm::net {
 namespace {
@@ -53,8 +53,7 @@ std::string RosterProblem(const Header& h) {
   if (!roster.has_world_size() || roster.world_size() < 1)
     return "ROSTER world_size is missing or < 1";
   if (roster.peers_size() != roster.world_size())
-    return Str("ROSTER lists ", roster.peers_size(), " peers for world_size ",
-               roster.world_size());
+    return Str("ROSTER lists ", roster.peers_size(), " peers for world_size ", roster.world_size());
   for (int i = 0; i < roster.peers_size(); ++i) {
     const PeerInfo& p = roster.peers(i);
     if (!p.has_rank() || p.rank() != i) return Str("ROSTER peer ", i, " has rank ", p.rank());
@@ -98,19 +97,15 @@ std::string HeaderProblem(const Header& h, const std::vector<Frame>& frames) {
     case Header::ERROR:
       if (!h.has_error_code()) return "ERROR has no error_code";
       if (!IsErrorCode(h.error_code()))
-        return Str("ERROR error_code ", h.error_code(),
-                   " is not a dlrm status code other than OK");
+        return Str("ERROR error_code ", h.error_code(), " is not a dlrm status code other than OK");
       break;
-    case Header::HELLO:
-      return HelloProblem(h);
-    case Header::ROSTER:
-      return RosterProblem(h);
+    case Header::HELLO: return HelloProblem(h);
+    case Header::ROSTER: return RosterProblem(h);
     case Header::BARRIER:
       if (!h.has_barrier_generation() || h.barrier_generation() < 0)
         return "BARRIER barrier_generation is missing or negative";
       break;
-    default:
-      break;
+    default: break;
   }
   return "";
 }
@@ -169,8 +164,7 @@ std::vector<Frame> Codec::Encode(Message message) const {
     total += static_cast<int64_t>(frames[i + 1].size());
   }
   const std::string problem = HeaderProblem(h, frames);
-  if (!problem.empty())
-    ThrowInvalid("cannot send ", MessageTypeName(h.type()), ": ", problem);
+  if (!problem.empty()) ThrowInvalid("cannot send ", MessageTypeName(h.type()), ": ", problem);
   const size_t header_size = h.ByteSizeLong();
   const size_t trailer = auth_ ? kAuthTrailerBytes : 0;
   frames[0].resize(header_size + trailer);
@@ -185,8 +179,8 @@ std::vector<Frame> Codec::Encode(Message message) const {
     CheckEnvelope(static_cast<int64_t>(frames.size()), static_cast<int64_t>(frames[0].size()),
                   total);
   } catch (const Error& e) {
-    ThrowInvalid("cannot send ", MessageTypeName(h.type()), ": the receiver would reject it: ",
-                 e.what());
+    ThrowInvalid("cannot send ", MessageTypeName(h.type()),
+                 ": the receiver would reject it: ", e.what());
   }
   return frames;
 }
@@ -203,21 +197,24 @@ Message Codec::Decode(std::vector<Frame> frames) const {
     Throw(StatusCode::kDataLoss, "malformed message: header frame (", frames[0].size(),
           " bytes) is not a valid dlrm.net.Header");
   if (!h.has_version())
-    Throw(StatusCode::kDataLoss, "malformed message: ",
-          EnumProblem(h, Header::kVersionFieldNumber, "header version"),
+    Throw(StatusCode::kDataLoss,
+          "malformed message: ", EnumProblem(h, Header::kVersionFieldNumber, "header version"),
           " (this build speaks version 1)");
   if (h.version() != WIRE_VERSION_1)
     Throw(StatusCode::kDataLoss, "malformed message: header version ",
           WireVersion_Name(h.version()), " is not supported (this build speaks version 1)");
   if (auth_) {
     if (!h.has_auth_tag())
-      Throw(StatusCode::kDataLoss, "unauthenticated message: it has no auth tag but this "
+      Throw(StatusCode::kDataLoss,
+            "unauthenticated message: it has no auth tag but this "
             "endpoint requires one (is DLRM_SECRET set on the sender?)");
     if (!auth_->Verify(frames[0], frames, 1))
-      Throw(StatusCode::kDataLoss, "unauthenticated message: the auth tag does not match (a "
+      Throw(StatusCode::kDataLoss,
+            "unauthenticated message: the auth tag does not match (a "
             "different DLRM_SECRET, or the message was altered)");
   } else if (h.has_auth_tag()) {
-    Throw(StatusCode::kDataLoss, "unexpected auth tag: the message is authenticated but this "
+    Throw(StatusCode::kDataLoss,
+          "unexpected auth tag: the message is authenticated but this "
           "endpoint has no secret (is DLRM_SECRET set here?)");
   }
   const std::string problem = HeaderProblem(h, frames);

@@ -1,11 +1,11 @@
 #include "engine/net/endpoint.h"
 
+#include <zmq.h>
+
 #include <algorithm>
 #include <utility>
 
 #include "engine/core/log.h"
-#include <zmq.h>
-
 #include "engine/net/zmq_socket.h"
 
 namespace dlrm::net {
@@ -54,8 +54,8 @@ void Endpoint::Send(Message message, const Peer& to) {
                  MessageTypeName(message.header.type()), " has no recipient)");
   if (kind_ == kConnect && !to.routing_id.empty())
     ThrowInvalid(name_, ": a connecting endpoint sends to its one peer; `to` must be empty");
-  std::string what = MessageTypeName(message.header.type()) + " #" +
-                     std::to_string(message.header.request_id());
+  std::string what =
+      MessageTypeName(message.header.type()) + " #" + std::to_string(message.header.request_id());
   Enqueue(codec_.Encode(std::move(message)), to.routing_id, std::move(what));
 }
 
@@ -136,9 +136,9 @@ std::optional<Received> Endpoint::TryReceive(std::chrono::milliseconds timeout) 
 
 Received Endpoint::ReceiveReply(uint64_t request_id, std::chrono::milliseconds timeout,
                                 const std::string& awaiting) {
-  auto r = Take(
-      [request_id](const Received& m) { return m.message.header.request_id() == request_id; },
-      timeout);
+  auto r =
+      Take([request_id](const Received& m) { return m.message.header.request_id() == request_id; },
+           timeout);
   if (!r) ThrowTimeout(timeout, awaiting);
   return std::move(*r);
 }
@@ -184,7 +184,7 @@ void Endpoint::IoLoop() {
       if (stopping && (queue.empty() || now >= linger_deadline)) {
         if (!queue.empty())
           DLRM_LOG(kWarning) << name_ << ": dropped " << queue.size()
-                       << " unsent messages at close (linger_ms passed)";
+                             << " unsent messages at close (linger_ms passed)";
         return;
       }
       long timeout_ms = -1;
@@ -287,8 +287,8 @@ void Endpoint::Reject(const Peer& from, const std::string& reason, const Frame* 
   }
   if (count <= kLogFirst || count % kLogEvery == 0) {
     DLRM_LOG(kWarning) << name_ << " (" << address_ << "): rejected a message from "
-                 << (from.address.empty() ? "a peer" : from.address) << ": " << reason
-                 << " [" << count << " rejected so far]";
+                       << (from.address.empty() ? "a peer" : from.address) << ": " << reason << " ["
+                       << count << " rejected so far]";
   }
   if (kind_ != kListen || from.routing_id.empty()) return;
   // Answer with the request id if the header can be read at all; never answer an ERROR,

@@ -23,8 +23,7 @@ std::string DTypeName(DType dtype) {
 }
 
 std::string MessageTypeName(MessageType type) {
-  if (!Header::Type_IsValid(type))
-    return "TYPE_" + std::to_string(static_cast<int>(type));
+  if (!Header::Type_IsValid(type)) return "TYPE_" + std::to_string(static_cast<int>(type));
   return Header::Type_Name(type);
 }
 

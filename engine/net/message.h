@@ -32,15 +32,25 @@ std::string MessageTypeName(MessageType type);
 template <typename T>
 struct DTypeOf;
 template <>
-struct DTypeOf<float> { static constexpr DType value = PayloadDescriptor::F32; };
+struct DTypeOf<float> {
+  static constexpr DType value = PayloadDescriptor::F32;
+};
 template <>
-struct DTypeOf<double> { static constexpr DType value = PayloadDescriptor::F64; };
+struct DTypeOf<double> {
+  static constexpr DType value = PayloadDescriptor::F64;
+};
 template <>
-struct DTypeOf<int32_t> { static constexpr DType value = PayloadDescriptor::I32; };
+struct DTypeOf<int32_t> {
+  static constexpr DType value = PayloadDescriptor::I32;
+};
 template <>
-struct DTypeOf<int64_t> { static constexpr DType value = PayloadDescriptor::I64; };
+struct DTypeOf<int64_t> {
+  static constexpr DType value = PayloadDescriptor::I64;
+};
 template <>
-struct DTypeOf<uint8_t> { static constexpr DType value = PayloadDescriptor::U8; };
+struct DTypeOf<uint8_t> {
+  static constexpr DType value = PayloadDescriptor::U8;
+};
 
 // One raw array. The storage comes from operator new, so it is aligned for every dtype
 // and typed pointers into it are valid.

@@ -1,9 +1,9 @@
 #include "engine/net/zmq_socket.h"
 
+#include <zmq.h>
+
 #include <cerrno>
 #include <cstring>
-
-#include <zmq.h>
 
 #include "engine/core/status.h"
 
@@ -174,9 +174,8 @@ std::optional<RawMessage> ZmqSocket::TryReceive() {
     ++raw.num_frames;
     raw.total_bytes += static_cast<int64_t>(size);
     if (raw.num_frames == 1) raw.header_bytes = static_cast<int64_t>(size);
-    if (!raw.overflow &&
-        (raw.num_frames > max_frames_ || raw.total_bytes > max_message_bytes_ ||
-         raw.header_bytes > max_header_bytes_)) {
+    if (!raw.overflow && (raw.num_frames > max_frames_ || raw.total_bytes > max_message_bytes_ ||
+                          raw.header_bytes > max_header_bytes_)) {
       raw.overflow = true;
       raw.frames.clear();
       raw.frames.shrink_to_fit();

@@ -24,7 +24,7 @@ struct RawMessage {
   int64_t num_frames = 0;     // all frames of the message, kept or not
   int64_t header_bytes = 0;
   int64_t total_bytes = 0;
-  bool overflow = false;      // broke a limit: frames is incomplete
+  bool overflow = false;  // broke a limit: frames is incomplete
 };
 
 class ZmqSocket {

@@ -195,8 +195,7 @@ std::unique_ptr<DenseOptimizer<T>> MakeDenseOptimizer(const config::DenseOptimiz
       ValidateAdam(config.adam());
       return std::make_unique<Adam<T>>(config.adam(), num_params);
     case config::DenseOptimizerConfig::kSgd:
-    case config::DenseOptimizerConfig::KIND_NOT_SET:
-      break;
+    case config::DenseOptimizerConfig::KIND_NOT_SET: break;
   }
   // config.sgd() is the all-defaults message when no kind is set: plain SGD.
   ValidateSgd(config.sgd());

@@ -47,8 +47,8 @@ RemoteEmbeddingService::RemoteEmbeddingService(const net::Context& context,
     : rank_(rank), timeout_(timeout) {
   if (rank_ < 0) ThrowInvalid("remote embedding service: rank must be >= 0, got ", rank);
   for (size_t i = 0; i < server_addresses.size(); ++i)
-    servers_.push_back(std::make_unique<net::Client>(
-        context, server_addresses[i], options, "server " + std::to_string(i), rank_));
+    servers_.push_back(std::make_unique<net::Client>(context, server_addresses[i], options,
+                                                     "server " + std::to_string(i), rank_));
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
 }
 
@@ -105,8 +105,7 @@ void RemoteEmbeddingService::Update(int32_t owner, int32_t rank, int64_t step, f
   server.endpoint().Send(EncodeUpdate(u));
 }
 
-void RemoteEmbeddingService::CallAll(net::MessageType type, int64_t step,
-                                     const std::string& body) {
+void RemoteEmbeddingService::CallAll(net::MessageType type, int64_t step, const std::string& body) {
   std::vector<uint64_t> ids;
   for (auto& server : servers_) ids.push_back(server->Submit(StepMessage(type, step, body)));
   size_t waited = 0;
@@ -127,8 +126,6 @@ void RemoteEmbeddingService::SaveShards(int64_t step, const std::string& dir) {
   CallAll(net::Header::SAVE, step, dir);
 }
 
-void RemoteEmbeddingService::Shutdown() {
-  CallAll(net::Header::SHUTDOWN, 0, "");
-}
+void RemoteEmbeddingService::Shutdown() { CallAll(net::Header::SHUTDOWN, 0, ""); }
 
 }  // namespace dlrm::ps

@@ -12,14 +12,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <mutex>
-#include <thread>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "engine/ps/service.h"
 #include "engine/net/client.h"
+#include "engine/ps/service.h"
 
 namespace dlrm::ps {
 

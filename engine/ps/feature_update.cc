@@ -5,8 +5,7 @@
 
 namespace dlrm::ps {
 
-std::vector<FeatureUpdate> ConcatenateRanks(
-    const std::vector<std::vector<FeatureUpdate>>& parts) {
+std::vector<FeatureUpdate> ConcatenateRanks(const std::vector<std::vector<FeatureUpdate>>& parts) {
   if (parts.empty()) return {};
   std::vector<FeatureUpdate> global = parts[0];
   for (size_t rank = 1; rank < parts.size(); ++rank) {
@@ -49,8 +48,8 @@ std::vector<FeatureUpdate> DecodeFeatureUpdates(const std::string& bytes) {
   const auto count = in.Get<uint64_t>("the update count");
   // Each update takes at least 36 bytes (feature + four array counts).
   if (count > bytes.size() / 36)
-    Throw(StatusCode::kDataLoss, "feature updates: count ", count, " exceeds what ",
-          bytes.size(), " bytes can hold");
+    Throw(StatusCode::kDataLoss, "feature updates: count ", count, " exceeds what ", bytes.size(),
+          " bytes can hold");
   std::vector<FeatureUpdate> updates(static_cast<size_t>(count));
   for (FeatureUpdate& u : updates) {
     u.feature = in.Get<int32_t>("feature");

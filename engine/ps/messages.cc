@@ -122,18 +122,17 @@ net::Message EncodeUpdate(const UpdateMessage& update) {
 
 UpdateMessage DecodeUpdate(const net::Message& message) {
   ExpectPayloads(message, {net::PayloadDescriptor::F32, net::PayloadDescriptor::U8});
-  if (!message.header.has_sender_rank())
-    Throw(StatusCode::kDataLoss, "UPDATE has no sender_rank");
+  if (!message.header.has_sender_rank()) Throw(StatusCode::kDataLoss, "UPDATE has no sender_rank");
   if (message.payloads[0].count() != 1)
-    Throw(StatusCode::kDataLoss, "UPDATE learning rate payload has ",
-          message.payloads[0].count(), " values, expected 1");
+    Throw(StatusCode::kDataLoss, "UPDATE learning rate payload has ", message.payloads[0].count(),
+          " values, expected 1");
   UpdateMessage u;
   u.rank = message.header.sender_rank();
   u.step = RequiredStep(message);
   u.lr = message.payloads[0].data<float>()[0];
   const net::Payload& bytes = message.payloads[1];
-  u.part = DecodeFeatureUpdates(std::string(
-      reinterpret_cast<const char*>(bytes.data<uint8_t>()), static_cast<size_t>(bytes.count())));
+  u.part = DecodeFeatureUpdates(std::string(reinterpret_cast<const char*>(bytes.data<uint8_t>()),
+                                            static_cast<size_t>(bytes.count())));
   return u;
 }
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/net/message.h"
 #include "engine/ps/feature_update.h"
 #include "engine/ps/shard_owner.h"
-#include "engine/net/message.h"
 
 namespace dlrm::ps {
 

@@ -3,18 +3,16 @@
 #include <chrono>
 #include <utility>
 
+#include "engine/checkpoint/sharded_checkpoint.h"
 #include "engine/core/log.h"
-
 #include "engine/core/status.h"
 #include "engine/ps/messages.h"
-#include "engine/checkpoint/sharded_checkpoint.h"
 #include "engine/ps/shard_store_file.h"
 
 namespace dlrm::ps {
 
 EmbeddingServer::EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int32_t index,
-                                 int32_t num_trainers,
-                                 std::chrono::milliseconds trainer_timeout)
+                                 int32_t num_trainers, std::chrono::milliseconds trainer_timeout)
     : endpoint_(endpoint),
       owner_(owner),
       index_(index),
@@ -43,8 +41,7 @@ void EmbeddingServer::Serve() {
     std::optional<net::Received> r = endpoint_->TryReceive(std::chrono::milliseconds(100));
     const auto now = Clock::now();
     // The message just received counts before anyone is judged silent.
-    if (r && r->message.header.has_sender_rank() &&
-        r->message.header.sender_rank() < num_trainers_)
+    if (r && r->message.header.has_sender_rank() && r->message.header.sender_rank() < num_trainers_)
       last_heard_[r->message.header.sender_rank()] = now;
     for (int32_t t = 0; t < num_trainers_; ++t) {
       if (trainers_done_.count(t) == 0 && now - last_heard_[t] > trainer_timeout_)
@@ -63,16 +60,10 @@ void EmbeddingServer::Serve() {
 
 void EmbeddingServer::Handle(net::Received r) {
   switch (r.message.header.type()) {
-    case net::Header::LOOKUP:
-      HandleLookup(std::move(r));
-      return;
-    case net::Header::UPDATE:
-      HandleUpdate(r);
-      return;
+    case net::Header::LOOKUP: HandleLookup(std::move(r)); return;
+    case net::Header::UPDATE: HandleUpdate(r); return;
     case net::Header::FLUSH:
-    case net::Header::SAVE:
-      HandleWait(std::move(r));
-      return;
+    case net::Header::SAVE: HandleWait(std::move(r)); return;
     case net::Header::SHUTDOWN: {
       const auto& h = r.message.header;
       if (!h.has_sender_rank() || h.sender_rank() >= num_trainers_) {
@@ -90,9 +81,9 @@ void EmbeddingServer::Handle(net::Received r) {
         endpoint_->Reply(r, net::MakeMessage(net::Header::HEARTBEAT));
       return;
     default:
-      endpoint_->ReplyError(r, StatusCode::kInvalidArgument,
-                            "an embedding server does not handle " +
-                                net::MessageTypeName(r.message.header.type()));
+      endpoint_->ReplyError(
+          r, StatusCode::kInvalidArgument,
+          "an embedding server does not handle " + net::MessageTypeName(r.message.header.type()));
   }
 }
 
@@ -129,8 +120,7 @@ void EmbeddingServer::HandleUpdate(const net::Received& r) {
     owner_->AddUpdate(u.rank, u.step, u.lr, std::move(u.part));
   } catch (const Error& e) {
     // Updates are not answered; the trainers learn of this from their next request.
-    const std::string reason = "bad UPDATE (" + net::DescribeMessage(r.message) + "): " +
-                               e.what();
+    const std::string reason = "bad UPDATE (" + net::DescribeMessage(r.message) + "): " + e.what();
     DLRM_LOG(kError) << "server " << index_ << ": " << reason;
     owner_->Fail(reason);
   }

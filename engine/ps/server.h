@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/ps/shard_owner.h"
 #include "engine/net/endpoint.h"
+#include "engine/ps/shard_owner.h"
 
 namespace dlrm::ps {
 
@@ -30,8 +30,8 @@ class EmbeddingServer {
   // Borrows endpoint (kListen) and owner. index: the server's number in the plan.
   // trainer_timeout: how long a trainer may stay silent (trainers send heartbeats)
   // before Serve gives up on the job.
-  EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int32_t index,
-                  int32_t num_trainers, std::chrono::milliseconds trainer_timeout);
+  EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int32_t index, int32_t num_trainers,
+                  std::chrono::milliseconds trainer_timeout);
   ~EmbeddingServer();
   EmbeddingServer(const EmbeddingServer&) = delete;
   EmbeddingServer& operator=(const EmbeddingServer&) = delete;

@@ -3,20 +3,19 @@
 #include <chrono>
 #include <memory>
 
-#include "engine/core/log.h"
-
-#include "engine/config/config.h"
-#include "engine/core/status.h"
-#include "engine/core/thread_pool.h"
-#include "engine/ps/server.h"
-#include "engine/ps/shard_store.h"
+#include "engine/checkpoint/sharded_checkpoint.h"
 #include "engine/cluster/coordinator.h"
 #include "engine/cluster/job_layout.h"
 #include "engine/cluster/rendezvous.h"
-#include "engine/checkpoint/sharded_checkpoint.h"
-#include "engine/ps/shard_store_file.h"
-#include "engine/ps/shard_owner.h"
+#include "engine/config/config.h"
+#include "engine/core/log.h"
+#include "engine/core/status.h"
+#include "engine/core/thread_pool.h"
 #include "engine/net/endpoint.h"
+#include "engine/ps/server.h"
+#include "engine/ps/shard_owner.h"
+#include "engine/ps/shard_store.h"
+#include "engine/ps/shard_store_file.h"
 
 namespace dlrm::ps {
 
@@ -25,8 +24,8 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
   if (env.role != net::ROLE_SERVER)
     ThrowInvalid("RunEmbeddingServer with DLRM_ROLE=", cluster::RoleName(env.role));
   const std::string name = "server rank " + std::to_string(env.rank);
-  net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
-                         env.Transport(), name);
+  net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(), env.Transport(),
+                         name);
   cluster::CoordinatorClient coordinator(context, env);
   const net::Roster roster = coordinator.Rendezvous(listener.address());
   const cluster::JobLayout layout = cluster::LayoutFromRoster(roster, env.rank, config);
@@ -36,26 +35,27 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
   int64_t applied = 0;
   if (!restore_dir.empty()) {
     checkpoint::ManifestForRestore(restore_dir, config, layout.num_servers(), layout.num_trainers(),
-                       layout.plan);
+                                   layout.plan);
     applied = LoadShardStore(&store, layout.index,
                              restore_dir + "/" + checkpoint::ServerShardFile(layout.index));
     DLRM_LOG(kInfo) << "server " << layout.index << ": restored step " << applied << " from "
-              << restore_dir;
+                    << restore_dir;
   }
   ShardOwner owner(&store, layout.index, layout.num_trainers(),
                    StalenessBound(config.distributed()), applied);
   EmbeddingServer server(&listener, &owner, layout.index, layout.num_trainers(),
                          std::chrono::milliseconds(env.timeout_ms));
   DLRM_LOG(kInfo) << "server " << layout.index << " (rank " << env.rank << ") serves "
-            << store.shards().size() << " shards at " << listener.address() << " for "
-            << layout.num_trainers() << " trainers, staleness " << owner.staleness();
+                  << store.shards().size() << " shards at " << listener.address() << " for "
+                  << layout.num_trainers() << " trainers, staleness " << owner.staleness();
   server.Serve();  // on an error, ~CoordinatorClient leaves the job
   DLRM_LOG(kInfo) << "server " << layout.index << ": every trainer is done; "
-            << server.lookups_served() << " lookups served";
+                  << server.lookups_served() << " lookups served";
   coordinator.Leave();
 }
 
-void RunServingRole(const cluster::ClusterEnv& env, const std::function<config::DlrmConfig()>& config,
+void RunServingRole(const cluster::ClusterEnv& env,
+                    const std::function<config::DlrmConfig()>& config,
                     const std::string& restore_dir) {
   if (env.role == net::ROLE_COORDINATOR) {
     net::Context context;

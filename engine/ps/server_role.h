@@ -8,8 +8,8 @@
 #include <functional>
 #include <string>
 
-#include "engine/config/dlrm.pb.h"
 #include "engine/cluster/cluster_env.h"
+#include "engine/config/dlrm.pb.h"
 #include "engine/net/context.h"
 
 namespace dlrm::ps {
@@ -22,7 +22,8 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
 // The coordinator (RunCoordinator) or an embedding server, as env.role says, with a
 // transport context of its own; kInvalidArgument for a trainer. config is called only for
 // a server (the coordinator needs none), and must return a validated config.
-void RunServingRole(const cluster::ClusterEnv& env, const std::function<config::DlrmConfig()>& config,
+void RunServingRole(const cluster::ClusterEnv& env,
+                    const std::function<config::DlrmConfig()>& config,
                     const std::string& restore_dir);
 
 }  // namespace dlrm::ps

@@ -35,8 +35,8 @@ LocalEmbeddingService::LocalEmbeddingService(std::vector<EmbeddingShardStore*> s
                                              std::chrono::milliseconds timeout)
     : timeout_(timeout) {
   for (size_t i = 0; i < servers.size(); ++i)
-    owners_.push_back(std::make_unique<ShardOwner>(servers[i], static_cast<int32_t>(i),
-                                                   world_size, staleness));
+    owners_.push_back(
+        std::make_unique<ShardOwner>(servers[i], static_cast<int32_t>(i), world_size, staleness));
 }
 
 ShardOwner& LocalEmbeddingService::At(int32_t owner) {
@@ -45,8 +45,8 @@ ShardOwner& LocalEmbeddingService::At(int32_t owner) {
   return *owners_[owner];
 }
 
-std::unique_ptr<PendingLookup> LocalEmbeddingService::SubmitLookup(
-    int32_t owner, int64_t step, std::vector<ShardRows> request) {
+std::unique_ptr<PendingLookup> LocalEmbeddingService::SubmitLookup(int32_t owner, int64_t step,
+                                                                   std::vector<ShardRows> request) {
   ShardOwner& o = At(owner);
   o.ValidateLookup(request, step);
   return std::make_unique<DeferredLookup>(&o, step, std::move(request), timeout_);

@@ -14,9 +14,9 @@
 #include <memory>
 #include <vector>
 
-#include "engine/ps/shard_store.h"
 #include "engine/ps/feature_update.h"
 #include "engine/ps/shard_owner.h"
+#include "engine/ps/shard_store.h"
 
 namespace dlrm::ps {
 

@@ -62,9 +62,9 @@ void ShardOwner::WaitServable(int64_t step, std::chrono::milliseconds timeout) c
   std::unique_lock<std::mutex> lock(mu_);
   const int64_t needed = step - 1 - staleness_;
   if (!cv_.wait_for(lock, timeout, [&] { return UpToDate(needed) || !error_.empty(); }))
-    Throw(StatusCode::kTimeout, "server ", owner_, " has applied step ", applied_,
-          " but step ", step, "'s lookup needs step ", needed, " (staleness ", staleness_,
-          "); waited ", timeout.count(), " ms");
+    Throw(StatusCode::kTimeout, "server ", owner_, " has applied step ", applied_, " but step ",
+          step, "'s lookup needs step ", needed, " (staleness ", staleness_, "); waited ",
+          timeout.count(), " ms");
   ThrowIfFailed();
 }
 
@@ -86,11 +86,9 @@ void ShardOwner::ReadRows(int64_t step, std::vector<ShardRows>* request) {
   for (size_t i = 0; i < request->size(); ++i) (*request)[i].rows = std::move(rows[i]);
 }
 
-void ShardOwner::AddUpdate(int32_t rank, int64_t step, float lr,
-                           std::vector<FeatureUpdate> part) {
+void ShardOwner::AddUpdate(int32_t rank, int64_t step, float lr, std::vector<FeatureUpdate> part) {
   if (rank < 0 || rank >= world_size_)
-    ThrowInvalid("server ", owner_, ": update from rank ", rank, " outside [0, ", world_size_,
-                 ")");
+    ThrowInvalid("server ", owner_, ": update from rank ", rank, " outside [0, ", world_size_, ")");
   std::lock_guard<std::mutex> lock(mu_);
   ThrowIfFailed();
   if (step <= applied_)
@@ -109,8 +107,8 @@ void ShardOwner::AddUpdate(int32_t rank, int64_t step, float lr,
   if (p.arrived[rank])
     ThrowInvalid("server ", owner_, ": rank ", rank, " sent step ", step, "'s update twice");
   if (p.count > 0 && p.lr != lr)
-    ThrowInvalid("server ", owner_, ": rank ", rank, " sent learning rate ", lr, " for step ",
-                 step, ", another rank sent ", p.lr);
+    ThrowInvalid("server ", owner_, ": rank ", rank, " sent learning rate ", lr, " for step ", step,
+                 ", another rank sent ", p.lr);
   p.parts[rank] = std::move(part);
   p.arrived[rank] = true;
   p.lr = lr;
@@ -155,8 +153,8 @@ void ShardOwner::ApplyLoop() {
 void ShardOwner::WaitApplied(int64_t step, std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
   if (!cv_.wait_for(lock, timeout, [&] { return UpToDate(step) || !error_.empty(); }))
-    Throw(StatusCode::kTimeout, "server ", owner_, " has applied step ", applied_, ", not ",
-          step, ", after ", timeout.count(), " ms");
+    Throw(StatusCode::kTimeout, "server ", owner_, " has applied step ", applied_, ", not ", step,
+          ", after ", timeout.count(), " ms");
   ThrowIfFailed();
 }
 

@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/ps/shard_store.h"
 #include "engine/ps/feature_update.h"
+#include "engine/ps/shard_store.h"
 
 namespace dlrm::ps {
 
@@ -39,8 +39,8 @@ class ShardOwner {
  public:
   // Borrows store. `owner` (the server index) names it in errors. world_size: trainers
   // per step. applied_step: the last step already in the store (0, or a checkpoint's).
-  ShardOwner(EmbeddingShardStore* store, int32_t owner, int32_t world_size,
-             int64_t staleness, int64_t applied_step = 0);
+  ShardOwner(EmbeddingShardStore* store, int32_t owner, int32_t world_size, int64_t staleness,
+             int64_t applied_step = 0);
   ~ShardOwner();
   ShardOwner(const ShardOwner&) = delete;
   ShardOwner& operator=(const ShardOwner&) = delete;

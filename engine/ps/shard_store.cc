@@ -47,8 +47,8 @@ std::vector<std::vector<ShardLocation>> LocateShards(const config::ModelConfig& 
       loc.col_end = tc.dim();
     } else {
       if (!s.has_server() || s.server() < 0 || s.server() >= plan.num_servers())
-        ThrowInvalid("sharding plan: a shard of table '", tc.name(), "' has server ",
-                     s.server(), " outside [0, ", plan.num_servers(), ")");
+        ThrowInvalid("sharding plan: a shard of table '", tc.name(), "' has server ", s.server(),
+                     " outside [0, ", plan.num_servers(), ")");
       loc.owner = s.server();
       if (static_cast<size_t>(loc.owner) >= next_index.size()) next_index.resize(loc.owner + 1);
       loc.index = next_index[loc.owner]++;
@@ -59,8 +59,8 @@ std::vector<std::vector<ShardLocation>> LocateShards(const config::ModelConfig& 
     }
     if (loc.row_begin < 0 || loc.row_begin >= loc.row_end || loc.row_end > tc.num_rows() ||
         loc.col_begin < 0 || loc.col_begin >= loc.col_end || loc.col_end > tc.dim())
-      ThrowInvalid("sharding plan: shard of table '", tc.name(), "' rows [", loc.row_begin,
-                   ", ", loc.row_end, ") columns [", loc.col_begin, ", ", loc.col_end,
+      ThrowInvalid("sharding plan: shard of table '", tc.name(), "' rows [", loc.row_begin, ", ",
+                   loc.row_end, ") columns [", loc.col_begin, ", ", loc.col_end,
                    ") does not fit the table's ", tc.num_rows(), " x ", tc.dim());
     by_table[t].push_back(loc);
   }
@@ -84,9 +84,11 @@ EmbeddingShardStore::EmbeddingShardStore(const config::DlrmConfig& config,
   for (const ShardLocation& shard : shards_) {
     const config::TableConfig& tc = model_.tables(shard.table);
     if (rowwise && (shard.col_begin != 0 || shard.col_end != tc.dim()))
-      ThrowInvalid("table '", tc.name(), "': row-wise Adagrad keeps one statistic per whole "
-                   "row, so it cannot run on a COLUMN_WISE shard (columns [", shard.col_begin,
-                   ", ", shard.col_end, ")); use another sharding type or optimizer");
+      ThrowInvalid("table '", tc.name(),
+                   "': row-wise Adagrad keeps one statistic per whole "
+                   "row, so it cannot run on a COLUMN_WISE shard (columns [",
+                   shard.col_begin, ", ", shard.col_end,
+                   ")); use another sharding type or optimizer");
   }
 
   tables_ = BuildTables<float>(static_cast<int64_t>(shards_.size()), pool_, [&](int64_t i) {
@@ -126,8 +128,7 @@ EmbeddingShardStore::EmbeddingShardStore(const config::DlrmConfig& config,
 
 EmbeddingShardStore::~EmbeddingShardStore() = default;
 
-void EmbeddingShardStore::Lookup(int32_t shard, const int64_t* ids, int64_t n,
-                                 float* out) const {
+void EmbeddingShardStore::Lookup(int32_t shard, const int64_t* ids, int64_t n, float* out) const {
   if (shard < 0 || shard >= static_cast<int32_t>(shards_.size()))
     ThrowInvalid("lookup: shard ", shard, " is not one of this owner's ", shards_.size());
   if (n < 0 || (n > 0 && (ids == nullptr || out == nullptr)))
@@ -135,8 +136,8 @@ void EmbeddingShardStore::Lookup(int32_t shard, const int64_t* ids, int64_t n,
   const Shard& s = shards_[shard];
   for (int64_t i = 0; i < n; ++i) {
     if (ids[i] < s.row_begin || ids[i] >= s.row_end)
-      Throw(StatusCode::kOutOfRange, "lookup: ids[", i, "] = ", ids[i], " is outside shard ",
-            shard, "'s rows [", s.row_begin, ", ", s.row_end, ") of table '",
+      Throw(StatusCode::kOutOfRange, "lookup: ids[", i, "] = ", ids[i], " is outside shard ", shard,
+            "'s rows [", s.row_begin, ", ", s.row_end, ") of table '",
             model_.tables(s.table).name(), "'");
   }
   const EmbeddingTable<float>& table = tables_[shard];
@@ -147,8 +148,8 @@ void EmbeddingShardStore::Lookup(int32_t shard, const int64_t* ids, int64_t n,
   }
 }
 
-void EmbeddingShardStore::ApplyUpdate(const std::vector<FeatureUpdate>& updates,
-                                      int64_t batch_size, float lr, int64_t step) {
+void EmbeddingShardStore::ApplyUpdate(const std::vector<FeatureUpdate>& updates, int64_t batch_size,
+                                      float lr, int64_t step) {
   if (batch_size <= 0) ThrowInvalid("update: batch_size must be > 0, got ", batch_size);
   if (updates.size() != features_.size())
     ThrowInvalid("update: ", updates.size(), " feature updates for the ", features_.size(),
@@ -161,8 +162,8 @@ void EmbeddingShardStore::ApplyUpdate(const std::vector<FeatureUpdate>& updates,
       ThrowInvalid("update ", k, " is for feature ", u.feature, ", expected feature ", f);
     const config::TableConfig& tc = model_.tables(TableOfFeature(model_, f));
     if (static_cast<int64_t>(u.lengths.size()) != batch_size)
-      ThrowInvalid("update of feature ", f, ": ", u.lengths.size(), " lengths for ",
-                   batch_size, " samples");
+      ThrowInvalid("update of feature ", f, ": ", u.lengths.size(), " lengths for ", batch_size,
+                   " samples");
     int64_t total = 0;
     for (size_t b = 0; b < u.lengths.size(); ++b) {
       if (u.lengths[b] < 0)
@@ -179,8 +180,8 @@ void EmbeddingShardStore::ApplyUpdate(const std::vector<FeatureUpdate>& updates,
     }
     if (k == 0) weighted = !u.weights.empty();
     if (!u.weights.empty() && u.weights.size() != u.ids.size())
-      ThrowInvalid("update of feature ", f, ": ", u.weights.size(), " weights for ",
-                   u.ids.size(), " ids");
+      ThrowInvalid("update of feature ", f, ": ", u.weights.size(), " weights for ", u.ids.size(),
+                   " ids");
     if (u.weights.empty() == weighted)
       ThrowInvalid("update of feature ", f, ": per-id weights on some features only");
     if (static_cast<int64_t>(u.d_pooled.size()) != batch_size * tc.dim())
@@ -221,8 +222,7 @@ void EmbeddingShardStore::ApplyUpdate(const std::vector<FeatureUpdate>& updates,
   batch.view.weights = weighted ? weights.data() : nullptr;
   batch.offsets.resize(lengths.size() + 1);
   batch.offsets[0] = 0;
-  for (size_t i = 0; i < lengths.size(); ++i)
-    batch.offsets[i + 1] = batch.offsets[i] + lengths[i];
+  for (size_t i = 0; i < lengths.size(); ++i) batch.offsets[i + 1] = batch.offsets[i] + lengths[i];
   bags_->BackwardAndUpdate(batch, d_local.data(), *optimizer_, lr, step, pool_, &row_ranges_);
 }
 

@@ -15,10 +15,10 @@
 
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/thread_pool.h"
-#include "engine/ps/feature_update.h"
 #include "engine/embedding/embedding_bag.h"
 #include "engine/embedding/embedding_table.h"
 #include "engine/embedding/sparse_optimizer.h"
+#include "engine/ps/feature_update.h"
 #include "engine/shard/plan.pb.h"
 
 namespace dlrm::ps {

@@ -27,7 +27,6 @@ std::string ShardKey(const EmbeddingShardStore& store, int32_t i) {
   return os.str();
 }
 
-
 // Every shard's table, rows and columns, and the optimizer's state names (its kind: none
 // for SGD, sum_sq, row_sum_sq, exp_avg + exp_avg_sq).
 Layout ShardLayout(const EmbeddingShardStore& store, SparseOptimizer<float>& optimizer) {
@@ -36,8 +35,8 @@ Layout ShardLayout(const EmbeddingShardStore& store, SparseOptimizer<float>& opt
   for (int32_t i = 0; i < n; ++i) {
     const ShardLocation& s = store.shards()[i];
     std::ostringstream os;
-    os << "table " << store.shard_table(i).name() << " rows [" << s.row_begin << ", "
-       << s.row_end << ") columns [" << s.col_begin << ", " << s.col_end << ")";
+    os << "table " << store.shard_table(i).name() << " rows [" << s.row_begin << ", " << s.row_end
+       << ") columns [" << s.col_begin << ", " << s.col_end << ")";
     layout.emplace_back("shard." + std::to_string(i), os.str());
   }
   // Every shard has the same state names; an empty store has no optimizer to describe.

@@ -1,6 +1,6 @@
 // A shard store's file in a sharded checkpoint (engine/checkpoint/sharded_checkpoint.h
-// has the directory layout and the files' names): each embedding server's shards, or the trainers' replicas of
-// the DATA_PARALLEL tables. Tensor names, format tag and layout metadata come from the
+// has the directory layout and the files' names): each embedding server's shards, or the trainers'
+// replicas of the DATA_PARALLEL tables. Tensor names, format tag and layout metadata come from the
 // checkpoint codec (engine/checkpoint/codec.h).
 //
 // Errors: kIo / kDataLoss for a file that cannot be read or is corrupt,

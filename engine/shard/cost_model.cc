@@ -32,15 +32,11 @@ CostModel::CostModel(const config::DlrmConfig& config)
       network_bandwidth_(config.sharding().network_bandwidth()),
       lookup_seconds_(config.sharding().lookup_seconds()) {
   switch (config.sparse_optimizer().kind_case()) {
-    case config::SparseOptimizerConfig::kAdagrad:
-      optimizer_ = Optimizer::kAdagrad;
-      break;
+    case config::SparseOptimizerConfig::kAdagrad: optimizer_ = Optimizer::kAdagrad; break;
     case config::SparseOptimizerConfig::kRowwiseAdagrad:
       optimizer_ = Optimizer::kRowwiseAdagrad;
       break;
-    case config::SparseOptimizerConfig::kAdam:
-      optimizer_ = Optimizer::kAdam;
-      break;
+    case config::SparseOptimizerConfig::kAdam: optimizer_ = Optimizer::kAdam; break;
     default:  // SGD, set or not
       optimizer_ = Optimizer::kSgd;
       break;
@@ -49,14 +45,10 @@ CostModel::CostModel(const config::DlrmConfig& config)
 
 int64_t CostModel::StateBytesPerRow(int32_t cols) const {
   switch (optimizer_) {
-    case Optimizer::kAdagrad:
-      return int64_t{cols} * 4;
-    case Optimizer::kRowwiseAdagrad:
-      return 4;
-    case Optimizer::kAdam:
-      return int64_t{2} * cols * 4;
-    case Optimizer::kSgd:
-      break;
+    case Optimizer::kAdagrad: return int64_t{cols} * 4;
+    case Optimizer::kRowwiseAdagrad: return 4;
+    case Optimizer::kAdam: return int64_t{2} * cols * 4;
+    case Optimizer::kSgd: break;
   }
   return 0;
 }

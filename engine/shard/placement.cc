@@ -70,12 +70,8 @@ class Placer {
           ok = true;
           for (const int32_t i : shards) ok = ok && PlaceAnywhere(u, i);
           break;
-        case Kind::kSpread:
-          ok = PlaceSpread(u, shards);
-          break;
-        case Kind::kGroup:
-          ok = PlaceGroup(u, shards);
-          break;
+        case Kind::kSpread: ok = PlaceSpread(u, shards); break;
+        case Kind::kGroup: ok = PlaceGroup(u, shards); break;
       }
       if (!ok) {
         placement_.failed_unit = u;

@@ -227,16 +227,11 @@ double Imbalance(double max, double total, int32_t n) {
 
 const char* ShardingTypeShortName(config::ShardingConfig::Type type) {
   switch (type) {
-    case ShardingConfig::TABLE_WISE:
-      return "TW";
-    case ShardingConfig::ROW_WISE:
-      return "RW";
-    case ShardingConfig::COLUMN_WISE:
-      return "CW";
-    case ShardingConfig::TABLE_ROW_WISE:
-      return "TWRW";
-    case ShardingConfig::DATA_PARALLEL:
-      return "DP";
+    case ShardingConfig::TABLE_WISE: return "TW";
+    case ShardingConfig::ROW_WISE: return "RW";
+    case ShardingConfig::COLUMN_WISE: return "CW";
+    case ShardingConfig::TABLE_ROW_WISE: return "TWRW";
+    case ShardingConfig::DATA_PARALLEL: return "DP";
   }
   return "?";
 }

@@ -33,7 +33,7 @@ struct DataParallelTrainer::Contribution {
 };
 
 std::string DataParallelTrainer::Encode(const Contribution& c, const std::vector<float>& dense_grad,
-                                std::string buffer) {
+                                        std::string buffer) {
   ByteWriter out(std::move(buffer));
   out.Reserve(64 + c.error.size() + dense_grad.size() * sizeof(float) + c.replica_update.size());
   out.Put<int64_t>(c.samples);
@@ -66,8 +66,8 @@ struct DataParallelTrainer::Prepared {
   OwnedBatch batch;
   ValidatedBatch validated;  // views `batch`
   StatusCode error_code = StatusCode::kOk;
-  std::string error;  // why the part cannot be trained
-  int64_t step = 0;   // the step its lookups were submitted for
+  std::string error;                           // why the part cannot be trained
+  int64_t step = 0;                            // the step its lookups were submitted for
   std::vector<std::vector<int64_t>> distinct;  // per table: the part's ids, sorted, unique
   // Where a shard's rows go: one entry per shard the part reads.
   struct Placement {
@@ -76,13 +76,15 @@ struct DataParallelTrainer::Prepared {
     int32_t col_begin, col_end;
     int64_t first, count;  // the ids distinct[table][first, first + count)
   };
-  std::vector<std::vector<Placement>> placements;       // per server, one per ShardRows asked
-  std::vector<Placement> replica_placements;            // read at train time (see GatherRows)
+  std::vector<std::vector<Placement>> placements;           // per server, one per ShardRows asked
+  std::vector<Placement> replica_placements;                // read at train time (see GatherRows)
   std::vector<std::unique_ptr<ps::PendingLookup>> lookups;  // per server; null: nothing asked
 };
 
-DataParallelTrainer::DataParallelTrainer(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
-                         collective::Communicator* comm, ps::EmbeddingService* service, ThreadPool* pool)
+DataParallelTrainer::DataParallelTrainer(const config::DlrmConfig& config,
+                                         const shard::ShardingPlan& plan,
+                                         collective::Communicator* comm,
+                                         ps::EmbeddingService* service, ThreadPool* pool)
     : config_(config),
       comm_(comm),
       service_(service),
@@ -110,8 +112,9 @@ DataParallelTrainer::DataParallelTrainer(const config::DlrmConfig& config, const
 
 DataParallelTrainer::~DataParallelTrainer() = default;
 
-std::unique_ptr<DataParallelTrainer::Prepared> DataParallelTrainer::Prepare(const BatchView& part, int64_t step,
-                                                            bool training) {
+std::unique_ptr<DataParallelTrainer::Prepared> DataParallelTrainer::Prepare(const BatchView& part,
+                                                                            int64_t step,
+                                                                            bool training) {
   auto p = std::make_unique<Prepared>();
   p->step = step;
   try {
@@ -159,7 +162,10 @@ void DataParallelTrainer::SubmitLookups(Prepared& p) {
       const auto lo = std::lower_bound(ids.begin(), ids.end(), loc.row_begin);
       const auto hi = std::lower_bound(ids.begin(), ids.end(), loc.row_end);
       if (lo == hi) continue;
-      const Prepared::Placement where{t, loc.index, loc.col_begin, loc.col_end,
+      const Prepared::Placement where{t,
+                                      loc.index,
+                                      loc.col_begin,
+                                      loc.col_end,
                                       static_cast<int64_t>(lo - ids.begin()),
                                       static_cast<int64_t>(hi - lo)};
       if (loc.owner == ps::kTrainerReplica) {
@@ -175,8 +181,7 @@ void DataParallelTrainer::SubmitLookups(Prepared& p) {
   }
   for (size_t s = 0; s < servers; ++s) {
     if (requests[s].empty()) continue;
-    p.lookups[s] =
-        service_->SubmitLookup(static_cast<int32_t>(s), p.step, std::move(requests[s]));
+    p.lookups[s] = service_->SubmitLookup(static_cast<int32_t>(s), p.step, std::move(requests[s]));
   }
 }
 
@@ -187,8 +192,8 @@ ValidatedBatch DataParallelTrainer::GatherRows(Prepared& p) {
   for (int32_t t = 0; t < model.tables_size(); ++t) {
     const int64_t rows = static_cast<int64_t>(p.distinct[t].size());
     if (fetched_[t].num_rows() < rows)
-      fetched_[t] = EmbeddingTable<float>(model.tables(t).name(), rows + rows / 2,
-                                          model.tables(t).dim());
+      fetched_[t] =
+          EmbeddingTable<float>(model.tables(t).name(), rows + rows / 2, model.tables(t).dim());
   }
   auto place = [&](const Prepared::Placement& where, const std::vector<float>& rows) {
     const int32_t width = where.col_end - where.col_begin;
@@ -211,8 +216,8 @@ ValidatedBatch DataParallelTrainer::GatherRows(Prepared& p) {
     p.lookups[s].reset();
     const std::vector<Prepared::Placement>& where = p.placements[s];
     if (answers.size() != where.size())
-      Throw(StatusCode::kDataLoss, "server ", s, " answered ", answers.size(),
-            " shard lookups, ", where.size(), " were asked");
+      Throw(StatusCode::kDataLoss, "server ", s, " answered ", answers.size(), " shard lookups, ",
+            where.size(), " were asked");
     for (size_t i = 0; i < answers.size(); ++i) {
       const int32_t width = where[i].col_end - where[i].col_begin;
       if (answers[i].rows.size() != static_cast<size_t>(where[i].count) * width)
@@ -236,7 +241,7 @@ ValidatedBatch DataParallelTrainer::GatherRows(Prepared& p) {
 }
 
 std::vector<ps::FeatureUpdate> DataParallelTrainer::UpdatesFor(const std::vector<int32_t>& features,
-                                                   const ValidatedBatch& batch) const {
+                                                               const ValidatedBatch& batch) const {
   const BatchView& view = batch.view;
   const int64_t samples = view.batch_size;
   const int32_t width = model_.pooled_width();
@@ -309,8 +314,8 @@ float DataParallelTrainer::TrainStep() {
       const ValidatedBatch local = GatherRows(*p);
       const EmbeddingBagCollection<float> bags(&fetched_, model_.feature_bindings(),
                                                model_.pooled_width());
-      mine.loss_sum = model_.ForwardBackwardPart(local, mine.samples * ranks, bags,
-                                                 &dense_grad_, &d_pooled_, pool_);
+      mine.loss_sum = model_.ForwardBackwardPart(local, mine.samples * ranks, bags, &dense_grad_,
+                                                 &d_pooled_, pool_);
       mine.finite = AllFinite(d_pooled_);
       if (!replicas_.features().empty())
         mine.replica_update =
@@ -326,8 +331,7 @@ float DataParallelTrainer::TrainStep() {
   const std::vector<std::string> all = comm_->AllGather(bytes);
   send_buffer_ = std::move(bytes);
   if (static_cast<int32_t>(all.size()) != ranks)
-    Throw(StatusCode::kDataLoss, "sync step: ", all.size(), " contributions for ", ranks,
-          " ranks");
+    Throw(StatusCode::kDataLoss, "sync step: ", all.size(), " contributions for ", ranks, " ranks");
   // Into last step's buffers (no per-step allocation of the gradients); this rank's own
   // contribution is taken as it is, not decoded from its bytes.
   exchange_.resize(ranks);
@@ -347,8 +351,8 @@ float DataParallelTrainer::TrainStep() {
     const Contribution& c = by_rank[r];
     if (c.error_code != 0) {
       RenumberQueue();
-      Throw(static_cast<StatusCode>(c.error_code), "step ", t, ": trainer ", r, "'s part: ",
-            c.error);
+      Throw(static_cast<StatusCode>(c.error_code), "step ", t, ": trainer ", r,
+            "'s part: ", c.error);
     }
   }
   const size_t num_params = model_.dense_params().size();
@@ -390,10 +394,8 @@ float DataParallelTrainer::TrainStep() {
 
   const double factor = LrFactor(config_.lr_schedule(), step_);
   const auto dense_lr = static_cast<float>(config_.dense_optimizer().learning_rate() * factor);
-  const auto sparse_lr =
-      static_cast<float>(config_.sparse_optimizer().learning_rate() * factor);
-  dense_optimizer_->Update(model_.dense_params().data(), grad.data(), 0, num_params, dense_lr,
-                           t);
+  const auto sparse_lr = static_cast<float>(config_.sparse_optimizer().learning_rate() * factor);
+  dense_optimizer_->Update(model_.dense_params().data(), grad.data(), 0, num_params, dense_lr, t);
 
   // 4. Embedding updates: the replicas from every rank's part, then the servers.
   if (!replica_parts.empty())
@@ -425,8 +427,8 @@ void DataParallelTrainer::PredictFlushed(const BatchView& batch, float* logits) 
 }
 
 void DataParallelTrainer::AppendPredictions(const std::vector<BatchView>& batches, size_t first,
-                                    size_t stride, std::vector<double>* probabilities,
-                                    std::vector<float>* labels) {
+                                            size_t stride, std::vector<double>* probabilities,
+                                            std::vector<float>* labels) {
   if (batches.empty()) ThrowInvalid("evaluate needs at least one batch");
   Flush();  // once: every batch sees the same, fully applied rows
   std::vector<float> logits;

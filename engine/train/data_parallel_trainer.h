@@ -27,15 +27,15 @@
 #include <string>
 #include <vector>
 
+#include "engine/collective/communicator.h"
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/metrics.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/batch.h"
-#include "engine/collective/communicator.h"
-#include "engine/ps/service.h"
-#include "engine/ps/shard_store.h"
 #include "engine/model/dlrm_model.h"
 #include "engine/optim/dense_optimizer.h"
+#include "engine/ps/service.h"
+#include "engine/ps/shard_store.h"
 #include "engine/shard/plan.pb.h"
 
 namespace dlrm::train {
@@ -45,7 +45,8 @@ class DataParallelTrainer {
   // Borrows comm, service and pool. config must pass ValidateConfig; plan must be the
   // plan every rank and server uses.
   DataParallelTrainer(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
-              collective::Communicator* comm, ps::EmbeddingService* service, ThreadPool* pool);
+                      collective::Communicator* comm, ps::EmbeddingService* service,
+                      ThreadPool* pool);
   ~DataParallelTrainer();
 
   // Queues this rank's part of the next global batch and starts its row lookups. The part
@@ -97,7 +98,7 @@ class DataParallelTrainer {
   // PredictLogits once Flush has run.
   void PredictFlushed(const BatchView& batch, float* logits);
   std::vector<ps::FeatureUpdate> UpdatesFor(const std::vector<int32_t>& features,
-                                        const ValidatedBatch& batch) const;
+                                            const ValidatedBatch& batch) const;
   // Resubmits the queued parts' lookups when the step numbers they were sent for are off.
   void RenumberQueue();
 
@@ -109,7 +110,7 @@ class DataParallelTrainer {
   std::unique_ptr<DenseOptimizer<float>> dense_optimizer_;
   ps::EmbeddingShardStore replicas_;
   std::vector<std::vector<ps::ShardLocation>> locations_;  // per table
-  std::vector<std::vector<int32_t>> server_features_;  // per server: features it serves
+  std::vector<std::vector<int32_t>> server_features_;      // per server: features it serves
   std::deque<std::unique_ptr<Prepared>> queue_;
   int64_t step_ = 0;
 

@@ -3,15 +3,14 @@
 #include <filesystem>
 #include <system_error>
 
-#include "engine/core/log.h"
-
-#include "engine/config/config.h"
-#include "engine/core/byte_codec.h"
-#include "engine/core/status.h"
+#include "engine/checkpoint/sharded_checkpoint.h"
+#include "engine/cluster/roster.h"
 #include "engine/collective/gloo_communicator.h"
 #include "engine/collective/net_communicator.h"
-#include "engine/cluster/roster.h"
-#include "engine/checkpoint/sharded_checkpoint.h"
+#include "engine/config/config.h"
+#include "engine/core/byte_codec.h"
+#include "engine/core/log.h"
+#include "engine/core/status.h"
 #include "engine/ps/shard_store_file.h"
 
 namespace dlrm::train {
@@ -38,7 +37,8 @@ TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfi
       coordinator_(context_, env) {
   if (env.role != net::ROLE_TRAINER)
     ThrowInvalid("TrainerRole with DLRM_ROLE=", cluster::RoleName(env.role));
-  layout_ = cluster::LayoutFromRoster(coordinator_.Rendezvous(listener_.address()), env.rank, config_);
+  layout_ =
+      cluster::LayoutFromRoster(coordinator_.Rendezvous(listener_.address()), env.rank, config_);
   comm_ = MakeCommunicator(make_communicator);
   service_ = std::make_unique<ps::RemoteEmbeddingService>(
       context_, layout_.server_addresses, layout_.index, env.Transport(), Timeout(env));
@@ -52,7 +52,8 @@ const config::DlrmConfig& TrainerRole::Validated(const config::DlrmConfig& confi
   return config;
 }
 
-std::unique_ptr<collective::Communicator> TrainerRole::MakeCommunicator(const CommunicatorFactory& factory) {
+std::unique_ptr<collective::Communicator> TrainerRole::MakeCommunicator(
+    const CommunicatorFactory& factory) {
   const bool gloo = env_.collective == cluster::ClusterEnv::Collective::kGloo;
   std::unique_ptr<collective::Communicator> comm;
   if (factory) {
@@ -60,33 +61,34 @@ std::unique_ptr<collective::Communicator> TrainerRole::MakeCommunicator(const Co
       ThrowInvalid("DLRM_COLLECTIVE=gloo and a host all-gather were both given: choose one");
     comm = factory(layout_.index, layout_.num_trainers());
   } else {
-    comm = std::make_unique<collective::NetCommunicator>(context_, &listener_, layout_.trainer_addresses,
-                                             layout_.index, env_.Transport(),
-                                             AllGatherTimeout(env_));
+    comm = std::make_unique<collective::NetCommunicator>(context_, &listener_,
+                                                         layout_.trainer_addresses, layout_.index,
+                                                         env_.Transport(), AllGatherTimeout(env_));
     // Gloo listens on the address this trainer was reached at (the roster's, where a
     // wildcard bind was replaced by the address the coordinator saw).
     if (gloo)
-      comm = collective::MakeGlooCommunicator(std::move(comm),
-                                  cluster::EndpointHost(layout_.trainer_addresses[layout_.index]),
-                                  AllGatherTimeout(env_));
+      comm = collective::MakeGlooCommunicator(
+          std::move(comm), cluster::EndpointHost(layout_.trainer_addresses[layout_.index]),
+          AllGatherTimeout(env_));
   }
   if (!comm || comm->rank() != layout_.index || comm->world_size() != layout_.num_trainers())
-    ThrowInvalid("the communicator is not rank ", layout_.index, " of ",
-                 layout_.num_trainers(), " (this trainer's index and the trainer count)");
+    ThrowInvalid("the communicator is not rank ", layout_.index, " of ", layout_.num_trainers(),
+                 " (this trainer's index and the trainer count)");
   return comm;
 }
 
 void TrainerRole::Restore(const std::string& restore_dir) {
   const checkpoint::CheckpointManifest manifest = checkpoint::ManifestForRestore(
       restore_dir, config_, layout_.num_servers(), layout_.num_trainers(), layout_.plan);
-  const int64_t step = checkpoint::LoadDenseState(&trainer_->mutable_model(), &trainer_->dense_optimizer(),
-                                      restore_dir + "/" + checkpoint::kDenseStateFile);
+  const int64_t step =
+      checkpoint::LoadDenseState(&trainer_->mutable_model(), &trainer_->dense_optimizer(),
+                                 restore_dir + "/" + checkpoint::kDenseStateFile);
   if (manifest.has_replicas())
     ps::LoadShardStore(&trainer_->mutable_replicas(), ps::kTrainerReplica,
-                   restore_dir + "/" + checkpoint::kReplicaShardFile);
+                       restore_dir + "/" + checkpoint::kReplicaShardFile);
   if (step != manifest.step())
-    Throw(StatusCode::kDataLoss, "checkpoint ", restore_dir, ": the dense state is of step ",
-          step, ", the manifest says ", manifest.step());
+    Throw(StatusCode::kDataLoss, "checkpoint ", restore_dir, ": the dense state is of step ", step,
+          ", the manifest says ", manifest.step());
   trainer_->set_step(step);
   DLRM_LOG(kInfo) << "trainer " << layout_.index << ": restored step " << step << " from "
                   << restore_dir;
@@ -121,7 +123,7 @@ void TrainerRole::WriteCheckpoint(const std::string& dir, int64_t step) {
   if (ec) Throw(StatusCode::kIo, "cannot create checkpoint directory ", dir, ": ", ec.message());
   service_->SaveShards(step, dir);
   checkpoint::SaveDenseState(trainer_->model(), trainer_->dense_optimizer(), step,
-                 dir + "/" + checkpoint::kDenseStateFile);
+                             dir + "/" + checkpoint::kDenseStateFile);
   checkpoint::CheckpointManifest manifest;
   manifest.set_step(step);
   manifest.set_config(ConfigToText(config_));
@@ -131,7 +133,8 @@ void TrainerRole::WriteCheckpoint(const std::string& dir, int64_t step) {
   manifest.set_staleness(StalenessBound(config_.distributed()));
   *manifest.mutable_dense_state() = checkpoint::DescribeFile(dir, checkpoint::kDenseStateFile);
   if (!trainer_->replicas().shards().empty()) {
-    ps::SaveShardStore(trainer_->replicas(), ps::kTrainerReplica, step, dir + "/" + checkpoint::kReplicaShardFile);
+    ps::SaveShardStore(trainer_->replicas(), ps::kTrainerReplica, step,
+                       dir + "/" + checkpoint::kReplicaShardFile);
     *manifest.mutable_replicas() = checkpoint::DescribeFile(dir, checkpoint::kReplicaShardFile);
   }
   for (int32_t s = 0; s < layout_.num_servers(); ++s) {

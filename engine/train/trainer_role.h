@@ -15,17 +15,17 @@
 #include <string>
 #include <vector>
 
+#include "engine/cluster/cluster_env.h"
+#include "engine/cluster/job_layout.h"
+#include "engine/cluster/rendezvous.h"
+#include "engine/collective/communicator.h"
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/metrics.h"
 #include "engine/core/thread_pool.h"
-#include "engine/cluster/cluster_env.h"
-#include "engine/collective/communicator.h"
-#include "engine/cluster/job_layout.h"
-#include "engine/cluster/rendezvous.h"
-#include "engine/ps/client.h"
-#include "engine/train/data_parallel_trainer.h"
 #include "engine/net/context.h"
 #include "engine/net/endpoint.h"
+#include "engine/ps/client.h"
+#include "engine/train/data_parallel_trainer.h"
 
 namespace dlrm::train {
 

@@ -43,14 +43,14 @@ extern "C" {
 typedef int32_t dlrm_status;
 enum {
   DLRM_OK = 0,
-  DLRM_INVALID_ARGUMENT = 1,   /* a bad argument, batch field or config field */
-  DLRM_OUT_OF_RANGE = 2,       /* e.g. an id outside its table's rows */
-  DLRM_IO = 3,                 /* a file could not be read or written */
+  DLRM_INVALID_ARGUMENT = 1, /* a bad argument, batch field or config field */
+  DLRM_OUT_OF_RANGE = 2,     /* e.g. an id outside its table's rows */
+  DLRM_IO = 3,               /* a file could not be read or written */
   DLRM_NETWORK = 4,
   DLRM_TIMEOUT = 5,
   DLRM_CANCELLED = 6,
-  DLRM_INTERNAL = 7,           /* a bug in libdlrm: please report it */
-  DLRM_FAILED_PRECONDITION = 8,/* e.g. training diverged, checkpoint for another model */
+  DLRM_INTERNAL = 7,            /* a bug in libdlrm: please report it */
+  DLRM_FAILED_PRECONDITION = 8, /* e.g. training diverged, checkpoint for another model */
   DLRM_NOT_FOUND = 9,
   DLRM_DATA_LOSS = 10,         /* a corrupted or truncated checkpoint */
   DLRM_RESOURCE_EXHAUSTED = 11 /* out of memory */
@@ -141,18 +141,17 @@ DLRM_API dlrm_status dlrm_engine_train_submit(dlrm_engine* engine, const dlrm_ba
 /* Waits for a submitted step: *loss_out (may be NULL) receives its loss, or the call
  * returns the step's error. A step queued behind a failed one returns DLRM_CANCELLED.
  * Each ticket can be waited for once. */
-DLRM_API dlrm_status dlrm_engine_train_wait(dlrm_engine* engine, int64_t ticket,
-                                            float* loss_out);
+DLRM_API dlrm_status dlrm_engine_train_wait(dlrm_engine* engine, int64_t ticket, float* loss_out);
 
 /* Click probabilities for each sample into out[0 .. batch_size); out_len is out's
  * length in floats and must be >= batch_size. Reader lock. */
-DLRM_API dlrm_status dlrm_engine_predict(dlrm_engine* engine, const dlrm_batch* batch,
-                                         float* out, size_t out_len);
+DLRM_API dlrm_status dlrm_engine_predict(dlrm_engine* engine, const dlrm_batch* batch, float* out,
+                                         size_t out_len);
 
 typedef struct dlrm_eval_result {
   size_t struct_size; /* sizeof(dlrm_eval_result) */
   double log_loss;
-  double auc;         /* NaN when the labels hold one class only */
+  double auc; /* NaN when the labels hold one class only */
   int64_t num_samples;
 } dlrm_eval_result;
 
@@ -197,8 +196,8 @@ DLRM_API dlrm_status dlrm_engine_parameter_shape(dlrm_engine* engine, const char
                                                  int64_t* shape, int32_t shape_capacity,
                                                  int32_t* ndim);
 /* Copies the named parameter into out (out_len floats, >= its size). */
-DLRM_API dlrm_status dlrm_engine_read_parameter(dlrm_engine* engine, const char* name,
-                                                float* out, size_t out_len);
+DLRM_API dlrm_status dlrm_engine_read_parameter(dlrm_engine* engine, const char* name, float* out,
+                                                size_t out_len);
 /* Replaces the named parameter's values: len must equal its size and every value must be
  * finite, else nothing changes. Optimizer state is kept. */
 DLRM_API dlrm_status dlrm_engine_write_parameter(dlrm_engine* engine, const char* name,
@@ -242,8 +241,8 @@ DLRM_API dlrm_status dlrm_trainer_create(const char* config_text, const char* cl
 DLRM_API void dlrm_trainer_destroy(dlrm_trainer* trainer);
 /* This trainer's rank among the trainers, their number, and the global step done. Any
  * pointer may be NULL. */
-DLRM_API dlrm_status dlrm_trainer_info(dlrm_trainer* trainer, int32_t* rank,
-                                       int32_t* num_trainers, int64_t* step);
+DLRM_API dlrm_status dlrm_trainer_info(dlrm_trainer* trainer, int32_t* rank, int32_t* num_trainers,
+                                       int64_t* step);
 /* Queues this trainer's part of the next global batch (copied) and starts its embedding
  * lookups, so they travel while earlier steps compute. Parts must be equal in size on
  * every trainer: reduction_chunk_rows x a power of two. A bad part fails its step. */

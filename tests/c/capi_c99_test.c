@@ -11,28 +11,28 @@
 
 static int g_passed = 0, g_failed = 0;
 
-#define CHECK(cond)                                                      \
-  do {                                                                   \
-    if (cond) {                                                          \
-      ++g_passed;                                                        \
-    } else {                                                             \
-      ++g_failed;                                                        \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (cond) {                                                                \
+      ++g_passed;                                                              \
+    } else {                                                                   \
+      ++g_failed;                                                              \
       fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-    }                                                                    \
+    }                                                                          \
   } while (0)
 
 /* The call returns `status` and the error message contains `needle`. */
-#define CHECK_FAILS(call, status, needle)                                          \
-  do {                                                                             \
-    dlrm_status s_ = (call);                                                       \
-    CHECK(s_ == (status));                                                         \
-    if (strstr(dlrm_last_error(), (needle)) == NULL) {                             \
-      ++g_failed;                                                                  \
-      fprintf(stderr, "%s:%d: message \"%s\" lacks \"%s\" (status %s)\n", __FILE__, \
-              __LINE__, dlrm_last_error(), (needle), dlrm_status_name(s_));        \
-    } else {                                                                       \
-      ++g_passed;                                                                  \
-    }                                                                              \
+#define CHECK_FAILS(call, status, needle)                                                     \
+  do {                                                                                        \
+    dlrm_status s_ = (call);                                                                  \
+    CHECK(s_ == (status));                                                                    \
+    if (strstr(dlrm_last_error(), (needle)) == NULL) {                                        \
+      ++g_failed;                                                                             \
+      fprintf(stderr, "%s:%d: message \"%s\" lacks \"%s\" (status %s)\n", __FILE__, __LINE__, \
+              dlrm_last_error(), (needle), dlrm_status_name(s_));                             \
+    } else {                                                                                  \
+      ++g_passed;                                                                             \
+    }                                                                                         \
   } while (0)
 
 /* The shared small model (tests/data/small_model.pbtxt), read in main(). */
@@ -153,8 +153,7 @@ static void test_bad_inputs(dlrm_engine* e) {
   CHECK_FAILS(dlrm_engine_train_step(NULL, &ref.batch, &loss), DLRM_INVALID_ARGUMENT, "engine");
   CHECK_FAILS(dlrm_engine_train_step(e, NULL, &loss), DLRM_INVALID_ARGUMENT, "batch");
   CHECK_FAILS(dlrm_engine_predict(e, &ref.batch, NULL, B), DLRM_INVALID_ARGUMENT, "out");
-  CHECK_FAILS(dlrm_engine_predict(e, &ref.batch, out, B - 1), DLRM_INVALID_ARGUMENT,
-              "batch_size");
+  CHECK_FAILS(dlrm_engine_predict(e, &ref.batch, out, B - 1), DLRM_INVALID_ARGUMENT, "batch_size");
 
   make_batch(&t, 3);
   t.batch.struct_size = 0;
@@ -202,12 +201,10 @@ static void test_bad_inputs(dlrm_engine* e) {
 
   make_batch(&t, 3);
   t.labels[2] = NAN;
-  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT,
-              "batch.labels[2]");
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT, "batch.labels[2]");
   make_batch(&t, 3);
   t.labels[2] = 2.0f;
-  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT,
-              "batch.labels[2]");
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT, "batch.labels[2]");
   make_batch(&t, 3);
   t.batch.labels = NULL;
   CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT, "labels");
@@ -216,8 +213,7 @@ static void test_bad_inputs(dlrm_engine* e) {
   CHECK_FAILS(dlrm_engine_evaluate(e, NULL, 1, &result), DLRM_INVALID_ARGUMENT, "batches");
   memset(&result, 0, sizeof result);
   result.struct_size = sizeof result;
-  CHECK_FAILS(dlrm_engine_evaluate(e, &t.batch, 1, &result), DLRM_INVALID_ARGUMENT,
-              "batches[0]");
+  CHECK_FAILS(dlrm_engine_evaluate(e, &t.batch, 1, &result), DLRM_INVALID_ARGUMENT, "batches[0]");
   CHECK_FAILS(dlrm_engine_evaluate(e, &ref.batch, 0, &result), DLRM_INVALID_ARGUMENT,
               "at least one batch");
 
@@ -299,7 +295,8 @@ static void test_async(void) {
     CHECK(dlrm_engine_train_submit(async_engine, &t.batch, &tickets[i]) == DLRM_OK);
     memset(t.dense, 0, sizeof t.dense); /* submit copied the batch */
   }
-  for (i = 0; i < 4; ++i) CHECK(dlrm_engine_train_wait(async_engine, tickets[i], &async_loss[i]) == DLRM_OK);
+  for (i = 0; i < 4; ++i)
+    CHECK(dlrm_engine_train_wait(async_engine, tickets[i], &async_loss[i]) == DLRM_OK);
   CHECK(same_floats(sync_loss, async_loss, 4));
   make_batch(&ref, 1);
   predict_ref(sync_engine, &ref, a);
@@ -314,7 +311,8 @@ static void test_async(void) {
               "ticket_out");
   CHECK_FAILS(dlrm_engine_train_wait(async_engine, tickets[0], NULL), DLRM_INVALID_ARGUMENT,
               "already waited");
-  CHECK_FAILS(dlrm_engine_train_wait(async_engine, 999, NULL), DLRM_INVALID_ARGUMENT, "never issued");
+  CHECK_FAILS(dlrm_engine_train_wait(async_engine, 999, NULL), DLRM_INVALID_ARGUMENT,
+              "never issued");
   CHECK_FAILS(dlrm_engine_train_wait(NULL, 1, NULL), DLRM_INVALID_ARGUMENT, "engine");
   dlrm_engine_destroy(sync_engine);
   dlrm_engine_destroy(async_engine);

@@ -22,18 +22,18 @@ static int g_passed = 0, g_failed = 0;
 static pthread_mutex_t g_check_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* cond is evaluated before the lock: it may be a collective call. */
-#define CHECK(cond)                                                               \
-  do {                                                                            \
-    int ok_ = (cond) ? 1 : 0;                                                     \
-    pthread_mutex_lock(&g_check_mu);                                              \
-    if (ok_) {                                                                    \
-      ++g_passed;                                                                 \
-    } else {                                                                      \
-      ++g_failed;                                                                 \
-      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__,     \
-              __LINE__, #cond, dlrm_last_error());                                \
-    }                                                                             \
-    pthread_mutex_unlock(&g_check_mu);                                            \
+#define CHECK(cond)                                                                            \
+  do {                                                                                         \
+    int ok_ = (cond) ? 1 : 0;                                                                  \
+    pthread_mutex_lock(&g_check_mu);                                                           \
+    if (ok_) {                                                                                 \
+      ++g_passed;                                                                              \
+    } else {                                                                                   \
+      ++g_failed;                                                                              \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              dlrm_last_error());                                                              \
+    }                                                                                          \
+    pthread_mutex_unlock(&g_check_mu);                                                         \
   } while (0)
 
 #define CHECK_MESSAGE(needle) CHECK(strstr(dlrm_last_error(), (needle)) != NULL)
@@ -129,8 +129,8 @@ static int32_t host_allgather(void* user_data, const void* data, int64_t num_byt
 static void cluster_text(char* out, size_t n, const char* role, int rank) {
   if (rank < 0)
     snprintf(out, n,
-             "DLRM_ROLE=%s\nDLRM_WORLD_SIZE=4\nDLRM_COORDINATOR=%s\nDLRM_TIMEOUT_MS=20000\n",
-             role, g_coordinator);
+             "DLRM_ROLE=%s\nDLRM_WORLD_SIZE=4\nDLRM_COORDINATOR=%s\nDLRM_TIMEOUT_MS=20000\n", role,
+             g_coordinator);
   else
     snprintf(out, n,
              "# a peer\nDLRM_ROLE=%s\nDLRM_RANK=%d\nDLRM_WORLD_SIZE=4\nDLRM_COORDINATOR=%s\n"
@@ -255,8 +255,7 @@ static void test_bad_settings(void) {
   CHECK(dlrm_trainer_create(g_config, "DLRM_ROLE trainer", NULL, NULL, NULL, &t) ==
         DLRM_INVALID_ARGUMENT);
   CHECK_MESSAGE("line 1 is not KEY=VALUE");
-  CHECK(dlrm_trainer_create(g_config, "HOME=/root", NULL, NULL, NULL, &t) ==
-        DLRM_INVALID_ARGUMENT);
+  CHECK(dlrm_trainer_create(g_config, "HOME=/root", NULL, NULL, NULL, &t) == DLRM_INVALID_ARGUMENT);
   CHECK_MESSAGE("not a DLRM_* setting");
   cluster_text(cluster, sizeof cluster, "server", 0);
   CHECK(dlrm_trainer_create(g_config, cluster, NULL, NULL, NULL, &t) == DLRM_INVALID_ARGUMENT);

@@ -1,13 +1,13 @@
 /* A C program built against an installed libdlrm (pkg-config or find_package). */
+#include <dlrm/dlrm.h>
 #include <stdio.h>
 #include <string.h>
-
-#include <dlrm/dlrm.h>
 
 int main(void) {
   dlrm_engine* engine = NULL;
   if (dlrm_abi_version() != DLRM_ABI_VERSION) {
-    fprintf(stderr, "ABI mismatch: header %d, library %d\n", DLRM_ABI_VERSION, (int)dlrm_abi_version());
+    fprintf(stderr, "ABI mismatch: header %d, library %d\n", DLRM_ABI_VERSION,
+            (int)dlrm_abi_version());
     return 1;
   }
   if (dlrm_engine_create("model { num_dense_features: 0 }", &engine) != DLRM_INVALID_ARGUMENT ||

@@ -1,15 +1,15 @@
 // Checks of the distributed-training tests against the single-process engine.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/config/dlrm.pb.h"
-#include "engine/ps/shard_store.h"
 #include "engine/engine.h"
+#include "engine/ps/shard_store.h"
 
 namespace dlrm::testing {
 
@@ -42,16 +42,14 @@ inline void ExpectStoresMatchEngine(const Engine& engine, const config::DlrmConf
   }
 }
 
-
 // Every dense parameter of `model` equals the engine's, bitwise.
 template <typename Model>
 void ExpectDenseMatchesEngine(const Engine& engine, const Model& model, const std::string& where) {
   for (const DenseParamInfo& p : model.dense_param_infos()) {
     std::vector<float> want(p.size);
     engine.ReadParameter(p.name, want.data(), static_cast<int64_t>(want.size()));
-    ASSERT_EQ(std::memcmp(want.data(), model.dense_params().data() + p.offset,
-                          p.size * sizeof(float)),
-              0)
+    ASSERT_EQ(
+        std::memcmp(want.data(), model.dense_params().data() + p.offset, p.size * sizeof(float)), 0)
         << where << ": " << p.name;
   }
 }

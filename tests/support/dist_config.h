@@ -12,8 +12,7 @@ namespace dlrm::testing {
 
 inline config::DlrmConfig ShardedTestConfig(config::ShardingConfig::Type type,
                                             const std::string& dense_optimizer,
-                                            const std::string& sparse_optimizer,
-                                            int32_t servers) {
+                                            const std::string& sparse_optimizer, int32_t servers) {
   config::DlrmConfig c;
   auto* m = c.mutable_model();
   m->set_num_dense_features(4);

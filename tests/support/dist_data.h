@@ -6,11 +6,11 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/cluster/cluster_env.h"
 #include "engine/config/config.h"
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/philox.h"
 #include "engine/data/batch.h"
-#include "engine/cluster/cluster_env.h"
 
 namespace dlrm::testing {
 
@@ -49,8 +49,9 @@ inline OwnedBatch Part(const OwnedBatch& g, int64_t s0, int64_t s1) {
 }
 
 // A ClusterEnv for a peer of a coordinator at `endpoint` ("tcp://127.0.0.1:port").
-inline cluster::ClusterEnv PeerEnv(const std::string& endpoint, net::Role role, int32_t rank, int32_t world,
-                   int64_t timeout_ms = 5000, const std::string& secret = "") {
+inline cluster::ClusterEnv PeerEnv(const std::string& endpoint, net::Role role, int32_t rank,
+                                   int32_t world, int64_t timeout_ms = 5000,
+                                   const std::string& secret = "") {
   cluster::ClusterEnv env;
   env.role = role;
   env.rank = rank;

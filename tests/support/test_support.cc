@@ -1,9 +1,9 @@
 #include "tests/support/test_support.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
-
-#include <unistd.h>
 
 #include "engine/core/philox.h"
 
@@ -31,7 +31,8 @@ model {
   bottom_mlp { layer_sizes: 8 layer_sizes: 4 }
   top_mlp { layer_sizes: 8 layer_sizes: 4 layer_sizes: 1 }
 }
-)" + optimizers + "\nnum_threads: " + std::to_string(num_threads) +
+)" + optimizers +
+         "\nnum_threads: " + std::to_string(num_threads) +
          "\nreduction_chunk_rows: " + std::to_string(chunk_rows) +
          "\nseed: " + std::to_string(seed) + "\n";
 }
@@ -45,7 +46,8 @@ OwnedBatch SmallBatch(int64_t batch_size, uint64_t salt, bool weighted) {
   b.num_dense = 4;
   b.num_sparse = 3;
   const int64_t rows[3] = {40, 25, 40};
-  for (int64_t i = 0; i < batch_size * 4; ++i) b.dense.push_back(static_cast<float>(uniform() * 2 - 1));
+  for (int64_t i = 0; i < batch_size * 4; ++i)
+    b.dense.push_back(static_cast<float>(uniform() * 2 - 1));
   for (int f = 0; f < 3; ++f) {
     for (int64_t s = 0; s < batch_size; ++s) {
       const int32_t len = static_cast<int32_t>(uniform() * 4);  // 0..3

@@ -1,5 +1,10 @@
 #include "engine/checkpoint/checkpoint_file.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdint>
 #include <cstring>
@@ -8,12 +13,6 @@
 #include <iterator>
 #include <string>
 #include <vector>
-
-#include <sys/resource.h>
-#include <unistd.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "engine/core/status.h"
 #include "tests/support/test_support.h"
@@ -60,10 +59,10 @@ std::vector<std::string> TempFilesIn(const std::string& dir) {
 
 struct Tensors {
   std::vector<float> weights{1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, -7.0f};  // [2, 3]
-  std::vector<double> moments{0.1, 0.2, 0.3, 0.4};                       // [4]
-  std::vector<int64_t> steps{int64_t{1} << 40, -1, 42};                  // [3, 1]
-  std::vector<float> empty;                                              // [0, 5]
-  double scalar = 2.718281828;                                           // []
+  std::vector<double> moments{0.1, 0.2, 0.3, 0.4};                      // [4]
+  std::vector<int64_t> steps{int64_t{1} << 40, -1, 42};                 // [3, 1]
+  std::vector<float> empty;                                             // [0, 5]
+  double scalar = 2.718281828;                                          // []
 };
 
 CheckpointWriter MakeWriter(const Tensors& t) {
@@ -323,20 +322,25 @@ TEST(CheckpointFileTest, InconsistentEntriesDetectedBehindValidChecksum) {
     return h;
   };
   // Sanity: the hand-assembled file itself is valid.
-  WriteBytes(bad, Assemble(header_with("t", checkpoint::TensorEntry::FLOAT32, {4}, 64, 16), payload));
+  WriteBytes(bad,
+             Assemble(header_with("t", checkpoint::TensorEntry::FLOAT32, {4}, 64, 16), payload));
   EXPECT_TRUE(CheckpointReader(bad).HasTensor("t"));
 
-  WriteBytes(bad, Assemble(header_with("t", checkpoint::TensorEntry::FLOAT32, {4}, 120, 16), payload));
+  WriteBytes(bad,
+             Assemble(header_with("t", checkpoint::TensorEntry::FLOAT32, {4}, 120, 16), payload));
   ExpectError([&] { CheckpointReader r(bad); }, StatusCode::kDataLoss, {bad, "'t'", "outside"});
-  WriteBytes(bad, Assemble(header_with("t", checkpoint::TensorEntry::FLOAT32, {4}, ~uint64_t{0} - 3, 16),
-                           payload));
+  WriteBytes(bad,
+             Assemble(header_with("t", checkpoint::TensorEntry::FLOAT32, {4}, ~uint64_t{0} - 3, 16),
+                      payload));
   ExpectError([&] { CheckpointReader r(bad); }, StatusCode::kDataLoss, {"'t'", "outside"});
-  WriteBytes(bad, Assemble(header_with("t", checkpoint::TensorEntry::FLOAT64, {4}, 0, 16), payload));
+  WriteBytes(bad,
+             Assemble(header_with("t", checkpoint::TensorEntry::FLOAT64, {4}, 0, 16), payload));
   ExpectError([&] { CheckpointReader r(bad); }, StatusCode::kDataLoss, {"'t'", "needs 32 bytes"});
   WriteBytes(bad, Assemble(header_with("t", checkpoint::TensorEntry::INT64, {-1}, 0, 16), payload));
   ExpectError([&] { CheckpointReader r(bad); }, StatusCode::kDataLoss, {"'t'", "shape"});
-  WriteBytes(bad, Assemble(header_with("t", checkpoint::TensorEntry::INT64, {int64_t{1} << 62, 8}, 0, 16),
-                           payload));
+  WriteBytes(
+      bad, Assemble(header_with("t", checkpoint::TensorEntry::INT64, {int64_t{1} << 62, 8}, 0, 16),
+                    payload));
   ExpectError([&] { CheckpointReader r(bad); }, StatusCode::kDataLoss, {"'t'", "shape"});
   {
     // dtype 9 is no DType; the generated setter refuses it, so encode the entry by hand.
@@ -353,7 +357,8 @@ TEST(CheckpointFileTest, InconsistentEntriesDetectedBehindValidChecksum) {
     WriteBytes(bad, AssembleRaw(header_bytes, payload));
     ExpectError([&] { CheckpointReader r(bad); }, StatusCode::kDataLoss, {"'t'", "dtype"});
   }
-  WriteBytes(bad, Assemble(header_with("t", checkpoint::TensorEntry::FLOAT32, {4}, 0, 16), payload, 2));
+  WriteBytes(bad,
+             Assemble(header_with("t", checkpoint::TensorEntry::FLOAT32, {4}, 0, 16), payload, 2));
   ExpectError([&] { CheckpointReader r(bad); }, StatusCode::kDataLoss, {"version 2"});
 
   checkpoint::CheckpointHeader dup = header_with("t", checkpoint::TensorEntry::FLOAT32, {4}, 0, 16);
@@ -361,7 +366,8 @@ TEST(CheckpointFileTest, InconsistentEntriesDetectedBehindValidChecksum) {
   WriteBytes(bad, Assemble(dup, payload));
   ExpectError([&] { CheckpointReader r(bad); }, StatusCode::kDataLoss, {"duplicate", "'t'"});
 
-  checkpoint::CheckpointHeader no_payload_size = header_with("t", checkpoint::TensorEntry::FLOAT32, {4}, 0, 16);
+  checkpoint::CheckpointHeader no_payload_size =
+      header_with("t", checkpoint::TensorEntry::FLOAT32, {4}, 0, 16);
   no_payload_size.clear_payload_bytes();
   WriteBytes(bad, Assemble(no_payload_size, payload));
   ExpectError([&] { CheckpointReader r(bad); }, StatusCode::kDataLoss, {"payload_bytes"});
@@ -370,28 +376,50 @@ TEST(CheckpointFileTest, InconsistentEntriesDetectedBehindValidChecksum) {
 TEST(CheckpointFileTest, WrongRequestsNameTheTensor) {
   const CheckpointReader reader(WriteStandard("ckpt_requests"));
   std::vector<float> buf(64);
-  ExpectError([&] { reader.ReadTensor("steps", checkpoint::TensorEntry::FLOAT32, {3, 1}, buf.data()); },
-              StatusCode::kInvalidArgument, {"'steps'", "INT64", "FLOAT32"});
-  ExpectError([&] { reader.ReadTensor("dense/weights", checkpoint::TensorEntry::FLOAT32, {3, 2}, buf.data()); },
-              StatusCode::kInvalidArgument, {"'dense/weights'", "[3, 2]", "[2, 3]"});
-  ExpectError([&] { reader.ReadTensor("dense/weights", checkpoint::TensorEntry::FLOAT32, {6}, buf.data()); },
-              StatusCode::kInvalidArgument, {"'dense/weights'"});
-  ExpectError([&] { reader.ReadTensor("missing", checkpoint::TensorEntry::FLOAT32, {1}, buf.data()); },
-              StatusCode::kNotFound, {"'missing'"});
+  ExpectError(
+      [&] {
+        reader.ReadTensor("steps", checkpoint::TensorEntry::FLOAT32, {3, 1}, buf.data());
+      },
+      StatusCode::kInvalidArgument, {"'steps'", "INT64", "FLOAT32"});
+  ExpectError(
+      [&] {
+        reader.ReadTensor("dense/weights", checkpoint::TensorEntry::FLOAT32, {3, 2}, buf.data());
+      },
+      StatusCode::kInvalidArgument, {"'dense/weights'", "[3, 2]", "[2, 3]"});
+  ExpectError(
+      [&] {
+        reader.ReadTensor("dense/weights", checkpoint::TensorEntry::FLOAT32, {6}, buf.data());
+      },
+      StatusCode::kInvalidArgument, {"'dense/weights'"});
+  ExpectError(
+      [&] { reader.ReadTensor("missing", checkpoint::TensorEntry::FLOAT32, {1}, buf.data()); },
+      StatusCode::kNotFound, {"'missing'"});
   ExpectError([&] { reader.Metadata("absent_key"); }, StatusCode::kNotFound, {"absent_key"});
 }
 
 TEST(CheckpointFileTest, AddTensorValidates) {
   CheckpointWriter w;
   const float data[6] = {};
-  ExpectError([&] { w.AddTensor("x", checkpoint::TensorEntry::FLOAT32, {2, 3}, data, 20); },
-              StatusCode::kInvalidArgument, {"'x'", "24 bytes", "20"});
-  ExpectError([&] { w.AddTensor("x", checkpoint::TensorEntry::FLOAT32, {-2, 3}, data, 24); },
-              StatusCode::kInvalidArgument, {"'x'", "shape"});
-  ExpectError([&] { w.AddTensor("x", checkpoint::TensorEntry::FLOAT32, {2, 3}, nullptr, 24); },
-              StatusCode::kInvalidArgument, {"'x'", "null"});
-  ExpectError([&] { w.AddTensor("", checkpoint::TensorEntry::FLOAT32, {2, 3}, data, 24); },
-              StatusCode::kInvalidArgument, {"name"});
+  ExpectError(
+      [&] {
+        w.AddTensor("x", checkpoint::TensorEntry::FLOAT32, {2, 3}, data, 20);
+      },
+      StatusCode::kInvalidArgument, {"'x'", "24 bytes", "20"});
+  ExpectError(
+      [&] {
+        w.AddTensor("x", checkpoint::TensorEntry::FLOAT32, {-2, 3}, data, 24);
+      },
+      StatusCode::kInvalidArgument, {"'x'", "shape"});
+  ExpectError(
+      [&] {
+        w.AddTensor("x", checkpoint::TensorEntry::FLOAT32, {2, 3}, nullptr, 24);
+      },
+      StatusCode::kInvalidArgument, {"'x'", "null"});
+  ExpectError(
+      [&] {
+        w.AddTensor("", checkpoint::TensorEntry::FLOAT32, {2, 3}, data, 24);
+      },
+      StatusCode::kInvalidArgument, {"name"});
   w.AddTensor("x", checkpoint::TensorEntry::FLOAT32, {2, 3}, data, 24);
   ExpectError([&] { w.AddTensor("x", checkpoint::TensorEntry::FLOAT32, {6}, data, 24); },
               StatusCode::kInvalidArgument, {"duplicate", "'x'"});

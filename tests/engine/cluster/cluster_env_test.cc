@@ -1,15 +1,16 @@
 // The launch environment contract (DLRM_ROLE, DLRM_RANK, ...): valid settings parse,
 // every bad value is rejected naming the variable and the value.
-#include <map>
-#include <optional>
-#include <string>
+#include "engine/cluster/cluster_env.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/core/status.h"
-#include "engine/cluster/cluster_env.h"
+#include <map>
+#include <optional>
+#include <string>
+
 #include "engine/cluster/roster.h"
+#include "engine/core/status.h"
 
 namespace dlrm {
 namespace {

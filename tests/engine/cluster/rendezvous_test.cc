@@ -2,7 +2,11 @@
 // a full job, duplicate and out-of-range ranks, a world-size mismatch, a missing
 // coordinator, a coordinator that gives up on a missing peer, a peer that starts first,
 // barriers that cannot complete, and authentication.
+#include "engine/cluster/rendezvous.h"
+
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,13 +19,9 @@
 #include <thread>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
-#include "engine/core/status.h"
 #include "engine/cluster/coordinator.h"
-#include "engine/cluster/rendezvous.h"
 #include "engine/cluster/roster.h"
+#include "engine/core/status.h"
 #include "engine/net/client.h"
 #include "tests/support/dist_data.h"
 
@@ -30,8 +30,8 @@ namespace {
 
 using namespace ::dlrm::testing;  // the suites' shared helpers
 
-using ::testing::HasSubstr;
 using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kLoopback[] = "tcp://127.0.0.1:*";
@@ -55,8 +55,7 @@ class CoordinatorThread {
  public:
   CoordinatorThread(const net::Context& context, int32_t world, milliseconds timeout,
                     const std::string& secret = "", const std::string& bind = kLoopback)
-      : coordinator_(context, world, bind, Options(secret)),
-        thread_([this, timeout] {
+      : coordinator_(context, world, bind, Options(secret)), thread_([this, timeout] {
           try {
             roster_ = coordinator_.Rendezvous(timeout);
             coordinator_.Serve();
@@ -100,12 +99,12 @@ TEST(DistRendezvousTest, FourPeersGetTheSameRosterThenBarrierAndLeave) {
   for (int32_t rank = 0; rank < 4; ++rank) {
     peers.emplace_back([&, rank] {
       try {
-        const cluster::ClusterEnv env = PeerEnv(coordinator.address(),
-                                       rank < 2 ? net::ROLE_SERVER : net::ROLE_TRAINER, rank, 4);
+        const cluster::ClusterEnv env = PeerEnv(
+            coordinator.address(), rank < 2 ? net::ROLE_SERVER : net::ROLE_TRAINER, rank, 4);
         std::optional<net::Endpoint> listener;
         if (env.role == net::ROLE_SERVER) {
-          listener.emplace(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
-                           env.Transport(), "server " + std::to_string(rank));
+          listener.emplace(context, net::Endpoint::kListen, env.PeerBindEndpoint(), env.Transport(),
+                           "server " + std::to_string(rank));
           listening[rank] = listener->address();
         }
         cluster::CoordinatorClient client(context, env);
@@ -144,12 +143,14 @@ TEST(DistRendezvousTest, BarrierHoldsUntilEveryPeerArrives) {
   std::atomic<bool> second_arrived{false};
   std::atomic<bool> first_released_early{false};
   std::thread first([&] {
-    cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 0, 2));
+    cluster::CoordinatorClient client(context,
+                                      PeerEnv(coordinator.address(), net::ROLE_TRAINER, 0, 2));
     client.Rendezvous("");
     client.Barrier();
     if (!second_arrived) first_released_early = true;
   });
-  cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+  cluster::CoordinatorClient client(context,
+                                    PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
   client.Rendezvous("");
   std::this_thread::sleep_for(milliseconds(100));
   second_arrived = true;
@@ -163,14 +164,16 @@ TEST(DistRendezvousTest, DuplicateRankIsRejectedAndTheJobStillForms) {
   CoordinatorThread coordinator(context, 2, milliseconds(10000));
   std::optional<net::Roster> roster0;
   std::thread first([&] {
-    cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
+    cluster::CoordinatorClient client(context,
+                                      PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
     roster0 = client.Rendezvous("tcp://127.0.0.1:1111");
   });
   // Let rank 0 register first.
   const auto deadline = Clock::now() + milliseconds(5000);
   while (coordinator.peers_registered() < 1 && Clock::now() < deadline)
     std::this_thread::sleep_for(milliseconds(2));
-  cluster::CoordinatorClient duplicate(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 0, 2));
+  cluster::CoordinatorClient duplicate(context,
+                                       PeerEnv(coordinator.address(), net::ROLE_TRAINER, 0, 2));
   try {
     duplicate.Rendezvous("");
     ADD_FAILURE();
@@ -179,7 +182,8 @@ TEST(DistRendezvousTest, DuplicateRankIsRejectedAndTheJobStillForms) {
     EXPECT_THAT(e.what(), HasSubstr("rank 0 is already taken by a server"));
     EXPECT_THAT(e.what(), HasSubstr("tcp://127.0.0.1:1111"));
   }
-  cluster::CoordinatorClient second(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+  cluster::CoordinatorClient second(context,
+                                    PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
   net::Roster roster1 = second.Rendezvous("");
   first.join();
   ASSERT_TRUE(roster0.has_value());
@@ -191,7 +195,8 @@ TEST(DistRendezvousTest, OutOfRangeRankAndWrongWorldSizeAreRejected) {
   net::Context context;
   CoordinatorThread coordinator(context, 2, milliseconds(10000));
   // A peer that believes in a world of 5.
-  cluster::CoordinatorClient wrong_world(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 4, 5));
+  cluster::CoordinatorClient wrong_world(context,
+                                         PeerEnv(coordinator.address(), net::ROLE_TRAINER, 4, 5));
   try {
     wrong_world.Rendezvous("");
     ADD_FAILURE();
@@ -220,7 +225,8 @@ TEST(DistRendezvousTest, OutOfRangeRankAndWrongWorldSizeAreRejected) {
 TEST(DistRendezvousTest, MissingCoordinatorTimesOutNamingIt) {
   net::Context context;
   const std::string dead = FreeLoopbackAddress();
-  cluster::CoordinatorClient client(context, PeerEnv(dead, net::ROLE_TRAINER, 0, 1, /*timeout_ms=*/200));
+  cluster::CoordinatorClient client(context,
+                                    PeerEnv(dead, net::ROLE_TRAINER, 0, 1, /*timeout_ms=*/200));
   const auto start = Clock::now();
   try {
     client.Rendezvous("");
@@ -239,7 +245,8 @@ TEST(DistRendezvousTest, MissingCoordinatorTimesOutNamingIt) {
 TEST(DistRendezvousTest, CoordinatorGivesUpNamingMissingRanksAndTellsTheOthers) {
   net::Context context;
   CoordinatorThread coordinator(context, 3, milliseconds(300));
-  cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 1, 3));
+  cluster::CoordinatorClient client(context,
+                                    PeerEnv(coordinator.address(), net::ROLE_SERVER, 1, 3));
   try {
     client.Rendezvous("");
     ADD_FAILURE();
@@ -288,11 +295,13 @@ TEST(DistRendezvousTest, BarrierFailsOnceAPeerHasLeft) {
   net::Context context;
   CoordinatorThread coordinator(context, 2, milliseconds(10000));
   std::thread leaver([&] {
-    cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
+    cluster::CoordinatorClient client(context,
+                                      PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
     client.Rendezvous("");
     client.Leave();
   });
-  cluster::CoordinatorClient stayer(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+  cluster::CoordinatorClient stayer(context,
+                                    PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
   stayer.Rendezvous("");
   leaver.join();
   try {
@@ -307,9 +316,11 @@ TEST(DistRendezvousTest, BarrierFailsOnceAPeerHasLeft) {
 TEST(DistRendezvousTest, BarrierWaitingForAPeerThatLeavesFails) {
   net::Context context;
   CoordinatorThread coordinator(context, 2, milliseconds(10000));
-  cluster::CoordinatorClient leaver(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
+  cluster::CoordinatorClient leaver(context,
+                                    PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
   std::thread stay([&] {
-    cluster::CoordinatorClient stayer(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+    cluster::CoordinatorClient stayer(context,
+                                      PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
     stayer.Rendezvous("");
     try {
       stayer.Barrier(milliseconds(5000));
@@ -332,14 +343,15 @@ TEST(DistRendezvousTest, CoordinatorGivesUpOnAPeerThatNeverLeavesAfterAnotherDid
   // Rank 2 joins and then hangs: it is destroyed (and would leave) only after the
   // coordinator has given up on it.
   cluster::CoordinatorClient silent(context,
-                           PeerEnv(coordinator.address(), net::ROLE_TRAINER, 2, 3, 1500));
+                                    PeerEnv(coordinator.address(), net::ROLE_TRAINER, 2, 3, 1500));
   std::thread others([&] {
     cluster::CoordinatorClient a(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 3));
     a.Rendezvous("");
     a.Leave();
   });
   std::thread server([&] {
-    cluster::CoordinatorClient failing(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 3));
+    cluster::CoordinatorClient failing(context,
+                                       PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 3));
     failing.Rendezvous("");
     // Fails without calling Leave: its destructor leaves for it.
   });
@@ -361,16 +373,15 @@ TEST(DistRendezvousTest, RendezvousWithASharedSecret) {
   CoordinatorThread coordinator(context, 1, milliseconds(10000), secret);
   cluster::CoordinatorClient client(
       context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 1, 5000, secret));
-  EXPECT_EQ(client.Rendezvous("tcp://127.0.0.1:2222").peers(0).address(),
-            "tcp://127.0.0.1:2222");
+  EXPECT_EQ(client.Rendezvous("tcp://127.0.0.1:2222").peers(0).address(), "tcp://127.0.0.1:2222");
   client.Leave();
 }
 
 TEST(DistRendezvousTest, RendezvousWithAWrongSecretFailsSayingWhy) {
   net::Context context;
   CoordinatorThread coordinator(context, 1, milliseconds(10000), "cluster-secret-0123456789");
-  cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 1, 300,
-                                            "another-secret-0123456789"));
+  cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 1,
+                                                     300, "another-secret-0123456789"));
   try {
     client.Rendezvous("");
     ADD_FAILURE();

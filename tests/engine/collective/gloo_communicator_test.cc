@@ -1,17 +1,18 @@
 // The Gloo all-gather (DLRM_COLLECTIVE=gloo) against what an all-gather must return, for
 // contributions that are empty, fit its slots, outgrow them, and shrink again, with ranks of
 // different sizes in one call.
+#include "engine/collective/gloo_communicator.h"
+
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "engine/core/status.h"
 #include "engine/collective/communicator.h"
-#include "engine/collective/gloo_communicator.h"
+#include "engine/core/status.h"
 
 namespace dlrm {
 namespace {

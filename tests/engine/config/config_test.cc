@@ -1,12 +1,13 @@
 // Config parsing and validation: every kind of invalid config is rejected with an error
 // that names the field and the reason.
-#include <fstream>
-#include <string>
+#include "engine/config/config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/config/config.h"
+#include <fstream>
+#include <string>
+
 #include "engine/core/status.h"
 #include "tests/support/test_support.h"
 

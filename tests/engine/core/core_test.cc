@@ -1,5 +1,6 @@
 // Core utilities: Philox known answers, the counter RNG's independence from call order,
 // the thread pool, fixed-order reduction, metrics.
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <atomic>
@@ -8,8 +9,6 @@
 #include <numeric>
 #include <stdexcept>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/core/cpu_features.h"
 #include "engine/core/finite.h"
@@ -57,7 +56,8 @@ TEST(CpuFeaturesTest, MaxIsaCapsTheLevelOnlyWhenNamed) {
 
 // Known-answer vectors of Philox4x32-10 from the Random123 distribution (kat_vectors).
 TEST(PhiloxTest, MatchesRandom123KnownAnswers) {
-  EXPECT_EQ(Philox4x32(0, 0, 0), (std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
+  EXPECT_EQ(Philox4x32(0, 0, 0),
+            (std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
   EXPECT_EQ(Philox4x32(~0ull, ~0ull, ~0ull),
             (std::array<uint32_t, 4>{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
   // counter (243f6a88 85a308d3 13198a2e 03707344), key (a4093822 299f31d0)
@@ -93,9 +93,11 @@ TEST(ThreadPoolTest, RunsEveryIndexOnceAndPropagatesErrors) {
     std::vector<std::atomic<int>> hits(1000);
     pool.ParallelFor(1000, [&](int64_t i) { hits[i]++; });
     for (auto& h : hits) ASSERT_EQ(h.load(), 1);
-    EXPECT_THROW(pool.ParallelFor(100, [](int64_t i) {
-      if (i == 37) throw std::runtime_error("boom");
-    }), std::runtime_error);
+    EXPECT_THROW(pool.ParallelFor(100,
+                                  [](int64_t i) {
+                                    if (i == 37) throw std::runtime_error("boom");
+                                  }),
+                 std::runtime_error);
     pool.ParallelFor(0, [](int64_t) { FAIL(); });
   }
 }
@@ -117,7 +119,8 @@ TEST(SplitTest, RangesCoverExactly) {
     for (int64_t parts : {1, 3, 8}) {
       EXPECT_EQ(SplitBegin(n, parts, 0), 0);
       EXPECT_EQ(SplitBegin(n, parts, parts), n);
-      for (int64_t p = 0; p < parts; ++p) EXPECT_LE(SplitBegin(n, parts, p), SplitBegin(n, parts, p + 1));
+      for (int64_t p = 0; p < parts; ++p)
+        EXPECT_LE(SplitBegin(n, parts, p), SplitBegin(n, parts, p + 1));
     }
   }
 }
@@ -127,7 +130,8 @@ TEST(TreeReduceTest, FixedAssociationRegardlessOfThreads) {
   const size_t chunks = 7, count = 10000;
   std::vector<std::vector<float>> base(chunks, std::vector<float>(count));
   for (size_t c = 0; c < chunks; ++c)
-    for (size_t e = 0; e < count; ++e) base[c][e] = std::ldexp(1.0f + 0.37f * c + 1e-3f * e, int(c * 5) - 12);
+    for (size_t e = 0; e < count; ++e)
+      base[c][e] = std::ldexp(1.0f + 0.37f * c + 1e-3f * e, int(c * 5) - 12);
   std::vector<float> reference;
   for (int threads : {1, 2, 4}) {
     auto copy = base;
@@ -166,8 +170,8 @@ TEST(MetricsTest, LogLossIsMeanCrossEntropy) {
 template <typename T>
 void ExpectFiniteCheck() {
   using Limits = std::numeric_limits<T>;
-  std::vector<T> values = {T(0), -T(0), T(1.5), Limits::max(), Limits::lowest(),
-                           Limits::denorm_min(), Limits::min()};
+  std::vector<T> values = {
+      T(0), -T(0), T(1.5), Limits::max(), Limits::lowest(), Limits::denorm_min(), Limits::min()};
   EXPECT_TRUE(AllFinite(values));
   EXPECT_TRUE(AllFinite(std::vector<T>{}));
   for (const T bad : {Limits::infinity(), -Limits::infinity(), Limits::quiet_NaN(),

@@ -2,12 +2,12 @@
 // by level; kOff silences; a null sink restores stderr.
 #include "engine/core/log.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace dlrm {
 namespace {

@@ -1,10 +1,10 @@
 #include "engine/core/object_pool.h"
 
+#include <gtest/gtest.h>
+
 #include <set>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace dlrm {
 namespace {

@@ -1,13 +1,14 @@
 // Batch validation: every malformed field is rejected naming the field, index and value.
-#include <cmath>
-#include <limits>
-#include <string>
+#include "engine/data/batch.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+#include <string>
+
 #include "engine/core/status.h"
-#include "engine/data/batch.h"
 #include "tests/support/test_support.h"
 
 namespace dlrm {
@@ -123,7 +124,8 @@ TEST(BatchTest, RejectsBadValues) {
   OwnedBatch b = testing::SmallBatch(6, 4, /*weighted=*/true);
   OwnedBatch bad = b;
   bad.lengths[7] = -2;
-  ExpectRejected(bad.view(), StatusCode::kInvalidArgument, "batch.lengths[7] (feature 1, sample 1) is negative");
+  ExpectRejected(bad.view(), StatusCode::kInvalidArgument,
+                 "batch.lengths[7] (feature 1, sample 1) is negative");
 
   bad = b;
   bad.ids[0] = 40;

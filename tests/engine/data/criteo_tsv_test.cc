@@ -1,13 +1,13 @@
 #include "engine/data/criteo_tsv.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "engine/core/status.h"
 #include "tests/support/test_support.h"
@@ -59,17 +59,17 @@ float Log1p(double x) { return static_cast<float>(std::log1p(x)); }
 TEST(CriteoTsvTest, ParsesHandWrittenLine) {
   std::vector<std::string> fields = GoodFields(0);
   fields[0] = "1";
-  fields[1] = "5";            // I1
-  fields[2] = "";             // I2: empty -> 0
-  fields[3] = "-3";           // I3: negative -> 0
-  fields[4] = "0";            // I4
-  fields[5] = "+7";           // I5: explicit sign
-  fields[13] = "123456";      // I13
-  fields[14] = "68fd1e64";    // C1
-  fields[15] = "";            // C2: empty bag
-  fields[16] = "ABCDEF12";    // C3: uppercase
-  fields[17] = "0";           // C4
-  fields[39] = "fFfFfFfF";    // C26: mixed case, max value
+  fields[1] = "5";          // I1
+  fields[2] = "";           // I2: empty -> 0
+  fields[3] = "-3";         // I3: negative -> 0
+  fields[4] = "0";          // I4
+  fields[5] = "+7";         // I5: explicit sign
+  fields[13] = "123456";    // I13
+  fields[14] = "68fd1e64";  // C1
+  fields[15] = "";          // C2: empty bag
+  fields[16] = "ABCDEF12";  // C3: uppercase
+  fields[17] = "0";         // C4
+  fields[39] = "fFfFfFfF";  // C26: mixed case, max value
   std::vector<int64_t> rows = TableRows(1000);
   rows[25] = 7;
   CriteoRow row;
@@ -102,7 +102,7 @@ TEST(CriteoTsvTest, ReaderBuildsFeatureMajorBatch) {
   EXPECT_EQ(batch.num_dense, 13);
   EXPECT_EQ(batch.num_sparse, 26);
   ASSERT_EQ(batch.dense.size(), 26u);
-  EXPECT_EQ(batch.dense[0], Log1p(13));       // row 0, I1
+  EXPECT_EQ(batch.dense[0], Log1p(13));        // row 0, I1
   EXPECT_EQ(batch.dense[13 + 12], Log1p(38));  // row 1, I13
   EXPECT_EQ(batch.labels, (std::vector<float>{1, 0}));
   ASSERT_EQ(batch.lengths.size(), 52u);
@@ -164,9 +164,9 @@ TEST(CriteoTsvTest, EmptyFileHasNoBatches) {
 
 struct MalformedCase {
   const char* name;
-  int field;              // field to replace, or -1 to use `line` as the whole line
+  int field;  // field to replace, or -1 to use `line` as the whole line
   const char* value;
-  const char* field_name; // expected in the message
+  const char* field_name;  // expected in the message
 };
 
 std::string MalformedLine(const MalformedCase& c) {
@@ -207,9 +207,9 @@ TEST(CriteoTsvTest, MalformedLineErrorNamesFileLineAndField) {
   const std::string dir = testing::TempDir("criteo_malformed_error");
   for (const MalformedCase& c : kMalformedCases) {
     SCOPED_TRACE(c.name);
-    const std::string path = WriteFile(dir, std::string(c.name) + ".tsv",
-                                       Join(GoodFields(1)) + "\n" + CaseLine(c) + "\n" +
-                                           Join(GoodFields(3)) + "\n");
+    const std::string path =
+        WriteFile(dir, std::string(c.name) + ".tsv",
+                  Join(GoodFields(1)) + "\n" + CaseLine(c) + "\n" + Join(GoodFields(3)) + "\n");
     CriteoTsvReader reader(path, Options(10));
     OwnedBatch batch;
     try {
@@ -226,14 +226,14 @@ TEST(CriteoTsvTest, MalformedLineSkippedAndCounted) {
   const std::string dir = testing::TempDir("criteo_malformed_skip");
   for (const MalformedCase& c : kMalformedCases) {
     SCOPED_TRACE(c.name);
-    const std::string path = WriteFile(dir, std::string(c.name) + ".tsv",
-                                       Join(GoodFields(1)) + "\n" + CaseLine(c) + "\n" +
-                                           Join(GoodFields(3)) + "\n");
+    const std::string path =
+        WriteFile(dir, std::string(c.name) + ".tsv",
+                  Join(GoodFields(1)) + "\n" + CaseLine(c) + "\n" + Join(GoodFields(3)) + "\n");
     CriteoTsvReader reader(path, Options(10, MalformedPolicy::kSkip));
     OwnedBatch batch;
     ASSERT_TRUE(reader.Next(&batch));
     EXPECT_EQ(batch.batch_size, 2);
-    EXPECT_EQ(batch.dense[0], Log1p(13));      // line 1
+    EXPECT_EQ(batch.dense[0], Log1p(13));       // line 1
     EXPECT_EQ(batch.dense[13], Log1p(3 * 13));  // line 3
     EXPECT_EQ(reader.lines_read(), 3);
     EXPECT_EQ(reader.lines_skipped(), 1);

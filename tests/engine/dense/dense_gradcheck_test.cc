@@ -5,14 +5,14 @@
 // parameter is then perturbed by +-h and (L+ - L-) / 2h compared with the analytic
 // gradient.
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/core/philox.h"
 #include "engine/dense/interaction.h"

@@ -1,6 +1,9 @@
 // Forward values of the dense layers against small hand-computed examples, GEMM against a
 // naive reference, and Mlp layout / initialization.
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,9 +12,6 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "engine/core/cpu_features.h"
 #include "engine/core/philox.h"
@@ -155,8 +155,8 @@ TEST(LinearTest, BackwardHandComputedAndOverwrites) {
   EXPECT_THAT(dx, ElementsAre(2, 1, 1.5, -1.5));
 
   std::vector<double> dW2(6, -7), db2(3, -7);
-  LinearBackward<double>(x.data(), nullptr, g.data(), 2, 2, 3, W.data(), Activation::kNone,
-                         nullptr, dW2.data(), db2.data());
+  LinearBackward<double>(x.data(), nullptr, g.data(), 2, 2, 3, W.data(), Activation::kNone, nullptr,
+                         dW2.data(), db2.data());
   EXPECT_EQ(dW2, dW);
   EXPECT_EQ(db2, db);
 }
@@ -178,7 +178,7 @@ TEST(ReluTest, ForwardAndBackward) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   // Two rows of width 3; bias [0.5, 0, -1].
   const std::vector<float> bias = {0.5f, 0, -1};
-  std::vector<float> y = {-1, 0, 3,  //
+  std::vector<float> y = {-1,     0, 3,  //
                           -0.25f, 2, 0.5f};
   BiasActivationForward(y.data(), bias.data(), 2, 3, Activation::kRelu);
   EXPECT_THAT(y, ElementsAre(0, 0, 2, 0.25f, 2, 0));
@@ -460,7 +460,6 @@ TYPED_TEST(BceLargeLogitTest, FiniteAndCorrectWhereTheNaiveFormOverflows) {
   const std::vector<double> expected_dz = {1, -1, 1, -1, 0, 0};
   for (size_t i = 0; i < z.size(); ++i) EXPECT_NEAR(dz[i], expected_dz[i], 1e-20) << i;
 }
-
 
 // ---- the vectorized DOT interaction ------------------------------------------------
 

@@ -3,6 +3,10 @@
 // bit, and independence of a row's result from the call's shape (what chunked training
 // relies on). Skipped on CPUs without AVX-512F, where Gemm<float> never calls it.
 
+#include "engine/dense/sgemm_avx512.h"
+
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -10,12 +14,9 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/core/cpu_features.h"
 #include "engine/core/philox.h"
 #include "engine/dense/gemm.h"
-#include "engine/dense/sgemm_avx512.h"
 
 namespace dlrm {
 namespace {
@@ -55,8 +56,8 @@ void Multiply(Operands& o, float alpha, float beta) {
 }
 
 std::string Shape(const Operands& o) {
-  return "ta=" + std::to_string(o.ta) + " tb=" + std::to_string(o.tb) + " M=" +
-         std::to_string(o.M) + " N=" + std::to_string(o.N) + " K=" + std::to_string(o.K);
+  return "ta=" + std::to_string(o.ta) + " tb=" + std::to_string(o.tb) +
+         " M=" + std::to_string(o.M) + " N=" + std::to_string(o.N) + " K=" + std::to_string(o.K);
 }
 
 class SgemmAvx512Test : public ::testing::Test {
@@ -92,8 +93,8 @@ TEST_F(SgemmAvx512Test, MatchesDoubleReferenceAtEveryBlockingEdge) {
                 double sum = 0;
                 for (int64_t k = 0; k < K; ++k) sum += double(OpA(o, i, k)) * OpB(o, k, j);
                 const double want = alpha * sum + beta * double(before[i * o.ldc + j]);
-                ASSERT_NEAR(got, want, 2e-6 * K + 1e-6) << Shape(o) << " at (" << i << ", " << j
-                                                        << ")";
+                ASSERT_NEAR(got, want, 2e-6 * K + 1e-6)
+                    << Shape(o) << " at (" << i << ", " << j << ")";
               }
             }
           }
@@ -143,7 +144,8 @@ TEST_F(SgemmAvx512Test, RowsDoNotDependOnTheCallsShape) {
         if (ta) {
           single.A.assign(whole.A.begin() + row, whole.A.end());  // column `row` starts here
         } else {
-          single.A.assign(whole.A.begin() + row * whole.lda, whole.A.begin() + (row + 1) * whole.lda);
+          single.A.assign(whole.A.begin() + row * whole.lda,
+                          whole.A.begin() + (row + 1) * whole.lda);
         }
         Multiply(single, 1.0f, 0.0f);
         for (int64_t j = 0; j < whole.N; ++j)

@@ -1,5 +1,8 @@
 #include "engine/embedding/embedding_bag.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,9 +15,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
@@ -128,19 +128,17 @@ TEST(EmbeddingBagForward, SharedTableAndDifferentDims) {
   // f0: {0}, {1, 2}   f1: {2, 1}, {}   f2: {4}, {0, 0, 0}
   TestBatch batch(2, {1, 2, 2, 0, 1, 3}, {0, 1, 2, 2, 1, 4, 0, 0, 0}, {},
                   SpecsFor(tables, features));
-  EXPECT_THAT(RunForward(bags, batch, 0, 2),
-              ElementsAre(1, 10, 150, 151, 152, 5, 50,  // sample 0
-                          5, 50, 0, 0, 0, 3, 30));      // sample 1
+  EXPECT_THAT(RunForward(bags, batch, 0, 2), ElementsAre(1, 10, 150, 151, 152, 5, 50,  // sample 0
+                                                         5, 50, 0, 0, 0, 3, 30));      // sample 1
 }
 
 TEST(EmbeddingBagForward, SubRangeMatchesFullBatchRows) {
   auto tables = HandTables();
   const auto features = SharedAndMixedDims();
   EmbeddingBagCollection<double> bags(&tables, features, 7);
-  TestBatch batch(4, {1, 2, 0, 3, 2, 0, 1, 1, 1, 3, 2, 0},
-                  {0, 1, 2, 4, 4, 3, 2, 1, 0, 1, 4, 0, 0, 0, 2, 3},
-                  {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
-                  SpecsFor(tables, features));
+  TestBatch batch(
+      4, {1, 2, 0, 3, 2, 0, 1, 1, 1, 3, 2, 0}, {0, 1, 2, 4, 4, 3, 2, 1, 0, 1, 4, 0, 0, 0, 2, 3},
+      {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, SpecsFor(tables, features));
   const auto full = RunForward(bags, batch, 0, 4);
   const auto middle = RunForward(bags, batch, 1, 3);
   EXPECT_THAT(middle, ElementsAreArray(full.begin() + 7, full.begin() + 21));
@@ -205,8 +203,7 @@ TEST(EmbeddingBagForward, FloatMatchesThePortableSumsBitwise) {
   EmbeddingBagCollection<float> bags(&tables, features, width);
 
   for (bool weighted : {false, true}) {
-    TestBatch batch(batch_size, lengths, ids, weighted ? weights : std::vector<float>{},
-                    specs);
+    TestBatch batch(batch_size, lengths, ids, weighted ? weights : std::vector<float>{}, specs);
     std::vector<float> pooled(batch_size * width, std::numeric_limits<float>::quiet_NaN());
     bags.Forward(batch.get(), 0, batch_size, pooled.data());
     std::vector<float> expected(batch_size * width, 0.0f);
@@ -263,9 +260,7 @@ class RecordingOptimizer : public SparseOptimizer<T> {
     call.step = step;
     ++call.count;
   }
-  std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t) override {
-    return {};
-  }
+  std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t) override { return {}; }
   bool HasRowState() const override { return true; }  // so that the backward prefetches
   void PrefetchState(int32_t table, int64_t row) const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -315,17 +310,18 @@ void CheckGradient(bool weighted) {
   EmbeddingBagCollection<double> bags(&tables, features, 10);
   // Empty bags, repeated ids in one bag, ids repeated across features and samples;
   // rows A5 and B2 are never touched.
-  const std::vector<int32_t> lengths = {3, 0, 2,   // f0
-                                        2, 3, 0,   // f1
-                                        0, 4, 1,   // f2
-                                        1, 0, 2};  // f3
-  const std::vector<int64_t> ids = {1, 1, 4, 0, 3,     //
-                                    0, 3, 1, 1, 1,     //
-                                    2, 1, 2, 0, 4,     //
+  const std::vector<int32_t> lengths = {3, 0, 2,    // f0
+                                        2, 3, 0,    // f1
+                                        0, 4, 1,    // f2
+                                        1, 0, 2};   // f3
+  const std::vector<int64_t> ids = {1, 1, 4, 0, 3,  //
+                                    0, 3, 1, 1, 1,  //
+                                    2, 1, 2, 0, 4,  //
                                     3, 0, 0};
   std::vector<float> weights;
-  if (weighted) weights = {0.5f, -2, 1.5f, 3, 0.25f, 1, -1, 2, 0.5f, 4, 1.25f, -0.5f, 2, 3,
-                           0.75f, -1.5f, 2.5f, 0.125f};
+  if (weighted)
+    weights = {0.5f, -2,    1.5f,  3, 0.25f, 1,     -1,    2,    0.5f,
+               4,    1.25f, -0.5f, 2, 3,     0.75f, -1.5f, 2.5f, 0.125f};
   TestBatch batch(3, lengths, ids, weights, SpecsFor(tables, features));
 
   const auto r = RandomVector(3 * 10, weighted ? 1 : 0);
@@ -333,8 +329,8 @@ void CheckGradient(bool weighted) {
   bags.BackwardAndUpdate(batch.get(), r.data(), recorder, 0.125f, 7, nullptr);
 
   const std::map<std::pair<int32_t, int64_t>, int> expected_touched = {
-      {{0, 0}, 1}, {{0, 1}, 1}, {{0, 2}, 1}, {{0, 3}, 1}, {{0, 4}, 1},
-      {{1, 0}, 1}, {{1, 1}, 1}, {{1, 3}, 1}};
+      {{0, 0}, 1}, {{0, 1}, 1}, {{0, 2}, 1}, {{0, 3}, 1},
+      {{0, 4}, 1}, {{1, 0}, 1}, {{1, 1}, 1}, {{1, 3}, 1}};
   std::map<std::pair<int32_t, int64_t>, int> touched;
   for (const auto& [key, call] : recorder.calls()) {
     touched[key] = call.count;
@@ -476,11 +472,9 @@ TEST(EmbeddingBagBackward, SumsEachRowInIdPositionOrder) {
         while (batch.bag_end(f, b) <= pos) ++b;
         const FeatureBinding& fb = s.features[f];
         const float scale =
-            fb.mean ? 1.0f / static_cast<float>(batch.bag_end(f, b) - batch.bag_begin(f, b))
-                    : 1.0f;
+            fb.mean ? 1.0f / static_cast<float>(batch.bag_end(f, b) - batch.bag_begin(f, b)) : 1.0f;
         const float coef = batch.view.weights[pos] * scale;
-        for (int32_t k = 0; k < dim; ++k)
-          grad[k] += coef * d[b * s.pooled_width + fb.offset + k];
+        for (int32_t k = 0; k < dim; ++k) grad[k] += coef * d[b * s.pooled_width + fb.offset + k];
       }
       const auto it = recorder.calls().find({t, id});
       ASSERT_NE(it, recorder.calls().end()) << "table " << t << " id " << id;
@@ -576,8 +570,7 @@ TEST(EmbeddingBagBackward, UntouchedRowsAndStateStayBitwiseUnchanged) {
     auto optimizer = MakeSparseOptimizer<float>(config, s.shapes);
     std::vector<std::vector<float>> state_before;
     for (int32_t t = 0; t < 3; ++t)
-      for (const auto& [name, buffer] : optimizer->StateBuffers(t))
-        state_before.push_back(*buffer);
+      for (const auto& [name, buffer] : optimizer->StateBuffers(t)) state_before.push_back(*buffer);
     EmbeddingBagCollection<float> bags(&tables, s.features, s.pooled_width);
     ThreadPool pool(2);
     const auto d = DPooled(batch.view.batch_size * s.pooled_width, 1);

@@ -1,12 +1,12 @@
 #include "engine/embedding/embedding_table.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
@@ -81,8 +81,8 @@ TYPED_TEST(EmbeddingTableTest, ShapeAndStorage) {
 }
 
 TYPED_TEST(EmbeddingTableTest, InitializingTwiceGivesIdenticalValues) {
-  for (const auto& init : {OfKind(config::Initializer::DEFAULT), Uniform(-0.5f, 2.0f),
-                           Normal(0.25f, 0.5f)}) {
+  for (const auto& init :
+       {OfKind(config::Initializer::DEFAULT), Uniform(-0.5f, 2.0f), Normal(0.25f, 0.5f)}) {
     SCOPED_TRACE(init.ShortDebugString());
     EmbeddingTable<TypeParam> a("t", 50, 5), b("t", 50, 5);
     a.Initialize(init, 42, 3);
@@ -111,8 +111,7 @@ TYPED_TEST(EmbeddingTableTest, DefaultScalesOneDrawByTableSize) {
   const auto small = MakeTable<TypeParam>(16, 4, init, 9, 0);
   const auto large = MakeTable<TypeParam>(1600, 4, init, 9, 0);
   for (int64_t r = 0; r < 16; ++r)
-    for (int k = 0; k < 4; ++k)
-      EXPECT_NEAR(small.row(r)[k] * 4.0, large.row(r)[k] * 40.0, 1e-5);
+    for (int k = 0; k < 4; ++k) EXPECT_NEAR(small.row(r)[k] * 4.0, large.row(r)[k] * 40.0, 1e-5);
 }
 
 TYPED_TEST(EmbeddingTableTest, ValueJIsElementJOfTheRowsCounterStream) {
@@ -205,9 +204,9 @@ TEST(EmbeddingTableValidation, RejectsBadShapeNamingTableAndField) {
 
 TEST(EmbeddingTableValidation, RejectsBadInitializerNamingTableAndField) {
   EmbeddingTable<float> table("item", 10, 2);
-  EXPECT_THAT(InvalidArgumentMessage([&] { table.Initialize(Uniform(0.5f, 0.5f), 1, 0); }),
-              AllOf(HasSubstr("item"), HasSubstr("initializer.low"),
-                    HasSubstr("initializer.high")));
+  EXPECT_THAT(
+      InvalidArgumentMessage([&] { table.Initialize(Uniform(0.5f, 0.5f), 1, 0); }),
+      AllOf(HasSubstr("item"), HasSubstr("initializer.low"), HasSubstr("initializer.high")));
   EXPECT_THAT(InvalidArgumentMessage([&] { table.Initialize(Uniform(1.0f, -1.0f), 1, 0); }),
               AllOf(HasSubstr("item"), HasSubstr("initializer.low")));
   EXPECT_THAT(InvalidArgumentMessage([&] { table.Initialize(Uniform(NAN, 1.0f), 1, 0); }),

@@ -1,14 +1,14 @@
 // Whole-model gradient check: the analytic gradients of the mean BCE loss w.r.t. every
 // dense parameter and every touched embedding entry agree with central finite
 // differences, computed by the same model code instantiated in double.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <map>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/config/config.h"
 #include "engine/model/dlrm_model.h"
@@ -23,10 +23,13 @@ class GradientCapture : public SparseOptimizer<double> {
   void UpdateRow(int32_t table, int64_t row, double*, const double* grad, int32_t dim, float,
                  int64_t) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto [it, inserted] = grads.emplace(std::make_pair(table, row), std::vector<double>(grad, grad + dim));
+    auto [it, inserted] =
+        grads.emplace(std::make_pair(table, row), std::vector<double>(grad, grad + dim));
     EXPECT_TRUE(inserted) << "row updated twice in one step: " << table << "/" << row;
   }
-  std::vector<std::pair<std::string, std::vector<double>*>> StateBuffers(int32_t) override { return {}; }
+  std::vector<std::pair<std::string, std::vector<double>*>> StateBuffers(int32_t) override {
+    return {};
+  }
   bool HasRowState() const override { return false; }
   void PrefetchState(int32_t, int64_t) const override {}
 
@@ -96,7 +99,9 @@ void CheckModel(const std::string& config_text, bool weighted) {
 
 TEST(ModelGradcheckTest, DotInteraction) { CheckModel(testing::SmallConfigText(), false); }
 
-TEST(ModelGradcheckTest, DotInteractionWeightedBags) { CheckModel(testing::SmallConfigText(), true); }
+TEST(ModelGradcheckTest, DotInteractionWeightedBags) {
+  CheckModel(testing::SmallConfigText(), true);
+}
 
 TEST(ModelGradcheckTest, CatInteraction) {
   std::string text = testing::SmallConfigText();

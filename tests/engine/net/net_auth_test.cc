@@ -1,13 +1,13 @@
 // HMAC-SHA256 message authentication: accepted with the same secret; rejected with a
 // wrong secret, a missing tag, an unexpected tag, a tampered header or payload, and
 // bytes moved between frames. Also end to end through endpoints.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "engine/core/status.h"
 #include "engine/net/auth.h"
@@ -18,8 +18,8 @@
 namespace dlrm::net {
 namespace {
 
-using ::testing::HasSubstr;
 using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 
 const char kSecret[] = "correct horse battery staple";
 const char kOtherSecret[] = "incorrect horse battery staple";

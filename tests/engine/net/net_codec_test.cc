@@ -1,12 +1,12 @@
 // The transport's encoder/decoder: round trips of every message kind, and one test per
 // rule the decoder enforces (each must be rejected with kDataLoss naming the problem).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "engine/core/status.h"
 #include "engine/net/codec.h"
@@ -114,11 +114,8 @@ TEST(NetCodecTest, RoundTripsEveryMessageKindWithEveryDtype) {
           p->set_address(r == 0 ? "tcp://127.0.0.1:5000" : "");
         }
         break;
-      case Header::BARRIER:
-        m.header.set_barrier_generation(4);
-        break;
-      default:
-        break;
+      case Header::BARRIER: m.header.set_barrier_generation(4); break;
+      default: break;
     }
     m.payloads.push_back(Payload::Copy(std::vector<float>{1.5f, -2.0f}));
     m.payloads.push_back(Payload::Copy(std::vector<double>{3.25}));
@@ -138,8 +135,7 @@ TEST(NetCodecTest, RoundTripsEveryMessageKindWithEveryDtype) {
       EXPECT_EQ(got.header.body(), "role-specific");
       EXPECT_FALSE(got.header.has_auth_tag());
       EXPECT_EQ(got.header.hello().SerializeAsString(), sent.header.hello().SerializeAsString());
-      EXPECT_EQ(got.header.roster().SerializeAsString(),
-                sent.header.roster().SerializeAsString());
+      EXPECT_EQ(got.header.roster().SerializeAsString(), sent.header.roster().SerializeAsString());
       EXPECT_EQ(got.header.error_message(), sent.header.error_message());
       EXPECT_EQ(got.header.barrier_generation(), sent.header.barrier_generation());
       ASSERT_EQ(got.payloads.size(), sent.payloads.size());
@@ -173,7 +169,7 @@ TEST(NetCodecTest, TypedPayloadAccess) {
 TEST(NetCodecTest, EncodeRejectsWhatTheReceiverWouldReject) {
   Codec codec(Options());
   EXPECT_THROW(codec.Encode(Message{}), Error);  // no type
-  Message error = MakeMessage(Header::ERROR);  // no error code
+  Message error = MakeMessage(Header::ERROR);    // no error code
   try {
     codec.Encode(std::move(error));
     ADD_FAILURE();

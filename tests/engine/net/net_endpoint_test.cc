@@ -1,6 +1,9 @@
 // Endpoints over loopback TCP: request/reply with many outstanding requests, timeouts
 // that name the peer, a server that keeps serving through garbage, oversized messages,
 // replies to peers that have gone, and the injected propagation delay.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -8,9 +11,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "engine/core/status.h"
 #include "engine/net/client.h"
@@ -20,9 +20,9 @@
 namespace dlrm::net {
 namespace {
 
+using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kLoopback[] = "tcp://127.0.0.1:*";
@@ -334,7 +334,7 @@ TEST(NetEndpointTest, LateRepliesToForgottenRequestsAreDropped) {
   const uint64_t first = client.Submit(Lookup({1}));
   Received r = server.Receive(milliseconds(5000), "LOOKUP");
   EXPECT_THROW(client.Wait(first, milliseconds(20)), Error);  // times out, forgets
-  server.Reply(r, MakeMessage(Header::LOOKUP_REPLY));        // arrives late
+  server.Reply(r, MakeMessage(Header::LOOKUP_REPLY));         // arrives late
   const uint64_t second = client.Submit(Lookup({2}));
   server.Reply(server.Receive(milliseconds(5000), "LOOKUP"), MakeMessage(Header::UPDATE_ACK));
   EXPECT_EQ(client.Wait(second, milliseconds(5000)).header.type(), Header::UPDATE_ACK);

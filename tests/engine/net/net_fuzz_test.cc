@@ -4,12 +4,12 @@
 // ASan/UBSan in the sanitizer build), the same way every time; what is accepted must
 // satisfy the wire invariants and re-encode to itself; and with a secret, nothing but
 // an unchanged signed message may be accepted.
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/core/status.h"
 #include "engine/net/codec.h"
@@ -23,8 +23,8 @@ const char kSecret[] = "fuzzing-secret-0123456789";
 
 struct Outcome {
   bool accepted = false;
-  std::string error;       // when rejected
-  std::string header;      // when accepted: the decoded header, serialized
+  std::string error;   // when rejected
+  std::string header;  // when accepted: the decoded header, serialized
   std::vector<Payload> payloads;
 };
 
@@ -96,9 +96,24 @@ void AppendVarint(Frame& out, uint64_t v) {
 }
 
 uint64_t InterestingValue(std::mt19937_64& rng) {
-  static const uint64_t kValues[] = {0, 1, 2, 5, 7, 8, 11, 99, 127, 128, 255, 1u << 31,
-                                     0x7FFFFFFFull, 0xFFFFFFFFull, 1ull << 61, ~0ull,
-                                     ~0ull - 3, 0x8000000000000000ull};
+  static const uint64_t kValues[] = {0,
+                                     1,
+                                     2,
+                                     5,
+                                     7,
+                                     8,
+                                     11,
+                                     99,
+                                     127,
+                                     128,
+                                     255,
+                                     1u << 31,
+                                     0x7FFFFFFFull,
+                                     0xFFFFFFFFull,
+                                     1ull << 61,
+                                     ~0ull,
+                                     ~0ull - 3,
+                                     0x8000000000000000ull};
   if (rng() % 2) return kValues[rng() % (sizeof kValues / sizeof kValues[0])];
   return rng() >> (rng() % 64);
 }

@@ -3,6 +3,11 @@
 // Every case runs two steps on w = [1, -2] with gradients g1 = [0.5, 0.25] and
 // g2 = [-1, 2] (unless stated) and lr = 0.1. Expected values were worked out by hand from
 // the torch.optim update rules; the derivations are in the comments.
+#include "engine/optim/dense_optimizer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -10,11 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "engine/core/status.h"
-#include "engine/optim/dense_optimizer.h"
 
 namespace dlrm {
 namespace {

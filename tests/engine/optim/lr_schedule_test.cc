@@ -1,9 +1,10 @@
 // LrFactor against values worked out by hand from the LrScheduleConfig formula.
+#include "engine/optim/lr_schedule.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "engine/core/status.h"
-#include "engine/optim/lr_schedule.h"
 
 namespace dlrm {
 namespace {

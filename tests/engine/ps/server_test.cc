@@ -4,16 +4,16 @@
 // owner (fail-stop) and every later request says why.
 #include "engine/ps/server.h"
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/core/status.h"
-#include "engine/ps/messages.h"
 #include "engine/net/client.h"
+#include "engine/ps/messages.h"
 #include "engine/shard/planner.h"
 #include "tests/support/dist_config.h"
 

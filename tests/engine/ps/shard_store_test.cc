@@ -4,12 +4,12 @@
 // global batch's updates come from two trainers' halves.
 #include "engine/ps/shard_store.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/config/config.h"
 #include "engine/core/philox.h"
@@ -25,7 +25,6 @@ using namespace ::dlrm::testing;  // the suites' shared helpers
 
 using Type = config::ShardingConfig::Type;
 constexpr int32_t kServers = 2;
-
 
 // A step's data for 8 samples: random bags (0-3 ids, weighted), random pooled gradients.
 struct Step {
@@ -135,7 +134,7 @@ struct Reference {
 };
 
 std::vector<ps::FeatureUpdate> ForOwner(const std::vector<ps::FeatureUpdate>& global,
-                                    const ps::EmbeddingShardStore& store) {
+                                        const ps::EmbeddingShardStore& store) {
   std::vector<ps::FeatureUpdate> out;
   for (int32_t f : store.features()) out.push_back(global[f]);
   return out;
@@ -156,8 +155,8 @@ void ExpectShardsMatch(const ps::EmbeddingShardStore& store, const Reference& re
     for (int64_t r = s.row_begin; r < s.row_end; ++r) {
       const float* want = whole.row(r) + s.col_begin;
       ASSERT_EQ(std::memcmp(piece.row(r - s.row_begin), want, piece.dim() * sizeof(float)), 0)
-          << where << ": table " << s.table << " row " << r << " columns [" << s.col_begin
-          << ", " << s.col_end << ")";
+          << where << ": table " << s.table << " row " << r << " columns [" << s.col_begin << ", "
+          << s.col_end << ")";
       ASSERT_EQ(std::memcmp(looked_up.data() + (r - s.row_begin) * piece.dim(), want,
                             piece.dim() * sizeof(float)),
                 0)
@@ -175,8 +174,7 @@ class ShardStoreTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ShardStoreTest, TwoTrainersTwoServersMatchOneProcessBitwise) {
   const Case& param = GetParam();
-  const config::DlrmConfig c =
-      ShardedTestConfig(param.type, "sgd", param.optimizer, kServers);
+  const config::DlrmConfig c = ShardedTestConfig(param.type, "sgd", param.optimizer, kServers);
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
   for (const auto& s : plan.shards()) ASSERT_EQ(s.type(), param.type) << s.DebugString();
 
@@ -187,8 +185,7 @@ TEST_P(ShardStoreTest, TwoTrainersTwoServersMatchOneProcessBitwise) {
   // Every row of every table is held exactly once by the servers (or by the replicas).
   int64_t held = 0, total = 0;
   for (const auto& o : owners) {
-    for (const auto& s : o->shards())
-      held += (s.row_end - s.row_begin) * (s.col_end - s.col_begin);
+    for (const auto& s : o->shards()) held += (s.row_end - s.row_begin) * (s.col_end - s.col_begin);
   }
   for (const auto& t : c.model().tables()) total += t.num_rows() * t.dim();
   ASSERT_EQ(held, total);
@@ -211,8 +208,8 @@ TEST_P(ShardStoreTest, TwoTrainersTwoServersMatchOneProcessBitwise) {
   }
 
   Reference ref(c);
-  const std::string where = std::string(shard::ShardingTypeShortName(param.type)) + "/" +
-                            param.optimizer;
+  const std::string where =
+      std::string(shard::ShardingTypeShortName(param.type)) + "/" + param.optimizer;
   for (const auto& o : owners) ExpectShardsMatch(*o, ref, where + " initial");
   constexpr int64_t kBatch = 8;
   for (int64_t step = 1; step <= 4; ++step) {
@@ -251,8 +248,8 @@ std::vector<Case> AllCases() {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, ShardStoreTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           return std::string(shard::ShardingTypeShortName(info.param.type)) +
-                                  "_" + info.param.optimizer;
+                           return std::string(shard::ShardingTypeShortName(info.param.type)) + "_" +
+                                  info.param.optimizer;
                          });
 
 TEST(ShardStoreErrors, RowwiseAdagradNeedsWholeRows) {

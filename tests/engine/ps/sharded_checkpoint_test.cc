@@ -3,24 +3,24 @@
 // layout or kind, and damaged files, are refused without changing anything; the manifest
 // round-trips and notices missing or altered files.
 #include "engine/checkpoint/sharded_checkpoint.h"
-#include "engine/ps/shard_store_file.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <ostream>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
-#include <google/protobuf/util/message_differencer.h>
-#include <gtest/gtest.h>
-
+#include "engine/checkpoint/checkpoint_file.h"
 #include "engine/config/config.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
-#include "engine/checkpoint/checkpoint_file.h"
+#include "engine/ps/shard_store_file.h"
 #include "engine/shard/planner.h"
 #include "tests/support/dist_config.h"
 #include "tests/support/test_support.h"
@@ -139,8 +139,8 @@ TensorMap StoreTensors(ps::EmbeddingShardStore& store) {
     const std::string key = t.name() + ".rows_" + std::to_string(s.row_begin) + "_" +
                             std::to_string(s.row_end) + ".cols_" + std::to_string(s.col_begin) +
                             "_" + std::to_string(s.col_end);
-    out["embedding." + key + ".weight"] = {{t.num_rows(), t.dim()}, t.data().data(),
-                                           t.data().size()};
+    out["embedding." + key + ".weight"] = {
+        {t.num_rows(), t.dim()}, t.data().data(), t.data().size()};
     for (const auto& [name, buffer] : store.optimizer().StateBuffers(i))
       out["sparse_optimizer/" + key + "/" + name] = {
           {static_cast<int64_t>(buffer->size())}, buffer->data(), buffer->size()};
@@ -153,8 +153,8 @@ TensorMap DenseTensors(DlrmModel<float>& model, DenseOptimizer<float>& optimizer
   for (const DenseParamInfo& info : model.dense_param_infos())
     out[info.name] = {info.shape, model.dense_params().data() + info.offset, info.size};
   for (const auto& [name, buffer] : optimizer.StateBuffers())
-    out["dense_optimizer/" + name] = {{static_cast<int64_t>(buffer->size())}, buffer->data(),
-                                      buffer->size()};
+    out["dense_optimizer/" + name] = {
+        {static_cast<int64_t>(buffer->size())}, buffer->data(), buffer->size()};
   return out;
 }
 
@@ -166,8 +166,7 @@ std::vector<std::string> Names(const TensorMap& tensors) {
 
 // Rewrites a valid checkpoint file (whose tensors must be exactly `tensors`) without the
 // tensor `dropped`: its metadata (format, layout) still fits, so only the reads can notice.
-void RewriteWithout(const std::string& path, const TensorMap& tensors,
-                    const std::string& dropped) {
+void RewriteWithout(const std::string& path, const TensorMap& tensors, const std::string& dropped) {
   CheckpointWriter writer;
   {
     const CheckpointReader reader(path);
@@ -177,7 +176,8 @@ void RewriteWithout(const std::string& path, const TensorMap& tensors,
   ASSERT_EQ(tensors.count(dropped), 1u) << dropped;
   for (const auto& [name, t] : tensors) {
     if (name != dropped)
-      writer.AddTensor(name, checkpoint::TensorEntry::FLOAT32, t.shape, t.data, t.count * sizeof(float));
+      writer.AddTensor(name, checkpoint::TensorEntry::FLOAT32, t.shape, t.data,
+                       t.count * sizeof(float));
   }
   writer.WriteAtomic(path);
 }
@@ -231,8 +231,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A trained store of server 0 and its file, and a second store that loads must not change.
 struct StoreErrorsTest : ::testing::Test {
-  const config::DlrmConfig c = ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd",
-                                                 "rowwise_adagrad", kServers);
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "rowwise_adagrad", kServers);
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
   const std::string dir = testing::TempDir("ckpt_store_errors");
   const std::string path = dir + "/" + checkpoint::ServerShardFile(0);
@@ -268,8 +268,8 @@ TEST_F(StoreErrorsTest, OwnerArgumentMustBeTheStoresOwner) {
 
 TEST_F(StoreErrorsTest, FileOfAnotherPlanIsRefused) {
   // Three servers: server 0 holds other row ranges of the same tables.
-  const config::DlrmConfig c3 = ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd",
-                                                  "rowwise_adagrad", 3);
+  const config::DlrmConfig c3 =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "rowwise_adagrad", 3);
   ps::EmbeddingShardStore other(c3, shard::PlanSharding(c3, 3), 0);
   ExpectRefused(&other, 0, path, StatusCode::kFailedPrecondition, {"shard.0", "rows ["});
 }
@@ -283,8 +283,8 @@ TEST_F(StoreErrorsTest, FileOfAnotherOptimizerIsRefused) {
 }
 
 TEST_F(StoreErrorsTest, FileOfAnotherKindIsRefused) {
-  const config::DlrmConfig dc = ShardedTestConfig(config::ShardingConfig::ROW_WISE, "adam",
-                                                  "rowwise_adagrad", kServers);
+  const config::DlrmConfig dc =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "adam", "rowwise_adagrad", kServers);
   DlrmModel<float> model(dc, nullptr, false);
   auto optimizer = MakeDenseOptimizer<float>(dc.dense_optimizer(), model.dense_params().size());
   checkpoint::SaveDenseState(model, *optimizer, 2, dir + "/dense");
@@ -342,7 +342,8 @@ TEST_F(StoreErrorsTest, UnknownTensorIsRefused) {
   ps::EmbeddingShardStore saved(c, plan, 0);
   Train(c, &saved, 1, 2);
   for (const auto& [name, t] : StoreTensors(saved))
-    writer.AddTensor(name, checkpoint::TensorEntry::FLOAT32, t.shape, t.data, t.count * sizeof(float));
+    writer.AddTensor(name, checkpoint::TensorEntry::FLOAT32, t.shape, t.data,
+                     t.count * sizeof(float));
   writer.AddTensor("sparse_optimizer/extra", checkpoint::TensorEntry::FLOAT32, {2}, extra,
                    sizeof(extra));
   writer.WriteAtomic(path);
@@ -406,8 +407,8 @@ TEST(DenseStateTest, MismatchesAndDamageChangeNothing) {
   auto expect_refused = [&](Dense* target, const std::string& file, StatusCode code,
                             const std::vector<std::string>& needles) {
     const auto before = target->Snapshot();
-    ExpectError([&] { checkpoint::LoadDenseState(&target->model, target->optimizer.get(), file); }, code,
-                needles);
+    ExpectError([&] { checkpoint::LoadDenseState(&target->model, target->optimizer.get(), file); },
+                code, needles);
     EXPECT_TRUE(BitwiseEqual(before, target->Snapshot())) << "a refused load changed state";
   };
 
@@ -441,8 +442,8 @@ TEST(DenseStateTest, MismatchesAndDamageChangeNothing) {
 
 // A complete checkpoint directory of a 2-server ROW_WISE run at step 2.
 struct ManifestTest : ::testing::Test {
-  const config::DlrmConfig c = ShardedTestConfig(config::ShardingConfig::ROW_WISE, "adam",
-                                                 "adam", kServers);
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "adam", "adam", kServers);
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
   const std::string dir = testing::TempDir("ckpt_manifest");
   checkpoint::CheckpointManifest manifest;
@@ -463,7 +464,8 @@ struct ManifestTest : ::testing::Test {
       *entry->mutable_file() = checkpoint::DescribeFile(dir, checkpoint::ServerShardFile(server));
     }
     Dense dense(c, 2, 1);
-    checkpoint::SaveDenseState(dense.model, *dense.optimizer, 2, dir + "/" + checkpoint::kDenseStateFile);
+    checkpoint::SaveDenseState(dense.model, *dense.optimizer, 2,
+                               dir + "/" + checkpoint::kDenseStateFile);
     *manifest.mutable_dense_state() = checkpoint::DescribeFile(dir, checkpoint::kDenseStateFile);
     checkpoint::WriteManifest(dir, manifest);
   }
@@ -496,7 +498,8 @@ TEST_F(ManifestTest, RoundTripsAndRecordsRealSizesAndChecksums) {
 
 TEST_F(ManifestTest, NoManifestMeansIncomplete) {
   fs::remove(dir + "/" + checkpoint::kManifestFile);
-  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kNotFound, {"MANIFEST", "incomplete"});
+  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kNotFound,
+              {"MANIFEST", "incomplete"});
 }
 
 TEST_F(ManifestTest, MissingFileIsDataLossNamingIt) {
@@ -510,7 +513,8 @@ TEST_F(ManifestTest, AlteredFileIsDataLossNamingIt) {
   std::string bytes = ReadBytes(file);
   bytes[bytes.size() / 2] ^= 4;  // same size, other content
   WriteBytes(file, bytes);
-  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss, {"trainer.dense", "CRC32C"});
+  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss,
+              {"trainer.dense", "CRC32C"});
   WriteBytes(file, bytes + "x");
   ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss,
               {"trainer.dense", std::to_string(bytes.size() + 1) + " bytes"});
@@ -520,11 +524,13 @@ TEST_F(ManifestTest, InconsistentManifestIsDataLoss) {
   checkpoint::CheckpointManifest bad = manifest;
   bad.mutable_servers(0)->set_server(1);
   checkpoint::WriteManifest(dir, bad);
-  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss, {"server 1 at position 0"});
+  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss,
+              {"server 1 at position 0"});
   bad = manifest;
   bad.set_num_servers(3);
   checkpoint::WriteManifest(dir, bad);
-  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss, {"2 server files for 3"});
+  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss,
+              {"2 server files for 3"});
   bad = manifest;
   bad.mutable_dense_state()->set_name("../trainer.dense");
   checkpoint::WriteManifest(dir, bad);

@@ -1,5 +1,10 @@
 // The Engine end to end: determinism across runs and thread counts, checkpoint resume,
 // learning, and that failing calls leave the engine unchanged.
+#include "engine/engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -9,13 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "engine/checkpoint/checkpoint_file.h"
 #include "engine/config/config.h"
 #include "engine/core/status.h"
-#include "engine/engine.h"
 #include "tests/support/test_support.h"
 
 namespace dlrm {
@@ -72,7 +73,8 @@ const char* const kOptimizerSets[] = {
     "",  // SGD / SGD
     "dense_optimizer { learning_rate: 0.05 sgd { momentum: 0.9 nesterov: true } }\n"
     "sparse_optimizer { learning_rate: 0.1 adagrad {} }",
-    "dense_optimizer { learning_rate: 0.01 adam { weight_decay: 0.01 decoupled_weight_decay: true } }\n"
+    "dense_optimizer { learning_rate: 0.01 adam { weight_decay: 0.01 decoupled_weight_decay: true "
+    "} }\n"
     "sparse_optimizer { learning_rate: 0.05 rowwise_adagrad {} }",
     "dense_optimizer { learning_rate: 0.02 adagrad {} }\n"
     "sparse_optimizer { learning_rate: 0.01 adam {} }\n"
@@ -163,7 +165,8 @@ TEST(EngineTest, AsyncSubmitRejectsBadBatchesAtOnceAndMutationsWaitForQueuedStep
 TEST(EngineTest, AsyncDivergenceCancelsTheStepsQueuedBehindIt) {
   auto engine = MakeEngine("dense_optimizer { learning_rate: 1e30 }", 1);
   std::vector<int64_t> tickets;
-  for (int s = 0; s < 6; ++s) tickets.push_back(engine->SubmitTrainStep(testing::SmallBatch(64, s).view()));
+  for (int s = 0; s < 6; ++s)
+    tickets.push_back(engine->SubmitTrainStep(testing::SmallBatch(64, s).view()));
   int ok = 0, failed = 0, cancelled = 0;
   for (const int64_t t : tickets) {
     try {
@@ -235,15 +238,17 @@ TEST(EngineTest, LoadNamesTheFormatOrMetadataThatIsWrong) {
   auto engine = MakeEngine(kOptimizerSets[0]);
   TrainLosses(*engine, 1);
   const auto before = Snapshot(*engine);
-  const auto expect_error = [&](const std::map<std::string, std::string>& metadata,
-                                StatusCode code, const std::string& needle) {
+  const auto expect_error = [&](const std::map<std::string, std::string>& metadata, StatusCode code,
+                                const std::string& needle) {
     CheckpointWriter writer;
     for (const auto& [key, value] : metadata) writer.SetMetadata(key, value);
     writer.WriteAtomic(dir + "/file");
     for (const bool fresh : {false, true}) {
       try {
-        if (fresh) Engine::FromCheckpoint(dir + "/file");
-        else engine->Load(dir + "/file");
+        if (fresh)
+          Engine::FromCheckpoint(dir + "/file");
+        else
+          engine->Load(dir + "/file");
         ADD_FAILURE() << needle;
       } catch (const Error& e) {
         EXPECT_EQ(e.code(), code) << e.what();
@@ -260,8 +265,7 @@ TEST(EngineTest, LoadNamesTheFormatOrMetadataThatIsWrong) {
       {"format", "libdlrm.checkpoint.v1"},
       {"config", testing::SmallConfigText(kOptimizerSets[0])},
       {"step", "1.5"}};
-  expect_error(bad_step, StatusCode::kDataLoss,
-               "metadata \"step\" is not a step count: \"1.5\"");
+  expect_error(bad_step, StatusCode::kDataLoss, "metadata \"step\" is not a step count: \"1.5\"");
   EXPECT_TRUE(BitwiseEqual(Snapshot(*engine), before));
   EXPECT_EQ(engine->step(), 1);
 }

@@ -1,15 +1,16 @@
 // The asynchronous step queue: order, back-pressure, errors and cancellation.
+#include "engine/train/async_step_queue.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "engine/core/status.h"
-#include "engine/train/async_step_queue.h"
 
 namespace dlrm {
 namespace {
@@ -24,10 +25,12 @@ OwnedBatch Tagged(int64_t tag) {
 
 TEST(AsyncStepQueueTest, RunsStepsInTicketOrder) {
   std::vector<int64_t> order;
-  AsyncStepQueue queue([&](const OwnedBatch& b) {
-    order.push_back(b.batch_size);
-    return static_cast<float>(b.batch_size) * 0.5f;
-  }, 2);
+  AsyncStepQueue queue(
+      [&](const OwnedBatch& b) {
+        order.push_back(b.batch_size);
+        return static_cast<float>(b.batch_size) * 0.5f;
+      },
+      2);
   std::vector<int64_t> tickets;
   for (int i = 1; i <= 10; ++i) tickets.push_back(queue.Submit(Tagged(i)));
   for (int i = 0; i < 10; ++i) {
@@ -40,11 +43,13 @@ TEST(AsyncStepQueueTest, RunsStepsInTicketOrder) {
 TEST(AsyncStepQueueTest, SubmitBlocksWhileTheQueueIsFull) {
   std::atomic<bool> release{false};
   std::atomic<int> started{0};
-  AsyncStepQueue queue([&](const OwnedBatch&) {
-    ++started;
-    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return 0.0f;
-  }, 1);
+  AsyncStepQueue queue(
+      [&](const OwnedBatch&) {
+        ++started;
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return 0.0f;
+      },
+      1);
   queue.Submit(Tagged(1));  // runs (blocked in the step)
   while (started == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   queue.Submit(Tagged(2));  // waits in the queue: now full
@@ -64,11 +69,13 @@ TEST(AsyncStepQueueTest, SubmitBlocksWhileTheQueueIsFull) {
 
 TEST(AsyncStepQueueTest, FailureCancelsQueuedStepsOnly) {
   std::atomic<bool> release{false};
-  AsyncStepQueue queue([&](const OwnedBatch& b) -> float {
-    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (b.batch_size == 1) Throw(StatusCode::kFailedPrecondition, "step one failed");
-    return 1.0f;
-  }, 4);
+  AsyncStepQueue queue(
+      [&](const OwnedBatch& b) -> float {
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (b.batch_size == 1) Throw(StatusCode::kFailedPrecondition, "step one failed");
+        return 1.0f;
+      },
+      4);
   const int64_t t1 = queue.Submit(Tagged(1));
   const int64_t t2 = queue.Submit(Tagged(2));
   const int64_t t3 = queue.Submit(Tagged(3));
@@ -109,11 +116,13 @@ TEST(AsyncStepQueueTest, UnknownAndRepeatedTicketsAreErrors) {
 TEST(AsyncStepQueueTest, DestructorFinishesSubmittedSteps) {
   std::atomic<int> ran{0};
   {
-    AsyncStepQueue queue([&](const OwnedBatch&) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      ++ran;
-      return 0.0f;
-    }, 3);
+    AsyncStepQueue queue(
+        [&](const OwnedBatch&) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          ++ran;
+          return 0.0f;
+        },
+        3);
     for (int i = 0; i < 3; ++i) queue.Submit(Tagged(i));
   }
   EXPECT_EQ(ran, 3);

@@ -4,6 +4,8 @@
 // type and several optimizer sets.
 #include "engine/train/data_parallel_trainer.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -11,16 +13,14 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/config/config.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "engine/dense/loss.h"
 #include "engine/engine.h"
 #include "engine/shard/planner.h"
-#include "tests/support/dist_config.h"
 #include "tests/support/dist_checks.h"
+#include "tests/support/dist_config.h"
 #include "tests/support/dist_data.h"
 
 namespace dlrm {
@@ -53,12 +53,12 @@ struct Cluster {
       raw.push_back(servers.back().get());
     }
     service = std::make_unique<ps::LocalEmbeddingService>(raw, kTrainers, staleness,
-                                                      std::chrono::seconds(20));
+                                                          std::chrono::seconds(20));
     for (int r = 0; r < kTrainers; ++r) {
       comms.push_back(hub.Rank(r));
       pools.push_back(std::make_unique<ThreadPool>(r + 1));  // thread counts differ on purpose
-      trainers.push_back(std::make_unique<train::DataParallelTrainer>(c, plan, comms.back().get(),
-                                                       service.get(), pools.back().get()));
+      trainers.push_back(std::make_unique<train::DataParallelTrainer>(
+          c, plan, comms.back().get(), service.get(), pools.back().get()));
     }
   }
 
@@ -85,8 +85,8 @@ struct Cluster {
 };
 
 // Every dense parameter and embedding row of the cluster equals the engine's, bitwise.
-void ExpectSameParameters(const Engine& engine, const Cluster& cluster,
-                          const config::DlrmConfig& c, const std::string& where) {
+void ExpectSameParameters(const Engine& engine, const Cluster& cluster, const config::DlrmConfig& c,
+                          const std::string& where) {
   for (const auto& trainer : cluster.trainers)
     ExpectDenseMatchesEngine(engine, trainer->model(), where);
   std::vector<const ps::EmbeddingShardStore*> owners;
@@ -104,8 +104,7 @@ class DataParallelTrainerTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DataParallelTrainerTest, TwoTrainersTwoServersEqualOneProcessBitwise) {
   const Case& param = GetParam();
-  const config::DlrmConfig c =
-      ShardedTestConfig(param.type, param.dense, param.sparse, kServers);
+  const config::DlrmConfig c = ShardedTestConfig(param.type, param.dense, param.sparse, kServers);
   Engine engine(c);
   Cluster cluster(c);
   const std::string name = std::string(shard::ShardingTypeShortName(param.type)) + "/" +
@@ -132,16 +131,16 @@ std::vector<Case> AllCases() {
                     config::ShardingConfig::DATA_PARALLEL}) {
     cases.push_back({type, "sgd", "sgd"});
     cases.push_back({type, "adagrad", "adagrad"});
-    cases.push_back({type, "adam",
-                     type == config::ShardingConfig::COLUMN_WISE ? "adam" : "rowwise_adagrad"});
+    cases.push_back(
+        {type, "adam", type == config::ShardingConfig::COLUMN_WISE ? "adam" : "rowwise_adagrad"});
   }
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, DataParallelTrainerTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           return std::string(shard::ShardingTypeShortName(info.param.type)) +
-                                  "_" + info.param.dense + "_" + info.param.sparse;
+                           return std::string(shard::ShardingTypeShortName(info.param.type)) + "_" +
+                                  info.param.dense + "_" + info.param.sparse;
                          });
 
 // A bad part on one trainer fails the step on both with the same message, and nothing

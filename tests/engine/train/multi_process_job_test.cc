@@ -3,6 +3,8 @@
 // reproduces the single-process engine bitwise for every sharding type, a sharded
 // checkpoint restores into a new job that goes on exactly where the first stopped, and a
 // server that dies makes every trainer fail with an error naming it, within the timeout.
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -14,20 +16,18 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "engine/config/config.h"
-#include "engine/core/status.h"
+#include "engine/checkpoint/sharded_checkpoint.h"
 #include "engine/cluster/coordinator.h"
-#include "engine/train/trainer_role.h"
-#include "engine/collective/gloo_communicator.h"
 #include "engine/cluster/job_layout.h"
 #include "engine/cluster/rendezvous.h"
-#include "engine/ps/server_role.h"
-#include "engine/checkpoint/sharded_checkpoint.h"
-#include "engine/ps/shard_store_file.h"
+#include "engine/collective/gloo_communicator.h"
+#include "engine/config/config.h"
+#include "engine/core/status.h"
 #include "engine/engine.h"
+#include "engine/ps/server_role.h"
+#include "engine/ps/shard_store_file.h"
 #include "engine/shard/planner.h"
+#include "engine/train/trainer_role.h"
 #include "tests/support/dist_checks.h"
 #include "tests/support/dist_config.h"
 #include "tests/support/dist_data.h"
@@ -51,9 +51,10 @@ struct JobResult {
 
 // Runs a job: ranks 0..kServers-1 are servers, the rest trainers. `stand_in` replaces
 // server 1 by a peer that joins and then vanishes (a server that died).
-JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const TrainerBody& body,
-                 int64_t timeout_ms = 20000, bool dead_server = false,
-                 cluster::ClusterEnv::Collective collective = cluster::ClusterEnv::Collective::kBuiltin) {
+JobResult RunJob(
+    const config::DlrmConfig& c, const std::string& restore, const TrainerBody& body,
+    int64_t timeout_ms = 20000, bool dead_server = false,
+    cluster::ClusterEnv::Collective collective = cluster::ClusterEnv::Collective::kBuiltin) {
   net::Context context;
   const int32_t world = kServers + kTrainers;
   // The dead server's link to the coordinator: a killed process never says it leaves, so
@@ -77,9 +78,9 @@ JobResult RunJob(const config::DlrmConfig& c, const std::string& restore, const 
   for (int32_t rank = 0; rank < world; ++rank) {
     peers.emplace_back([&, rank] {
       const bool server = rank < kServers;
-      cluster::ClusterEnv env = PeerEnv(coordinator.address(),
-                               server ? net::ROLE_SERVER : net::ROLE_TRAINER, rank, world,
-                               timeout_ms);
+      cluster::ClusterEnv env =
+          PeerEnv(coordinator.address(), server ? net::ROLE_SERVER : net::ROLE_TRAINER, rank, world,
+                  timeout_ms);
       env.collective = collective;
       std::string& error =
           server ? result.server_errors[rank] : result.trainer_errors[rank - kServers];
@@ -127,27 +128,29 @@ std::string TempDir(const std::string& name) {
 // Loads every server's and the replicas' shard files of checkpoint `dir` into fresh stores
 // and compares them with the engine's tables.
 void ExpectCheckpointMatchesEngine(const Engine& engine, const config::DlrmConfig& c,
-                                   const std::string& dir, int64_t step,
-                                   const std::string& where) {
+                                   const std::string& dir, int64_t step, const std::string& where) {
   const checkpoint::CheckpointManifest manifest = checkpoint::ReadManifest(dir);
   EXPECT_EQ(manifest.step(), step) << where;
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
   std::vector<std::unique_ptr<ps::EmbeddingShardStore>> stores;
   for (int32_t s = 0; s < kServers; ++s) {
     stores.push_back(std::make_unique<ps::EmbeddingShardStore>(c, plan, s));
-    EXPECT_EQ(ps::LoadShardStore(stores.back().get(), s, dir + "/" + checkpoint::ServerShardFile(s)), step);
+    EXPECT_EQ(
+        ps::LoadShardStore(stores.back().get(), s, dir + "/" + checkpoint::ServerShardFile(s)),
+        step);
   }
   stores.push_back(std::make_unique<ps::EmbeddingShardStore>(c, plan, ps::kTrainerReplica));
   if (manifest.has_replicas())
-    ps::LoadShardStore(stores.back().get(), ps::kTrainerReplica, dir + "/" + checkpoint::kReplicaShardFile);
+    ps::LoadShardStore(stores.back().get(), ps::kTrainerReplica,
+                       dir + "/" + checkpoint::kReplicaShardFile);
   std::vector<const ps::EmbeddingShardStore*> owners;
   for (const auto& s : stores) owners.push_back(s.get());
   ExpectStoresMatchEngine(engine, c, owners, where);
 }
 
 // Trains batches [first, last) with `lookahead` parts queued; records the losses.
-void TrainBatches(train::TrainerRole& t, const config::DlrmConfig& c, int64_t first,
-                  int64_t last, int lookahead, std::vector<float>* losses) {
+void TrainBatches(train::TrainerRole& t, const config::DlrmConfig& c, int64_t first, int64_t last,
+                  int lookahead, std::vector<float>* losses) {
   const int32_t r = t.trainer_rank();
   std::vector<OwnedBatch> parts;
   for (int64_t i = first; i < last; ++i)
@@ -166,14 +169,14 @@ void TrainBatches(train::TrainerRole& t, const config::DlrmConfig& c, int64_t fi
 void ExpectSyncJobEqualsOneProcess(config::ShardingConfig::Type type,
                                    cluster::ClusterEnv::Collective collective) {
   const bool cw = type == config::ShardingConfig::COLUMN_WISE;
-  const config::DlrmConfig c = ShardedTestConfig(type, "adam", cw ? "adagrad" : "rowwise_adagrad",
-                                                 kServers);
+  const config::DlrmConfig c =
+      ShardedTestConfig(type, "adam", cw ? "adagrad" : "rowwise_adagrad", kServers);
   const std::string name = shard::ShardingTypeShortName(type);
   constexpr int64_t kSteps = 4;
   Engine engine(c);
   std::vector<float> want;
-  for (int64_t i = 0; i < kSteps; ++i) want.push_back(engine.TrainStep(
-      MakeTestBatch(c, i, kGlobal).view()));
+  for (int64_t i = 0; i < kSteps; ++i)
+    want.push_back(engine.TrainStep(MakeTestBatch(c, i, kGlobal).view()));
   const std::string dir = TempDir(name);
   std::vector<std::vector<float>> losses(kTrainers);
   const JobResult result = RunJob(
@@ -236,15 +239,12 @@ TEST(ClusterGloo, ATrainerThatFailsFailsTheOtherWithinTheTimeout) {
   EXPECT_LT(seconds, 4.0 * kTimeoutMs / 1000 + 5);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, ClusterTest,
-                         ::testing::Values(config::ShardingConfig::TABLE_WISE,
-                                           config::ShardingConfig::ROW_WISE,
-                                           config::ShardingConfig::COLUMN_WISE,
-                                           config::ShardingConfig::TABLE_ROW_WISE,
-                                           config::ShardingConfig::DATA_PARALLEL),
-                         [](const auto& info) {
-                           return std::string(shard::ShardingTypeShortName(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    AllTypes, ClusterTest,
+    ::testing::Values(config::ShardingConfig::TABLE_WISE, config::ShardingConfig::ROW_WISE,
+                      config::ShardingConfig::COLUMN_WISE, config::ShardingConfig::TABLE_ROW_WISE,
+                      config::ShardingConfig::DATA_PARALLEL),
+    [](const auto& info) { return std::string(shard::ShardingTypeShortName(info.param)); });
 
 // A job restored from a sharded checkpoint continues exactly where the first stopped.
 TEST(ClusterCheckpoint, RestoreContinuesBitwise) {
@@ -280,7 +280,8 @@ TEST(ClusterCheckpoint, RestoreContinuesBitwise) {
   // A checkpoint does not restore into another layout, and nothing starts then.
   config::DlrmConfig other = c;
   other.mutable_model()->mutable_tables(0)->set_num_rows(61);
-  result = RunJob(other, first, [](train::TrainerRole&) {}, 3000);
+  result = RunJob(
+      other, first, [](train::TrainerRole&) {}, 3000);
   for (const std::string& e : result.server_errors)
     EXPECT_NE(e.find("cannot be restored"), std::string::npos) << e;
 }
