@@ -19,8 +19,8 @@
 #include "engine/embedding/sparse_optimizer.h"
 #include "engine/model/dlrm_model.h"
 #include "engine/optim/dense_optimizer.h"
-#include "engine/optim/lr_schedule.h"
 #include "engine/train/async_step_queue.h"
+#include "engine/train/step.h"
 
 namespace dlrm {
 namespace {
@@ -137,23 +137,14 @@ float Engine::TrainStepNow(const BatchView& batch, bool validated) {
       validated ? IndexValidBatch(batch)
                 : ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), true);
   const double loss = s.model.ForwardBackward(vb, &s.dense_grad, &s.d_pooled, pool_.get());
-  if (!std::isfinite(loss) || !AllFinite(s.dense_grad) || !AllFinite(s.d_pooled))
-    ThrowDiverged(s.step, loss);
-
-  const double factor = LrFactor(config_.lr_schedule(), s.step);
-  const float dense_lr = static_cast<float>(s.dense_lr * factor);
-  const float sparse_lr = static_cast<float>(s.sparse_lr * factor);
-  const int64_t t = s.step + 1;
-  const size_t num_params = s.model.dense_params().size();
-  const int64_t parts =
-      std::max<int64_t>(1, std::min<int64_t>(pool_->num_threads() * 4, num_params / 16384));
-  pool_->ParallelFor(parts, [&](int64_t p) {
-    s.dense_optimizer->Update(s.model.dense_params().data(), s.dense_grad.data(),
-                              SplitBegin(num_params, parts, p),
-                              SplitBegin(num_params, parts, p + 1), dense_lr, t);
-  });
-  s.model.SparseBackwardAndUpdate(vb, s.d_pooled, *s.sparse_optimizer, sparse_lr, t, pool_.get());
-  s.step = t;
+  train::CheckFinite(s.step, loss, s.dense_grad, AllFinite(s.d_pooled));
+  const train::StepRates rates =
+      train::RatesForStep(config_.lr_schedule(), s.dense_lr, s.sparse_lr, s.step);
+  train::UpdateDense(*s.dense_optimizer, s.model.dense_params(), s.dense_grad.data(), rates,
+                     pool_.get());
+  s.model.SparseBackwardAndUpdate(vb, s.d_pooled, *s.sparse_optimizer, rates.sparse_lr, rates.t,
+                                  pool_.get());
+  s.step = rates.t;
   return static_cast<float>(loss);
 }
 

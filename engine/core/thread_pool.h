@@ -62,4 +62,12 @@ inline int64_t SplitBegin(int64_t n, int64_t parts, int64_t p) {
   return (n / parts) * p + std::min<int64_t>(p, n % parts);
 }
 
+// fn(begin, end) for each of the `parts` ranges SplitBegin cuts [0, n) into, in parallel as
+// ParallelFor runs them. The ranges depend on n and parts only, never on the pool.
+inline void ParallelForRanges(ThreadPool* pool, int64_t n, int64_t parts,
+                              const std::function<void(int64_t begin, int64_t end)>& fn) {
+  ParallelFor(pool, parts,
+              [&](int64_t p) { fn(SplitBegin(n, parts, p), SplitBegin(n, parts, p + 1)); });
+}
+
 }  // namespace dlrm

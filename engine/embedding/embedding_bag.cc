@@ -298,13 +298,7 @@ void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch, c
   // Each segment is reduced whole by one task.
   const int64_t parts =
       pool ? std::min<int64_t>(num_segments, pool->num_threads() * kTasksPerThread) : 1;
-  if (parts <= 1) {
-    update_segments(0, num_segments);
-    return;
-  }
-  pool->ParallelFor(parts, [&](int64_t p) {
-    update_segments(SplitBegin(num_segments, parts, p), SplitBegin(num_segments, parts, p + 1));
-  });
+  ParallelForRanges(pool, num_segments, std::max<int64_t>(parts, 1), update_segments);
 }
 
 template class EmbeddingBagCollection<float>;

@@ -12,7 +12,7 @@
 #include "engine/core/tree_reduce.h"
 #include "engine/dense/loss.h"
 #include "engine/embedding/embedding_bag.h"
-#include "engine/optim/lr_schedule.h"
+#include "engine/train/step.h"
 
 namespace dlrm::train {
 namespace {
@@ -301,32 +301,40 @@ float DataParallelTrainer::TrainStep() {
     Throw(StatusCode::kFailedPrecondition, "sync trainer: no part queued (call Enqueue)");
   std::unique_ptr<Prepared> p = std::move(queue_.front());
   queue_.pop_front();
-  const int32_t ranks = comm_->world_size();
-  const int64_t t = step_ + 1;
-
   // 1-2. Rows, then this part's forward/backward; any failure becomes this rank's error.
-  Contribution mine;
-  mine.error_code = static_cast<int32_t>(p->error_code);
-  mine.error = p->error;
-  if (p->error.empty()) {
-    mine.samples = p->batch.batch_size;
-    try {
-      const ValidatedBatch local = GatherRows(*p);
-      const EmbeddingBagCollection<float> bags(&fetched_, model_.feature_bindings(),
-                                               model_.pooled_width());
-      mine.loss_sum = model_.ForwardBackwardPart(local, mine.samples * ranks, bags, &dense_grad_,
-                                                 &d_pooled_, pool_);
-      mine.finite = AllFinite(d_pooled_);
-      if (!replicas_.features().empty())
-        mine.replica_update =
-            ps::EncodeFeatureUpdates(UpdatesFor(replicas_.features(), p->validated));
-    } catch (const Error& e) {
-      mine.error_code = static_cast<int32_t>(e.code());
-      mine.error = e.what();
-    }
-  }
-
   // 3. One exchange: everybody's readiness, loss and gradient subtree.
+  std::vector<Contribution>& by_rank = Exchange(ComputePart(*p));
+  CheckContributions(by_rank);
+  const double loss = ReduceContributions(by_rank);
+  // 4. The updates: dense, the replicas' from every rank's part, then the servers'.
+  ApplyUpdates(*p, by_rank);
+  return static_cast<float>(loss);
+}
+
+DataParallelTrainer::Contribution DataParallelTrainer::ComputePart(Prepared& p) {
+  Contribution mine;
+  mine.error_code = static_cast<int32_t>(p.error_code);
+  mine.error = p.error;
+  if (!p.error.empty()) return mine;
+  mine.samples = p.batch.batch_size;
+  try {
+    const ValidatedBatch local = GatherRows(p);
+    const EmbeddingBagCollection<float> bags(&fetched_, model_.feature_bindings(),
+                                             model_.pooled_width());
+    mine.loss_sum = model_.ForwardBackwardPart(local, mine.samples * comm_->world_size(), bags,
+                                               &dense_grad_, &d_pooled_, pool_);
+    mine.finite = AllFinite(d_pooled_);
+    if (!replicas_.features().empty())
+      mine.replica_update = ps::EncodeFeatureUpdates(UpdatesFor(replicas_.features(), p.validated));
+  } catch (const Error& e) {
+    mine.error_code = static_cast<int32_t>(e.code());
+    mine.error = e.what();
+  }
+  return mine;
+}
+
+std::vector<DataParallelTrainer::Contribution>& DataParallelTrainer::Exchange(Contribution mine) {
+  const int32_t ranks = comm_->world_size();
   std::string bytes = Encode(mine, dense_grad_, std::move(send_buffer_));
   const std::vector<std::string> all = comm_->AllGather(bytes);
   send_buffer_ = std::move(bytes);
@@ -335,18 +343,23 @@ float DataParallelTrainer::TrainStep() {
   // Into last step's buffers (no per-step allocation of the gradients); this rank's own
   // contribution is taken as it is, not decoded from its bytes.
   exchange_.resize(ranks);
-  std::vector<Contribution>& by_rank = exchange_;
   const int32_t me = comm_->rank();
   for (int32_t r = 0; r < ranks; ++r) {
     if (r != me) {
-      Decode(all[r], &by_rank[r]);
+      Decode(all[r], &exchange_[r]);
       continue;
     }
-    std::vector<float> grad_buffer = std::move(by_rank[r].dense_grad);
-    by_rank[r] = std::move(mine);
-    by_rank[r].dense_grad.swap(dense_grad_);
+    std::vector<float> grad_buffer = std::move(exchange_[r].dense_grad);
+    exchange_[r] = std::move(mine);
+    exchange_[r].dense_grad.swap(dense_grad_);
     dense_grad_ = std::move(grad_buffer);  // recycled: the next backward overwrites it
   }
+  return exchange_;
+}
+
+void DataParallelTrainer::CheckContributions(const std::vector<Contribution>& by_rank) {
+  const int64_t t = step_ + 1;
+  const auto ranks = static_cast<int32_t>(by_rank.size());
   for (int32_t r = 0; r < ranks; ++r) {
     const Contribution& c = by_rank[r];
     if (c.error_code != 0) {
@@ -367,7 +380,10 @@ float DataParallelTrainer::TrainStep() {
       Throw(StatusCode::kDataLoss, "sync step: trainer ", r, " sent ", c.dense_grad.size(),
             " gradient values, expected ", num_params);
   }
-  const int64_t global_batch = by_rank[0].samples * ranks;
+}
+
+double DataParallelTrainer::ReduceContributions(std::vector<Contribution>& by_rank) {
+  const auto ranks = static_cast<int32_t>(by_rank.size());
   std::vector<float*> grad_ptrs;
   std::vector<double> losses(ranks);
   std::vector<double*> loss_ptrs;
@@ -378,35 +394,42 @@ float DataParallelTrainer::TrainStep() {
     loss_ptrs.push_back(&losses[r]);
     finite &= by_rank[r].finite;
   }
-  TreeReduceInto(grad_ptrs, num_params, pool_);
+  TreeReduceInto(grad_ptrs, model_.dense_params().size(), pool_);
   TreeReduceInto(loss_ptrs, 1, nullptr);
+  const int64_t global_batch = by_rank[0].samples * ranks;
   const double loss = losses[0] / static_cast<double>(global_batch);
-  const std::vector<float>& grad = by_rank[0].dense_grad;
-  if (!finite || !std::isfinite(loss) || !AllFinite(grad)) {
+  try {
+    CheckFinite(step_, loss, by_rank[0].dense_grad, finite);
+  } catch (const Error&) {
     RenumberQueue();
-    ThrowDiverged(step_, loss);
+    throw;
   }
+  return loss;
+}
+
+void DataParallelTrainer::ApplyUpdates(const Prepared& p,
+                                       const std::vector<Contribution>& by_rank) {
+  const auto ranks = static_cast<int32_t>(by_rank.size());
+  const int64_t global_batch = by_rank[0].samples * ranks;
+  // Decoded before anything changes: a bad part throws with the state untouched.
   std::vector<std::vector<ps::FeatureUpdate>> replica_parts;
   if (!replicas_.features().empty()) {
     for (int32_t r = 0; r < ranks; ++r)
       replica_parts.push_back(ps::DecodeFeatureUpdates(by_rank[r].replica_update));
   }
-
-  const double factor = LrFactor(config_.lr_schedule(), step_);
-  const auto dense_lr = static_cast<float>(config_.dense_optimizer().learning_rate() * factor);
-  const auto sparse_lr = static_cast<float>(config_.sparse_optimizer().learning_rate() * factor);
-  dense_optimizer_->Update(model_.dense_params().data(), grad.data(), 0, num_params, dense_lr, t);
-
-  // 4. Embedding updates: the replicas from every rank's part, then the servers.
+  const StepRates rates =
+      RatesForStep(config_.lr_schedule(), config_.dense_optimizer().learning_rate(),
+                   config_.sparse_optimizer().learning_rate(), step_);
+  UpdateDense(*dense_optimizer_, model_.dense_params(), by_rank[0].dense_grad.data(), rates, pool_);
   if (!replica_parts.empty())
-    replicas_.ApplyUpdate(ps::ConcatenateRanks(replica_parts), global_batch, sparse_lr, t);
+    replicas_.ApplyUpdate(ps::ConcatenateRanks(replica_parts), global_batch, rates.sparse_lr,
+                          rates.t);
   for (int32_t owner = 0; owner < static_cast<int32_t>(server_features_.size()); ++owner) {
     if (server_features_[owner].empty()) continue;
-    service_->Update(owner, comm_->rank(), t, sparse_lr,
-                     UpdatesFor(server_features_[owner], p->validated));
+    service_->Update(owner, comm_->rank(), rates.t, rates.sparse_lr,
+                     UpdatesFor(server_features_[owner], p.validated));
   }
-  step_ = t;
-  return static_cast<float>(loss);
+  step_ = rates.t;
 }
 
 void DataParallelTrainer::Flush() { service_->WaitUntilApplied(step_); }

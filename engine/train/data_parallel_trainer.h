@@ -101,6 +101,14 @@ class DataParallelTrainer {
                                             const ValidatedBatch& batch) const;
   // Resubmits the queued parts' lookups when the step numbers they were sent for are off.
   void RenumberQueue();
+  // The phases of TrainStep: this rank's part, the exchange (into exchange_), the checks
+  // of every rank's contribution, the fixed-tree sums (the mean loss; divergence throws),
+  // and the updates.
+  Contribution ComputePart(Prepared& p);
+  std::vector<Contribution>& Exchange(Contribution mine);
+  void CheckContributions(const std::vector<Contribution>& by_rank);
+  double ReduceContributions(std::vector<Contribution>& by_rank);
+  void ApplyUpdates(const Prepared& p, const std::vector<Contribution>& by_rank);
 
   const config::DlrmConfig config_;
   collective::Communicator* comm_;
