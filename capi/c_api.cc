@@ -48,13 +48,7 @@ static_assert(DLRM_LOG_WARNING == static_cast<int>(dlrm::LogLevel::kWarning));
 static_assert(DLRM_LOG_ERROR == static_cast<int>(dlrm::LogLevel::kError));
 static_assert(DLRM_LOG_OFF == static_cast<int>(dlrm::LogLevel::kOff));
 
-using dlrm::capi::CopyToMalloc;
-using dlrm::capi::Fail;
-using dlrm::capi::Guard;
-using dlrm::capi::RequireNotNull;
-using dlrm::capi::ToView;
-using dlrm::capi::ToViews;
-using dlrm::capi::WriteEvalResult;
+using namespace dlrm::capi;  // the shim's helpers (capi_internal.h)
 
 struct dlrm_engine {
   std::unique_ptr<dlrm::Engine> impl;

@@ -15,11 +15,7 @@
 #include "engine/ps/server_role.h"
 #include "engine/train/trainer_role.h"
 
-using dlrm::capi::Guard;
-using dlrm::capi::RequireNotNull;
-using dlrm::capi::ToView;
-using dlrm::capi::ToViews;
-using dlrm::capi::WriteEvalResult;
+using namespace dlrm::capi;  // the shim's helpers (capi_internal.h)
 
 struct dlrm_gather {
   std::vector<std::optional<std::string>>* parts;  // by rank; HostCommunicator's

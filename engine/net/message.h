@@ -29,28 +29,20 @@ std::string DTypeName(DType dtype);
 // "LOOKUP", ...; "TYPE_<n>" for a value outside the enum.
 std::string MessageTypeName(MessageType type);
 
+// The payload dtype of a C++ element type.
 template <typename T>
 struct DTypeOf;
-template <>
-struct DTypeOf<float> {
-  static constexpr DType value = PayloadDescriptor::F32;
-};
-template <>
-struct DTypeOf<double> {
-  static constexpr DType value = PayloadDescriptor::F64;
-};
-template <>
-struct DTypeOf<int32_t> {
-  static constexpr DType value = PayloadDescriptor::I32;
-};
-template <>
-struct DTypeOf<int64_t> {
-  static constexpr DType value = PayloadDescriptor::I64;
-};
-template <>
-struct DTypeOf<uint8_t> {
-  static constexpr DType value = PayloadDescriptor::U8;
-};
+#define DLRM_NET_DTYPE_OF(type, dtype)                       \
+  template <>                                                \
+  struct DTypeOf<type> {                                     \
+    static constexpr DType value = PayloadDescriptor::dtype; \
+  }
+DLRM_NET_DTYPE_OF(float, F32);
+DLRM_NET_DTYPE_OF(double, F64);
+DLRM_NET_DTYPE_OF(int32_t, I32);
+DLRM_NET_DTYPE_OF(int64_t, I64);
+DLRM_NET_DTYPE_OF(uint8_t, U8);
+#undef DLRM_NET_DTYPE_OF
 
 // One raw array. The storage comes from operator new, so it is aligned for every dtype
 // and typed pointers into it are valid.
