@@ -9,7 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libopenblas-dev
   libzmq3-dev libsodium-dev  # engine/net: transport, HMAC message authentication
-  libgloo-dev  # engine/dist: the DLRM_COLLECTIVE=gloo all-gather of the trainers
+  libgloo-dev  # engine/collective: the DLRM_COLLECTIVE=gloo all-gather of the trainers
   libbenchmark-dev  # bench/: dlrm_micro_bench
   binutils
   # bindings: Java (JDK 17, SWIG, JUnit 4) and Go (cgo)
