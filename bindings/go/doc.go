@@ -16,6 +16,9 @@
 // collective TrainStep, Evaluate, Checkpoint and Finish. WithAllGather plugs in the
 // host's own collective (an AllGather) instead of the built-in one.
 //
+// The library's log goes to stderr unless SetLogFunc routes it to a Go function
+// (LoggerFunc adapts a *log.Logger).
+//
 // Batches are borrowed, column-oriented memory (see Batch); the engine reads the slices
 // in place during a call and keeps no reference to them afterwards.
 //

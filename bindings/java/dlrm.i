@@ -19,7 +19,11 @@
  *    call (attaching a thread the JVM does not know), hands each returned byte[] to
  *    dlrm_gather_put, and turns a Java exception or an unusable result into a nonzero
  *    return, keeping the Throwable so the DlrmException of the failed call names it and
- *    carries it as its cause.
+ *    carries it as its cause;
+ *  - the library's log (ai.dlrm.Log): jdlrm_set_log_handler installs a global reference
+ *    to an ai.dlrm.Log.Sink as the process-wide log sink, and jdlrm_log is the dlrm_log_fn
+ *    trampoline that calls it on any library thread (attaching, as a daemon, a thread the
+ *    JVM does not know), falling back to stderr when Java cannot take the message.
  *
  * Typemaps:
  *  - float[] / int[] / long[] / byte[]  <->  const float* / const int32_t* / const int64_t*
@@ -30,6 +34,7 @@
  *  - direct java.nio.ByteBuffer (and ByteBuffer[])  ->  its address, no copy; a heap
  *    buffer is refused with IllegalArgumentException;
  *  - jobject all_gather  <-  ai.dlrm.AllGather, as it is;
+ *  - jobject log_sink  <-  ai.dlrm.Log.Sink (typed Object), as it is;
  *  - JNIEnv* jenv: hidden from Java, handed to the helpers so they can throw.
  *
  * Error discipline of the generated wrappers: every typemap and helper does nothing once
@@ -289,6 +294,132 @@ static dlrm_batch jdlrm_make_batch(int64_t batch_size, int32_t num_dense, int32_
   batch.weights = weights;
   return batch;
 }
+
+/* ---- the library's log, to a Java handler ----------------------------------------------- */
+
+/* The installed Java log handler: a global reference to an ai.dlrm.Log.Sink and its
+ * deliver method. Owned here from the dlrm_set_log_callback call that installed it until
+ * the call that replaced it returned (the library then never calls it again), when it is
+ * released. jdlrm_set_log_handler is only called under ai.dlrm.Log's lock, so the pointer
+ * needs no lock of its own. */
+typedef struct {
+  JavaVM* vm;
+  jobject sink;      /* global reference */
+  jmethodID deliver; /* void deliver(int level, byte[] file, int line, byte[] message) */
+} jdlrm_log_sink;
+
+static jdlrm_log_sink* jdlrm_installed_log_sink = NULL;
+
+/* Where a message goes when Java cannot take it (no JVM to attach to, an exception pending
+ * on the thread, out of memory): the library's own stderr format. */
+static void jdlrm_log_to_stderr(int32_t level, const char* file, int32_t line,
+                                const char* message) {
+  static const char* const names[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
+  fprintf(stderr, "[dlrm %s %s:%ld] %s\n",
+          level >= 0 && level < 4 ? names[level] : "ERROR", file != NULL ? file : "?",
+          (long)line, message != NULL ? message : "");
+}
+
+/* A Java byte[] of a C string's bytes; NULL with an exception pending on failure. */
+static jbyteArray jdlrm_bytes_of(JNIEnv* jenv, const char* text) {
+  size_t n = text != NULL ? strlen(text) : 0;
+  jbyteArray bytes;
+  if (n > 0x7fffffff) n = 0x7fffffff;
+  bytes = (*jenv)->NewByteArray(jenv, (jsize)n);
+  if (bytes == NULL || jdlrm_pending(jenv)) return NULL;
+  if (n > 0) (*jenv)->SetByteArrayRegion(jenv, bytes, 0, (jsize)n, (const jbyte*)text);
+  return jdlrm_pending(jenv) ? NULL : bytes;
+}
+
+/* Calls the sink in a local frame (a Java thread inside a long native call, e.g. runRole,
+ * must not pile up local references). Returns 1 when the handler took the message. */
+static int jdlrm_log_in_frame(JNIEnv* jenv, const jdlrm_log_sink* s, int32_t level,
+                              const char* file, int32_t line, const char* message) {
+  jbyteArray f;
+  jbyteArray m = NULL;
+  int ok;
+  if ((*jenv)->PushLocalFrame(jenv, 4) != 0) {
+    (*jenv)->ExceptionClear(jenv);
+    return 0;
+  }
+  f = jdlrm_bytes_of(jenv, file);
+  if (f != NULL) m = jdlrm_bytes_of(jenv, message);
+  if (m != NULL)
+    (*jenv)->CallVoidMethod(jenv, s->sink, s->deliver, (jint)level, f, (jint)line, m);
+  ok = m != NULL && !jdlrm_pending(jenv);
+  if (jdlrm_pending(jenv)) { /* Sink.deliver catches the handler's; this is JNI's own */
+    (*jenv)->ExceptionDescribe(jenv);
+    (*jenv)->ExceptionClear(jenv);
+  }
+  (*jenv)->PopLocalFrame(jenv, NULL);
+  return ok;
+}
+
+/* The dlrm_log_fn of a Java handler. The library calls it on any of its threads, one call
+ * at a time; a thread the JVM does not know is attached as a daemon ("dlrm-log") for the
+ * call and detached after. No Java exception leaves it. */
+static void jdlrm_log(void* user_data, int32_t level, const char* file, int32_t line,
+                      const char* message) {
+  const jdlrm_log_sink* s = (const jdlrm_log_sink*)user_data;
+  JNIEnv* jenv = NULL;
+  int attached = 0;
+  int delivered = 0;
+  jint got = (*s->vm)->GetEnv(s->vm, (void**)&jenv, JNI_VERSION_1_6);
+  if (got == JNI_EDETACHED) {
+    JavaVMAttachArgs args;
+    args.version = JNI_VERSION_1_6;
+    args.name = (char*)"dlrm-log";
+    args.group = NULL;
+    if ((*s->vm)->AttachCurrentThreadAsDaemon(s->vm, (void**)&jenv, &args) == JNI_OK)
+      attached = 1;
+    else
+      jenv = NULL;
+  } else if (got != JNI_OK) {
+    jenv = NULL;
+  }
+  /* Java may not be called with an exception pending (the jdlrm_* helpers never enter the
+   * library with one, but a host's native code might). */
+  if (jenv != NULL && !jdlrm_pending(jenv))
+    delivered = jdlrm_log_in_frame(jenv, s, level, file, line, message);
+  if (!delivered) jdlrm_log_to_stderr(level, file, line, message);
+  if (attached) (*s->vm)->DetachCurrentThread(s->vm);
+}
+
+/* A sink for the Java object; NULL with an exception pending. */
+static jdlrm_log_sink* jdlrm_new_log_sink(JNIEnv* jenv, jobject sink) {
+  jdlrm_log_sink* s = (jdlrm_log_sink*)calloc(1, sizeof *s);
+  jclass cls;
+  if (s == NULL) {
+    jdlrm_throw_java(jenv, "java/lang/OutOfMemoryError", "log sink");
+    return NULL;
+  }
+  if ((*jenv)->GetJavaVM(jenv, &s->vm) != 0) {
+    jdlrm_throw_java(jenv, "java/lang/IllegalStateException", "no JavaVM for the log handler");
+  } else if ((cls = (*jenv)->GetObjectClass(jenv, sink)) != NULL) {
+    /* void deliver(int, byte[], int, byte[]); NoSuchMethodError for another class */
+    s->deliver = (*jenv)->GetMethodID(jenv, cls, "deliver", "(I[BI[B)V");
+    (*jenv)->DeleteLocalRef(jenv, cls);
+    if (s->deliver != NULL && !jdlrm_pending(jenv)) {
+      s->sink = (*jenv)->NewGlobalRef(jenv, sink);
+      if (s->sink == NULL)
+        jdlrm_throw_java(jenv, "java/lang/OutOfMemoryError",
+                         "a global reference to the log handler");
+    }
+  }
+  if (s->sink == NULL) {
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
+/* Releases a sink the library no longer calls. NULL is a no-op. */
+static void jdlrm_free_log_sink(JNIEnv* jenv, jdlrm_log_sink* s) {
+  if (s == NULL) return;
+  (*jenv)->DeleteGlobalRef(jenv, s->sink);
+  free(s);
+}
+
 /* ---- the multi-process trainer and the host's all-gather -------------------------------- */
 
 /* What Java holds for one ai.dlrm.DistributedTrainer: the library's trainer and, when the
@@ -694,6 +825,15 @@ JDLRM_ARRAYS_TYPEMAPS(int64_t, long[][], JDLRM_LONG)
 %typemap(in) jobject ALL_GATHER %{ $1 = $input; %}
 %apply jobject ALL_GATHER { jobject all_gather };
 
+/* ai.dlrm.Log.Sink -> jobject. Typed Object: the class is package-private in ai.dlrm, and
+ * the helper looks its deliver method up (NoSuchMethodError for anything else). */
+%typemap(jni) jobject LOG_SINK "jobject"
+%typemap(jtype) jobject LOG_SINK "Object"
+%typemap(jstype) jobject LOG_SINK "Object"
+%typemap(javain) jobject LOG_SINK "$javainput"
+%typemap(in) jobject LOG_SINK %{ $1 = $input; %}
+%apply jobject LOG_SINK { jobject log_sink };
+
 /* Opaque to Java (SWIGTYPE_p_jdlrm_trainer); defined in the C block above. */
 typedef struct jdlrm_trainer jdlrm_trainer;
 %apply (float* OUT_ARRAY, size_t LEN) { (float* out, size_t out_len) };
@@ -905,6 +1045,23 @@ void jdlrm_write_parameter(JNIEnv* jenv, dlrm_engine* engine, const char* name,
                            const float* values, size_t len) {
   if (jdlrm_pending(jenv)) return;
   jdlrm_check(jenv, dlrm_engine_write_parameter(engine, name, values, len));
+}
+
+/* Sends the library's log to sink (an ai.dlrm.Log.Sink), or to stderr for null, from
+ * min_level on. Only on failure (a bad min_level: DlrmException INVALID_ARGUMENT) is the
+ * new sink released at once; on success the previous one is, the library no longer calling
+ * it. Callers serialize (ai.dlrm.Log's lock). */
+void jdlrm_set_log_handler(JNIEnv* jenv, jobject log_sink, int32_t min_level) {
+  jdlrm_log_sink* fresh = NULL;
+  if (jdlrm_pending(jenv)) return;
+  if (log_sink != NULL && (fresh = jdlrm_new_log_sink(jenv, log_sink)) == NULL) return;
+  if (!jdlrm_check(jenv, dlrm_set_log_callback(fresh != NULL ? jdlrm_log : NULL, fresh,
+                                               min_level))) {
+    jdlrm_free_log_sink(jenv, fresh);
+    return;
+  }
+  jdlrm_free_log_sink(jenv, jdlrm_installed_log_sink);
+  jdlrm_installed_log_sink = fresh;
 }
 
 /* ---- multi-process training ------------------------------------------------------------ */

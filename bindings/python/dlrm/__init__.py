@@ -9,13 +9,17 @@ raises DlrmError with the engine's status and message.
         batch = dlrm.Batch(dense, labels, lengths, ids)
         loss = engine.train_step(batch)
         p = engine.predict(batch)
+
+The library's log goes to stderr unless routed elsewhere: ``dlrm.set_logger(logger)``
+sends it into :mod:`logging`, ``dlrm.set_log_callback(fn, level)`` to any function.
 """
-from . import _native, distributed
+from . import _native, distributed, log
 from ._version import __version__
 from .batch import Batch
 from .engine import Engine, EvalResult, LoadResult
 from .errors import DlrmError, EngineClosedError, StatusCode
 from .fit import History, fit
+from .log import LogLevel, set_log_callback, set_logger
 
 #: The C ABI version this package speaks (checked against the library at import).
 ABI_VERSION = _native.ABI_VERSION
@@ -39,5 +43,6 @@ def library_path() -> str:
 __all__ = [
     "ABI_VERSION", "Batch", "DlrmError", "Engine", "EngineClosedError", "EvalResult",
     "History", "LoadResult", "StatusCode", "__version__", "fit", "library_abi_version",
-    "distributed", "library_path", "library_version",
+    "distributed", "library_path", "library_version", "log", "LogLevel", "set_log_callback",
+    "set_logger",
 ]

@@ -71,6 +71,10 @@ _status = ctypes.c_int32
 #                                dlrm_gather* result)
 ALLGATHER_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
                                 ctypes.c_int64, ctypes.c_void_p)
+# dlrm_log_fn: void (*)(void* user_data, int32_t level, const char* file, int32_t line,
+#                       const char* message)
+LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p,
+                          ctypes.c_int32, ctypes.c_char_p)
 
 _PROTOTYPES: Sequence[Tuple[str, object, List[object]]] = (
     ("dlrm_version", ctypes.c_char_p, []),
@@ -78,6 +82,7 @@ _PROTOTYPES: Sequence[Tuple[str, object, List[object]]] = (
     ("dlrm_last_error", ctypes.c_char_p, []),
     ("dlrm_status_name", ctypes.c_char_p, [_status]),
     ("dlrm_free", None, [ctypes.c_void_p]),
+    ("dlrm_set_log_callback", _status, [LOG_FN, ctypes.c_void_p, ctypes.c_int32]),
     ("dlrm_engine_create", _status, [ctypes.c_char_p, _engine_pp]),
     ("dlrm_engine_create_from_file", _status, [ctypes.c_char_p, _engine_pp]),
     ("dlrm_engine_create_from_checkpoint", _status, [ctypes.c_char_p, _engine_pp]),

@@ -7,7 +7,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Dict, List, Sequence
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import pytest
@@ -61,7 +62,9 @@ class _PythonAllGather:
         return allgather
 
 
-def _run_job(batches: List[dlrm.Batch], python_allgather: bool) -> List[List[float]]:
+def _run_job(batches: List[dlrm.Batch], python_allgather: bool,
+             checkpoint_dir: Optional[Path] = None) -> List[List[float]]:
+    """Trains the batches on the job; with checkpoint_dir, the trainers then checkpoint."""
     port = _free_port()
     errors: List[BaseException] = []
     losses: List[List[float]] = [[] for _ in range(TRAINERS)]
@@ -86,6 +89,8 @@ def _run_job(batches: List[dlrm.Batch], python_allgather: bool) -> List[List[flo
                     losses[r].append(t.train_step())
                 losses[r].append(t.train_step())
                 assert t.step == STEPS
+                if checkpoint_dir is not None:
+                    t.checkpoint(checkpoint_dir)
                 t.finish()
         except BaseException as e:  # noqa: BLE001
             errors.append(e)

@@ -22,6 +22,9 @@
  * ({@link ai.dlrm.AllGather}); {@link ai.dlrm.DistributedTrainer#runRole} runs the
  * coordinator or a server.
  *
+ * <p>{@link ai.dlrm.Log} routes the library's log (stderr by default) to a handler or into
+ * {@code java.util.logging}.
+ *
  * <p>Everything here is a thin layer over the library's C ABI ({@code dlrm/dlrm.h}), reached
  * through SWIG-generated code in {@code ai.dlrm.internal}, which is not part of the API.
  */

@@ -39,11 +39,11 @@ import org.junit.Test;
  */
 public class DistributedTrainerTest {
   /** Every table on the servers. */
-  private static final String CONFIG =
+  static final String CONFIG =
       TestData.CONFIG + "\nsharding { data_parallel_max_bytes: 0 }\n";
-  private static final int SERVERS = 1;
-  private static final int TRAINERS = 2;
-  private static final int STEPS = 4;
+  static final int SERVERS = 1;
+  static final int TRAINERS = 2;
+  static final int STEPS = 4;
   private static final int EVAL_SALT = 9;
   /** DLRM_TIMEOUT_MS of the jobs: every wait of a broken job ends within it. */
   private static final int TIMEOUT_MS = 8_000;
@@ -231,22 +231,33 @@ public class DistributedTrainerTest {
   // ---- the job ---------------------------------------------------------------------------------
 
   /** One trainer's work in the job. */
-  private interface TrainerBody {
+  interface TrainerBody {
     void run(int rank, DistributedTrainer trainer) throws Exception;
   }
 
-  /**
-   * Runs a coordinator, SERVERS servers and TRAINERS trainers as threads; fails with every
-   * error any of them raised, and if a thread is still running after the job.
-   */
+  /** How a role of the job is run (DistributedTrainer::runRole, or another way). */
+  interface RoleRunner {
+    void run(String config, Map<String, String> cluster) throws Exception;
+  }
+
   private static void runJob(IntFunction<AllGather> gathers, TrainerBody body)
+      throws Exception {
+    runJob(DistributedTrainer::runRole, gathers, body);
+  }
+
+  /**
+   * Runs a coordinator (by {@code coordinator}), SERVERS servers and TRAINERS trainers as
+   * threads; fails with every error any of them raised, and if a thread is still running
+   * after the job.
+   */
+  static void runJob(RoleRunner coordinator, IntFunction<AllGather> gathers, TrainerBody body)
       throws Exception {
     int timeoutMs = TIMEOUT_MS;
     int port = freePort();
     Queue<Throwable> errors = new ConcurrentLinkedQueue<>();
     List<Thread> threads = new ArrayList<>();
     threads.add(start("coordinator", errors,
-        () -> DistributedTrainer.runRole(CONFIG, cluster("coordinator", -1, port, timeoutMs))));
+        () -> coordinator.run(CONFIG, cluster("coordinator", -1, port, timeoutMs))));
     Thread.sleep(200); // the coordinator binds its port before the peers bind theirs
     for (int s = 0; s < SERVERS; s++) {
       int rank = s;
@@ -327,7 +338,7 @@ public class DistributedTrainerTest {
    * Samples of trainer r (of TRAINERS) of global batch {@code salt} (TestData.batch), over
    * arrays or direct buffers.
    */
-  private static Batch part(int r, int salt, boolean direct) {
+  static Batch part(int r, int salt, boolean direct) {
     TestData.Columns global = new TestData.Columns(salt);
     int lo = r * B / TRAINERS;
     int hi = (r + 1) * B / TRAINERS;
@@ -376,7 +387,7 @@ public class DistributedTrainerTest {
     }
   }
 
-  private static void deleteRecursively(Path root) throws IOException {
+  static void deleteRecursively(Path root) throws IOException {
     if (!Files.exists(root)) {
       return;
     }
