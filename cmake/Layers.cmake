@@ -10,7 +10,7 @@
 #   dlrm_layer(<name> [DEPS layer...] [SOURCES file...] [HEADERS file...]
 #              [PUBLIC_LIBS lib...] [PRIVATE_LIBS lib...])
 # SOURCES / HEADERS, relative to engine/: files of a layer that is not a folder (the top
-# layer, engine.{h,cc}); a folder layer globs its *.cc and *.proto.
+# layer, engine.{h,cc}); a folder layer globs its *.cc, *.cu and *.proto.
 
 function(dlrm_layer name)
   cmake_parse_arguments(L "" "" "DEPS;SOURCES;HEADERS;PUBLIC_LIBS;PRIVATE_LIBS" ${ARGN})
@@ -28,7 +28,7 @@ function(dlrm_layer name)
     endforeach()
     set(protos "")
   else()
-    file(GLOB srcs CONFIGURE_DEPENDS ${engine_dir}/${name}/*.cc)
+    file(GLOB srcs CONFIGURE_DEPENDS ${engine_dir}/${name}/*.cc ${engine_dir}/${name}/*.cu)
     file(GLOB protos CONFIGURE_DEPENDS ${engine_dir}/${name}/*.proto)
     dlrm_link(${engine_dir}/${name} ${include_root}/engine/${name})
   endif()

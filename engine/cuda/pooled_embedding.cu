@@ -1,0 +1,87 @@
+#include <cuda_runtime.h>
+
+#include "engine/core/status.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/pooled_embedding.h"
+
+namespace dlrm::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kWarpsPerBlock = 8;
+
+// Adds w * row (or row) into acc with a separate rounding per operation, as the CPU does.
+__device__ __forceinline__ float Accumulate(float acc, float value, const float* w) {
+  return w != nullptr ? __fadd_rn(acc, __fmul_rn(*w, value)) : __fadd_rn(acc, value);
+}
+
+// Columns [4 * lane, 4 * lane + 4) + 128 k of one bag, read as float4 (dim % 4 == 0).
+__device__ void PoolBagVec4(const FeatureSpec& f, const int64_t* ids, const float* weights,
+                            int64_t begin, int64_t end, float* out, int lane) {
+  for (int32_t c = 4 * lane; c < f.dim; c += 4 * kWarp) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int64_t i = begin; i < end; ++i) {
+      const float4 v = *reinterpret_cast<const float4*>(f.table + ids[i] * f.dim + c);
+      const float* w = weights != nullptr ? weights + i : nullptr;
+      acc.x = Accumulate(acc.x, v.x, w);
+      acc.y = Accumulate(acc.y, v.y, w);
+      acc.z = Accumulate(acc.z, v.z, w);
+      acc.w = Accumulate(acc.w, v.w, w);
+    }
+    if (f.mean != 0 && end > begin) {
+      const auto len = static_cast<float>(end - begin);
+      acc.x = __fdiv_rn(acc.x, len);
+      acc.y = __fdiv_rn(acc.y, len);
+      acc.z = __fdiv_rn(acc.z, len);
+      acc.w = __fdiv_rn(acc.w, len);
+    }
+    out[c] = acc.x;
+    out[c + 1] = acc.y;
+    out[c + 2] = acc.z;
+    out[c + 3] = acc.w;
+  }
+}
+
+__device__ void PoolBagScalar(const FeatureSpec& f, const int64_t* ids, const float* weights,
+                              int64_t begin, int64_t end, float* out, int lane) {
+  for (int32_t c = lane; c < f.dim; c += kWarp) {
+    float acc = 0.f;
+    for (int64_t i = begin; i < end; ++i)
+      acc =
+          Accumulate(acc, f.table[ids[i] * f.dim + c], weights != nullptr ? weights + i : nullptr);
+    if (f.mean != 0 && end > begin) acc = __fdiv_rn(acc, static_cast<float>(end - begin));
+    out[c] = acc;
+  }
+}
+
+// One warp per bag (feature f, sample b); bags are numbered feature-major like offsets.
+__global__ void PooledForwardKernel(PooledForwardArgs args) {
+  const int64_t bag = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (bag >= args.num_features * args.batch_size) return;
+  const auto f = static_cast<int32_t>(bag / args.batch_size);
+  const int64_t b = bag % args.batch_size;
+  const FeatureSpec spec = args.features[f];
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  float* out = args.out + b * args.out_width + spec.out_offset;
+  const int64_t begin = args.offsets[bag], end = args.offsets[bag + 1];
+  if (spec.dim % 4 == 0)  // rows start 16-byte aligned: float4 loads
+    PoolBagVec4(spec, args.ids, args.weights, begin, end, out, lane);
+  else
+    PoolBagScalar(spec, args.ids, args.weights, begin, end, out, lane);
+}
+
+}  // namespace
+
+void LaunchPooledForward(const PooledForwardArgs& args, void* stream) {
+  if (args.num_features < 0 || args.batch_size < 0 || args.out_width < 0)
+    ThrowInvalid("pooled forward: negative size (features ", args.num_features, ", batch ",
+                 args.batch_size, ", width ", args.out_width, ")");
+  const int64_t bags = args.num_features * args.batch_size;
+  if (bags == 0) return;
+  const int64_t blocks = (bags + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  PooledForwardKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0,
+                        static_cast<cudaStream_t>(stream)>>>(args);
+  CheckCuda(cudaGetLastError(), "pooled forward launch");
+}
+
+}  // namespace dlrm::cuda

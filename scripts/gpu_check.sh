@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The GPU suites, for a lent GPU machine (which has the NVIDIA driver and nothing of ours:
+# no package registry, none of our Debian libraries). Run here:
+#   scripts/gpu_check.sh            builds the CUDA backend and its suites (DLRM_CUDA=ON)
+#                                   into build/gpu, then gathers every GPU test binary with
+#                                   every shared library it loads (ldd; not glibc's own nor
+#                                   the driver's) into build/gpu-bundle/ (git-ignored)
+# then carry build/gpu-bundle to the device and run there:
+#   build/gpu-bundle/run.sh         runs each binary with the bundle on LD_LIBRARY_PATH;
+#                                   exits non-zero if any test fails
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DLRM_ROOT=$(pwd)
+source scripts/configure.sh
+BUILD=${DLRM_GPU_BUILD_DIR:-build/gpu}
+BUNDLE=build/gpu-bundle
+
+dlrm_configure_tests "$BUILD" -DDLRM_CUDA=ON -DDLRM_BUILD_BINDINGS=OFF -DDLRM_BUILD_BENCH=OFF
+tests=()
+for src in tests/engine/cuda/*_test.cc; do tests+=("$(basename "$src" .cc)"); done
+cmake --build "$BUILD" -j "${DLRM_JOBS:-$(nproc)}" --target "${tests[@]}"
+
+rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/lib"
+for t in "${tests[@]}"; do
+  cp "$BUILD/tests/$t" "$BUNDLE/"
+  # Libraries by path, leaving out the C library's own and the driver (the device has both).
+  ldd "$BUILD/tests/$t" | awk '$3 ~ /^\// {print $3}' |
+    grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda)\.so' |
+    while read -r lib; do cp -L "$lib" "$BUNDLE/lib/"; done
+done
+cat > "$BUNDLE/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs every GPU test binary of this bundle with its libraries (scripts/gpu_check.sh).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+status=0
+for t in "$here"/*_test; do
+  echo "=== $(basename "$t")"
+  "$t" "$@" || status=1
+done
+exit $status
+RUN
+chmod +x "$BUNDLE/run.sh"
+echo "gpu_check: ${#tests[@]} GPU suite(s) in $BUNDLE ($(du -sh "$BUNDLE" | cut -f1)); run $BUNDLE/run.sh on the device"

@@ -1,0 +1,174 @@
+// The CUDA backend where there is a GPU (ctest label `gpu`; each test reports SKIPPED,
+// with the runtime's reason, where there is none): the device probe, and the one-launch
+// pooled forward against the CPU's order of operations, bitwise, over sum and mean,
+// weighted and unweighted, empty bags, dims with and without float4 loads.
+#include "engine/cuda/pooled_embedding.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "engine/core/philox.h"
+#include "engine/core/status.h"
+#include "engine/cuda/device.h"
+
+namespace dlrm::cuda {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: " << NoDeviceReason()
+
+// A device copy of a host vector, freed with the object.
+template <typename T>
+class DeviceCopy {
+ public:
+  explicit DeviceCopy(const std::vector<T>& host) : size_(host.size()) {
+    CheckCuda(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(1, size_) * sizeof(T)),
+              "cudaMalloc");
+    if (size_ > 0)
+      CheckCuda(cudaMemcpy(ptr_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice),
+                "cudaMemcpy");
+  }
+  ~DeviceCopy() { cudaFree(ptr_); }
+  DeviceCopy(const DeviceCopy&) = delete;
+  DeviceCopy& operator=(const DeviceCopy&) = delete;
+  T* get() const { return ptr_; }
+  std::vector<T> ToHost() const {
+    std::vector<T> host(size_);
+    CheckCuda(cudaMemcpy(host.data(), ptr_, size_ * sizeof(T), cudaMemcpyDeviceToHost),
+              "cudaMemcpy");
+    return host;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t size_;
+};
+
+TEST(CudaDeviceTest, ProbeNamesTheCauseOrTheDevice) {
+  if (DeviceCount() == 0) {
+    EXPECT_FALSE(NoDeviceReason().empty());
+    try {
+      OpenDevice(0);
+      ADD_FAILURE() << "OpenDevice succeeded without a device";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+      EXPECT_NE(std::string(e.what()).find("no usable CUDA device: "), std::string::npos);
+    }
+    return;
+  }
+  const DeviceInfo info = OpenDevice(0);
+  EXPECT_FALSE(info.name.empty());
+  EXPECT_GE(info.compute_major, 8);
+  EXPECT_THROW(OpenDevice(DeviceCount()), Error);
+}
+
+struct Feature {
+  int rows, dim;
+  bool mean;
+};
+
+// The CPU's portable loop (engine/embedding/embedding_bag.cc): ids in order, w * row then
+// add, divide by the length for MEAN. C++17 without extensions: no FMA contraction.
+std::vector<float> CpuPooled(const std::vector<Feature>& features,
+                             const std::vector<std::vector<float>>& tables,
+                             const std::vector<int64_t>& offsets, const std::vector<int64_t>& ids,
+                             const std::vector<float>* weights, int64_t batch, int width) {
+  std::vector<float> out(batch * width, -7.f);
+  int offset = 0;
+  for (size_t f = 0; f < features.size(); ++f) {
+    for (int64_t b = 0; b < batch; ++b) {
+      float* o = out.data() + b * width + offset;
+      std::fill(o, o + features[f].dim, 0.f);
+      const int64_t begin = offsets[f * batch + b], end = offsets[f * batch + b + 1];
+      for (int64_t i = begin; i < end; ++i) {
+        const float* row = tables[f].data() + ids[i] * features[f].dim;
+        for (int k = 0; k < features[f].dim; ++k)
+          o[k] += weights != nullptr ? (*weights)[i] * row[k] : row[k];
+      }
+      if (features[f].mean && end > begin)
+        for (int k = 0; k < features[f].dim; ++k) o[k] /= static_cast<float>(end - begin);
+    }
+    offset += features[f].dim;
+  }
+  return out;
+}
+
+void CheckForward(bool weighted) {
+  const std::vector<Feature> features = {{50, 16, false}, {30, 7, true}, {20, 64, true}};
+  const int64_t batch = 37;
+  const CounterRng rng(11, 3, weighted ? 1 : 0);
+  uint64_t k = 0;
+  std::vector<std::vector<float>> tables;
+  for (const Feature& f : features) {
+    tables.emplace_back(f.rows * f.dim);
+    for (float& v : tables.back()) v = static_cast<float>(rng.Normal(k++));
+  }
+  std::vector<int64_t> offsets = {0}, ids;
+  std::vector<float> weights;
+  for (const Feature& f : features)
+    for (int64_t b = 0; b < batch; ++b) {
+      const auto len = static_cast<int64_t>(rng.Uniform(k++) * 5);  // 0..4: empty bags too
+      for (int64_t i = 0; i < len; ++i) {
+        ids.push_back(static_cast<int64_t>(rng.Uniform(k++) * f.rows));
+        weights.push_back(static_cast<float>(0.25 + rng.Uniform(k++)));
+      }
+      offsets.push_back(static_cast<int64_t>(ids.size()));
+    }
+  int width = 0;
+  std::vector<DeviceCopy<float>*> device_tables;
+  std::vector<FeatureSpec> specs;
+  for (size_t f = 0; f < features.size(); ++f) {
+    device_tables.push_back(new DeviceCopy<float>(tables[f]));
+    specs.push_back({device_tables.back()->get(), features[f].dim, width, features[f].mean});
+    width += features[f].dim;
+  }
+  const DeviceCopy<FeatureSpec> d_specs(specs);
+  const DeviceCopy<int64_t> d_offsets(offsets), d_ids(ids);
+  const DeviceCopy<float> d_weights(weights), d_out(std::vector<float>(batch * width, -7.f));
+  PooledForwardArgs args;
+  args.features = d_specs.get();
+  args.num_features = static_cast<int32_t>(features.size());
+  args.batch_size = batch;
+  args.offsets = d_offsets.get();
+  args.ids = d_ids.get();
+  args.weights = weighted ? d_weights.get() : nullptr;
+  args.out = d_out.get();
+  args.out_width = width;
+  LaunchPooledForward(args, nullptr);
+  CheckCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const std::vector<float> got = d_out.ToHost();
+  const std::vector<float> want =
+      CpuPooled(features, tables, offsets, ids, weighted ? &weights : nullptr, batch, width);
+  for (DeviceCopy<float>* t : device_tables) delete t;
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+TEST(CudaPooledForwardTest, EqualsTheCpuLoopBitwiseUnweighted) {
+  SKIP_WITHOUT_GPU();
+  CheckForward(false);
+}
+
+TEST(CudaPooledForwardTest, EqualsTheCpuLoopBitwiseWeighted) {
+  SKIP_WITHOUT_GPU();
+  CheckForward(true);
+}
+
+TEST(CudaPooledForwardTest, NegativeSizesAreRefusedByName) {
+  PooledForwardArgs args;
+  args.batch_size = -1;
+  try {
+    LaunchPooledForward(args, nullptr);
+    ADD_FAILURE() << "accepted batch_size -1";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("batch -1"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace dlrm::cuda
