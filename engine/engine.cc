@@ -1,7 +1,5 @@
 #include "engine/engine.h"
 
-#include <google/protobuf/util/message_differencer.h>
-
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -278,11 +276,8 @@ void Engine::Save(const std::string& path) const {
   checkpoint::AddDenseTensors(s.model, *s.dense_optimizer, &writer);
   for (size_t t = 0; t < s.model.tables().size(); ++t) {
     const auto& table = s.model.tables()[t];
-    writer.AddTensor(checkpoint::EmbeddingWeightName(table.name()), checkpoint::kF32,
-                     {table.num_rows(), table.dim()}, table.data().data(),
-                     table.data().size() * sizeof(float));
-    for (const auto& [name, buffer] : s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)))
-      checkpoint::AddVector(checkpoint::SparseStateName(table.name(), name), *buffer, &writer);
+    checkpoint::AddEmbedding(table.name(), table,
+                             s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)), &writer);
   }
   writer.WriteAtomic(path);
 }
@@ -312,13 +307,11 @@ void Engine::CheckCheckpointFits(const CheckpointReader& reader, const std::stri
   const config::DlrmConfig saved =
       ParseConfigText(checkpoint::RequiredMetadata(reader, path, "config"));
   std::string differences;
-  google::protobuf::util::MessageDifferencer differ;
-  differ.ReportDifferencesToString(&differences);
-  if (!differ.Compare(saved.model(), config_.model()))
+  const checkpoint::ConfigFit fit = checkpoint::CompareConfigs(saved, config_, &differences);
+  if (fit == checkpoint::ConfigFit::kOtherModel)
     Throw(StatusCode::kFailedPrecondition,
           "checkpoint was written for a different model (checkpoint vs engine): ", differences);
-  if (saved.dense_optimizer().kind_case() != config_.dense_optimizer().kind_case() ||
-      saved.sparse_optimizer().kind_case() != config_.sparse_optimizer().kind_case())
+  if (fit == checkpoint::ConfigFit::kOtherOptimizerKinds)
     Throw(StatusCode::kFailedPrecondition,
           "checkpoint was written with different optimizer kinds than this engine's config");
 }
@@ -335,11 +328,8 @@ void Engine::LoadFrom(const CheckpointReader& reader, const std::string& path) {
                                s.dense_optimizer->StateBuffers());
   for (size_t t = 0; t < s.model.tables().size(); ++t) {
     auto& table = s.model.tables()[t];
-    reader.ReadTensor(checkpoint::EmbeddingWeightName(table.name()), checkpoint::kF32,
-                      {table.num_rows(), table.dim()}, table.data().data());
-    for (const auto& [name, buffer] : s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)))
-      reader.ReadTensor(checkpoint::SparseStateName(table.name(), name), checkpoint::kF32,
-                        {static_cast<int64_t>(buffer->size())}, buffer->data());
+    checkpoint::ReadEmbedding(reader, table.name(), table, table.data().data(),
+                              s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)));
   }
   std::unique_lock<std::shared_mutex> lock(mu_);
   state_ = std::move(staged);

@@ -1,5 +1,8 @@
 #include "engine/checkpoint/codec.h"
 
+#include <google/protobuf/util/message_differencer.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -104,6 +107,48 @@ void ReadDenseTensors(const CheckpointReader& reader, const DlrmModel<float>& mo
     if (expected) expected->insert(name);
     reader.ReadTensor(name, kF32, {static_cast<int64_t>(buffer->size())}, buffer->data());
   }
+}
+
+void AddEmbedding(const std::string& key, const EmbeddingTable<float>& table,
+                  const StateBufferList& state, CheckpointWriter* writer) {
+  writer->AddTensor(EmbeddingWeightName(key), kF32, {table.num_rows(), table.dim()},
+                    table.data().data(), table.data().size() * sizeof(float));
+  for (const auto& [name, buffer] : state) AddVector(SparseStateName(key, name), *buffer, writer);
+}
+
+void ReadEmbedding(const CheckpointReader& reader, const std::string& key,
+                   const EmbeddingTable<float>& table, float* weights, const StateBufferList& state,
+                   std::set<std::string>* expected) {
+  const std::string weight_name = EmbeddingWeightName(key);
+  if (expected) expected->insert(weight_name);
+  reader.ReadTensor(weight_name, kF32, {table.num_rows(), table.dim()}, weights);
+  for (const auto& [state_name, buffer] : state) {
+    const std::string name = SparseStateName(key, state_name);
+    if (expected) expected->insert(name);
+    reader.ReadTensor(name, kF32, {static_cast<int64_t>(buffer->size())}, buffer->data());
+  }
+}
+
+StagedState::StagedState(const StateBufferList& live) : live_(live) {
+  copies_.reserve(live_.size());  // stable addresses for staged_
+  for (const auto& [name, buffer] : live_)
+    staged_.emplace_back(name, &copies_.emplace_back(buffer->size()));
+}
+
+void StagedState::Commit() const {
+  for (size_t b = 0; b < live_.size(); ++b)
+    std::copy(copies_[b].begin(), copies_[b].end(), live_[b].second->begin());
+}
+
+ConfigFit CompareConfigs(const config::DlrmConfig& saved, const config::DlrmConfig& config,
+                         std::string* model_diff) {
+  google::protobuf::util::MessageDifferencer differ;
+  differ.ReportDifferencesToString(model_diff);
+  if (!differ.Compare(saved.model(), config.model())) return ConfigFit::kOtherModel;
+  if (saved.dense_optimizer().kind_case() != config.dense_optimizer().kind_case() ||
+      saved.sparse_optimizer().kind_case() != config.sparse_optimizer().kind_case())
+    return ConfigFit::kOtherOptimizerKinds;
+  return ConfigFit::kFits;
 }
 
 }  // namespace dlrm::checkpoint

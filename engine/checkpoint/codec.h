@@ -86,4 +86,40 @@ using StateBufferList = std::vector<std::pair<std::string, std::vector<float>*>>
 void ReadDenseTensors(const CheckpointReader& reader, const DlrmModel<float>& model, float* params,
                       const StateBufferList& state, std::set<std::string>* expected = nullptr);
 
+// A table, or a shard of one, named by `key` ("t0", "t0.rows_0_40.cols_0_8"), and its sparse
+// optimizer state (the optimizer's StateBuffers(table) list).
+void AddEmbedding(const std::string& key, const EmbeddingTable<float>& table,
+                  const StateBufferList& state, CheckpointWriter* writer);
+// Reads what AddEmbedding wrote into weights (table's rows x dim) and state (each already
+// sized); records every name read in expected when given.
+void ReadEmbedding(const CheckpointReader& reader, const std::string& key,
+                   const EmbeddingTable<float>& table, float* weights, const StateBufferList& state,
+                   std::set<std::string>* expected = nullptr);
+
+// Staging copies of live state buffers, for a load that must change nothing until every
+// tensor was read: read into list(), then Commit() copies into the live buffers (copies,
+// not swaps: the live buffers keep their allocation and any page advice).
+class StagedState {
+ public:
+  explicit StagedState(const StateBufferList& live);
+  // A copy would point into the original's copies; a move keeps them where they are.
+  StagedState(const StagedState&) = delete;
+  StagedState& operator=(const StagedState&) = delete;
+  StagedState(StagedState&&) = default;
+  const StateBufferList& list() const { return staged_; }
+  void Commit() const;
+
+ private:
+  StateBufferList live_;
+  std::vector<std::vector<float>> copies_;
+  StateBufferList staged_;  // names of live_, pointers into copies_
+};
+
+// How the config a checkpoint was written under fits the one it is loaded into: the
+// state's shapes and kinds depend on the model and the optimizer kinds, nothing else.
+enum class ConfigFit { kFits, kOtherModel, kOtherOptimizerKinds };
+// model_diff receives the model's field differences (saved vs config) for kOtherModel.
+ConfigFit CompareConfigs(const config::DlrmConfig& saved, const config::DlrmConfig& config,
+                         std::string* model_diff);
+
 }  // namespace dlrm::checkpoint

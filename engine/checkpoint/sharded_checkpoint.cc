@@ -128,19 +128,13 @@ int64_t LoadDenseState(DlrmModel<float>* model, DenseOptimizer<float>* optimizer
   // Staged: parameters start as the live values (those outside every named view, none
   // today, keep them); the live state changes only once every tensor was read.
   std::vector<float> params = model->dense_params();
-  const StateBufferList buffers = optimizer->StateBuffers();
-  std::vector<std::vector<float>> state;
-  StateBufferList staged;
-  state.reserve(buffers.size());
-  for (const auto& [name, buffer] : buffers)
-    staged.emplace_back(name, &state.emplace_back(buffer->size()));
+  const StagedState state(optimizer->StateBuffers());
   std::set<std::string> expected;
-  ReadDenseTensors(reader, *model, params.data(), staged, &expected);
+  ReadDenseTensors(reader, *model, params.data(), state.list(), &expected);
   CheckNoOtherTensors(reader, path, expected, "model");
 
   std::copy(params.begin(), params.end(), model->dense_params().begin());
-  for (size_t b = 0; b < buffers.size(); ++b)
-    std::copy(state[b].begin(), state[b].end(), buffers[b].second->begin());
+  state.Commit();
   return step;
 }
 
@@ -216,12 +210,9 @@ CheckpointManifest ManifestForRestore(const std::string& dir, const config::Dlrm
     Throw(StatusCode::kDataLoss, "checkpoint ", dir, ": the manifest's config: ", e.what());
   }
   std::string differences;
-  google::protobuf::util::MessageDifferencer model_differ;
-  model_differ.ReportDifferencesToString(&differences);
-  if (!model_differ.Compare(saved.model(), config.model()))
-    differ("model", "see: " + differences, "the config given");
-  if (saved.dense_optimizer().kind_case() != config.dense_optimizer().kind_case() ||
-      saved.sparse_optimizer().kind_case() != config.sparse_optimizer().kind_case())
+  const ConfigFit fit = CompareConfigs(saved, config, &differences);
+  if (fit == ConfigFit::kOtherModel) differ("model", "see: " + differences, "the config given");
+  if (fit == ConfigFit::kOtherOptimizerKinds)
     differ("optimizer kinds", "dense/sparse of the saved config", "the config given");
   if (!google::protobuf::util::MessageDifferencer::Equals(manifest.plan(), plan))
     differ("sharding plan", "the saved plan", "the plan of this config and server count");

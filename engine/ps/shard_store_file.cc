@@ -65,15 +65,8 @@ void SaveShardStore(const EmbeddingShardStore& store, int32_t owner, int64_t ste
   writer.SetMetadata("format", kShardStoreFormat);
   writer.SetMetadata("owner", std::to_string(owner));
   WriteLayout(ShardLayout(store, optimizer), &writer);
-  for (int32_t i = 0; i < static_cast<int32_t>(store.shards().size()); ++i) {
-    const std::string key = ShardKey(store, i);
-    const EmbeddingTable<float>& table = store.shard_table(i);
-    writer.AddTensor(EmbeddingWeightName(key), kF32, {table.num_rows(), table.dim()},
-                     table.data().data(), table.data().size() * sizeof(float));
-    for (const auto& [name, buffer] : optimizer.StateBuffers(i))
-      writer.AddTensor(SparseStateName(key, name), kF32, {static_cast<int64_t>(buffer->size())},
-                       buffer->data(), buffer->size() * sizeof(float));
-  }
+  for (int32_t i = 0; i < static_cast<int32_t>(store.shards().size()); ++i)
+    AddEmbedding(ShardKey(store, i), store.shard_table(i), optimizer.StateBuffers(i), &writer);
   writer.WriteAtomic(path);
 }
 
@@ -91,36 +84,24 @@ int64_t LoadShardStore(EmbeddingShardStore* store, int32_t owner, const std::str
   CheckLayout(reader, path, ShardLayout(*store, optimizer), "shard store");
 
   // Stage everything; the store changes only once every tensor was read.
-  struct Staged {
-    std::vector<float> weights;
-    std::vector<std::vector<float>> state;  // in StateBuffers order
-  };
   const auto n = static_cast<int32_t>(store->shards().size());
-  std::vector<Staged> staged(n);
+  std::vector<std::vector<float>> weights(n);
+  std::vector<StagedState> state;
+  state.reserve(n);
   std::set<std::string> expected;
   for (int32_t i = 0; i < n; ++i) {
-    const std::string key = ShardKey(*store, i);
     const EmbeddingTable<float>& table = store->shard_table(i);
-    staged[i].weights.resize(table.data().size());
-    expected.insert(EmbeddingWeightName(key));
-    reader.ReadTensor(EmbeddingWeightName(key), kF32, {table.num_rows(), table.dim()},
-                      staged[i].weights.data());
-    for (const auto& [name, buffer] : optimizer.StateBuffers(i)) {
-      std::vector<float>& values = staged[i].state.emplace_back(buffer->size());
-      expected.insert(SparseStateName(key, name));
-      reader.ReadTensor(SparseStateName(key, name), kF32, {static_cast<int64_t>(buffer->size())},
-                        values.data());
-    }
+    weights[i].resize(table.data().size());
+    const StagedState& staged = state.emplace_back(optimizer.StateBuffers(i));
+    ReadEmbedding(reader, ShardKey(*store, i), table, weights[i].data(), staged.list(), &expected);
   }
   CheckNoOtherTensors(reader, path, expected, "shard store");
 
   // Copies, not swaps: the live buffers keep their allocation (and any page advice).
   for (int32_t i = 0; i < n; ++i) {
-    std::vector<float>& weights = store->mutable_shard_table(i).data();
-    std::copy(staged[i].weights.begin(), staged[i].weights.end(), weights.begin());
-    const auto buffers = optimizer.StateBuffers(i);
-    for (size_t b = 0; b < buffers.size(); ++b)
-      std::copy(staged[i].state[b].begin(), staged[i].state[b].end(), buffers[b].second->begin());
+    std::vector<float>& live = store->mutable_shard_table(i).data();
+    std::copy(weights[i].begin(), weights[i].end(), live.begin());
+    state[i].Commit();
   }
   return step;
 }
