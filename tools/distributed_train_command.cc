@@ -193,10 +193,10 @@ bool DistributedRoleFromEnvironment() {
 
 int DistributedTrainCommand() {
   const cluster::ClusterEnv env = cluster::ClusterEnvFromEnvironment();
-  const std::string restore = FLAGS_restore.empty() || env.role == net::ROLE_COORDINATOR
+  const std::string restore = FLAGS_restore.empty() || env.role == cluster::ROLE_COORDINATOR
                                   ? ""
                                   : CheckpointToRestore(FLAGS_restore);
-  if (env.role != net::ROLE_TRAINER) {
+  if (env.role != cluster::ROLE_TRAINER) {
     ps::RunServingRole(env, JobConfig, restore);
     return 0;
   }

@@ -50,11 +50,11 @@ bool ValidHost(const std::string& host, bool wildcard_ok) {
 
 }  // namespace
 
-const char* RoleName(net::Role role) {
+const char* RoleName(Role role) {
   switch (role) {
-    case net::ROLE_COORDINATOR: return "coordinator";
-    case net::ROLE_SERVER: return "server";
-    case net::ROLE_TRAINER: return "trainer";
+    case ROLE_COORDINATOR: return "coordinator";
+    case ROLE_SERVER: return "server";
+    case ROLE_TRAINER: return "trainer";
     default: return "unspecified";
   }
 }
@@ -88,11 +88,11 @@ std::string Required(const EnvLookup& lookup, const std::string& name,
 void ParseMembership(const EnvLookup& lookup, ClusterEnv* env) {
   const std::string role = Required(lookup, "DLRM_ROLE", "coordinator, server or trainer");
   if (role == "coordinator") {
-    env->role = net::ROLE_COORDINATOR;
+    env->role = ROLE_COORDINATOR;
   } else if (role == "server") {
-    env->role = net::ROLE_SERVER;
+    env->role = ROLE_SERVER;
   } else if (role == "trainer") {
-    env->role = net::ROLE_TRAINER;
+    env->role = ROLE_TRAINER;
   } else {
     ThrowInvalid("DLRM_ROLE='", role, "' is not one of coordinator, server, trainer");
   }
@@ -100,7 +100,7 @@ void ParseMembership(const EnvLookup& lookup, ClusterEnv* env) {
   env->world_size = static_cast<int32_t>(ParseIntVar("DLRM_WORLD_SIZE", world, 1, kMaxWorldSize,
                                                      "[1, " + std::to_string(kMaxWorldSize) + "]"));
   const std::optional<std::string> rank = lookup("DLRM_RANK");
-  if (env->role == net::ROLE_COORDINATOR) {
+  if (env->role == ROLE_COORDINATOR) {
     // Not used, but a launcher that sets it for every process must set it sanely.
     if (rank) ParseIntVar("DLRM_RANK", *rank, 0, kMaxWorldSize, "for the coordinator");
   } else {

@@ -28,8 +28,8 @@
 #include <optional>
 #include <string>
 
+#include "engine/cluster/cluster.pb.h"
 #include "engine/net/options.h"
-#include "engine/net/wire.pb.h"
 
 namespace dlrm::cluster {
 
@@ -45,7 +45,7 @@ inline constexpr int kAllGatherTimeouts = 2;
 inline constexpr int kLeaveTimeouts = kAllGatherTimeouts + 1;
 
 struct ClusterEnv {
-  net::Role role = net::ROLE_UNSPECIFIED;
+  Role role = ROLE_UNSPECIFIED;
   int32_t rank = -1;  // -1 for the coordinator
   int32_t world_size = 0;
   std::string coordinator_host;  // as given ("10.0.0.5", "[::1]", "node-3")
@@ -86,6 +86,6 @@ EnvLookup ProcessEnvironment();
 EnvLookup ParseClusterSettings(const std::string& text);
 
 // "coordinator", "server", "trainer" (the DLRM_ROLE spellings).
-const char* RoleName(net::Role role);
+const char* RoleName(Role role);
 
 }  // namespace dlrm::cluster

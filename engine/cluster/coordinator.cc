@@ -37,95 +37,109 @@ Coordinator::Coordinator(const net::Context& context, int32_t world_size,
     : world_size_(CheckedWorldSize(world_size)),
       endpoint_(context, net::Endpoint::kListen, bind_address, options, "coordinator"),
       hello_routing_ids_(world_size),
-      left_(world_size, false) {}
+      left_(world_size, false) {
+  RegisterMessageTypes();
+}
 
-net::Roster Coordinator::Rendezvous(milliseconds timeout) {
+template <typename Decode>
+auto Coordinator::DecodeOrReply(const net::Received& r, Decode decode)
+    -> std::optional<decltype(decode(r.message))> {
+  try {
+    return decode(r.message);
+  } catch (const Error& e) {
+    endpoint_.ReplyError(r, e.code(),
+                         "the coordinator rejected the message: " + std::string(e.what()));
+    return std::nullopt;
+  }
+}
+
+Roster Coordinator::Rendezvous(milliseconds timeout) {
   if (roster_) Throw(StatusCode::kFailedPrecondition, "the rendezvous has already completed");
   timeout_ = timeout;
   const auto deadline = Clock::now() + timeout;
-  std::vector<std::optional<net::Received>> hellos(world_size_);
+  JoinedPeers joined(world_size_);
   int32_t count = 0;
   while (count < world_size_) {
     const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
       std::vector<int32_t> missing;
       for (int32_t r = 0; r < world_size_; ++r)
-        if (!hellos[r]) missing.push_back(r);
+        if (!joined[r]) missing.push_back(r);
       std::ostringstream why;
       why << "rendezvous timed out after " << timeout.count() << " ms: " << count << " of "
           << world_size_ << " peers said HELLO to the coordinator at " << address()
           << "; missing ranks " << RankList(missing);
-      for (auto& h : hellos)
-        if (h) endpoint_.ReplyError(*h, StatusCode::kTimeout, why.str());
+      for (auto& j : joined)
+        if (j) endpoint_.ReplyError(j->request, StatusCode::kTimeout, why.str());
       Throw(StatusCode::kTimeout, why.str());
     }
     if (stop_) Throw(StatusCode::kCancelled, "the coordinator's rendezvous was stopped");
     std::optional<net::Received> r = endpoint_.TryReceive(std::min(left, kPollInterval));
-    if (r) HandleDuringRendezvous(std::move(*r), hellos, count);
+    if (r) HandleDuringRendezvous(std::move(*r), joined, count);
   }
-  net::Message reply = net::MakeMessage(net::Header::ROSTER);
-  net::Roster& roster = *reply.header.mutable_roster();
+  roster_ = MakeJobRoster(joined);
+  const net::Message reply = MakeRoster(*roster_);
+  for (auto& j : joined) endpoint_.Reply(j->request, reply);
+  DLRM_LOG(kInfo) << "coordinator " << address()
+                  << ": rendezvous complete: " << DescribeRoster(*roster_);
+  return *roster_;
+}
+
+Roster Coordinator::MakeJobRoster(const JoinedPeers& joined) const {
+  Roster roster;
   roster.set_world_size(world_size_);
   for (int32_t rank = 0; rank < world_size_; ++rank) {
-    const net::Hello& hello = hellos[rank]->message.header.hello();
-    net::PeerInfo* p = roster.add_peers();
+    const Joined& j = *joined[rank];
+    PeerInfo* p = roster.add_peers();
     p->set_rank(rank);
-    p->set_role(hello.role());
-    p->set_address(AdvertisedAddress(hello.address(), hellos[rank]->from.address));
+    p->set_role(j.hello.role());
+    p->set_address(AdvertisedAddress(j.hello.address(), j.request.from.address));
   }
-  roster_ = roster;
-  for (auto& h : hellos) endpoint_.Reply(*h, reply);
-  DLRM_LOG(kInfo) << "coordinator " << address()
-                  << ": rendezvous complete: " << DescribeRoster(roster);
   return roster;
 }
 
-void Coordinator::HandleDuringRendezvous(net::Received r,
-                                         std::vector<std::optional<net::Received>>& hellos,
-                                         int32_t& count) {
+void Coordinator::HandleDuringRendezvous(net::Received r, JoinedPeers& joined, int32_t& count) {
   const net::Header& h = r.message.header;
-  if (h.type() == net::Header::HEARTBEAT) {
-    endpoint_.Reply(r, net::MakeMessage(net::Header::HEARTBEAT));
+  if (h.type() == HEARTBEAT) {
+    endpoint_.Reply(r, net::MakeMessage(HEARTBEAT));
     return;
   }
-  if (h.type() != net::Header::HELLO) {
+  if (h.type() != HELLO) {
     endpoint_.ReplyError(r, StatusCode::kFailedPrecondition,
                          "the coordinator is still waiting for peers to say HELLO and cannot "
                          "handle " +
                              net::MessageTypeName(h.type()) + " yet");
     return;
   }
-  const net::Hello& hello = h.hello();  // the decoder checked its fields are present
-  if (hello.world_size() != world_size_) {
-    endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
-                         "HELLO from rank " + std::to_string(hello.rank()) +
-                             " says DLRM_WORLD_SIZE=" + std::to_string(hello.world_size()) +
-                             " but the coordinator has " + std::to_string(world_size_));
+  std::optional<Hello> hello = DecodeOrReply(r, DecodeHello);
+  if (!hello) return;
+  const std::string problem = AdmissionProblem(*hello, r, joined);
+  if (!problem.empty()) {
+    endpoint_.ReplyError(r, StatusCode::kInvalidArgument, problem);
     return;
   }
-  if (hello.rank() >= world_size_) {
-    endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
-                         "HELLO rank " + std::to_string(hello.rank()) + " is out of range [0, " +
-                             std::to_string(world_size_) + ")");
-    return;
-  }
-  std::optional<net::Received>& slot = hellos[hello.rank()];
-  if (slot) {
-    if (slot->from.routing_id == r.from.routing_id) {  // the same peer saying it again
-      slot = std::move(r);
-      return;
-    }
-    const net::Hello& first = slot->message.header.hello();
-    endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
-                         "rank " + std::to_string(hello.rank()) + " is already taken by a " +
-                             RoleName(first.role()) + " (address '" + first.address() +
-                             "', connected from " + slot->from.address +
-                             "); is DLRM_RANK set twice?");
-    return;
-  }
-  hello_routing_ids_[hello.rank()] = r.from.routing_id;
-  slot = std::move(r);
+  const int32_t rank = hello->rank();
+  // Taken already only by this same peer saying HELLO again (AdmissionProblem).
+  const bool again = joined[rank].has_value();
+  joined[rank] = Joined{std::move(r), std::move(*hello)};
+  if (again) return;
+  hello_routing_ids_[rank] = joined[rank]->request.from.routing_id;
   registered_ = ++count;
+}
+
+std::string Coordinator::AdmissionProblem(const Hello& hello, const net::Received& r,
+                                          const JoinedPeers& joined) const {
+  if (hello.world_size() != world_size_)
+    return StrCat("HELLO from rank ", hello.rank(), " says DLRM_WORLD_SIZE=", hello.world_size(),
+                  " but the coordinator has ", world_size_);
+  if (hello.rank() >= world_size_)
+    return StrCat("HELLO rank ", hello.rank(), " is out of range [0, ", world_size_, ")");
+  const std::optional<Joined>& slot = joined[hello.rank()];
+  if (slot && slot->request.from.routing_id != r.from.routing_id)
+    return StrCat("rank ", hello.rank(), " is already taken by a ", RoleName(slot->hello.role()),
+                  " (address '", slot->hello.address(), "', connected from ",
+                  slot->request.from.address, "); is DLRM_RANK set twice?");
+  return "";
 }
 
 void Coordinator::Serve() {
@@ -161,12 +175,12 @@ std::optional<int32_t> Coordinator::SenderRank(const net::Received& r) {
 void Coordinator::Handle(net::Received r) {
   const net::Header& h = r.message.header;
   switch (h.type()) {
-    case net::Header::HELLO: {
-      const int32_t rank = h.hello().rank();
+    case HELLO: {
+      const std::optional<Hello> hello = DecodeOrReply(r, DecodeHello);
+      if (!hello) return;
+      const int32_t rank = hello->rank();
       if (rank < world_size_ && hello_routing_ids_[rank] == r.from.routing_id) {
-        net::Message again = net::MakeMessage(net::Header::ROSTER);
-        *again.header.mutable_roster() = *roster_;
-        endpoint_.Reply(r, std::move(again));
+        endpoint_.Reply(r, MakeRoster(*roster_));
       } else {
         endpoint_.ReplyError(r, StatusCode::kFailedPrecondition,
                              "the rendezvous of " + std::to_string(world_size_) +
@@ -175,11 +189,9 @@ void Coordinator::Handle(net::Received r) {
       }
       return;
     }
-    case net::Header::BARRIER: HandleBarrier(std::move(r)); return;
-    case net::Header::SHUTDOWN: HandleShutdown(std::move(r)); return;
-    case net::Header::HEARTBEAT:
-      endpoint_.Reply(r, net::MakeMessage(net::Header::HEARTBEAT));
-      return;
+    case BARRIER: HandleBarrier(std::move(r)); return;
+    case SHUTDOWN: HandleShutdown(std::move(r)); return;
+    case HEARTBEAT: endpoint_.Reply(r, net::MakeMessage(HEARTBEAT)); return;
     default:
       endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
                            "the coordinator does not handle " + net::MessageTypeName(h.type()));
@@ -189,28 +201,28 @@ void Coordinator::Handle(net::Received r) {
 void Coordinator::HandleBarrier(net::Received r) {
   const std::optional<int32_t> rank = SenderRank(r);
   if (!rank) return;
-  const int64_t generation = r.message.header.barrier_generation();
+  const std::optional<int64_t> generation = DecodeOrReply(r, DecodeBarrier);
+  if (!generation) return;
   for (int32_t p = 0; p < world_size_; ++p) {
     if (left_[p]) {
       endpoint_.ReplyError(r, StatusCode::kFailedPrecondition,
-                           "barrier " + std::to_string(generation) + " cannot complete: rank " +
+                           "barrier " + std::to_string(*generation) + " cannot complete: rank " +
                                std::to_string(p) + " has left");
       return;
     }
   }
-  auto& waiting = barriers_[generation];
+  auto& waiting = barriers_[*generation];
   if (waiting.count(*rank)) {
     endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
                          "rank " + std::to_string(*rank) + " entered barrier " +
-                             std::to_string(generation) + " twice");
+                             std::to_string(*generation) + " twice");
     return;
   }
   waiting.emplace(*rank, std::move(r));
   if (static_cast<int32_t>(waiting.size()) < world_size_) return;
-  net::Message release = net::MakeMessage(net::Header::BARRIER);
-  release.header.set_barrier_generation(generation);
+  const net::Message release = MakeBarrier(*generation);
   for (auto& [p, waiter] : waiting) endpoint_.Reply(waiter, release);
-  barriers_.erase(generation);
+  barriers_.erase(*generation);
 }
 
 void Coordinator::HandleShutdown(net::Received r) {
@@ -221,7 +233,7 @@ void Coordinator::HandleShutdown(net::Received r) {
     ++num_left_;
     if (!first_left_) first_left_ = Clock::now();
   }
-  endpoint_.Reply(r, net::MakeMessage(net::Header::SHUTDOWN));
+  endpoint_.Reply(r, net::MakeMessage(SHUTDOWN));
   FailBarriersWaitingFor(*rank);
 }
 
@@ -240,7 +252,7 @@ void Coordinator::FailBarriersWaitingFor(int32_t rank) {
 }
 
 void RunCoordinator(const net::Context& context, const ClusterEnv& env) {
-  if (env.role != net::ROLE_COORDINATOR)
+  if (env.role != ROLE_COORDINATOR)
     ThrowInvalid("RunCoordinator with DLRM_ROLE=", RoleName(env.role));
   Coordinator coordinator(context, env.world_size, env.CoordinatorBindEndpoint(), env.Transport());
   coordinator.Rendezvous(milliseconds(env.timeout_ms));

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "engine/cluster/cluster_env.h"
+#include "engine/cluster/messages.h"
 #include "engine/net/endpoint.h"
 
 namespace dlrm::cluster {
@@ -45,7 +46,7 @@ class Coordinator {
   // Waits for all HELLOs and answers them with the roster, which it returns. kTimeout
   // naming the missing ranks; the peers that did say HELLO get an ERROR saying so.
   // kCancelled if Stop() is called meanwhile.
-  net::Roster Rendezvous(std::chrono::milliseconds timeout);
+  Roster Rendezvous(std::chrono::milliseconds timeout);
 
   // Serves barriers until every peer has sent SHUTDOWN or Stop() is called. kTimeout
   // naming the peers still in the job when kLeaveTimeouts rendezvous timeouts have passed
@@ -55,8 +56,21 @@ class Coordinator {
   void Stop() { stop_ = true; }
 
  private:
-  void HandleDuringRendezvous(net::Received r, std::vector<std::optional<net::Received>>& hellos,
-                              int32_t& count);
+  struct Joined {  // a peer's admitted HELLO
+    net::Received request;
+    Hello hello;
+  };
+  using JoinedPeers = std::vector<std::optional<Joined>>;  // by rank
+
+  void HandleDuringRendezvous(net::Received r, JoinedPeers& joined, int32_t& count);
+  // The HELLO's problem with this job (world size, rank), or "" when it can be admitted.
+  std::string AdmissionProblem(const Hello& hello, const net::Received& r,
+                               const JoinedPeers& joined) const;
+  Roster MakeJobRoster(const JoinedPeers& joined) const;
+  // The message decoded by `decode`, or nullopt after answering the sender with its ERROR.
+  template <typename Decode>
+  auto DecodeOrReply(const net::Received& r, Decode decode)
+      -> std::optional<decltype(decode(r.message))>;
   void Handle(net::Received r);
   void HandleBarrier(net::Received r);
   void HandleShutdown(net::Received r);
@@ -68,7 +82,7 @@ class Coordinator {
   net::Endpoint endpoint_;
   std::atomic<bool> stop_{false};
   std::atomic<int32_t> registered_{0};
-  std::optional<net::Roster> roster_;
+  std::optional<Roster> roster_;
   std::vector<std::string> hello_routing_ids_;  // by rank, to recognize a repeated HELLO
   std::vector<bool> left_;
   int32_t num_left_ = 0;

@@ -6,14 +6,13 @@
 
 namespace dlrm::cluster {
 
-JobLayout LayoutFromRoster(const net::Roster& roster, int32_t rank,
-                           const config::DlrmConfig& config) {
+JobLayout LayoutFromRoster(const Roster& roster, int32_t rank, const config::DlrmConfig& config) {
   JobLayout layout;
   if (rank < 0 || rank >= roster.peers_size())
     ThrowInvalid("rank ", rank, " is not in the roster of ", roster.peers_size(), " peers");
-  for (const net::PeerInfo& peer : roster.peers()) {
+  for (const PeerInfo& peer : roster.peers()) {
     std::vector<std::string>& list =
-        peer.role() == net::ROLE_SERVER ? layout.server_addresses : layout.trainer_addresses;
+        peer.role() == ROLE_SERVER ? layout.server_addresses : layout.trainer_addresses;
     if (peer.rank() == rank) layout.index = static_cast<int32_t>(list.size());
     list.push_back(peer.address());
   }

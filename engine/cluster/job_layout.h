@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/cluster/cluster.pb.h"
 #include "engine/config/dlrm.pb.h"
-#include "engine/net/wire.pb.h"
 #include "engine/shard/plan.pb.h"
 
 namespace dlrm::cluster {
@@ -25,7 +25,6 @@ struct JobLayout {
 };
 
 // kInvalidArgument when the roster has no trainer or no server, or rank is not in it.
-JobLayout LayoutFromRoster(const net::Roster& roster, int32_t rank,
-                           const config::DlrmConfig& config);
+JobLayout LayoutFromRoster(const Roster& roster, int32_t rank, const config::DlrmConfig& config);
 
 }  // namespace dlrm::cluster

@@ -2,13 +2,14 @@
 
 #include <utility>
 
+#include "engine/cluster/messages.h"
 #include "engine/core/log.h"
 
 namespace dlrm::cluster {
 namespace {
 
 const ClusterEnv& CheckedPeerEnv(const ClusterEnv& env) {
-  if (env.role != net::ROLE_SERVER && env.role != net::ROLE_TRAINER)
+  if (env.role != ROLE_SERVER && env.role != ROLE_TRAINER)
     ThrowInvalid("CoordinatorClient needs DLRM_ROLE=server or trainer, not ", RoleName(env.role));
   if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size)
     ThrowInvalid("DLRM_RANK=", env.rank, " is out of range [0, DLRM_WORLD_SIZE=", env.world_size,
@@ -20,7 +21,9 @@ const ClusterEnv& CheckedPeerEnv(const ClusterEnv& env) {
 
 CoordinatorClient::CoordinatorClient(const net::Context& context, const ClusterEnv& env)
     : env_(CheckedPeerEnv(env)),
-      client_(context, env.CoordinatorEndpoint(), env.Transport(), "coordinator", env.rank) {}
+      client_(context, env.CoordinatorEndpoint(), env.Transport(), "coordinator", env.rank) {
+  RegisterMessageTypes();
+}
 
 CoordinatorClient::~CoordinatorClient() {
   if (!joined_ || left_) return;
@@ -32,16 +35,15 @@ CoordinatorClient::~CoordinatorClient() {
   }
 }
 
-net::Roster CoordinatorClient::Rendezvous(const std::string& address) {
-  net::Message hello = net::MakeMessage(net::Header::HELLO);
-  net::Hello* h = hello.header.mutable_hello();
-  h->set_role(env_.role);
-  h->set_rank(env_.rank);
-  h->set_world_size(env_.world_size);
-  h->set_address(address);
+Roster CoordinatorClient::Rendezvous(const std::string& address) {
+  Hello hello;
+  hello.set_role(env_.role);
+  hello.set_rank(env_.rank);
+  hello.set_world_size(env_.world_size);
+  hello.set_address(address);
   net::Message reply;
   try {
-    reply = client_.Call(std::move(hello), std::chrono::milliseconds(env_.timeout_ms));
+    reply = client_.Call(MakeHello(hello), std::chrono::milliseconds(env_.timeout_ms));
   } catch (const Error& e) {
     Throw(e.code(), "rendezvous of ", RoleName(env_.role), " rank ", env_.rank,
           " failed: ", e.what(),
@@ -49,10 +51,10 @@ net::Roster CoordinatorClient::Rendezvous(const std::string& address) {
               ? " (is the coordinator running at DLRM_COORDINATOR, and DLRM_SECRET the same?)"
               : "");
   }
-  if (reply.header.type() != net::Header::ROSTER)
+  if (reply.header.type() != ROSTER)
     Throw(StatusCode::kNetwork, "the coordinator answered HELLO with ",
           net::MessageTypeName(reply.header.type()), " instead of ROSTER");
-  const net::Roster& roster = reply.header.roster();  // shape checked by the decoder
+  const Roster roster = DecodeRoster(reply);
   if (roster.world_size() != env_.world_size || roster.peers(env_.rank).role() != env_.role)
     Throw(StatusCode::kNetwork, "the coordinator's roster (world size ", roster.world_size(),
           ") does not list this ", RoleName(env_.role), " as rank ", env_.rank);
@@ -64,20 +66,17 @@ void CoordinatorClient::Barrier() { Barrier(std::chrono::milliseconds(env_.timeo
 
 void CoordinatorClient::Barrier(std::chrono::milliseconds timeout) {
   const int64_t generation = next_barrier_++;
-  net::Message enter = net::MakeMessage(net::Header::BARRIER);
-  enter.header.set_barrier_generation(generation);
-  net::Message reply = client_.Call(std::move(enter), timeout);
-  if (reply.header.type() != net::Header::BARRIER ||
-      reply.header.barrier_generation() != generation)
+  net::Message reply = client_.Call(MakeBarrier(generation), timeout);
+  if (reply.header.type() != BARRIER || DecodeBarrier(reply) != generation)
     Throw(StatusCode::kNetwork, "the coordinator answered barrier ", generation, " with ",
           net::DescribeMessage(reply));
 }
 
 void CoordinatorClient::Leave() {
   left_ = true;  // tried once: the destructor does not try again
-  net::Message reply = client_.Call(net::MakeMessage(net::Header::SHUTDOWN),
-                                    std::chrono::milliseconds(env_.timeout_ms));
-  if (reply.header.type() != net::Header::SHUTDOWN)
+  net::Message reply =
+      client_.Call(net::MakeMessage(SHUTDOWN), std::chrono::milliseconds(env_.timeout_ms));
+  if (reply.header.type() != SHUTDOWN)
     Throw(StatusCode::kNetwork, "the coordinator answered SHUTDOWN with ",
           net::DescribeMessage(reply));
 }

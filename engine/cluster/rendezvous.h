@@ -6,7 +6,7 @@
 //   net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
 //                          env.Transport(), "server " + std::to_string(env.rank));
 //   cluster::CoordinatorClient coordinator(context, env);
-//   net::Roster roster = coordinator.Rendezvous(listener.address());
+//   Roster roster = coordinator.Rendezvous(listener.address());
 //   ...                                   // connect to roster.peers(r).address()
 //   coordinator.Barrier();
 //   coordinator.Leave();
@@ -38,7 +38,7 @@ class CoordinatorClient {
   // HELLO with `address` (where this peer accepts connections; empty if nowhere), then
   // the roster. The coordinator's ERROR (e.g. rank already taken) is thrown with its
   // code and text; kTimeout after env.timeout_ms if the coordinator does not answer.
-  net::Roster Rendezvous(const std::string& address);
+  Roster Rendezvous(const std::string& address);
 
   // Returns when every peer has entered the same barrier (the k-th call of each peer
   // meets the k-th call of the others). kTimeout after env.timeout_ms or `timeout`;

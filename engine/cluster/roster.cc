@@ -27,17 +27,17 @@ std::optional<SplitAddress> SplitTcpAddress(const std::string& address) {
 
 }  // namespace
 
-std::vector<int32_t> RanksWithRole(const net::Roster& roster, net::Role role) {
+std::vector<int32_t> RanksWithRole(const Roster& roster, Role role) {
   std::vector<int32_t> ranks;
-  for (const net::PeerInfo& p : roster.peers())
+  for (const PeerInfo& p : roster.peers())
     if (p.role() == role) ranks.push_back(p.rank());
   return ranks;
 }
 
-std::string DescribeRoster(const net::Roster& roster) {
+std::string DescribeRoster(const Roster& roster) {
   std::ostringstream os;
   for (int i = 0; i < roster.peers_size(); ++i) {
-    const net::PeerInfo& p = roster.peers(i);
+    const PeerInfo& p = roster.peers(i);
     os << (i ? ", " : "") << "rank " << p.rank() << " " << RoleName(p.role()) << " "
        << (p.address().empty() ? "-" : p.address());
   }

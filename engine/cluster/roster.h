@@ -1,4 +1,4 @@
-// The roster: who is in the job. net::Roster (wire.proto) lists every peer by rank:
+// The roster: who is in the job. Roster (cluster.proto) lists every peer by rank:
 // peers(r).rank() == r, its role (SERVER or TRAINER) and the address it accepts
 // connections on ("tcp://host:port", empty for a peer that accepts none).
 #pragma once
@@ -7,15 +7,15 @@
 #include <string>
 #include <vector>
 
-#include "engine/net/wire.pb.h"
+#include "engine/cluster/cluster.pb.h"
 
 namespace dlrm::cluster {
 
 // Ranks of the peers with `role`, ascending.
-std::vector<int32_t> RanksWithRole(const net::Roster& roster, net::Role role);
+std::vector<int32_t> RanksWithRole(const Roster& roster, Role role);
 
 // "rank 0 server tcp://127.0.0.1:40001, rank 1 trainer -, ..." for logs.
-std::string DescribeRoster(const net::Roster& roster);
+std::string DescribeRoster(const Roster& roster);
 
 // The address other hosts should use for a peer that bound `bound` ("tcp://host:port"):
 // a wildcard host (0.0.0.0, *, [::]) is replaced by `peer_ip`, the address the

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "engine/collective/collective.pb.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/net/message.h"
@@ -12,7 +13,8 @@ namespace {
 
 // ALLGATHER: step = the all-gather's number, sender_rank; [U8 contribution].
 net::Message EncodeAllGather(int64_t number, int32_t rank, const std::string& contribution) {
-  net::Message m = net::MakeMessage(net::Header::ALLGATHER);
+  RegisterMessageTypes();
+  net::Message m = net::MakeMessage(ALLGATHER);
   m.header.set_step(number);
   m.header.set_sender_rank(rank);
   m.payloads.push_back(net::Payload::Copy(reinterpret_cast<const uint8_t*>(contribution.data()),
@@ -22,11 +24,17 @@ net::Message EncodeAllGather(int64_t number, int32_t rank, const std::string& co
 
 }  // namespace
 
+void RegisterMessageTypes() {
+  [[maybe_unused]] static const bool once =
+      net::RegisterMessageTypes("collective", &MessageType_descriptor);
+}
+
 NetCommunicator::NetCommunicator(const net::Context& context, net::Endpoint* listener,
                                  const std::vector<std::string>& addresses, int32_t rank,
                                  const net::TransportOptions& options,
                                  std::chrono::milliseconds timeout)
     : listener_(listener), rank_(rank), timeout_(timeout) {
+  RegisterMessageTypes();
   if (listener_ == nullptr || listener_->kind() != net::Endpoint::kListen)
     ThrowInvalid("communicator: a listening endpoint is required");
   const auto size = static_cast<int32_t>(addresses.size());
@@ -74,7 +82,7 @@ std::vector<std::string> NetCommunicator::AllGather(const std::string& contribut
             " ms (a trainer died, hangs, or failed before this step)");
     }
     const net::Header& h = got->message.header;
-    const bool valid = h.type() == net::Header::ALLGATHER && h.has_step() && h.has_sender_rank() &&
+    const bool valid = h.type() == ALLGATHER && h.has_step() && h.has_sender_rank() &&
                        h.sender_rank() < size && h.sender_rank() != rank_ &&
                        got->message.payloads.size() == 1 &&
                        got->message.payloads[0].dtype() == net::PayloadDescriptor::U8;

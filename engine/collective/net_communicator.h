@@ -20,6 +20,10 @@
 
 namespace dlrm::collective {
 
+// Registers the collectives' types (collective.proto) with the transport's registry
+// (net/message_types.h); the communicator calls it; idempotent.
+void RegisterMessageTypes();
+
 class NetCommunicator : public Communicator {
  public:
   // listener: this rank's listening endpoint (borrowed; it must receive nothing but

@@ -35,12 +35,18 @@ class Error : public std::runtime_error {
   StatusCode code_;
 };
 
+// Concatenates stream-able pieces: StrCat("field ", name, " < 0").
+template <typename... Parts>
+std::string StrCat(Parts&&... parts) {
+  std::ostringstream os;
+  (os << ... << std::forward<Parts>(parts));
+  return os.str();
+}
+
 // Builds a message from stream-able pieces: Throw(kInvalidArgument, "field ", name, " < 0").
 template <typename... Parts>
 [[noreturn]] void Throw(StatusCode code, Parts&&... parts) {
-  std::ostringstream os;
-  (os << ... << std::forward<Parts>(parts));
-  throw Error(code, os.str());
+  throw Error(code, StrCat(std::forward<Parts>(parts)...));
 }
 
 template <typename... Parts>

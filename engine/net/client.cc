@@ -58,7 +58,7 @@ Message Client::Wait(uint64_t request_id, std::chrono::milliseconds timeout) {
     std::lock_guard<std::mutex> lock(mu_);
     outstanding_.erase(request_id);
   }
-  if (reply.message.header.type() == Header::ERROR)
+  if (reply.message.header.type() == ERROR)
     ThrowRemoteError(reply.message, endpoint_.name() + " (" + endpoint_.address() + ") answered " +
                                         request + " with an error");
   return std::move(reply.message);

@@ -1,7 +1,5 @@
 #include "engine/net/codec.h"
 
-#include <google/protobuf/unknown_field_set.h>
-
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -10,102 +8,44 @@
 namespace dlrm::net {
 namespace {
 
-template <typename... Parts>
-std::string Str(Parts&&... parts) {
-  std::ostringstream os;
-  (os << ... << std::forward<Parts>(parts));
-  return os.str();
-}
-
-// proto2 keeps an enum value it does not know among the unknown fields; this finds it so
-// the error can name the value a peer actually sent.
-std::string EnumProblem(const google::protobuf::Message& m, int field_number,
-                        const std::string& what) {
-  const auto& unknown = m.GetReflection()->GetUnknownFields(m);
-  for (int i = unknown.field_count() - 1; i >= 0; --i) {
-    const auto& f = unknown.field(i);
-    if (f.number() == field_number && f.type() == google::protobuf::UnknownField::TYPE_VARINT)
-      return Str(what, " ", static_cast<int64_t>(f.varint()), " is not a known value");
-  }
-  return Str(what, " is missing");
-}
-
 bool IsErrorCode(int32_t code) {
   return code != 0 && std::strcmp(StatusCodeName(static_cast<StatusCode>(code)), "UNKNOWN") != 0;
-}
-
-std::string HelloProblem(const Header& h) {
-  if (!h.has_hello()) return "HELLO has no hello field";
-  const Hello& hello = h.hello();
-  if (!hello.has_role()) return EnumProblem(hello, Hello::kRoleFieldNumber, "HELLO role");
-  if (hello.role() != ROLE_SERVER && hello.role() != ROLE_TRAINER)
-    return Str("HELLO role ", Role_Name(hello.role()), " is not a peer role (SERVER or TRAINER)");
-  if (!hello.has_rank()) return "HELLO rank is missing";
-  if (hello.rank() < 0) return Str("HELLO rank ", hello.rank(), " is negative");
-  if (!hello.has_world_size()) return "HELLO world_size is missing";
-  if (hello.world_size() < 1) return Str("HELLO world_size ", hello.world_size(), " is < 1");
-  return "";
-}
-
-std::string RosterProblem(const Header& h) {
-  if (!h.has_roster()) return "ROSTER has no roster field";
-  const Roster& roster = h.roster();
-  if (!roster.has_world_size() || roster.world_size() < 1)
-    return "ROSTER world_size is missing or < 1";
-  if (roster.peers_size() != roster.world_size())
-    return Str("ROSTER lists ", roster.peers_size(), " peers for world_size ", roster.world_size());
-  for (int i = 0; i < roster.peers_size(); ++i) {
-    const PeerInfo& p = roster.peers(i);
-    if (!p.has_rank() || p.rank() != i) return Str("ROSTER peer ", i, " has rank ", p.rank());
-    if (!p.has_role())
-      return EnumProblem(p, PeerInfo::kRoleFieldNumber, Str("ROSTER peer ", i, " role"));
-    if (p.role() != ROLE_SERVER && p.role() != ROLE_TRAINER)
-      return Str("ROSTER peer ", i, " has role ", Role_Name(p.role()));
-  }
-  return "";
 }
 
 // The rules on header fields, shared by Encode and Decode; `frames` are the header frame
 // and the payload frames that came with it. Returns the first rule broken, or "".
 std::string HeaderProblem(const Header& h, const std::vector<Frame>& frames) {
-  if (!h.has_type()) return EnumProblem(h, Header::kTypeFieldNumber, "header type");
-  if (h.type() == Header::TYPE_UNSPECIFIED) return "header type is TYPE_UNSPECIFIED";
+  if (!h.has_type()) return "header type is missing";
+  if (h.type() <= 0) return StrCat("header type ", h.type(), " is not a message type (> 0)");
   const size_t num_payloads = frames.size() - 1;
   if (static_cast<size_t>(h.payloads_size()) != num_payloads)
-    return Str("header describes ", h.payloads_size(), " payloads but ", num_payloads,
-               " payload frames follow");
+    return StrCat("header describes ", h.payloads_size(), " payloads but ", num_payloads,
+                  " payload frames follow");
   for (int i = 0; i < h.payloads_size(); ++i) {
     const PayloadDescriptor& d = h.payloads(i);
     if (!d.has_dtype())
-      return EnumProblem(d, PayloadDescriptor::kDtypeFieldNumber, Str("payload ", i, " dtype"));
+      return EnumFieldProblem(d, PayloadDescriptor::kDtypeFieldNumber,
+                              StrCat("payload ", i, " dtype"));
     const int64_t size = DTypeSize(d.dtype());
-    if (size == 0) return Str("payload ", i, " dtype ", DTypeName(d.dtype()), " is not allowed");
-    if (!d.has_count()) return Str("payload ", i, " count is missing");
-    if (d.count() < 0) return Str("payload ", i, " count ", d.count(), " is negative");
+    if (size == 0) return StrCat("payload ", i, " dtype ", DTypeName(d.dtype()), " is not allowed");
+    if (!d.has_count()) return StrCat("payload ", i, " count is missing");
+    if (d.count() < 0) return StrCat("payload ", i, " count ", d.count(), " is negative");
     const uint64_t have = frames[i + 1].size();
     // Division, not multiplication: a huge count must not overflow into a match.
     if (have % static_cast<uint64_t>(size) != 0 ||
         have / static_cast<uint64_t>(size) != static_cast<uint64_t>(d.count()))
-      return Str("payload ", i, " (", DTypeName(d.dtype()), " x ", d.count(), ") needs ",
-                 d.count() <= INT64_MAX / size ? std::to_string(d.count() * size) : "too many",
-                 " bytes but its frame has ", have);
+      return StrCat("payload ", i, " (", DTypeName(d.dtype()), " x ", d.count(), ") needs ",
+                    d.count() <= INT64_MAX / size ? std::to_string(d.count() * size) : "too many",
+                    " bytes but its frame has ", have);
   }
   if (h.has_sender_rank() && h.sender_rank() < 0)
-    return Str("sender_rank ", h.sender_rank(), " is negative");
-  if (h.has_step() && h.step() < 0) return Str("step ", h.step(), " is negative");
-  switch (h.type()) {
-    case Header::ERROR:
-      if (!h.has_error_code()) return "ERROR has no error_code";
-      if (!IsErrorCode(h.error_code()))
-        return Str("ERROR error_code ", h.error_code(), " is not a dlrm status code other than OK");
-      break;
-    case Header::HELLO: return HelloProblem(h);
-    case Header::ROSTER: return RosterProblem(h);
-    case Header::BARRIER:
-      if (!h.has_barrier_generation() || h.barrier_generation() < 0)
-        return "BARRIER barrier_generation is missing or negative";
-      break;
-    default: break;
+    return StrCat("sender_rank ", h.sender_rank(), " is negative");
+  if (h.has_step() && h.step() < 0) return StrCat("step ", h.step(), " is negative");
+  if (h.type() == ERROR) {
+    if (!h.has_error_code()) return "ERROR has no error_code";
+    if (!IsErrorCode(h.error_code()))
+      return StrCat("ERROR error_code ", h.error_code(),
+                    " is not a dlrm status code other than OK");
   }
   return "";
 }
@@ -151,7 +91,7 @@ void Codec::CheckEnvelope(int64_t num_frames, int64_t header_bytes, int64_t tota
 
 std::vector<Frame> Codec::Encode(Message message) const {
   Header& h = message.header;
-  h.set_version(WIRE_VERSION_1);
+  h.set_version(WIRE_VERSION_2);
   h.clear_auth_tag();
   h.clear_payloads();
   std::vector<Frame> frames(1 + message.payloads.size());
@@ -198,11 +138,11 @@ Message Codec::Decode(std::vector<Frame> frames) const {
           " bytes) is not a valid dlrm.net.Header");
   if (!h.has_version())
     Throw(StatusCode::kDataLoss,
-          "malformed message: ", EnumProblem(h, Header::kVersionFieldNumber, "header version"),
-          " (this build speaks version 1)");
-  if (h.version() != WIRE_VERSION_1)
+          "malformed message: ", EnumFieldProblem(h, Header::kVersionFieldNumber, "header version"),
+          " (this build speaks version 2)");
+  if (h.version() != WIRE_VERSION_2)
     Throw(StatusCode::kDataLoss, "malformed message: header version ",
-          WireVersion_Name(h.version()), " is not supported (this build speaks version 1)");
+          WireVersion_Name(h.version()), " is not supported (this build speaks version 2)");
   if (auth_) {
     if (!h.has_auth_tag())
       Throw(StatusCode::kDataLoss,

@@ -3,9 +3,10 @@
 // Decode is the security boundary of the transport: every received message passes
 // through it before anything else looks at it. It checks sizes before it trusts them
 // (frame count, header size, total size, each payload exactly count * dtype size), enum
-// values, signs, the fields each message type needs and, with a secret, the auth tag. It
-// allocates nothing beyond the frames it was handed, and on any violation throws
-// kDataLoss naming the rule and the offending value. Encode applies the same rules to
+// values, signs, ERROR's fields and, with a secret, the auth tag. It allocates nothing beyond the
+// frames it was handed, and on any violation throws kDataLoss naming the rule and the offending
+// value. What a type's body, step and payloads must hold is checked by the layer that defines the
+// type (cluster/messages.h, ps/messages.h), also with kDataLoss. Encode applies the same rules to
 // outgoing messages (kInvalidArgument), so a sender learns of a bad message at once
 // instead of from a peer that silently drops it.
 #pragma once

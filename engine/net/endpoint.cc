@@ -298,7 +298,7 @@ void Endpoint::Reject(const Peer& from, const std::string& reason, const Frame* 
   if (header_frame != nullptr &&
       static_cast<int64_t>(header_frame->size()) <= codec_.options().max_header_bytes &&
       h.ParseFromArray(header_frame->data(), static_cast<int>(header_frame->size()))) {
-    if (h.type() == Header::ERROR) return;
+    if (h.type() == ERROR) return;
     request_id = h.request_id();
   }
   Message error = MakeErrorMessage(StatusCode::kDataLoss,

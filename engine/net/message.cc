@@ -1,5 +1,7 @@
 #include "engine/net/message.h"
 
+#include <google/protobuf/unknown_field_set.h>
+
 #include <limits>
 #include <sstream>
 
@@ -20,11 +22,6 @@ std::string DTypeName(DType dtype) {
   if (!PayloadDescriptor::DType_IsValid(dtype))
     return "DTYPE_" + std::to_string(static_cast<int>(dtype));
   return PayloadDescriptor::DType_Name(dtype);
-}
-
-std::string MessageTypeName(MessageType type) {
-  if (!Header::Type_IsValid(type)) return "TYPE_" + std::to_string(static_cast<int>(type));
-  return Header::Type_Name(type);
 }
 
 size_t Payload::CheckedSize(DType dtype, int64_t count) {
@@ -55,18 +52,44 @@ void Payload::CheckType(DType wanted) const {
 
 Message MakeMessage(MessageType type) {
   Message m;
-  m.header.set_version(WIRE_VERSION_1);
+  m.header.set_version(WIRE_VERSION_2);
   m.header.set_type(type);
   return m;
 }
 
 Message MakeErrorMessage(StatusCode code, const std::string& text, uint64_t request_id) {
   DLRM_INTERNAL_CHECK(code != StatusCode::kOk);
-  Message m = MakeMessage(Header::ERROR);
+  Message m = MakeMessage(ERROR);
   m.header.set_error_code(static_cast<int32_t>(code));
   m.header.set_error_message(text);
   m.header.set_request_id(request_id);
   return m;
+}
+
+void SetBody(const google::protobuf::Message& body, Message* message) {
+  message->header.set_body(body.SerializeAsString());
+}
+
+void ParseBody(const Message& message, google::protobuf::Message* body) {
+  const Header& h = message.header;
+  if (!h.has_body())
+    Throw(StatusCode::kDataLoss, MessageTypeName(h.type()), " has no body (a ", body->GetTypeName(),
+          ")");
+  if (!body->ParseFromString(h.body()))
+    Throw(StatusCode::kDataLoss, MessageTypeName(h.type()), " body (", h.body().size(),
+          " bytes) is not a valid ", body->GetTypeName());
+}
+
+std::string EnumFieldProblem(const google::protobuf::Message& m, int field_number,
+                             const std::string& what) {
+  const auto& unknown = m.GetReflection()->GetUnknownFields(m);
+  for (int i = unknown.field_count() - 1; i >= 0; --i) {
+    const auto& f = unknown.field(i);
+    if (f.number() == field_number && f.type() == google::protobuf::UnknownField::TYPE_VARINT)
+      return what + " " + std::to_string(static_cast<int64_t>(f.varint())) +
+             " is not a known value";
+  }
+  return what + " is missing";
 }
 
 std::string DescribeMessage(const Message& message) {
@@ -83,7 +106,7 @@ std::string DescribeMessage(const Message& message) {
          << message.payloads[i].count();
     os << ")";
   }
-  if (h.type() == Header::ERROR)
+  if (h.type() == ERROR)
     os << ": " << StatusCodeName(static_cast<StatusCode>(h.error_code())) << " "
        << h.error_message();
   return os.str();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/core/status.h"
+#include "engine/net/message_types.h"
 #include "engine/net/wire.pb.h"
 
 namespace dlrm::net {
@@ -20,14 +21,11 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "swapping in Payload");
 
 using DType = PayloadDescriptor::DType;
-using MessageType = Header::Type;
 
 // Bytes per element; 0 for DTYPE_UNSPECIFIED or a value outside the enum.
 int64_t DTypeSize(DType dtype);
 // "F32", ...; "DTYPE_<n>" for a value outside the enum.
 std::string DTypeName(DType dtype);
-// "LOOKUP", ...; "TYPE_<n>" for a value outside the enum.
-std::string MessageTypeName(MessageType type);
 
 // The payload dtype of a C++ element type.
 template <typename T>
@@ -126,6 +124,18 @@ struct Message {
 Message MakeMessage(MessageType type);
 // An ERROR message answering request `request_id`; `code` must not be kOk.
 Message MakeErrorMessage(StatusCode code, const std::string& text, uint64_t request_id);
+
+// The body of a message (Header.body) as the defining layer's proto: SetBody serializes
+// `body` into it; ParseBody throws kDataLoss, naming the message type, when the body is
+// missing or does not parse as `body`'s type.
+void SetBody(const google::protobuf::Message& body, Message* message);
+void ParseBody(const Message& message, google::protobuf::Message* body);
+
+// For the layers' decoders: why enum field `field_number` of `m` is unset, naming the
+// value a peer sent when it is one this build does not know ("<what> 7 is not a known
+// value"), else "<what> is missing".
+std::string EnumFieldProblem(const google::protobuf::Message& m, int field_number,
+                             const std::string& what);
 
 // One line for logs: "LOOKUP #12 from rank 3, step 7, 2 payloads (I64 x 40, I32 x 8)".
 std::string DescribeMessage(const Message& message);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "engine/cluster/messages.h"
 #include "engine/core/status.h"
 #include "engine/ps/messages.h"
 
@@ -45,6 +46,7 @@ RemoteEmbeddingService::RemoteEmbeddingService(const net::Context& context,
                                                int32_t rank, const net::TransportOptions& options,
                                                std::chrono::milliseconds timeout)
     : rank_(rank), timeout_(timeout) {
+  RegisterMessageTypes();
   if (rank_ < 0) ThrowInvalid("remote embedding service: rank must be >= 0, got ", rank);
   for (size_t i = 0; i < server_addresses.size(); ++i)
     servers_.push_back(std::make_unique<net::Client>(context, server_addresses[i], options,
@@ -67,7 +69,7 @@ void RemoteEmbeddingService::HeartbeatLoop() {
   while (!heartbeat_cv_.wait_for(lock, interval, [&] { return stopping_; })) {
     for (auto& server : servers_) {
       // No request id: the server does not answer it.
-      net::Message beat = net::MakeMessage(net::Header::HEARTBEAT);
+      net::Message beat = net::MakeMessage(cluster::HEARTBEAT);
       beat.header.set_sender_rank(rank_);
       try {
         server->endpoint().Send(std::move(beat));
@@ -117,15 +119,13 @@ void RemoteEmbeddingService::CallAll(net::MessageType type, int64_t step, const 
   }
 }
 
-void RemoteEmbeddingService::WaitUntilApplied(int64_t step) {
-  CallAll(net::Header::FLUSH, step, "");
-}
+void RemoteEmbeddingService::WaitUntilApplied(int64_t step) { CallAll(FLUSH, step, ""); }
 
 void RemoteEmbeddingService::SaveShards(int64_t step, const std::string& dir) {
   if (dir.empty()) ThrowInvalid("checkpoint directory is empty");
-  CallAll(net::Header::SAVE, step, dir);
+  CallAll(SAVE, step, dir);
 }
 
-void RemoteEmbeddingService::Shutdown() { CallAll(net::Header::SHUTDOWN, 0, ""); }
+void RemoteEmbeddingService::Shutdown() { CallAll(cluster::SHUTDOWN, 0, ""); }
 
 }  // namespace dlrm::ps

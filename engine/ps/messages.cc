@@ -11,6 +11,7 @@ namespace {
 
 // kDataLoss unless `message` has exactly the payload dtypes `want`.
 void ExpectPayloads(const net::Message& message, std::initializer_list<net::DType> want) {
+  RegisterMessageTypes();
   const std::string what = net::MessageTypeName(message.header.type());
   if (message.payloads.size() != want.size())
     Throw(StatusCode::kDataLoss, what, " has ", message.payloads.size(), " payloads, expected ",
@@ -24,10 +25,23 @@ void ExpectPayloads(const net::Message& message, std::initializer_list<net::DTyp
   }
 }
 
+// A message of one of the embedding service's types, registered.
+net::Message Make(net::MessageType type) {
+  RegisterMessageTypes();
+  return net::MakeMessage(type);
+}
+
 }  // namespace
 
+void RegisterMessageTypes() {
+  [[maybe_unused]] static const bool once = [] {
+    cluster::RegisterMessageTypes();  // a server also answers SHUTDOWN and HEARTBEAT
+    return net::RegisterMessageTypes("ps", &MessageType_descriptor);
+  }();
+}
+
 net::Message EncodeLookup(int64_t step, const std::vector<ShardRows>& request) {
-  net::Message m = net::MakeMessage(net::Header::LOOKUP);
+  net::Message m = Make(LOOKUP);
   m.header.set_step(step);
   std::vector<int32_t> shards;
   std::vector<int64_t> counts;
@@ -73,7 +87,7 @@ std::vector<ShardRows> DecodeLookup(const net::Message& message) {
 }
 
 net::Message EncodeLookupReply(const std::vector<ShardRows>& answered) {
-  net::Message m = net::MakeMessage(net::Header::LOOKUP_REPLY);
+  net::Message m = Make(LOOKUP_REPLY);
   std::vector<int64_t> counts;
   size_t total = 0;
   for (const ShardRows& r : answered) {
@@ -110,7 +124,7 @@ void DecodeLookupReply(const net::Message& reply, std::vector<ShardRows>* reques
 }
 
 net::Message EncodeUpdate(const UpdateMessage& update) {
-  net::Message m = net::MakeMessage(net::Header::UPDATE);
+  net::Message m = Make(UPDATE);
   m.header.set_step(update.step);
   m.header.set_sender_rank(update.rank);
   const std::string bytes = EncodeFeatureUpdates(update.part);
@@ -137,7 +151,7 @@ UpdateMessage DecodeUpdate(const net::Message& message) {
 }
 
 net::Message StepMessage(net::MessageType type, int64_t step, const std::string& body) {
-  net::Message m = net::MakeMessage(type);
+  net::Message m = Make(type);
   m.header.set_step(step);
   if (!body.empty()) m.header.set_body(body);
   return m;

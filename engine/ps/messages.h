@@ -1,6 +1,6 @@
-// The embedding service's messages on the wire (engine/net): how a lookup, its answer
-// and an update are laid out in payload frames. Every decoder checks what it reads
-// against the frames present and throws kDataLoss naming the rule a message broke.
+// The embedding service's messages on the wire (engine/net; their types in ps.proto): how
+// a lookup, its answer and an update are laid out in payload frames. Every decoder checks what it
+// reads against the frames present and throws kDataLoss naming the rule a message broke.
 //
 //   LOOKUP        step; [I32 shard per request] [I64 ids per request] [I64 all ids]
 //   LOOKUP_REPLY  [I64 values per request] [F32 all rows, request after request]
@@ -12,11 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "engine/cluster/messages.h"
 #include "engine/net/message.h"
 #include "engine/ps/feature_update.h"
+#include "engine/ps/ps.pb.h"
 #include "engine/ps/shard_owner.h"
 
 namespace dlrm::ps {
+
+// Registers the embedding service's types (ps.proto), and the cluster's it also answers,
+// with the transport's registry (net/message_types.h): called by every function here and
+// by the server and its clients; idempotent.
+void RegisterMessageTypes();
 
 net::Message EncodeLookup(int64_t step, const std::vector<ShardRows>& request);
 std::vector<ShardRows> DecodeLookup(const net::Message& message);

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "engine/checkpoint/sharded_checkpoint.h"
+#include "engine/cluster/messages.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/ps/messages.h"
@@ -18,6 +19,7 @@ EmbeddingServer::EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int
       index_(index),
       num_trainers_(num_trainers),
       trainer_timeout_(trainer_timeout) {
+  RegisterMessageTypes();
   if (endpoint_ == nullptr || owner_ == nullptr)
     ThrowInvalid("embedding server: endpoint and owner are required");
   if (endpoint_->kind() != net::Endpoint::kListen)
@@ -60,11 +62,11 @@ void EmbeddingServer::Serve() {
 
 void EmbeddingServer::Handle(net::Received r) {
   switch (r.message.header.type()) {
-    case net::Header::LOOKUP: HandleLookup(std::move(r)); return;
-    case net::Header::UPDATE: HandleUpdate(r); return;
-    case net::Header::FLUSH:
-    case net::Header::SAVE: HandleWait(std::move(r)); return;
-    case net::Header::SHUTDOWN: {
+    case LOOKUP: HandleLookup(std::move(r)); return;
+    case UPDATE: HandleUpdate(r); return;
+    case FLUSH:
+    case SAVE: HandleWait(std::move(r)); return;
+    case cluster::SHUTDOWN: {
       const auto& h = r.message.header;
       if (!h.has_sender_rank() || h.sender_rank() >= num_trainers_) {
         endpoint_->ReplyError(r, StatusCode::kInvalidArgument,
@@ -72,13 +74,13 @@ void EmbeddingServer::Handle(net::Received r) {
         return;
       }
       trainers_done_.insert(h.sender_rank());
-      endpoint_->Reply(r, net::MakeMessage(net::Header::SHUTDOWN));
+      endpoint_->Reply(r, net::MakeMessage(cluster::SHUTDOWN));
       return;
     }
-    case net::Header::HEARTBEAT:
+    case cluster::HEARTBEAT:
       // Trainers' periodic heartbeats carry no request id and want no answer.
       if (r.message.header.request_id() != 0)
-        endpoint_->Reply(r, net::MakeMessage(net::Header::HEARTBEAT));
+        endpoint_->Reply(r, net::MakeMessage(cluster::HEARTBEAT));
       return;
     default:
       endpoint_->ReplyError(
@@ -140,10 +142,10 @@ bool EmbeddingServer::TryAnswerWait(const net::Received& r) {
   const int64_t step = r.message.header.step();
   try {
     if (!owner_->Applied(step)) return false;
-    if (r.message.header.type() == net::Header::SAVE) {
+    if (r.message.header.type() == SAVE) {
       Save(r, step);
     } else {
-      endpoint_->Reply(r, StepMessage(net::Header::FLUSH_ACK, step));
+      endpoint_->Reply(r, StepMessage(FLUSH_ACK, step));
     }
   } catch (const Error& e) {
     endpoint_->ReplyError(r, e.code(), e.what());
@@ -163,7 +165,7 @@ void EmbeddingServer::Save(const net::Received& r, int64_t step) {
     SaveShardStore(owner_->store(), index_, step, dir + "/" + checkpoint::ServerShardFile(index_));
   });
   DLRM_LOG(kInfo) << "server " << index_ << ": saved step " << step << " to " << dir;
-  endpoint_->Reply(r, StepMessage(net::Header::SAVE_ACK, step));
+  endpoint_->Reply(r, StepMessage(SAVE_ACK, step));
 }
 
 void EmbeddingServer::ServeParked() {

@@ -21,13 +21,13 @@ namespace dlrm::ps {
 
 void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& env,
                         const config::DlrmConfig& config, const std::string& restore_dir) {
-  if (env.role != net::ROLE_SERVER)
+  if (env.role != cluster::ROLE_SERVER)
     ThrowInvalid("RunEmbeddingServer with DLRM_ROLE=", cluster::RoleName(env.role));
   const std::string name = "server rank " + std::to_string(env.rank);
   net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(), env.Transport(),
                          name);
   cluster::CoordinatorClient coordinator(context, env);
-  const net::Roster roster = coordinator.Rendezvous(listener.address());
+  const cluster::Roster roster = coordinator.Rendezvous(listener.address());
   const cluster::JobLayout layout = cluster::LayoutFromRoster(roster, env.rank, config);
 
   ThreadPool pool(ResolveThreadCount(config.num_threads()));
@@ -57,10 +57,10 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
 void RunServingRole(const cluster::ClusterEnv& env,
                     const std::function<config::DlrmConfig()>& config,
                     const std::string& restore_dir) {
-  if (env.role == net::ROLE_COORDINATOR) {
+  if (env.role == cluster::ROLE_COORDINATOR) {
     net::Context context;
     cluster::RunCoordinator(context, env);
-  } else if (env.role == net::ROLE_SERVER) {
+  } else if (env.role == cluster::ROLE_SERVER) {
     const config::DlrmConfig server_config = config();
     net::Context context;
     RunEmbeddingServer(context, env, server_config, restore_dir);

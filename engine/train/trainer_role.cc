@@ -35,7 +35,7 @@ TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfi
       listener_(context_, net::Endpoint::kListen, env.PeerBindEndpoint(), env.Transport(),
                 "trainer rank " + std::to_string(env.rank)),
       coordinator_(context_, env) {
-  if (env.role != net::ROLE_TRAINER)
+  if (env.role != cluster::ROLE_TRAINER)
     ThrowInvalid("TrainerRole with DLRM_ROLE=", cluster::RoleName(env.role));
   layout_ =
       cluster::LayoutFromRoster(coordinator_.Rendezvous(listener_.address()), env.rank, config_);

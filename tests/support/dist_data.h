@@ -49,7 +49,7 @@ inline OwnedBatch Part(const OwnedBatch& g, int64_t s0, int64_t s1) {
 }
 
 // A ClusterEnv for a peer of a coordinator at `endpoint` ("tcp://127.0.0.1:port").
-inline cluster::ClusterEnv PeerEnv(const std::string& endpoint, net::Role role, int32_t rank,
+inline cluster::ClusterEnv PeerEnv(const std::string& endpoint, cluster::Role role, int32_t rank,
                                    int32_t world, int64_t timeout_ms = 5000,
                                    const std::string& secret = "") {
   cluster::ClusterEnv env;

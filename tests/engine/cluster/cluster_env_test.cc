@@ -53,7 +53,7 @@ void ExpectInvalid(const std::string& name, std::optional<std::string> value,
 
 TEST(DistEnvTest, ParsesAPeerWithDefaults) {
   const cluster::ClusterEnv env = Parse(Trainer());
-  EXPECT_EQ(env.role, net::ROLE_TRAINER);
+  EXPECT_EQ(env.role, cluster::ROLE_TRAINER);
   EXPECT_EQ(env.rank, 2);
   EXPECT_EQ(env.world_size, 4);
   EXPECT_EQ(env.CoordinatorEndpoint(), "tcp://node-1.cluster:5555");
@@ -75,7 +75,7 @@ TEST(DistEnvTest, ParsesEveryOptionalVariable) {
   vars["DLRM_NET_DELAY_MS"] = "2";
   const cluster::ClusterEnv env = Parse(vars);
   EXPECT_EQ(env.Transport().delay_ms, 2);
-  EXPECT_EQ(env.role, net::ROLE_SERVER);
+  EXPECT_EQ(env.role, cluster::ROLE_SERVER);
   EXPECT_EQ(env.CoordinatorEndpoint(), "tcp://[::1]:7000");
   EXPECT_EQ(env.CoordinatorBindEndpoint(), "tcp://0.0.0.0:7000");
   EXPECT_EQ(env.Transport().secret, "a-secret-of-20-bytes");
@@ -197,7 +197,7 @@ TEST(DistEnvTest, ReadsTheProcessEnvironment) {
   unsetenv("DLRM_BIND_ADDRESS");
   unsetenv("DLRM_TIMEOUT_MS");
   const cluster::ClusterEnv env = cluster::ClusterEnvFromEnvironment();
-  EXPECT_EQ(env.role, net::ROLE_SERVER);
+  EXPECT_EQ(env.role, cluster::ROLE_SERVER);
   EXPECT_EQ(env.CoordinatorEndpoint(), "tcp://127.0.0.1:6000");
   unsetenv("DLRM_ROLE");
   EXPECT_THROW(cluster::ClusterEnvFromEnvironment(), Error);
@@ -213,16 +213,16 @@ TEST(DistRosterTest, WildcardBindAddressesAreAdvertisedAsThePeersIp) {
 }
 
 TEST(DistRosterTest, RanksWithRoleAndDescription) {
-  net::Roster roster;
+  cluster::Roster roster;
   roster.set_world_size(3);
   for (int r = 0; r < 3; ++r) {
-    net::PeerInfo* p = roster.add_peers();
+    cluster::PeerInfo* p = roster.add_peers();
     p->set_rank(r);
-    p->set_role(r == 1 ? net::ROLE_SERVER : net::ROLE_TRAINER);
+    p->set_role(r == 1 ? cluster::ROLE_SERVER : cluster::ROLE_TRAINER);
     if (r == 1) p->set_address("tcp://h:1");
   }
-  EXPECT_EQ(cluster::RanksWithRole(roster, net::ROLE_TRAINER), (std::vector<int32_t>{0, 2}));
-  EXPECT_EQ(cluster::RanksWithRole(roster, net::ROLE_SERVER), (std::vector<int32_t>{1}));
+  EXPECT_EQ(cluster::RanksWithRole(roster, cluster::ROLE_TRAINER), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(cluster::RanksWithRole(roster, cluster::ROLE_SERVER), (std::vector<int32_t>{1}));
   EXPECT_EQ(cluster::DescribeRoster(roster),
             "rank 0 trainer -, rank 1 server tcp://h:1, rank 2 trainer -");
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/cluster/coordinator.h"
+#include "engine/cluster/messages.h"
 #include "engine/cluster/roster.h"
 #include "engine/core/status.h"
 #include "engine/net/client.h"
@@ -74,7 +75,7 @@ class CoordinatorThread {
   void Join() {
     if (thread_.joinable()) thread_.join();
   }
-  std::optional<net::Roster> roster_;
+  std::optional<cluster::Roster> roster_;
   std::string error_;
   StatusCode code_ = StatusCode::kOk;
   std::atomic<bool> served_{false};
@@ -92,17 +93,18 @@ class CoordinatorThread {
 TEST(DistRendezvousTest, FourPeersGetTheSameRosterThenBarrierAndLeave) {
   net::Context context;
   CoordinatorThread coordinator(context, 4, milliseconds(10000));
-  std::vector<std::optional<net::Roster>> rosters(4);
+  std::vector<std::optional<cluster::Roster>> rosters(4);
   std::vector<std::string> listening(4);
   std::vector<std::string> errors(4);
   std::vector<std::thread> peers;
   for (int32_t rank = 0; rank < 4; ++rank) {
     peers.emplace_back([&, rank] {
       try {
-        const cluster::ClusterEnv env = PeerEnv(
-            coordinator.address(), rank < 2 ? net::ROLE_SERVER : net::ROLE_TRAINER, rank, 4);
+        const cluster::ClusterEnv env =
+            PeerEnv(coordinator.address(), rank < 2 ? cluster::ROLE_SERVER : cluster::ROLE_TRAINER,
+                    rank, 4);
         std::optional<net::Endpoint> listener;
-        if (env.role == net::ROLE_SERVER) {
+        if (env.role == cluster::ROLE_SERVER) {
           listener.emplace(context, net::Endpoint::kListen, env.PeerBindEndpoint(), env.Transport(),
                            "server " + std::to_string(rank));
           listening[rank] = listener->address();
@@ -123,10 +125,10 @@ TEST(DistRendezvousTest, FourPeersGetTheSameRosterThenBarrierAndLeave) {
     ASSERT_TRUE(rosters[rank].has_value());
     EXPECT_EQ(rosters[rank]->SerializeAsString(), rosters[0]->SerializeAsString());
   }
-  const net::Roster& roster = *rosters[0];
+  const cluster::Roster& roster = *rosters[0];
   ASSERT_EQ(roster.peers_size(), 4);
-  EXPECT_EQ(cluster::RanksWithRole(roster, net::ROLE_SERVER), (std::vector<int32_t>{0, 1}));
-  EXPECT_EQ(cluster::RanksWithRole(roster, net::ROLE_TRAINER), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(cluster::RanksWithRole(roster, cluster::ROLE_SERVER), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(cluster::RanksWithRole(roster, cluster::ROLE_TRAINER), (std::vector<int32_t>{2, 3}));
   EXPECT_EQ(roster.peers(0).address(), listening[0]);
   EXPECT_EQ(roster.peers(1).address(), listening[1]);
   EXPECT_EQ(roster.peers(2).address(), "");
@@ -144,13 +146,13 @@ TEST(DistRendezvousTest, BarrierHoldsUntilEveryPeerArrives) {
   std::atomic<bool> first_released_early{false};
   std::thread first([&] {
     cluster::CoordinatorClient client(context,
-                                      PeerEnv(coordinator.address(), net::ROLE_TRAINER, 0, 2));
+                                      PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 0, 2));
     client.Rendezvous("");
     client.Barrier();
     if (!second_arrived) first_released_early = true;
   });
   cluster::CoordinatorClient client(context,
-                                    PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+                                    PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 1, 2));
   client.Rendezvous("");
   std::this_thread::sleep_for(milliseconds(100));
   second_arrived = true;
@@ -162,10 +164,10 @@ TEST(DistRendezvousTest, BarrierHoldsUntilEveryPeerArrives) {
 TEST(DistRendezvousTest, DuplicateRankIsRejectedAndTheJobStillForms) {
   net::Context context;
   CoordinatorThread coordinator(context, 2, milliseconds(10000));
-  std::optional<net::Roster> roster0;
+  std::optional<cluster::Roster> roster0;
   std::thread first([&] {
     cluster::CoordinatorClient client(context,
-                                      PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
+                                      PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 0, 2));
     roster0 = client.Rendezvous("tcp://127.0.0.1:1111");
   });
   // Let rank 0 register first.
@@ -173,7 +175,7 @@ TEST(DistRendezvousTest, DuplicateRankIsRejectedAndTheJobStillForms) {
   while (coordinator.peers_registered() < 1 && Clock::now() < deadline)
     std::this_thread::sleep_for(milliseconds(2));
   cluster::CoordinatorClient duplicate(context,
-                                       PeerEnv(coordinator.address(), net::ROLE_TRAINER, 0, 2));
+                                       PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 0, 2));
   try {
     duplicate.Rendezvous("");
     ADD_FAILURE();
@@ -183,20 +185,20 @@ TEST(DistRendezvousTest, DuplicateRankIsRejectedAndTheJobStillForms) {
     EXPECT_THAT(e.what(), HasSubstr("tcp://127.0.0.1:1111"));
   }
   cluster::CoordinatorClient second(context,
-                                    PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
-  net::Roster roster1 = second.Rendezvous("");
+                                    PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 1, 2));
+  cluster::Roster roster1 = second.Rendezvous("");
   first.join();
   ASSERT_TRUE(roster0.has_value());
   EXPECT_EQ(roster0->SerializeAsString(), roster1.SerializeAsString());
-  EXPECT_EQ(roster1.peers(0).role(), net::ROLE_SERVER);
+  EXPECT_EQ(roster1.peers(0).role(), cluster::ROLE_SERVER);
 }
 
 TEST(DistRendezvousTest, OutOfRangeRankAndWrongWorldSizeAreRejected) {
   net::Context context;
   CoordinatorThread coordinator(context, 2, milliseconds(10000));
   // A peer that believes in a world of 5.
-  cluster::CoordinatorClient wrong_world(context,
-                                         PeerEnv(coordinator.address(), net::ROLE_TRAINER, 4, 5));
+  cluster::CoordinatorClient wrong_world(
+      context, PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 4, 5));
   try {
     wrong_world.Rendezvous("");
     ADD_FAILURE();
@@ -206,27 +208,63 @@ TEST(DistRendezvousTest, OutOfRangeRankAndWrongWorldSizeAreRejected) {
   }
   // A hand-made HELLO with the right world size but a rank outside it.
   net::Client raw(context, coordinator.address(), net::TransportOptions{}, "coordinator");
-  net::Message hello = net::MakeMessage(net::Header::HELLO);
-  hello.header.mutable_hello()->set_role(net::ROLE_SERVER);
-  hello.header.mutable_hello()->set_rank(7);
-  hello.header.mutable_hello()->set_world_size(2);
+  cluster::Hello hello;
+  hello.set_role(cluster::ROLE_SERVER);
+  hello.set_rank(7);
+  hello.set_world_size(2);
   try {
-    raw.Call(std::move(hello), milliseconds(5000));
+    raw.Call(cluster::MakeHello(hello), milliseconds(5000));
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(e.what(), HasSubstr("HELLO rank 7 is out of range [0, 2)"));
   }
   // A peer refuses to start with a rank outside its own world.
-  cluster::ClusterEnv bad = PeerEnv(coordinator.address(), net::ROLE_TRAINER, 2, 2);
+  cluster::ClusterEnv bad = PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 2, 2);
   EXPECT_THROW(cluster::CoordinatorClient(context, bad), Error);
+}
+
+// What the cluster's decoders refuse reaches the coordinator's loop (the transport does
+// not read bodies): it answers kDataLoss naming the rule, admits nobody for it, and the
+// rendezvous then completes as if nothing had happened.
+TEST(DistRendezvousTest, MalformedHelloAndUnknownTypeAreAnsweredAndChangeNothing) {
+  net::Context context;
+  CoordinatorThread coordinator(context, 1, milliseconds(10000));
+  net::Client raw(context, coordinator.address(), net::TransportOptions{}, "coordinator");
+  const auto expect_error = [&](net::Message m, StatusCode code, const std::string& needle) {
+    try {
+      raw.Call(std::move(m), milliseconds(5000));
+      ADD_FAILURE() << "answered, expected: " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr(needle));
+    }
+  };
+  net::Message garbage = net::MakeMessage(cluster::HELLO);
+  garbage.header.set_body("\xFF\xFF");
+  expect_error(std::move(garbage), StatusCode::kDataLoss,
+               "the coordinator rejected the message: HELLO body (2 bytes) is not a valid "
+               "dlrm.cluster.Hello");
+  cluster::Hello coordinator_role;
+  coordinator_role.set_role(cluster::ROLE_COORDINATOR);
+  coordinator_role.set_rank(0);
+  coordinator_role.set_world_size(1);
+  net::Message bad_role = net::MakeMessage(cluster::HELLO);
+  net::SetBody(coordinator_role, &bad_role);
+  expect_error(std::move(bad_role), StatusCode::kDataLoss,
+               "HELLO role ROLE_COORDINATOR is not a peer role");
+  expect_error(net::MakeMessage(42), StatusCode::kFailedPrecondition, "cannot handle TYPE_42 yet");
+  EXPECT_EQ(coordinator.peers_registered(), 0);
+  cluster::CoordinatorClient peer(context,
+                                  PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 0, 1));
+  EXPECT_EQ(peer.Rendezvous("").world_size(), 1);
 }
 
 TEST(DistRendezvousTest, MissingCoordinatorTimesOutNamingIt) {
   net::Context context;
   const std::string dead = FreeLoopbackAddress();
   cluster::CoordinatorClient client(context,
-                                    PeerEnv(dead, net::ROLE_TRAINER, 0, 1, /*timeout_ms=*/200));
+                                    PeerEnv(dead, cluster::ROLE_TRAINER, 0, 1, /*timeout_ms=*/200));
   const auto start = Clock::now();
   try {
     client.Rendezvous("");
@@ -246,7 +284,7 @@ TEST(DistRendezvousTest, CoordinatorGivesUpNamingMissingRanksAndTellsTheOthers) 
   net::Context context;
   CoordinatorThread coordinator(context, 3, milliseconds(300));
   cluster::CoordinatorClient client(context,
-                                    PeerEnv(coordinator.address(), net::ROLE_SERVER, 1, 3));
+                                    PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 1, 3));
   try {
     client.Rendezvous("");
     ADD_FAILURE();
@@ -266,11 +304,11 @@ TEST(DistRendezvousTest, PeersMayStartBeforeTheCoordinator) {
   // A free port from a plain socket, closed at once. (A ZeroMQ socket closes its listener
   // asynchronously: a peer connecting meanwhile would hand it the HELLO.)
   const std::string address = FreeLoopbackAddress();
-  std::optional<net::Roster> roster;
+  std::optional<cluster::Roster> roster;
   std::string error;
   std::thread peer([&] {
     try {
-      cluster::CoordinatorClient client(context, PeerEnv(address, net::ROLE_TRAINER, 0, 1));
+      cluster::CoordinatorClient client(context, PeerEnv(address, cluster::ROLE_TRAINER, 0, 1));
       roster = client.Rendezvous("");
       client.Leave();
     } catch (const Error& e) {
@@ -296,12 +334,12 @@ TEST(DistRendezvousTest, BarrierFailsOnceAPeerHasLeft) {
   CoordinatorThread coordinator(context, 2, milliseconds(10000));
   std::thread leaver([&] {
     cluster::CoordinatorClient client(context,
-                                      PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
+                                      PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 0, 2));
     client.Rendezvous("");
     client.Leave();
   });
   cluster::CoordinatorClient stayer(context,
-                                    PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+                                    PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 1, 2));
   stayer.Rendezvous("");
   leaver.join();
   try {
@@ -317,10 +355,10 @@ TEST(DistRendezvousTest, BarrierWaitingForAPeerThatLeavesFails) {
   net::Context context;
   CoordinatorThread coordinator(context, 2, milliseconds(10000));
   cluster::CoordinatorClient leaver(context,
-                                    PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 2));
+                                    PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 0, 2));
   std::thread stay([&] {
     cluster::CoordinatorClient stayer(context,
-                                      PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 2));
+                                      PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 1, 2));
     stayer.Rendezvous("");
     try {
       stayer.Barrier(milliseconds(5000));
@@ -342,16 +380,17 @@ TEST(DistRendezvousTest, CoordinatorGivesUpOnAPeerThatNeverLeavesAfterAnotherDid
   CoordinatorThread coordinator(context, 3, timeout);
   // Rank 2 joins and then hangs: it is destroyed (and would leave) only after the
   // coordinator has given up on it.
-  cluster::CoordinatorClient silent(context,
-                                    PeerEnv(coordinator.address(), net::ROLE_TRAINER, 2, 3, 1500));
+  cluster::CoordinatorClient silent(
+      context, PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 2, 3, 1500));
   std::thread others([&] {
-    cluster::CoordinatorClient a(context, PeerEnv(coordinator.address(), net::ROLE_TRAINER, 1, 3));
+    cluster::CoordinatorClient a(context,
+                                 PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 1, 3));
     a.Rendezvous("");
     a.Leave();
   });
   std::thread server([&] {
     cluster::CoordinatorClient failing(context,
-                                       PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 3));
+                                       PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 0, 3));
     failing.Rendezvous("");
     // Fails without calling Leave: its destructor leaves for it.
   });
@@ -372,7 +411,7 @@ TEST(DistRendezvousTest, RendezvousWithASharedSecret) {
   net::Context context;
   CoordinatorThread coordinator(context, 1, milliseconds(10000), secret);
   cluster::CoordinatorClient client(
-      context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 1, 5000, secret));
+      context, PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 0, 1, 5000, secret));
   EXPECT_EQ(client.Rendezvous("tcp://127.0.0.1:2222").peers(0).address(), "tcp://127.0.0.1:2222");
   client.Leave();
 }
@@ -380,8 +419,8 @@ TEST(DistRendezvousTest, RendezvousWithASharedSecret) {
 TEST(DistRendezvousTest, RendezvousWithAWrongSecretFailsSayingWhy) {
   net::Context context;
   CoordinatorThread coordinator(context, 1, milliseconds(10000), "cluster-secret-0123456789");
-  cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), net::ROLE_SERVER, 0, 1,
-                                                     300, "another-secret-0123456789"));
+  cluster::CoordinatorClient client(context, PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 0,
+                                                     1, 300, "another-secret-0123456789"));
   try {
     client.Rendezvous("");
     ADD_FAILURE();

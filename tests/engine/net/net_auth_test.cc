@@ -14,9 +14,14 @@
 #include "engine/net/client.h"
 #include "engine/net/codec.h"
 #include "engine/net/endpoint.h"
+#include "engine/ps/messages.h"
 
 namespace dlrm::net {
 namespace {
+
+// The messages these tests pass around are the embedding service's; registered for their
+// names in errors and logs.
+[[maybe_unused]] const bool kTypesRegistered = (ps::RegisterMessageTypes(), true);
 
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
@@ -31,7 +36,7 @@ TransportOptions WithSecret(const std::string& secret) {
 }
 
 std::vector<Frame> SignedUpdate(const std::string& secret = kSecret) {
-  Message m = MakeMessage(Header::UPDATE);
+  Message m = MakeMessage(ps::UPDATE);
   m.header.set_step(12);
   m.payloads.push_back(Payload::Copy(std::vector<int64_t>{5, 6}));
   m.payloads.push_back(Payload::Copy(std::vector<float>{0.25f, 0.5f, 0.75f, 1.0f}));
@@ -68,7 +73,7 @@ TEST(NetAuthTest, WrongSecretIsRejected) {
 }
 
 TEST(NetAuthTest, MissingTagIsRejected) {
-  Message m = MakeMessage(Header::UPDATE);
+  Message m = MakeMessage(ps::UPDATE);
   ExpectRejected(Codec(TransportOptions{}).Encode(std::move(m)), WithSecret(kSecret),
                  "has no auth tag but this endpoint requires one");
 }
@@ -112,7 +117,7 @@ TEST(NetAuthTest, TagThatIsNotTheTrailerIsRejected) {
 TEST(NetAuthTest, BytesMovedBetweenFramesAreRejected) {
   // Two U8 payloads of 4 bytes; moving one byte across the boundary keeps the
   // concatenation but not the frames: the length-prefixed MAC catches it.
-  Message m = MakeMessage(Header::UPDATE);
+  Message m = MakeMessage(ps::UPDATE);
   m.payloads.push_back(Payload::Copy(std::vector<uint8_t>{1, 2, 3, 4}));
   m.payloads.push_back(Payload::Copy(std::vector<uint8_t>{5, 6, 7, 8}));
   std::vector<Frame> frames = Codec(WithSecret(kSecret)).Encode(std::move(m));
@@ -141,7 +146,7 @@ void ServeLookups(Endpoint& server, int n) {
   for (int i = 0; i < n; ++i) {
     auto r = server.TryReceive(milliseconds(2000));
     if (!r) return;
-    server.Reply(*r, MakeMessage(Header::LOOKUP_REPLY));
+    server.Reply(*r, MakeMessage(ps::LOOKUP_REPLY));
   }
 }
 
@@ -150,8 +155,8 @@ TEST(NetAuthTest, EndpointsWithTheSameSecretTalk) {
   Endpoint server(context, Endpoint::kListen, "tcp://127.0.0.1:*", WithSecret(kSecret), "server");
   std::thread serve([&] { ServeLookups(server, 1); });
   Client client(context, server.address(), WithSecret(kSecret), "server");
-  EXPECT_EQ(client.Call(MakeMessage(Header::LOOKUP), milliseconds(5000)).header.type(),
-            Header::LOOKUP_REPLY);
+  EXPECT_EQ(client.Call(MakeMessage(ps::LOOKUP), milliseconds(5000)).header.type(),
+            ps::LOOKUP_REPLY);
   serve.join();
   EXPECT_EQ(server.stats().rejected, 0);
 }
@@ -160,7 +165,7 @@ TEST(NetAuthTest, EndpointRejectsAWrongSecretAndTheSenderLearnsWhy) {
   Context context;
   Endpoint server(context, Endpoint::kListen, "tcp://127.0.0.1:*", WithSecret(kSecret), "server");
   Client client(context, server.address(), WithSecret(kOtherSecret), "server");
-  const uint64_t id = client.Submit(MakeMessage(Header::LOOKUP));
+  const uint64_t id = client.Submit(MakeMessage(ps::LOOKUP));
   try {
     client.Wait(id, milliseconds(300));
     ADD_FAILURE();
@@ -182,7 +187,7 @@ TEST(NetAuthTest, EndpointRejectsUnauthenticatedMessagesAndAnswersWithTheReason)
   // by the client as unexpectedly signed, which its timeout names.
   Client client(context, server.address(), TransportOptions{}, "server");
   try {
-    client.Call(MakeMessage(Header::LOOKUP), milliseconds(300));
+    client.Call(MakeMessage(ps::LOOKUP), milliseconds(300));
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kTimeout);

@@ -16,9 +16,14 @@
 #include "engine/net/client.h"
 #include "engine/net/endpoint.h"
 #include "engine/net/zmq_socket.h"
+#include "engine/ps/messages.h"
 
 namespace dlrm::net {
 namespace {
+
+// The messages these tests pass around are the embedding service's; registered for their
+// names in errors and logs.
+[[maybe_unused]] const bool kTypesRegistered = (ps::RegisterMessageTypes(), true);
 
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
@@ -55,13 +60,13 @@ class EchoServer {
     while (!stop_) {
       auto r = endpoint_.TryReceive(milliseconds(20));
       if (!r) continue;
-      if (r->message.header.type() != Header::LOOKUP || r->message.payloads.size() != 1 ||
+      if (r->message.header.type() != ps::LOOKUP || r->message.payloads.size() != 1 ||
           r->message.payloads[0].dtype() != PayloadDescriptor::I64) {
         endpoint_.ReplyError(*r, StatusCode::kInvalidArgument, "only LOOKUP");
         continue;
       }
       const std::vector<int64_t> ids = r->message.payloads.at(0).ToVector<int64_t>();
-      Message reply = MakeMessage(Header::LOOKUP_REPLY);
+      Message reply = MakeMessage(ps::LOOKUP_REPLY);
       Payload rows = Payload::Zeros<float>(static_cast<int64_t>(ids.size()));
       for (size_t i = 0; i < ids.size(); ++i)
         rows.mutable_data<float>()[i] = -static_cast<float>(ids[i]);
@@ -77,7 +82,7 @@ class EchoServer {
 };
 
 Message Lookup(std::vector<int64_t> ids) {
-  Message m = MakeMessage(Header::LOOKUP);
+  Message m = MakeMessage(ps::LOOKUP);
   m.payloads.push_back(Payload::Copy(ids));
   return m;
 }
@@ -107,7 +112,7 @@ TEST(NetEndpointTest, RequestReplyCarriesPayloads) {
   EchoServer server(context, TransportOptions{});
   Client client(context, server.endpoint().address(), TransportOptions{}, "test server", 4);
   Message reply = client.Call(Lookup({1, 2, 3}), milliseconds(5000));
-  EXPECT_EQ(reply.header.type(), Header::LOOKUP_REPLY);
+  EXPECT_EQ(reply.header.type(), ps::LOOKUP_REPLY);
   EXPECT_EQ(reply.payloads.at(0).ToVector<float>(), (std::vector<float>{-1, -2, -3}));
 }
 
@@ -133,7 +138,7 @@ TEST(NetEndpointTest, ManyOutstandingRequestsAreMatchedById) {
   std::vector<Received> requests;
   for (int i = 0; i < 32; ++i) requests.push_back(server.Receive(milliseconds(5000), "LOOKUP"));
   for (auto it = requests.rbegin(); it != requests.rend(); ++it) {
-    Message reply = MakeMessage(Header::LOOKUP_REPLY);
+    Message reply = MakeMessage(ps::LOOKUP_REPLY);
     reply.header.set_step(it->message.payloads[0].ToVector<int64_t>()[0]);
     server.Reply(*it, std::move(reply));
   }
@@ -164,7 +169,7 @@ TEST(NetEndpointTest, ErrorReplyIsThrownWithThePeersCode) {
   EchoServer server(context, TransportOptions{});
   Client client(context, server.endpoint().address(), TransportOptions{}, "test server");
   try {
-    client.Call(MakeMessage(Header::UPDATE), milliseconds(5000));
+    client.Call(MakeMessage(ps::UPDATE), milliseconds(5000));
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
@@ -209,9 +214,9 @@ TEST(NetEndpointTest, ListenerReceiveTimesOutNamingWhatItAwaited) {
 TEST(NetEndpointTest, SendingAnInvalidMessageFailsAtOnce) {
   Context context;
   Client client(context, DeadAddress(context), TransportOptions{}, "s");
-  EXPECT_THROW(client.Submit(MakeMessage(Header::ERROR)), Error);  // ERROR needs a code
+  EXPECT_THROW(client.Submit(MakeMessage(ERROR)), Error);  // ERROR needs a code
   Endpoint server(context, Endpoint::kListen, kLoopback, TransportOptions{}, "s");
-  EXPECT_THROW(server.Send(MakeMessage(Header::LOOKUP)), Error);  // no recipient
+  EXPECT_THROW(server.Send(MakeMessage(ps::LOOKUP)), Error);  // no recipient
 }
 
 // Sends raw multipart frames, bypassing the encoder.
@@ -283,7 +288,7 @@ TEST(NetEndpointTest, ServerKeepsServingGoodRequestsThroughGarbage) {
   std::vector<RawMessage> answers = garbage.Drain(sent_garbage);
   ASSERT_EQ(static_cast<int>(answers.size()), sent_garbage);
   Message answer = Codec(options).Decode(std::move(answers[3].frames));
-  EXPECT_EQ(answer.header.type(), Header::ERROR);
+  EXPECT_EQ(answer.header.type(), ERROR);
   EXPECT_EQ(answer.header.error_code(), static_cast<int32_t>(StatusCode::kDataLoss));
   EXPECT_EQ(answer.header.request_id(), 77u);  // the lying LOOKUP's id, read from its header
   EXPECT_THAT(answer.header.error_message(), HasSubstr("needs 16 bytes but its frame has 7"));
@@ -316,7 +321,7 @@ TEST(NetEndpointTest, ReplyToAPeerThatHasGoneIsCountedNotFatal) {
   // Until ZeroMQ has noticed the disconnect a reply may still be taken (and dropped).
   const auto deadline = Clock::now() + milliseconds(5000);
   while (server.stats().send_failures == 0 && Clock::now() < deadline) {
-    server.Reply(request, MakeMessage(Header::LOOKUP_REPLY));
+    server.Reply(request, MakeMessage(ps::LOOKUP_REPLY));
     std::this_thread::sleep_for(milliseconds(20));
   }
   EXPECT_GE(server.stats().send_failures, 1);
@@ -334,10 +339,10 @@ TEST(NetEndpointTest, LateRepliesToForgottenRequestsAreDropped) {
   const uint64_t first = client.Submit(Lookup({1}));
   Received r = server.Receive(milliseconds(5000), "LOOKUP");
   EXPECT_THROW(client.Wait(first, milliseconds(20)), Error);  // times out, forgets
-  server.Reply(r, MakeMessage(Header::LOOKUP_REPLY));         // arrives late
+  server.Reply(r, MakeMessage(ps::LOOKUP_REPLY));             // arrives late
   const uint64_t second = client.Submit(Lookup({2}));
-  server.Reply(server.Receive(milliseconds(5000), "LOOKUP"), MakeMessage(Header::UPDATE_ACK));
-  EXPECT_EQ(client.Wait(second, milliseconds(5000)).header.type(), Header::UPDATE_ACK);
+  server.Reply(server.Receive(milliseconds(5000), "LOOKUP"), MakeMessage(ps::FLUSH_ACK));
+  EXPECT_EQ(client.Wait(second, milliseconds(5000)).header.type(), ps::FLUSH_ACK);
   EXPECT_FALSE(client.endpoint().TryReceive(milliseconds(50)).has_value());
 }
 

@@ -1,6 +1,7 @@
 // Deterministic fuzzing of the decoder, the transport's security boundary: 4 x 60k
 // random and mutated multipart inputs from fixed seeds. Every input must be decoded or
-// rejected with kDataLoss (never a crash, an overflow or another exception; run under
+// rejected with kDataLoss, by the transport and then by the decoder of the layer that
+// defines its type (cluster, ps) (never a crash, an overflow or another exception; run under
 // ASan/UBSan in the sanitizer build), the same way every time; what is accepted must
 // satisfy the wire invariants and re-encode to itself; and with a secret, nothing but
 // an unchanged signed message may be accepted.
@@ -11,9 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/cluster/messages.h"
 #include "engine/core/status.h"
 #include "engine/net/codec.h"
 #include "engine/net/message.h"
+#include "engine/ps/messages.h"
 
 namespace dlrm::net {
 namespace {
@@ -28,10 +31,30 @@ struct Outcome {
   std::vector<Payload> payloads;
 };
 
+// What the layer that defines the message's type reads of it: that decoder, too, must
+// accept the message or reject it with kDataLoss.
+void DecodeForItsLayer(const Message& m) {
+  switch (m.header.type()) {
+    case cluster::HELLO: cluster::DecodeHello(m); break;
+    case cluster::ROSTER: cluster::DecodeRoster(m); break;
+    case cluster::BARRIER: cluster::DecodeBarrier(m); break;
+    case ps::LOOKUP: ps::DecodeLookup(m); break;
+    case ps::UPDATE: ps::DecodeUpdate(m); break;
+    default: break;
+  }
+}
+
 Outcome Run(const Codec& codec, const std::vector<Frame>& frames) {
   Outcome o;
   try {
     Message m = codec.Decode(frames);
+    try {
+      DecodeForItsLayer(m);
+    } catch (const Error& e) {
+      if (e.code() != StatusCode::kDataLoss)
+        ADD_FAILURE() << MessageTypeName(m.header.type()) << " rejected by its layer with "
+                      << StatusCodeName(e.code()) << ": " << e.what();
+    }
     o.accepted = true;
     o.header = m.header.SerializeAsString();
     o.payloads = std::move(m.payloads);
@@ -46,40 +69,38 @@ Outcome Run(const Codec& codec, const std::vector<Frame>& frames) {
 // Valid messages of every shape the fuzzer starts from.
 std::vector<Message> Seeds() {
   std::vector<Message> seeds;
-  Message lookup = MakeMessage(Header::LOOKUP);
+  Message lookup = MakeMessage(ps::LOOKUP);
   lookup.header.set_sender_rank(2);
   lookup.header.set_step(40);
   lookup.header.set_request_id(17);
   lookup.payloads.push_back(Payload::Copy(std::vector<int64_t>{3, 1, 4, 1, 5}));
   lookup.payloads.push_back(Payload::Copy(std::vector<int32_t>{2, 3}));
   seeds.push_back(lookup);
-  Message reply = MakeMessage(Header::LOOKUP_REPLY);
+  Message reply = MakeMessage(ps::LOOKUP_REPLY);
   reply.payloads.push_back(Payload::Zeros<float>(24));
   reply.payloads.push_back(Payload::Copy(std::vector<double>{1.0, -2.0}));
   reply.payloads.push_back(Payload::Copy(std::vector<uint8_t>{9}));
   seeds.push_back(reply);
   Message error = MakeErrorMessage(StatusCode::kOutOfRange, "id 12 is out of range", 5);
   seeds.push_back(error);
-  Message hello = MakeMessage(Header::HELLO);
-  hello.header.mutable_hello()->set_role(ROLE_TRAINER);
-  hello.header.mutable_hello()->set_rank(1);
-  hello.header.mutable_hello()->set_world_size(3);
-  hello.header.mutable_hello()->set_address("tcp://127.0.0.1:4000");
-  seeds.push_back(hello);
-  Message roster = MakeMessage(Header::ROSTER);
-  roster.header.mutable_roster()->set_world_size(2);
+  cluster::Hello hello;
+  hello.set_role(cluster::ROLE_TRAINER);
+  hello.set_rank(1);
+  hello.set_world_size(3);
+  hello.set_address("tcp://127.0.0.1:4000");
+  seeds.push_back(cluster::MakeHello(hello));
+  cluster::Roster roster;
+  roster.set_world_size(2);
   for (int r = 0; r < 2; ++r) {
-    PeerInfo* p = roster.header.mutable_roster()->add_peers();
+    cluster::PeerInfo* p = roster.add_peers();
     p->set_rank(r);
-    p->set_role(r ? ROLE_TRAINER : ROLE_SERVER);
+    p->set_role(r ? cluster::ROLE_TRAINER : cluster::ROLE_SERVER);
     p->set_address("tcp://10.0.0.1:5000");
   }
-  seeds.push_back(roster);
-  Message barrier = MakeMessage(Header::BARRIER);
-  barrier.header.set_barrier_generation(3);
-  seeds.push_back(barrier);
-  seeds.push_back(MakeMessage(Header::HEARTBEAT));
-  Message update = MakeMessage(Header::UPDATE);
+  seeds.push_back(cluster::MakeRoster(roster));
+  seeds.push_back(cluster::MakeBarrier(3));
+  seeds.push_back(MakeMessage(cluster::HEARTBEAT));
+  Message update = MakeMessage(ps::UPDATE);
   update.header.set_body(std::string("\x08\x96\x01", 3));
   update.payloads.push_back(Payload::Copy(std::vector<int64_t>{7}));
   update.payloads.push_back(Payload::Zeros<float>(0));

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/cluster/messages.h"
 #include "engine/core/status.h"
 #include "engine/net/client.h"
 #include "engine/ps/messages.h"
@@ -104,8 +105,8 @@ TEST_F(ServerFixture, SyncLookupWaitsForThePreviousStepsUpdate) {
   EXPECT_NE(answered[0].rows[0], before) << "step 2's lookup saw step 1's update";
   EXPECT_EQ(answered[0].rows[0], store.shard_table(0).row(0)[0]);
   EXPECT_EQ(owner.applied(), 1);
-  const net::Message ack = client.Call(ps::StepMessage(net::Header::FLUSH, 1), kWait);
-  EXPECT_EQ(ack.header.type(), net::Header::FLUSH_ACK);
+  const net::Message ack = client.Call(ps::StepMessage(ps::FLUSH, 1), kWait);
+  EXPECT_EQ(ack.header.type(), ps::FLUSH_ACK);
 }
 
 TEST_F(ServerFixture, BadRequestsGetErrorsAndTheServerKeepsServing) {
@@ -121,8 +122,7 @@ TEST_F(ServerFixture, BadRequestsGetErrorsAndTheServerKeepsServing) {
     EXPECT_EQ(e.code(), StatusCode::kDataLoss);
     EXPECT_NE(std::string(e.what()).find("LOOKUP payload 0 is F32"), std::string::npos);
   }
-  net::Message barrier = net::MakeMessage(net::Header::BARRIER);
-  barrier.header.set_barrier_generation(0);
+  net::Message barrier = cluster::MakeBarrier(0);
   try {
     client.Call(barrier, kWait);
     ADD_FAILURE() << "BARRIER was answered";
@@ -150,8 +150,8 @@ TEST_F(ServerFixture, BadUpdateStopsTheOwnerAndEveryLaterRequestSaysWhy) {
 }
 
 TEST_F(ServerFixture, ShutdownFromEveryTrainerEndsServe) {
-  const net::Message ack = client.Call(net::MakeMessage(net::Header::SHUTDOWN), kWait);
-  EXPECT_EQ(ack.header.type(), net::Header::SHUTDOWN);
+  const net::Message ack = client.Call(net::MakeMessage(cluster::SHUTDOWN), kWait);
+  EXPECT_EQ(ack.header.type(), cluster::SHUTDOWN);
   serving.join();
   serving = std::thread([] {});  // the fixture joins it again
 }

@@ -79,8 +79,8 @@ JobResult RunJob(
     peers.emplace_back([&, rank] {
       const bool server = rank < kServers;
       cluster::ClusterEnv env =
-          PeerEnv(coordinator.address(), server ? net::ROLE_SERVER : net::ROLE_TRAINER, rank, world,
-                  timeout_ms);
+          PeerEnv(coordinator.address(), server ? cluster::ROLE_SERVER : cluster::ROLE_TRAINER,
+                  rank, world, timeout_ms);
       env.collective = collective;
       std::string& error =
           server ? result.server_errors[rank] : result.trainer_errors[rank - kServers];
