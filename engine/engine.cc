@@ -18,7 +18,11 @@
 #include "engine/model/dlrm_model.h"
 #include "engine/optim/dense_optimizer.h"
 #include "engine/train/async_step_queue.h"
+#include "engine/train/backend.h"
 #include "engine/train/step.h"
+#if DLRM_HAVE_CUDA
+#include "engine/cuda/backend.h"
+#endif
 
 namespace dlrm {
 namespace {
@@ -41,33 +45,34 @@ double ParseExactFloat(const CheckpointReader& reader, const std::string& path,
   return v;
 }
 
-std::vector<TableShape> TableShapes(const config::ModelConfig& model) {
-  std::vector<TableShape> shapes;
-  for (const auto& t : model.tables()) shapes.push_back({t.num_rows(), t.dim()});
-  return shapes;
+// The device that computes (train/backend.h); kFailedPrecondition naming the cause when
+// the configured device cannot be used here.
+std::unique_ptr<train::Backend> MakeBackend(const config::DeviceConfig& device,
+                                            train::ModelState* state, ThreadPool* pool) {
+  if (device.kind() == config::DeviceConfig::CPU) return train::MakeCpuBackend(state, pool);
+#if DLRM_HAVE_CUDA
+  return cuda::MakeCudaBackend(device.ordinal(), state, pool);
+#else
+  (void)pool;
+  Throw(StatusCode::kFailedPrecondition,
+        "device.kind is CUDA but this libdlrm was built without CUDA (build it where nvcc is "
+        "installed, with DLRM_CUDA=AUTO or ON)");
+#endif
 }
 
 }  // namespace
 
-struct Engine::State {
+struct Engine::State : train::ModelState {
   State(const config::DlrmConfig& config, ThreadPool* pool)
-      : model(config, pool),
-        dense_optimizer(
-            MakeDenseOptimizer<float>(config.dense_optimizer(), model.dense_params().size())),
-        sparse_optimizer(
-            MakeSparseOptimizer<float>(config.sparse_optimizer(), TableShapes(config.model()))),
+      : train::ModelState(config, pool),
+        backend(MakeBackend(config.device(), this, pool)),
         dense_lr(config.dense_optimizer().learning_rate()),
         sparse_lr(config.sparse_optimizer().learning_rate()) {}
 
-  DlrmModel<float> model;
-  std::unique_ptr<DenseOptimizer<float>> dense_optimizer;
-  std::unique_ptr<SparseOptimizer<float>> sparse_optimizer;
+  std::unique_ptr<train::Backend> backend;
   int64_t step = 0;
   float dense_lr;
   float sparse_lr;
-  // Reused across steps.
-  std::vector<float> dense_grad;
-  std::vector<float> d_pooled;
 };
 
 Engine::Engine(const config::DlrmConfig& config) : config_(config) {
@@ -134,14 +139,9 @@ float Engine::TrainStepNow(const BatchView& batch, bool validated) {
   const ValidatedBatch vb =
       validated ? IndexValidBatch(batch)
                 : ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), true);
-  const double loss = s.model.ForwardBackward(vb, &s.dense_grad, &s.d_pooled, pool_.get());
-  train::CheckFinite(s.step, loss, s.dense_grad, AllFinite(s.d_pooled));
   const train::StepRates rates =
       train::RatesForStep(config_.lr_schedule(), s.dense_lr, s.sparse_lr, s.step);
-  train::UpdateDense(*s.dense_optimizer, s.model.dense_params(), s.dense_grad.data(), rates,
-                     pool_.get());
-  s.model.SparseBackwardAndUpdate(vb, s.d_pooled, *s.sparse_optimizer, rates.sparse_lr, rates.t,
-                                  pool_.get());
+  const double loss = s.backend->TrainStep(vb, rates);
   s.step = rates.t;
   return static_cast<float>(loss);
 }
@@ -155,7 +155,7 @@ void Engine::Predict(const BatchView& batch, float* out, int64_t capacity) const
   if (capacity < batch.batch_size)
     ThrowInvalid("output buffer holds ", capacity, " values but batch_size is ", batch.batch_size);
   std::vector<float> logits(batch.batch_size);
-  s.model.PredictLogits(vb, logits.data(), pool_.get());
+  s.backend->PredictLogits(vb, logits.data());
   for (int64_t i = 0; i < batch.batch_size; ++i) out[i] = StableSigmoid(logits[i]);
 }
 
@@ -177,7 +177,7 @@ EvalResult Engine::Evaluate(const std::vector<BatchView>& batches) const {
   std::vector<float> logits;
   for (const ValidatedBatch& vb : validated) {
     logits.resize(vb.view.batch_size);
-    s.model.PredictLogits(vb, logits.data(), pool_.get());
+    s.backend->PredictLogits(vb, logits.data());
     for (int64_t i = 0; i < vb.view.batch_size; ++i) {
       probabilities.push_back(StableSigmoid(static_cast<double>(logits[i])));
       labels.push_back(vb.view.labels[i]);
@@ -244,6 +244,7 @@ void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity
   std::shared_lock<std::shared_mutex> lock(mu_);
   const auto [data, size] = FindParameter(*state_, name);
   if (out == nullptr) ThrowInvalid("output buffer is NULL");
+  state_->backend->PullState();
   if (capacity < size)
     ThrowInvalid("output buffer holds ", capacity, " values but parameter \"", name, "\" has ",
                  size);
@@ -259,7 +260,9 @@ void Engine::WriteParameter(const std::string& name, const float* values, int64_
   for (int64_t i = 0; i < count; ++i)
     if (!std::isfinite(values[i]))
       ThrowInvalid("values[", i, "] for parameter \"", name, "\" is not finite (", values[i], ")");
+  state_->backend->PullState();  // the other parameters and the optimizer state stay
   std::copy(values, values + count, data);
+  state_->backend->PushState();
 }
 
 void Engine::Save(const std::string& path) const {
@@ -267,6 +270,7 @@ void Engine::Save(const std::string& path) const {
   std::shared_lock<std::shared_mutex> lock(mu_);
   // StateBuffers() hands out mutable pointers; under the reader lock we only read them.
   State& s = *state_;
+  s.backend->PullState();
   CheckpointWriter writer;
   writer.SetMetadata("format", checkpoint::kEngineFormat);
   writer.SetMetadata("config", ConfigToText(config_));
@@ -331,6 +335,7 @@ void Engine::LoadFrom(const CheckpointReader& reader, const std::string& path) {
     checkpoint::ReadEmbedding(reader, table.name(), table, table.data().data(),
                               s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)));
   }
+  s.backend->PushState();
   std::unique_lock<std::shared_mutex> lock(mu_);
   state_ = std::move(staged);
 }

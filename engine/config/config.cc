@@ -15,6 +15,9 @@
 namespace dlrm {
 namespace {
 
+// Far above any machine's GPU count; a larger ordinal is a typo, not a device.
+constexpr int32_t kMaxDeviceOrdinal = 1023;
+
 std::string Field(const std::string& repeated, int index) {
   return repeated + "[" + std::to_string(index) + "]";
 }
@@ -149,6 +152,16 @@ void ValidateSharding(const config::ShardingConfig& s, const config::ModelConfig
     ThrowInvalid("sharding.min_column_block must be > 0, got ", s.min_column_block());
 }
 
+void ValidateDevice(const config::DeviceConfig& d) {
+  if (!config::DeviceConfig::Kind_IsValid(d.kind()))
+    ThrowInvalid("device.kind ", static_cast<int>(d.kind()), " is not CPU or CUDA");
+  if (d.ordinal() < 0 || d.ordinal() > kMaxDeviceOrdinal)
+    ThrowInvalid("device.ordinal must be in [0, ", kMaxDeviceOrdinal, "], got ", d.ordinal());
+  if (d.kind() == config::DeviceConfig::CPU && d.ordinal() != 0)
+    ThrowInvalid("device.ordinal is ", d.ordinal(),
+                 " but device.kind is CPU (ordinals are for CUDA)");
+}
+
 void ValidateDistributed(const config::DistributedConfig& d) {
   if (d.staleness() < 1 || d.staleness() > 1000)
     ThrowInvalid("distributed.staleness must be in [1, 1000], got ", d.staleness());
@@ -205,6 +218,7 @@ void ValidateConfig(const config::DlrmConfig& config) {
     ThrowInvalid("reduction_chunk_rows must be > 0, got ", config.reduction_chunk_rows());
   ValidateSharding(config.sharding(), config.model());
   ValidateDistributed(config.distributed());
+  ValidateDevice(config.device());
 }
 
 std::string ConfigToText(const config::DlrmConfig& config) {

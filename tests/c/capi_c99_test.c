@@ -94,6 +94,18 @@ static void test_create_errors(void) {
   CHECK_FAILS(dlrm_engine_create("model { num_dense_features: 0 }", &e), DLRM_INVALID_ARGUMENT,
               "model.num_dense_features");
   CHECK(e == NULL);
+  {
+    /* A GPU asked for where none can be used: the cause, never a crash (this library
+       also loads and trains with no GPU driver on the machine at all). */
+    static const char kCuda[] = "\ndevice { kind: CUDA }\n";
+    char* cuda_config = (char*)malloc(strlen(kConfig) + sizeof kCuda);
+    CHECK(cuda_config != NULL);
+    strcpy(cuda_config, kConfig);
+    strcat(cuda_config, kCuda);
+    CHECK_FAILS(dlrm_engine_create(cuda_config, &e), DLRM_FAILED_PRECONDITION, "CUDA");
+    CHECK(e == NULL);
+    free(cuda_config);
+  }
   CHECK_FAILS(dlrm_engine_create_from_file("/nonexistent/dir/cfg.txt", &e), DLRM_IO,
               "/nonexistent/dir/cfg.txt");
   CHECK(dlrm_engine_create_from_file(kConfigPath, &e) == DLRM_OK);

@@ -210,6 +210,23 @@ TEST(ConfigTest, RejectsDistributedErrors) {
   ExpectInvalid(c, "distributed.lookahead", "[0, 64]");
 }
 
+TEST(ConfigTest, RejectsDeviceErrors) {
+  config::DlrmConfig c = Valid();
+  c.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  c.mutable_device()->set_ordinal(-1);
+  ExpectInvalid(c, "device.ordinal", "[0, 1023], got -1");
+  c.mutable_device()->set_ordinal(1024);
+  ExpectInvalid(c, "device.ordinal", "got 1024");
+  c = Valid();
+  c.mutable_device()->set_ordinal(2);
+  ExpectInvalid(c, "device.ordinal", "device.kind is CPU");
+  c = Valid();
+  c.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  c.mutable_device()->set_ordinal(3);
+  EXPECT_NO_THROW(ValidateConfig(c));  // whether a device 3 exists is the engine's question
+  EXPECT_THROW(ParseConfigText("device { kind: TPU }"), Error);
+}
+
 TEST(ConfigTest, LookaheadFollowsTheModeUnlessSet) {
   config::DistributedConfig d;
   EXPECT_EQ(Lookahead(d), 1);  // sync: the servers hold deeper lookups anyway

@@ -122,6 +122,25 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, EngineOptimizerTest, ::testing::ValuesIn(kO
                            return std::string(kOptimizerSetNames[info.index]);
                          });
 
+// device.kind CUDA where it cannot train (here: built without CUDA, no driver or device,
+// or the CUDA step not built yet) is refused naming the cause; never a crash, and never
+// CPU training behind a CUDA config.
+TEST(EngineTest, UnusableCudaDeviceIsRefusedNamingTheCause) {
+  config::DlrmConfig config = ParseConfigText(testing::SmallConfigText("", 1, 128));
+  config.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  try {
+    Engine engine(config);
+    ADD_FAILURE() << "an engine was made for device.kind CUDA";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition) << e.what();
+    EXPECT_THAT(e.what(), ::testing::ContainsRegex("built without CUDA|no usable CUDA device|"
+                                                   "CUDA training step is not built yet"));
+  }
+  config.mutable_device()->set_kind(config::DeviceConfig::CPU);
+  Engine cpu(config);  // the same config on the CPU trains
+  EXPECT_EQ(cpu.step(), 0);
+}
+
 TEST(EngineTest, AsyncStepsEqualSynchronousSteps) {
   auto sync = MakeEngine(kOptimizerSets[2], 2);
   const auto expected = TrainLosses(*sync, 8);

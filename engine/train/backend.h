@@ -1,0 +1,68 @@
+// The seam between the Engine's bookkeeping and the device that computes.
+//
+// Everything that does not depend on the device is the Engine's, written once: config
+// validation, batch validation, locks, the step counter and learning rates (RatesForStep),
+// parameters by name, checkpoints. A Backend runs the arithmetic of one step and of
+// prediction on its device: forward, backward, the divergence check and both updates.
+//
+// The host copy. ModelState (the model's parameters and both optimizers' state in host
+// memory) is what checkpoints save and load and what parameters are read from and written
+// to. The CPU backend computes on it directly. A device backend keeps its own copy and
+// must make the host copy current before it is read (PullState) and take it over after
+// the Engine changed it (PushState); between the two it may let the host copy go stale.
+//
+// Ownership: a Backend borrows the ModelState and pool it was made with; both outlive it.
+// Threading: TrainStep and PushState are called under the Engine's writer lock (one at a
+// time); PredictLogits and PullState under its reader lock, so they may run concurrently
+// with each other and a device backend synchronizes PullState itself.
+// Errors: TrainStep throws kFailedPrecondition, having updated nothing, when the loss or a
+// gradient is not finite (CheckFinite); device errors are kInternal naming the call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/config/dlrm.pb.h"
+#include "engine/core/thread_pool.h"
+#include "engine/data/batch.h"
+#include "engine/embedding/sparse_optimizer.h"
+#include "engine/model/dlrm_model.h"
+#include "engine/optim/dense_optimizer.h"
+#include "engine/train/step.h"
+
+namespace dlrm::train {
+
+// The model and its optimizers' state, in host memory.
+struct ModelState {
+  ModelState(const config::DlrmConfig& config, ThreadPool* pool);
+
+  DlrmModel<float> model;
+  std::unique_ptr<DenseOptimizer<float>> dense_optimizer;
+  std::unique_ptr<SparseOptimizer<float>> sparse_optimizer;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu", "cuda:0": for messages.
+  virtual std::string name() const = 0;
+
+  // One optimizer step on a validated batch with the rates of step rates.t (the Engine's
+  // step counter is rates.t - 1). Returns the batch's mean loss before the update.
+  virtual double TrainStep(const ValidatedBatch& batch, const StepRates& rates) = 0;
+
+  // logits[0 .. batch_size).
+  virtual void PredictLogits(const ValidatedBatch& batch, float* logits) const = 0;
+
+  // Makes the host copy current (device -> host). No-op for the CPU.
+  virtual void PullState() const = 0;
+  // Takes the host copy over after the Engine changed it (host -> device). No-op for the CPU.
+  virtual void PushState() = 0;
+};
+
+// Computes on the host copy itself, with `pool`.
+std::unique_ptr<Backend> MakeCpuBackend(ModelState* state, ThreadPool* pool);
+
+}  // namespace dlrm::train

@@ -1,0 +1,58 @@
+#include <vector>
+
+#include "engine/core/finite.h"
+#include "engine/train/backend.h"
+
+namespace dlrm::train {
+namespace {
+
+std::vector<TableShape> TableShapes(const config::ModelConfig& model) {
+  std::vector<TableShape> shapes;
+  for (const auto& t : model.tables()) shapes.push_back({t.num_rows(), t.dim()});
+  return shapes;
+}
+
+class CpuBackend : public Backend {
+ public:
+  CpuBackend(ModelState* state, ThreadPool* pool) : s_(*state), pool_(pool) {}
+
+  std::string name() const override { return "cpu"; }
+
+  double TrainStep(const ValidatedBatch& batch, const StepRates& rates) override {
+    const double loss = s_.model.ForwardBackward(batch, &dense_grad_, &d_pooled_, pool_);
+    CheckFinite(rates.t - 1, loss, dense_grad_, AllFinite(d_pooled_));
+    UpdateDense(*s_.dense_optimizer, s_.model.dense_params(), dense_grad_.data(), rates, pool_);
+    s_.model.SparseBackwardAndUpdate(batch, d_pooled_, *s_.sparse_optimizer, rates.sparse_lr,
+                                     rates.t, pool_);
+    return loss;
+  }
+
+  void PredictLogits(const ValidatedBatch& batch, float* logits) const override {
+    s_.model.PredictLogits(batch, logits, pool_);
+  }
+
+  void PullState() const override {}
+  void PushState() override {}
+
+ private:
+  ModelState& s_;
+  ThreadPool* pool_;
+  // Reused across steps.
+  std::vector<float> dense_grad_;
+  std::vector<float> d_pooled_;
+};
+
+}  // namespace
+
+ModelState::ModelState(const config::DlrmConfig& config, ThreadPool* pool)
+    : model(config, pool),
+      dense_optimizer(
+          MakeDenseOptimizer<float>(config.dense_optimizer(), model.dense_params().size())),
+      sparse_optimizer(
+          MakeSparseOptimizer<float>(config.sparse_optimizer(), TableShapes(config.model()))) {}
+
+std::unique_ptr<Backend> MakeCpuBackend(ModelState* state, ThreadPool* pool) {
+  return std::make_unique<CpuBackend>(state, pool);
+}
+
+}  // namespace dlrm::train
