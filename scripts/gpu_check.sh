@@ -34,6 +34,12 @@ cat > "$BUNDLE/run.sh" <<'RUN'
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cuBLASLt is opened at run time (engine/cuda/cublas_lt.h), too large to carry: the lent
+# machines have it in their PyTorch venv's nvidia-* wheels, or a toolkit in /usr/local/cuda.
+for d in /usr/local/cuda/lib64 $(find /opt /usr/local/lib -maxdepth 8 -type d \
+    -path '*site-packages/nvidia/*/lib' 2>/dev/null); do
+  LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
+done
 status=0
 for t in "$here"/*_test; do
   echo "=== $(basename "$t")"

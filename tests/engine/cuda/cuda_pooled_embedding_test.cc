@@ -14,39 +14,12 @@
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "engine/cuda/device.h"
+#include "tests/support/cuda_support.h"
 
 namespace dlrm::cuda {
 namespace {
 
-#define SKIP_WITHOUT_GPU() \
-  if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: " << NoDeviceReason()
-
-// A device copy of a host vector, freed with the object.
-template <typename T>
-class DeviceCopy {
- public:
-  explicit DeviceCopy(const std::vector<T>& host) : size_(host.size()) {
-    CheckCuda(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(1, size_) * sizeof(T)),
-              "cudaMalloc");
-    if (size_ > 0)
-      CheckCuda(cudaMemcpy(ptr_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice),
-                "cudaMemcpy");
-  }
-  ~DeviceCopy() { cudaFree(ptr_); }
-  DeviceCopy(const DeviceCopy&) = delete;
-  DeviceCopy& operator=(const DeviceCopy&) = delete;
-  T* get() const { return ptr_; }
-  std::vector<T> ToHost() const {
-    std::vector<T> host(size_);
-    CheckCuda(cudaMemcpy(host.data(), ptr_, size_ * sizeof(T), cudaMemcpyDeviceToHost),
-              "cudaMemcpy");
-    return host;
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t size_;
-};
+using testing::DeviceCopy;
 
 TEST(CudaDeviceTest, ProbeNamesTheCauseOrTheDevice) {
   if (DeviceCount() == 0) {

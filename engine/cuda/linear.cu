@@ -1,0 +1,165 @@
+#include "engine/core/status.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/linear.h"
+
+namespace dlrm::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+// Rows per partial column sum of the bias gradient: the fixed first level of its tree.
+constexpr int kBiasChunkRows = 256;
+constexpr int kThreads = 256;
+
+// dy zeroed where the ReLU was off (y <= 0, as the CPU); partial[c][j] = the sum of dy's
+// column j over chunk c's rows, in row order.
+__global__ void ReluMaskPartialColumnSums(const float* y, float* dy, int64_t n, int out, int relu,
+                                          float* partial) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t chunk = blockIdx.y;
+  if (j >= out) return;
+  const int64_t r0 = chunk * kBiasChunkRows;
+  const int64_t r1 = r0 + kBiasChunkRows < n ? r0 + kBiasChunkRows : n;
+  float sum = 0.0f;
+  for (int64_t r = r0; r < r1; ++r) {
+    float g = dy[r * out + j];
+    if (relu && !(y[r * out + j] > 0.0f)) {
+      g = 0.0f;
+      dy[r * out + j] = 0.0f;
+    }
+    sum = __fadd_rn(sum, g);
+  }
+  partial[chunk * out + j] = sum;
+}
+
+// db[j] = the partials of column j added in chunk order.
+__global__ void SumPartials(const float* partial, int64_t chunks, int out, float* db) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= out) return;
+  float sum = 0.0f;
+  for (int64_t c = 0; c < chunks; ++c) sum = __fadd_rn(sum, partial[c * out + j]);
+  db[j] = sum;
+}
+
+void CheckSizes(int64_t n, int in, int out) {
+  if (n < 1 || in < 1 || out < 1)
+    ThrowInvalid("linear layer: n, in and out must be >= 1, got n=", n, " in=", in, " out=", out);
+  if (n > INT32_MAX) ThrowInvalid("linear layer: n=", n, " rows is more than 2^31 - 1");
+}
+
+}  // namespace
+
+// C [m x n] = op(A) op(B) (+ bias, ReLU per epilogue), all column-major.
+struct LinearContext::Gemm {
+  int64_t m, n, k;
+  cublasOperation_t transa, transb;
+  const float* A;
+  int64_t lda;
+  const float* B;
+  int64_t ldb;
+  float* C;
+  int64_t ldc;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const float* bias = nullptr;
+};
+
+LinearContext::LinearContext(cudaStream_t stream) : api_(CublasLt()), stream_(stream) {
+  CheckCublas(api_.Create(&handle_), "cublasLtCreate");
+  CheckCuda(cudaMalloc(&workspace_, kWorkspaceBytes), "cudaMalloc(cuBLASLt workspace)");
+}
+
+LinearContext::~LinearContext() {
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  if (handle_ != nullptr) api_.Destroy(handle_);
+}
+
+const cublasLtMatmulAlgo_t& LinearContext::AlgoFor(const Gemm& g, cublasLtMatmulDesc_t desc,
+                                                   cublasLtMatrixLayout_t a,
+                                                   cublasLtMatrixLayout_t b,
+                                                   cublasLtMatrixLayout_t c) {
+  const auto key = std::make_tuple(g.m, g.n, g.k, static_cast<int>(g.transa),
+                                   static_cast<int>(g.transb), static_cast<int>(g.epilogue));
+  const auto it = algos_.find(key);
+  if (it != algos_.end()) return it->second;
+  cublasLtMatmulPreference_t pref = nullptr;
+  CheckCublas(api_.MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  const size_t workspace = kWorkspaceBytes;
+  // Split-K reductions that add partial results with atomics would change bits run to run.
+  const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_INPLACE;
+  api_.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                    sizeof workspace);
+  api_.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                    sizeof schemes);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status =
+      api_.MatmulAlgoGetHeuristic(handle_, desc, a, b, c, c, pref, 1, &result, &found);
+  api_.MatmulPreferenceDestroy(pref);
+  CheckCublas(status, "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0)
+    Throw(StatusCode::kInternal, "cuBLASLt has no algorithm for a ", g.m, "x", g.n, "x", g.k,
+          " fp32 GEMM");
+  return algos_.emplace(key, result.algo).first->second;
+}
+
+void LinearContext::Run(const Gemm& g) {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  CheckCublas(api_.MatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+  api_.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g.transa, sizeof g.transa);
+  api_.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &g.transb, sizeof g.transb);
+  api_.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epilogue, sizeof g.epilogue);
+  if (g.bias != nullptr)
+    api_.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias);
+  const bool ta = g.transa != CUBLAS_OP_N, tb = g.transb != CUBLAS_OP_N;
+  api_.MatrixLayoutCreate(&a, CUDA_R_32F, ta ? g.k : g.m, ta ? g.m : g.k, g.lda);
+  api_.MatrixLayoutCreate(&b, CUDA_R_32F, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb);
+  api_.MatrixLayoutCreate(&c, CUDA_R_32F, g.m, g.n, g.ldc);
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  try {
+    const cublasLtMatmulAlgo_t& algo = AlgoFor(g, desc, a, b, c);
+    status = api_.Matmul(handle_, desc, &alpha, g.A, a, g.B, b, &beta, g.C, c, g.C, c, &algo,
+                         workspace_, kWorkspaceBytes, stream_);
+  } catch (...) {
+    status = CUBLAS_STATUS_INTERNAL_ERROR;
+  }
+  api_.MatrixLayoutDestroy(c);
+  api_.MatrixLayoutDestroy(b);
+  api_.MatrixLayoutDestroy(a);
+  api_.MatmulDescDestroy(desc);
+  CheckCublas(status, "cublasLtMatmul");
+}
+
+void LinearContext::Forward(const float* x, int64_t n, int in, int out, const float* W,
+                            const float* b, DeviceActivation act, float* y) {
+  CheckSizes(n, in, out);
+  // Row-major y = x W^T is column-major Y [out x n] = W^T(col-major [in x out]) X [in x n].
+  Gemm g{out, n, in, CUBLAS_OP_T, CUBLAS_OP_N, W, in, x, in, y, out};
+  g.bias = b;
+  g.epilogue =
+      act == DeviceActivation::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  Run(g);
+}
+
+void LinearContext::Backward(const float* x, const float* y, float* dy, int64_t n, int in, int out,
+                             const float* W, DeviceActivation act, float* dx, float* dW,
+                             float* db) {
+  CheckSizes(n, in, out);
+  const int64_t chunks = (n + kBiasChunkRows - 1) / kBiasChunkRows;
+  float* partial = nullptr;
+  CheckCuda(cudaMallocAsync(reinterpret_cast<void**>(&partial),
+                            static_cast<size_t>(chunks) * out * sizeof(float), stream_),
+            "cudaMallocAsync(bias partials)");
+  const dim3 grid((out + kThreads - 1) / kThreads, static_cast<unsigned>(chunks));
+  ReluMaskPartialColumnSums<<<grid, kThreads, 0, stream_>>>(
+      y, dy, n, out, act == DeviceActivation::kRelu ? 1 : 0, partial);
+  SumPartials<<<(out + kThreads - 1) / kThreads, kThreads, 0, stream_>>>(partial, chunks, out, db);
+  CheckCuda(cudaGetLastError(), "bias gradient kernels");
+  CheckCuda(cudaFreeAsync(partial, stream_), "cudaFreeAsync(bias partials)");
+  // dW [out x in] row-major = column-major [in x out] = X [in x n] dY^T ([n x out]).
+  Run(Gemm{in, out, n, CUBLAS_OP_N, CUBLAS_OP_T, x, in, dy, out, dW, in});
+  // dx [n x in] row-major = column-major [in x n] = W (col-major [in x out]) dY [out x n].
+  if (dx != nullptr) Run(Gemm{in, n, out, CUBLAS_OP_N, CUBLAS_OP_N, W, in, dy, out, dx, in});
+}
+
+}  // namespace dlrm::cuda

@@ -1,0 +1,65 @@
+// The MLP's fully connected layer on a CUDA device: y = act(x W^T + b) with W [out x in]
+// row-major, the CPU's layout (engine/dense/linear.h), so parameters copy as they are.
+//
+// GEMMs run on cuBLASLt (cublas_lt.h) in fp32 (CUBLAS_COMPUTE_32F: no TF32), with the bias
+// and the ReLU fused into the forward GEMM's epilogue. Every GEMM is deterministic run to
+// run: the algorithm is chosen once per shape by cuBLASLt's heuristic with reduction
+// schemes that use atomics excluded, and then reused. The bias gradient is a column sum
+// in a fixed order (own kernel), never atomics. Results agree with the CPU within fp32
+// rounding, not bitwise (a GEMM's summation order is cuBLASLt's).
+//
+// Memory: every pointer is device memory, borrowed for the call; the workspace is the
+// context's. Thread safety: a LinearContext is used by one thread (one stream) at a time.
+// Errors: kInvalidArgument for bad sizes, naming them; kInternal for CUDA/cuBLAS failures.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "engine/cuda/cublas_lt.h"
+
+namespace dlrm::cuda {
+
+enum class DeviceActivation { kNone, kRelu };
+
+// A cuBLASLt handle, its workspace and the algorithms chosen so far, on one stream.
+class LinearContext {
+ public:
+  // Opens cuBLASLt (kFailedPrecondition naming the files tried when it cannot).
+  explicit LinearContext(cudaStream_t stream);
+  ~LinearContext();
+  LinearContext(const LinearContext&) = delete;
+  LinearContext& operator=(const LinearContext&) = delete;
+
+  // x [n x in] -> y [n x out].
+  void Forward(const float* x, int64_t n, int in, int out, const float* W, const float* b,
+               DeviceActivation act, float* y);
+
+  // The backward of Forward. y: its output (read for kRelu). dy [n x out]: the loss
+  // gradient w.r.t. y on entry, w.r.t. the pre-activation on return. dW [out x in] and
+  // db [out] are overwritten; dx [n x in] = dy W unless dx is null.
+  void Backward(const float* x, const float* y, float* dy, int64_t n, int in, int out,
+                const float* W, DeviceActivation act, float* dx, float* dW, float* db);
+
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  struct Gemm;  // one column-major GEMM's shape and epilogue
+  void Run(const Gemm& g);
+  const cublasLtMatmulAlgo_t& AlgoFor(const Gemm& g, cublasLtMatmulDesc_t desc,
+                                      cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                      cublasLtMatrixLayout_t c);
+
+  const CublasLtApi& api_;
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  // (m, n, k, transa, transb, epilogue) -> the algorithm chosen for it.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, int, int>, cublasLtMatmulAlgo_t> algos_;
+};
+
+}  // namespace dlrm::cuda

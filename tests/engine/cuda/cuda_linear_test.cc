@@ -1,0 +1,128 @@
+// The MLP layer on cuBLASLt (engine/cuda/linear.h) against the CPU's (engine/dense/linear.h)
+// within fp32 rounding, and bitwise run to run; and the run-time loading of cuBLASLt,
+// which is tested everywhere (a CPU machine never needs the library, and when it is
+// missing the error names every file tried).
+#include "engine/cuda/linear.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "engine/core/philox.h"
+#include "engine/core/status.h"
+#include "engine/cuda/cublas_lt.h"
+#include "engine/dense/linear.h"
+#include "tests/support/cuda_support.h"
+
+namespace dlrm::cuda {
+namespace {
+
+using testing::DeviceCopy;
+using ::testing::HasSubstr;
+
+TEST(CublasLtLoadTest, AMissingLibraryIsNamedWithTheLoadersReason) {
+  try {
+    OpenCublasLt({"libcublasLt-not-here.so.99"});
+    ADD_FAILURE() << "opened a library that does not exist";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(e.what(), HasSubstr("libcublasLt-not-here.so.99: "));
+    EXPECT_THAT(e.what(), HasSubstr("LD_LIBRARY_PATH"));
+  }
+}
+
+// Where the toolkit is installed (CI has it) the library opens and resolves every entry
+// point without a GPU or a driver; elsewhere the error names what was tried.
+TEST(CublasLtLoadTest, TheToolkitsLibraryOpensOrIsNamed) {
+  try {
+    const CublasLtApi& api = CublasLt();
+    EXPECT_GE(api.GetVersion(), static_cast<size_t>(CUBLAS_VER_MAJOR) * 10000);
+    EXPECT_THAT(api.path, HasSubstr("libcublasLt.so."));
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(e.what(), HasSubstr(CublasLtCandidates()[0]));
+  }
+}
+
+std::vector<float> Random(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  const CounterRng rng(seed, 0, 0);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(rng.Uniform(i) * 2.0 - 1.0);
+  return v;
+}
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << what << "[" << i << "]";
+}
+
+struct Case {
+  int64_t n;
+  int in, out;
+  bool relu;
+};
+
+struct Result {
+  std::vector<float> y, dy, dx, dW, db;
+};
+
+Result RunOnDevice(const Case& c, const std::vector<float>& x, const std::vector<float>& W,
+                   const std::vector<float>& b, const std::vector<float>& dy) {
+  const DeviceActivation act = c.relu ? DeviceActivation::kRelu : DeviceActivation::kNone;
+  DeviceCopy<float> d_x(x), d_W(W), d_b(b), d_dy(dy);
+  DeviceCopy<float> d_y(std::vector<float>(c.n * c.out)), d_dx(std::vector<float>(c.n * c.in));
+  DeviceCopy<float> d_dW(std::vector<float>(W.size())), d_db(std::vector<float>(b.size()));
+  LinearContext ctx(nullptr);
+  ctx.Forward(d_x.get(), c.n, c.in, c.out, d_W.get(), d_b.get(), act, d_y.get());
+  ctx.Backward(d_x.get(), d_y.get(), d_dy.get(), c.n, c.in, c.out, d_W.get(), act, d_dx.get(),
+               d_dW.get(), d_db.get());
+  CheckCuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+  return {d_y.ToHost(), d_dy.ToHost(), d_dx.ToHost(), d_dW.ToHost(), d_db.ToHost()};
+}
+
+TEST(CudaLinearTest, MatchesTheCpuLayerAndRepeatsBitwise) {
+  SKIP_WITHOUT_GPU();
+  OpenDevice(0);
+  // More than one bias chunk (256 rows), a one-wide output, dims not multiples of 4.
+  for (const Case c : {Case{300, 13, 64, true}, Case{1, 7, 1, false}, Case{513, 64, 31, true}}) {
+    const std::vector<float> x = Random(c.n * c.in, 1), W = Random(c.out * c.in, 2),
+                             b = Random(c.out, 3), dy0 = Random(c.n * c.out, 4);
+    Result cpu{std::vector<float>(c.n * c.out), dy0, std::vector<float>(c.n * c.in),
+               std::vector<float>(W.size()), std::vector<float>(b.size())};
+    const Activation act = c.relu ? Activation::kRelu : Activation::kNone;
+    LinearForward(x.data(), c.n, c.in, c.out, W.data(), b.data(), act, cpu.y.data());
+    LinearBackward(x.data(), cpu.y.data(), cpu.dy.data(), c.n, c.in, c.out, W.data(), act,
+                   cpu.dx.data(), cpu.dW.data(), cpu.db.data());
+    const Result gpu = RunOnDevice(c, x, W, b, dy0);
+    ExpectClose(gpu.y, cpu.y, "y");
+    ExpectClose(gpu.dy, cpu.dy, "dy");
+    ExpectClose(gpu.dx, cpu.dx, "dx");
+    ExpectClose(gpu.dW, cpu.dW, "dW");
+    ExpectClose(gpu.db, cpu.db, "db");
+    const Result again = RunOnDevice(c, x, W, b, dy0);
+    for (const auto& [a, b2] : {std::pair{&gpu.y, &again.y}, std::pair{&gpu.dx, &again.dx},
+                                std::pair{&gpu.dW, &again.dW}, std::pair{&gpu.db, &again.db}})
+      EXPECT_EQ(std::memcmp(a->data(), b2->data(), a->size() * sizeof(float)), 0);
+  }
+}
+
+TEST(CudaLinearTest, BadSizesAreRefusedNamingThem) {
+  SKIP_WITHOUT_GPU();  // the context opens cuBLASLt and allocates its workspace
+  OpenDevice(0);
+  LinearContext ctx(nullptr);
+  try {
+    ctx.Forward(nullptr, 0, 3, 4, nullptr, nullptr, DeviceActivation::kNone, nullptr);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("n=0"));
+  }
+}
+
+}  // namespace
+}  // namespace dlrm::cuda
