@@ -1,0 +1,159 @@
+#include "engine/core/status.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/interaction.h"
+
+namespace dlrm::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ const float* Z(const float* x, const float* pooled, int i, int d) {
+  return i == 0 ? x : pooled + (i - 1) * d;
+}
+
+// One block per sample: x copied, then one thread per pair (i, j), j < i, row by row.
+__global__ void DotForward(const float* x, const float* pooled, int d, int f, int out_dim,
+                           float* out) {
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * d;
+  const float* pr = pooled + r * static_cast<int64_t>(f) * d;
+  float* o = out + r * out_dim;
+  for (int k = threadIdx.x; k < d; k += blockDim.x) o[k] = xr[k];
+  const int pairs = f * (f + 1) / 2;
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    int i = 1;
+    while ((i + 1) * i / 2 <= p) ++i;  // pair p lies in row i: rows before hold i(i-1)/2
+    const int j = p - i * (i - 1) / 2;
+    const float* zi = Z(xr, pr, i, d);
+    const float* zj = Z(xr, pr, j, d);
+    float sum = 0.0f;
+    for (int k = 0; k < d; ++k) sum = __fadd_rn(sum, __fmul_rn(zi[k], zj[k]));
+    o[d + p] = sum;
+  }
+}
+
+// One block per sample, one thread per (vector m, column k): dz_m[k] = sum over the pairs
+// that hold m, in the forward's pair order, of g * the other vector's k-th value.
+__global__ void DotBackward(const float* x, const float* pooled, const float* dout, int d, int f,
+                            int out_dim, float* dx, float* dpooled) {
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * d;
+  const float* pr = pooled + r * static_cast<int64_t>(f) * d;
+  const float* g = dout + r * out_dim + d;
+  for (int t = threadIdx.x; t < (f + 1) * d; t += blockDim.x) {
+    const int m = t / d, k = t % d;
+    float acc = m == 0 ? dout[r * out_dim + k] : 0.0f;
+    for (int i = 1; i <= f; ++i) {
+      for (int j = 0; j < i; ++j) {
+        if (i != m && j != m) continue;
+        const float gij = g[i * (i - 1) / 2 + j];
+        const int other = i == m ? j : i;
+        acc = __fadd_rn(acc, __fmul_rn(gij, Z(xr, pr, other, d)[k]));
+      }
+    }
+    if (m == 0)
+      dx[r * d + k] = acc;
+    else
+      dpooled[r * static_cast<int64_t>(f) * d + (m - 1) * d + k] = acc;
+  }
+}
+
+// CAT: out = [x, pooled].
+__global__ void CatForward(const float* x, const float* pooled, int d, int pw, int out_dim,
+                           float* out) {
+  const int64_t r = blockIdx.x;
+  for (int k = threadIdx.x; k < out_dim; k += blockDim.x)
+    out[r * out_dim + k] = k < d ? x[r * d + k] : pooled[r * pw + (k - d)];
+}
+
+// CAT's backward: dout split into dx and dpooled.
+__global__ void CatBackward(const float* dout, int d, int pw, int out_dim, float* dx,
+                            float* dpooled) {
+  const int64_t r = blockIdx.x;
+  for (int k = threadIdx.x; k < out_dim; k += blockDim.x) {
+    if (k < d)
+      dx[r * d + k] = dout[r * out_dim + k];
+    else
+      dpooled[r * pw + (k - d)] = dout[r * out_dim + k];
+  }
+}
+
+__global__ void BcePerSample(const float* logits, const float* labels, int64_t n, float grad_scale,
+                             float* dlogits, double* losses) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const double z = logits[i], y = labels[i];
+  const double e = exp(-fabs(z));
+  losses[i] = fmax(z, 0.0) - z * y + log1p(e);
+  const double sigmoid_abs = 1.0 / (1.0 + e), sigmoid_neg_abs = e / (1.0 + e);
+  const double sz = z >= 0 ? sigmoid_abs : sigmoid_neg_abs;
+  const double smz = z >= 0 ? sigmoid_neg_abs : sigmoid_abs;
+  dlogits[i] = static_cast<float>(((1.0 - y) * sz - y * smz) * static_cast<double>(grad_scale));
+}
+
+// One block: each thread sums a strided slice in order, then a fixed tree over threads.
+__global__ void SumInTree(const double* v, int64_t n, double* out) {
+  __shared__ double partial[kThreads];
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += v[i];
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = partial[0];
+}
+
+void CheckShape(const InteractionShape& s, int64_t n) {
+  if (s.bottom_dim < 1 || s.num_features < 0 || s.pooled_width < 0 || n < 0)
+    ThrowInvalid("interaction: bottom_dim ", s.bottom_dim, ", num_features ", s.num_features,
+                 ", pooled_width ", s.pooled_width, " and n ", n,
+                 " must be >= 0 (bottom_dim >= 1)");
+  if (s.dot && s.pooled_width != s.num_features * s.bottom_dim)
+    ThrowInvalid("interaction DOT: pooled_width ", s.pooled_width, " is not num_features ",
+                 s.num_features, " x bottom_dim ", s.bottom_dim);
+  if (n > INT32_MAX) ThrowInvalid("interaction: n=", n, " is more than 2^31 - 1 blocks");
+}
+
+}  // namespace
+
+void LaunchInteractionForward(const InteractionShape& s, const float* x, const float* pooled,
+                              int64_t n, float* out, cudaStream_t stream) {
+  CheckShape(s, n);
+  if (n == 0) return;
+  const auto blocks = static_cast<unsigned>(n);
+  if (s.dot)
+    DotForward<<<blocks, kThreads, 0, stream>>>(x, pooled, s.bottom_dim, s.num_features,
+                                                s.out_dim(), out);
+  else
+    CatForward<<<blocks, kThreads, 0, stream>>>(x, pooled, s.bottom_dim, s.pooled_width,
+                                                s.out_dim(), out);
+  CheckCuda(cudaGetLastError(), "interaction forward");
+}
+
+void LaunchInteractionBackward(const InteractionShape& s, const float* x, const float* pooled,
+                               const float* dout, int64_t n, float* dx, float* dpooled,
+                               cudaStream_t stream) {
+  CheckShape(s, n);
+  if (n == 0) return;
+  const auto blocks = static_cast<unsigned>(n);
+  if (s.dot)
+    DotBackward<<<blocks, kThreads, 0, stream>>>(x, pooled, dout, s.bottom_dim, s.num_features,
+                                                 s.out_dim(), dx, dpooled);
+  else
+    CatBackward<<<blocks, kThreads, 0, stream>>>(dout, s.bottom_dim, s.pooled_width, s.out_dim(),
+                                                 dx, dpooled);
+  CheckCuda(cudaGetLastError(), "interaction backward");
+}
+
+void LaunchBceWithLogits(const float* logits, const float* labels, int64_t n, float grad_scale,
+                         float* dlogits, double* losses, double* loss_sum, cudaStream_t stream) {
+  if (n < 1) ThrowInvalid("BCE: n must be >= 1, got ", n);
+  const auto blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
+  BcePerSample<<<blocks, kThreads, 0, stream>>>(logits, labels, n, grad_scale, dlogits, losses);
+  SumInTree<<<1, kThreads, 0, stream>>>(losses, n, loss_sum);
+  CheckCuda(cudaGetLastError(), "BCE kernels");
+}
+
+}  // namespace dlrm::cuda

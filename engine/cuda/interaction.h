@@ -1,0 +1,45 @@
+// The feature interaction and the loss on a CUDA device, the CPU's definitions
+// (engine/dense/interaction.h, engine/dense/loss.h): DOT (z_0 = x, z_i = the i-th pooled
+// embedding, out = [x, <z_i, z_j> for i in 1..F, j < i]) and CAT (out = [x, pooled]), and
+// BCE on logits summed in double.
+//
+// Determinism: every value is computed by one thread in a fixed order (a dot product over
+// k ascending; a gradient over the pairs in the forward's order; the loss sum as a fixed
+// tree over the samples), so results repeat bitwise; they agree with the CPU within
+// rounding (the CPU's AVX2 DOT and its loss order differ).
+//
+// Memory: every pointer is device memory borrowed for the launch, rows row-major:
+// x [n x d], pooled [n x pooled_width], out and dout [n x out_dim].
+// Thread safety: ordered by `stream`. Errors: kInvalidArgument for bad shapes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dlrm::cuda {
+
+struct InteractionShape {
+  bool dot = true;  // DOT, else CAT
+  int bottom_dim = 0;
+  int num_features = 0;
+  int pooled_width = 0;  // DOT: num_features * bottom_dim
+  int out_dim() const {
+    return dot ? bottom_dim + num_features * (num_features + 1) / 2 : bottom_dim + pooled_width;
+  }
+};
+
+void LaunchInteractionForward(const InteractionShape& s, const float* x, const float* pooled,
+                              int64_t n, float* out, cudaStream_t stream);
+// dx [n x d] and dpooled [n x pooled_width] are overwritten.
+void LaunchInteractionBackward(const InteractionShape& s, const float* x, const float* pooled,
+                               const float* dout, int64_t n, float* dx, float* dpooled,
+                               cudaStream_t stream);
+
+// losses[i] = the BCE of sample i (double); dlogits[i] = (sigmoid(z_i) - y_i) * grad_scale
+// (the CPU's hard-label-accurate form). *loss_sum = the losses summed in a fixed tree
+// (one block; losses is scratch of n doubles).
+void LaunchBceWithLogits(const float* logits, const float* labels, int64_t n, float grad_scale,
+                         float* dlogits, double* losses, double* loss_sum, cudaStream_t stream);
+
+}  // namespace dlrm::cuda

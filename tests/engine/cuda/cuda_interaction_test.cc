@@ -1,0 +1,117 @@
+// The interaction and the loss on a CUDA device (engine/cuda/interaction.h) against the
+// CPU's (engine/dense/interaction.h, loss.h) within rounding, and bitwise on repeat; the
+// shape checks run everywhere.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "engine/core/philox.h"
+#include "engine/core/status.h"
+#include "engine/cuda/interaction.h"
+#include "engine/dense/interaction.h"
+#include "engine/dense/loss.h"
+#include "tests/support/cuda_support.h"
+
+namespace dlrm::cuda {
+namespace {
+
+using testing::DeviceCopy;
+using ::testing::HasSubstr;
+
+std::vector<float> Random(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  const CounterRng rng(seed, 0, 0);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(rng.Uniform(i) * 2.0 - 1.0);
+  return v;
+}
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << what << "[" << i << "]";
+}
+
+struct Outputs {
+  std::vector<float> out, dx, dpooled;
+};
+
+Outputs OnDevice(const InteractionShape& s, int64_t n, const std::vector<float>& x,
+                 const std::vector<float>& pooled, const std::vector<float>& dout) {
+  DeviceCopy<float> d_x(x), d_p(pooled), d_dout(dout);
+  DeviceCopy<float> d_out(std::vector<float>(n * s.out_dim()));
+  DeviceCopy<float> d_dx(std::vector<float>(x.size())), d_dp(std::vector<float>(pooled.size()));
+  LaunchInteractionForward(s, d_x.get(), d_p.get(), n, d_out.get(), nullptr);
+  LaunchInteractionBackward(s, d_x.get(), d_p.get(), d_dout.get(), n, d_dx.get(), d_dp.get(),
+                            nullptr);
+  return {d_out.ToHost(), d_dx.ToHost(), d_dp.ToHost()};
+}
+
+void CompareInteraction(bool dot, int d, int f) {
+  SCOPED_TRACE(::testing::Message() << (dot ? "DOT" : "CAT") << " d=" << d << " f=" << f);
+  const int64_t n = 37;
+  const InteractionShape s{dot, d, f, f * d};
+  const Interaction<float> cpu(dot ? config::ModelConfig::DOT : config::ModelConfig::CAT, d,
+                               std::vector<int>(f, d));
+  ASSERT_EQ(cpu.out_dim(), s.out_dim());
+  const std::vector<float> x = Random(n * d, 1), pooled = Random(n * f * d, 2),
+                           dout = Random(n * s.out_dim(), 3);
+  Outputs want{std::vector<float>(n * s.out_dim()), std::vector<float>(x.size()),
+               std::vector<float>(pooled.size())};
+  cpu.Forward(x.data(), pooled.data(), n, want.out.data());
+  cpu.Backward(x.data(), pooled.data(), dout.data(), n, want.dx.data(), want.dpooled.data());
+  const Outputs got = OnDevice(s, n, x, pooled, dout);
+  ExpectClose(got.out, want.out, "out");
+  ExpectClose(got.dx, want.dx, "dx");
+  ExpectClose(got.dpooled, want.dpooled, "dpooled");
+  const Outputs again = OnDevice(s, n, x, pooled, dout);
+  EXPECT_EQ(std::memcmp(got.dpooled.data(), again.dpooled.data(), got.dpooled.size() * 4), 0);
+}
+
+TEST(CudaInteractionTest, MatchesTheCpuAndRepeatsBitwise) {
+  SKIP_WITHOUT_GPU();
+  OpenDevice(0);
+  CompareInteraction(true, 16, 8);  // the CPU's AVX2 DOT where the CPU has it
+  CompareInteraction(true, 3, 5);
+  CompareInteraction(false, 4, 3);
+}
+
+TEST(CudaBceTest, MatchesTheCpuAndRepeatsBitwise) {
+  SKIP_WITHOUT_GPU();
+  OpenDevice(0);
+  const int64_t n = 1000;
+  std::vector<float> logits = Random(n, 4), labels(n);
+  for (int64_t i = 0; i < n; ++i) {
+    logits[i] *= 30.0f;  // large |z| too
+    labels[i] = static_cast<float>(i % 3 == 0);
+  }
+  std::vector<float> want(n);
+  const double want_sum = BceWithLogits(logits.data(), labels.data(), n, 1.0f / n, want.data());
+  DeviceCopy<float> d_logits(logits), d_labels(labels), d_dl{std::vector<float>(n)};
+  DeviceCopy<double> d_losses{std::vector<double>(n)}, d_sum{std::vector<double>(1)};
+  for (int run = 0; run < 2; ++run) {
+    LaunchBceWithLogits(d_logits.get(), d_labels.get(), n, 1.0f / n, d_dl.get(), d_losses.get(),
+                        d_sum.get(), nullptr);
+    const double sum = d_sum.ToHost()[0];
+    EXPECT_NEAR(sum, want_sum, 1e-9 * want_sum);
+    ExpectClose(d_dl.ToHost(), want, "dlogits");
+  }
+}
+
+// Refused before anything reaches the device: no GPU needed.
+TEST(CudaInteractionTest, BadShapesAreRefusedNamingThem) {
+  try {
+    LaunchInteractionForward({true, 4, 3, 10}, nullptr, nullptr, 1, nullptr, nullptr);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("pooled_width 10 is not num_features 3 x bottom_dim 4"));
+  }
+  EXPECT_THROW(LaunchBceWithLogits(nullptr, nullptr, 0, 1.0f, nullptr, nullptr, nullptr, nullptr),
+               Error);
+}
+
+}  // namespace
+}  // namespace dlrm::cuda
