@@ -280,3 +280,16 @@ def test_async_submit_wait_matches_synchronous_steps(rng):
         with pytest.raises(dlrm.DlrmError) as err:
             async_engine.train_wait(tickets[0])
         assert "already waited" in err.value.message
+
+
+def test_unusable_cuda_device_is_refused_naming_the_cause():
+    # The same library trains on this machine's CPU; asking it for a GPU it cannot use
+    # (built without CUDA, no driver or device, or the CUDA step not built yet) is an
+    # error that says which, never a crash and never CPU training behind a CUDA config.
+    with pytest.raises(dlrm.DlrmError) as info:
+        dlrm.Engine(SMALL_CONFIG + "\ndevice { kind: CUDA }\n")
+    assert info.value.status == dlrm.StatusCode.FAILED_PRECONDITION
+    assert any(cause in info.value.message for cause in (
+        "built without CUDA", "no usable CUDA device", "CUDA training step is not built yet"))
+    with dlrm.Engine(SMALL_CONFIG + "\ndevice { kind: CPU }\n") as cpu:
+        assert cpu.step == 0
