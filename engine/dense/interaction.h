@@ -21,6 +21,9 @@ class Interaction {
   // Throws dlrm::Error (kInvalidArgument) if DOT is asked for with unequal dims.
   Interaction(config::ModelConfig::Interaction kind, int bottom_dim, std::vector<int> feature_dims);
 
+  config::ModelConfig::Interaction kind() const { return kind_; }
+  int bottom_dim() const { return bottom_dim_; }
+  int num_features() const { return static_cast<int>(dims_.size()); }
   int out_dim() const { return out_dim_; }
   int pooled_width() const { return pooled_width_; }
   int feature_offset(int f) const { return offsets_[f]; }

@@ -30,6 +30,8 @@ class Mlp {
   size_t param_offset() const { return param_offset_; }
   size_t weight_offset(int l) const;  // absolute, in the model's parameter vector
   size_t bias_offset(int l) const;
+  // ReLU after every layer but the last, and after the last too when relu_last.
+  Activation activation(int l) const;
 
   // Values per row the caller must provide for Forward's activations (sum of widths).
   size_t activations_per_row() const;
@@ -52,9 +54,6 @@ class Mlp {
                 T* scratch) const;
 
  private:
-  // ReLU after every layer but the last, and after the last too when relu_last.
-  Activation activation(int l) const;
-
   int in_dim_;
   std::vector<int> sizes_;
   bool relu_last_;

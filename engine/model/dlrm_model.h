@@ -76,6 +76,10 @@ class DlrmModel {
 
   // How sparse features map onto tables and pooled columns (one binding per feature).
   const std::vector<FeatureBinding>& feature_bindings() const { return bindings_; }
+  // The graph's parts, for a device backend that runs the same model (cuda/backend.h).
+  const Mlp<T>& bottom_mlp() const { return *bottom_; }
+  const Interaction<T>& interaction() const { return *interaction_; }
+  const Mlp<T>& top_mlp() const { return *top_; }
   int32_t pooled_width() const { return pooled_width_; }
   int64_t chunk_rows() const { return chunk_rows_; }
 

@@ -122,19 +122,31 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, EngineOptimizerTest, ::testing::ValuesIn(kO
                            return std::string(kOptimizerSetNames[info.index]);
                          });
 
-// device.kind CUDA where it cannot train (here: built without CUDA, no driver or device,
-// or the CUDA step not built yet) is refused naming the cause; never a crash, and never
-// CPU training behind a CUDA config.
-TEST(EngineTest, UnusableCudaDeviceIsRefusedNamingTheCause) {
+// device.kind CUDA where it cannot be used (built without CUDA, no driver or device) is
+// refused naming the cause; where it can, training is refused until it is built (the
+// state unchanged) and prediction works. Never a crash, and never CPU training behind a
+// CUDA config.
+TEST(EngineTest, CudaDeviceIsRefusedNamingTheCauseOrPredictsOnly) {
   config::DlrmConfig config = ParseConfigText(testing::SmallConfigText("", 1, 128));
   config.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  std::unique_ptr<Engine> gpu;
   try {
-    Engine engine(config);
-    ADD_FAILURE() << "an engine was made for device.kind CUDA";
+    gpu = std::make_unique<Engine>(config);
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition) << e.what();
     EXPECT_THAT(e.what(), ::testing::ContainsRegex("built without CUDA|no usable CUDA device|"
-                                                   "CUDA training step is not built yet"));
+                                                   "cannot open cuBLASLt"));
+  }
+  if (gpu) {
+    const OwnedBatch batch = testing::SmallBatch(8, 1);
+    try {
+      gpu->TrainStep(batch.view());
+      ADD_FAILURE() << "trained on a CUDA engine";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("is not built yet"));
+    }
+    EXPECT_EQ(gpu->step(), 0);
   }
   config.mutable_device()->set_kind(config::DeviceConfig::CPU);
   Engine cpu(config);  // the same config on the CPU trains

@@ -1,0 +1,76 @@
+// An array in device memory, owned: freed with the object. Sizes are in elements; a
+// zero-size buffer holds no allocation and get() is null.
+//
+// Thread safety: an object is used by one thread at a time; copies are ordered by the
+// stream given. Errors: kInternal (CheckCuda) naming the call; a failed allocation names
+// the bytes asked for.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/cuda/device.h"
+
+namespace dlrm::cuda {
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t count) { Resize(count); }
+  ~DeviceBuffer() { Free(); }
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : ptr_(std::exchange(other.ptr_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(ptr_, other.ptr_);
+    std::swap(count_, other.count_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  // Reallocates (contents lost) unless `count` elements are already held.
+  void Resize(size_t count) {
+    if (count == count_) return;
+    Free();
+    if (count == 0) return;
+    CheckCuda(cudaMalloc(reinterpret_cast<void**>(&ptr_), count * sizeof(T)),
+              ("cudaMalloc of " + std::to_string(count * sizeof(T)) + " bytes").c_str());
+    count_ = count;
+  }
+  // Resizes to host.size() and copies it in, ordered on `stream`.
+  void Upload(const T* host, size_t count, cudaStream_t stream) {
+    Resize(count);
+    if (count > 0)
+      CheckCuda(cudaMemcpyAsync(ptr_, host, count * sizeof(T), cudaMemcpyHostToDevice, stream),
+                "cudaMemcpyAsync (to the device)");
+  }
+  void Upload(const std::vector<T>& host, cudaStream_t stream) {
+    Upload(host.data(), host.size(), stream);
+  }
+  // Copies the first `count` elements out, ordered on `stream` (the caller synchronizes).
+  void Download(T* host, size_t count, cudaStream_t stream) const {
+    if (count > 0)
+      CheckCuda(cudaMemcpyAsync(host, ptr_, count * sizeof(T), cudaMemcpyDeviceToHost, stream),
+                "cudaMemcpyAsync (to the host)");
+  }
+
+  T* get() const { return ptr_; }
+  size_t size() const { return count_; }
+
+ private:
+  void Free() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = nullptr;
+    count_ = 0;
+  }
+
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+}  // namespace dlrm::cuda
