@@ -182,22 +182,28 @@ def make_batch(spec: ModelSpec, rng: np.random.Generator, batch_size: int, bag: 
     return dense, labels, ids
 
 
-def to_torch(batch):
+def to_torch(batch, device: torch.device = torch.device("cpu")):
     dense, labels, ids = batch
-    return torch.from_numpy(dense), torch.from_numpy(labels), [torch.from_numpy(i) for i in ids]
+    return (torch.from_numpy(dense).to(device), torch.from_numpy(labels).to(device),
+            [torch.from_numpy(i).to(device) for i in ids])
 
 
 # ---- throughput ------------------------------------------------------------------
 def throughput(args, spec: ModelSpec) -> None:
     torch.manual_seed(args.seed)
+    device = torch.device(args.device)
     t0 = time.perf_counter()
-    model = Dlrm(spec)
+    model = Dlrm(spec).to(device)
     build_s = time.perf_counter() - t0
     opt = make_optimizer(model, args.optimizer, spec)
     loss_fn = nn.BCEWithLogitsLoss()
     rng = np.random.default_rng(args.seed)
-    pool = [to_torch(make_batch(spec, rng, args.batch_size, args.bag_size, args.zipf))
+    pool = [to_torch(make_batch(spec, rng, args.batch_size, args.bag_size, args.zipf), device)
             for _ in range(args.pool_batches)]
+
+    def sync() -> None:  # a window ends when the device's queued work has
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     def train(i: int) -> float:
         dense, labels, ids = pool[i % len(pool)]
@@ -221,6 +227,7 @@ def throughput(args, spec: ModelSpec) -> None:
             for _ in range(per_window):
                 fn(step)
                 step += 1
+            sync()
             rates.append(per_window * args.batch_size / (time.perf_counter() - t))
         return rates
 
@@ -233,8 +240,9 @@ def throughput(args, spec: ModelSpec) -> None:
         predict(i)
     predict_rates = timed(predict)
     params = sum(p.numel() for p in model.parameters())
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"torch       {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"optimizer {args.optimizer}")
+          f"optimizer {args.optimizer}, device {where}")
     print(f"model       {params} parameters, built in {build_s:.2f} s")
     for name, rates in (("train", train_rates), ("predict", predict_rates)):
         print(f"{name:<11} samples/s  median {statistics.median(rates):.0f}  "
@@ -305,6 +313,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True, help="bench/configs/*.pbtxt")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu",
+                   help="cpu or cuda[:N]: where PyTorch trains (the peer of dlrm bench --device)")
     p.add_argument("--batch_size", type=int, default=2048)
     p.add_argument("--bag_size", type=int, default=1)
     p.add_argument("--zipf", type=float, default=1.2, help="0: uniform ids")

@@ -47,11 +47,12 @@ double ParseExactFloat(const CheckpointReader& reader, const std::string& path,
 
 // The device that computes (train/backend.h); kFailedPrecondition naming the cause when
 // the configured device cannot be used here.
-std::unique_ptr<train::Backend> MakeBackend(const config::DeviceConfig& device,
+std::unique_ptr<train::Backend> MakeBackend(const config::DlrmConfig& config,
                                             train::ModelState* state, ThreadPool* pool) {
-  if (device.kind() == config::DeviceConfig::CPU) return train::MakeCpuBackend(state, pool);
+  if (config.device().kind() == config::DeviceConfig::CPU)
+    return train::MakeCpuBackend(state, pool);
 #if DLRM_HAVE_CUDA
-  return cuda::MakeCudaBackend(device.ordinal(), state, pool);
+  return cuda::MakeCudaBackend(config.device().ordinal(), state, config, pool);
 #else
   (void)pool;
   Throw(StatusCode::kFailedPrecondition,
@@ -65,7 +66,7 @@ std::unique_ptr<train::Backend> MakeBackend(const config::DeviceConfig& device,
 struct Engine::State : train::ModelState {
   State(const config::DlrmConfig& config, ThreadPool* pool)
       : train::ModelState(config, pool),
-        backend(MakeBackend(config.device(), this, pool)),
+        backend(MakeBackend(config, this, pool)),
         dense_lr(config.dense_optimizer().learning_rate()),
         sparse_lr(config.sparse_optimizer().learning_rate()) {}
 
@@ -200,6 +201,11 @@ void Engine::SetLearningRate(LrTarget target, float lr) {
 float Engine::learning_rate(LrTarget target) const {
   std::shared_lock<std::shared_mutex> lock(mu_);
   return target == LrTarget::kSparse ? state_->sparse_lr : state_->dense_lr;
+}
+
+std::string Engine::device() const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return state_->backend->name();
 }
 
 int64_t Engine::step() const {

@@ -81,6 +81,8 @@ class Engine {
   void Load(const std::string& path);
 
   const config::DlrmConfig& config() const { return config_; }
+  // Where it computes: "cpu", "cuda:0" (train/backend.h).
+  std::string device() const;
   int num_threads() const { return pool_->num_threads(); }
 
  private:

@@ -8,6 +8,9 @@
 # then carry build/gpu-bundle to the device and run there:
 #   build/gpu-bundle/run.sh         runs each binary with the bundle on LD_LIBRARY_PATH;
 #                                   exits non-zero if any test fails
+#   build/gpu-bundle/bench.sh small [FLAGS]
+#                                   `dlrm bench --device cuda` on configs/small.pbtxt, then
+#                                   the PyTorch reference on the same GPU (bench/README.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DLRM_ROOT=$(pwd)
@@ -18,21 +21,21 @@ BUNDLE=build/gpu-bundle
 dlrm_configure_tests "$BUILD" -DDLRM_CUDA=ON -DDLRM_BUILD_BINDINGS=OFF -DDLRM_BUILD_BENCH=OFF
 tests=()
 for src in tests/engine/cuda/*_test.cc; do tests+=("$(basename "$src" .cc)"); done
-cmake --build "$BUILD" -j "${DLRM_JOBS:-$(nproc)}" --target "${tests[@]}"
+cmake --build "$BUILD" -j "${DLRM_JOBS:-$(nproc)}" --target "${tests[@]}" dlrm_cli
 
 rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/lib"
-for t in "${tests[@]}"; do
-  cp "$BUILD/tests/$t" "$BUNDLE/"
+for bin in "${tests[@]/#/tests/}" dlrm; do
+  cp "$BUILD/$bin" "$BUNDLE/"
   # Libraries by path, leaving out the C library's own and the driver (the device has both).
-  ldd "$BUILD/tests/$t" | awk '$3 ~ /^\// {print $3}' |
+  ldd "$BUILD/$bin" | awk '$3 ~ /^\// {print $3}' |
     grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda)\.so' |
     while read -r lib; do cp -L "$lib" "$BUNDLE/lib/"; done
 done
-cat > "$BUNDLE/run.sh" <<'RUN'
-#!/usr/bin/env bash
-# Runs every GPU test binary of this bundle with its libraries (scripts/gpu_check.sh).
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+cp -r bench/configs "$BUNDLE/configs"
+cp bench/torch_reference.py "$BUNDLE/"
+cat > "$BUNDLE/env.sh" <<'ENV'
+# Sourced by run.sh and bench.sh: the bundle's libraries on the library path.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # cuBLASLt is opened at run time (engine/cuda/cublas_lt.h), too large to carry: the lent
 # machines have it in their PyTorch venv's nvidia-* wheels, or a toolkit in /usr/local/cuda.
@@ -40,6 +43,12 @@ for d in /usr/local/cuda/lib64 $(find /opt /usr/local/lib -maxdepth 8 -type d \
     -path '*site-packages/nvidia/*/lib' 2>/dev/null); do
   LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
 done
+ENV
+cat > "$BUNDLE/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs every GPU test binary of this bundle with its libraries (scripts/gpu_check.sh).
+set -uo pipefail
+source "$(dirname "$0")/env.sh"
 status=0
 for t in "$here"/*_test; do
   echo "=== $(basename "$t")"
@@ -47,5 +56,18 @@ for t in "$here"/*_test; do
 done
 exit $status
 RUN
-chmod +x "$BUNDLE/run.sh"
+cat > "$BUNDLE/bench.sh" <<'BENCH'
+#!/usr/bin/env bash
+# bench.sh CONFIG [FLAGS]: dlrm bench --device cuda on configs/CONFIG.pbtxt, then the
+# PyTorch reference with the same flags on the same GPU, one after the other.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+config="$here/configs/$1.pbtxt"
+shift
+"$here/dlrm" bench --config "$config" --device cuda "$@"
+python=/opt/torch/.venv/bin/python3
+[ -x "$python" ] || python=python3
+"$python" "$here/torch_reference.py" --config "$config" --device cuda "$@"
+BENCH
+chmod +x "$BUNDLE/run.sh" "$BUNDLE/bench.sh"
 echo "gpu_check: ${#tests[@]} GPU suite(s) in $BUNDLE ($(du -sh "$BUNDLE" | cut -f1)); run $BUNDLE/run.sh on the device"

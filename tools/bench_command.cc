@@ -39,6 +39,9 @@ DEFINE_int32(bag_size, 1, "bench: ids in every bag of every sparse feature");
 DEFINE_int32(windows, 5, "bench: timing windows the steps are split into (median reported)");
 DEFINE_int32(warmup, 5, "bench: untimed train steps and predict calls before timing");
 DEFINE_int32(pool_batches, 16, "bench: distinct pre-generated batches, used round robin");
+DEFINE_string(device, "",
+              "bench: cpu, cuda or cuda:N (the CUDA device ordinal); default: the config's "
+              "device");
 DEFINE_string(optimizer, "",
               "bench: replace the config's optimizers (learning rates kept): sgd, adagrad "
               "(dense and sparse Adagrad) or rowwise_adagrad (dense Adagrad, row-wise sparse); "
@@ -177,6 +180,30 @@ void ApplyOptimizerFlag(const std::string& kind, config::DlrmConfig* config) {
   }
 }
 
+// --device: "cpu", "cuda" (ordinal 0) or "cuda:N", strictly; empty keeps the config's.
+void ApplyDeviceFlag(const std::string& device, config::DlrmConfig* config) {
+  if (device.empty()) return;
+  config::DeviceConfig* d = config->mutable_device();
+  if (device == "cpu") {
+    d->set_kind(config::DeviceConfig::CPU);
+    d->set_ordinal(0);
+    return;
+  }
+  const std::string prefix = "cuda";
+  int ordinal = 0;
+  if (device.rfind(prefix, 0) != 0)
+    ThrowInvalid("--device must be cpu, cuda or cuda:N, got '", device, "'");
+  if (device.size() > prefix.size()) {
+    const std::string digits = device.substr(prefix.size() + 1);
+    if (device[prefix.size()] != ':' || digits.empty() || digits.size() > 4 ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      ThrowInvalid("--device must be cpu, cuda or cuda:N, got '", device, "'");
+    ordinal = std::stoi(digits);
+  }
+  d->set_kind(config::DeviceConfig::CUDA);
+  d->set_ordinal(ordinal);
+}
+
 // What a host does between two submissions, for `duration` seconds.
 void Prepare(const std::string& how, double duration) {
   const auto until = Clock::now() + std::chrono::duration<double>(duration);
@@ -211,6 +238,7 @@ int BenchCommand() {
   config::DlrmConfig config = LoadConfigFile(FLAGS_config);
   if (FLAGS_threads >= 0) config.set_num_threads(FLAGS_threads);
   ApplyOptimizerFlag(FLAGS_optimizer, &config);
+  ApplyDeviceFlag(FLAGS_device, &config);
   std::printf("dlrm bench  %s\n", FLAGS_config.c_str());
   std::printf("machine     %s, %u logical cores (%d usable), %s kernels%s\n", CpuModel().c_str(),
               std::thread::hardware_concurrency(), UsableCores(), IsaLevelName(CpuIsaLevel()),
@@ -230,6 +258,7 @@ int BenchCommand() {
     if (p.name.rfind("embedding.", 0) == 0) embedding_params += p.size();
   }
   const config::ModelConfig& model = config.model();
+  std::printf("device      %s\n", engine.device().c_str());
   std::printf("threads     %d\n", engine.num_threads());
   std::printf("optimizers dense %s, sparse %s\n",
               config.dense_optimizer().has_adagrad() ? "adagrad"

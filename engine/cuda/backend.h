@@ -1,15 +1,22 @@
 // The CUDA backend behind the training step's seam (train/backend.h): how the Engine gets a
 // device backend for `device { kind: CUDA ordinal: N }`.
 //
-// State of the backend (issue 13): prediction runs on the device (pooled embeddings in one
-// launch, the MLPs on cuBLASLt, the interaction), from device copies of the host's
-// parameters that PushState refreshes. Training does not yet: TrainStep refuses with
-// kFailedPrecondition, changing nothing, until the backward and the optimizers (kernels
-// in this folder) are wired into the step. It never trains on the CPU behind a CUDA config.
+// The step on the device: the batch uploaded (dense, labels, bag offsets, ids, weights);
+// the pooled forward of every feature in one launch; the MLPs on cuBLASLt; the
+// interaction; BCE; the whole backward into one dense gradient (the CPU's parameter
+// layout) and d_pooled; a finite check (CheckFinite: kFailedPrecondition, nothing
+// updated); the dense optimizer and the embedding backward fused with the sparse
+// optimizer (embedding_backward.h). Parameters and optimizer state live on the device;
+// PullState copies them to the host copy only when a step has run since (Save,
+// ReadParameter), PushState copies them back (construction, Load, WriteParameter), so a
+// checkpoint is the same file as on the CPU. Steps of the same config, seed and batches
+// give the same bits run to run; they agree with the CPU within rounding (the GEMMs'
+// order is cuBLASLt's). Buffers are reused across steps of one shape; no CUDA graph yet.
+// It never trains on the CPU behind a CUDA config.
 //
 // Errors: kFailedPrecondition naming the cause (no driver, a driver older than the runtime,
-// no device, cuBLASLt missing, training not built yet); kInvalidArgument for an ordinal
-// with no device; kInternal for a failing CUDA call, naming it.
+// no device, cuBLASLt missing; training diverged); kInvalidArgument for an ordinal with no
+// device; kInternal for a failing CUDA call, naming it.
 // Threading: as train/backend.h; the backend serializes its device work on one stream.
 #pragma once
 
@@ -20,7 +27,8 @@
 
 namespace dlrm::cuda {
 
+// `config` is the engine's (validated): the model and both optimizers' kinds.
 std::unique_ptr<train::Backend> MakeCudaBackend(int ordinal, train::ModelState* state,
-                                                ThreadPool* pool);
+                                                const config::DlrmConfig& config, ThreadPool* pool);
 
 }  // namespace dlrm::cuda

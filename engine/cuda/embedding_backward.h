@@ -1,0 +1,79 @@
+// The embedding backward fused with the sparse optimizers on a CUDA device (FBGEMM's
+// "backward + optimizer" TBE kernels, deterministic): every id occurrence of a batch is
+// keyed by (table, id) and stably radix-sorted (CUB), each run of one key is a touched row,
+// and one warp per row sums the row's gradient over its occurrences in sorted order, then
+// applies the optimizer to the row once. No float atomics.
+//
+// Bits: the CPU (engine/embedding/embedding_bag.cc BackwardAndUpdate, sparse_optimizer.cc)
+// groups a table's occurrences by id in (feature, position) order and sums coef * d_pooled
+// in that order; the stable sort of the feature-major occurrences by (table, id) gives the
+// same order, and every operation is a separately rounded multiply, add, divide or square
+// root in the CPU's order (row-wise Adagrad's squared norm in the CPU's 8 interleaved
+// partial sums). So tables and optimizer state equal the CPU's bit for bit (tested on a
+// device).
+//
+// Memory: every pointer in the arguments is device memory borrowed for the call; the
+// scratch (keys, sort buffers, CUB's temporary storage) is the object's, grown as needed.
+// Thread safety: one object is used on one stream at a time.
+// Errors: kInvalidArgument for bad sizes, naming them; kInternal for CUDA failures.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/config/dlrm.pb.h"
+#include "engine/cuda/device_buffer.h"
+
+namespace dlrm::cuda {
+
+struct SparseFeatureArgs {
+  int32_t table = 0;
+  int32_t pooled_offset = 0;  // first column of this feature in a d_pooled row
+  int32_t mean = 0;           // 1: MEAN pooling (gradient / bag length)
+};
+
+struct SparseTableArgs {
+  float* weights = nullptr;  // [num_rows x dim]
+  int64_t num_rows = 0;
+  int32_t dim = 0;
+  // The optimizer's state, as the CPU names it: Adagrad sum_sq [rows x dim]; row-wise
+  // Adagrad row_sum_sq [rows]; Adam exp_avg, exp_avg_sq [rows x dim]; SGD none.
+  float* state0 = nullptr;
+  float* state1 = nullptr;
+};
+
+struct EmbeddingBackwardArgs {
+  const SparseFeatureArgs* features = nullptr;  // [num_features]
+  int32_t num_features = 0;
+  const SparseTableArgs* tables = nullptr;  // [num_tables]
+  int32_t num_tables = 0;
+  int32_t max_dim = 0;  // the largest table dim
+  int64_t batch_size = 0;
+  const int64_t* offsets = nullptr;  // [num_features * batch_size + 1], feature-major
+  const int64_t* ids = nullptr;      // [num_ids]
+  const float* weights = nullptr;    // [num_ids] or null (all 1)
+  int64_t num_ids = 0;
+  const float* d_pooled = nullptr;  // [batch_size x pooled_width]
+  int32_t pooled_width = 0;
+};
+
+class EmbeddingBackward {
+ public:
+  // Applies `optimizer` (the config's kind and hyperparameters) with learning rate `lr` at
+  // 1-based `step` to every row the batch touched.
+  void Run(const EmbeddingBackwardArgs& args, const config::SparseOptimizerConfig& optimizer,
+           float lr, int64_t step, cudaStream_t stream);
+
+ private:
+  void SortAndSegment(int64_t n, int end_bit, cudaStream_t stream);
+
+  DeviceBuffer<uint64_t> keys_, sorted_keys_, unique_keys_;
+  DeviceBuffer<int64_t> positions_, sorted_positions_, segment_begin_;
+  DeviceBuffer<int64_t> bases_;
+  DeviceBuffer<float> coefs_;
+  DeviceBuffer<int32_t> counts_, num_segments_;
+  DeviceBuffer<uint8_t> cub_temp_;
+};
+
+}  // namespace dlrm::cuda

@@ -1,0 +1,158 @@
+// The embedding backward fused with the sparse optimizers on a CUDA device
+// (engine/cuda/embedding_backward.h) against the CPU's (EmbeddingBagCollection::
+// BackwardAndUpdate), bitwise, tables and optimizer state, over several steps of every
+// optimizer: two tables shared by three features (SUM and MEAN), repeated ids within and
+// across bags, empty bags, per-id weights, dims with and without a multiple of 4 and 8.
+// The argument checks run everywhere.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config/config.h"
+#include "engine/core/philox.h"
+#include "engine/core/status.h"
+#include "engine/cuda/embedding_backward.h"
+#include "engine/data/batch.h"
+#include "engine/embedding/embedding_bag.h"
+#include "engine/embedding/embedding_table.h"
+#include "engine/embedding/sparse_optimizer.h"
+#include "tests/support/cuda_support.h"
+
+namespace dlrm::cuda {
+namespace {
+
+using testing::DeviceCopy;
+using ::testing::HasSubstr;
+
+constexpr int64_t kBatch = 50;
+const int32_t kDims[2] = {12, 5};
+const int64_t kRows[2] = {30, 7};  // few rows: many repeats
+const std::vector<FeatureBinding> kFeatures = {{0, 0, false}, {1, 12, true}, {0, 17, false}};
+constexpr int32_t kWidth = 29;
+
+OwnedBatch MakeBatch(uint64_t salt) {
+  const CounterRng rng(salt, 5, 0);
+  uint64_t draw = 0;
+  OwnedBatch b;
+  b.batch_size = kBatch;
+  b.num_sparse = 3;
+  for (int f = 0; f < 3; ++f) {
+    for (int64_t i = 0; i < kBatch; ++i) {
+      const auto len = static_cast<int32_t>(rng.Uniform(draw++) * 5);  // 0..4
+      b.lengths.push_back(len);
+      for (int32_t k = 0; k < len; ++k) {
+        b.ids.push_back(static_cast<int64_t>(rng.Uniform(draw++) * kRows[kFeatures[f].table]));
+        b.weights.push_back(static_cast<float>(0.5 + rng.Uniform(draw++)));
+      }
+    }
+  }
+  return b;
+}
+
+std::vector<float> Random(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  const CounterRng rng(seed, 0, 0);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(rng.Uniform(i) * 2.0 - 1.0);
+  return v;
+}
+
+void Compare(const std::string& optimizer_text) {
+  SCOPED_TRACE(optimizer_text);
+  const config::SparseOptimizerConfig config =
+      ParseConfigText("sparse_optimizer { " + optimizer_text + " }").sparse_optimizer();
+  std::vector<EmbeddingTable<float>> tables;
+  for (int t = 0; t < 2; ++t) {
+    tables.emplace_back("t" + std::to_string(t), kRows[t], kDims[t]);
+    tables.back().data() = Random(kRows[t] * kDims[t], 10 + t);
+  }
+  auto cpu_opt = MakeSparseOptimizer<float>(config, {{kRows[0], kDims[0]}, {kRows[1], kDims[1]}});
+  // The device's copies, from the CPU's initial values.
+  std::vector<std::unique_ptr<DeviceCopy<float>>> owned;
+  std::vector<SparseTableArgs> table_args;
+  for (int t = 0; t < 2; ++t) {
+    SparseTableArgs a;
+    owned.push_back(std::make_unique<DeviceCopy<float>>(tables[t].data()));
+    a.weights = owned.back()->get();
+    a.num_rows = kRows[t];
+    a.dim = kDims[t];
+    const auto states = cpu_opt->StateBuffers(t);
+    float** slots[2] = {&a.state0, &a.state1};
+    for (size_t s = 0; s < states.size(); ++s) {
+      owned.push_back(std::make_unique<DeviceCopy<float>>(*states[s].second));
+      *slots[s] = owned.back()->get();
+    }
+    table_args.push_back(a);
+  }
+  EmbeddingBagCollection<float> bags(&tables, kFeatures, kWidth);
+  std::vector<SparseFeatureArgs> feature_args;
+  for (const FeatureBinding& f : kFeatures) feature_args.push_back({f.table, f.offset, f.mean});
+  const DeviceCopy<SparseFeatureArgs> d_features(feature_args);
+  const DeviceCopy<SparseTableArgs> d_tables(table_args);
+  EmbeddingBackward gpu;
+  for (int64_t step = 1; step <= 4; ++step) {
+    const OwnedBatch batch = MakeBatch(step);
+    const ValidatedBatch vb = IndexValidBatch(batch.view());
+    const std::vector<float> d_pooled = Random(kBatch * kWidth, 100 + step);
+    const float lr = 0.1f / static_cast<float>(step);
+    bags.BackwardAndUpdate(vb, d_pooled.data(), *cpu_opt, lr, step, nullptr);
+    const DeviceCopy<int64_t> d_offsets(vb.offsets), d_ids(batch.ids);
+    const DeviceCopy<float> d_weights(batch.weights), d_grad(d_pooled);
+    EmbeddingBackwardArgs a;
+    a.features = d_features.get();
+    a.num_features = 3;
+    a.tables = d_tables.get();
+    a.num_tables = 2;
+    a.max_dim = 12;
+    a.batch_size = kBatch;
+    a.offsets = d_offsets.get();
+    a.ids = d_ids.get();
+    a.weights = d_weights.get();
+    a.num_ids = static_cast<int64_t>(batch.ids.size());
+    a.d_pooled = d_grad.get();
+    a.pooled_width = kWidth;
+    gpu.Run(a, config, lr, step, nullptr);
+  }
+  size_t k = 0;
+  for (int t = 0; t < 2; ++t) {
+    const std::vector<float> w = owned[k++]->ToHost();
+    EXPECT_EQ(std::memcmp(w.data(), tables[t].data().data(), w.size() * 4), 0) << "table " << t;
+    for (const auto& [name, buffer] : cpu_opt->StateBuffers(t)) {
+      const std::vector<float> s = owned[k++]->ToHost();
+      EXPECT_EQ(std::memcmp(s.data(), buffer->data(), s.size() * 4), 0) << name << " " << t;
+    }
+  }
+}
+
+TEST(CudaEmbeddingBackwardTest, EqualsTheCpuBitwiseForEveryOptimizer) {
+  SKIP_WITHOUT_GPU();
+  OpenDevice(0);
+  Compare("");
+  Compare("adagrad { eps: 1e-8 initial_accumulator: 0.1 }");
+  Compare("rowwise_adagrad { eps: 1e-8 initial_accumulator: 0.01 }");
+  Compare("adam { beta1: 0.9 beta2: 0.999 eps: 1e-8 }");
+}
+
+// Refused before anything reaches the device: no GPU needed.
+TEST(CudaEmbeddingBackwardTest, BadArgumentsAreRefusedNamingThem) {
+  EmbeddingBackward gpu;
+  EmbeddingBackwardArgs a;
+  a.num_tables = 1;
+  a.batch_size = 1;
+  a.max_dim = 4;
+  a.pooled_width = 4;
+  try {
+    gpu.Run(a, config::SparseOptimizerConfig(), 0.1f, 0, nullptr);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("step must be >= 1, got 0"));
+  }
+  a.max_dim = 0;
+  EXPECT_THROW(gpu.Run(a, config::SparseOptimizerConfig(), 0.1f, 1, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace dlrm::cuda
