@@ -5,10 +5,12 @@
 #                                   into build/gpu, then gathers every GPU test binary with
 #                                   every shared library it loads (ldd; not glibc's own nor
 #                                   the driver's) into build/gpu-bundle/ (git-ignored)
-# then carry build/gpu-bundle to the device and run there:
-#   build/gpu-bundle/run.sh         runs each binary with the bundle on LD_LIBRARY_PATH;
+# and packs it as build/gpu-bundle.tar.gz (~22 MB; the folder itself is over the device
+# tool's 64 MiB carry limit). Carry the tarball to the device and run there:
+#   tar xzf build/gpu-bundle.tar.gz -C /tmp && /tmp/gpu-bundle/run.sh
+#   gpu-bundle/run.sh               runs each binary with the bundle on LD_LIBRARY_PATH;
 #                                   exits non-zero if any test fails
-#   build/gpu-bundle/bench.sh small [FLAGS]
+#   gpu-bundle/bench.sh small [FLAGS]
 #                                   `dlrm bench --device cuda` on configs/small.pbtxt, then
 #                                   the PyTorch reference on the same GPU (bench/README.md)
 set -euo pipefail
@@ -70,4 +72,5 @@ python=/opt/torch/.venv/bin/python3
 "$python" "$here/torch_reference.py" --config "$config" --device cuda "$@"
 BENCH
 chmod +x "$BUNDLE/run.sh" "$BUNDLE/bench.sh"
-echo "gpu_check: ${#tests[@]} GPU suite(s) in $BUNDLE ($(du -sh "$BUNDLE" | cut -f1)); run $BUNDLE/run.sh on the device"
+tar czf "$BUNDLE.tar.gz" -C "$(dirname "$BUNDLE")" "$(basename "$BUNDLE")"
+echo "gpu_check: ${#tests[@]} GPU suite(s) and dlrm in $BUNDLE.tar.gz ($(du -sh "$BUNDLE.tar.gz" | cut -f1)); on the device: tar xzf $BUNDLE.tar.gz -C /tmp && /tmp/gpu-bundle/run.sh"
