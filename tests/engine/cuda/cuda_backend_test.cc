@@ -32,11 +32,6 @@ std::vector<float> Predict(const Engine& e, const OwnedBatch& batch) {
   return p;
 }
 
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
-}
-
 TEST(CudaBackendTest, PredictsAsTheCpuDoesFromTheSameWeightsAndCheckpoints) {
   SKIP_WITHOUT_GPU();
   for (const auto interaction : {config::ModelConfig::DOT, config::ModelConfig::CAT}) {
@@ -46,17 +41,17 @@ TEST(CudaBackendTest, PredictsAsTheCpuDoesFromTheSameWeightsAndCheckpoints) {
     Engine cpu(WithDevice(config, config::DeviceConfig::CPU));
     Engine gpu(WithDevice(config, config::DeviceConfig::CUDA));
     const OwnedBatch batch = testing::SmallBatch(64, 3, /*weighted=*/true);
-    ExpectClose(Predict(gpu, batch), Predict(cpu, batch));
+    testing::ExpectAllNear(Predict(gpu, batch), Predict(cpu, batch), 1e-5f, "predictions");
     for (uint64_t s = 0; s < 20; ++s) cpu.TrainStep(testing::SmallBatch(32, s).view());
     const std::string path = testing::TempDir("cuda_backend") + "/cpu.ckpt";
     cpu.Save(path);
     gpu.Load(path);  // PushState: the device takes the trained weights over
-    ExpectClose(Predict(gpu, batch), Predict(cpu, batch));
+    testing::ExpectAllNear(Predict(gpu, batch), Predict(cpu, batch), 1e-5f, "predictions");
     const ParameterInfo top = cpu.Parameters()[cpu.Parameters().size() - 2];
     std::vector<float> values(top.size(), 0.01f);
     cpu.WriteParameter(top.name, values.data(), top.size());
     gpu.WriteParameter(top.name, values.data(), top.size());
-    ExpectClose(Predict(gpu, batch), Predict(cpu, batch));
+    testing::ExpectAllNear(Predict(gpu, batch), Predict(cpu, batch), 1e-5f, "predictions");
     EXPECT_EQ(gpu.step(), 20);
   }
 }
@@ -125,10 +120,10 @@ TEST(CudaBackendTest, ACheckpointTrainedOnTheGpuPredictsOnTheCpu) {
   cpu.Load(path);
   EXPECT_EQ(cpu.step(), 50);
   const OwnedBatch test = testing::SmallBatch(256, 2000);
-  ExpectClose(Predict(cpu, test), Predict(gpu, test));
+  testing::ExpectAllNear(Predict(cpu, test), Predict(gpu, test), 1e-5f, "predictions");
   // And back: the CPU continues from the GPU's optimizer state as well.
   gpu.Load(path);
-  ExpectClose(Predict(gpu, test), Predict(cpu, test));
+  testing::ExpectAllNear(Predict(gpu, test), Predict(cpu, test), 1e-5f, "predictions");
 }
 
 }  // namespace

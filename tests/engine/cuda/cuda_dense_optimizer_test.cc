@@ -1,8 +1,6 @@
 // The dense optimizers on a CUDA device (engine/cuda/dense_optimizer.h) against the CPU's
 // (engine/optim/dense_optimizer.h), bitwise, parameters and state, over several steps of
 // every kind and option; and the argument checks, which run everywhere.
-#include "engine/cuda/dense_optimizer.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +11,7 @@
 #include "engine/config/config.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
+#include "engine/cuda/dense_optimizer.h"
 #include "engine/optim/dense_optimizer.h"
 #include "tests/support/cuda_support.h"
 
@@ -26,13 +25,6 @@ config::DenseOptimizerConfig Parse(const std::string& text) {
   return ParseConfigText("dense_optimizer { learning_rate: 0.05 " + text + " }").dense_optimizer();
 }
 
-std::vector<float> Random(size_t n, uint64_t seed, double scale) {
-  std::vector<float> v(n);
-  const CounterRng rng(seed, 0, 0);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>((rng.Uniform(i) * 2.0 - 1.0) * scale);
-  return v;
-}
-
 void ExpectBitwise(const std::vector<float>& a, const std::vector<float>& b,
                    const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
@@ -43,7 +35,7 @@ void CompareWithCpu(const std::string& text) {
   SCOPED_TRACE(text);
   const config::DenseOptimizerConfig config = Parse(text);
   const size_t n = 1000;  // not a multiple of the block size
-  std::vector<float> params = Random(n, 7, 1.0);
+  std::vector<float> params = testing::RandomFloats(n, 7, 1.0);
   auto cpu = MakeDenseOptimizer<float>(config, n);
   DeviceCopy<float> d_params(params);
   std::vector<std::unique_ptr<DeviceCopy<float>>> d_state;
@@ -53,7 +45,7 @@ void CompareWithCpu(const std::string& text) {
     state.push_back(d_state.back()->get());
   }
   for (int64_t step = 1; step <= 5; ++step) {
-    const std::vector<float> grads = Random(n, 100 + step, 0.5);
+    const std::vector<float> grads = testing::RandomFloats(n, 100 + step, 0.5);
     const float lr = 0.05f / static_cast<float>(step);
     cpu->Update(params.data(), grads.data(), 0, n, lr, step);
     const DeviceCopy<float> d_grads(grads);

@@ -53,13 +53,6 @@ OwnedBatch MakeBatch(uint64_t salt) {
   return b;
 }
 
-std::vector<float> Random(size_t n, uint64_t seed) {
-  std::vector<float> v(n);
-  const CounterRng rng(seed, 0, 0);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(rng.Uniform(i) * 2.0 - 1.0);
-  return v;
-}
-
 void Compare(const std::string& optimizer_text) {
   SCOPED_TRACE(optimizer_text);
   const config::SparseOptimizerConfig config =
@@ -67,7 +60,7 @@ void Compare(const std::string& optimizer_text) {
   std::vector<EmbeddingTable<float>> tables;
   for (int t = 0; t < 2; ++t) {
     tables.emplace_back("t" + std::to_string(t), kRows[t], kDims[t]);
-    tables.back().data() = Random(kRows[t] * kDims[t], 10 + t);
+    tables.back().data() = testing::RandomFloats(kRows[t] * kDims[t], 10 + t);
   }
   auto cpu_opt = MakeSparseOptimizer<float>(config, {{kRows[0], kDims[0]}, {kRows[1], kDims[1]}});
   // The device's copies, from the CPU's initial values.
@@ -96,7 +89,7 @@ void Compare(const std::string& optimizer_text) {
   for (int64_t step = 1; step <= 4; ++step) {
     const OwnedBatch batch = MakeBatch(step);
     const ValidatedBatch vb = IndexValidBatch(batch.view());
-    const std::vector<float> d_pooled = Random(kBatch * kWidth, 100 + step);
+    const std::vector<float> d_pooled = testing::RandomFloats(kBatch * kWidth, 100 + step);
     const float lr = 0.1f / static_cast<float>(step);
     bags.BackwardAndUpdate(vb, d_pooled.data(), *cpu_opt, lr, step, nullptr);
     const DeviceCopy<int64_t> d_offsets(vb.offsets), d_ids(batch.ids);

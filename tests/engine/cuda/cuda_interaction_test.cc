@@ -21,19 +21,6 @@ namespace {
 using testing::DeviceCopy;
 using ::testing::HasSubstr;
 
-std::vector<float> Random(size_t n, uint64_t seed) {
-  std::vector<float> v(n);
-  const CounterRng rng(seed, 0, 0);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(rng.Uniform(i) * 2.0 - 1.0);
-  return v;
-}
-
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << what << "[" << i << "]";
-}
-
 struct Outputs {
   std::vector<float> out, dx, dpooled;
 };
@@ -56,16 +43,17 @@ void CompareInteraction(bool dot, int d, int f) {
   const Interaction<float> cpu(dot ? config::ModelConfig::DOT : config::ModelConfig::CAT, d,
                                std::vector<int>(f, d));
   ASSERT_EQ(cpu.out_dim(), s.out_dim());
-  const std::vector<float> x = Random(n * d, 1), pooled = Random(n * f * d, 2),
-                           dout = Random(n * s.out_dim(), 3);
+  const std::vector<float> x = testing::RandomFloats(n * d, 1),
+                           pooled = testing::RandomFloats(n * f * d, 2),
+                           dout = testing::RandomFloats(n * s.out_dim(), 3);
   Outputs want{std::vector<float>(n * s.out_dim()), std::vector<float>(x.size()),
                std::vector<float>(pooled.size())};
   cpu.Forward(x.data(), pooled.data(), n, want.out.data());
   cpu.Backward(x.data(), pooled.data(), dout.data(), n, want.dx.data(), want.dpooled.data());
   const Outputs got = OnDevice(s, n, x, pooled, dout);
-  ExpectClose(got.out, want.out, "out");
-  ExpectClose(got.dx, want.dx, "dx");
-  ExpectClose(got.dpooled, want.dpooled, "dpooled");
+  testing::ExpectAllNear(got.out, want.out, 1e-5f, "out");
+  testing::ExpectAllNear(got.dx, want.dx, 1e-5f, "dx");
+  testing::ExpectAllNear(got.dpooled, want.dpooled, 1e-5f, "dpooled");
   const Outputs again = OnDevice(s, n, x, pooled, dout);
   EXPECT_EQ(std::memcmp(got.dpooled.data(), again.dpooled.data(), got.dpooled.size() * 4), 0);
 }
@@ -82,7 +70,7 @@ TEST(CudaBceTest, MatchesTheCpuAndRepeatsBitwise) {
   SKIP_WITHOUT_GPU();
   OpenDevice(0);
   const int64_t n = 1000;
-  std::vector<float> logits = Random(n, 4), labels(n);
+  std::vector<float> logits = testing::RandomFloats(n, 4), labels(n);
   for (int64_t i = 0; i < n; ++i) {
     logits[i] *= 30.0f;  // large |z| too
     labels[i] = static_cast<float>(i % 3 == 0);
@@ -96,7 +84,7 @@ TEST(CudaBceTest, MatchesTheCpuAndRepeatsBitwise) {
                         d_sum.get(), nullptr);
     const double sum = d_sum.ToHost()[0];
     EXPECT_NEAR(sum, want_sum, 1e-9 * want_sum);
-    ExpectClose(d_dl.ToHost(), want, "dlogits");
+    testing::ExpectAllNear(d_dl.ToHost(), want, 1e-5f, "dlogits");
   }
 }
 

@@ -2,8 +2,6 @@
 // within fp32 rounding, and bitwise run to run; and the run-time loading of cuBLASLt,
 // which is tested everywhere (a CPU machine never needs the library, and when it is
 // missing the error names every file tried).
-#include "engine/cuda/linear.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +13,7 @@
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "engine/cuda/cublas_lt.h"
+#include "engine/cuda/linear.h"
 #include "engine/dense/linear.h"
 #include "tests/support/cuda_support.h"
 
@@ -48,19 +47,6 @@ TEST(CublasLtLoadTest, TheToolkitsLibraryOpensOrIsNamed) {
   }
 }
 
-std::vector<float> Random(size_t n, uint64_t seed) {
-  std::vector<float> v(n);
-  const CounterRng rng(seed, 0, 0);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(rng.Uniform(i) * 2.0 - 1.0);
-  return v;
-}
-
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << what << "[" << i << "]";
-}
-
 struct Case {
   int64_t n;
   int in, out;
@@ -90,8 +76,10 @@ TEST(CudaLinearTest, MatchesTheCpuLayerAndRepeatsBitwise) {
   OpenDevice(0);
   // More than one bias chunk (256 rows), a one-wide output, dims not multiples of 4.
   for (const Case c : {Case{300, 13, 64, true}, Case{1, 7, 1, false}, Case{513, 64, 31, true}}) {
-    const std::vector<float> x = Random(c.n * c.in, 1), W = Random(c.out * c.in, 2),
-                             b = Random(c.out, 3), dy0 = Random(c.n * c.out, 4);
+    const std::vector<float> x = testing::RandomFloats(c.n * c.in, 1),
+                             W = testing::RandomFloats(c.out * c.in, 2),
+                             b = testing::RandomFloats(c.out, 3),
+                             dy0 = testing::RandomFloats(c.n * c.out, 4);
     Result cpu{std::vector<float>(c.n * c.out), dy0, std::vector<float>(c.n * c.in),
                std::vector<float>(W.size()), std::vector<float>(b.size())};
     const Activation act = c.relu ? Activation::kRelu : Activation::kNone;
@@ -99,11 +87,11 @@ TEST(CudaLinearTest, MatchesTheCpuLayerAndRepeatsBitwise) {
     LinearBackward(x.data(), cpu.y.data(), cpu.dy.data(), c.n, c.in, c.out, W.data(), act,
                    cpu.dx.data(), cpu.dW.data(), cpu.db.data());
     const Result gpu = RunOnDevice(c, x, W, b, dy0);
-    ExpectClose(gpu.y, cpu.y, "y");
-    ExpectClose(gpu.dy, cpu.dy, "dy");
-    ExpectClose(gpu.dx, cpu.dx, "dx");
-    ExpectClose(gpu.dW, cpu.dW, "dW");
-    ExpectClose(gpu.db, cpu.db, "db");
+    testing::ExpectAllNear(gpu.y, cpu.y, 1e-5f, "y");
+    testing::ExpectAllNear(gpu.dy, cpu.dy, 1e-5f, "dy");
+    testing::ExpectAllNear(gpu.dx, cpu.dx, 1e-5f, "dx");
+    testing::ExpectAllNear(gpu.dW, cpu.dW, 1e-5f, "dW");
+    testing::ExpectAllNear(gpu.db, cpu.db, 1e-5f, "db");
     const Result again = RunOnDevice(c, x, W, b, dy0);
     for (const auto& [a, b2] : {std::pair{&gpu.y, &again.y}, std::pair{&gpu.dx, &again.dx},
                                 std::pair{&gpu.dW, &again.dW}, std::pair{&gpu.db, &again.db}})

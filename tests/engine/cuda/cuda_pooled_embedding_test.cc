@@ -2,8 +2,6 @@
 // with the runtime's reason, where there is none): the device probe, and the one-launch
 // pooled forward against the CPU's order of operations, bitwise, over sum and mean,
 // weighted and unweighted, empty bags, dims with and without float4 loads.
-#include "engine/cuda/pooled_embedding.h"
-
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +12,7 @@
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "engine/cuda/device.h"
+#include "engine/cuda/pooled_embedding.h"
 #include "tests/support/cuda_support.h"
 
 namespace dlrm::cuda {
