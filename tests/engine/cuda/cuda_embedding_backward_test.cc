@@ -2,7 +2,8 @@
 // (engine/cuda/embedding_backward.h) against the CPU's (EmbeddingBagCollection::
 // BackwardAndUpdate), bitwise, tables and optimizer state, over several steps of every
 // optimizer: two tables shared by three features (SUM and MEAN), repeated ids within and
-// across bags, empty bags, per-id weights, dims with and without a multiple of 4 and 8.
+// across bags, empty bags, per-id weights, dims with and without a multiple of 4 and 8, one
+// wider than a warp.
 // The argument checks run everywhere.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -29,10 +30,11 @@ using testing::DeviceCopy;
 using ::testing::HasSubstr;
 
 constexpr int64_t kBatch = 50;
-const int32_t kDims[2] = {12, 5};
+// 36: more columns than a warp has lanes, a multiple of 4 and 8; 5: neither.
+const int32_t kDims[2] = {36, 5};
 const int64_t kRows[2] = {30, 7};  // few rows: many repeats
-const std::vector<FeatureBinding> kFeatures = {{0, 0, false}, {1, 12, true}, {0, 17, false}};
-constexpr int32_t kWidth = 29;
+const std::vector<FeatureBinding> kFeatures = {{0, 0, false}, {1, 36, true}, {0, 41, false}};
+constexpr int32_t kWidth = 77;
 
 OwnedBatch MakeBatch(uint64_t salt) {
   const CounterRng rng(salt, 5, 0);
@@ -99,7 +101,7 @@ void Compare(const std::string& optimizer_text) {
     a.num_features = 3;
     a.tables = d_tables.get();
     a.num_tables = 2;
-    a.max_dim = 12;
+    a.max_dim = kDims[0];
     a.batch_size = kBatch;
     a.offsets = d_offsets.get();
     a.ids = d_ids.get();
