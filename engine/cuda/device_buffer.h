@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/core/status.h"
 #include "engine/cuda/device.h"
 
 namespace dlrm::cuda {
@@ -45,6 +46,11 @@ class DeviceBuffer {
   // Resizes to host.size() and copies it in, ordered on `stream`.
   void Upload(const T* host, size_t count, cudaStream_t stream) {
     Resize(count);
+    CopyIn(host, count, stream);
+  }
+  // Copies `count` <= size() elements into the front of the buffer, ordered on `stream`.
+  void CopyIn(const T* host, size_t count, cudaStream_t stream) {
+    DLRM_INTERNAL_CHECK(count <= count_);
     if (count > 0)
       CheckCuda(cudaMemcpyAsync(ptr_, host, count * sizeof(T), cudaMemcpyHostToDevice, stream),
                 "cudaMemcpyAsync (to the device)");

@@ -64,11 +64,10 @@ struct LinearContext::Gemm {
 
 LinearContext::LinearContext(cudaStream_t stream) : api_(CublasLt()), stream_(stream) {
   CheckCublas(api_.Create(&handle_), "cublasLtCreate");
-  CheckCuda(cudaMalloc(&workspace_, kWorkspaceBytes), "cudaMalloc(cuBLASLt workspace)");
+  workspace_.Resize(kWorkspaceBytes);
 }
 
 LinearContext::~LinearContext() {
-  if (workspace_ != nullptr) cudaFree(workspace_);
   if (handle_ != nullptr) api_.Destroy(handle_);
 }
 
@@ -119,7 +118,7 @@ void LinearContext::Run(const Gemm& g) {
   try {
     const cublasLtMatmulAlgo_t& algo = AlgoFor(g, desc, a, b, c);
     status = api_.Matmul(handle_, desc, &alpha, g.A, a, g.B, b, &beta, g.C, c, g.C, c, &algo,
-                         workspace_, kWorkspaceBytes, stream_);
+                         workspace_.get(), kWorkspaceBytes, stream_);
   } catch (...) {
     status = CUBLAS_STATUS_INTERNAL_ERROR;
   }
@@ -146,16 +145,15 @@ void LinearContext::Backward(const float* x, const float* y, float* dy, int64_t 
                              float* db) {
   CheckSizes(n, in, out);
   const int64_t chunks = (n + kBiasChunkRows - 1) / kBiasChunkRows;
-  float* partial = nullptr;
-  CheckCuda(cudaMallocAsync(reinterpret_cast<void**>(&partial),
-                            static_cast<size_t>(chunks) * out * sizeof(float), stream_),
-            "cudaMallocAsync(bias partials)");
+  // Grown once to the largest layer; reused (ordered on the stream) by every call.
+  if (bias_partials_.size() < static_cast<size_t>(chunks) * out)
+    bias_partials_.Resize(static_cast<size_t>(chunks) * out);
+  float* partial = bias_partials_.get();
   const dim3 grid((out + kThreads - 1) / kThreads, static_cast<unsigned>(chunks));
   ReluMaskPartialColumnSums<<<grid, kThreads, 0, stream_>>>(
       y, dy, n, out, act == DeviceActivation::kRelu ? 1 : 0, partial);
   SumPartials<<<(out + kThreads - 1) / kThreads, kThreads, 0, stream_>>>(partial, chunks, out, db);
   CheckCuda(cudaGetLastError(), "bias gradient kernels");
-  CheckCuda(cudaFreeAsync(partial, stream_), "cudaFreeAsync(bias partials)");
   // dW [out x in] row-major = column-major [in x out] = X [in x n] dY^T ([n x out]).
   Run(Gemm{in, out, n, CUBLAS_OP_N, CUBLAS_OP_T, x, in, dy, out, dW, in});
   // dx [n x in] row-major = column-major [in x n] = W (col-major [in x out]) dY [out x n].

@@ -21,6 +21,7 @@
 #include <tuple>
 
 #include "engine/cuda/cublas_lt.h"
+#include "engine/cuda/device_buffer.h"
 
 namespace dlrm::cuda {
 
@@ -57,7 +58,8 @@ class LinearContext {
   const CublasLtApi& api_;
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
-  void* workspace_ = nullptr;
+  DeviceBuffer<uint8_t> workspace_;
+  DeviceBuffer<float> bias_partials_;  // Backward's first level of the bias-gradient sum
   // (m, n, k, transa, transb, epilogue) -> the algorithm chosen for it.
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int, int>, cublasLtMatmulAlgo_t> algos_;
 };

@@ -14,6 +14,7 @@
 
 #include "engine/core/philox.h"
 #include "engine/cuda/device.h"
+#include "engine/cuda/device_buffer.h"
 
 // Reports the test SKIPPED, with the runtime's reason, where there is no usable device.
 #define SKIP_WITHOUT_GPU()              \
@@ -22,31 +23,26 @@
 
 namespace dlrm::testing {
 
-// A device copy of a host vector, freed with the object.
+// A device copy of a host vector, freed with the object; copies are synchronous. Holds at
+// least one element, so get() is never null (kernels tell "absent" by a null pointer).
 template <typename T>
 class DeviceCopy {
  public:
-  explicit DeviceCopy(const std::vector<T>& host) : size_(host.size()) {
-    cuda::CheckCuda(
-        cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(1, size_) * sizeof(T)),
-        "cudaMalloc");
-    if (size_ > 0)
-      cuda::CheckCuda(cudaMemcpy(ptr_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice),
-                      "cudaMemcpy");
+  explicit DeviceCopy(const std::vector<T>& host)
+      : buffer_(std::max<size_t>(1, host.size())), size_(host.size()) {
+    buffer_.CopyIn(host.data(), size_, nullptr);
+    cuda::CheckCuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
   }
-  ~DeviceCopy() { cudaFree(ptr_); }
-  DeviceCopy(const DeviceCopy&) = delete;
-  DeviceCopy& operator=(const DeviceCopy&) = delete;
-  T* get() const { return ptr_; }
+  T* get() const { return buffer_.get(); }
   std::vector<T> ToHost() const {
     std::vector<T> host(size_);
-    cuda::CheckCuda(cudaMemcpy(host.data(), ptr_, size_ * sizeof(T), cudaMemcpyDeviceToHost),
-                    "cudaMemcpy");
+    buffer_.Download(host.data(), size_, nullptr);
+    cuda::CheckCuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
     return host;
   }
 
  private:
-  T* ptr_ = nullptr;
+  cuda::DeviceBuffer<T> buffer_;
   size_t size_;
 };
 
