@@ -108,7 +108,12 @@ int64_t Engine::SubmitTrainStep(const BatchView& batch) {
     if (!async_)
       async_ = std::make_unique<AsyncStepQueue>(
           // Validated by this call before it was copied: only indexed again.
-          [this](const OwnedBatch& b) { return TrainStepNow(b.view(), true); }, kAsyncQueueDepth);
+          [this](const QueuedStep& now, const QueuedStep& next) {
+            const BatchView next_view = next.batch ? next.batch->view() : BatchView{};
+            return TrainStepNow(now.batch->view(), true,
+                                {now.ticket, next.batch ? &next_view : nullptr, next.ticket});
+          },
+          kAsyncQueueDepth);
     queue = async_.get();
   }
   return queue->Submit(std::move(copy));
@@ -134,7 +139,8 @@ void Engine::DrainAsyncSteps() const {
   if (queue) queue->Drain();
 }
 
-float Engine::TrainStepNow(const BatchView& batch, bool validated) {
+float Engine::TrainStepNow(const BatchView& batch, bool validated,
+                           const train::StepLookahead& lookahead) {
   std::unique_lock<std::shared_mutex> lock(mu_);
   State& s = *state_;
   const ValidatedBatch vb =
@@ -142,7 +148,7 @@ float Engine::TrainStepNow(const BatchView& batch, bool validated) {
                 : ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), true);
   const train::StepRates rates =
       train::RatesForStep(config_.lr_schedule(), s.dense_lr, s.sparse_lr, s.step);
-  const double loss = s.backend->TrainStep(vb, rates);
+  const double loss = s.backend->TrainStep(vb, rates, lookahead);
   s.step = rates.t;
   return static_cast<float>(loss);
 }

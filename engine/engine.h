@@ -16,6 +16,7 @@
 #include "engine/core/metrics.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/batch.h"
+#include "engine/train/backend.h"
 
 namespace dlrm {
 
@@ -92,8 +93,10 @@ class Engine {
   // checkpoint of this model and optimizer kinds.
   void CheckCheckpointFits(const CheckpointReader& reader, const std::string& path) const;
   void LoadFrom(const CheckpointReader& reader, const std::string& path);
-  // validated: the batch is a copy of one that passed ValidateBatch (asynchronous steps).
-  float TrainStepNow(const BatchView& batch, bool validated);
+  // validated: the batch is a copy of one that passed ValidateBatch (asynchronous steps,
+  // which also name the step queued behind, for the backend to copy in meanwhile).
+  float TrainStepNow(const BatchView& batch, bool validated,
+                     const train::StepLookahead& lookahead = {});
   // Runs every queued asynchronous step (so mutations apply after them, in order).
   void DrainAsyncSteps() const;
 

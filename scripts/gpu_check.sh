@@ -60,13 +60,17 @@ exit $status
 RUN
 cat > "$BUNDLE/bench.sh" <<'BENCH'
 #!/usr/bin/env bash
-# bench.sh CONFIG [FLAGS]: dlrm bench --device cuda on configs/CONFIG.pbtxt, then the
-# PyTorch reference with the same flags on the same GPU, one after the other.
+# bench.sh CONFIG [FLAGS]: dlrm bench --device cuda on configs/CONFIG.pbtxt (CUDA graphs,
+# then eager), then the PyTorch reference with the same flags on the same GPU, one after
+# the other.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 config="$here/configs/$1.pbtxt"
 shift
-"$here/dlrm" bench --config "$config" --device cuda "$@"
+# With CUDA graphs, plus the asynchronous path (the next batch copied in during a step),
+# then eager: the step time with and without the graph, one invocation.
+"$here/dlrm" bench --config "$config" --device cuda --async_host sleep --prepare_factor 0 "$@"
+"$here/dlrm" bench --config "$config" --device cuda --cuda_graph=false "$@"
 python=/opt/torch/.venv/bin/python3
 [ -x "$python" ] || python=python3
 "$python" "$here/torch_reference.py" --config "$config" --device cuda "$@"

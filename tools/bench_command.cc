@@ -42,6 +42,9 @@ DEFINE_int32(pool_batches, 16, "bench: distinct pre-generated batches, used roun
 DEFINE_string(device, "",
               "bench: cpu, cuda or cuda:N (the CUDA device ordinal); default: the config's "
               "device");
+DEFINE_bool(cuda_graph, true,
+            "bench: on a CUDA device, replay each step of a repeated batch shape as one CUDA "
+            "graph (device.cuda_graph); false launches every step's kernels one by one");
 DEFINE_string(optimizer, "",
               "bench: replace the config's optimizers (learning rates kept): sgd, adagrad "
               "(dense and sparse Adagrad) or rowwise_adagrad (dense Adagrad, row-wise sparse); "
@@ -204,6 +207,14 @@ void ApplyDeviceFlag(const std::string& device, config::DlrmConfig* config) {
   d->set_ordinal(ordinal);
 }
 
+// --cuda_graph, for a CUDA device only (the CPU has no graphs to turn off).
+void ApplyCudaGraphFlag(bool graph, config::DlrmConfig* config) {
+  if (config->device().kind() == config::DeviceConfig::CUDA)
+    config->mutable_device()->set_cuda_graph(graph);
+  else if (!graph)
+    ThrowInvalid("--cuda_graph=false needs a CUDA device (--device cuda)");
+}
+
 // What a host does between two submissions, for `duration` seconds.
 void Prepare(const std::string& how, double duration) {
   const auto until = Clock::now() + std::chrono::duration<double>(duration);
@@ -239,6 +250,7 @@ int BenchCommand() {
   if (FLAGS_threads >= 0) config.set_num_threads(FLAGS_threads);
   ApplyOptimizerFlag(FLAGS_optimizer, &config);
   ApplyDeviceFlag(FLAGS_device, &config);
+  ApplyCudaGraphFlag(FLAGS_cuda_graph, &config);
   std::printf("dlrm bench  %s\n", FLAGS_config.c_str());
   std::printf("machine     %s, %u logical cores (%d usable), %s kernels%s\n", CpuModel().c_str(),
               std::thread::hardware_concurrency(), UsableCores(), IsaLevelName(CpuIsaLevel()),
@@ -258,7 +270,11 @@ int BenchCommand() {
     if (p.name.rfind("embedding.", 0) == 0) embedding_params += p.size();
   }
   const config::ModelConfig& model = config.model();
-  std::printf("device      %s\n", engine.device().c_str());
+  const bool cuda = config.device().kind() == config::DeviceConfig::CUDA;
+  std::printf("device      %s%s\n", engine.device().c_str(),
+              !cuda                          ? ""
+              : config.device().cuda_graph() ? ", CUDA graphs"
+                                             : ", eager (no graphs)");
   std::printf("threads     %d\n", engine.num_threads());
   std::printf("optimizers dense %s, sparse %s\n",
               config.dense_optimizer().has_adagrad() ? "adagrad"

@@ -160,6 +160,8 @@ void ValidateDevice(const config::DeviceConfig& d) {
   if (d.kind() == config::DeviceConfig::CPU && d.ordinal() != 0)
     ThrowInvalid("device.ordinal is ", d.ordinal(),
                  " but device.kind is CPU (ordinals are for CUDA)");
+  if (d.kind() == config::DeviceConfig::CPU && d.has_cuda_graph())
+    ThrowInvalid("device.cuda_graph is set but device.kind is CPU (graphs are for CUDA)");
 }
 
 void ValidateDistributed(const config::DistributedConfig& d) {

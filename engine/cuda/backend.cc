@@ -2,11 +2,15 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "engine/core/log.h"
 #include "engine/core/status.h"
+#include "engine/cuda/batch_staging.h"
 #include "engine/cuda/dense_optimizer.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_buffer.h"
@@ -15,6 +19,7 @@
 #include "engine/cuda/interaction.h"
 #include "engine/cuda/linear.h"
 #include "engine/cuda/pooled_embedding.h"
+#include "engine/cuda/step_graph.h"
 #include "engine/train/step.h"
 
 namespace dlrm::cuda {
@@ -24,18 +29,31 @@ DeviceActivation ToDevice(Activation act) {
   return act == Activation::kRelu ? DeviceActivation::kRelu : DeviceActivation::kNone;
 }
 
-// A batch on the device, and every activation and gradient of one step; reused across
-// steps (a buffer is reallocated only when its size changes).
-struct StepBuffers {
-  DeviceBuffer<float> dense, labels, weights;
-  DeviceBuffer<int64_t> offsets, ids;
-  DeviceBuffer<FeatureSpec> specs;
+// The forward's outputs of one batch.
+struct Activations {
   DeviceBuffer<float> pooled, inter;
-  std::vector<DeviceBuffer<float>> bottom_acts, top_acts;
-  // Backward.
+  std::vector<DeviceBuffer<float>> bottom, top;
+};
+
+// Every activation and gradient of a training step; sized by the batch's shape, so a step
+// of the shape before allocates nothing (what a CUDA graph needs).
+struct StepBuffers {
+  Activations acts;
   DeviceBuffer<float> dlogits, d_inter, d_bottom, d_pooled, scratch_a, scratch_b;
   DeviceBuffer<double> losses, loss_sum;
-  DeviceBuffer<int32_t> non_finite;
+  DeviceBuffer<int32_t> non_finite;  // > 0: the step diverged, the updates skip
+};
+
+// The per-step scalars, written by the host before each step (eager or replayed).
+struct StepScalars {
+  DenseStepArgs dense;
+  SparseStepArgs sparse;
+};
+
+// What the host reads after a step.
+struct StepResults {
+  double loss_sum = 0;
+  int32_t non_finite = 0;
 };
 
 class CudaBackend final : public train::Backend {
@@ -44,107 +62,57 @@ class CudaBackend final : public train::Backend {
       : s_(*state), config_(config), ordinal_(ordinal), device_(OpenDevice(ordinal)) {
     CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     linear_ = std::make_unique<LinearContext>(stream_);
+    staging_ = std::make_unique<BatchStaging>(stream_);
+    scalars_.Resize(1);
+    host_scalars_.Reserve(1);
+    results_.Reserve(1);
     PushState();
+    BuildFeatureArgs();
   }
   ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    for (StepGraph& g : graphs_) g.Reset();
+    staging_.reset();
     linear_.reset();
     cudaStreamDestroy(stream_);
   }
 
   std::string name() const override { return "cuda:" + std::to_string(ordinal_); }
 
-  double TrainStep(const ValidatedBatch& batch, const train::StepRates& rates) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
-    const int64_t n = batch.view.batch_size;
-    Upload(batch, true, buf_);
-    const float* logits = Forward(batch, buf_);
-    bool finite = false;
-    const double loss = Backward(logits, n, &finite) / static_cast<double>(n);
-    train::CheckFinite(rates.t - 1, loss, {}, finite);  // nothing is updated yet
-    ApplyUpdates(batch, rates);
-    host_stale_ = true;
-    return loss;
-  }
-
-  void PredictLogits(const ValidatedBatch& batch, float* logits) const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
-    StepBuffers b;  // a prediction may run beside training's buffers being reused
-    Upload(batch, false, b);
-    const float* y = Forward(batch, b);
-    CheckCuda(cudaMemcpyAsync(logits, y, batch.view.batch_size * sizeof(float),
-                              cudaMemcpyDeviceToHost, stream_),
-              "cudaMemcpyAsync (logits)");
-    CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  }
-
-  void PullState() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!host_stale_) return;
-    CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
-    ForEachState([&](DeviceBuffer<float>& device, std::vector<float>& host) {
-      device.Download(host.data(), host.size(), stream_);
-    });
-    CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    host_stale_ = false;
-  }
-
-  void PushState() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
-    ForEachState([&](DeviceBuffer<float>& device, std::vector<float>& host) {
-      device.Upload(host, stream_);
-    });
-    CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    host_stale_ = false;
-  }
+  double TrainStep(const ValidatedBatch& batch, const train::StepRates& rates,
+                   const train::StepLookahead& ahead) override;
+  void PredictLogits(const ValidatedBatch& batch, float* logits) const override;
+  void PullState() const override;
+  void PushState() override;
 
  private:
-  // fn(device copy, host vector) for every parameter and optimizer state, in a fixed order;
-  // sizes the device copies on first use.
   template <typename Fn>
-  void ForEachState(Fn fn) const {
-    size_t k = 0;
-    auto visit = [&](std::vector<float>& host) {
-      if (state_.size() <= k) state_.emplace_back();
-      fn(state_[k++], host);
-    };
-    visit(s_.model.dense_params());
-    for (auto& [name, buffer] : s_.dense_optimizer->StateBuffers()) visit(*buffer);
-    for (size_t t = 0; t < s_.model.tables().size(); ++t) {
-      visit(s_.model.tables()[t].data());
-      for (auto& [name, buffer] : s_.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)))
-        visit(*buffer);
-    }
-  }
-  // The device copy of the dense parameters, of table t, and their optimizers' states:
-  // the order of ForEachState.
+  void ForEachState(Fn fn) const;
+  // The device copy of the dense parameters and the dense optimizer's states: the order
+  // of ForEachState.
   float* params() const { return state_[0].get(); }
-  std::vector<float*> DenseStates() const {
-    std::vector<float*> states;
-    for (int i = 0; i < DenseOptimizerStateCount(config_.dense_optimizer()); ++i)
-      states.push_back(state_[1 + i].get());
-    return states;
-  }
-  size_t TableSlot(size_t t) const {
-    size_t slot = 1 + DenseOptimizerStateCount(config_.dense_optimizer());
-    for (size_t u = 0; u < t; ++u)
-      slot += 1 + s_.sparse_optimizer->StateBuffers(static_cast<int32_t>(u)).size();
-    return slot;
-  }
+  std::vector<float*> DenseStates() const;
+  size_t TableSlot(size_t t) const;
+  // The features' and tables' descriptions for the kernels, built once (the state's device
+  // arrays never move).
+  void BuildFeatureArgs();
 
-  void Upload(const ValidatedBatch& batch, bool labels, StepBuffers& b) const;
-  const float* Forward(const ValidatedBatch& batch, StepBuffers& b) const;
+  void WriteScalars(const train::StepRates& rates);
+  // The step on `in`: replayed, captured or eager (device.cuda_graph and the shape).
+  void RunStep(const DeviceBatch& in);
+  // Enqueues the whole step on stream_: no allocation of a known shape, no synchronization.
+  void EnqueueStep(const DeviceBatch& in);
+  void Prefetch(const train::StepLookahead& ahead);
+
+  const float* Forward(const DeviceBatch& in, Activations& a) const;
   const float* MlpForward(const Mlp<float>& mlp, const float* x, int64_t n,
                           std::vector<DeviceBuffer<float>>& acts) const;
   void MlpBackward(const Mlp<float>& mlp, const float* x,
                    const std::vector<DeviceBuffer<float>>& acts, float* dy, int64_t n, float* dx);
-  double Backward(const float* logits, int64_t n, bool* finite);
-  void ApplyUpdates(const ValidatedBatch& batch, const train::StepRates& rates);
-  EmbeddingBackwardArgs SparseArgs(const ValidatedBatch& batch,
-                                   DeviceBuffer<SparseFeatureArgs>& features,
-                                   DeviceBuffer<SparseTableArgs>& tables);
+  void Backward(const DeviceBatch& in, const float* logits);
+  void CheckStepFinite();
+  void ApplyUpdates(const DeviceBatch& in);
+  EmbeddingBackwardArgs SparseArgs(const DeviceBatch& in) const;
   InteractionShape Shape() const {
     const Interaction<float>& i = s_.model.interaction();
     return {i.kind() == config::ModelConfig::DOT, i.bottom_dim(), i.num_features(),
@@ -161,48 +129,196 @@ class CudaBackend final : public train::Backend {
   std::unique_ptr<LinearContext> linear_;
   mutable std::vector<DeviceBuffer<float>> state_;  // ForEachState's order
   mutable bool host_stale_ = false;                 // the device trained since PullState
+  std::unique_ptr<BatchStaging> staging_;
   StepBuffers buf_;
   DeviceBuffer<float> dense_grad_;
+  DeviceBuffer<FeatureSpec> feature_specs_;
   DeviceBuffer<SparseFeatureArgs> sparse_features_;
   DeviceBuffer<SparseTableArgs> sparse_tables_;
+  int32_t max_dim_ = 1;
   EmbeddingBackward embedding_backward_;
+  DeviceBuffer<StepScalars> scalars_;
+  PinnedBuffer<StepScalars> host_scalars_;
+  PinnedBuffer<StepResults> results_;
+  StepGraph graphs_[2];    // by staging slot
+  BatchShape warm_shape_;  // the shape of the last eager step: its buffers are sized
 };
 
-void CudaBackend::Upload(const ValidatedBatch& batch, bool labels, StepBuffers& b) const {
-  const BatchView& v = batch.view;
-  b.dense.Upload(v.dense, static_cast<size_t>(v.batch_size) * v.num_dense, stream_);
-  if (labels) b.labels.Upload(v.labels, static_cast<size_t>(v.batch_size), stream_);
-  b.offsets.Upload(batch.offsets, stream_);
-  b.ids.Upload(v.ids, static_cast<size_t>(v.num_ids), stream_);
-  if (v.weights != nullptr) b.weights.Upload(v.weights, static_cast<size_t>(v.num_ids), stream_);
+// fn(device copy, host vector) for every parameter and optimizer state, in a fixed order;
+// sizes the device copies on first use.
+template <typename Fn>
+void CudaBackend::ForEachState(Fn fn) const {
+  size_t k = 0;
+  auto visit = [&](std::vector<float>& host) {
+    if (state_.size() <= k) state_.emplace_back();
+    fn(state_[k++], host);
+  };
+  visit(s_.model.dense_params());
+  for (auto& [name, buffer] : s_.dense_optimizer->StateBuffers()) visit(*buffer);
+  for (size_t t = 0; t < s_.model.tables().size(); ++t) {
+    visit(s_.model.tables()[t].data());
+    for (auto& [name, buffer] : s_.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)))
+      visit(*buffer);
+  }
 }
 
-const float* CudaBackend::Forward(const ValidatedBatch& batch, StepBuffers& b) const {
-  const int64_t n = batch.view.batch_size;
-  b.pooled.Resize(static_cast<size_t>(n) * s_.model.pooled_width());
-  const auto& bindings = s_.model.feature_bindings();
-  if (!bindings.empty()) {
-    std::vector<FeatureSpec> specs;
-    for (const FeatureBinding& f : bindings)
-      specs.push_back({state_[TableSlot(f.table)].get(), s_.model.tables()[f.table].dim(), f.offset,
-                       f.mean ? 1 : 0});
-    b.specs.Upload(specs, stream_);
+std::vector<float*> CudaBackend::DenseStates() const {
+  std::vector<float*> states;
+  for (int i = 0; i < DenseOptimizerStateCount(config_.dense_optimizer()); ++i)
+    states.push_back(state_[1 + i].get());
+  return states;
+}
+
+// The ForEachState index of table t's weights (its optimizer's states follow).
+size_t CudaBackend::TableSlot(size_t t) const {
+  size_t slot = 1 + DenseOptimizerStateCount(config_.dense_optimizer());
+  for (size_t u = 0; u < t; ++u)
+    slot += 1 + s_.sparse_optimizer->StateBuffers(static_cast<int32_t>(u)).size();
+  return slot;
+}
+
+void CudaBackend::BuildFeatureArgs() {
+  std::vector<FeatureSpec> specs;
+  std::vector<SparseFeatureArgs> features;
+  for (const FeatureBinding& f : s_.model.feature_bindings()) {
+    specs.push_back({state_[TableSlot(f.table)].get(), s_.model.tables()[f.table].dim(), f.offset,
+                     f.mean ? 1 : 0});
+    features.push_back({f.table, f.offset, f.mean ? 1 : 0});
+  }
+  std::vector<SparseTableArgs> tables;
+  for (size_t i = 0; i < s_.model.tables().size(); ++i) {
+    const size_t slot = TableSlot(i);
+    const size_t states = s_.sparse_optimizer->StateBuffers(static_cast<int32_t>(i)).size();
+    const auto& table = s_.model.tables()[i];
+    tables.push_back({state_[slot].get(), table.num_rows(), table.dim(),
+                      states > 0 ? state_[slot + 1].get() : nullptr,
+                      states > 1 ? state_[slot + 2].get() : nullptr});
+    max_dim_ = std::max(max_dim_, table.dim());
+  }
+  feature_specs_.Upload(specs, stream_);
+  sparse_features_.Upload(features, stream_);
+  sparse_tables_.Upload(tables, stream_);
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+double CudaBackend::TrainStep(const ValidatedBatch& batch, const train::StepRates& rates,
+                              const train::StepLookahead& ahead) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+  const DeviceBatch& in = staging_->Acquire(batch, true, ahead.token);
+  WriteScalars(rates);
+  RunStep(in);
+  Prefetch(ahead);  // the next batch's copy overlaps this step's compute
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  const StepResults r = *results_.get();
+  const double loss = r.loss_sum / static_cast<double>(batch.view.batch_size);
+  // On a non-finite loss or gradient the device skipped both updates: nothing changed.
+  train::CheckFinite(rates.t - 1, loss, {}, r.non_finite == 0);
+  host_stale_ = true;
+  return loss;
+}
+
+void CudaBackend::Prefetch(const train::StepLookahead& ahead) {
+  if (ahead.next == nullptr) return;
+  try {
+    staging_->Prefetch(*ahead.next, ahead.next_token);
+  } catch (const std::exception& e) {
+    // This step is enqueued and must finish; the next one copies its batch itself.
+    staging_->CancelPrefetch();
+    DLRM_LOG(kWarning) << name() << ": copying the next batch ahead failed: " << e.what();
+  }
+}
+
+void CudaBackend::WriteScalars(const train::StepRates& rates) {
+  StepScalars& s = *host_scalars_.get();  // the previous step's copy of it has finished
+  s.dense = MakeDenseStepArgs(config_.dense_optimizer(), rates.dense_lr, rates.t);
+  s.sparse = MakeSparseStepArgs(config_.sparse_optimizer(), rates.sparse_lr, rates.t);
+  CheckCuda(cudaMemcpyAsync(scalars_.get(), &s, sizeof s, cudaMemcpyHostToDevice, stream_),
+            "cudaMemcpyAsync (step scalars)");
+}
+
+void CudaBackend::RunStep(const DeviceBatch& in) {
+  if (!config_.device().cuda_graph()) return EnqueueStep(in);
+  StepGraph& graph = graphs_[staging_->slot()];
+  const StepGraph::Key key{in.shape, in.generation};
+  if (graph.Matches(key)) return graph.Launch(stream_);
+  if (in.shape == warm_shape_) {  // every buffer is sized: capture
+    graph.Capture(key, stream_, [&] { EnqueueStep(in); });
+    return graph.Launch(stream_);
+  }
+  for (StepGraph& g : graphs_) g.Reset();  // this step may move the arrays they name
+  EnqueueStep(in);
+  warm_shape_ = in.shape;
+}
+
+void CudaBackend::EnqueueStep(const DeviceBatch& in) {
+  const float* logits = Forward(in, buf_.acts);
+  Backward(in, logits);
+  CheckStepFinite();
+  ApplyUpdates(in);
+  StepResults* r = results_.get();
+  CheckCuda(cudaMemcpyAsync(&r->loss_sum, buf_.loss_sum.get(), sizeof(double),
+                            cudaMemcpyDeviceToHost, stream_),
+            "cudaMemcpyAsync (loss)");
+  CheckCuda(cudaMemcpyAsync(&r->non_finite, buf_.non_finite.get(), sizeof(int32_t),
+                            cudaMemcpyDeviceToHost, stream_),
+            "cudaMemcpyAsync (finite flag)");
+}
+
+void CudaBackend::PredictLogits(const ValidatedBatch& batch, float* logits) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+  DeviceBatch in;  // training's buffers stay as they are (and their graphs valid)
+  Activations acts;
+  CopyBatch(batch.view, batch.offsets.data(), batch.offsets.size(), false, &in, stream_);
+  const float* y = Forward(in, acts);
+  CheckCuda(cudaMemcpyAsync(logits, y, batch.view.batch_size * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream_),
+            "cudaMemcpyAsync (logits)");
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+void CudaBackend::PullState() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!host_stale_) return;
+  CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+  ForEachState([&](DeviceBuffer<float>& device, std::vector<float>& host) {
+    device.Download(host.data(), host.size(), stream_);
+  });
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  host_stale_ = false;
+}
+
+void CudaBackend::PushState() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+  // Same sizes every time: the arrays (and the graphs and arguments naming them) stay put.
+  ForEachState(
+      [&](DeviceBuffer<float>& device, std::vector<float>& host) { device.Upload(host, stream_); });
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  host_stale_ = false;
+}
+
+const float* CudaBackend::Forward(const DeviceBatch& in, Activations& a) const {
+  const int64_t n = in.shape.batch_size;
+  a.pooled.Resize(static_cast<size_t>(n) * s_.model.pooled_width());
+  if (!s_.model.feature_bindings().empty()) {
     PooledForwardArgs args;
-    args.features = b.specs.get();
-    args.num_features = static_cast<int32_t>(specs.size());
+    args.features = feature_specs_.get();
+    args.num_features = static_cast<int32_t>(s_.model.feature_bindings().size());
     args.batch_size = n;
-    args.offsets = b.offsets.get();
-    args.ids = b.ids.get();
-    args.weights = batch.view.weights != nullptr ? b.weights.get() : nullptr;
-    args.out = b.pooled.get();
+    args.offsets = in.offsets.get();
+    args.ids = in.ids.get();
+    args.weights = in.shape.weights ? in.weights.get() : nullptr;
+    args.out = a.pooled.get();
     args.out_width = s_.model.pooled_width();
     LaunchPooledForward(args, stream_);
   }
-  const float* x = MlpForward(s_.model.bottom_mlp(), b.dense.get(), n, b.bottom_acts);
+  const float* x = MlpForward(s_.model.bottom_mlp(), in.dense.get(), n, a.bottom);
   const InteractionShape shape = Shape();
-  b.inter.Resize(static_cast<size_t>(n) * shape.out_dim());
-  LaunchInteractionForward(shape, x, b.pooled.get(), n, b.inter.get(), stream_);
-  return MlpForward(s_.model.top_mlp(), b.inter.get(), n, b.top_acts);
+  a.inter.Resize(static_cast<size_t>(n) * shape.out_dim());
+  LaunchInteractionForward(shape, x, a.pooled.get(), n, a.inter.get(), stream_);
+  return MlpForward(s_.model.top_mlp(), a.inter.get(), n, a.top);
 }
 
 const float* CudaBackend::MlpForward(const Mlp<float>& mlp, const float* x, int64_t n,
@@ -225,7 +341,8 @@ void CudaBackend::MlpBackward(const Mlp<float>& mlp, const float* x,
   for (int l = mlp.num_layers() - 1; l >= 0; --l) {
     const float* in = l == 0 ? x : acts[l - 1].get();
     DeviceBuffer<float>& next = l % 2 == 0 ? buf_.scratch_a : buf_.scratch_b;
-    if (l > 0) next.Resize(static_cast<size_t>(n) * mlp.layer_in(l));
+    // Grown only: both MLPs share the scratch, so a step allocates nothing once warm.
+    if (l > 0) next.Reserve(static_cast<size_t>(n) * mlp.layer_in(l));
     float* d_in = l == 0 ? dx : next.get();
     linear_->Backward(in, acts[l].get(), dy, n, mlp.layer_in(l), mlp.layer_out(l),
                       params() + mlp.weight_offset(l), ToDevice(mlp.activation(l)), d_in,
@@ -234,81 +351,66 @@ void CudaBackend::MlpBackward(const Mlp<float>& mlp, const float* x,
   }
 }
 
-// The loss's backward through the whole dense graph: the dense gradient and d_pooled on
-// the device; returns the loss SUM, and *finite whether every gradient value is finite.
-double CudaBackend::Backward(const float* logits, int64_t n, bool* finite) {
+// The loss's backward through the whole dense graph: the loss sum, the dense gradient and
+// d_pooled on the device.
+void CudaBackend::Backward(const DeviceBatch& in, const float* logits) {
   StepBuffers& b = buf_;
+  const int64_t n = in.shape.batch_size;
   const InteractionShape shape = Shape();
   dense_grad_.Resize(s_.model.dense_params().size());
   b.dlogits.Resize(n);
   b.losses.Resize(n);
   b.loss_sum.Resize(1);
-  LaunchBceWithLogits(logits, b.labels.get(), n, 1.0f / static_cast<float>(n), b.dlogits.get(),
+  LaunchBceWithLogits(logits, in.labels.get(), n, 1.0f / static_cast<float>(n), b.dlogits.get(),
                       b.losses.get(), b.loss_sum.get(), stream_);
   b.d_inter.Resize(static_cast<size_t>(n) * shape.out_dim());
-  MlpBackward(s_.model.top_mlp(), b.inter.get(), b.top_acts, b.dlogits.get(), n, b.d_inter.get());
+  MlpBackward(s_.model.top_mlp(), b.acts.inter.get(), b.acts.top, b.dlogits.get(), n,
+              b.d_inter.get());
   b.d_bottom.Resize(static_cast<size_t>(n) * shape.bottom_dim);
   b.d_pooled.Resize(static_cast<size_t>(n) * shape.pooled_width);
-  LaunchInteractionBackward(shape, b.bottom_acts.back().get(), b.pooled.get(), b.d_inter.get(), n,
-                            b.d_bottom.get(), b.d_pooled.get(), stream_);
-  MlpBackward(s_.model.bottom_mlp(), b.dense.get(), b.bottom_acts, b.d_bottom.get(), n, nullptr);
+  LaunchInteractionBackward(shape, b.acts.bottom.back().get(), b.acts.pooled.get(), b.d_inter.get(),
+                            n, b.d_bottom.get(), b.d_pooled.get(), stream_);
+  MlpBackward(s_.model.bottom_mlp(), in.dense.get(), b.acts.bottom, b.d_bottom.get(), n, nullptr);
+}
+
+// buf_.non_finite = how many blocks saw a NaN or infinity in the loss or a gradient.
+void CudaBackend::CheckStepFinite() {
+  StepBuffers& b = buf_;
   b.non_finite.Resize(1);
   CheckCuda(cudaMemsetAsync(b.non_finite.get(), 0, sizeof(int32_t), stream_), "cudaMemsetAsync");
+  LaunchCountNonFinite(b.loss_sum.get(), 1, b.non_finite.get(), stream_);
   LaunchCountNonFinite(dense_grad_.get(), static_cast<int64_t>(dense_grad_.size()),
                        b.non_finite.get(), stream_);
   LaunchCountNonFinite(b.d_pooled.get(), static_cast<int64_t>(b.d_pooled.size()),
                        b.non_finite.get(), stream_);
-  double loss_sum = 0;
-  int32_t non_finite = 0;
-  b.loss_sum.Download(&loss_sum, 1, stream_);
-  b.non_finite.Download(&non_finite, 1, stream_);
-  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  *finite = non_finite == 0;
-  return loss_sum;
 }
 
-EmbeddingBackwardArgs CudaBackend::SparseArgs(const ValidatedBatch& batch,
-                                              DeviceBuffer<SparseFeatureArgs>& features,
-                                              DeviceBuffer<SparseTableArgs>& tables) {
-  std::vector<SparseFeatureArgs> f;
-  for (const FeatureBinding& b : s_.model.feature_bindings())
-    f.push_back({b.table, b.offset, b.mean ? 1 : 0});
-  std::vector<SparseTableArgs> t;
-  int32_t max_dim = 1;
-  for (size_t i = 0; i < s_.model.tables().size(); ++i) {
-    const size_t slot = TableSlot(i);
-    const size_t states = s_.sparse_optimizer->StateBuffers(static_cast<int32_t>(i)).size();
-    const auto& table = s_.model.tables()[i];
-    t.push_back({state_[slot].get(), table.num_rows(), table.dim(),
-                 states > 0 ? state_[slot + 1].get() : nullptr,
-                 states > 1 ? state_[slot + 2].get() : nullptr});
-    max_dim = std::max(max_dim, table.dim());
-  }
-  features.Upload(f, stream_);
-  tables.Upload(t, stream_);
+EmbeddingBackwardArgs CudaBackend::SparseArgs(const DeviceBatch& in) const {
   EmbeddingBackwardArgs a;
-  a.features = features.get();
-  a.num_features = static_cast<int32_t>(f.size());
-  a.tables = tables.get();
-  a.num_tables = static_cast<int32_t>(t.size());
-  a.max_dim = max_dim;
-  a.batch_size = batch.view.batch_size;
-  a.offsets = buf_.offsets.get();
-  a.ids = buf_.ids.get();
-  a.weights = batch.view.weights != nullptr ? buf_.weights.get() : nullptr;
-  a.num_ids = batch.view.num_ids;
+  a.features = sparse_features_.get();
+  a.num_features = static_cast<int32_t>(s_.model.feature_bindings().size());
+  a.tables = sparse_tables_.get();
+  a.num_tables = static_cast<int32_t>(s_.model.tables().size());
+  a.max_dim = max_dim_;
+  a.batch_size = in.shape.batch_size;
+  a.offsets = in.offsets.get();
+  a.ids = in.ids.get();
+  a.weights = in.shape.weights ? in.weights.get() : nullptr;
+  a.num_ids = in.shape.num_ids;
   a.d_pooled = buf_.d_pooled.get();
   a.pooled_width = s_.model.pooled_width();
+  a.skip = buf_.non_finite.get();
   return a;
 }
 
-void CudaBackend::ApplyUpdates(const ValidatedBatch& batch, const train::StepRates& rates) {
+// Both updates, skipped on the device when CheckStepFinite counted anything.
+void CudaBackend::ApplyUpdates(const DeviceBatch& in) {
+  StepScalars* scalars = scalars_.get();
   LaunchDenseUpdate(config_.dense_optimizer(), params(), dense_grad_.get(), DenseStates(),
-                    static_cast<int64_t>(dense_grad_.size()), rates.dense_lr, rates.t, stream_);
-  if (!s_.model.tables().empty() && batch.view.num_ids > 0)
-    embedding_backward_.Run(SparseArgs(batch, sparse_features_, sparse_tables_),
-                            config_.sparse_optimizer(), rates.sparse_lr, rates.t, stream_);
-  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+                    static_cast<int64_t>(dense_grad_.size()), &scalars->dense,
+                    buf_.non_finite.get(), stream_);
+  if (!s_.model.tables().empty() && in.shape.num_ids > 0)
+    embedding_backward_.Run(SparseArgs(in), &scalars->sparse, stream_);
 }
 
 }  // namespace

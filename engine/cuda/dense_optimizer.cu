@@ -9,14 +9,14 @@ namespace {
 
 constexpr int kThreads = 256;
 
-struct SgdArgs {
-  float lr, momentum, weight_decay;
-  int nesterov;
-};
+// Every kernel returns at once when *skip (if given) is nonzero: the step diverged.
+__device__ bool Skipped(const int32_t* skip) { return skip != nullptr && *skip != 0; }
 
-__global__ void SgdKernel(float* p, const float* grad, float* buf, int64_t n, SgdArgs a) {
+__global__ void SgdKernel(float* p, const float* grad, float* buf, int64_t n,
+                          const DenseStepArgs* args, const int32_t* skip) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
+  if (i >= n || Skipped(skip)) return;
+  const DenseStepArgs a = *args;
   float g = grad[i];
   if (a.weight_decay != 0.0f) g = __fadd_rn(g, __fmul_rn(a.weight_decay, p[i]));
   if (buf != nullptr) {
@@ -27,14 +27,11 @@ __global__ void SgdKernel(float* p, const float* grad, float* buf, int64_t n, Sg
   p[i] = __fsub_rn(p[i], __fmul_rn(a.lr, g));
 }
 
-struct AdagradArgs {
-  float lr, eps, weight_decay;
-};
-
 __global__ void AdagradKernel(float* p, const float* grad, float* sum_sq, int64_t n,
-                              AdagradArgs a) {
+                              const DenseStepArgs* args, const int32_t* skip) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
+  if (i >= n || Skipped(skip)) return;
+  const DenseStepArgs a = *args;
   float g = grad[i];
   if (a.weight_decay != 0.0f) g = __fadd_rn(g, __fmul_rn(a.weight_decay, p[i]));
   const float s = __fadd_rn(sum_sq[i], __fmul_rn(g, g));
@@ -42,14 +39,11 @@ __global__ void AdagradKernel(float* p, const float* grad, float* sum_sq, int64_
   p[i] = __fsub_rn(p[i], __fdiv_rn(__fmul_rn(a.lr, g), __fadd_rn(__fsqrt_rn(s), a.eps)));
 }
 
-struct AdamArgs {
-  float step_size, bias_correction2_sqrt, decay_factor, beta1, beta2, eps, l2_decay;
-  int decoupled;
-};
-
-__global__ void AdamKernel(float* p, const float* grad, float* m, float* v, int64_t n, AdamArgs a) {
+__global__ void AdamKernel(float* p, const float* grad, float* m, float* v, int64_t n,
+                           const DenseStepArgs* args, const int32_t* skip) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
+  if (i >= n || Skipped(skip)) return;
+  const DenseStepArgs a = *args;
   float param = p[i];
   if (a.decoupled) param = __fmul_rn(param, a.decay_factor);
   const float g = a.l2_decay != 0.0f ? __fadd_rn(grad[i], __fmul_rn(a.l2_decay, param)) : grad[i];
@@ -62,21 +56,19 @@ __global__ void AdamKernel(float* p, const float* grad, float* m, float* v, int6
   p[i] = __fsub_rn(param, __fdiv_rn(__fmul_rn(a.step_size, mi), denom));
 }
 
-// The CPU's per-step scalars (optim/dense_optimizer.cc), computed the same way.
-AdamArgs MakeAdamArgs(const config::AdamConfig& c, float lr, int64_t step) {
+// Adam's per-step scalars, computed as the CPU's (optim/dense_optimizer.cc).
+void SetAdamArgs(const config::AdamConfig& c, float lr, int64_t step, DenseStepArgs* a) {
   const double t = static_cast<double>(step);
   const double bias_correction1 = 1.0 - std::pow(static_cast<double>(c.beta1()), t);
   const double bias_correction2 = 1.0 - std::pow(static_cast<double>(c.beta2()), t);
-  AdamArgs a{};
-  a.step_size = static_cast<float>(lr / bias_correction1);
-  a.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  a.decay_factor = static_cast<float>(1.0 - static_cast<double>(lr) * c.weight_decay());
-  a.beta1 = c.beta1();
-  a.beta2 = c.beta2();
-  a.eps = c.eps();
-  a.decoupled = c.weight_decay() != 0.0f && c.decoupled_weight_decay();
-  a.l2_decay = c.decoupled_weight_decay() ? 0.0f : c.weight_decay();
-  return a;
+  a->step_size = static_cast<float>(lr / bias_correction1);
+  a->bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  a->decay_factor = static_cast<float>(1.0 - static_cast<double>(lr) * c.weight_decay());
+  a->beta1 = c.beta1();
+  a->beta2 = c.beta2();
+  a->eps = c.eps();
+  a->decoupled = c.weight_decay() != 0.0f && c.decoupled_weight_decay();
+  a->l2_decay = c.decoupled_weight_decay() ? 0.0f : c.weight_decay();
 }
 
 unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
@@ -91,10 +83,28 @@ int DenseOptimizerStateCount(const config::DenseOptimizerConfig& config) {
   }
 }
 
+DenseStepArgs MakeDenseStepArgs(const config::DenseOptimizerConfig& config, float lr,
+                                int64_t step) {
+  if (step < 1) ThrowInvalid("dense optimizer: step must be >= 1, got ", step);
+  DenseStepArgs a;
+  a.lr = lr;
+  switch (config.kind_case()) {
+    case config::DenseOptimizerConfig::kAdagrad:
+      a.eps = config.adagrad().eps();
+      a.weight_decay = config.adagrad().weight_decay();
+      break;
+    case config::DenseOptimizerConfig::kAdam: SetAdamArgs(config.adam(), lr, step, &a); break;
+    default:
+      a.momentum = config.sgd().momentum();
+      a.weight_decay = config.sgd().weight_decay();
+      a.nesterov = config.sgd().nesterov() ? 1 : 0;
+  }
+  return a;
+}
+
 void LaunchDenseUpdate(const config::DenseOptimizerConfig& config, float* params,
-                       const float* grads, const std::vector<float*>& state, int64_t n, float lr,
-                       int64_t step, cudaStream_t stream) {
-  if (step < 1) ThrowInvalid("LaunchDenseUpdate: step must be >= 1, got ", step);
+                       const float* grads, const std::vector<float*>& state, int64_t n,
+                       const DenseStepArgs* args, const int32_t* skip, cudaStream_t stream) {
   if (n < 0) ThrowInvalid("LaunchDenseUpdate: n must be >= 0, got ", n);
   const int want = DenseOptimizerStateCount(config);
   if (static_cast<int>(state.size()) != want)
@@ -102,22 +112,16 @@ void LaunchDenseUpdate(const config::DenseOptimizerConfig& config, float* params
                  want);
   if (n == 0) return;
   switch (config.kind_case()) {
-    case config::DenseOptimizerConfig::kAdagrad: {
-      const auto& c = config.adagrad();
-      AdagradKernel<<<Blocks(n), kThreads, 0, stream>>>(params, grads, state[0], n,
-                                                        {lr, c.eps(), c.weight_decay()});
+    case config::DenseOptimizerConfig::kAdagrad:
+      AdagradKernel<<<Blocks(n), kThreads, 0, stream>>>(params, grads, state[0], n, args, skip);
       break;
-    }
     case config::DenseOptimizerConfig::kAdam:
-      AdamKernel<<<Blocks(n), kThreads, 0, stream>>>(params, grads, state[0], state[1], n,
-                                                     MakeAdamArgs(config.adam(), lr, step));
+      AdamKernel<<<Blocks(n), kThreads, 0, stream>>>(params, grads, state[0], state[1], n, args,
+                                                     skip);
       break;
-    default: {
-      const auto& c = config.sgd();
-      SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(
-          params, grads, want ? state[0] : nullptr, n,
-          {lr, c.momentum(), c.weight_decay(), c.nesterov() ? 1 : 0});
-    }
+    default:
+      SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(params, grads, want ? state[0] : nullptr, n,
+                                                    args, skip);
   }
   CheckCuda(cudaGetLastError(), "dense optimizer kernel");
 }

@@ -1,4 +1,6 @@
-// An array in device memory, owned: freed with the object. Sizes are in elements; a
+// Arrays owned by the object and freed with it: DeviceBuffer in device memory,
+// PinnedBuffer in page-locked host memory (what an asynchronous copy can read from while
+// the host goes on, and what a CUDA graph's copies may name). Sizes are in elements; a
 // zero-size buffer holds no allocation and get() is null.
 //
 // Thread safety: an object is used by one thread at a time; copies are ordered by the
@@ -43,6 +45,11 @@ class DeviceBuffer {
               ("cudaMalloc of " + std::to_string(count * sizeof(T)) + " bytes").c_str());
     count_ = count;
   }
+  // Grows to at least `count` elements (contents lost when it grows); never shrinks, so a
+  // buffer shared by calls of several sizes is allocated once, for the largest.
+  void Reserve(size_t count) {
+    if (count > count_) Resize(count);
+  }
   // Resizes to host.size() and copies it in, ordered on `stream`.
   void Upload(const T* host, size_t count, cudaStream_t stream) {
     Resize(count);
@@ -71,6 +78,37 @@ class DeviceBuffer {
  private:
   void Free() {
     if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = nullptr;
+    count_ = 0;
+  }
+
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+template <typename T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() { Free(); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  // Grows to at least `count` elements (contents lost when it grows).
+  void Reserve(size_t count) {
+    if (count <= count_) return;
+    Free();
+    CheckCuda(cudaMallocHost(reinterpret_cast<void**>(&ptr_), count * sizeof(T)),
+              ("cudaMallocHost of " + std::to_string(count * sizeof(T)) + " bytes").c_str());
+    count_ = count;
+  }
+
+  T* get() const { return ptr_; }
+  size_t size() const { return count_; }
+
+ private:
+  void Free() {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
     ptr_ = nullptr;
     count_ = 0;
   }

@@ -14,11 +14,6 @@ constexpr int kWarp = 32;
 
 enum Kind : int { kSgd = 0, kAdagrad = 1, kRowwise = 2, kAdam = 3 };
 
-struct OptimizerArgs {
-  int kind = kSgd;
-  float lr = 0, eps = 0, beta1 = 0, beta2 = 0, bias1 = 1, bias2 = 1;
-};
-
 // One thread per bag (f, b): each occurrence's key, position and gradient source.
 __global__ void KeyOccurrences(EmbeddingBackwardArgs a, uint64_t* keys, int64_t* positions,
                                int64_t* bases, float* coefs) {
@@ -44,7 +39,7 @@ __device__ float SquaredNorm(const float* g, int dim) {
                    __fadd_rn(__fadd_rn(part[1], part[5]), __fadd_rn(part[3], part[7])));
 }
 
-__device__ void UpdateElement(const OptimizerArgs& o, const SparseTableArgs& t, int64_t row, int k,
+__device__ void UpdateElement(const SparseStepArgs& o, const SparseTableArgs& t, int64_t row, int k,
                               float g, float rowwise_denom) {
   const int64_t at = row * t.dim + k;
   float* w = t.weights + at;
@@ -72,13 +67,14 @@ __device__ void UpdateElement(const OptimizerArgs& o, const SparseTableArgs& t, 
 
 // One warp per touched row (segment s): the row's gradient into shared memory, each
 // column summed over the segment's occurrences in order, then the optimizer once.
-__global__ void UpdateRows(EmbeddingBackwardArgs a, OptimizerArgs o, const uint64_t* keys,
-                           const int64_t* positions, const int64_t* segment_begin,
-                           const int32_t* counts, const int32_t* num_segments, const int64_t* bases,
-                           const float* coefs) {
+__global__ void UpdateRows(EmbeddingBackwardArgs a, const SparseStepArgs* step,
+                           const uint64_t* keys, const int64_t* positions,
+                           const int64_t* segment_begin, const int32_t* counts,
+                           const int32_t* num_segments, const int64_t* bases, const float* coefs) {
   extern __shared__ float grad[];  // [max_dim]
   const int64_t s = blockIdx.x;
-  if (s >= *num_segments) return;
+  if (s >= *num_segments || (a.skip != nullptr && *a.skip != 0)) return;
+  const SparseStepArgs o = *step;
   const int64_t begin = segment_begin[s], end = begin + counts[s];
   const uint64_t key = keys[begin];
   const SparseTableArgs t = a.tables[key >> kIdBits];
@@ -104,8 +100,30 @@ __global__ void UpdateRows(EmbeddingBackwardArgs a, OptimizerArgs o, const uint6
     UpdateElement(o, t, row, k, grad[k], rowwise_denom);
 }
 
-OptimizerArgs MakeOptimizerArgs(const config::SparseOptimizerConfig& c, float lr, int64_t step) {
-  OptimizerArgs o;
+void CheckArgs(const EmbeddingBackwardArgs& a) {
+  if (a.num_features < 0 || a.num_tables < 1 || a.batch_size < 1 || a.num_ids < 0 ||
+      a.max_dim < 1 || a.pooled_width < 1)
+    ThrowInvalid("embedding backward: num_features ", a.num_features, ", num_tables ", a.num_tables,
+                 ", batch_size ", a.batch_size, ", num_ids ", a.num_ids, ", max_dim ", a.max_dim,
+                 " and pooled_width ", a.pooled_width, " must be >= 0 (tables, batch, dims >= 1)");
+  if (a.num_tables >= (1 << (64 - kIdBits - 1)))
+    ThrowInvalid("embedding backward: ", a.num_tables, " tables are more than the key holds");
+  if (a.max_dim > 12 * 1024)
+    ThrowInvalid("embedding backward: max_dim ", a.max_dim, " is more than 12288 (shared memory)");
+}
+
+int BitsFor(int64_t values) {
+  int bits = 0;
+  while ((int64_t{1} << bits) < values) ++bits;
+  return bits;
+}
+
+}  // namespace
+
+SparseStepArgs MakeSparseStepArgs(const config::SparseOptimizerConfig& c, float lr, int64_t step) {
+  if (step < 1) ThrowInvalid("embedding backward: step must be >= 1, got ", step);
+  SparseStepArgs o;
+  o.kind = kSgd;
   o.lr = lr;
   switch (c.kind_case()) {
     case config::SparseOptimizerConfig::kAdagrad:
@@ -127,31 +145,10 @@ OptimizerArgs MakeOptimizerArgs(const config::SparseOptimizerConfig& c, float lr
       o.bias2 = static_cast<float>(1.0 - std::pow(static_cast<double>(o.beta2), t));
       break;
     }
-    default: o.kind = kSgd;
+    default: break;
   }
   return o;
 }
-
-void CheckArgs(const EmbeddingBackwardArgs& a, int64_t step) {
-  if (step < 1) ThrowInvalid("embedding backward: step must be >= 1, got ", step);
-  if (a.num_features < 0 || a.num_tables < 1 || a.batch_size < 1 || a.num_ids < 0 ||
-      a.max_dim < 1 || a.pooled_width < 1)
-    ThrowInvalid("embedding backward: num_features ", a.num_features, ", num_tables ", a.num_tables,
-                 ", batch_size ", a.batch_size, ", num_ids ", a.num_ids, ", max_dim ", a.max_dim,
-                 " and pooled_width ", a.pooled_width, " must be >= 0 (tables, batch, dims >= 1)");
-  if (a.num_tables >= (1 << (64 - kIdBits - 1)))
-    ThrowInvalid("embedding backward: ", a.num_tables, " tables are more than the key holds");
-  if (a.max_dim > 12 * 1024)
-    ThrowInvalid("embedding backward: max_dim ", a.max_dim, " is more than 12288 (shared memory)");
-}
-
-int BitsFor(int64_t values) {
-  int bits = 0;
-  while ((int64_t{1} << bits) < values) ++bits;
-  return bits;
-}
-
-}  // namespace
 
 void EmbeddingBackward::SortAndSegment(int64_t n, int end_bit, cudaStream_t stream) {
   size_t sort_bytes = 0, encode_bytes = 0, scan_bytes = 0;
@@ -183,18 +180,17 @@ void EmbeddingBackward::SortAndSegment(int64_t n, int end_bit, cudaStream_t stre
             "cub::DeviceScan::ExclusiveSum");
 }
 
-void EmbeddingBackward::Run(const EmbeddingBackwardArgs& args,
-                            const config::SparseOptimizerConfig& optimizer, float lr, int64_t step,
+void EmbeddingBackward::Run(const EmbeddingBackwardArgs& args, const SparseStepArgs* step_args,
                             cudaStream_t stream) {
-  CheckArgs(args, step);
+  CheckArgs(args);
   const int64_t n = args.num_ids;
   if (n == 0) return;
   if (n > INT32_MAX) ThrowInvalid("embedding backward: num_ids ", n, " is more than 2^31 - 1");
-  for (auto* b : {&keys_, &sorted_keys_, &unique_keys_}) b->Resize(n);
-  for (auto* b : {&positions_, &sorted_positions_, &segment_begin_, &bases_}) b->Resize(n);
-  coefs_.Resize(n);
-  counts_.Resize(n);
-  num_segments_.Resize(1);
+  for (auto* b : {&keys_, &sorted_keys_, &unique_keys_}) b->Reserve(n);
+  for (auto* b : {&positions_, &sorted_positions_, &segment_begin_, &bases_}) b->Reserve(n);
+  coefs_.Reserve(n);
+  counts_.Reserve(n);
+  num_segments_.Reserve(1);
   const int64_t bags = args.num_features * args.batch_size;
   KeyOccurrences<<<static_cast<unsigned>((bags + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
       args, keys_.get(), positions_.get(), bases_.get(), coefs_.get());
@@ -202,8 +198,8 @@ void EmbeddingBackward::Run(const EmbeddingBackwardArgs& args,
   SortAndSegment(n, kIdBits + BitsFor(args.num_tables), stream);
   // Launched for the most segments there can be; the blocks past the real count return.
   UpdateRows<<<static_cast<unsigned>(n), kWarp, args.max_dim * sizeof(float), stream>>>(
-      args, MakeOptimizerArgs(optimizer, lr, step), sorted_keys_.get(), sorted_positions_.get(),
-      segment_begin_.get(), counts_.get(), num_segments_.get(), bases_.get(), coefs_.get());
+      args, step_args, sorted_keys_.get(), sorted_positions_.get(), segment_begin_.get(),
+      counts_.get(), num_segments_.get(), bases_.get(), coefs_.get());
   CheckCuda(cudaGetLastError(), "embedding backward: update");
 }
 

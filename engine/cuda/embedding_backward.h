@@ -12,6 +12,9 @@
 // partial sums). So tables and optimizer state equal the CPU's bit for bit (tested on a
 // device).
 //
+// Per-step scalars (SparseStepArgs) are read from device memory, so that a captured CUDA
+// graph replays any step; a nonzero *skip (a diverged step) makes the update change nothing.
+//
 // Memory: every pointer in the arguments is device memory borrowed for the call; the
 // scratch (keys, sort buffers, CUB's temporary storage) is the object's, grown as needed.
 // Thread safety: one object is used on one stream at a time.
@@ -56,14 +59,25 @@ struct EmbeddingBackwardArgs {
   int64_t num_ids = 0;
   const float* d_pooled = nullptr;  // [batch_size x pooled_width]
   int32_t pooled_width = 0;
+  const int32_t* skip = nullptr;  // nonzero when the kernel runs: no row changes (or null)
 };
+
+// The optimizer of a step and its scalars, as the CPU computes them.
+struct SparseStepArgs {
+  int32_t kind = 0;  // SGD, Adagrad, row-wise Adagrad, Adam (embedding_backward.cu)
+  float lr = 0, eps = 0, beta1 = 0, beta2 = 0, bias1 = 1, bias2 = 1;
+};
+// `optimizer`'s kind and scalars at learning rate `lr` and 1-based `step`
+// (kInvalidArgument if < 1).
+SparseStepArgs MakeSparseStepArgs(const config::SparseOptimizerConfig& optimizer, float lr,
+                                  int64_t step);
 
 class EmbeddingBackward {
  public:
-  // Applies `optimizer` (the config's kind and hyperparameters) with learning rate `lr` at
-  // 1-based `step` to every row the batch touched.
-  void Run(const EmbeddingBackwardArgs& args, const config::SparseOptimizerConfig& optimizer,
-           float lr, int64_t step, cudaStream_t stream);
+  // Applies the optimizer step at `step_args` (device memory: MakeSparseStepArgs' result)
+  // to every row the batch touched. Allocates only when num_ids grows, so that a step of
+  // an earlier shape can be captured into a CUDA graph.
+  void Run(const EmbeddingBackwardArgs& args, const SparseStepArgs* step_args, cudaStream_t stream);
 
  private:
   void SortAndSegment(int64_t n, int end_bit, cudaStream_t stream);

@@ -7,7 +7,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 1024;
 
-__global__ void CountNonFinite(const float* v, int64_t n, int32_t* non_finite) {
+template <typename T>
+__global__ void CountNonFinite(const T* v, int64_t n, int32_t* non_finite) {
   int bad = 0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -15,15 +16,25 @@ __global__ void CountNonFinite(const float* v, int64_t n, int32_t* non_finite) {
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicAdd(non_finite, 1);
 }
 
-}  // namespace
-
-void LaunchCountNonFinite(const float* values, int64_t n, int32_t* non_finite,
-                          cudaStream_t stream) {
+template <typename T>
+void Launch(const T* values, int64_t n, int32_t* non_finite, cudaStream_t stream) {
   if (n <= 0) return;
   const int64_t wanted = (n + kThreads - 1) / kThreads;
   const auto blocks = static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks);
   CountNonFinite<<<blocks, kThreads, 0, stream>>>(values, n, non_finite);
   CheckCuda(cudaGetLastError(), "finite check");
+}
+
+}  // namespace
+
+void LaunchCountNonFinite(const float* values, int64_t n, int32_t* non_finite,
+                          cudaStream_t stream) {
+  Launch(values, n, non_finite, stream);
+}
+
+void LaunchCountNonFinite(const double* values, int64_t n, int32_t* non_finite,
+                          cudaStream_t stream) {
+  Launch(values, n, non_finite, stream);
 }
 
 }  // namespace dlrm::cuda

@@ -13,5 +13,7 @@
 namespace dlrm::cuda {
 
 void LaunchCountNonFinite(const float* values, int64_t n, int32_t* non_finite, cudaStream_t stream);
+void LaunchCountNonFinite(const double* values, int64_t n, int32_t* non_finite,
+                          cudaStream_t stream);
 
 }  // namespace dlrm::cuda

@@ -58,6 +58,7 @@ void AsyncStepQueue::Drain() {
 void AsyncStepQueue::Run() {
   for (;;) {
     std::pair<int64_t, OwnedBatch> item;
+    QueuedStep next;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
@@ -65,11 +66,14 @@ void AsyncStepQueue::Run() {
       item = std::move(pending_.front());
       pending_.pop_front();
       running_ = item.first;
+      // Only this thread pops or clears pending_, and a deque's push_back keeps references
+      // to its other elements: the front stays valid while the step runs.
+      if (!pending_.empty()) next = {pending_.front().first, &pending_.front().second};
       cv_.notify_all();  // a slot is free for Submit
     }
     Result result;
     try {
-      result.loss = step_(item.second);
+      result.loss = step_({item.first, &item.second}, next);
     } catch (...) {
       result.error = std::current_exception();
     }

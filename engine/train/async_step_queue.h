@@ -22,9 +22,17 @@
 
 namespace dlrm {
 
+// A queued step: its ticket and batch (null: none).
+struct QueuedStep {
+  int64_t ticket = 0;
+  const OwnedBatch* batch = nullptr;
+};
+
 class AsyncStepQueue {
  public:
-  using StepFn = std::function<float(const OwnedBatch&)>;
+  // Runs step `now`; `next` is the step queued behind it (batch null if none yet), which
+  // stays queued and alive while `now` runs, so a device can copy it in meanwhile.
+  using StepFn = std::function<float(const QueuedStep& now, const QueuedStep& next)>;
 
   AsyncStepQueue(StepFn step, size_t depth);
   // Finishes every submitted step, then stops the worker.

@@ -42,6 +42,17 @@ struct ModelState {
   std::unique_ptr<SparseOptimizer<float>> sparse_optimizer;
 };
 
+// The batches around a step, for a device backend that copies the next batch in while
+// this one computes (double buffering). Tokens name batches uniquely within one Engine
+// (the asynchronous queue's tickets); 0 names none. `next`, when not null, is a batch that
+// passed validation and that the Engine expects to train next, under `next_token`; it is
+// a hint: the next call may bring another batch, and a backend then copies that one.
+struct StepLookahead {
+  int64_t token = 0;
+  const BatchView* next = nullptr;
+  int64_t next_token = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -51,7 +62,8 @@ class Backend {
 
   // One optimizer step on a validated batch with the rates of step rates.t (the Engine's
   // step counter is rates.t - 1). Returns the batch's mean loss before the update.
-  virtual double TrainStep(const ValidatedBatch& batch, const StepRates& rates) = 0;
+  virtual double TrainStep(const ValidatedBatch& batch, const StepRates& rates,
+                           const StepLookahead& lookahead) = 0;
 
   // logits[0 .. batch_size).
   virtual void PredictLogits(const ValidatedBatch& batch, float* logits) const = 0;

@@ -18,7 +18,8 @@ class CpuBackend : public Backend {
 
   std::string name() const override { return "cpu"; }
 
-  double TrainStep(const ValidatedBatch& batch, const StepRates& rates) override {
+  double TrainStep(const ValidatedBatch& batch, const StepRates& rates,
+                   const StepLookahead& /*lookahead*/) override {
     const double loss = s_.model.ForwardBackward(batch, &dense_grad_, &d_pooled_, pool_);
     CheckFinite(rates.t - 1, loss, dense_grad_, AllFinite(d_pooled_));
     UpdateDense(*s_.dense_optimizer, s_.model.dense_params(), dense_grad_.data(), rates, pool_);

@@ -223,7 +223,11 @@ TEST(ConfigTest, RejectsDeviceErrors) {
   c = Valid();
   c.mutable_device()->set_kind(config::DeviceConfig::CUDA);
   c.mutable_device()->set_ordinal(3);
+  c.mutable_device()->set_cuda_graph(false);
   EXPECT_NO_THROW(ValidateConfig(c));  // whether a device 3 exists is the engine's question
+  c = Valid();
+  c.mutable_device()->set_cuda_graph(true);
+  ExpectInvalid(c, "device.cuda_graph", "device.kind is CPU");
   EXPECT_THROW(ParseConfigText("device { kind: TPU }"), Error);
 }
 

@@ -3,8 +3,11 @@
 // loaded and after a parameter is written (within 1e-5: the GEMMs' order is cuBLASLt's);
 // 200 training steps with SGD and with row-wise Adagrad (losses within 1e-4 relative,
 // final predictions within 1e-4); bitwise equal parameters run to run on the GPU; a
-// checkpoint trained on the GPU predicting on the CPU within 1e-5. Reported SKIPPED where
-// there is no GPU (engine_test covers that case).
+// checkpoint trained on the GPU predicting on the CPU within 1e-5. And the step's
+// machinery: CUDA graph replays equal eager steps bitwise, the asynchronous path (which
+// copies the next batch in during a step) equals synchronous steps bitwise, and a diverged
+// step changes nothing on the device, replayed or not. Reported SKIPPED where there is no
+// GPU (engine_test covers that case).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "engine/config/config.h"
+#include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "engine/engine.h"
 #include "tests/support/cuda_support.h"
@@ -124,6 +128,95 @@ TEST(CudaBackendTest, ACheckpointTrainedOnTheGpuPredictsOnTheCpu) {
   // And back: the CPU continues from the GPU's optimizer state as well.
   gpu.Load(path);
   testing::ExpectAllNear(Predict(gpu, test), Predict(cpu, test), 1e-5f, "predictions");
+}
+
+// A batch of SmallBatch's model whose shape (two ids per bag) is the same for every salt,
+// so that its steps replay one CUDA graph.
+OwnedBatch FixedShapeBatch(int64_t n, uint64_t salt) {
+  OwnedBatch b = testing::SmallBatch(n, salt);
+  const CounterRng rng(salt, 7, 0);
+  const int64_t rows[3] = {40, 25, 40};
+  b.lengths.assign(static_cast<size_t>(3 * n), 2);
+  b.ids.clear();
+  uint64_t draw = 0;
+  for (int f = 0; f < 3; ++f)
+    for (int64_t i = 0; i < 2 * n; ++i) {
+      const double u = rng.Uniform(draw++);
+      b.ids.push_back(static_cast<int64_t>(u * u * static_cast<double>(rows[f])));
+      b.weights.push_back(static_cast<float>(0.5 + rng.Uniform(draw++)));
+    }
+  return b;
+}
+
+// Steps 0..59: fixed shapes (replayed), with other shapes between (eager; graphs dropped).
+OwnedBatch MixedBatch(uint64_t s) {
+  return s % 17 == 16 ? testing::SmallBatch(64, s, true) : FixedShapeBatch(64, s);
+}
+
+Engine MakeGraphEngine(bool graph) {
+  config::DlrmConfig c = WithDevice(ParseConfigText(testing::SmallConfigText(kOptimizers[1], 1, 8)),
+                                    config::DeviceConfig::CUDA);
+  c.mutable_device()->set_cuda_graph(graph);
+  return Engine(c);
+}
+
+void ExpectBitwise(const std::vector<std::vector<float>>& a,
+                   const std::vector<std::vector<float>>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t p = 0; p < a.size(); ++p)
+    EXPECT_EQ(std::memcmp(a[p].data(), b[p].data(), a[p].size() * 4), 0) << "parameter " << p;
+}
+
+TEST(CudaBackendTest, GraphReplaysEqualEagerStepsBitwise) {
+  SKIP_WITHOUT_GPU();
+  Engine eager = MakeGraphEngine(false), graph = MakeGraphEngine(true);
+  for (uint64_t s = 0; s < 60; ++s) {
+    const OwnedBatch batch = MixedBatch(s);
+    const float want = eager.TrainStep(batch.view());
+    const float got = graph.TrainStep(batch.view());
+    ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0) << "step " << s;
+  }
+  ExpectBitwise(AllParameters(graph), AllParameters(eager));
+}
+
+TEST(CudaBackendTest, AsyncStepsCopyingAheadEqualSynchronousSteps) {
+  SKIP_WITHOUT_GPU();
+  Engine sync = MakeGraphEngine(true), async = MakeGraphEngine(true);
+  std::vector<OwnedBatch> batches;
+  for (uint64_t s = 0; s < 60; ++s) batches.push_back(MixedBatch(s));
+  std::vector<int64_t> tickets;
+  for (const OwnedBatch& b : batches) tickets.push_back(async.SubmitTrainStep(b.view()));
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const float want = sync.TrainStep(batches[i].view());
+    const float got = async.WaitTrainStep(tickets[i]);
+    ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0) << "step " << i;
+  }
+  ExpectBitwise(AllParameters(async), AllParameters(sync));
+}
+
+TEST(CudaBackendTest, ADivergedStepChangesNothingReplayedOrNot) {
+  SKIP_WITHOUT_GPU();
+  for (const bool graph : {false, true}) {
+    SCOPED_TRACE(graph ? "graph" : "eager");
+    Engine gpu = MakeGraphEngine(graph);
+    for (uint64_t s = 0; s < 5; ++s) gpu.TrainStep(FixedShapeBatch(64, s).view());
+    gpu.SetLearningRate(LrTarget::kAll, 1e30f);
+    bool diverged = false;
+    for (uint64_t s = 5; s < 10 && !diverged; ++s) {
+      const auto before = AllParameters(gpu);
+      const int64_t step = gpu.step();
+      try {
+        gpu.TrainStep(FixedShapeBatch(64, s).view());
+      } catch (const Error& e) {
+        diverged = true;
+        EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+        EXPECT_NE(std::string(e.what()).find("diverged"), std::string::npos) << e.what();
+        ExpectBitwise(AllParameters(gpu), before);
+        EXPECT_EQ(gpu.step(), step);
+      }
+    }
+    EXPECT_TRUE(diverged);
+  }
 }
 
 }  // namespace

@@ -49,8 +49,9 @@ void CompareWithCpu(const std::string& text) {
     const float lr = 0.05f / static_cast<float>(step);
     cpu->Update(params.data(), grads.data(), 0, n, lr, step);
     const DeviceCopy<float> d_grads(grads);
-    LaunchDenseUpdate(config, d_params.get(), d_grads.get(), state, static_cast<int64_t>(n), lr,
-                      step, nullptr);
+    const DeviceCopy<DenseStepArgs> args({MakeDenseStepArgs(config, lr, step)});
+    LaunchDenseUpdate(config, d_params.get(), d_grads.get(), state, static_cast<int64_t>(n),
+                      args.get(), nullptr, nullptr);
   }
   ExpectBitwise(d_params.ToHost(), params, "params");
   const auto buffers = cpu->StateBuffers();
@@ -70,19 +71,39 @@ TEST(CudaDenseOptimizerTest, EqualsTheCpuBitwiseForEveryKind) {
       "adam { beta1: 0.8 beta2: 0.99 eps: 1e-6 weight_decay: 0.1 decoupled_weight_decay: true }");
 }
 
+// A nonzero skip flag (a diverged step) leaves parameters and state as they were.
+TEST(CudaDenseOptimizerTest, SkipFlagChangesNothing) {
+  SKIP_WITHOUT_GPU();
+  OpenDevice(0);
+  const config::DenseOptimizerConfig config = Parse("adam { beta1: 0.9 beta2: 0.999 eps: 1e-8 }");
+  const size_t n = 300;
+  const std::vector<float> params = testing::RandomFloats(n, 3, 1.0);
+  DeviceCopy<float> d_params(params), m(std::vector<float>(n, 0.5f)), v(std::vector<float>(n, 2));
+  const DeviceCopy<float> grads(testing::RandomFloats(n, 4, 1.0));
+  const DeviceCopy<DenseStepArgs> args({MakeDenseStepArgs(config, 0.1f, 3)});
+  const DeviceCopy<int32_t> skip({1});
+  LaunchDenseUpdate(config, d_params.get(), grads.get(), {m.get(), v.get()},
+                    static_cast<int64_t>(n), args.get(), skip.get(), nullptr);
+  ExpectBitwise(d_params.ToHost(), params, "params");
+  ExpectBitwise(m.ToHost(), std::vector<float>(n, 0.5f), "exp_avg");
+  ExpectBitwise(v.ToHost(), std::vector<float>(n, 2), "exp_avg_sq");
+}
+
 // Refused before anything reaches the device: these need no GPU.
 TEST(CudaDenseOptimizerTest, BadArgumentsAreRefusedNamingThem) {
   const auto expect_invalid = [](const std::string& text, std::vector<float*> state, int64_t step,
                                  const std::string& needle) {
     try {
-      LaunchDenseUpdate(Parse(text), nullptr, nullptr, state, 10, 0.1f, step, nullptr);
+      const config::DenseOptimizerConfig config = Parse(text);
+      const DenseStepArgs args = MakeDenseStepArgs(config, 0.1f, step);
+      LaunchDenseUpdate(config, nullptr, nullptr, state, 10, &args, nullptr, nullptr);
       ADD_FAILURE() << "accepted: " << needle;
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
       EXPECT_THAT(e.what(), HasSubstr(needle));
     }
   };
-  expect_invalid("sgd {}", {}, 0, "step must be >= 1, got 0");
+  expect_invalid("sgd {}", {}, 0, "dense optimizer: step must be >= 1, got 0");
   expect_invalid("adam {}", {nullptr}, 1, "1 state buffers given, the optimizer keeps 2");
   expect_invalid("sgd { momentum: 0.5 }", {}, 1, "0 state buffers given, the optimizer keeps 1");
   EXPECT_EQ(DenseOptimizerStateCount(Parse("adagrad {}")), 1);

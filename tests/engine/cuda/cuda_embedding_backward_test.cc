@@ -109,7 +109,12 @@ void Compare(const std::string& optimizer_text) {
     a.num_ids = static_cast<int64_t>(batch.ids.size());
     a.d_pooled = d_grad.get();
     a.pooled_width = kWidth;
-    gpu.Run(a, config, lr, step, nullptr);
+    const DeviceCopy<SparseStepArgs> step_args({MakeSparseStepArgs(config, lr, step)});
+    gpu.Run(a, step_args.get(), nullptr);
+    // The same step again with the skip flag set (a diverged step) changes nothing.
+    const DeviceCopy<int32_t> skip({1});
+    a.skip = skip.get();
+    gpu.Run(a, step_args.get(), nullptr);
   }
   size_t k = 0;
   for (int t = 0; t < 2; ++t) {
@@ -140,13 +145,14 @@ TEST(CudaEmbeddingBackwardTest, BadArgumentsAreRefusedNamingThem) {
   a.max_dim = 4;
   a.pooled_width = 4;
   try {
-    gpu.Run(a, config::SparseOptimizerConfig(), 0.1f, 0, nullptr);
+    MakeSparseStepArgs(config::SparseOptimizerConfig(), 0.1f, 0);
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("step must be >= 1, got 0"));
   }
+  const SparseStepArgs step_args = MakeSparseStepArgs(config::SparseOptimizerConfig(), 0.1f, 1);
   a.max_dim = 0;
-  EXPECT_THROW(gpu.Run(a, config::SparseOptimizerConfig(), 0.1f, 1, nullptr), Error);
+  EXPECT_THROW(gpu.Run(a, &step_args, nullptr), Error);
 }
 
 }  // namespace

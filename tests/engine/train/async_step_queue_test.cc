@@ -26,7 +26,8 @@ OwnedBatch Tagged(int64_t tag) {
 TEST(AsyncStepQueueTest, RunsStepsInTicketOrder) {
   std::vector<int64_t> order;
   AsyncStepQueue queue(
-      [&](const OwnedBatch& b) {
+      [&](const QueuedStep& now, const QueuedStep&) {
+        const OwnedBatch& b = *now.batch;
         order.push_back(b.batch_size);
         return static_cast<float>(b.batch_size) * 0.5f;
       },
@@ -40,11 +41,37 @@ TEST(AsyncStepQueueTest, RunsStepsInTicketOrder) {
   EXPECT_EQ(order, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
 }
 
+// A step is shown the step queued behind it (a device copies that batch in meanwhile),
+// and nothing when none is queued yet.
+TEST(AsyncStepQueueTest, AStepSeesTheNextQueuedStep) {
+  std::atomic<bool> release{false};
+  std::vector<std::pair<int64_t, int64_t>> seen;  // (ticket, next ticket or 0)
+  AsyncStepQueue queue(
+      [&](const QueuedStep& now, const QueuedStep& next) {
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        EXPECT_EQ(now.batch->batch_size, now.ticket * 10);
+        if (next.batch != nullptr) {
+          EXPECT_EQ(next.batch->batch_size, next.ticket * 10);
+        }
+        seen.emplace_back(now.ticket, next.batch == nullptr ? 0 : next.ticket);
+        return 0.0f;
+      },
+      4);
+  for (int64_t t = 1; t <= 3; ++t) queue.Submit(Tagged(t * 10));
+  release = true;
+  queue.Drain();
+  // Step 1 may have started before 2 was queued; 2 certainly saw 3, and 3 saw nothing.
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_TRUE(seen[0].second == 0 || seen[0].second == 2);
+  EXPECT_EQ(seen[1], std::make_pair(int64_t{2}, int64_t{3}));
+  EXPECT_EQ(seen[2], std::make_pair(int64_t{3}, int64_t{0}));
+}
+
 TEST(AsyncStepQueueTest, SubmitBlocksWhileTheQueueIsFull) {
   std::atomic<bool> release{false};
   std::atomic<int> started{0};
   AsyncStepQueue queue(
-      [&](const OwnedBatch&) {
+      [&](const QueuedStep&, const QueuedStep&) {
         ++started;
         while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         return 0.0f;
@@ -70,7 +97,8 @@ TEST(AsyncStepQueueTest, SubmitBlocksWhileTheQueueIsFull) {
 TEST(AsyncStepQueueTest, FailureCancelsQueuedStepsOnly) {
   std::atomic<bool> release{false};
   AsyncStepQueue queue(
-      [&](const OwnedBatch& b) -> float {
+      [&](const QueuedStep& now, const QueuedStep&) -> float {
+        const OwnedBatch& b = *now.batch;
         while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         if (b.batch_size == 1) Throw(StatusCode::kFailedPrecondition, "step one failed");
         return 1.0f;
@@ -99,7 +127,7 @@ TEST(AsyncStepQueueTest, FailureCancelsQueuedStepsOnly) {
 }
 
 TEST(AsyncStepQueueTest, UnknownAndRepeatedTicketsAreErrors) {
-  AsyncStepQueue queue([](const OwnedBatch&) { return 2.0f; }, 2);
+  AsyncStepQueue queue([](const QueuedStep&, const QueuedStep&) { return 2.0f; }, 2);
   EXPECT_THROW(queue.Wait(1), Error);
   const int64_t t = queue.Submit(Tagged(1));
   EXPECT_EQ(queue.Wait(t), 2.0f);
@@ -117,7 +145,7 @@ TEST(AsyncStepQueueTest, DestructorFinishesSubmittedSteps) {
   std::atomic<int> ran{0};
   {
     AsyncStepQueue queue(
-        [&](const OwnedBatch&) {
+        [&](const QueuedStep&, const QueuedStep&) {
           std::this_thread::sleep_for(std::chrono::milliseconds(2));
           ++ran;
           return 0.0f;

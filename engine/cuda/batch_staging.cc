@@ -1,0 +1,122 @@
+#include "engine/cuda/batch_staging.h"
+
+#include <cstring>
+
+#include "engine/cuda/device.h"
+
+namespace dlrm::cuda {
+namespace {
+
+// Grows `buffer` to `count`; true if it moved.
+template <typename T>
+bool Grow(DeviceBuffer<T>& buffer, size_t count) {
+  const T* before = buffer.get();
+  buffer.Reserve(count);
+  return buffer.get() != before;
+}
+
+template <typename T>
+void CopyToDevice(DeviceBuffer<T>& to, const T* from, size_t count, cudaStream_t stream) {
+  if (count > 0 && from != nullptr) to.CopyIn(from, count, stream);
+}
+
+// Copies `count` elements into pinned `to` (grown as needed); returns its start.
+template <typename T>
+const T* Pin(PinnedBuffer<T>& to, const T* from, size_t count) {
+  if (count == 0 || from == nullptr) return nullptr;
+  to.Reserve(count);
+  std::memcpy(to.get(), from, count * sizeof(T));
+  return to.get();
+}
+
+size_t DenseCount(const BatchView& v) {
+  return static_cast<size_t>(v.batch_size) * static_cast<size_t>(v.num_dense);
+}
+
+}  // namespace
+
+BatchShape ShapeOf(const BatchView& batch, bool with_labels) {
+  BatchShape s;
+  s.batch_size = batch.batch_size;
+  s.num_ids = batch.num_ids;
+  s.weights = batch.weights != nullptr;
+  s.labels = with_labels;
+  return s;
+}
+
+void DeviceBatch::Reserve(const BatchView& batch, size_t num_offsets, bool with_labels) {
+  shape = ShapeOf(batch, with_labels);
+  const auto n = static_cast<size_t>(batch.batch_size);
+  const auto num_ids = static_cast<size_t>(batch.num_ids);
+  bool moved = Grow(dense, DenseCount(batch));
+  moved |= Grow(offsets, num_offsets);
+  moved |= Grow(ids, num_ids);
+  if (with_labels) moved |= Grow(labels, n);
+  if (shape.weights) moved |= Grow(weights, num_ids);
+  if (moved) ++generation;
+}
+
+void CopyBatch(const BatchView& v, const int64_t* offsets, size_t num_offsets, bool with_labels,
+               DeviceBatch* out, cudaStream_t stream) {
+  out->Reserve(v, num_offsets, with_labels);
+  CopyToDevice(out->dense, v.dense, DenseCount(v), stream);
+  if (with_labels) CopyToDevice(out->labels, v.labels, static_cast<size_t>(v.batch_size), stream);
+  CopyToDevice(out->offsets, offsets, num_offsets, stream);
+  CopyToDevice(out->ids, v.ids, static_cast<size_t>(v.num_ids), stream);
+  if (v.weights != nullptr)
+    CopyToDevice(out->weights, v.weights, static_cast<size_t>(v.num_ids), stream);
+}
+
+BatchStaging::BatchStaging(cudaStream_t compute) : compute_(compute) {
+  CheckCuda(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate (copy)");
+  for (Slot& s : slots_)
+    CheckCuda(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), "cudaEventCreate");
+}
+
+BatchStaging::~BatchStaging() {
+  if (copy_ != nullptr) cudaStreamSynchronize(copy_);
+  for (Slot& s : slots_)
+    if (s.copied != nullptr) cudaEventDestroy(s.copied);
+  if (copy_ != nullptr) cudaStreamDestroy(copy_);
+}
+
+const DeviceBatch& BatchStaging::Acquire(const ValidatedBatch& batch, bool labels, int64_t token) {
+  if (staged_ >= 0 && token != 0 && token == staged_token_ &&
+      slots_[staged_].device.shape == ShapeOf(batch.view, labels)) {
+    current_ = staged_;
+    staged_ = -1;
+    CheckCuda(cudaStreamWaitEvent(compute_, slots_[current_].copied, 0), "cudaStreamWaitEvent");
+    return slots_[current_].device;
+  }
+  if (staged_ >= 0) current_ = 1 - staged_;  // leave a copy in flight alone
+  staged_ = -1;
+  CopyBatch(batch.view, batch.offsets.data(), batch.offsets.size(), labels,
+            &slots_[current_].device, compute_);
+  return slots_[current_].device;
+}
+
+void BatchStaging::Prefetch(const BatchView& next, int64_t token) {
+  staged_ = -1;
+  const int target = 1 - current_;
+  Slot& s = slots_[target];
+  // Its pinned buffers may still be the source of its previous copy.
+  CheckCuda(cudaEventSynchronize(s.copied), "cudaEventSynchronize (copy)");
+  StageInto(s, IndexValidBatch(next));
+  staged_ = target;
+  staged_token_ = token;
+}
+
+void BatchStaging::StageInto(Slot& s, const ValidatedBatch& next) {
+  const BatchView& v = next.view;
+  BatchView pinned = v;
+  pinned.dense = Pin(s.dense, v.dense, DenseCount(v));
+  pinned.labels = Pin(s.labels, v.labels, static_cast<size_t>(v.batch_size));
+  pinned.ids = Pin(s.ids, v.ids, static_cast<size_t>(v.num_ids));
+  pinned.weights = Pin(s.weights, v.weights, static_cast<size_t>(v.num_ids));
+  const size_t num_offsets = next.offsets.size();
+  const int64_t* offsets = Pin(s.offsets, next.offsets.data(), num_offsets);
+  CopyBatch(pinned, offsets, num_offsets, v.labels != nullptr, &s.device, copy_);
+  CheckCuda(cudaEventRecord(s.copied, copy_), "cudaEventRecord (copy)");
+}
+
+}  // namespace dlrm::cuda
