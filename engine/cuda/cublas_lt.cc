@@ -1,22 +1,12 @@
 #include "engine/cuda/cublas_lt.h"
 
-#include <dlfcn.h>
-
 #include <mutex>
-#include <sstream>
 
 #include "engine/core/status.h"
+#include "engine/cuda/shared_library.h"
 
 namespace dlrm::cuda {
 namespace {
-
-// Resolves `name` into `fn`; false (with the reason in *why) if it is missing.
-template <typename Fn>
-bool Resolve(void* handle, const char* name, Fn* fn, std::string* why) {
-  *fn = reinterpret_cast<Fn>(dlsym(handle, name));
-  if (*fn == nullptr) *why = std::string("it has no ") + name;
-  return *fn != nullptr;
-}
 
 bool ResolveAll(void* handle, CublasLtApi* api, std::string* why) {
   return Resolve(handle, "cublasLtGetVersion", &api->GetVersion, why) &&
@@ -44,28 +34,12 @@ std::vector<std::string> CublasLtCandidates() {
 }
 
 CublasLtApi OpenCublasLt(const std::vector<std::string>& candidates) {
-  std::ostringstream tried;
-  for (const std::string& file : candidates) {
-    // Never closed: the table's pointers live as long as the process.
-    void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-    std::string why;
-    if (handle == nullptr) {
-      const char* error = dlerror();
-      why = error != nullptr ? error : "dlopen failed";
-    } else {
-      CublasLtApi api;
-      if (ResolveAll(handle, &api, &why)) {
-        api.path = file;
-        return api;
-      }
-      dlclose(handle);
-    }
-    tried << "\n  " << file << ": " << why;
-  }
-  Throw(StatusCode::kFailedPrecondition,
-        "cannot open cuBLASLt (needed by device.kind CUDA; it comes with the CUDA toolkit or "
-        "NVIDIA's nvidia-cublas wheel: put its lib directory on LD_LIBRARY_PATH). Tried:",
-        tried.str());
+  CublasLtApi api;
+  api.path = OpenFirst(
+      candidates, [&](void* handle, std::string* why) { return ResolveAll(handle, &api, why); },
+      "cannot open cuBLASLt (needed by device.kind CUDA; it comes with the CUDA toolkit or "
+      "NVIDIA's nvidia-cublas wheel: put its lib directory on LD_LIBRARY_PATH).");
+  return api;
 }
 
 const CublasLtApi& CublasLt() {
