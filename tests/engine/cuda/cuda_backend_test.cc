@@ -97,6 +97,14 @@ std::vector<std::vector<float>> AllParameters(const Engine& e) {
   return all;
 }
 
+// Every parameter array of a equals b's bit for bit.
+void ExpectBitwise(const std::vector<std::vector<float>>& a,
+                   const std::vector<std::vector<float>>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t p = 0; p < a.size(); ++p)
+    EXPECT_EQ(std::memcmp(a[p].data(), b[p].data(), a[p].size() * 4), 0) << "parameter " << p;
+}
+
 TEST(CudaBackendTest, RepeatsBitwiseRunToRun) {
   SKIP_WITHOUT_GPU();
   std::vector<std::vector<float>> first;
@@ -107,10 +115,7 @@ TEST(CudaBackendTest, RepeatsBitwiseRunToRun) {
       first = AllParameters(gpu);
       continue;
     }
-    const auto second = AllParameters(gpu);
-    ASSERT_EQ(first.size(), second.size());
-    for (size_t p = 0; p < first.size(); ++p)
-      EXPECT_EQ(std::memcmp(first[p].data(), second[p].data(), first[p].size() * 4), 0) << p;
+    ExpectBitwise(AllParameters(gpu), first);
   }
 }
 
@@ -158,13 +163,6 @@ Engine MakeGraphEngine(bool graph) {
                                     config::DeviceConfig::CUDA);
   c.mutable_device()->set_cuda_graph(graph);
   return Engine(c);
-}
-
-void ExpectBitwise(const std::vector<std::vector<float>>& a,
-                   const std::vector<std::vector<float>>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t p = 0; p < a.size(); ++p)
-    EXPECT_EQ(std::memcmp(a[p].data(), b[p].data(), a[p].size() * 4), 0) << "parameter " << p;
 }
 
 TEST(CudaBackendTest, GraphReplaysEqualEagerStepsBitwise) {
