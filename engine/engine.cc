@@ -93,25 +93,28 @@ std::unique_ptr<Engine::State> Engine::NewState() const {
 
 float Engine::TrainStep(const BatchView& batch) {
   DrainAsyncSteps();
-  return TrainStepNow(batch, false);
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  const State& s = *state_;
+  return TrainLocked(
+      ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), true), {});
 }
 
 int64_t Engine::SubmitTrainStep(const BatchView& batch) {
+  ValidatedBatch valid;
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
-    ValidateBatch(batch, state_->model.num_dense_features(), state_->model.feature_specs(), true);
+    valid = ValidateBatch(batch, state_->model.num_dense_features(), state_->model.feature_specs(),
+                          true);
   }
-  OwnedBatch copy = CopyBatch(batch);  // the caller's memory is borrowed for this call only
+  // The caller's memory is borrowed for this call only; the offsets stay valid for the copy.
+  auto copy = std::make_unique<const OwnedValidBatch>(CopyBatch(batch), std::move(valid.offsets));
   AsyncStepQueue* queue;
   {
     std::lock_guard<std::mutex> lock(async_mu_);
     if (!async_)
       async_ = std::make_unique<AsyncStepQueue>(
-          // Validated by this call before it was copied: only indexed again.
           [this](const QueuedStep& now, const QueuedStep& next) {
-            const BatchView next_view = next.batch ? next.batch->view() : BatchView{};
-            return TrainStepNow(now.batch->view(), true,
-                                {now.ticket, next.batch ? &next_view : nullptr, next.ticket});
+            return TrainValidStep(*now.batch, {now.ticket, next.batch, next.ticket});
           },
           kAsyncQueueDepth);
     queue = async_.get();
@@ -139,16 +142,16 @@ void Engine::DrainAsyncSteps() const {
   if (queue) queue->Drain();
 }
 
-float Engine::TrainStepNow(const BatchView& batch, bool validated,
-                           const train::StepLookahead& lookahead) {
+float Engine::TrainValidStep(const ValidatedBatch& batch, const train::StepLookahead& lookahead) {
   std::unique_lock<std::shared_mutex> lock(mu_);
+  return TrainLocked(batch, lookahead);
+}
+
+float Engine::TrainLocked(const ValidatedBatch& batch, const train::StepLookahead& lookahead) {
   State& s = *state_;
-  const ValidatedBatch vb =
-      validated ? IndexValidBatch(batch)
-                : ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), true);
   const train::StepRates rates =
       train::RatesForStep(config_.lr_schedule(), s.dense_lr, s.sparse_lr, s.step);
-  const double loss = s.backend->TrainStep(vb, rates, lookahead);
+  const double loss = s.backend->TrainStep(batch, rates, lookahead);
   s.step = rates.t;
   return static_cast<float>(loss);
 }

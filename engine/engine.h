@@ -93,10 +93,11 @@ class Engine {
   // checkpoint of this model and optimizer kinds.
   void CheckCheckpointFits(const CheckpointReader& reader, const std::string& path) const;
   void LoadFrom(const CheckpointReader& reader, const std::string& path);
-  // validated: the batch is a copy of one that passed ValidateBatch (asynchronous steps,
-  // which also name the step queued behind, for the backend to copy in meanwhile).
-  float TrainStepNow(const BatchView& batch, bool validated,
-                     const train::StepLookahead& lookahead = {});
+  // An asynchronous step: its validated copy of a batch, and the step queued behind it,
+  // for the backend to copy in meanwhile.
+  float TrainValidStep(const ValidatedBatch& batch, const train::StepLookahead& lookahead);
+  // One step; mu_ held exclusively.
+  float TrainLocked(const ValidatedBatch& batch, const train::StepLookahead& lookahead);
   // Runs every queued asynchronous step (so mutations apply after them, in order).
   void DrainAsyncSteps() const;
 

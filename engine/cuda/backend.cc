@@ -66,10 +66,12 @@ class CudaBackend final : public train::Backend {
     scalars_.Resize(1);
     host_scalars_.Reserve(1);
     results_.Reserve(1);
+    CheckTablesFit();
     PushState();
     BuildFeatureArgs();
   }
   ~CudaBackend() override {
+    cudaSetDevice(ordinal_);  // this thread may have another device selected
     cudaStreamSynchronize(stream_);
     for (StepGraph& g : graphs_) g.Reset();
     staging_.reset();
@@ -93,6 +95,8 @@ class CudaBackend final : public train::Backend {
   float* params() const { return state_[0].get(); }
   std::vector<float*> DenseStates() const;
   size_t TableSlot(size_t t) const;
+  // kInvalidArgument naming the table the device's kernels cannot hold.
+  void CheckTablesFit() const;
   // The features' and tables' descriptions for the kernels, built once (the state's device
   // arrays never move).
   void BuildFeatureArgs();
@@ -100,6 +104,9 @@ class CudaBackend final : public train::Backend {
   void WriteScalars(const train::StepRates& rates);
   // The step on `in`: replayed, captured or eager (device.cuda_graph and the shape).
   void RunStep(const DeviceBatch& in);
+  // Captures the step of `in` into `graph`; false (logged) if the capture failed, which
+  // enqueued nothing.
+  bool TryCapture(StepGraph& graph, const StepGraph::Key& key, const DeviceBatch& in);
   // Enqueues the whole step on stream_: no allocation of a known shape, no synchronization.
   void EnqueueStep(const DeviceBatch& in);
   void Prefetch(const train::StepLookahead& ahead);
@@ -140,8 +147,9 @@ class CudaBackend final : public train::Backend {
   DeviceBuffer<StepScalars> scalars_;
   PinnedBuffer<StepScalars> host_scalars_;
   PinnedBuffer<StepResults> results_;
-  StepGraph graphs_[2];    // by staging slot
-  BatchShape warm_shape_;  // the shape of the last eager step: its buffers are sized
+  StepGraph graphs_[2];      // by staging slot
+  BatchShape warm_shape_;    // the shape of the last eager step that finished enqueuing
+  bool graphs_off_ = false;  // a capture failed: every step runs eagerly
 };
 
 // fn(device copy, host vector) for every parameter and optimizer state, in a fixed order;
@@ -177,6 +185,18 @@ size_t CudaBackend::TableSlot(size_t t) const {
   return slot;
 }
 
+void CudaBackend::CheckTablesFit() const {
+  const int32_t max_dim = EmbeddingBackward::MaxDim(device_.shared_memory_per_block);
+  for (const auto& table : s_.model.tables()) {
+    if (table.dim() > max_dim)
+      ThrowInvalid("table \"", table.name(), "\" has dim ", table.dim(), "; ", device_.name,
+                   " holds a row of at most ", max_dim, " floats in a block's shared memory");
+    if (table.num_rows() > EmbeddingBackward::kMaxRows)
+      ThrowInvalid("table \"", table.name(), "\" has ", table.num_rows(),
+                   " rows; the CUDA backend keys at most ", EmbeddingBackward::kMaxRows);
+  }
+}
+
 void CudaBackend::BuildFeatureArgs() {
   std::vector<FeatureSpec> specs;
   std::vector<SparseFeatureArgs> features;
@@ -207,6 +227,7 @@ double CudaBackend::TrainStep(const ValidatedBatch& batch, const train::StepRate
   CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
   const DeviceBatch& in = staging_->Acquire(batch, true, ahead.token);
   WriteScalars(rates);
+  host_stale_ = true;  // from here the device may change its copy
   RunStep(in);
   Prefetch(ahead);  // the next batch's copy overlaps this step's compute
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
@@ -214,7 +235,6 @@ double CudaBackend::TrainStep(const ValidatedBatch& batch, const train::StepRate
   const double loss = r.loss_sum / static_cast<double>(batch.view.batch_size);
   // On a non-finite loss or gradient the device skipped both updates: nothing changed.
   train::CheckFinite(rates.t - 1, loss, {}, r.non_finite == 0);
-  host_stale_ = true;
   return loss;
 }
 
@@ -238,17 +258,27 @@ void CudaBackend::WriteScalars(const train::StepRates& rates) {
 }
 
 void CudaBackend::RunStep(const DeviceBatch& in) {
-  if (!config_.device().cuda_graph()) return EnqueueStep(in);
+  if (!config_.device().cuda_graph() || graphs_off_) return EnqueueStep(in);
   StepGraph& graph = graphs_[staging_->slot()];
   const StepGraph::Key key{in.shape, in.generation};
   if (graph.Matches(key)) return graph.Launch(stream_);
-  if (in.shape == warm_shape_) {  // every buffer is sized: capture
-    graph.Capture(key, stream_, [&] { EnqueueStep(in); });
-    return graph.Launch(stream_);
-  }
+  // Once an eager step of this shape sized every buffer, capturing allocates nothing.
+  if (in.shape == warm_shape_ && TryCapture(graph, key, in)) return graph.Launch(stream_);
   for (StepGraph& g : graphs_) g.Reset();  // this step may move the arrays they name
+  warm_shape_ = {};                        // until this step has enqueued (and sized) everything
   EnqueueStep(in);
   warm_shape_ = in.shape;
+}
+
+bool CudaBackend::TryCapture(StepGraph& graph, const StepGraph::Key& key, const DeviceBatch& in) {
+  try {
+    graph.Capture(key, stream_, [&] { EnqueueStep(in); });
+    return true;
+  } catch (const Error& e) {
+    graphs_off_ = true;
+    DLRM_LOG(kWarning) << name() << ": " << e.what() << "; steps run eagerly from now on";
+    return false;
+  }
 }
 
 void CudaBackend::EnqueueStep(const DeviceBatch& in) {
@@ -404,13 +434,15 @@ EmbeddingBackwardArgs CudaBackend::SparseArgs(const DeviceBatch& in) const {
 }
 
 // Both updates, skipped on the device when CheckStepFinite counted anything.
+// Everything that can throw (checks, allocation) is done before the first update.
 void CudaBackend::ApplyUpdates(const DeviceBatch& in) {
   StepScalars* scalars = scalars_.get();
+  const bool sparse = !s_.model.tables().empty() && in.shape.num_ids > 0;
+  if (sparse) embedding_backward_.Prepare(SparseArgs(in));
   LaunchDenseUpdate(config_.dense_optimizer(), params(), dense_grad_.get(), DenseStates(),
                     static_cast<int64_t>(dense_grad_.size()), &scalars->dense,
                     buf_.non_finite.get(), stream_);
-  if (!s_.model.tables().empty() && in.shape.num_ids > 0)
-    embedding_backward_.Run(SparseArgs(in), &scalars->sparse, stream_);
+  if (sparse) embedding_backward_.Run(SparseArgs(in), &scalars->sparse, stream_);
 }
 
 }  // namespace

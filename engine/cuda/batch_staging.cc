@@ -95,13 +95,13 @@ const DeviceBatch& BatchStaging::Acquire(const ValidatedBatch& batch, bool label
   return slots_[current_].device;
 }
 
-void BatchStaging::Prefetch(const BatchView& next, int64_t token) {
+void BatchStaging::Prefetch(const ValidatedBatch& next, int64_t token) {
   staged_ = -1;
   const int target = 1 - current_;
   Slot& s = slots_[target];
   // Its pinned buffers may still be the source of its previous copy.
   CheckCuda(cudaEventSynchronize(s.copied), "cudaEventSynchronize (copy)");
-  StageInto(s, IndexValidBatch(next));
+  StageInto(s, next);
   staged_ = target;
   staged_token_ = token;
 }
@@ -115,7 +115,13 @@ void BatchStaging::StageInto(Slot& s, const ValidatedBatch& next) {
   pinned.weights = Pin(s.weights, v.weights, static_cast<size_t>(v.num_ids));
   const size_t num_offsets = next.offsets.size();
   const int64_t* offsets = Pin(s.offsets, next.offsets.data(), num_offsets);
-  CopyBatch(pinned, offsets, num_offsets, v.labels != nullptr, &s.device, copy_);
+  try {
+    CopyBatch(pinned, offsets, num_offsets, v.labels != nullptr, &s.device, copy_);
+  } catch (...) {
+    // What was enqueued still reads the pinned buffers: the next Prefetch waits for it.
+    cudaEventRecord(s.copied, copy_);
+    throw;
+  }
   CheckCuda(cudaEventRecord(s.copied, copy_), "cudaEventRecord (copy)");
 }
 

@@ -67,7 +67,7 @@ class BatchStaging {
   const DeviceBatch& Acquire(const ValidatedBatch& batch, bool labels, int64_t token);
   // Copies `next` (a validated training batch) into pinned memory, then starts its copy
   // into the slot Acquire did not return, on the copy stream; returns without waiting for it.
-  void Prefetch(const BatchView& next, int64_t token);
+  void Prefetch(const ValidatedBatch& next, int64_t token);
   // Forgets a prefetched batch (the next Acquire copies its batch itself).
   void CancelPrefetch() { staged_ = -1; }
   // The slot of the last Acquire (0 or 1).

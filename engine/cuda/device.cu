@@ -47,6 +47,7 @@ DeviceInfo OpenDevice(int ordinal) {
   info.compute_minor = prop.minor;
   info.multiprocessors = prop.multiProcessorCount;
   info.memory_bytes = prop.totalGlobalMem;
+  info.shared_memory_per_block = prop.sharedMemPerBlockOptin;
   return info;
 }
 

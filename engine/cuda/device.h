@@ -17,6 +17,7 @@ struct DeviceInfo {
   int compute_major = 0, compute_minor = 0;
   int multiprocessors = 0;
   size_t memory_bytes = 0;
+  size_t shared_memory_per_block = 0;  // the opt-in limit (227 KiB on an H100)
 };
 
 // How many devices there are; 0 where there is no driver or no device (NoDeviceReason

@@ -9,6 +9,7 @@ namespace dlrm::cuda {
 namespace {
 
 constexpr int kIdBits = 40;  // key = table << kIdBits | id
+static_assert(EmbeddingBackward::kMaxRows == int64_t{1} << kIdBits);
 constexpr int kThreads = 256;
 constexpr int kWarp = 32;
 
@@ -71,7 +72,7 @@ __global__ void UpdateRows(EmbeddingBackwardArgs a, const SparseStepArgs* step,
                            const uint64_t* keys, const int64_t* positions,
                            const int64_t* segment_begin, const int32_t* counts,
                            const int32_t* num_segments, const int64_t* bases, const float* coefs) {
-  extern __shared__ float grad[];  // [max_dim]
+  extern __shared__ float grad[];  // [max_dim], then row-wise Adagrad's denominator
   const int64_t s = blockIdx.x;
   if (s >= *num_segments || (a.skip != nullptr && *a.skip != 0)) return;
   const SparseStepArgs o = *step;
@@ -88,7 +89,7 @@ __global__ void UpdateRows(EmbeddingBackwardArgs a, const SparseStepArgs* step,
     grad[k] = g;
   }
   __syncthreads();
-  __shared__ float rowwise_denom;
+  float& rowwise_denom = grad[a.max_dim];
   if (o.kind == kRowwise && threadIdx.x == 0) {
     const float h =
         __fadd_rn(t.state0[row], __fdiv_rn(SquaredNorm(grad, t.dim), static_cast<float>(t.dim)));
@@ -108,9 +109,11 @@ void CheckArgs(const EmbeddingBackwardArgs& a) {
                  " and pooled_width ", a.pooled_width, " must be >= 0 (tables, batch, dims >= 1)");
   if (a.num_tables >= (1 << (64 - kIdBits - 1)))
     ThrowInvalid("embedding backward: ", a.num_tables, " tables are more than the key holds");
-  if (a.max_dim > 12 * 1024)
-    ThrowInvalid("embedding backward: max_dim ", a.max_dim, " is more than 12288 (shared memory)");
+  if (a.num_ids > INT32_MAX)
+    ThrowInvalid("embedding backward: num_ids ", a.num_ids, " is more than 2^31 - 1");
 }
+
+size_t SharedBytes(int32_t max_dim) { return (static_cast<size_t>(max_dim) + 1) * sizeof(float); }
 
 int BitsFor(int64_t values) {
   int bits = 0;
@@ -150,18 +153,52 @@ SparseStepArgs MakeSparseStepArgs(const config::SparseOptimizerConfig& c, float 
   return o;
 }
 
-void EmbeddingBackward::SortAndSegment(int64_t n, int end_bit, cudaStream_t stream) {
+int32_t EmbeddingBackward::MaxDim(size_t shared_bytes_per_block) {
+  return static_cast<int32_t>(shared_bytes_per_block / sizeof(float)) - 1;
+}
+
+void EmbeddingBackward::Prepare(const EmbeddingBackwardArgs& args) {
+  CheckArgs(args);
+  const int64_t n = args.num_ids;
+  if (n == 0) return;
+  for (auto* b : {&keys_, &sorted_keys_, &unique_keys_}) b->Reserve(n);
+  for (auto* b : {&positions_, &sorted_positions_, &segment_begin_, &bases_}) b->Reserve(n);
+  coefs_.Reserve(n);
+  counts_.Reserve(n);
+  num_segments_.Reserve(1);
+  ReserveTemp(n, EndBit(args));
+  const size_t shared = SharedBytes(args.max_dim);
+  if (shared > shared_bytes_) {  // past the default 48 KiB: the block opts in
+    CheckCuda(cudaFuncSetAttribute(UpdateRows, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(shared)),
+              "cudaFuncSetAttribute (embedding update shared memory)");
+    shared_bytes_ = shared;
+  }
+}
+
+int EmbeddingBackward::EndBit(const EmbeddingBackwardArgs& args) {
+  return kIdBits + BitsFor(args.num_tables);
+}
+
+void EmbeddingBackward::ReserveTemp(int64_t n, int end_bit) {
   size_t sort_bytes = 0, encode_bytes = 0, scan_bytes = 0;
   const int items = static_cast<int>(n);
-  cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys_.get(), sorted_keys_.get(),
-                                  positions_.get(), sorted_positions_.get(), items, 0, end_bit,
-                                  stream);
-  cub::DeviceRunLengthEncode::Encode(nullptr, encode_bytes, sorted_keys_.get(), unique_keys_.get(),
-                                     counts_.get(), num_segments_.get(), items, stream);
-  cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, counts_.get(), segment_begin_.get(), items,
-                                stream);
-  const size_t need = std::max(sort_bytes, std::max(encode_bytes, scan_bytes));
-  if (cub_temp_.size() < need) cub_temp_.Resize(need);
+  CheckCuda(
+      cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys_.get(), sorted_keys_.get(),
+                                      positions_.get(), sorted_positions_.get(), items, 0, end_bit),
+      "cub::DeviceRadixSort::SortPairs (size)");
+  CheckCuda(cub::DeviceRunLengthEncode::Encode(nullptr, encode_bytes, sorted_keys_.get(),
+                                               unique_keys_.get(), counts_.get(),
+                                               num_segments_.get(), items),
+            "cub::DeviceRunLengthEncode::Encode (size)");
+  CheckCuda(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, counts_.get(), segment_begin_.get(),
+                                          items),
+            "cub::DeviceScan::ExclusiveSum (size)");
+  cub_temp_.Reserve(std::max(sort_bytes, std::max(encode_bytes, scan_bytes)));
+}
+
+void EmbeddingBackward::SortAndSegment(int64_t n, int end_bit, cudaStream_t stream) {
+  const int items = static_cast<int>(n);
   size_t bytes = cub_temp_.size();
   CheckCuda(cub::DeviceRadixSort::SortPairs(cub_temp_.get(), bytes, keys_.get(), sorted_keys_.get(),
                                             positions_.get(), sorted_positions_.get(), items, 0,
@@ -182,22 +219,16 @@ void EmbeddingBackward::SortAndSegment(int64_t n, int end_bit, cudaStream_t stre
 
 void EmbeddingBackward::Run(const EmbeddingBackwardArgs& args, const SparseStepArgs* step_args,
                             cudaStream_t stream) {
-  CheckArgs(args);
+  Prepare(args);  // nothing left to do when the caller prepared these sizes
   const int64_t n = args.num_ids;
   if (n == 0) return;
-  if (n > INT32_MAX) ThrowInvalid("embedding backward: num_ids ", n, " is more than 2^31 - 1");
-  for (auto* b : {&keys_, &sorted_keys_, &unique_keys_}) b->Reserve(n);
-  for (auto* b : {&positions_, &sorted_positions_, &segment_begin_, &bases_}) b->Reserve(n);
-  coefs_.Reserve(n);
-  counts_.Reserve(n);
-  num_segments_.Reserve(1);
   const int64_t bags = args.num_features * args.batch_size;
   KeyOccurrences<<<static_cast<unsigned>((bags + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
       args, keys_.get(), positions_.get(), bases_.get(), coefs_.get());
   CheckCuda(cudaGetLastError(), "embedding backward: keys");
-  SortAndSegment(n, kIdBits + BitsFor(args.num_tables), stream);
+  SortAndSegment(n, EndBit(args), stream);
   // Launched for the most segments there can be; the blocks past the real count return.
-  UpdateRows<<<static_cast<unsigned>(n), kWarp, args.max_dim * sizeof(float), stream>>>(
+  UpdateRows<<<static_cast<unsigned>(n), kWarp, SharedBytes(args.max_dim), stream>>>(
       args, step_args, sorted_keys_.get(), sorted_positions_.get(), segment_begin_.get(),
       counts_.get(), num_segments_.get(), bases_.get(), coefs_.get());
   CheckCuda(cudaGetLastError(), "embedding backward: update");

@@ -19,6 +19,7 @@
 // scratch (keys, sort buffers, CUB's temporary storage) is the object's, grown as needed.
 // Thread safety: one object is used on one stream at a time.
 // Errors: kInvalidArgument for bad sizes, naming them; kInternal for CUDA failures.
+// A table wider than MaxDim or longer than kMaxRows is the caller's to refuse up front.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -74,12 +75,24 @@ SparseStepArgs MakeSparseStepArgs(const config::SparseOptimizerConfig& optimizer
 
 class EmbeddingBackward {
  public:
+  // Ids are keyed in 40 bits: a table of more rows cannot be updated here.
+  static constexpr int64_t kMaxRows = int64_t{1} << 40;
+  // The widest table whose row gradient fits a block's shared memory of this many bytes
+  // (the device's opt-in limit: 227 KiB on an H100, 163 KiB on an A100).
+  static int32_t MaxDim(size_t shared_bytes_per_block);
+
+  // Checks `args`' sizes and sizes every scratch buffer for them, so that a Run of these
+  // sizes throws nothing but a launch failure: a step calls this before it enqueues
+  // anything that changes state. Allocates only when num_ids grows.
+  void Prepare(const EmbeddingBackwardArgs& args);
   // Applies the optimizer step at `step_args` (device memory: MakeSparseStepArgs' result)
-  // to every row the batch touched. Allocates only when num_ids grows, so that a step of
-  // an earlier shape can be captured into a CUDA graph.
+  // to every row the batch touched. Prepares `args` first (a no-op for prepared sizes, so
+  // that a step of an earlier shape can be captured into a CUDA graph).
   void Run(const EmbeddingBackwardArgs& args, const SparseStepArgs* step_args, cudaStream_t stream);
 
  private:
+  static int EndBit(const EmbeddingBackwardArgs& args);
+  void ReserveTemp(int64_t n, int end_bit);
   void SortAndSegment(int64_t n, int end_bit, cudaStream_t stream);
 
   DeviceBuffer<uint64_t> keys_, sorted_keys_, unique_keys_;
@@ -88,6 +101,7 @@ class EmbeddingBackward {
   DeviceBuffer<float> coefs_;
   DeviceBuffer<int32_t> counts_, num_segments_;
   DeviceBuffer<uint8_t> cub_temp_;
+  size_t shared_bytes_ = 48 * 1024;  // UpdateRows' dynamic shared memory limit
 };
 
 }  // namespace dlrm::cuda

@@ -1,6 +1,7 @@
 #include "engine/data/batch.h"
 
 #include <cmath>
+#include <utility>
 
 #include "engine/core/status.h"
 
@@ -72,18 +73,10 @@ ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
   return out;
 }
 
-ValidatedBatch IndexValidBatch(const BatchView& batch) {
-  ValidatedBatch out;
-  out.view = batch;
-  const int64_t B = batch.batch_size;
-  out.offsets.resize(static_cast<size_t>(batch.num_sparse) * B + 1);
-  int64_t total = 0;
-  for (int64_t i = 0; i < static_cast<int64_t>(batch.num_sparse) * B; ++i) {
-    out.offsets[i] = total;
-    total += batch.lengths[i];
-  }
-  out.offsets.back() = total;
-  return out;
+OwnedValidBatch::OwnedValidBatch(OwnedBatch owned, std::vector<int64_t> offsets)
+    : owned_(std::move(owned)) {
+  valid_.view = owned_.view();
+  valid_.offsets = std::move(offsets);
 }
 
 std::vector<BatchView> ViewsOf(const std::vector<OwnedBatch>& batches) {

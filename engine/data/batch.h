@@ -43,10 +43,6 @@ struct ValidatedBatch {
 ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
                              const std::vector<SparseFeatureSpec>& features, bool require_labels);
 
-// The bag offsets of a batch known to be valid (a copy of one that passed ValidateBatch):
-// ValidateBatch's indexing without its checks.
-ValidatedBatch IndexValidBatch(const BatchView& batch);
-
 // A batch that owns its storage (readers, generator, tests). view() borrows from it.
 struct OwnedBatch {
   int64_t batch_size = 0;
@@ -71,6 +67,23 @@ struct OwnedBatch {
     v.weights = weights.empty() ? nullptr : weights.data();
     return v;
   }
+};
+
+// A validated batch that owns its storage: an asynchronous step's copy of the caller's
+// batch, with ValidateBatch's offsets kept, so that it is indexed once. batch().view
+// borrows from it, so it is neither copied nor moved (hold it by pointer).
+class OwnedValidBatch {
+ public:
+  // `offsets`: ValidateBatch's offsets of the batch `owned` copies.
+  OwnedValidBatch(OwnedBatch owned, std::vector<int64_t> offsets);
+  OwnedValidBatch(const OwnedValidBatch&) = delete;
+  OwnedValidBatch& operator=(const OwnedValidBatch&) = delete;
+
+  const ValidatedBatch& batch() const { return valid_; }
+
+ private:
+  OwnedBatch owned_;
+  ValidatedBatch valid_;
 };
 
 // The views of owned batches (the batches must outlive them).

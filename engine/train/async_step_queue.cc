@@ -22,7 +22,7 @@ AsyncStepQueue::~AsyncStepQueue() {
   worker_.join();
 }
 
-int64_t AsyncStepQueue::Submit(OwnedBatch batch) {
+int64_t AsyncStepQueue::Submit(std::unique_ptr<const OwnedValidBatch> batch) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return pending_.size() < depth_; });
   const int64_t ticket = next_ticket_++;
@@ -57,7 +57,7 @@ void AsyncStepQueue::Drain() {
 
 void AsyncStepQueue::Run() {
   for (;;) {
-    std::pair<int64_t, OwnedBatch> item;
+    Pending item;
     QueuedStep next;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -66,14 +66,14 @@ void AsyncStepQueue::Run() {
       item = std::move(pending_.front());
       pending_.pop_front();
       running_ = item.first;
-      // Only this thread pops or clears pending_, and a deque's push_back keeps references
-      // to its other elements: the front stays valid while the step runs.
-      if (!pending_.empty()) next = {pending_.front().first, &pending_.front().second};
+      // Only this thread pops or clears pending_: the front's batch stays alive while the
+      // step runs.
+      if (!pending_.empty()) next = {pending_.front().first, &pending_.front().second->batch()};
       cv_.notify_all();  // a slot is free for Submit
     }
     Result result;
     try {
-      result.loss = step_({item.first, &item.second}, next);
+      result.loss = step_({item.first, &item.second->batch()}, next);
     } catch (...) {
       result.error = std::current_exception();
     }

@@ -1,12 +1,12 @@
 // Runs training steps on a dedicated thread, in submission order, so that a host can
 // prepare batch N+1 while batch N trains (the C ABI's submit/wait path).
 //
-// Submit copies nothing itself: it takes an owned batch (the engine copies the caller's
-// borrowed memory before submitting). The queue is bounded: Submit blocks while `depth`
-// steps are waiting, which is the back-pressure a fast producer needs. Steps run strictly
-// in ticket order, so async training is exactly as deterministic as synchronous training.
-// If a step fails, the steps queued behind it are cancelled (they were prepared assuming
-// it would succeed); steps submitted afterwards run normally.
+// Submit copies nothing itself: it takes a validated batch that owns its storage (the
+// engine validates and copies the caller's borrowed memory before submitting). The queue is
+// bounded: Submit blocks while `depth` steps are waiting, which is the back-pressure a fast
+// producer needs. Steps run strictly in ticket order, so async training is exactly as deterministic
+// as synchronous training. If a step fails, the steps queued behind it are cancelled (they were
+// prepared assuming it would succeed); steps submitted afterwards run normally.
 #pragma once
 
 #include <condition_variable>
@@ -15,6 +15,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -25,7 +26,7 @@ namespace dlrm {
 // A queued step: its ticket and batch (null: none).
 struct QueuedStep {
   int64_t ticket = 0;
-  const OwnedBatch* batch = nullptr;
+  const ValidatedBatch* batch = nullptr;
 };
 
 class AsyncStepQueue {
@@ -41,7 +42,7 @@ class AsyncStepQueue {
   AsyncStepQueue& operator=(const AsyncStepQueue&) = delete;
 
   // Queues a step; returns its ticket (1, 2, 3, ...). Blocks while the queue is full.
-  int64_t Submit(OwnedBatch batch);
+  int64_t Submit(std::unique_ptr<const OwnedValidBatch> batch);
 
   // Blocks until the ticket's step has run; returns its loss or rethrows its error.
   // Each ticket can be waited for once; kInvalidArgument for an unknown ticket.
@@ -61,7 +62,8 @@ class AsyncStepQueue {
   const size_t depth_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<int64_t, OwnedBatch>> pending_;
+  using Pending = std::pair<int64_t, std::unique_ptr<const OwnedValidBatch>>;
+  std::deque<Pending> pending_;
   std::map<int64_t, Result> done_;
   int64_t next_ticket_ = 1;
   int64_t running_ = 0;  // ticket in progress, 0 if none

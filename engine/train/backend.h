@@ -49,7 +49,7 @@ struct ModelState {
 // a hint: the next call may bring another batch, and a backend then copies that one.
 struct StepLookahead {
   int64_t token = 0;
-  const BatchView* next = nullptr;
+  const ValidatedBatch* next = nullptr;
   int64_t next_token = 0;
 };
 

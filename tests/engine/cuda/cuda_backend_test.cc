@@ -217,5 +217,23 @@ TEST(CudaBackendTest, ADivergedStepChangesNothingReplayedOrNot) {
   }
 }
 
+// A table whose row does not fit a block's shared memory (the embedding update holds one
+// row's gradient there) is refused when the engine is made, naming the table.
+TEST(CudaBackendTest, ATableTooWideForTheDeviceIsRefusedNamingIt) {
+  SKIP_WITHOUT_GPU();
+  config::DlrmConfig config = ParseConfigText(testing::SmallConfigText("", 1, 8));
+  config.mutable_model()->set_interaction(config::ModelConfig::CAT);
+  config.mutable_model()->mutable_tables(1)->set_dim(65536);
+  config.mutable_model()->mutable_tables(1)->set_num_rows(2);
+  try {
+    Engine gpu(WithDevice(config, config::DeviceConfig::CUDA));
+    ADD_FAILURE() << "a table of dim 65536 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("table \"t1\" has dim 65536"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace dlrm

@@ -3,7 +3,7 @@
 // BackwardAndUpdate), bitwise, tables and optimizer state, over several steps of every
 // optimizer: two tables shared by three features (SUM and MEAN), repeated ids within and
 // across bags, empty bags, per-id weights, dims with and without a multiple of 4 and 8, one
-// wider than a warp.
+// wider than a warp, and one wider than a block's default shared memory (64 KiB).
 // The argument checks run everywhere.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -30,24 +30,32 @@ using testing::DeviceCopy;
 using ::testing::HasSubstr;
 
 constexpr int64_t kBatch = 50;
-// 36: more columns than a warp has lanes, a multiple of 4 and 8; 5: neither.
-const int32_t kDims[2] = {36, 5};
 const int64_t kRows[2] = {30, 7};  // few rows: many repeats
-const std::vector<FeatureBinding> kFeatures = {{0, 0, false}, {1, 36, true}, {0, 41, false}};
-constexpr int32_t kWidth = 77;
 
-OwnedBatch MakeBatch(uint64_t salt) {
+// Two tables and three features (table 0 twice): dims[0] = 36 is more columns than a warp
+// has lanes, a multiple of 4 and 8, and 5 is neither; 16384 floats (64 KiB) need more
+// shared memory than a block gets without opting in.
+struct Layout {
+  int32_t dims[2];
+  std::vector<FeatureBinding> Features() const {
+    return {{0, 0, false}, {1, dims[0], true}, {0, dims[0] + dims[1], false}};
+  }
+  int32_t Width() const { return 2 * dims[0] + dims[1]; }
+};
+
+OwnedBatch MakeBatch(const Layout& layout, uint64_t salt) {
   const CounterRng rng(salt, 5, 0);
   uint64_t draw = 0;
   OwnedBatch b;
   b.batch_size = kBatch;
   b.num_sparse = 3;
+  const std::vector<FeatureBinding> features = layout.Features();
   for (int f = 0; f < 3; ++f) {
     for (int64_t i = 0; i < kBatch; ++i) {
       const auto len = static_cast<int32_t>(rng.Uniform(draw++) * 5);  // 0..4
       b.lengths.push_back(len);
       for (int32_t k = 0; k < len; ++k) {
-        b.ids.push_back(static_cast<int64_t>(rng.Uniform(draw++) * kRows[kFeatures[f].table]));
+        b.ids.push_back(static_cast<int64_t>(rng.Uniform(draw++) * kRows[features[f].table]));
         b.weights.push_back(static_cast<float>(0.5 + rng.Uniform(draw++)));
       }
     }
@@ -55,16 +63,25 @@ OwnedBatch MakeBatch(uint64_t salt) {
   return b;
 }
 
-void Compare(const std::string& optimizer_text) {
-  SCOPED_TRACE(optimizer_text);
+std::vector<SparseFeatureSpec> Specs(const Layout& layout) {
+  std::vector<SparseFeatureSpec> specs;
+  for (const FeatureBinding& f : layout.Features()) specs.push_back({f.table, kRows[f.table]});
+  return specs;
+}
+
+void Compare(const Layout& layout, const std::string& optimizer_text) {
+  SCOPED_TRACE(optimizer_text + " dim " + std::to_string(layout.dims[0]));
+  const int32_t* dims = layout.dims;
+  const std::vector<FeatureBinding> features = layout.Features();
+  const int32_t width = layout.Width();
   const config::SparseOptimizerConfig config =
       ParseConfigText("sparse_optimizer { " + optimizer_text + " }").sparse_optimizer();
   std::vector<EmbeddingTable<float>> tables;
   for (int t = 0; t < 2; ++t) {
-    tables.emplace_back("t" + std::to_string(t), kRows[t], kDims[t]);
-    tables.back().data() = testing::RandomFloats(kRows[t] * kDims[t], 10 + t);
+    tables.emplace_back("t" + std::to_string(t), kRows[t], dims[t]);
+    tables.back().data() = testing::RandomFloats(kRows[t] * dims[t], 10 + t);
   }
-  auto cpu_opt = MakeSparseOptimizer<float>(config, {{kRows[0], kDims[0]}, {kRows[1], kDims[1]}});
+  auto cpu_opt = MakeSparseOptimizer<float>(config, {{kRows[0], dims[0]}, {kRows[1], dims[1]}});
   // The device's copies, from the CPU's initial values.
   std::vector<std::unique_ptr<DeviceCopy<float>>> owned;
   std::vector<SparseTableArgs> table_args;
@@ -73,7 +90,7 @@ void Compare(const std::string& optimizer_text) {
     owned.push_back(std::make_unique<DeviceCopy<float>>(tables[t].data()));
     a.weights = owned.back()->get();
     a.num_rows = kRows[t];
-    a.dim = kDims[t];
+    a.dim = dims[t];
     const auto states = cpu_opt->StateBuffers(t);
     float** slots[2] = {&a.state0, &a.state1};
     for (size_t s = 0; s < states.size(); ++s) {
@@ -82,16 +99,16 @@ void Compare(const std::string& optimizer_text) {
     }
     table_args.push_back(a);
   }
-  EmbeddingBagCollection<float> bags(&tables, kFeatures, kWidth);
+  EmbeddingBagCollection<float> bags(&tables, features, width);
   std::vector<SparseFeatureArgs> feature_args;
-  for (const FeatureBinding& f : kFeatures) feature_args.push_back({f.table, f.offset, f.mean});
+  for (const FeatureBinding& f : features) feature_args.push_back({f.table, f.offset, f.mean});
   const DeviceCopy<SparseFeatureArgs> d_features(feature_args);
   const DeviceCopy<SparseTableArgs> d_tables(table_args);
   EmbeddingBackward gpu;
   for (int64_t step = 1; step <= 4; ++step) {
-    const OwnedBatch batch = MakeBatch(step);
-    const ValidatedBatch vb = IndexValidBatch(batch.view());
-    const std::vector<float> d_pooled = testing::RandomFloats(kBatch * kWidth, 100 + step);
+    const OwnedBatch batch = MakeBatch(layout, step);
+    const ValidatedBatch vb = ValidateBatch(batch.view(), 0, Specs(layout), false);
+    const std::vector<float> d_pooled = testing::RandomFloats(kBatch * width, 100 + step);
     const float lr = 0.1f / static_cast<float>(step);
     bags.BackwardAndUpdate(vb, d_pooled.data(), *cpu_opt, lr, step, nullptr);
     const DeviceCopy<int64_t> d_offsets(vb.offsets), d_ids(batch.ids);
@@ -101,14 +118,14 @@ void Compare(const std::string& optimizer_text) {
     a.num_features = 3;
     a.tables = d_tables.get();
     a.num_tables = 2;
-    a.max_dim = kDims[0];
+    a.max_dim = dims[0];
     a.batch_size = kBatch;
     a.offsets = d_offsets.get();
     a.ids = d_ids.get();
     a.weights = d_weights.get();
     a.num_ids = static_cast<int64_t>(batch.ids.size());
     a.d_pooled = d_grad.get();
-    a.pooled_width = kWidth;
+    a.pooled_width = width;
     const DeviceCopy<SparseStepArgs> step_args({MakeSparseStepArgs(config, lr, step)});
     gpu.Run(a, step_args.get(), nullptr);
     // The same step again with the skip flag set (a diverged step) changes nothing.
@@ -130,10 +147,12 @@ void Compare(const std::string& optimizer_text) {
 TEST(CudaEmbeddingBackwardTest, EqualsTheCpuBitwiseForEveryOptimizer) {
   SKIP_WITHOUT_GPU();
   OpenDevice(0);
-  Compare("");
-  Compare("adagrad { eps: 1e-8 initial_accumulator: 0.1 }");
-  Compare("rowwise_adagrad { eps: 1e-8 initial_accumulator: 0.01 }");
-  Compare("adam { beta1: 0.9 beta2: 0.999 eps: 1e-8 }");
+  for (const Layout& layout : {Layout{{36, 5}}, Layout{{16384, 5}}}) {
+    Compare(layout, "");
+    Compare(layout, "adagrad { eps: 1e-8 initial_accumulator: 0.1 }");
+    Compare(layout, "rowwise_adagrad { eps: 1e-8 initial_accumulator: 0.01 }");
+    Compare(layout, "adam { beta1: 0.9 beta2: 0.999 eps: 1e-8 }");
+  }
 }
 
 // Refused before anything reaches the device: no GPU needed.

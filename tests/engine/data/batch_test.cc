@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -43,11 +44,18 @@ TEST(BatchTest, ValidBatchGetsBagOffsets) {
   EXPECT_EQ(vb.offsets.back(), static_cast<int64_t>(b.ids.size()));
 }
 
-// The asynchronous path indexes its validated copy without checking it again; the
-// offsets must be ValidateBatch's.
-TEST(BatchTest, IndexingAValidBatchGivesValidateBatchsOffsets) {
-  const OwnedBatch b = testing::SmallBatch(6, 2);
-  EXPECT_EQ(IndexValidBatch(b.view()).offsets, ValidateBatch(b.view(), 4, kSpecs, true).offsets);
+// The asynchronous path keeps ValidateBatch's offsets with its own copy of the batch: the
+// copy's view reads the copy (the caller's memory may be gone) and indexes the same bags.
+TEST(BatchTest, AnOwnedValidBatchViewsItsCopyWithTheOriginalsOffsets) {
+  OwnedBatch b = testing::SmallBatch(6, 2);
+  ValidatedBatch original = ValidateBatch(b.view(), 4, kSpecs, true);
+  const OwnedValidBatch copy(CopyBatch(b.view()), original.offsets);
+  const std::vector<int64_t> ids = b.ids;
+  std::fill(b.ids.begin(), b.ids.end(), -1);  // the caller reuses its memory
+  const ValidatedBatch& vb = copy.batch();
+  EXPECT_EQ(vb.offsets, original.offsets);
+  EXPECT_EQ(std::vector<int64_t>(vb.view.ids, vb.view.ids + vb.view.num_ids), ids);
+  EXPECT_EQ(ValidateBatch(vb.view, 4, kSpecs, true).offsets, original.offsets);
 }
 
 // Two slices make the batch again: each sample keeps its dense row, label and bags.

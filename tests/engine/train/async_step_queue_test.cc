@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/core/status.h"
@@ -17,17 +19,17 @@ namespace {
 
 using ::testing::HasSubstr;
 
-OwnedBatch Tagged(int64_t tag) {
+std::unique_ptr<const OwnedValidBatch> Tagged(int64_t tag) {
   OwnedBatch b;
   b.batch_size = tag;
-  return b;
+  return std::make_unique<const OwnedValidBatch>(std::move(b), std::vector<int64_t>{0});
 }
 
 TEST(AsyncStepQueueTest, RunsStepsInTicketOrder) {
   std::vector<int64_t> order;
   AsyncStepQueue queue(
       [&](const QueuedStep& now, const QueuedStep&) {
-        const OwnedBatch& b = *now.batch;
+        const BatchView& b = now.batch->view;
         order.push_back(b.batch_size);
         return static_cast<float>(b.batch_size) * 0.5f;
       },
@@ -49,9 +51,9 @@ TEST(AsyncStepQueueTest, AStepSeesTheNextQueuedStep) {
   AsyncStepQueue queue(
       [&](const QueuedStep& now, const QueuedStep& next) {
         while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        EXPECT_EQ(now.batch->batch_size, now.ticket * 10);
+        EXPECT_EQ(now.batch->view.batch_size, now.ticket * 10);
         if (next.batch != nullptr) {
-          EXPECT_EQ(next.batch->batch_size, next.ticket * 10);
+          EXPECT_EQ(next.batch->view.batch_size, next.ticket * 10);
         }
         seen.emplace_back(now.ticket, next.batch == nullptr ? 0 : next.ticket);
         return 0.0f;
@@ -98,7 +100,7 @@ TEST(AsyncStepQueueTest, FailureCancelsQueuedStepsOnly) {
   std::atomic<bool> release{false};
   AsyncStepQueue queue(
       [&](const QueuedStep& now, const QueuedStep&) -> float {
-        const OwnedBatch& b = *now.batch;
+        const BatchView& b = now.batch->view;
         while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         if (b.batch_size == 1) Throw(StatusCode::kFailedPrecondition, "step one failed");
         return 1.0f;
