@@ -6,6 +6,7 @@
 
 #include "engine/core/status.h"
 #include "engine/data/batch.h"
+#include "engine/shard/planner.h"
 
 namespace dlrm::ps {
 namespace {
@@ -71,7 +72,6 @@ EmbeddingShardStore::EmbeddingShardStore(const config::DlrmConfig& config,
                                          const shard::ShardingPlan& plan, int32_t owner,
                                          ThreadPool* pool)
     : model_(config.model()), pool_(pool) {
-  const bool rowwise = config.sparse_optimizer().has_rowwise_adagrad();
   std::vector<ShardLocation> mine;
   for (const auto& pieces : LocateShards(model_, plan)) {
     for (const ShardLocation& loc : pieces) {
@@ -81,15 +81,9 @@ EmbeddingShardStore::EmbeddingShardStore(const config::DlrmConfig& config,
   // In the owner's numbering (plan order), which LocateShards assigned.
   shards_.resize(mine.size());
   for (const ShardLocation& loc : mine) shards_[loc.index] = loc;
-  for (const ShardLocation& shard : shards_) {
-    const config::TableConfig& tc = model_.tables(shard.table);
-    if (rowwise && (shard.col_begin != 0 || shard.col_end != tc.dim()))
-      ThrowInvalid("table '", tc.name(),
-                   "': row-wise Adagrad keeps one statistic per whole "
-                   "row, so it cannot run on a COLUMN_WISE shard (columns [",
-                   shard.col_begin, ", ", shard.col_end,
-                   ")); use another sharding type or optimizer");
-  }
+  for (const ShardLocation& shard : shards_)
+    shard::CheckShardColumns(config.sparse_optimizer(), model_.tables(shard.table), shard.col_begin,
+                             shard.col_end);
 
   tables_ = BuildTables<float>(static_cast<int64_t>(shards_.size()), pool_, [&](int64_t i) {
     const Shard& s = shards_[i];

@@ -225,6 +225,15 @@ double Imbalance(double max, double total, int32_t n) {
 
 }  // namespace
 
+void CheckShardColumns(const config::SparseOptimizerConfig& optimizer,
+                       const config::TableConfig& table, int32_t col_begin, int32_t col_end) {
+  if (optimizer.has_rowwise_adagrad() && (col_begin != 0 || col_end != table.dim()))
+    ThrowInvalid("table '", table.name(),
+                 "': row-wise Adagrad keeps one statistic per whole row, so it cannot run on a "
+                 "COLUMN_WISE shard (columns [",
+                 col_begin, ", ", col_end, ")); use another sharding type or optimizer");
+}
+
 const char* ShardingTypeShortName(config::ShardingConfig::Type type) {
   switch (type) {
     case ShardingConfig::TABLE_WISE: return "TW";

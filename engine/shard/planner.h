@@ -34,6 +34,11 @@ inline constexpr int32_t kMaxServers = 1 << 20;
 // same plan, bit for bit.
 ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers);
 
+// kInvalidArgument naming the table when `optimizer` keeps one statistic per whole row
+// (row-wise Adagrad) and the shard holds only columns [col_begin, col_end) of it.
+void CheckShardColumns(const config::SparseOptimizerConfig& optimizer,
+                       const config::TableConfig& table, int32_t col_begin, int32_t col_end);
+
 // "TW", "RW", "CW", "TWRW", "DP".
 const char* ShardingTypeShortName(config::ShardingConfig::Type type);
 
