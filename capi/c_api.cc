@@ -126,6 +126,14 @@ DLRM_API dlrm_status dlrm_engine_create_from_checkpoint(const char* checkpoint_p
   });
 }
 
+DLRM_API dlrm_status dlrm_engine_create_from_checkpoint_on(const char* checkpoint_path,
+                                                           const char* device, dlrm_engine** out) {
+  return CreateWith(out, [&] {
+    RequireNotNull(checkpoint_path, "checkpoint_path");
+    return dlrm::Engine::FromCheckpoint(checkpoint_path, device == nullptr ? "" : device);
+  });
+}
+
 DLRM_API void dlrm_engine_destroy(dlrm_engine* engine) {
   std::unique_ptr<dlrm_engine> owned(engine);  // NULL is a no-op
 }

@@ -307,7 +307,7 @@ void Engine::Load(const std::string& path) {
   LoadFrom(reader, path);
 }
 
-std::unique_ptr<Engine> Engine::FromCheckpoint(const std::string& path) {
+std::unique_ptr<Engine> Engine::FromCheckpoint(const std::string& path, const std::string& device) {
   const CheckpointReader reader(path);
   checkpoint::CheckFormat(reader, path, checkpoint::kEngineFormat);
   config::DlrmConfig config;
@@ -316,6 +316,7 @@ std::unique_ptr<Engine> Engine::FromCheckpoint(const std::string& path) {
   } catch (const Error& e) {
     Throw(StatusCode::kDataLoss, "checkpoint \"", path, "\" holds no valid config: ", e.what());
   }
+  if (!device.empty()) SetDeviceByName(device, "device", config.mutable_device());
   auto engine = std::make_unique<Engine>(config);
   engine->LoadFrom(reader, path);
   return engine;

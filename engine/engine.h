@@ -35,8 +35,12 @@ class Engine {
  public:
   // Validates config (throws kInvalidArgument naming the field) and initializes the model.
   explicit Engine(const config::DlrmConfig& config);
-  // Builds the engine from the config stored in a checkpoint and restores its state.
-  static std::unique_ptr<Engine> FromCheckpoint(const std::string& path);
+  // Builds the engine from the config stored in a checkpoint and restores its state, on
+  // `device` ("cpu", "cuda", "cuda:N"; SetDeviceByName) instead of the checkpoint's own
+  // device when not empty: the state is the same on every device, so a checkpoint
+  // trained on a GPU serves on a machine without one.
+  static std::unique_ptr<Engine> FromCheckpoint(const std::string& path,
+                                                const std::string& device = "");
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

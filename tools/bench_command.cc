@@ -183,30 +183,6 @@ void ApplyOptimizerFlag(const std::string& kind, config::DlrmConfig* config) {
   }
 }
 
-// --device: "cpu", "cuda" (ordinal 0) or "cuda:N", strictly; empty keeps the config's.
-void ApplyDeviceFlag(const std::string& device, config::DlrmConfig* config) {
-  if (device.empty()) return;
-  config::DeviceConfig* d = config->mutable_device();
-  if (device == "cpu") {
-    d->set_kind(config::DeviceConfig::CPU);
-    d->set_ordinal(0);
-    return;
-  }
-  const std::string prefix = "cuda";
-  int ordinal = 0;
-  if (device.rfind(prefix, 0) != 0)
-    ThrowInvalid("--device must be cpu, cuda or cuda:N, got '", device, "'");
-  if (device.size() > prefix.size()) {
-    const std::string digits = device.substr(prefix.size() + 1);
-    if (device[prefix.size()] != ':' || digits.empty() || digits.size() > 4 ||
-        digits.find_first_not_of("0123456789") != std::string::npos)
-      ThrowInvalid("--device must be cpu, cuda or cuda:N, got '", device, "'");
-    ordinal = std::stoi(digits);
-  }
-  d->set_kind(config::DeviceConfig::CUDA);
-  d->set_ordinal(ordinal);
-}
-
 // --cuda_graph, for a CUDA device only (the CPU has no graphs to turn off).
 void ApplyCudaGraphFlag(bool graph, config::DlrmConfig* config) {
   if (config->device().kind() == config::DeviceConfig::CUDA)
@@ -249,7 +225,7 @@ int BenchCommand() {
   config::DlrmConfig config = LoadConfigFile(FLAGS_config);
   if (FLAGS_threads >= 0) config.set_num_threads(FLAGS_threads);
   ApplyOptimizerFlag(FLAGS_optimizer, &config);
-  ApplyDeviceFlag(FLAGS_device, &config);
+  if (!FLAGS_device.empty()) SetDeviceByName(FLAGS_device, "--device", config.mutable_device());
   ApplyCudaGraphFlag(FLAGS_cuda_graph, &config);
   std::printf("dlrm bench  %s\n", FLAGS_config.c_str());
   std::printf("machine     %s, %u logical cores (%d usable), %s kernels%s\n", CpuModel().c_str(),

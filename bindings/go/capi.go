@@ -19,6 +19,11 @@ static dlrm_status go_create_from_checkpoint(const char* path, dlrm_engine** out
 	return go_check(dlrm_engine_create_from_checkpoint(path, out), msg);
 }
 
+static dlrm_status go_create_from_checkpoint_on(const char* path, const char* device,
+                                                dlrm_engine** out, char** msg) {
+	return go_check(dlrm_engine_create_from_checkpoint_on(path, device, out), msg);
+}
+
 static dlrm_status go_train_step(dlrm_engine* e, GO_BATCH_PARAMS, float* loss, char** msg) {
 	dlrm_batch b = GO_BATCH;
 	return go_check(dlrm_engine_train_step(e, &b, loss), msg);
@@ -221,6 +226,20 @@ func createFromFile(arg *C.char, out **C.dlrm_engine, msg **C.char) C.dlrm_statu
 
 func createFromCheckpoint(arg *C.char, out **C.dlrm_engine, msg **C.char) C.dlrm_status {
 	return C.go_create_from_checkpoint(arg, out, msg)
+}
+
+// createFromCheckpointOn returns the createFunc that restores a checkpoint on device
+// ("cpu", "cuda", "cuda:N"; "": the checkpoint's own), and the function that frees its C
+// copy of device once the engine is open.
+func createFromCheckpointOn(device string) (createFunc, func(), error) {
+	cdevice, err := cString(device, "device")
+	if err != nil {
+		return nil, nil, err
+	}
+	create := func(arg *C.char, out **C.dlrm_engine, msg **C.char) C.dlrm_status {
+		return C.go_create_from_checkpoint_on(arg, cdevice, out, msg)
+	}
+	return create, func() { C.free(unsafe.Pointer(cdevice)) }, nil
 }
 
 // acquire read-locks h and returns the engine, or ErrClosed. Pair with h.mu.RUnlock.

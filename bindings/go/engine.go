@@ -27,6 +27,20 @@ func NewEngineFromCheckpoint(path string) (*Engine, error) {
 	return newEngine(createFromCheckpoint, path, "checkpoint path")
 }
 
+// NewEngineFromCheckpointOn is NewEngineFromCheckpoint on device instead of the device
+// the checkpoint was trained on: "cpu", "cuda" or "cuda:N" ("": the checkpoint's own).
+// The state is the same on every device, so a checkpoint trained on a GPU serves on a
+// machine without one. Any other name is an error matching ErrInvalidArgument that names
+// it; a CUDA device this machine cannot use, one matching ErrFailedPrecondition.
+func NewEngineFromCheckpointOn(path, device string) (*Engine, error) {
+	create, release, err := createFromCheckpointOn(device)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return newEngine(create, path, "checkpoint path")
+}
+
 func newEngine(fn createFunc, arg, what string) (*Engine, error) {
 	e := &Engine{}
 	if err := e.h.open(fn, arg, what); err != nil {

@@ -309,6 +309,37 @@ func TestCheckpoints(t *testing.T) {
 	}
 }
 
+// TestCheckpointOnDevice restores a checkpoint on a named device: "cpu" gives the same
+// state, bitwise, and an unknown name is refused naming it.
+func TestCheckpointOnDevice(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "engine.ckpt")
+	e := newTestEngine(t)
+	train(t, e, 10)
+	if err := e.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	ref := makeBatch(1)
+	want := predict(t, e, ref)
+	for _, device := range []string{"cpu", ""} {
+		other, err := dlrm.NewEngineFromCheckpointOn(path, device)
+		if err != nil {
+			t.Fatalf("device %q: %v", device, err)
+		}
+		if got := predict(t, other, ref); !sameBits(got, want) {
+			t.Errorf("device %q: restored engine predicts %v, want %v", device, got, want)
+		}
+		if n, err := other.Step(); err != nil || n != 10 {
+			t.Errorf("device %q: restored Step() = %d, %v; want 10", device, n, err)
+		}
+		other.Close()
+	}
+
+	_, err := dlrm.NewEngineFromCheckpointOn(path, "gpu")
+	wantError(t, err, dlrm.ErrInvalidArgument, "'gpu'")
+	_, err = dlrm.NewEngineFromCheckpointOn(path, "cpu\x00")
+	wantError(t, err, dlrm.ErrInvalidArgument, "device", "NUL")
+}
+
 func TestParameters(t *testing.T) {
 	e := newTestEngine(t)
 	names, err := e.ParameterNames()

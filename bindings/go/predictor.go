@@ -11,8 +11,26 @@ type Predictor struct {
 
 // OpenPredictor loads the checkpoint at path (written by Engine.Save).
 func OpenPredictor(checkpointPath string) (*Predictor, error) {
+	return openPredictor(createFromCheckpoint, checkpointPath)
+}
+
+// OpenPredictorOn is OpenPredictor serving on device instead of the device the
+// checkpoint was trained on: "cpu", "cuda" or "cuda:N" ("": the checkpoint's own). The
+// state is the same on every device, so a checkpoint trained on a GPU serves on a machine
+// without one (device "cpu"). Any other name is an error matching ErrInvalidArgument that
+// names it; a CUDA device this machine cannot use, one matching ErrFailedPrecondition.
+func OpenPredictorOn(checkpointPath, device string) (*Predictor, error) {
+	create, release, err := createFromCheckpointOn(device)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return openPredictor(create, checkpointPath)
+}
+
+func openPredictor(fn createFunc, checkpointPath string) (*Predictor, error) {
 	p := &Predictor{}
-	if err := p.h.open(createFromCheckpoint, checkpointPath, "checkpoint path"); err != nil {
+	if err := p.h.open(fn, checkpointPath, "checkpoint path"); err != nil {
 		return nil, err
 	}
 	runtime.SetFinalizer(p, (*Predictor).Close)

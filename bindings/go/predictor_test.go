@@ -48,6 +48,29 @@ func TestPredictorMatchesEngine(t *testing.T) {
 	}
 }
 
+// TestPredictorOnDevice serves a checkpoint on a named device: "cpu" predicts bitwise as
+// the engine that wrote it, and an unknown name is refused naming it.
+func TestPredictorOnDevice(t *testing.T) {
+	e, path := trainedCheckpoint(t)
+	p, err := dlrm.OpenPredictorOn(path, "cpu")
+	if err != nil {
+		t.Fatalf("OpenPredictorOn: %v", err)
+	}
+	defer p.Close()
+	for salt := 0; salt < 3; salt++ {
+		b := makeBatch(salt)
+		b.Labels = nil
+		if got, want := predict(t, p, b), predict(t, e, b); !sameBits(got, want) {
+			t.Errorf("salt %d: Predictor on cpu %v, Engine %v", salt, got, want)
+		}
+	}
+
+	_, err = dlrm.OpenPredictorOn(path, "gpu")
+	wantError(t, err, dlrm.ErrInvalidArgument, "'gpu'")
+	_, err = dlrm.OpenPredictorOn("/nonexistent/model.ckpt", "cpu")
+	wantError(t, err, dlrm.ErrIO, "/nonexistent/model.ckpt")
+}
+
 func TestPredictorErrors(t *testing.T) {
 	_, err := dlrm.OpenPredictor("/nonexistent/model.ckpt")
 	wantError(t, err, dlrm.ErrIO, "/nonexistent/model.ckpt")

@@ -814,7 +814,7 @@ JDLRM_ARRAYS_TYPEMAPS(int64_t, long[][], JDLRM_LONG)
   const void* const* ids, const void* const* weights };
 %apply const char* UTF8Z {
   const char* config_text, const char* path, const char* name, const char* cluster,
-  const char* restore_dir, const char* dir };
+  const char* restore_dir, const char* dir, const char* device };
 
 /* ai.dlrm.AllGather -> jobject, passed as it is (the trainer helper takes a global
  * reference). */
@@ -881,6 +881,16 @@ dlrm_engine* jdlrm_create_from_checkpoint(JNIEnv* jenv, const char* path) {
   dlrm_engine* engine = NULL;
   if (jdlrm_pending(jenv)) return NULL;
   return jdlrm_check(jenv, dlrm_engine_create_from_checkpoint(path, &engine)) ? engine : NULL;
+}
+
+/* device: "cpu", "cuda" or "cuda:N", or NULL for the checkpoint's own. */
+dlrm_engine* jdlrm_create_from_checkpoint_on(JNIEnv* jenv, const char* path,
+                                             const char* device) {
+  dlrm_engine* engine = NULL;
+  if (jdlrm_pending(jenv)) return NULL;
+  return jdlrm_check(jenv, dlrm_engine_create_from_checkpoint_on(path, device, &engine))
+             ? engine
+             : NULL;
 }
 
 /* One train step on a batch of Java arrays; returns the loss. */

@@ -223,6 +223,28 @@ void ValidateConfig(const config::DlrmConfig& config) {
   ValidateDevice(config.device());
 }
 
+void SetDeviceByName(const std::string& name, const std::string& what,
+                     config::DeviceConfig* device) {
+  if (name == "cpu") {
+    device->Clear();
+    device->set_kind(config::DeviceConfig::CPU);
+    return;
+  }
+  const std::string prefix = "cuda";
+  int ordinal = 0;
+  if (name.rfind(prefix, 0) != 0)
+    ThrowInvalid(what, " must be cpu, cuda or cuda:N, got '", name, "'");
+  if (name.size() > prefix.size()) {
+    const std::string digits = name.substr(prefix.size() + 1);
+    if (name[prefix.size()] != ':' || digits.empty() || digits.size() > 4 ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      ThrowInvalid(what, " must be cpu, cuda or cuda:N, got '", name, "'");
+    ordinal = std::stoi(digits);
+  }
+  device->set_kind(config::DeviceConfig::CUDA);
+  device->set_ordinal(ordinal);
+}
+
 std::string ConfigToText(const config::DlrmConfig& config) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(config, &text);

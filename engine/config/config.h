@@ -20,6 +20,12 @@ void ValidateConfig(const config::DlrmConfig& config);
 
 std::string ConfigToText(const config::DlrmConfig& config);
 
+// Sets *device from a name: "cpu", "cuda" (ordinal 0) or "cuda:N", strictly; otherwise
+// kInvalidArgument "<what> must be cpu, cuda or cuda:N, got '<name>'". A CPU device keeps
+// no CUDA setting; a CUDA one keeps its cuda_graph.
+void SetDeviceByName(const std::string& name, const std::string& what,
+                     config::DeviceConfig* device);
+
 // Index of the table with this name, or -1.
 int FindTable(const config::ModelConfig& model, const std::string& name);
 

@@ -98,6 +98,13 @@ DLRM_API dlrm_status dlrm_engine_create_from_file(const char* config_path, dlrm_
 /* Creates an engine from a checkpoint (it stores its config) and restores its state. */
 DLRM_API dlrm_status dlrm_engine_create_from_checkpoint(const char* checkpoint_path,
                                                         dlrm_engine** out);
+/* Same, on `device` instead of the device the checkpoint was trained on: "cpu", "cuda" or
+ * "cuda:N" (NULL or "": the checkpoint's own). The state is the same on every device, so a
+ * checkpoint trained on a GPU serves on a machine without one. INVALID_ARGUMENT naming
+ * the device for any other name. */
+DLRM_API dlrm_status dlrm_engine_create_from_checkpoint_on(const char* checkpoint_path,
+                                                           const char* device,
+                                                           dlrm_engine** out);
 DLRM_API void dlrm_engine_destroy(dlrm_engine* engine);
 
 /*

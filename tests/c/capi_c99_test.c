@@ -299,6 +299,25 @@ static void test_checkpoints(dlrm_engine* e, const char* dir) {
   predict_ref(e, &ref, after);
   CHECK(same_floats(before, after, B));
   dlrm_engine_destroy(other);
+  other = NULL;
+
+  /* On a named device: the CPU restores the same state (a GPU-trained checkpoint serves
+   * on a machine without a GPU this way); a name that is no device is refused. */
+  CHECK(dlrm_engine_create_from_checkpoint_on(path, "cpu", &other) == DLRM_OK);
+  if (other) {
+    predict_ref(other, &ref, fresh);
+    CHECK(same_floats(before, fresh, B));
+    dlrm_engine_destroy(other);
+    other = NULL;
+  }
+  CHECK(dlrm_engine_create_from_checkpoint_on(path, NULL, &other) == DLRM_OK);
+  dlrm_engine_destroy(other);
+  other = NULL;
+  CHECK_FAILS(dlrm_engine_create_from_checkpoint_on(path, "gpu", &other), DLRM_INVALID_ARGUMENT,
+              "device must be cpu, cuda or cuda:N, got 'gpu'");
+  CHECK_FAILS(dlrm_engine_create_from_checkpoint_on(NULL, "cpu", &other), DLRM_INVALID_ARGUMENT,
+              "checkpoint_path");
+  CHECK(other == NULL);
 }
 
 /* Submitted steps give bitwise the losses and predictions of synchronous steps. */

@@ -86,6 +86,8 @@ _PROTOTYPES: Sequence[Tuple[str, object, List[object]]] = (
     ("dlrm_engine_create", _status, [ctypes.c_char_p, _engine_pp]),
     ("dlrm_engine_create_from_file", _status, [ctypes.c_char_p, _engine_pp]),
     ("dlrm_engine_create_from_checkpoint", _status, [ctypes.c_char_p, _engine_pp]),
+    ("dlrm_engine_create_from_checkpoint_on", _status,
+     [ctypes.c_char_p, ctypes.c_char_p, _engine_pp]),
     ("dlrm_engine_destroy", None, [_engine_p]),
     ("dlrm_engine_train_step", _status, [_engine_p, ctypes.POINTER(BatchStruct), c_float_p]),
     ("dlrm_engine_train_submit", _status, [_engine_p, ctypes.POINTER(BatchStruct), c_int64_p]),

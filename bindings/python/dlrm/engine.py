@@ -82,16 +82,30 @@ class Engine:
                                             _path_bytes(path)))
 
     @classmethod
-    def from_checkpoint(cls, path: PathLike) -> "Engine":
-        """Creates an engine from a checkpoint (it stores its config) and restores it."""
-        return cls._from_handle(cls._create(_native.lib.dlrm_engine_create_from_checkpoint,
-                                            _path_bytes(path)))
+    def from_checkpoint(cls, path: PathLike, device: Optional[str] = None) -> "Engine":
+        """Creates an engine from a checkpoint (it stores its config) and restores it.
+
+        ``device`` runs it on ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` instead of the device it
+        was trained on (None or ``""``: the checkpoint's own). The state is the same on
+        every device, so a checkpoint trained on a GPU serves on a machine without one.
+        Any other name raises DlrmError INVALID_ARGUMENT naming it; a CUDA device this
+        machine cannot use raises FAILED_PRECONDITION.
+        """
+        if device is None:
+            return cls._from_handle(cls._create(
+                _native.lib.dlrm_engine_create_from_checkpoint, _path_bytes(path)))
+        if not isinstance(device, str):
+            raise TypeError(f"device must be a str such as 'cpu' or 'cuda:0', "
+                            f"got {type(device).__name__}")
+        return cls._from_handle(cls._create(
+            _native.lib.dlrm_engine_create_from_checkpoint_on, _path_bytes(path),
+            device.encode("utf-8")))
 
     # ---- lifetime ---------------------------------------------------------------------
     @staticmethod
-    def _create(fn: ctypes._CFuncPtr, arg: bytes) -> ctypes.c_void_p:
+    def _create(fn: ctypes._CFuncPtr, *args: bytes) -> ctypes.c_void_p:
         handle = ctypes.c_void_p()
-        _native.check(fn(arg, ctypes.byref(handle)))
+        _native.check(fn(*args, ctypes.byref(handle)))
         return handle
 
     @classmethod

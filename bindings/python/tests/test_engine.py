@@ -100,6 +100,27 @@ def test_save_load_from_checkpoint(engine, rng, tmp_path):
         assert restored.config == engine.config
 
 
+def test_from_checkpoint_on_device(engine, rng, tmp_path):
+    # A checkpoint serves on a named device; "cpu" here restores the same state, bitwise.
+    batch = make_batch(rng, weights=True)
+    trained(engine, rng, steps=3)
+    path = tmp_path / "model.ckpt"
+    engine.save(path)
+    saved = engine.predict(batch)
+    with dlrm.Engine.from_checkpoint(path, device="cpu") as restored:
+        assert restored.step == 3
+        assert same_bits(restored.predict(batch), saved)
+    with dlrm.Engine.from_checkpoint(path, device=None) as restored:
+        assert same_bits(restored.predict(batch), saved)
+
+    with pytest.raises(dlrm.DlrmError) as info:
+        dlrm.Engine.from_checkpoint(path, device="gpu")
+    assert info.value.status == dlrm.StatusCode.INVALID_ARGUMENT
+    assert "'gpu'" in info.value.message
+    with pytest.raises(TypeError, match="device"):
+        dlrm.Engine.from_checkpoint(path, device=0)  # type: ignore[arg-type]
+
+
 def test_from_file_and_config(tmp_path, batch):
     path = tmp_path / "model.pbtxt"
     path.write_text(SMALL_CONFIG)

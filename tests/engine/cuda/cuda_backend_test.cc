@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,9 @@ TEST(CudaBackendTest, ACheckpointTrainedOnTheGpuPredictsOnTheCpu) {
   EXPECT_EQ(cpu.step(), 50);
   const OwnedBatch test = testing::SmallBatch(256, 2000);
   testing::ExpectAllNear(Predict(cpu, test), Predict(gpu, test), 1e-5f, "predictions");
+  // Created from the checkpoint alone (its config names the GPU) on the CPU by name.
+  const std::unique_ptr<Engine> restored = Engine::FromCheckpoint(path, "cpu");
+  EXPECT_EQ(Predict(*restored, test), Predict(cpu, test));
   // And back: the CPU continues from the GPU's optimizer state as well.
   gpu.Load(path);
   testing::ExpectAllNear(Predict(gpu, test), Predict(cpu, test), 1e-5f, "predictions");

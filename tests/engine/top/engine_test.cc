@@ -146,6 +146,39 @@ TEST(EngineTest, CudaDeviceIsRefusedNamingTheCauseOrTrains) {
   EXPECT_EQ(cpu.step(), 0);
 }
 
+// A checkpoint restores on a named device whatever device it was trained on (the state
+// is the same on every device): on the CPU bitwise; on CUDA where one can be used, else
+// refused naming the cause; a name that is no device is refused naming it.
+TEST(EngineTest, ACheckpointRestoresOnANamedDevice) {
+  Engine trained(ParseConfigText(testing::SmallConfigText("", 1, 128)));
+  for (uint64_t s = 0; s < 3; ++s) trained.TrainStep(testing::SmallBatch(8, s).view());
+  const std::string path = testing::TempDir("engine_device") + "/trained.ckpt";
+  trained.Save(path);
+  const OwnedBatch batch = testing::SmallBatch(16, 9);
+  std::vector<float> want(16), got(16);
+  trained.Predict(batch.view(), want.data(), 16);
+  const std::unique_ptr<Engine> cpu = Engine::FromCheckpoint(path, "cpu");
+  cpu->Predict(batch.view(), got.data(), 16);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(cpu->step(), 3);
+  try {
+    EXPECT_EQ(Engine::FromCheckpoint(path, "cuda:0")->step(), 3);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition) << e.what();
+  }
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda0", "CPU"}) {
+    try {
+      Engine::FromCheckpoint(path, bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string("device must be cpu, cuda or "
+                                                             "cuda:N, got '") +
+                                                 bad + "'"));
+    }
+  }
+}
+
 TEST(EngineTest, AsyncStepsEqualSynchronousSteps) {
   auto sync = MakeEngine(kOptimizerSets[2], 2);
   const auto expected = TrainLosses(*sync, 8);

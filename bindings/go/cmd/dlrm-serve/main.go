@@ -27,12 +27,13 @@ import (
 func main() {
 	checkpoint := flag.String("checkpoint", "", "checkpoint to serve (written by Engine.Save or `dlrm train`)")
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
+	device := flag.String("device", "", "cpu, cuda or cuda:N to serve on instead of the device the checkpoint was trained on (a GPU-trained checkpoint serves on a machine without a GPU with -device cpu)")
 	flag.Parse()
 	if *checkpoint == "" {
 		log.Fatal("dlrm-serve: -checkpoint is required")
 	}
 
-	predictor, err := dlrm.OpenPredictor(*checkpoint)
+	predictor, err := dlrm.OpenPredictorOn(*checkpoint, *device)
 	if err != nil {
 		log.Fatalf("dlrm-serve: %v", err)
 	}

@@ -114,6 +114,22 @@ public final class Engine implements AutoCloseable {
         DlrmNative.jdlrm_create_from_checkpoint(Utf8.path(checkpoint, "checkpoint")));
   }
 
+  /**
+   * As {@link #fromCheckpoint(Path)}, on {@code device} instead of the device the checkpoint
+   * was trained on: {@code "cpu"}, {@code "cuda"} or {@code "cuda:N"} ({@code null} or
+   * {@code ""}: the checkpoint's own). The state is the same on every device, so a checkpoint
+   * trained on a GPU serves on a machine without one.
+   *
+   * @throws DlrmException {@code INVALID_ARGUMENT} naming the device for any other name,
+   *     {@code FAILED_PRECONDITION} for a CUDA device this machine cannot use, and as {@link
+   *     #fromCheckpoint(Path)} for the checkpoint
+   */
+  public static Engine fromCheckpoint(Path checkpoint, String device) {
+    byte[] path = Utf8.path(checkpoint, "checkpoint");
+    byte[] cDevice = device == null ? null : Utf8.cString(device, "device");
+    return new Engine(DlrmNative.jdlrm_create_from_checkpoint_on(path, cDevice));
+  }
+
   // ---- training and inference -------------------------------------------------------
 
   /**

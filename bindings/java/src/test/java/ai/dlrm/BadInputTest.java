@@ -191,6 +191,15 @@ public class BadInputTest {
   }
 
   @Test
+  public void unknownCheckpointDevice() {
+    Path checkpoint = tmp.getRoot().toPath().resolve("engine.ckpt");
+    engine.save(checkpoint);
+    assertFails(StatusCode.INVALID_ARGUMENT, "'gpu'",
+        () -> Engine.fromCheckpoint(checkpoint, "gpu"));
+    assertIllegal("device", () -> Engine.fromCheckpoint(checkpoint, "cpu\0"));
+  }
+
+  @Test
   public void nonDirectByteBuffer() {
     TestData.Columns c = new TestData.Columns(3);
     ByteBuffer heap = ByteBuffer.allocate(4 * c.dense.length);

@@ -104,6 +104,21 @@ public class EngineTest {
   }
 
   @Test
+  public void restoresFromCheckpointOnCpu() {
+    Path checkpoint = tmp.getRoot().toPath().resolve("engine.ckpt");
+    try (Engine engine = TestData.trainedEngine(10)) {
+      engine.save(checkpoint);
+      float[] saved = engine.predict(reference());
+      try (Engine onCpu = Engine.fromCheckpoint(checkpoint, "cpu");
+          Engine own = Engine.fromCheckpoint(checkpoint, null)) {
+        assertEquals(10, onCpu.step());
+        assertSameBits("restored on cpu", saved, onCpu.predict(reference()));
+        assertSameBits("restored on its own device", saved, own.predict(reference()));
+      }
+    }
+  }
+
+  @Test
   public void createsFromConfigFile() throws Exception {
     Path config = tmp.getRoot().toPath().resolve("config.pbtxt");
     Files.write(config, CONFIG.getBytes(StandardCharsets.UTF_8));
