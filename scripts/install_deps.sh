@@ -11,6 +11,7 @@ PACKAGES=(
   libzmq3-dev libsodium-dev  # engine/net: transport, HMAC message authentication
   libgloo-dev  # engine/collective: the DLRM_COLLECTIVE=gloo all-gather of the trainers
   libbenchmark-dev  # bench/: dlrm_micro_bench
+  libabsl-dev  # bench/: absl::flat_hash_map, the peer of the dynamic table's id map
   binutils
   # bindings: Java (JDK 17, SWIG, JUnit 4) and Go (cgo)
   openjdk-17-jdk-headless swig junit4

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
     dlrm::bench::RegisterGatherBenchmarks();
     dlrm::bench::RegisterEmbeddingBenchmarks(models);
     dlrm::bench::RegisterDenseBenchmarks(models);
+    dlrm::bench::RegisterIdIndexBenchmarks();
     benchmark::RunSpecifiedBenchmarks();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dlrm_micro_bench: %s\n", e.what());

@@ -36,6 +36,7 @@ std::vector<ReferenceModel> LoadReferenceModels();
 void RegisterEmbeddingBenchmarks(const std::vector<ReferenceModel>& models);
 void RegisterDenseBenchmarks(const std::vector<ReferenceModel>& models);
 void RegisterGatherBenchmarks();
+void RegisterIdIndexBenchmarks();
 
 // Threads a multi-threaded benchmark runs with besides 1: every logical core.
 int MaxThreads();

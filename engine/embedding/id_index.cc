@@ -1,0 +1,139 @@
+#include "engine/embedding/id_index.h"
+
+#include <algorithm>
+
+#include "engine/core/status.h"
+
+namespace dlrm {
+namespace {
+
+using id_index_detail::kDeleted;
+using id_index_detail::kEmpty;
+using id_index_detail::kGroup;
+using id_index_detail::Lowest;
+using id_index_detail::MatchFree;
+using id_index_detail::MatchTag;
+using id_index_detail::Mix;
+using id_index_detail::TagOf;
+
+uint32_t MatchEmpty(const int8_t* tags) { return MatchTag(tags, kEmpty); }
+
+// Groups for `capacity` ids at a load of at most 7/8: a power of two.
+size_t GroupsFor(int64_t capacity) {
+  const auto slots = static_cast<size_t>((capacity * 8 + 6) / 7);
+  size_t groups = 1;
+  while (groups * kGroup < slots) groups *= 2;
+  return groups;
+}
+
+}  // namespace
+
+IdIndex::IdIndex(int64_t capacity) : capacity_(capacity) {
+  if (capacity < 1 || capacity > kMaxCapacity)
+    ThrowInvalid("dynamic table capacity must be in [1, 2^40], got ", capacity);
+  const size_t groups = GroupsFor(capacity);
+  group_mask_ = groups - 1;
+  tags_.assign(groups * kGroup, kEmpty);
+  slots_.resize(groups * kGroup);
+  Clear();
+}
+
+size_t IdIndex::memory_bytes() const {
+  return tags_.capacity() + slots_.capacity() * sizeof(Slot) +
+         freed_rows_.capacity() * sizeof(int64_t);
+}
+
+void IdIndex::Clear() {
+  std::fill(tags_.begin(), tags_.end(), kEmpty);
+  size_ = 0;
+  growth_left_ = static_cast<int64_t>(tags_.size() - tags_.size() / 8);
+  next_unused_row_ = 0;
+  freed_rows_.clear();
+}
+
+bool IdIndex::Locate(int64_t id, uint64_t hash, size_t* slot) const {
+  const int8_t tag = TagOf(hash);
+  size_t group = (hash >> 7) & group_mask_;
+  bool have_free = false;
+  // Triangular steps over a power-of-two number of groups visit each group once.
+  for (size_t step = 1; step <= group_mask_ + 1; ++step) {
+    const size_t base = group * kGroup;
+    const int8_t* tags = tags_.data() + base;
+    for (uint32_t m = MatchTag(tags, tag); m != 0; m &= m - 1) {
+      if (slots_[base + Lowest(m)].id == id) {
+        *slot = base + Lowest(m);
+        return true;
+      }
+    }
+    const uint32_t free = MatchFree(tags);
+    if (!have_free && free != 0) {
+      *slot = base + Lowest(free);
+      have_free = true;
+    }
+    if (MatchEmpty(tags) != 0) return false;  // no probe went past this group
+    group = (group + step) & group_mask_;
+  }
+  return false;
+}
+
+int64_t IdIndex::Insert(int64_t id, bool* inserted) {
+  const uint64_t hash = Mix(id);
+  size_t slot = 0;
+  const bool found = Locate(id, hash, &slot);
+  if (inserted != nullptr) *inserted = !found;
+  if (found) return slots_[slot].row;
+  if (size_ == capacity_)
+    Throw(StatusCode::kResourceExhausted, "dynamic table is full: all ", capacity_,
+          " rows are taken and id ", id, " needs one (evict first)");
+  if (tags_[slot] == kEmpty && growth_left_ == 0) {
+    DropDeleted();
+    Locate(id, hash, &slot);
+  }
+  int64_t row = next_unused_row_;
+  if (freed_rows_.empty()) {
+    ++next_unused_row_;
+  } else {
+    row = freed_rows_.back();
+    freed_rows_.pop_back();
+  }
+  PlaceNew(slot, TagOf(hash), id, row);
+  return row;
+}
+
+void IdIndex::PlaceNew(size_t slot, int8_t tag, int64_t id, int64_t row) {
+  if (tags_[slot] == kEmpty) --growth_left_;
+  tags_[slot] = tag;
+  slots_[slot] = {id, row};
+  ++size_;
+}
+
+bool IdIndex::Erase(int64_t id) {
+  size_t slot = 0;
+  if (!Locate(id, Mix(id), &slot)) return false;
+  freed_rows_.push_back(slots_[slot].row);
+  // An empty slot in the group means no probe went past it: this one may be empty too.
+  if (MatchEmpty(tags_.data() + slot / kGroup * kGroup) != 0) {
+    tags_[slot] = kEmpty;
+    ++growth_left_;
+  } else {
+    tags_[slot] = kDeleted;
+  }
+  --size_;
+  return true;
+}
+
+void IdIndex::DropDeleted() {
+  const std::vector<int8_t> tags = tags_;
+  const std::vector<Slot> slots = slots_;
+  std::fill(tags_.begin(), tags_.end(), kEmpty);
+  growth_left_ = static_cast<int64_t>(tags_.size() - tags_.size() / 8);
+  size_ = 0;
+  for (size_t s = 0; s < tags.size(); ++s) {
+    if (tags[s] < 0) continue;
+    size_t slot = 0;
+    Locate(slots[s].id, Mix(slots[s].id), &slot);
+    PlaceNew(slot, tags[s], slots[s].id, slots[s].row);
+  }
+}
+
+}  // namespace dlrm
