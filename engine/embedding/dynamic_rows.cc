@@ -1,0 +1,185 @@
+#include "engine/embedding/dynamic_rows.h"
+
+#include <algorithm>
+#include <limits>
+#include <tuple>
+
+#include "engine/core/status.h"
+
+namespace dlrm {
+namespace {
+
+constexpr int kSketchDepth = 4;
+// Odd constants, one per sketch row: the row's hash is Mix(id * constant).
+constexpr uint64_t kSketchSalt[kSketchDepth] = {0x9E3779B97F4A7C15ULL, 0xC2B2AE3D27D4EB4FULL,
+                                                0x165667B19E3779F9ULL, 0xD6E8FEB86659FD93ULL};
+
+void CheckOptions(const DynamicRowsOptions& o) {
+  if (o.capacity < 1 || o.capacity > IdIndex::kMaxCapacity)
+    ThrowInvalid("dynamic table capacity must be in [1, 2^40], got ", o.capacity);
+  if (o.eviction == DynamicRowsOptions::Eviction::kTtl && o.ttl_steps < 1)
+    ThrowInvalid("dynamic table ttl_steps must be >= 1 for TTL eviction, got ", o.ttl_steps);
+  if (o.min_count < 1) ThrowInvalid("dynamic table min_count must be >= 1, got ", o.min_count);
+  const int64_t w = o.sketch_width;
+  if (o.min_count > 1 && (w < 64 || w > (int64_t{1} << 30) || (w & (w - 1)) != 0))
+    ThrowInvalid("dynamic table sketch_width must be a power of two in [64, 2^30], got ", w);
+}
+
+}  // namespace
+
+DynamicRows::DynamicRows(const DynamicRowsOptions& options)
+    : options_((CheckOptions(options), options)), index_(options.capacity) {
+  const auto rows = static_cast<size_t>(options.capacity);
+  last_step_.assign(rows, 0);
+  count_.assign(rows, 0);
+  id_of_row_.assign(rows, 0);
+  prev_.assign(rows + 1, Head());
+  next_.assign(rows + 1, Head());
+  if (options.min_count > 1)
+    sketch_.assign(static_cast<size_t>(kSketchDepth * options.sketch_width), 0);
+}
+
+size_t DynamicRows::memory_bytes() const {
+  return index_.memory_bytes() + sketch_.capacity() * sizeof(uint32_t) +
+         (last_step_.capacity() + count_.capacity() + id_of_row_.capacity() + prev_.capacity() +
+          next_.capacity()) *
+             sizeof(int64_t);
+}
+
+void DynamicRows::Resolve(const int64_t* ids, int64_t n, int64_t step, int64_t* rows,
+                          RowChanges* changes) {
+  if (step < last_resolved_step_)
+    ThrowInvalid("dynamic table: step ", step, " is before the last step resolved, ",
+                 last_resolved_step_);
+  if (n < 0) ThrowInvalid("dynamic table: ", n, " ids to resolve");
+  last_resolved_step_ = step;
+  changes->evicted.clear();
+  changes->admitted.clear();
+  Distinguish(ids, n);
+  TouchAndCount(step);
+  if (options_.eviction == DynamicRowsOptions::Eviction::kTtl) ExpireTtl(step, changes);
+  const int64_t free_rows = index_.capacity() - index_.size();
+  const auto wanted = static_cast<int64_t>(to_admit_.size());
+  if (wanted > free_rows) EvictForSpace(wanted - free_rows, step, changes);
+  Admit(step, changes);
+  index_.FindBatch(ids, n, rows);
+  stats_.lookups += n;
+}
+
+// distinct_ = the step's (id, occurrences), ascending id.
+void DynamicRows::Distinguish(const int64_t* ids, int64_t n) {
+  sorted_.assign(ids, ids + n);
+  std::sort(sorted_.begin(), sorted_.end());
+  distinct_.clear();
+  for (size_t i = 0; i < sorted_.size();) {
+    size_t j = i + 1;
+    while (j < sorted_.size() && sorted_[j] == sorted_[i]) ++j;
+    distinct_.emplace_back(sorted_[i], static_cast<int64_t>(j - i));
+    i = j;
+  }
+}
+
+void DynamicRows::TouchAndCount(int64_t step) {
+  to_admit_.clear();
+  for (const auto& [id, occurrences] : distinct_) {
+    const int64_t row = index_.Find(id);
+    if (row != kNoRow) {
+      stats_.hits += occurrences;
+      last_step_[static_cast<size_t>(row)] = step;
+      count_[static_cast<size_t>(row)] += occurrences;
+      Unlink(row);
+      Append(row);
+    } else if (options_.min_count == 1 || CountInSketch(id, occurrences) >= options_.min_count) {
+      to_admit_.emplace_back(id, occurrences);
+    }
+  }
+}
+
+int64_t DynamicRows::CountInSketch(int64_t id, int64_t occurrences) {
+  const auto width = static_cast<uint64_t>(options_.sketch_width);
+  const auto add = static_cast<uint64_t>(occurrences);
+  uint64_t estimate = std::numeric_limits<uint64_t>::max();
+  for (int d = 0; d < kSketchDepth; ++d) {
+    const uint64_t hash =
+        id_index_detail::Mix(static_cast<int64_t>(static_cast<uint64_t>(id) * kSketchSalt[d]));
+    uint32_t& counter = sketch_[d * width + (hash & (width - 1))];
+    counter = static_cast<uint32_t>(std::min<uint64_t>(counter + add, UINT32_MAX));
+    estimate = std::min<uint64_t>(estimate, counter);
+  }
+  return static_cast<int64_t>(estimate);
+}
+
+// Rows untouched for more than ttl_steps sit at the LRU order's old end.
+void DynamicRows::ExpireTtl(int64_t step, RowChanges* changes) {
+  while (next_[Head()] != Head()) {
+    const int64_t row = next_[Head()];
+    if (step - last_step_[static_cast<size_t>(row)] <= options_.ttl_steps) break;
+    Evict(row, changes);
+  }
+}
+
+void DynamicRows::EvictForSpace(int64_t needed, int64_t step, RowChanges* changes) {
+  if (options_.eviction == DynamicRowsOptions::Eviction::kLfu)
+    return EvictLfu(needed, step, changes);
+  for (; needed > 0 && next_[Head()] != Head(); --needed) {
+    const int64_t row = next_[Head()];
+    if (last_step_[static_cast<size_t>(row)] == step) break;  // the rest are this step's
+    Evict(row, changes);
+  }
+}
+
+void DynamicRows::EvictLfu(int64_t needed, int64_t step, RowChanges* changes) {
+  std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> candidates;  // count, last, id, row
+  for (int64_t r = next_[Head()]; r != Head(); r = next_[static_cast<size_t>(r)]) {
+    const auto u = static_cast<size_t>(r);
+    if (last_step_[u] != step) candidates.emplace_back(count_[u], last_step_[u], id_of_row_[u], r);
+  }
+  const auto take = static_cast<size_t>(std::min<int64_t>(std::max(needed, index_.capacity() / 64),
+                                                          static_cast<int64_t>(candidates.size())));
+  std::nth_element(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(take),
+                   candidates.end());
+  std::sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(take));
+  for (size_t i = 0; i < take; ++i) Evict(std::get<3>(candidates[i]), changes);
+}
+
+void DynamicRows::Evict(int64_t row, RowChanges* changes) {
+  const int64_t id = id_of_row_[static_cast<size_t>(row)];
+  index_.Erase(id);
+  Unlink(row);
+  changes->evicted.emplace_back(id, row);
+  ++stats_.evicted;
+}
+
+void DynamicRows::Admit(int64_t step, RowChanges* changes) {
+  for (const auto& [id, occurrences] : to_admit_) {
+    if (index_.size() == index_.capacity()) {
+      ++stats_.rejected;
+      continue;
+    }
+    const int64_t row = index_.Insert(id);
+    const auto u = static_cast<size_t>(row);
+    last_step_[u] = step;
+    count_[u] = occurrences;
+    id_of_row_[u] = id;
+    Append(row);
+    changes->admitted.emplace_back(id, row);
+    ++stats_.admitted;
+  }
+}
+
+void DynamicRows::Unlink(int64_t row) {
+  const auto u = static_cast<size_t>(row);
+  next_[static_cast<size_t>(prev_[u])] = next_[u];
+  prev_[static_cast<size_t>(next_[u])] = prev_[u];
+}
+
+void DynamicRows::Append(int64_t row) {
+  const auto u = static_cast<size_t>(row);
+  const auto head = static_cast<size_t>(Head());
+  prev_[u] = prev_[head];
+  next_[u] = Head();
+  next_[static_cast<size_t>(prev_[head])] = row;
+  prev_[head] = row;
+}
+
+}  // namespace dlrm

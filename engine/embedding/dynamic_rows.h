@@ -1,0 +1,120 @@
+// Which ids of a dynamic embedding table hold a row, step by step (issue 14): the id index
+// (id_index.h) plus the policy that admits new ids and evicts resident ones, as TorchRec's
+// managed-collision tables, HierarchicalKV and Monolith do, but deterministic: the same
+// batches give the same rows, admissions and evictions in every run, whatever the thread
+// count, because every decision is taken in a fixed order.
+//
+// A step (Resolve) takes the step's ids in batch order and:
+//  1. counts each distinct id's occurrences, in ascending id order;
+//  2. touches the resident ones (hits): last step = this step, count += occurrences, and
+//     moves them to the recent end of the LRU order, in ascending id order;
+//  3. TTL: evicts rows untouched for more than ttl_steps steps;
+//  4. admission: a new id gets a row once it has occurred min_count times in all (this
+//     step's occurrences included), counted in a count-min sketch (4 rows of
+//     sketch_width counters: never under the true count, so at worst an id is admitted
+//     early; Monolith's counting filter does the same);
+//  5. when there are fewer free rows than ids to admit, evicts resident rows this step
+//     did not touch: LRU and TTL the least recently used first (the LRU order: by last
+//     step, then as step 2 and admissions append them); LFU the smallest (count, last
+//     step, id) first, at least capacity / 64 rows at a time so that the scan it needs is
+//     paid rarely;
+//  6. admits the new ids in ascending id order while rows are free (the rest stay out this
+//     step and are counted as rejected), appending them to the LRU order.
+// The caller learns the (id, row) pairs admitted (rows to initialize from the id: Philox
+// keyed by the id gives a row the same first value wherever it lands) and evicted (rows
+// to write back, for a tier below).
+//
+// Memory: the index, five int64 per row of metadata, and the sketch when min_count > 1;
+// nothing is allocated per id. Threading: one Resolve at a time; const accessors may run
+// concurrently with each other. Errors: kInvalidArgument naming the option or the step
+// (steps must not go back); a failed Resolve changes nothing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "engine/embedding/id_index.h"
+
+namespace dlrm {
+
+struct DynamicRowsOptions {
+  enum class Eviction { kLru, kLfu, kTtl };
+  int64_t capacity = 0;  // rows, in [1, IdIndex::kMaxCapacity]
+  Eviction eviction = Eviction::kLru;
+  int64_t ttl_steps = 0;                    // kTtl: >= 1
+  int64_t min_count = 1;                    // >= 1; 1 admits an id at its first occurrence
+  int64_t sketch_width = int64_t{1} << 20;  // a power of two in [64, 2^30], for min_count > 1
+};
+
+struct DynamicRowsStats {
+  int64_t lookups = 0;   // id occurrences resolved
+  int64_t hits = 0;      // of those, of resident ids
+  int64_t admitted = 0;  // ids given a row
+  int64_t evicted = 0;   // ids that lost their row (TTL or for space)
+  int64_t rejected = 0;  // distinct new ids of a step that qualified but found no row
+};
+
+// What a step changed: (id, row) pairs, each list in the order it happened.
+struct RowChanges {
+  std::vector<std::pair<int64_t, int64_t>> evicted;   // freed rows (write back)
+  std::vector<std::pair<int64_t, int64_t>> admitted;  // rows to initialize for their id
+};
+
+class DynamicRows {
+ public:
+  static constexpr int64_t kNoRow = IdIndex::kNotFound;
+
+  explicit DynamicRows(const DynamicRowsOptions& options);
+
+  // Resolves a step's ids (batch order): rows[i] is ids[i]'s row this step, or kNoRow for
+  // an id that has none (not admitted yet, or no room). *changes is overwritten. `step`
+  // must be >= the last step resolved.
+  void Resolve(const int64_t* ids, int64_t n, int64_t step, int64_t* rows, RowChanges* changes);
+
+  const DynamicRowsOptions& options() const { return options_; }
+  const DynamicRowsStats& stats() const { return stats_; }
+  const IdIndex& index() const { return index_; }
+  int64_t size() const { return index_.size(); }
+  size_t memory_bytes() const;
+  // A resident row's last step and occurrence count.
+  int64_t last_step(int64_t row) const { return last_step_[static_cast<size_t>(row)]; }
+  int64_t count(int64_t row) const { return count_[static_cast<size_t>(row)]; }
+  // fn(id, row) for every resident id, least recently used first.
+  template <typename Fn>
+  void ForEachByRecency(Fn fn) const {
+    for (int64_t r = next_[Head()]; r != Head(); r = next_[static_cast<size_t>(r)])
+      fn(id_of_row_[static_cast<size_t>(r)], r);
+  }
+
+ private:
+  using Distinct = std::vector<std::pair<int64_t, int64_t>>;  // (id, occurrences)
+  int64_t Head() const { return index_.capacity(); }          // the LRU list's sentinel
+  void Distinguish(const int64_t* ids, int64_t n);
+  // Steps 2-4: touches hits; fills to_admit_ with the new ids that qualify.
+  void TouchAndCount(int64_t step);
+  void ExpireTtl(int64_t step, RowChanges* changes);
+  void EvictForSpace(int64_t needed, int64_t step, RowChanges* changes);
+  void EvictLfu(int64_t needed, int64_t step, RowChanges* changes);
+  void Evict(int64_t row, RowChanges* changes);
+  void Admit(int64_t step, RowChanges* changes);
+  // Adds `occurrences` to the id's sketch counters; returns its estimated total.
+  int64_t CountInSketch(int64_t id, int64_t occurrences);
+  void Unlink(int64_t row);
+  void Append(int64_t row);
+
+  const DynamicRowsOptions options_;
+  IdIndex index_;
+  DynamicRowsStats stats_;
+  // Per row, and the LRU list (a ring through the sentinel Head()).
+  std::vector<int64_t> last_step_, count_, id_of_row_, prev_, next_;
+  std::vector<uint32_t> sketch_;  // [4 x sketch_width], saturating
+  int64_t last_resolved_step_ = INT64_MIN;
+  // Per step, reused.
+  Distinct distinct_;
+  std::vector<int64_t> sorted_;
+  Distinct to_admit_;  // (id, occurrences)
+};
+
+}  // namespace dlrm

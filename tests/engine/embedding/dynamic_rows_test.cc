@@ -1,0 +1,193 @@
+// The dynamic table's admission and eviction (engine/embedding/dynamic_rows.h): LRU, LFU
+// and TTL victims by hand, a step's own ids never evicted, admission after min_count
+// occurrences, and determinism: the same steps give the same rows and changes, and the
+// order of ids inside a step changes nothing. Bad options and a step going back are
+// refused naming them.
+#include "engine/embedding/dynamic_rows.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "engine/core/philox.h"
+#include "engine/core/status.h"
+
+namespace dlrm {
+namespace {
+
+using ::testing::HasSubstr;
+using Eviction = DynamicRowsOptions::Eviction;
+using Pairs = std::vector<std::pair<int64_t, int64_t>>;
+
+DynamicRowsOptions Options(int64_t capacity, Eviction eviction = Eviction::kLru) {
+  DynamicRowsOptions o;
+  o.capacity = capacity;
+  o.eviction = eviction;
+  return o;
+}
+
+// Resolves one step; returns the rows.
+std::vector<int64_t> Step(DynamicRows& d, std::vector<int64_t> ids, int64_t step,
+                          RowChanges* changes) {
+  std::vector<int64_t> rows(ids.size());
+  d.Resolve(ids.data(), static_cast<int64_t>(ids.size()), step, rows.data(), changes);
+  return rows;
+}
+
+TEST(DynamicRowsTest, LruEvictsTheLeastRecentlyUsedRowNotInTheStep) {
+  DynamicRows d(Options(3));
+  RowChanges c;
+  EXPECT_EQ(Step(d, {3, 1, 2}, 1, &c), (std::vector<int64_t>{2, 0, 1}));  // ascending id order
+  EXPECT_EQ(c.admitted, (Pairs{{1, 0}, {2, 1}, {3, 2}}));
+  EXPECT_EQ(Step(d, {1, 4, 1}, 2, &c), (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_EQ(c.evicted, (Pairs{{2, 1}}));  // 2 and 3 untouched since step 1: 2 first
+  EXPECT_EQ(c.admitted, (Pairs{{4, 1}}));
+  Step(d, {5}, 3, &c);
+  EXPECT_EQ(c.evicted, (Pairs{{3, 2}}));
+  EXPECT_EQ(d.stats().hits, 2);
+  EXPECT_EQ(d.stats().admitted, 5);
+  EXPECT_EQ(d.stats().evicted, 2);
+  EXPECT_EQ(d.stats().lookups, 7);
+  EXPECT_EQ(d.last_step(0), 2);
+  EXPECT_EQ(d.count(0), 3);
+}
+
+// More new ids than rows: the lowest ids get the rows, the others none this step; a
+// step's own ids are never evicted for another of its ids.
+TEST(DynamicRowsTest, AStepNeverEvictsItsOwnIds) {
+  DynamicRows d(Options(2));
+  RowChanges c;
+  EXPECT_EQ(Step(d, {30, 10, 20}, 1, &c), (std::vector<int64_t>{DynamicRows::kNoRow, 0, 1}));
+  EXPECT_EQ(d.stats().rejected, 1);
+  EXPECT_EQ(Step(d, {10, 30}, 2, &c), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(c.evicted, (Pairs{{20, 1}}));
+  EXPECT_EQ(Step(d, {10, 30, 40}, 3, &c), (std::vector<int64_t>{0, 1, DynamicRows::kNoRow}));
+  EXPECT_TRUE(c.evicted.empty());
+  EXPECT_EQ(d.stats().rejected, 2);
+}
+
+TEST(DynamicRowsTest, LfuEvictsTheLeastCountedRows) {
+  DynamicRows d(Options(3, Eviction::kLfu));
+  RowChanges c;
+  Step(d, {1, 1, 1, 2, 3, 3}, 1, &c);
+  Step(d, {2}, 2, &c);  // 2 now has 2, like 3; 1 has 3
+  Step(d, {4}, 3, &c);
+  EXPECT_EQ(c.evicted, (Pairs{{3, 2}}));  // counts tie at 2: 3 was used longer ago
+  Step(d, {5}, 4, &c);
+  EXPECT_EQ(c.evicted, (Pairs{{4, 2}}));  // 4 has 1
+  EXPECT_EQ(d.index().Find(1), 0);
+}
+
+TEST(DynamicRowsTest, TtlExpiresRowsUntouchedTooLongEvenWithRoomLeft) {
+  DynamicRowsOptions o = Options(10, Eviction::kTtl);
+  o.ttl_steps = 2;
+  DynamicRows d(o);
+  RowChanges c;
+  Step(d, {1, 2}, 1, &c);
+  Step(d, {2}, 3, &c);  // 1 untouched for 2 steps: kept
+  EXPECT_TRUE(c.evicted.empty());
+  Step(d, {}, 4, &c);  // 1 for 3 steps: expired; 2 for 1
+  EXPECT_EQ(c.evicted, (Pairs{{1, 0}}));
+  // Back, with the row freed last (2's, expired this step before admission).
+  EXPECT_EQ(Step(d, {1}, 6, &c), (std::vector<int64_t>{1}));
+  EXPECT_EQ(c.evicted, (Pairs{{2, 1}}));
+  EXPECT_EQ(c.admitted, (Pairs{{1, 1}}));
+  EXPECT_EQ(d.size(), 1);
+}
+
+TEST(DynamicRowsTest, AdmitsAnIdAfterMinCountOccurrences) {
+  DynamicRowsOptions o = Options(10);
+  o.min_count = 3;
+  o.sketch_width = 1024;
+  DynamicRows d(o);
+  RowChanges c;
+  EXPECT_EQ(Step(d, {7}, 1, &c), (std::vector<int64_t>{DynamicRows::kNoRow}));
+  EXPECT_EQ(Step(d, {7}, 2, &c), (std::vector<int64_t>{DynamicRows::kNoRow}));
+  EXPECT_EQ(Step(d, {7, 8, 8, 8}, 3, &c), (std::vector<int64_t>{0, 1, 1, 1}));
+  EXPECT_EQ(c.admitted, (Pairs{{7, 0}, {8, 1}}));
+  EXPECT_EQ(d.stats().hits, 0);
+  EXPECT_GT(d.memory_bytes(), 4u * 1024 * sizeof(uint32_t));
+}
+
+// A random stream of steps (hot and cold ids, more distinct ids than rows) for every
+// policy: two tables agree on every row and change, shuffling the ids inside each step
+// changes no decision, and the invariants hold throughout.
+TEST(DynamicRowsTest, SameStepsSameDecisionsWhateverTheOrderInsideAStep) {
+  for (const Eviction eviction : {Eviction::kLru, Eviction::kLfu, Eviction::kTtl}) {
+    DynamicRowsOptions o = Options(64, eviction);
+    o.ttl_steps = 5;
+    o.min_count = 2;
+    o.sketch_width = 256;
+    DynamicRows a(o), b(o);
+    const CounterRng rng(static_cast<uint64_t>(eviction) + 1, 9, 0);
+    uint64_t draw = 0;
+    for (int64_t step = 1; step <= 300; ++step) {
+      std::vector<int64_t> ids;
+      for (int i = 0; i < 40; ++i) {
+        const double u = rng.Uniform(draw++);
+        ids.push_back(static_cast<int64_t>(u * u * u * 500) * 7919 - 100000);
+      }
+      std::vector<int64_t> shuffled = ids;
+      std::reverse(shuffled.begin(), shuffled.end());
+      RowChanges ca, cb;
+      const std::vector<int64_t> rows_a = Step(a, ids, step, &ca);
+      std::vector<int64_t> rows_b = Step(b, shuffled, step, &cb);
+      std::reverse(rows_b.begin(), rows_b.end());
+      ASSERT_EQ(rows_a, rows_b) << "step " << step;
+      ASSERT_EQ(ca.admitted, cb.admitted) << "step " << step;
+      ASSERT_EQ(ca.evicted, cb.evicted) << "step " << step;
+      const std::set<int64_t> in_step(ids.begin(), ids.end());
+      for (const auto& [id, row] : ca.evicted) EXPECT_EQ(in_step.count(id), 0u) << id;
+      for (size_t i = 0; i < ids.size(); ++i) ASSERT_EQ(rows_a[i], a.index().Find(ids[i]));
+      ASSERT_LE(a.size(), 64);
+    }
+    std::map<int64_t, int64_t> by_row;
+    a.ForEachByRecency(
+        [&](int64_t id, int64_t row) { EXPECT_TRUE(by_row.emplace(row, id).second); });
+    EXPECT_EQ(static_cast<int64_t>(by_row.size()), a.size());
+    EXPECT_GT(a.stats().evicted, 0);
+    EXPECT_GT(a.stats().hits, 0);
+  }
+}
+
+TEST(DynamicRowsTest, RefusesBadOptionsAndStepsGoingBack) {
+  auto expect_refused = [](DynamicRowsOptions o, const std::string& expected) {
+    try {
+      DynamicRows d(o);
+      ADD_FAILURE() << "accepted; expected " << expected;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), HasSubstr(expected));
+    }
+  };
+  expect_refused(Options(0), "capacity must be in [1, 2^40], got 0");
+  expect_refused(Options(4, Eviction::kTtl), "ttl_steps must be >= 1 for TTL eviction, got 0");
+  DynamicRowsOptions o = Options(4);
+  o.min_count = 0;
+  expect_refused(o, "min_count must be >= 1, got 0");
+  o.min_count = 2;
+  o.sketch_width = 1000;
+  expect_refused(o, "sketch_width must be a power of two in [64, 2^30], got 1000");
+
+  DynamicRows d(Options(4));
+  RowChanges c;
+  Step(d, {1, 2}, 5, &c);
+  try {
+    Step(d, {3}, 4, &c);
+    ADD_FAILURE() << "step 4 after step 5 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("step 4 is before the last step resolved, 5"));
+  }
+  EXPECT_EQ(d.size(), 2);
+  EXPECT_EQ(d.index().Find(3), IdIndex::kNotFound);
+}
+
+}  // namespace
+}  // namespace dlrm
