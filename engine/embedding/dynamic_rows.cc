@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <tuple>
+#include <utility>
 
 #include "engine/core/status.h"
 
@@ -48,7 +49,7 @@ size_t DynamicRows::memory_bytes() const {
 
 void DynamicRows::Resolve(const int64_t* ids, int64_t n, int64_t step, int64_t* rows,
                           RowChanges* changes) {
-  if (step < last_resolved_step_)
+  if (step < 0 || step < last_resolved_step_)
     ThrowInvalid("dynamic table: step ", step, " is before the last step resolved, ",
                  last_resolved_step_);
   if (n < 0) ThrowInvalid("dynamic table: ", n, " ids to resolve");
@@ -165,6 +166,68 @@ void DynamicRows::Admit(int64_t step, RowChanges* changes) {
     changes->admitted.emplace_back(id, row);
     ++stats_.admitted;
   }
+}
+
+DynamicRowsSnapshot DynamicRows::Snapshot() const {
+  DynamicRowsSnapshot s;
+  ForEachByRecency([&](int64_t id, int64_t row) {
+    s.ids.push_back(id);
+    s.rows.push_back(row);
+    s.last_steps.push_back(last_step(row));
+    s.counts.push_back(count(row));
+  });
+  s.freed_rows = index_.freed_rows();
+  s.next_unused_row = index_.next_unused_row();
+  s.sketch = sketch_;
+  s.last_resolved_step = last_resolved_step_;
+  s.stats = stats_;
+  return s;
+}
+
+void DynamicRows::CheckSnapshot(const DynamicRowsSnapshot& s) const {
+  if (s.sketch.size() != sketch_.size())
+    Throw(StatusCode::kDataLoss, "dynamic table state: a sketch of ", s.sketch.size(),
+          " counters where the options make ", sketch_.size());
+  if (s.last_steps.size() != s.ids.size() || s.counts.size() != s.ids.size())
+    Throw(StatusCode::kDataLoss, "dynamic table state: ", s.ids.size(), " ids but ",
+          s.last_steps.size(), " last steps and ", s.counts.size(), " counts");
+  int64_t previous = 0;
+  for (size_t i = 0; i < s.ids.size(); ++i) {
+    if (s.counts[i] < 1 || s.last_steps[i] < previous || s.last_steps[i] > s.last_resolved_step)
+      Throw(StatusCode::kDataLoss, "dynamic table state: id ", s.ids[i], " has count ", s.counts[i],
+            " and last step ", s.last_steps[i], " (after ", previous,
+            " in recency order; last step resolved ", s.last_resolved_step, ")");
+    previous = s.last_steps[i];
+  }
+}
+
+void DynamicRows::Restore(const DynamicRowsSnapshot& s) {
+  CheckSnapshot(s);
+  DynamicRows fresh(options_);
+  fresh.index_.Restore(s.ids, s.rows, s.freed_rows, s.next_unused_row);
+  for (size_t i = 0; i < s.ids.size(); ++i) {
+    const auto row = static_cast<size_t>(s.rows[i]);
+    fresh.last_step_[row] = s.last_steps[i];
+    fresh.count_[row] = s.counts[i];
+    fresh.id_of_row_[row] = s.ids[i];
+    fresh.Append(s.rows[i]);
+  }
+  fresh.sketch_ = s.sketch;
+  fresh.last_resolved_step_ = s.last_resolved_step;
+  fresh.stats_ = s.stats;
+  Swap(fresh);
+}
+
+void DynamicRows::Swap(DynamicRows& other) {
+  std::swap(index_, other.index_);
+  std::swap(stats_, other.stats_);
+  last_step_.swap(other.last_step_);
+  count_.swap(other.count_);
+  id_of_row_.swap(other.id_of_row_);
+  prev_.swap(other.prev_);
+  next_.swap(other.next_);
+  sketch_.swap(other.sketch_);
+  std::swap(last_resolved_step_, other.last_resolved_step_);
 }
 
 void DynamicRows::Unlink(int64_t row) {

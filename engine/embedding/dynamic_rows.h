@@ -56,6 +56,18 @@ struct DynamicRowsStats {
   int64_t rejected = 0;  // distinct new ids of a step that qualified but found no row
 };
 
+// The whole state of a DynamicRows, for checkpoints: restored into a table of the same
+// options, it makes the decisions the original would have made, bit for bit.
+struct DynamicRowsSnapshot {
+  // The resident ids, least recently used first, with their rows, last steps and counts.
+  std::vector<int64_t> ids, rows, last_steps, counts;
+  std::vector<int64_t> freed_rows;  // IdIndex's free-row state
+  int64_t next_unused_row = 0;
+  std::vector<uint32_t> sketch;  // empty when min_count is 1
+  int64_t last_resolved_step = 0;
+  DynamicRowsStats stats;
+};
+
 // What a step changed: (id, row) pairs, each list in the order it happened.
 struct RowChanges {
   std::vector<std::pair<int64_t, int64_t>> evicted;   // freed rows (write back)
@@ -70,8 +82,14 @@ class DynamicRows {
 
   // Resolves a step's ids (batch order): rows[i] is ids[i]'s row this step, or kNoRow for
   // an id that has none (not admitted yet, or no room). *changes is overwritten. `step`
-  // must be >= the last step resolved.
+  // must be >= 0 and >= the last step resolved.
   void Resolve(const int64_t* ids, int64_t n, int64_t step, int64_t* rows, RowChanges* changes);
+
+  DynamicRowsSnapshot Snapshot() const;
+  // Replaces the state with `snapshot`'s. Checks it first: kDataLoss naming the first
+  // inconsistency (IdIndex::Restore's, a sketch of another size, a count below 1, a last
+  // step after the last step resolved or out of recency order); unchanged then.
+  void Restore(const DynamicRowsSnapshot& snapshot);
 
   const DynamicRowsOptions& options() const { return options_; }
   const DynamicRowsStats& stats() const { return stats_; }
@@ -103,14 +121,17 @@ class DynamicRows {
   int64_t CountInSketch(int64_t id, int64_t occurrences);
   void Unlink(int64_t row);
   void Append(int64_t row);
+  void CheckSnapshot(const DynamicRowsSnapshot& snapshot) const;
+  // Exchanges the state (not the options, which are the same) with `other`.
+  void Swap(DynamicRows& other);
 
   const DynamicRowsOptions options_;
   IdIndex index_;
   DynamicRowsStats stats_;
   // Per row, and the LRU list (a ring through the sentinel Head()).
   std::vector<int64_t> last_step_, count_, id_of_row_, prev_, next_;
-  std::vector<uint32_t> sketch_;  // [4 x sketch_width], saturating
-  int64_t last_resolved_step_ = INT64_MIN;
+  std::vector<uint32_t> sketch_;    // [4 x sketch_width], saturating
+  int64_t last_resolved_step_ = 0;  // steps start at 0 or later
   // Per step, reused.
   Distinct distinct_;
   std::vector<int64_t> sorted_;

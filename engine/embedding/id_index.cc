@@ -1,6 +1,7 @@
 #include "engine/embedding/id_index.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "engine/core/status.h"
 
@@ -120,6 +121,43 @@ bool IdIndex::Erase(int64_t id) {
   }
   --size_;
   return true;
+}
+
+namespace {
+
+// kDataLoss unless `row` is in [0, limit) and not marked in `used`; marks it.
+void MarkRow(int64_t row, int64_t limit, std::vector<bool>& used, const char* what) {
+  if (row < 0 || row >= limit)
+    Throw(StatusCode::kDataLoss, "dynamic table state: ", what, " row ", row, " is outside [0, ",
+          limit, ")");
+  if (used[static_cast<size_t>(row)])
+    Throw(StatusCode::kDataLoss, "dynamic table state: row ", row, " is given twice");
+  used[static_cast<size_t>(row)] = true;
+}
+
+}  // namespace
+
+void IdIndex::Restore(const std::vector<int64_t>& ids, const std::vector<int64_t>& rows,
+                      const std::vector<int64_t>& freed_rows, int64_t next_unused_row) {
+  if (next_unused_row < 0 || next_unused_row > capacity_ || ids.size() != rows.size() ||
+      static_cast<int64_t>(ids.size() + freed_rows.size()) != next_unused_row)
+    Throw(StatusCode::kDataLoss, "dynamic table state: ", ids.size(), " ids, ", rows.size(),
+          " rows and ", freed_rows.size(), " freed rows do not account for the ", next_unused_row,
+          " rows handed out (capacity ", capacity_, ")");
+  std::vector<bool> used(static_cast<size_t>(next_unused_row), false);
+  for (const int64_t row : freed_rows) MarkRow(row, next_unused_row, used, "freed");
+  IdIndex fresh(capacity_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    MarkRow(rows[i], next_unused_row, used, "resident");
+    size_t slot = 0;
+    const uint64_t hash = Mix(ids[i]);
+    if (fresh.Locate(ids[i], hash, &slot))
+      Throw(StatusCode::kDataLoss, "dynamic table state: id ", ids[i], " is resident twice");
+    fresh.PlaceNew(slot, TagOf(hash), ids[i], rows[i]);
+  }
+  fresh.freed_rows_ = freed_rows;
+  fresh.next_unused_row_ = next_unused_row;
+  *this = std::move(fresh);
 }
 
 void IdIndex::DropDeleted() {

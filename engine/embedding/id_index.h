@@ -134,6 +134,17 @@ class IdIndex {
   // Erases every id; rows are handed out from 0 again.
   void Clear();
 
+  // The free-row state, for checkpoints: the freed rows (a stack, bottom first) and the
+  // first row never handed out.
+  const std::vector<int64_t>& freed_rows() const { return freed_rows_; }
+  int64_t next_unused_row() const { return next_unused_row_; }
+  // Replaces the contents with resident ids[i] -> rows[i] and that free-row state, so
+  // that later inserts get the rows they would have got. Checks everything first:
+  // kDataLoss naming the first inconsistency (sizes, an id twice, a row outside
+  // [0, next_unused_row) or given twice, rows neither resident nor freed); unchanged then.
+  void Restore(const std::vector<int64_t>& ids, const std::vector<int64_t>& rows,
+               const std::vector<int64_t>& freed_rows, int64_t next_unused_row);
+
   // fn(id, row) for every resident id, in slot order (a function of the history).
   template <typename Fn>
   void ForEach(Fn fn) const {

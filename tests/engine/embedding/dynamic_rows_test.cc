@@ -115,24 +115,35 @@ TEST(DynamicRowsTest, AdmitsAnIdAfterMinCountOccurrences) {
   EXPECT_GT(d.memory_bytes(), 4u * 1024 * sizeof(uint32_t));
 }
 
+// Random steps of hot and cold ids (more distinct ids than rows).
+std::vector<int64_t> RandomStep(const CounterRng& rng, uint64_t& draw) {
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 40; ++i) {
+    const double u = rng.Uniform(draw++);
+    ids.push_back(static_cast<int64_t>(u * u * u * 500) * 7919 - 100000);
+  }
+  return ids;
+}
+
+DynamicRowsOptions ChurnOptions(Eviction eviction) {
+  DynamicRowsOptions o = Options(64, eviction);
+  o.ttl_steps = 5;
+  o.min_count = 2;
+  o.sketch_width = 256;
+  return o;
+}
+
 // A random stream of steps (hot and cold ids, more distinct ids than rows) for every
 // policy: two tables agree on every row and change, shuffling the ids inside each step
 // changes no decision, and the invariants hold throughout.
 TEST(DynamicRowsTest, SameStepsSameDecisionsWhateverTheOrderInsideAStep) {
   for (const Eviction eviction : {Eviction::kLru, Eviction::kLfu, Eviction::kTtl}) {
-    DynamicRowsOptions o = Options(64, eviction);
-    o.ttl_steps = 5;
-    o.min_count = 2;
-    o.sketch_width = 256;
+    const DynamicRowsOptions o = ChurnOptions(eviction);
     DynamicRows a(o), b(o);
     const CounterRng rng(static_cast<uint64_t>(eviction) + 1, 9, 0);
     uint64_t draw = 0;
     for (int64_t step = 1; step <= 300; ++step) {
-      std::vector<int64_t> ids;
-      for (int i = 0; i < 40; ++i) {
-        const double u = rng.Uniform(draw++);
-        ids.push_back(static_cast<int64_t>(u * u * u * 500) * 7919 - 100000);
-      }
+      const std::vector<int64_t> ids = RandomStep(rng, draw);
       std::vector<int64_t> shuffled = ids;
       std::reverse(shuffled.begin(), shuffled.end());
       RowChanges ca, cb;
@@ -154,6 +165,84 @@ TEST(DynamicRowsTest, SameStepsSameDecisionsWhateverTheOrderInsideAStep) {
     EXPECT_GT(a.stats().evicted, 0);
     EXPECT_GT(a.stats().hits, 0);
   }
+}
+
+// A table restored from a snapshot taken mid-stream makes the original's decisions.
+TEST(DynamicRowsTest, ARestoredSnapshotContinuesBitwise) {
+  for (const Eviction eviction : {Eviction::kLru, Eviction::kLfu, Eviction::kTtl}) {
+    const DynamicRowsOptions o = ChurnOptions(eviction);
+    DynamicRows original(o), restored(o);
+    const CounterRng rng(7, 9, 0);
+    uint64_t draw = 0;
+    RowChanges c;
+    for (int64_t step = 0; step < 150; ++step) Step(original, RandomStep(rng, draw), step, &c);
+    Step(restored, {1, 2, 3}, 0, &c);  // state to be replaced
+    restored.Restore(original.Snapshot());
+    for (int64_t step = 150; step < 300; ++step) {
+      const std::vector<int64_t> ids = RandomStep(rng, draw);
+      RowChanges ca, cb;
+      ASSERT_EQ(Step(original, ids, step, &ca), Step(restored, ids, step, &cb)) << step;
+      ASSERT_EQ(ca.admitted, cb.admitted) << step;
+      ASSERT_EQ(ca.evicted, cb.evicted) << step;
+    }
+    EXPECT_EQ(original.stats().evicted, restored.stats().evicted);
+    EXPECT_EQ(original.stats().lookups, restored.stats().lookups);
+    EXPECT_EQ(original.Snapshot().ids, restored.Snapshot().ids);
+  }
+}
+
+// Damaged snapshots are refused naming what is wrong; the table is unchanged.
+TEST(DynamicRowsTest, ADamagedSnapshotIsRefusedChangingNothing) {
+  const DynamicRowsOptions o = ChurnOptions(Eviction::kTtl);
+  DynamicRows table(o);
+  const CounterRng rng(3, 9, 0);
+  uint64_t draw = 0;
+  RowChanges c;
+  for (int64_t step = 0; step < 50; ++step) Step(table, RandomStep(rng, draw), step, &c);
+  Step(table, {}, 53, &c);  // rows untouched since step 47 expire: freed rows to check
+  const DynamicRowsSnapshot good = table.Snapshot();
+  ASSERT_GE(good.ids.size(), 2u);
+  ASSERT_GE(good.freed_rows.size(), 1u);
+  auto expect_refused = [&](DynamicRowsSnapshot bad, const std::string& expected) {
+    try {
+      table.Restore(bad);
+      ADD_FAILURE() << "accepted; expected " << expected;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kDataLoss);
+      EXPECT_THAT(e.what(), HasSubstr(expected));
+    }
+    EXPECT_EQ(table.Snapshot().ids, good.ids);
+  };
+  DynamicRowsSnapshot bad = good;
+  bad.ids[1] = bad.ids[0];
+  expect_refused(bad, "is resident twice");
+  bad = good;
+  bad.rows[1] = bad.rows[0];
+  expect_refused(bad, "is given twice");
+  bad = good;
+  bad.rows[0] = bad.next_unused_row;
+  expect_refused(bad, "resident row " + std::to_string(bad.next_unused_row) + " is outside");
+  bad = good;
+  bad.freed_rows.push_back(bad.rows[0]);
+  expect_refused(bad, "do not account for");
+  bad = good;
+  bad.freed_rows[0] = bad.rows[0];
+  expect_refused(bad, "is given twice");
+  bad = good;
+  bad.sketch.pop_back();
+  expect_refused(bad, "a sketch of 1023 counters where the options make 1024");
+  bad = good;
+  bad.counts[0] = 0;
+  expect_refused(bad, "has count 0");
+  bad = good;
+  bad.last_steps[0] = bad.last_resolved_step + 1;
+  expect_refused(bad, "last step resolved");
+  bad = good;
+  std::swap(bad.last_steps.front(), bad.last_steps.back());
+  expect_refused(bad, "in recency order");
+  bad = good;
+  bad.counts.pop_back();
+  expect_refused(bad, "last steps and");
 }
 
 TEST(DynamicRowsTest, RefusesBadOptionsAndStepsGoingBack) {
