@@ -169,7 +169,7 @@ DLRM_API dlrm_status dlrm_engine_predict(dlrm_engine* engine, const dlrm_batch* 
     dlrm::Engine& e = EngineOf(engine);
     const dlrm::BatchView view = ToView(batch, "batch");
     RequireNotNull(out, "out");
-    e.Predict(view, out, static_cast<int64_t>(out_len));
+    e.Predict(view, out, ToCount(out_len));
   });
 }
 
@@ -252,7 +252,7 @@ DLRM_API dlrm_status dlrm_engine_read_parameter(dlrm_engine* engine, const char*
     dlrm::Engine& e = EngineOf(engine);
     RequireNotNull(name, "name");
     RequireNotNull(out, "out");
-    e.ReadParameter(name, out, static_cast<int64_t>(out_len));
+    e.ReadParameter(name, out, ToCount(out_len));
   });
 }
 
@@ -262,7 +262,7 @@ DLRM_API dlrm_status dlrm_engine_write_parameter(dlrm_engine* engine, const char
     dlrm::Engine& e = EngineOf(engine);
     RequireNotNull(name, "name");
     RequireNotNull(values, "values");
-    e.WriteParameter(name, values, static_cast<int64_t>(len));
+    e.WriteParameter(name, values, ToCount(len));
   });
 }
 

@@ -45,6 +45,12 @@ inline void RequireNotNull(const void* ptr, const char* name) {
   if (ptr == nullptr) dlrm::ThrowInvalid(name, " is NULL");
 }
 
+// A caller's element count as the engine's int64: a buffer holds at most INT64_MAX
+// elements, so a larger size_t (SIZE_MAX as "large enough") means that many.
+inline int64_t ToCount(size_t n) {
+  return n > static_cast<size_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(n);
+}
+
 inline dlrm::BatchView ToView(const dlrm_batch* batch, const char* name) {
   RequireNotNull(batch, name);
   if (batch->struct_size < sizeof(dlrm_batch))

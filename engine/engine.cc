@@ -34,7 +34,9 @@ std::string ExactFloat(double v) {
   return buf;
 }
 
-double ParseExactFloat(const CheckpointReader& reader, const std::string& path,
+// A learning rate from checkpoint metadata, held to the config's rule (IsValidLearningRate):
+// kDataLoss naming the key otherwise.
+float ReadLearningRate(const CheckpointReader& reader, const std::string& path,
                        const std::string& key) {
   const std::string& text = checkpoint::RequiredMetadata(reader, path, key);
   char* end = nullptr;
@@ -42,7 +44,10 @@ double ParseExactFloat(const CheckpointReader& reader, const std::string& path,
   if (end == text.c_str() || *end != '\0')
     Throw(StatusCode::kDataLoss, "checkpoint ", path, ": metadata \"", key,
           "\" is not a number: ", text);
-  return v;
+  if (!IsValidLearningRate(v))
+    Throw(StatusCode::kDataLoss, "checkpoint ", path, ": metadata \"", key, "\" is ", text,
+          ", not a learning rate (finite and >= 0)");
+  return static_cast<float>(v);
 }
 
 // The device that computes (train/backend.h); kFailedPrecondition naming the cause when
@@ -197,7 +202,7 @@ EvalResult Engine::Evaluate(const std::vector<BatchView>& batches) const {
 }
 
 void Engine::SetLearningRate(LrTarget target, float lr) {
-  if (!std::isfinite(lr) || lr < 0) ThrowInvalid("learning rate must be finite and >= 0, got ", lr);
+  if (!IsValidLearningRate(lr)) ThrowInvalid("learning rate must be finite and >= 0, got ", lr);
   if (target != LrTarget::kDense && target != LrTarget::kSparse && target != LrTarget::kAll)
     ThrowInvalid("learning rate target must be DENSE (1), SPARSE (2) or ALL (3), got ",
                  static_cast<int>(target));
@@ -342,8 +347,8 @@ void Engine::LoadFrom(const CheckpointReader& reader, const std::string& path) {
   std::unique_ptr<State> staged = NewState();
   State& s = *staged;
   s.step = checkpoint::ReadStep(reader, path);
-  s.dense_lr = static_cast<float>(ParseExactFloat(reader, path, "dense_lr"));
-  s.sparse_lr = static_cast<float>(ParseExactFloat(reader, path, "sparse_lr"));
+  s.dense_lr = ReadLearningRate(reader, path, "dense_lr");
+  s.sparse_lr = ReadLearningRate(reader, path, "sparse_lr");
   checkpoint::ReadDenseTensors(reader, s.model, s.model.dense_params().data(),
                                s.dense_optimizer->StateBuffers());
   for (size_t t = 0; t < s.model.tables().size(); ++t) {

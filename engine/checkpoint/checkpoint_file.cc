@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -158,19 +160,63 @@ class FileDescriptor {
   int fd_;
 };
 
+// ---- temporary files ------------------------------------------------------------------
+// A write goes to "<path>.tmp.<pid>.<n>", n counting the process's writes, created with
+// O_EXCL: two saves to one path at once (threads or processes) never share a temporary,
+// and the last rename wins with a complete file. A writer killed mid-write leaves its
+// temporary behind; the next save or load of that path removes the temporaries whose
+// process is gone.
+
+constexpr const char* kTempInfix = ".tmp.";
+constexpr int kTempAttempts = 64;  // names tried when some already exist
+
+std::atomic<uint64_t> temp_counter{0};
+
+std::string TempPathFor(const std::string& path) {
+  return path + kTempInfix + std::to_string(::getpid()) + "." +
+         std::to_string(temp_counter.fetch_add(1));
+}
+
+// The writer's pid of a temporary of `base` named "<base>.tmp.<pid>[.<n>]", or 0.
+pid_t TempOwner(const std::string& name, const std::string& base) {
+  const std::string prefix = base + kTempInfix;
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return 0;
+  const std::string rest = name.substr(prefix.size());
+  const size_t dot = rest.find('.');
+  const std::string pid = rest.substr(0, dot);
+  if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos)
+    return 0;
+  if (dot != std::string::npos &&
+      (dot + 1 == rest.size() ||
+       rest.find_first_not_of("0123456789", dot + 1) != std::string::npos))
+    return 0;
+  return static_cast<pid_t>(std::stol(pid));
+}
+
+}  // namespace
+
+void RemoveStaleTemporaries(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+  const std::string base = p.filename().string();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const pid_t owner = TempOwner(entry.path().filename().string(), base);
+    // A pid that no process has now: its writer died (another process may reuse the pid
+    // later, which only keeps a stale file a while longer).
+    if (owner > 0 && owner != ::getpid() && ::kill(owner, 0) != 0 && errno == ESRCH)
+      ::unlink(entry.path().c_str());
+  }
+}
+
+namespace {
+
 // The temporary file of an atomic write: unlinked on destruction unless committed, so any
 // exception on the way leaves nothing behind.
 class TempFile {
  public:
-  TempFile(std::string temp_path, const std::string& final_path)
-      : path_(std::move(temp_path)),
-        fd_(::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) {
-    // Only a file this object created may be removed later.
-    if (fd_.get() < 0) {
-      const int err = errno;
-      ThrowWriteError(final_path, "creating " + path_, err);
-    }
-    owned_ = true;
+  explicit TempFile(const std::string& final_path) : fd_(CreateUnique(final_path, &path_)) {
+    owned_ = true;  // only a file this object created may be removed later
   }
   ~TempFile() {
     if (owned_ && !committed_) ::unlink(path_.c_str());
@@ -180,6 +226,19 @@ class TempFile {
 
   int fd() const { return fd_.get(); }
   const std::string& path() const { return path_; }
+
+  // Creates a temporary for final_path that did not exist; *path names it.
+  static int CreateUnique(const std::string& final_path, std::string* path) {
+    int err = 0;
+    for (int attempt = 0; attempt < kTempAttempts; ++attempt) {
+      *path = TempPathFor(final_path);
+      const int fd = ::open(path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd >= 0) return fd;
+      err = errno;
+      if (err != EEXIST) break;
+    }
+    ThrowWriteError(final_path, "creating " + *path, err);
+  }
   int Close() { return fd_.Close(); }
   void Commit() { committed_ = true; }
 
@@ -322,6 +381,8 @@ std::vector<char> ReadWholeFile(const std::string& path) {
     Throw(StatusCode::kIo, "cannot read checkpoint ", path, ": fstat: ", std::strerror(errno));
   if (S_ISDIR(st.st_mode))
     Throw(StatusCode::kIo, "cannot read checkpoint ", path, ": ", std::strerror(EISDIR));
+  if (!S_ISREG(st.st_mode))
+    Throw(StatusCode::kIo, "cannot read checkpoint ", path, ": not a regular file");
   std::vector<char> bytes(static_cast<size_t>(std::max<off_t>(st.st_size, 0)) + 1);
   size_t filled = 0;
   while (true) {
@@ -407,7 +468,8 @@ void CheckpointWriter::WriteAtomic(const std::string& path) const {
     ThrowInvalid("cannot write checkpoint ", path, ": header of ", header_bytes.size(),
                  " bytes exceeds 4 GiB");
 
-  TempFile file(path + ".tmp." + std::to_string(::getpid()), path);
+  RemoveStaleTemporaries(path);
+  TempFile file(path);
   CrcSink sink(&file, path);
   char word[4];
   sink.Append(kMagic, sizeof(kMagic));
@@ -441,6 +503,7 @@ void CheckpointWriter::WriteAtomic(const std::string& path) const {
 // ---- reader -------------------------------------------------------------------------
 
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
+  RemoveStaleTemporaries(path_);
   bytes_ = ReadWholeFile(path_);
   const size_t size = bytes_.size();
   const auto* data = reinterpret_cast<const unsigned char*>(bytes_.data());

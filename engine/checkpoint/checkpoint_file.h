@@ -19,6 +19,11 @@
 
 namespace dlrm {
 
+// Removes the temporaries a writer of `path` left when it was killed mid-write
+// ("<path>.tmp.<pid>.<n>" whose process is gone); those of live processes stay. Best
+// effort: a directory that cannot be read is left as it is. Called by every write and read.
+void RemoveStaleTemporaries(const std::string& path);
+
 // CRC32C (Castagnoli), continuing from crc (0 to start).
 uint32_t Crc32c(uint32_t crc, const void* data, size_t num_bytes);
 
@@ -29,7 +34,9 @@ class CheckpointWriter {
                  std::vector<int64_t> shape, const void* data, size_t num_bytes);
   void SetMetadata(const std::string& key, const std::string& value);
   // Throws dlrm::Error(kIo) naming the path and the OS error on any failure; the
-  // temporary file is removed and an existing file at path is left as it was.
+  // temporary file is removed and an existing file at path is left as it was. Writes of
+  // one path may run at once (threads or processes): each has its own temporary, and the
+  // file is always one of them, complete.
   void WriteAtomic(const std::string& path) const;
 
  private:
@@ -43,8 +50,9 @@ class CheckpointWriter {
 
 class CheckpointReader {
  public:
-  // Reads and verifies the whole file. Throws dlrm::Error: kIo if it cannot be read,
-  // kDataLoss if it is truncated, has a bad magic/version, or fails the checksum.
+  // Reads and verifies the whole file. Throws dlrm::Error: kIo if it cannot be read or is
+  // not a regular file (a device such as /dev/zero never ends), kDataLoss if it is
+  // truncated, has a bad magic/version, or fails the checksum.
   explicit CheckpointReader(const std::string& path);
 
   const std::map<std::string, std::string>& metadata() const { return metadata_; }

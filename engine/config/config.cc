@@ -23,7 +23,7 @@ std::string Field(const std::string& repeated, int index) {
 }
 
 void CheckLearningRate(const std::string& field, float lr) {
-  if (!std::isfinite(lr) || lr < 0) ThrowInvalid(field, " must be finite and >= 0, got ", lr);
+  if (!IsValidLearningRate(lr)) ThrowInvalid(field, " must be finite and >= 0, got ", lr);
 }
 
 void ValidateInitializer(const std::string& field, const config::Initializer& init) {
@@ -221,6 +221,24 @@ void ValidateConfig(const config::DlrmConfig& config) {
   ValidateSharding(config.sharding(), config.model());
   ValidateDistributed(config.distributed());
   ValidateDevice(config.device());
+}
+
+void RequireNonNegative(const std::string& field, float value) {
+  if (!std::isfinite(value) || !(value >= 0.0f))
+    ThrowInvalid(field, " must be finite and >= 0, got ", value);
+}
+
+void RequirePositive(const std::string& field, float value) {
+  if (!std::isfinite(value) || !(value > 0.0f))
+    ThrowInvalid(field, " must be finite and > 0, got ", value);
+}
+
+void RequireUnitInterval(const std::string& field, float value) {
+  if (!(value >= 0.0f && value < 1.0f)) ThrowInvalid(field, " must be in [0, 1), got ", value);
+}
+
+bool IsValidLearningRate(double lr) {
+  return std::isfinite(lr) && lr >= 0 && std::isfinite(static_cast<float>(lr));
 }
 
 void SetDeviceByName(const std::string& name, const std::string& what,

@@ -26,6 +26,15 @@ std::string ConfigToText(const config::DlrmConfig& config);
 void SetDeviceByName(const std::string& name, const std::string& what,
                      config::DeviceConfig* device);
 
+// Hyperparameter checks the optimizers share: kInvalidArgument
+// "<field> must be finite and >= 0 / finite and > 0 / in [0, 1), got <value>".
+void RequireNonNegative(const std::string& field, float value);
+// eps-like values: > 0 keeps a division by (sqrt(0) + eps) finite.
+void RequirePositive(const std::string& field, float value);
+void RequireUnitInterval(const std::string& field, float value);
+// Learning rates, wherever they come from (config, SetLearningRate, a checkpoint).
+bool IsValidLearningRate(double lr);
+
 // Index of the table with this name, or -1.
 int FindTable(const config::ModelConfig& model, const std::string& name);
 

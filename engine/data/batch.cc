@@ -10,7 +10,8 @@ namespace dlrm {
 ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
                              const std::vector<SparseFeatureSpec>& features, bool require_labels) {
   const int64_t B = batch.batch_size;
-  if (B <= 0) ThrowInvalid("batch.batch_size must be > 0, got ", B);
+  if (B <= 0 || B > kMaxBatchSize)
+    ThrowInvalid("batch.batch_size must be in [1, 2^31 - 1], got ", B);
   if (batch.num_dense != expected_dense)
     ThrowInvalid("batch.num_dense is ", batch.num_dense, " but the model has ", expected_dense,
                  " dense features");

@@ -36,6 +36,10 @@ struct ValidatedBatch {
   int64_t bag_end(int32_t f, int64_t b) const { return offsets[f * view.batch_size + b + 1]; }
 };
 
+// The most samples a batch may have: every size derived from it (dense values, bags) then
+// fits an int64, whatever a caller puts in batch_size.
+inline constexpr int64_t kMaxBatchSize = (int64_t{1} << 31) - 1;
+
 // Checks every field before any state changes and throws dlrm::Error naming the field,
 // index and value that is wrong: null pointers, batch_size <= 0, num_dense / num_sparse
 // mismatch with the model, negative lengths, sum(lengths) != num_ids, ids outside

@@ -2,30 +2,14 @@
 
 #include <cmath>
 
+#include "engine/config/config.h"
 #include "engine/core/prefetch.h"
 #include "engine/core/status.h"
 
 namespace dlrm {
 namespace {
 
-// ---- hyperparameter checks: messages name the config field ------------------------
-
-void RequireNonNegative(const char* field, float value) {
-  if (!std::isfinite(value) || !(value >= 0.0f))
-    ThrowInvalid("sparse_optimizer.", field, " must be finite and >= 0, got ", value);
-}
-
-// eps > 0 keeps the update finite for a touched row whose gradient (and so its
-// accumulator) is still zero: 0 / (0 + eps) instead of 0 / 0.
-void RequirePositive(const char* field, float value) {
-  if (!std::isfinite(value) || !(value > 0.0f))
-    ThrowInvalid("sparse_optimizer.", field, " must be finite and > 0, got ", value);
-}
-
-void RequireUnitInterval(const char* field, float value) {
-  if (!(value >= 0.0f && value < 1.0f))
-    ThrowInvalid("sparse_optimizer.", field, " must be in [0, 1), got ", value);
-}
+// ---- argument checks (hyperparameters: config.h) ----------------------------------
 
 void ValidateShapes(const std::vector<TableShape>& tables) {
   for (size_t t = 0; t < tables.size(); ++t) {
@@ -226,26 +210,27 @@ class SparseAdam final : public SparseOptimizer<T> {
 template <typename T>
 std::unique_ptr<SparseOptimizer<T>> MakeSparseOptimizer(const config::SparseOptimizerConfig& config,
                                                         const std::vector<TableShape>& tables) {
-  RequireNonNegative("learning_rate", config.learning_rate());
+  RequireNonNegative("sparse_optimizer.learning_rate", config.learning_rate());
   ValidateShapes(tables);
   switch (config.kind_case()) {
     case config::SparseOptimizerConfig::kAdagrad: {
       const auto& c = config.adagrad();
-      RequirePositive("adagrad.eps", c.eps());
-      RequireNonNegative("adagrad.initial_accumulator", c.initial_accumulator());
+      RequirePositive("sparse_optimizer.adagrad.eps", c.eps());
+      RequireNonNegative("sparse_optimizer.adagrad.initial_accumulator", c.initial_accumulator());
       return std::make_unique<SparseAdagrad<T>>(c, tables);
     }
     case config::SparseOptimizerConfig::kRowwiseAdagrad: {
       const auto& c = config.rowwise_adagrad();
-      RequirePositive("rowwise_adagrad.eps", c.eps());
-      RequireNonNegative("rowwise_adagrad.initial_accumulator", c.initial_accumulator());
+      RequirePositive("sparse_optimizer.rowwise_adagrad.eps", c.eps());
+      RequireNonNegative("sparse_optimizer.rowwise_adagrad.initial_accumulator",
+                         c.initial_accumulator());
       return std::make_unique<SparseRowwiseAdagrad<T>>(c, tables);
     }
     case config::SparseOptimizerConfig::kAdam: {
       const auto& c = config.adam();
-      RequireUnitInterval("adam.beta1", c.beta1());
-      RequireUnitInterval("adam.beta2", c.beta2());
-      RequirePositive("adam.eps", c.eps());
+      RequireUnitInterval("sparse_optimizer.adam.beta1", c.beta1());
+      RequireUnitInterval("sparse_optimizer.adam.beta2", c.beta2());
+      RequirePositive("sparse_optimizer.adam.eps", c.eps());
       return std::make_unique<SparseAdam<T>>(c, tables);
     }
     case config::SparseOptimizerConfig::kSgd:

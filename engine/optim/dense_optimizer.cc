@@ -2,23 +2,11 @@
 
 #include <cmath>
 
+#include "engine/config/config.h"
 #include "engine/core/status.h"
 
 namespace dlrm {
 namespace {
-
-// Negated comparisons so that NaN is rejected too.
-void CheckNonNegative(float value, const char* field) {
-  if (!(value >= 0.0f) || !std::isfinite(value)) {
-    ThrowInvalid("dense_optimizer.", field, " must be finite and >= 0, got ", value);
-  }
-}
-
-void CheckBeta(float value, const char* field) {
-  if (!(value >= 0.0f && value < 1.0f)) {
-    ThrowInvalid("dense_optimizer.", field, " must be in [0, 1), got ", value);
-  }
-}
 
 // Guards the caller's side of the contract: a range past the state buffers would corrupt
 // memory, and Adam's bias correction divides by zero at step 0.
@@ -161,24 +149,24 @@ class Adam final : public DenseOptimizer<T> {
 };
 
 void ValidateSgd(const config::SgdConfig& c) {
-  CheckNonNegative(c.momentum(), "sgd.momentum");
-  CheckNonNegative(c.weight_decay(), "sgd.weight_decay");
+  RequireNonNegative("dense_optimizer.sgd.momentum", c.momentum());
+  RequireNonNegative("dense_optimizer.sgd.weight_decay", c.weight_decay());
   if (c.nesterov() && c.momentum() == 0.0f) {
     ThrowInvalid("dense_optimizer.sgd.nesterov requires sgd.momentum > 0, got ", c.momentum());
   }
 }
 
 void ValidateAdagrad(const config::AdagradConfig& c) {
-  CheckNonNegative(c.eps(), "adagrad.eps");
-  CheckNonNegative(c.initial_accumulator(), "adagrad.initial_accumulator");
-  CheckNonNegative(c.weight_decay(), "adagrad.weight_decay");
+  RequirePositive("dense_optimizer.adagrad.eps", c.eps());
+  RequireNonNegative("dense_optimizer.adagrad.initial_accumulator", c.initial_accumulator());
+  RequireNonNegative("dense_optimizer.adagrad.weight_decay", c.weight_decay());
 }
 
 void ValidateAdam(const config::AdamConfig& c) {
-  CheckBeta(c.beta1(), "adam.beta1");
-  CheckBeta(c.beta2(), "adam.beta2");
-  CheckNonNegative(c.eps(), "adam.eps");
-  CheckNonNegative(c.weight_decay(), "adam.weight_decay");
+  RequireUnitInterval("dense_optimizer.adam.beta1", c.beta1());
+  RequireUnitInterval("dense_optimizer.adam.beta2", c.beta2());
+  RequirePositive("dense_optimizer.adam.eps", c.eps());
+  RequireNonNegative("dense_optimizer.adam.weight_decay", c.weight_decay());
 }
 
 }  // namespace
@@ -186,7 +174,7 @@ void ValidateAdam(const config::AdamConfig& c) {
 template <typename T>
 std::unique_ptr<DenseOptimizer<T>> MakeDenseOptimizer(const config::DenseOptimizerConfig& config,
                                                       size_t num_params) {
-  CheckNonNegative(config.learning_rate(), "learning_rate");
+  RequireNonNegative("dense_optimizer.learning_rate", config.learning_rate());
   switch (config.kind_case()) {
     case config::DenseOptimizerConfig::kAdagrad:
       ValidateAdagrad(config.adagrad());

@@ -197,6 +197,17 @@ static void test_bad_inputs(dlrm_engine* e) {
   t.batch.batch_size = 0;
   CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT, "batch_size");
 
+  /* Adversarial findings 1 and 4: a batch_size of 2^62 is refused naming it (no overflow);
+   * an output capacity of SIZE_MAX means "large enough", not -1. */
+  make_batch(&t, 3);
+  t.batch.batch_size = (int64_t)1 << 62;
+  CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT,
+              "batch.batch_size must be in [1, 2^31 - 1], got 4611686018427387904");
+  CHECK_FAILS(dlrm_engine_predict(e, &t.batch, out, SIZE_MAX), DLRM_INVALID_ARGUMENT,
+              "batch.batch_size");
+  CHECK(dlrm_engine_predict(e, &ref.batch, out, SIZE_MAX) == DLRM_OK);
+  CHECK(same_floats(before, out, B));
+
   make_batch(&t, 3);
   t.batch.dense = NULL;
   CHECK_FAILS(dlrm_engine_train_step(e, &t.batch, &loss), DLRM_INVALID_ARGUMENT, "dense");

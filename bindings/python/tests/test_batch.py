@@ -172,7 +172,7 @@ def test_batch_that_does_not_fit_the_model(engine, rng):
         engine.predict(wrong_sparse)
     empty = dlrm.Batch(np.zeros((0, 3), np.float32), None, np.zeros((2, 0), np.int32),
                        np.zeros(0, np.int64))
-    with pytest.raises(dlrm.DlrmError, match="batch_size must be > 0"):
+    with pytest.raises(dlrm.DlrmError, match=r"batch_size must be in \[1, 2\^31 - 1\], got 0"):
         engine.predict(empty)
     with pytest.raises(TypeError, match="must be a dlrm.Batch"):
         engine.predict(object())  # type: ignore[arg-type]

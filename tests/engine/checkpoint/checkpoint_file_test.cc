@@ -3,8 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/core/status.h"
@@ -429,18 +432,88 @@ TEST(CheckpointFileTest, FailedWriteLeavesOldFileAndNoTemp) {
   const std::string path = WriteStandard("ckpt_failed_write");
   const std::string dir = fs::path(path).parent_path().string();
   const std::string before = ReadBytes(path);
-  // A directory where the temporary file must go makes creating it fail.
-  const std::string blocker = path + ".tmp." + std::to_string(::getpid());
-  fs::create_directory(blocker);
+  // No descriptor left for the temporary file makes creating it fail.
   const int64_t value = 1;
   CheckpointWriter w;
   w.AddTensor("new", checkpoint::TensorEntry::INT64, {1}, &value, sizeof(value));
-  ExpectError([&] { w.WriteAtomic(path); }, StatusCode::kIo, {path, "Is a directory"});
-  EXPECT_TRUE(fs::is_directory(blocker)) << "removed a directory it did not create";
-  fs::remove(blocker);
+  rlimit old_limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old_limit), 0);
+  const int lowest_free = ::dup(0);
+  ::close(lowest_free);
+  rlimit limited = old_limit;
+  limited.rlim_cur = static_cast<rlim_t>(lowest_free);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &limited), 0);
+  ExpectError([&] { w.WriteAtomic(path); }, StatusCode::kIo, {path, "Too many open files"});
+  setrlimit(RLIMIT_NOFILE, &old_limit);
   EXPECT_EQ(ReadBytes(path), before);
   EXPECT_TRUE(CheckpointReader(path).HasTensor("steps"));
   EXPECT_TRUE(TempFilesIn(dir).empty());
+}
+
+// Adversarial finding 6: saves of one path from several threads at once each write their
+// own temporary; every save succeeds and every read in between finds a complete file.
+TEST(CheckpointFileTest, ConcurrentWritesOfOnePathLeaveACompleteFile) {
+  const std::string dir = testing::TempDir("ckpt_concurrent");
+  const std::string path = dir + "/shared.ckpt";
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      const std::vector<float> values(1000, static_cast<float>(t));
+      for (int i = 0; i < 25; ++i) {
+        try {
+          CheckpointWriter w;
+          w.AddTensor("v", checkpoint::TensorEntry::FLOAT32, {1000}, values.data(), 4000);
+          w.WriteAtomic(path);
+          std::vector<float> read(1000);
+          CheckpointReader(path).ReadTensor("v", checkpoint::TensorEntry::FLOAT32, {1000},
+                                            read.data());
+          if (read != std::vector<float>(1000, read[0])) ++failures;
+        } catch (const Error& e) {
+          ADD_FAILURE() << e.what();
+          ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_TRUE(TempFilesIn(dir).empty());
+}
+
+// Adversarial finding 7: the temporaries of writers killed mid-write (their process gone)
+// are removed by the next write or read of that path; a live writer's, another path's and
+// names that are no temporary stay.
+TEST(CheckpointFileTest, StaleTemporariesOfDeadWritersAreRemoved) {
+  const std::string path = WriteStandard("ckpt_stale_temps");
+  const std::string dir = fs::path(path).parent_path().string();
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // `child` names no process now
+  const std::string dead = std::to_string(child), self = std::to_string(::getpid());
+  const std::vector<std::string> stale = {path + ".tmp." + dead + ".3", path + ".tmp." + dead};
+  const std::vector<std::string> kept = {path + ".tmp." + self + ".999", path + ".tmp.1.0",
+                                         dir + "/other.ckpt.tmp." + dead + ".0",
+                                         path + ".tmp.x" + dead + ".0"};
+  for (const std::string& f : stale) WriteBytes(f, "partial");
+  for (const std::string& f : kept) WriteBytes(f, "partial");
+  CheckpointWriter w;
+  const int64_t value = 7;
+  w.AddTensor("steps", checkpoint::TensorEntry::INT64, {1}, &value, sizeof(value));
+  w.WriteAtomic(path);
+  for (const std::string& f : stale) EXPECT_FALSE(fs::exists(f)) << f;
+  for (const std::string& f : kept) EXPECT_TRUE(fs::exists(f)) << f;
+  WriteBytes(stale[0], "partial");
+  CheckpointReader reader(path);
+  EXPECT_FALSE(fs::exists(stale[0]));
+  for (const std::string& f : kept) fs::remove(f);
+}
+
+// Adversarial finding 11: a device never ends; reading one is refused at once.
+TEST(CheckpointFileTest, ADeviceIsNoCheckpoint) {
+  ExpectError([] { CheckpointReader reader("/dev/zero"); }, StatusCode::kIo,
+              {"/dev/zero", "not a regular file"});
 }
 
 // Restores a resource limit and a signal disposition when the test ends.

@@ -111,6 +111,19 @@ TEST(BatchTest, RejectsShapeErrors) {
   ExpectRejected(v, StatusCode::kInvalidArgument, "batch.num_ids");
 }
 
+// Adversarial finding 1: a batch_size of 2^62 overflowed the sizes derived from it (the
+// sanitizer aborted; a release build skipped the dense check and failed INTERNAL). It is
+// refused naming the field before any arithmetic on it.
+TEST(BatchTest, AHugeBatchSizeIsRefusedBeforeAnySizeIsComputed) {
+  OwnedBatch b = testing::SmallBatch(6, 2);
+  for (const int64_t huge : {int64_t{1} << 62, int64_t{1} << 31, INT64_MAX}) {
+    BatchView v = b.view();
+    v.batch_size = huge;
+    ExpectRejected(v, StatusCode::kInvalidArgument,
+                   "batch.batch_size must be in [1, 2^31 - 1], got " + std::to_string(huge));
+  }
+}
+
 TEST(BatchTest, RejectsNullPointers) {
   OwnedBatch b = testing::SmallBatch(6, 3);
   BatchView v = b.view();

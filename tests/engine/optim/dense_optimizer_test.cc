@@ -296,6 +296,15 @@ TEST(DenseOptimizerValidationTest, RejectsBadHyperparametersNamingTheField) {
   cfg = Lr01();
   cfg.mutable_adam()->set_weight_decay(-0.01f);
   ExpectRejected(cfg, "dense_optimizer.adam.weight_decay");
+
+  // Adversarial finding 2: eps 0 was accepted, and the first step divided 0 by 0 for every
+  // parameter whose gradient was still zero, leaving NaN parameters behind an OK.
+  cfg = Lr01();
+  cfg.mutable_adagrad()->set_eps(0.0f);
+  ExpectRejected(cfg, "dense_optimizer.adagrad.eps must be finite and > 0, got 0");
+  cfg = Lr01();
+  cfg.mutable_adam()->set_eps(0.0f);
+  ExpectRejected(cfg, "dense_optimizer.adam.eps must be finite and > 0, got 0");
 }
 
 TEST(DenseOptimizerValidationTest, AcceptsBoundaryValues) {
@@ -304,7 +313,7 @@ TEST(DenseOptimizerValidationTest, AcceptsBoundaryValues) {
   EXPECT_NO_THROW(MakeDenseOptimizer<float>(cfg, 1));
   cfg.mutable_adam()->set_beta1(0);
   cfg.mutable_adam()->set_beta2(0);
-  cfg.mutable_adam()->set_eps(0);
+  cfg.mutable_adam()->set_eps(std::numeric_limits<float>::denorm_min());  // eps 0: NaN
   EXPECT_NO_THROW(MakeDenseOptimizer<float>(cfg, 1));
 }
 

@@ -323,6 +323,20 @@ TEST(EngineTest, LoadNamesTheFormatOrMetadataThatIsWrong) {
       {"config", testing::SmallConfigText(kOptimizerSets[0])},
       {"step", "1.5"}};
   expect_error(bad_step, StatusCode::kDataLoss, "metadata \"step\" is not a step count: \"1.5\"");
+  // Adversarial finding 5: out-of-range metadata behind a valid checksum (a step past
+  // int64, a NaN or negative learning rate) is refused like the config's own fields.
+  for (const char* step : {"9223372036854775808", "1e300", "-4"}) {
+    std::map<std::string, std::string> m = bad_step;
+    m["step"] = step;
+    expect_error(m, StatusCode::kDataLoss, std::string("is not a step count: \"") + step);
+  }
+  for (const char* lr : {"nan", "-1", "inf", "1e300"}) {
+    std::map<std::string, std::string> m = bad_step;
+    m["step"] = "3";
+    m["dense_lr"] = lr;
+    expect_error(m, StatusCode::kDataLoss,
+                 std::string("metadata \"dense_lr\" is ") + lr + ", not a learning rate");
+  }
   EXPECT_TRUE(BitwiseEqual(Snapshot(*engine), before));
   EXPECT_EQ(engine->step(), 1);
 }
