@@ -98,7 +98,7 @@ std::unique_ptr<Engine::State> Engine::NewState() const {
 
 float Engine::TrainStep(const BatchView& batch) {
   DrainAsyncSteps();
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  std::unique_lock<WriterPreferringMutex> lock(mu_);
   const State& s = *state_;
   return TrainLocked(
       ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), true), {});
@@ -107,7 +107,7 @@ float Engine::TrainStep(const BatchView& batch) {
 int64_t Engine::SubmitTrainStep(const BatchView& batch) {
   ValidatedBatch valid;
   {
-    std::shared_lock<std::shared_mutex> lock(mu_);
+    std::shared_lock<WriterPreferringMutex> lock(mu_);
     valid = ValidateBatch(batch, state_->model.num_dense_features(), state_->model.feature_specs(),
                           true);
   }
@@ -148,7 +148,7 @@ void Engine::DrainAsyncSteps() const {
 }
 
 float Engine::TrainValidStep(const ValidatedBatch& batch, const train::StepLookahead& lookahead) {
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  std::unique_lock<WriterPreferringMutex> lock(mu_);
   return TrainLocked(batch, lookahead);
 }
 
@@ -162,7 +162,7 @@ float Engine::TrainLocked(const ValidatedBatch& batch, const train::StepLookahea
 }
 
 void Engine::Predict(const BatchView& batch, float* out, int64_t capacity) const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::shared_lock<WriterPreferringMutex> lock(mu_);
   const State& s = *state_;
   const ValidatedBatch vb =
       ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), false);
@@ -175,7 +175,7 @@ void Engine::Predict(const BatchView& batch, float* out, int64_t capacity) const
 }
 
 EvalResult Engine::Evaluate(const std::vector<BatchView>& batches) const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::shared_lock<WriterPreferringMutex> lock(mu_);
   const State& s = *state_;
   if (batches.empty()) ThrowInvalid("evaluate needs at least one batch");
   std::vector<ValidatedBatch> validated;
@@ -207,23 +207,23 @@ void Engine::SetLearningRate(LrTarget target, float lr) {
     ThrowInvalid("learning rate target must be DENSE (1), SPARSE (2) or ALL (3), got ",
                  static_cast<int>(target));
   DrainAsyncSteps();
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  std::unique_lock<WriterPreferringMutex> lock(mu_);
   if (target != LrTarget::kSparse) state_->dense_lr = lr;
   if (target != LrTarget::kDense) state_->sparse_lr = lr;
 }
 
 float Engine::learning_rate(LrTarget target) const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::shared_lock<WriterPreferringMutex> lock(mu_);
   return target == LrTarget::kSparse ? state_->sparse_lr : state_->dense_lr;
 }
 
 std::string Engine::device() const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::shared_lock<WriterPreferringMutex> lock(mu_);
   return state_->backend->name();
 }
 
 int64_t Engine::step() const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::shared_lock<WriterPreferringMutex> lock(mu_);
   return state_->step;
 }
 
@@ -234,7 +234,7 @@ int64_t ParameterInfo::size() const {
 }
 
 std::vector<ParameterInfo> Engine::Parameters() const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::shared_lock<WriterPreferringMutex> lock(mu_);
   std::vector<ParameterInfo> params;
   for (const DenseParamInfo& info : state_->model.dense_param_infos())
     params.push_back({info.name, info.shape});
@@ -261,7 +261,7 @@ std::pair<float*, int64_t> FindParameter(StateT& s, const std::string& name) {
 }  // namespace
 
 void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity) const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::shared_lock<WriterPreferringMutex> lock(mu_);
   const auto [data, size] = FindParameter(*state_, name);
   if (out == nullptr) ThrowInvalid("output buffer is NULL");
   state_->backend->PullState();
@@ -272,7 +272,7 @@ void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity
 }
 
 void Engine::WriteParameter(const std::string& name, const float* values, int64_t count) {
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  std::unique_lock<WriterPreferringMutex> lock(mu_);
   const auto [data, size] = FindParameter(*state_, name);
   if (values == nullptr) ThrowInvalid("values is NULL");
   if (count != size)
@@ -287,7 +287,7 @@ void Engine::WriteParameter(const std::string& name, const float* values, int64_
 
 void Engine::Save(const std::string& path) const {
   DrainAsyncSteps();  // save the state after every submitted step
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::shared_lock<WriterPreferringMutex> lock(mu_);
   // StateBuffers() hands out mutable pointers; under the reader lock we only read them.
   State& s = *state_;
   s.backend->PullState();
@@ -312,15 +312,26 @@ void Engine::Load(const std::string& path) {
   LoadFrom(reader, path);
 }
 
-std::unique_ptr<Engine> Engine::FromCheckpoint(const std::string& path, const std::string& device) {
-  const CheckpointReader reader(path);
+namespace {
+
+// The config an engine checkpoint was saved with: kFailedPrecondition for a file of another
+// libdlrm format, kDataLoss when the config is missing or does not parse (the file is
+// damaged: the same code from Load and FromCheckpoint).
+config::DlrmConfig ReadSavedConfig(const CheckpointReader& reader, const std::string& path) {
   checkpoint::CheckFormat(reader, path, checkpoint::kEngineFormat);
-  config::DlrmConfig config;
+  const std::string& text = checkpoint::RequiredMetadata(reader, path, "config");
   try {
-    config = ParseConfigText(checkpoint::RequiredMetadata(reader, path, "config"));
+    return ParseConfigText(text);
   } catch (const Error& e) {
     Throw(StatusCode::kDataLoss, "checkpoint \"", path, "\" holds no valid config: ", e.what());
   }
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::FromCheckpoint(const std::string& path, const std::string& device) {
+  const CheckpointReader reader(path);
+  config::DlrmConfig config = ReadSavedConfig(reader, path);
   if (!device.empty()) SetDeviceByName(device, "device", config.mutable_device());
   auto engine = std::make_unique<Engine>(config);
   engine->LoadFrom(reader, path);
@@ -328,9 +339,7 @@ std::unique_ptr<Engine> Engine::FromCheckpoint(const std::string& path, const st
 }
 
 void Engine::CheckCheckpointFits(const CheckpointReader& reader, const std::string& path) const {
-  checkpoint::CheckFormat(reader, path, checkpoint::kEngineFormat);
-  const config::DlrmConfig saved =
-      ParseConfigText(checkpoint::RequiredMetadata(reader, path, "config"));
+  const config::DlrmConfig saved = ReadSavedConfig(reader, path);
   std::string differences;
   const checkpoint::ConfigFit fit = checkpoint::CompareConfigs(saved, config_, &differences);
   if (fit == checkpoint::ConfigFit::kOtherModel)
@@ -357,7 +366,7 @@ void Engine::LoadFrom(const CheckpointReader& reader, const std::string& path) {
                               s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)));
   }
   s.backend->PushState();
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  std::unique_lock<WriterPreferringMutex> lock(mu_);
   state_ = std::move(staged);
 }
 

@@ -1,7 +1,8 @@
 // The Engine: one DLRM model with its optimizers, what the C ABI's dlrm_engine wraps.
 //
 // Thread safety: Predict, Evaluate and Save take a reader lock and may run concurrently;
-// TrainStep, SetLearningRate and Load take the writer lock. Every input is validated
+// TrainStep, SetLearningRate and Load take the writer lock, which a waiting writer gets
+// before readers that arrive after it (core/shared_mutex.h). Every input is validated
 // before any state changes, so a call that throws leaves the engine exactly as it was.
 #pragma once
 
@@ -14,6 +15,7 @@
 
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/metrics.h"
+#include "engine/core/shared_mutex.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/batch.h"
 #include "engine/train/backend.h"
@@ -107,7 +109,7 @@ class Engine {
 
   config::DlrmConfig config_;
   std::unique_ptr<ThreadPool> pool_;
-  mutable std::shared_mutex mu_;
+  mutable WriterPreferringMutex mu_;
   std::unique_ptr<State> state_;
   // Created by the first SubmitTrainStep; declared last so it is destroyed (and drained)
   // while everything it uses is still alive.

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +56,9 @@ DEFINE_string(async_host, "",
               "'sleep' (waits, as for I/O or a remote feature pipeline) or 'spin' (computes "
               "on a core of its own, competing with the engine's threads)");
 DEFINE_double(prepare_factor, 1.0, "bench: host preparation time / train time for --async_host");
+DEFINE_int32(predict_threads, 0,
+             "bench: also time training while this many threads predict in a loop (a serving "
+             "process that trains online); 0 skips it");
 
 namespace dlrm::tools {
 namespace {
@@ -160,6 +164,35 @@ std::vector<double> TimeWindows(int windows, int64_t per_window, int64_t batch_s
   return rates;
 }
 
+// Train windows while `readers` threads call Predict in a loop: the train rates, and the
+// predictions per second made meanwhile in *predict_rate.
+template <typename View>
+std::vector<double> TrainUnderPredictions(Engine& engine, const View& view, int readers,
+                                          int64_t per_window, double* predict_rate) {
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> made{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < readers; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<float> out(static_cast<size_t>(FLAGS_batch_size));
+      for (int64_t i = r; !stop; i += readers) {
+        engine.Predict(view(i), out.data(), FLAGS_batch_size);
+        ++made;
+      }
+    });
+  }
+  int64_t next = 0;
+  const auto start = Clock::now();
+  std::vector<double> rates = TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next,
+                                          [&](int64_t i) { engine.TrainStep(view(i)); });
+  const double seconds = Seconds(Clock::now() - start);
+  const int64_t predictions = made;
+  stop = true;
+  for (std::thread& t : threads) t.join();
+  *predict_rate = static_cast<double>(predictions * FLAGS_batch_size) / seconds;
+  return rates;
+}
+
 void PrintRates(const char* what, const WindowStats& s, int64_t batch_size) {
   std::printf("%-11s samples/s  median %.0f  min %.0f  max %.0f   (%.2f ms/batch)\n", what,
               s.median, s.min, s.max, 1e3 * static_cast<double>(batch_size) / s.median);
@@ -219,6 +252,8 @@ int BenchCommand() {
     ThrowInvalid("--async_host must be sleep or spin, got '", FLAGS_async_host, "'");
   if (!(FLAGS_prepare_factor >= 0 && FLAGS_prepare_factor <= 100))
     ThrowInvalid("--prepare_factor must be in [0, 100], got ", FLAGS_prepare_factor);
+  if (FLAGS_predict_threads < 0 || FLAGS_predict_threads > 256)
+    ThrowInvalid("--predict_threads must be in [0, 256], got ", FLAGS_predict_threads);
 
   CheckMaxIsa();
 
@@ -325,6 +360,15 @@ int BenchCommand() {
 
   PrintRates("train", Summarize(train), FLAGS_batch_size);
   PrintRates("predict", Summarize(predict), FLAGS_batch_size);
+  if (FLAGS_predict_threads > 0) {
+    double predict_rate = 0;
+    const WindowStats loaded = Summarize(
+        TrainUnderPredictions(engine, view, FLAGS_predict_threads, per_window, &predict_rate));
+    PrintRates("train+pred", loaded, FLAGS_batch_size);
+    std::printf(
+        "predicting  %d threads, %.0f samples/s meanwhile; loaded / unloaded train = %.3f\n",
+        FLAGS_predict_threads, predict_rate, loaded.median / Summarize(train).median);
+  }
   if (!async_rates.empty()) {
     const WindowStats a = Summarize(async_rates);
     PrintRates("async", a, FLAGS_batch_size);

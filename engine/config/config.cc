@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -196,6 +197,9 @@ config::DlrmConfig ParseConfigText(const std::string& text) {
 }
 
 config::DlrmConfig LoadConfigFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    Throw(StatusCode::kIo, "cannot read config file \"", path, "\": it is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) Throw(StatusCode::kIo, "cannot read config file \"", path, "\"");
   std::ostringstream text;

@@ -18,8 +18,9 @@
  * Thread safety, per engine handle: dlrm_engine_predict, dlrm_engine_evaluate,
  * dlrm_engine_save and the getters may run concurrently with each other (reader lock).
  * dlrm_engine_train_step, dlrm_engine_set_learning_rate and dlrm_engine_load take the
- * writer lock and serialize with everything else. dlrm_engine_destroy must not race with
- * any other call on the same handle.
+ * writer lock and serialize with everything else; a waiting writer goes before readers
+ * that arrive after it, so training makes progress under any prediction load.
+ * dlrm_engine_destroy must not race with any other call on the same handle.
  */
 #ifndef DLRM_DLRM_H_
 #define DLRM_DLRM_H_

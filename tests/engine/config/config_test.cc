@@ -70,6 +70,19 @@ TEST(ConfigTest, UnreadableFileIsAnIoError) {
   }
 }
 
+// Adversarial finding 11: a directory opened as a file read as an empty config ("model
+// must be set", without the path).
+TEST(ConfigTest, ADirectoryIsNoConfigFile) {
+  const std::string dir = testing::TempDir("config_dir");
+  try {
+    LoadConfigFile(dir);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kIo);
+    EXPECT_THAT(e.what(), HasSubstr("cannot read config file \"" + dir + "\": it is a directory"));
+  }
+}
+
 TEST(ConfigTest, LoadsFromFile) {
   const std::string path = testing::TempDir("config_test") + "/c.pbtxt";
   std::ofstream(path) << testing::SmallConfigText();

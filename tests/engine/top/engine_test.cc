@@ -318,6 +318,10 @@ TEST(EngineTest, LoadNamesTheFormatOrMetadataThatIsWrong) {
   expect_error({{"step", "3"}}, StatusCode::kDataLoss, "no format tag");
   expect_error({{"format", "libdlrm.checkpoint.v1"}}, StatusCode::kDataLoss,
                "lacks metadata \"config\"");
+  // Adversarial finding 11: an unparsable config was INVALID_ARGUMENT from Load but
+  // DATA_LOSS from FromCheckpoint; a damaged file is DATA_LOSS from both.
+  expect_error({{"format", "libdlrm.checkpoint.v1"}, {"config", "model {"}}, StatusCode::kDataLoss,
+               "holds no valid config");
   const std::map<std::string, std::string> bad_step{
       {"format", "libdlrm.checkpoint.v1"},
       {"config", testing::SmallConfigText(kOptimizerSets[0])},
