@@ -19,6 +19,7 @@
 #include "engine/optim/dense_optimizer.h"
 #include "engine/train/async_step_queue.h"
 #include "engine/train/backend.h"
+#include "engine/train/memory_budget.h"
 #include "engine/train/step.h"
 #if DLRM_HAVE_CUDA
 #include "engine/cuda/backend.h"
@@ -84,6 +85,7 @@ struct Engine::State : train::ModelState {
 Engine::Engine(const config::DlrmConfig& config) : config_(config) {
   CheckMaxIsa();
   ValidateConfig(config_);
+  train::CheckModelFitsMemory(config_);  // before a table is allocated
   pool_ = std::make_unique<ThreadPool>(ResolveThreadCount(config_.num_threads()));
   state_ = NewState();
 }

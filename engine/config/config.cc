@@ -218,6 +218,9 @@ void ValidateConfig(const config::DlrmConfig& config) {
   CheckLearningRate("dense_optimizer.learning_rate", config.dense_optimizer().learning_rate());
   CheckLearningRate("sparse_optimizer.learning_rate", config.sparse_optimizer().learning_rate());
   ValidateSchedule(config.lr_schedule());
+  if (config.memory_limit_bytes() < 0)
+    ThrowInvalid("memory_limit_bytes must be >= 0 (0 = the machine's memory), got ",
+                 config.memory_limit_bytes());
   if (config.num_threads() < 0 || config.num_threads() > 1024)
     ThrowInvalid("num_threads must be in [0, 1024] (0 = one per core), got ", config.num_threads());
   if (config.reduction_chunk_rows() <= 0)

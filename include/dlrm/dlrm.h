@@ -54,7 +54,7 @@ enum {
   DLRM_FAILED_PRECONDITION = 8, /* e.g. training diverged, checkpoint for another model */
   DLRM_NOT_FOUND = 9,
   DLRM_DATA_LOSS = 10,         /* a corrupted or truncated checkpoint */
-  DLRM_RESOURCE_EXHAUSTED = 11 /* out of memory */
+  DLRM_RESOURCE_EXHAUSTED = 11 /* out of memory, or a model past its memory limit */
 };
 
 /* Library version string, e.g. "0.1.0". Never fails. */

@@ -116,6 +116,18 @@ static void test_create_errors(void) {
     }
     free(cuda_config);
   }
+  {
+    /* Tables past the memory limit: refused before anything is allocated. */
+    static const char kLimit[] = "\nmemory_limit_bytes: 1\n";
+    char* limited = (char*)malloc(strlen(kConfig) + sizeof kLimit);
+    CHECK(limited != NULL);
+    strcpy(limited, kConfig);
+    strcat(limited, kLimit);
+    CHECK_FAILS(dlrm_engine_create(limited, &e), DLRM_RESOURCE_EXHAUSTED,
+                "memory_limit_bytes is 1 bytes");
+    CHECK(e == NULL);
+    free(limited);
+  }
   CHECK_FAILS(dlrm_engine_create_from_file("/nonexistent/dir/cfg.txt", &e), DLRM_IO,
               "/nonexistent/dir/cfg.txt");
   CHECK(dlrm_engine_create_from_file(kConfigPath, &e) == DLRM_OK);

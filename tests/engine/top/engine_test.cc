@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -177,6 +178,38 @@ TEST(EngineTest, ACheckpointRestoresOnANamedDevice) {
                                                  bad + "'"));
     }
   }
+}
+
+// Issue 17, resource limits: a config whose tables cannot fit fails at once, before
+// allocating, naming the bytes and the table (1e12 rows used to start filling rows until
+// the kernel killed the process); memory_limit_bytes holds a model to less.
+TEST(EngineTest, AModelLargerThanMemoryIsRefusedBeforeAllocating) {
+  config::DlrmConfig config = ParseConfigText(testing::SmallConfigText("", 1, 128));
+  config.mutable_model()->mutable_tables(1)->set_num_rows(1000000000000);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    Engine engine(config);
+    ADD_FAILURE() << "a 1e12-row table was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kResourceExhausted);
+    EXPECT_THAT(e.what(), HasSubstr("the largest, table \"t1\", 16000000000000 bytes"));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+
+  config = ParseConfigText(testing::SmallConfigText("", 1, 128));
+  config.set_memory_limit_bytes(1000);  // t0 alone is 40 x 4 x 4 = 640 bytes, t1 400
+  try {
+    Engine engine(config);
+    ADD_FAILURE() << "memory_limit_bytes was ignored";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kResourceExhausted);
+    EXPECT_THAT(e.what(), HasSubstr("need 1040 bytes"));
+    EXPECT_THAT(e.what(), HasSubstr("memory_limit_bytes is 1000 bytes"));
+  }
+  config.set_memory_limit_bytes(1040);
+  EXPECT_EQ(Engine(config).step(), 0);
+  config.set_memory_limit_bytes(-1);
+  EXPECT_THROW(Engine{config}, Error);
 }
 
 TEST(EngineTest, AsyncStepsEqualSynchronousSteps) {
