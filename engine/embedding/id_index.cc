@@ -12,12 +12,11 @@ using id_index_detail::kDeleted;
 using id_index_detail::kEmpty;
 using id_index_detail::kGroup;
 using id_index_detail::Lowest;
+using id_index_detail::MatchEmpty;
 using id_index_detail::MatchFree;
 using id_index_detail::MatchTag;
 using id_index_detail::Mix;
 using id_index_detail::TagOf;
-
-uint32_t MatchEmpty(const int8_t* tags) { return MatchTag(tags, kEmpty); }
 
 // Groups for `capacity` ids at a load of at most 7/8: a power of two.
 size_t GroupsFor(int64_t capacity) {

@@ -73,6 +73,8 @@ inline uint32_t MatchFree(const int8_t* tags) {
 }
 #endif
 
+inline uint32_t MatchEmpty(const int8_t* tags) { return MatchTag(tags, kEmpty); }
+
 inline size_t Lowest(uint32_t bits) { return static_cast<size_t>(__builtin_ctz(bits)); }
 
 }  // namespace id_index_detail
@@ -103,7 +105,7 @@ class IdIndex {
         const Slot& slot = slots_[base + d::Lowest(m)];
         if (slot.id == id) return slot.row;
       }
-      if (d::MatchTag(tags, d::kEmpty) != 0) return kNotFound;  // no probe went past it
+      if (d::MatchEmpty(tags) != 0) return kNotFound;  // no probe went past it
       group = (group + step) & group_mask_;
     }
     return kNotFound;

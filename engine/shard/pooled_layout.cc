@@ -84,6 +84,16 @@ void AppendFeature(const BatchView& from, const std::vector<int64_t>& starts, in
     to->weights.insert(to->weights.end(), static_cast<size_t>(starts[f + 1] - starts[f]), 1.0f);
 }
 
+// The bags of `features` of `batch` (feature-major, `starts` its FeatureStarts).
+OwnedBatch SelectFeatures(const BatchView& batch, const std::vector<int64_t>& starts,
+                          const std::vector<int32_t>& features) {
+  OwnedBatch part;
+  part.batch_size = batch.batch_size;
+  part.num_sparse = static_cast<int32_t>(features.size());
+  for (const int32_t f : features) AppendFeature(batch, starts, f, batch.weights != nullptr, &part);
+  return part;
+}
+
 // kInvalidArgument naming part q unless it is a well-formed part of `num_features`
 // features and `n` samples.
 void CheckPart(const OwnedBatch& part, int32_t q, int32_t num_features, int64_t n) {
@@ -214,29 +224,23 @@ int64_t PooledLayout::SamplesPerRank(int64_t global_batch) const {
   return global_batch / world_size_;
 }
 
-OwnedBatch PooledLayout::SelectFeatures(const BatchView& batch,
-                                        const std::vector<int32_t>& features) const {
+std::vector<int64_t> PooledLayout::FeatureStartsOf(const BatchView& batch) const {
   if (batch.num_sparse != static_cast<int32_t>(feature_column_.size()))
     ThrowInvalid("batch.num_sparse is ", batch.num_sparse, " but the model has ",
                  feature_column_.size(), " sparse features");
-  const std::vector<int64_t> starts =
-      FeatureStarts(batch.lengths, batch.num_sparse, batch.batch_size);
-  OwnedBatch part;
-  part.batch_size = batch.batch_size;
-  part.num_sparse = static_cast<int32_t>(features.size());
-  for (const int32_t f : features) AppendFeature(batch, starts, f, batch.weights != nullptr, &part);
-  return part;
+  return FeatureStarts(batch.lengths, batch.num_sparse, batch.batch_size);
 }
 
 std::vector<OwnedBatch> PooledLayout::SplitInput(const BatchView& local) const {
+  const std::vector<int64_t> starts = FeatureStartsOf(local);  // once for every rank's part
   std::vector<OwnedBatch> parts;
   for (int32_t r = 0; r < world_size_; ++r)
-    parts.push_back(SelectFeatures(local, input_features_[r]));
+    parts.push_back(SelectFeatures(local, starts, input_features_[r]));
   return parts;
 }
 
 OwnedBatch PooledLayout::LocalInput(const BatchView& local) const {
-  return SelectFeatures(local, local_features_);
+  return SelectFeatures(local, FeatureStartsOf(local), local_features_);
 }
 
 OwnedBatch PooledLayout::JoinInput(int32_t rank, const std::vector<OwnedBatch>& parts) const {

@@ -104,8 +104,8 @@ class PooledLayout {
   void AddTable(const config::ModelConfig& model, int32_t table,
                 const std::vector<const TableShard*>& shards);
   void CheckRank(int32_t rank) const;
-  // Checks the features' count of a batch; the bags of `features` from it.
-  OwnedBatch SelectFeatures(const BatchView& batch, const std::vector<int32_t>& features) const;
+  // Where each feature's ids begin in `batch`, after checking its feature count.
+  std::vector<int64_t> FeatureStartsOf(const BatchView& batch) const;
 
   int32_t world_size_ = 0;
   int32_t pooled_width_ = 0;
