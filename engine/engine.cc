@@ -57,6 +57,7 @@ std::unique_ptr<train::Backend> MakeBackend(const config::DlrmConfig& config,
                                             train::ModelState* state, ThreadPool* pool) {
   if (config.device().kind() == config::DeviceConfig::CPU)
     return train::MakeCpuBackend(state, pool);
+  RequireFixedTables(config.model(), "device.kind CUDA");
 #if DLRM_HAVE_CUDA
   return cuda::MakeCudaBackend(config.device().ordinal(), state, config, pool);
 #else
@@ -158,9 +159,26 @@ float Engine::TrainLocked(const ValidatedBatch& batch, const train::StepLookahea
   State& s = *state_;
   const train::StepRates rates =
       train::RatesForStep(config_.lr_schedule(), s.dense_lr, s.sparse_lr, s.step);
-  const double loss = s.backend->TrainStep(batch, rates, lookahead);
+  const ValidatedBatch* rows = &batch;
+  train::StepLookahead ahead = lookahead;
+  if (!s.dynamic_tables.empty()) {
+    // The step's ids resolve to rows now (admissions initialize rows in the host state,
+    // which a CPU backend computes on); the next batch's ids are not rows yet.
+    rows = &s.dynamic_tables.ResolveForStep(batch, s.step, &s.model.tables(),
+                                            s.sparse_optimizer.get());
+    ahead = {lookahead.token, nullptr, 0};
+  }
+  const double loss = s.backend->TrainStep(*rows, rates, ahead);
   s.step = rates.t;
   return static_cast<float>(loss);
+}
+
+void Engine::PredictValid(const ValidatedBatch& batch, float* logits) const {
+  const State& s = *state_;
+  if (s.dynamic_tables.empty()) return s.backend->PredictLogits(batch, logits);
+  RowBatch rows;
+  s.dynamic_tables.LookupRows(batch, &rows);
+  s.backend->PredictLogits(rows.batch(), logits);
 }
 
 void Engine::Predict(const BatchView& batch, float* out, int64_t capacity) const {
@@ -172,7 +190,7 @@ void Engine::Predict(const BatchView& batch, float* out, int64_t capacity) const
   if (capacity < batch.batch_size)
     ThrowInvalid("output buffer holds ", capacity, " values but batch_size is ", batch.batch_size);
   std::vector<float> logits(batch.batch_size);
-  s.backend->PredictLogits(vb, logits.data());
+  PredictValid(vb, logits.data());
   for (int64_t i = 0; i < batch.batch_size; ++i) out[i] = StableSigmoid(logits[i]);
 }
 
@@ -194,7 +212,7 @@ EvalResult Engine::Evaluate(const std::vector<BatchView>& batches) const {
   std::vector<float> logits;
   for (const ValidatedBatch& vb : validated) {
     logits.resize(vb.view.batch_size);
-    s.backend->PredictLogits(vb, logits.data());
+    PredictValid(vb, logits.data());
     for (int64_t i = 0; i < vb.view.batch_size; ++i) {
       probabilities.push_back(StableSigmoid(static_cast<double>(logits[i])));
       labels.push_back(vb.view.labels[i]);
@@ -227,6 +245,29 @@ std::string Engine::device() const {
 int64_t Engine::step() const {
   std::shared_lock<WriterPreferringMutex> lock(mu_);
   return state_->step;
+}
+
+TableStats Engine::GetTableStats(const std::string& table) const {
+  std::shared_lock<WriterPreferringMutex> lock(mu_);
+  State& s = *state_;  // StateBuffers() is not const; only sizes are read
+  const int t = FindTable(config_.model(), table);
+  if (t < 0) Throw(StatusCode::kNotFound, "no table named \"", table, "\"");
+  const auto& weights = s.model.tables()[static_cast<size_t>(t)];
+  TableStats stats;
+  stats.capacity = stats.size = weights.num_rows();
+  auto bytes = static_cast<int64_t>(weights.data().size() * sizeof(float));
+  for (const auto& [name, buffer] : s.sparse_optimizer->StateBuffers(t))
+    bytes += static_cast<int64_t>(buffer->size() * sizeof(float));
+  if (config_.model().tables(t).kind() == config::TableConfig::DYNAMIC) {
+    const DynamicRows& rows = s.dynamic_tables.rows(t);
+    stats.dynamic = true;
+    stats.capacity = rows.options().capacity;
+    stats.size = rows.size();
+    stats.counts = rows.stats();
+    bytes += static_cast<int64_t>(rows.memory_bytes());
+  }
+  stats.memory_bytes = bytes;
+  return stats;
 }
 
 int64_t ParameterInfo::size() const {
@@ -305,6 +346,14 @@ void Engine::Save(const std::string& path) const {
     checkpoint::AddEmbedding(table.name(), table,
                              s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)), &writer);
   }
+  std::vector<DynamicRowsSnapshot> snapshots;  // borrowed by the writer
+  const std::vector<int32_t> dynamic = s.dynamic_tables.table_indices();
+  snapshots.reserve(dynamic.size());
+  for (const int32_t t : dynamic) {
+    snapshots.push_back(s.dynamic_tables.rows(t).Snapshot());
+    checkpoint::AddDynamicRows(s.model.tables()[static_cast<size_t>(t)].name(), snapshots.back(),
+                               &writer);
+  }
   writer.WriteAtomic(path);
 }
 
@@ -367,6 +416,11 @@ void Engine::LoadFrom(const CheckpointReader& reader, const std::string& path) {
     checkpoint::ReadEmbedding(reader, table.name(), table, table.data().data(),
                               s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)));
   }
+  std::vector<DynamicRowsSnapshot> snapshots;
+  for (const int32_t t : s.dynamic_tables.table_indices())
+    snapshots.push_back(
+        checkpoint::ReadDynamicRows(reader, path, s.model.tables()[static_cast<size_t>(t)].name()));
+  s.dynamic_tables.Restore(snapshots);
   s.backend->PushState();
   std::unique_lock<WriterPreferringMutex> lock(mu_);
   state_ = std::move(staged);

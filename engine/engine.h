@@ -73,6 +73,11 @@ class Engine {
 
   int64_t step() const;
 
+  // What table `table` holds and did (model/dynamic_tables.h); memory_bytes counts its
+  // weights, sparse optimizer state and, for a DYNAMIC table, its id index. kNotFound for
+  // an unknown name. Reader lock.
+  TableStats GetTableStats(const std::string& table) const;
+
   // Every trainable parameter: the MLPs' layers in order, then one table per embedding.
   std::vector<ParameterInfo> Parameters() const;
   // Copies a parameter into out (capacity floats); kNotFound for an unknown name.
@@ -104,6 +109,9 @@ class Engine {
   float TrainValidStep(const ValidatedBatch& batch, const train::StepLookahead& lookahead);
   // One step; mu_ held exclusively.
   float TrainLocked(const ValidatedBatch& batch, const train::StepLookahead& lookahead);
+  // logits of a validated batch, its DYNAMIC tables' ids looked up (nothing admitted);
+  // mu_ held (shared or exclusive).
+  void PredictValid(const ValidatedBatch& batch, float* logits) const;
   // Runs every queued asynchronous step (so mutations apply after them, in order).
   void DrainAsyncSteps() const;
 

@@ -68,7 +68,8 @@ void StoreLe32(uint32_t v, char* p) {
 
 size_t DTypeSize(checkpoint::TensorEntry::DType dtype) {
   switch (dtype) {
-    case checkpoint::TensorEntry::FLOAT32: return 4;
+    case checkpoint::TensorEntry::FLOAT32:
+    case checkpoint::TensorEntry::UINT32: return 4;
     case checkpoint::TensorEntry::FLOAT64:
     case checkpoint::TensorEntry::INT64: return 8;
   }
@@ -419,6 +420,15 @@ uint32_t Crc32c(uint32_t crc, const void* data, size_t num_bytes) {
 
 // ---- writer -------------------------------------------------------------------------
 
+void CheckpointWriter::AddTensorCopy(const std::string& name, checkpoint::TensorEntry::DType dtype,
+                                     std::vector<int64_t> shape, const void* data,
+                                     size_t num_bytes) {
+  auto copy = std::make_unique<char[]>(num_bytes);
+  if (num_bytes > 0) std::memcpy(copy.get(), data, num_bytes);
+  AddTensor(name, dtype, std::move(shape), copy.get(), num_bytes);  // checks before keeping
+  copies_.push_back(std::move(copy));
+}
+
 void CheckpointWriter::AddTensor(const std::string& name, checkpoint::TensorEntry::DType dtype,
                                  std::vector<int64_t> shape, const void* data, size_t num_bytes) {
   if (name.empty()) ThrowInvalid("CheckpointWriter::AddTensor: empty tensor name");
@@ -609,6 +619,13 @@ void CheckpointReader::ReadTensor(const std::string& name, checkpoint::TensorEnt
   if (entry.num_bytes() == 0) return;
   if (dst == nullptr) ThrowInvalid("checkpoint ", path_, ": tensor '", name, "': dst is null");
   std::memcpy(dst, bytes_.data() + payload_start_ + entry.offset(), entry.num_bytes());
+}
+
+std::vector<int64_t> CheckpointReader::TensorShape(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  if (it == tensors_.end())
+    Throw(StatusCode::kNotFound, "checkpoint ", path_, ": no tensor '", name, "'");
+  return {it->second.shape().begin(), it->second.shape().end()};
 }
 
 std::vector<std::string> CheckpointReader::TensorNames() const {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ class CheckpointWriter {
   // data is borrowed until WriteAtomic returns.
   void AddTensor(const std::string& name, checkpoint::TensorEntry::DType dtype,
                  std::vector<int64_t> shape, const void* data, size_t num_bytes);
+  // The same for a small tensor whose data does not outlive the call: the writer keeps a copy.
+  void AddTensorCopy(const std::string& name, checkpoint::TensorEntry::DType dtype,
+                     std::vector<int64_t> shape, const void* data, size_t num_bytes);
   void SetMetadata(const std::string& key, const std::string& value);
   // Throws dlrm::Error(kIo) naming the path and the OS error on any failure; the
   // temporary file is removed and an existing file at path is left as it was. Writes of
@@ -45,6 +49,7 @@ class CheckpointWriter {
     const void* data;
   };
   std::vector<Pending> tensors_;
+  std::vector<std::unique_ptr<const char[]>> copies_;  // AddTensorCopy's data
   std::map<std::string, std::string> metadata_;
 };
 
@@ -63,6 +68,8 @@ class CheckpointReader {
   // and kInvalidArgument naming the tensor, expected and found shape on mismatch.
   void ReadTensor(const std::string& name, checkpoint::TensorEntry::DType dtype,
                   const std::vector<int64_t>& shape, void* dst) const;
+  // The tensor's shape as the file records it; kNotFound if absent.
+  std::vector<int64_t> TensorShape(const std::string& name) const;
   std::vector<std::string> TensorNames() const;
 
  private:

@@ -129,6 +129,77 @@ void ReadEmbedding(const CheckpointReader& reader, const std::string& key,
   }
 }
 
+namespace {
+
+constexpr auto kI64 = TensorEntry::INT64;
+constexpr int64_t kDynamicScalars = 7;
+
+std::string DynamicName(const std::string& key, const char* part) {
+  return "dynamic." + key + "." + part;
+}
+
+template <typename T>
+void AddDynamicVector(const std::string& key, const char* part, TensorEntry::DType dtype,
+                      const std::vector<T>& values, CheckpointWriter* writer) {
+  writer->AddTensor(DynamicName(key, part), dtype, {static_cast<int64_t>(values.size())},
+                    values.data(), values.size() * sizeof(T));
+}
+
+// A vector tensor of any length; kDataLoss naming it when it has another rank.
+template <typename T>
+std::vector<T> ReadDynamicVector(const CheckpointReader& reader, const std::string& path,
+                                 const std::string& key, const char* part, TensorEntry::DType dtype,
+                                 std::set<std::string>* expected) {
+  const std::string name = DynamicName(key, part);
+  if (expected) expected->insert(name);
+  const std::vector<int64_t> shape = reader.TensorShape(name);
+  if (shape.size() != 1)
+    Throw(StatusCode::kDataLoss, "checkpoint ", path, ": tensor '", name, "' has ", shape.size(),
+          " dimensions, not 1");
+  std::vector<T> values(static_cast<size_t>(shape[0]));
+  reader.ReadTensor(name, dtype, shape, values.data());
+  return values;
+}
+
+}  // namespace
+
+void AddDynamicRows(const std::string& key, const DynamicRowsSnapshot& s,
+                    CheckpointWriter* writer) {
+  AddDynamicVector(key, "ids", kI64, s.ids, writer);
+  AddDynamicVector(key, "rows", kI64, s.rows, writer);
+  AddDynamicVector(key, "last_steps", kI64, s.last_steps, writer);
+  AddDynamicVector(key, "counts", kI64, s.counts, writer);
+  AddDynamicVector(key, "freed_rows", kI64, s.freed_rows, writer);
+  AddDynamicVector(key, "sketch", TensorEntry::UINT32, s.sketch, writer);
+  static_assert(sizeof(DynamicRowsStats) == 5 * sizeof(int64_t), "the scalars list every stat");
+  const int64_t scalars[kDynamicScalars] = {
+      s.next_unused_row, s.last_resolved_step, s.stats.lookups, s.stats.hits,
+      s.stats.admitted,  s.stats.evicted,      s.stats.rejected};
+  writer->AddTensorCopy(DynamicName(key, "scalars"), kI64, {kDynamicScalars}, scalars,
+                        sizeof(scalars));
+}
+
+DynamicRowsSnapshot ReadDynamicRows(const CheckpointReader& reader, const std::string& path,
+                                    const std::string& key, std::set<std::string>* expected) {
+  DynamicRowsSnapshot s;
+  s.ids = ReadDynamicVector<int64_t>(reader, path, key, "ids", kI64, expected);
+  s.rows = ReadDynamicVector<int64_t>(reader, path, key, "rows", kI64, expected);
+  s.last_steps = ReadDynamicVector<int64_t>(reader, path, key, "last_steps", kI64, expected);
+  s.counts = ReadDynamicVector<int64_t>(reader, path, key, "counts", kI64, expected);
+  s.freed_rows = ReadDynamicVector<int64_t>(reader, path, key, "freed_rows", kI64, expected);
+  s.sketch =
+      ReadDynamicVector<uint32_t>(reader, path, key, "sketch", TensorEntry::UINT32, expected);
+  const auto scalars = ReadDynamicVector<int64_t>(reader, path, key, "scalars", kI64, expected);
+  if (s.rows.size() != s.ids.size() || scalars.size() != static_cast<size_t>(kDynamicScalars))
+    Throw(StatusCode::kDataLoss, "checkpoint ", path, ": dynamic table '", key, "' has ",
+          s.ids.size(), " ids but ", s.rows.size(), " rows and ", scalars.size(), " scalars (want ",
+          kDynamicScalars, ")");
+  s.next_unused_row = scalars[0];
+  s.last_resolved_step = scalars[1];
+  s.stats = {scalars[2], scalars[3], scalars[4], scalars[5], scalars[6]};
+  return s;
+}
+
 StagedState::StagedState(const StateBufferList& live) : live_(live) {
   copies_.reserve(live_.size());  // stable addresses for staged_
   for (const auto& [name, buffer] : live_)

@@ -8,6 +8,7 @@
 //   dense_optimizer/<state>              the dense optimizer's state buffers
 //   embedding.<key>.weight               a table ("embedding.t0.weight") or a shard of it
 //   sparse_optimizer/<key>/<state>       the sparse optimizer's state of that table/shard
+//   dynamic.<key>.<part>                 a DYNAMIC table's id state (AddDynamicRows)
 //
 // Errors: a file of another kind (its format tag names another format) is
 // kFailedPrecondition; missing or unparsable metadata is kDataLoss (a damaged or foreign
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "engine/checkpoint/checkpoint_file.h"
+#include "engine/embedding/dynamic_rows.h"
 #include "engine/model/dlrm_model.h"
 #include "engine/optim/dense_optimizer.h"
 
@@ -95,6 +97,19 @@ void AddEmbedding(const std::string& key, const EmbeddingTable<float>& table,
 void ReadEmbedding(const CheckpointReader& reader, const std::string& key,
                    const EmbeddingTable<float>& table, float* weights, const StateBufferList& state,
                    std::set<std::string>* expected = nullptr);
+
+// A DYNAMIC table's id state (DynamicRowsSnapshot), as tensors "dynamic.<key>.<part>":
+// ids, rows, last_steps, counts [resident ids] INT64 (least recently used first),
+// freed_rows INT64, sketch UINT32 (empty without admission counting), and scalars INT64
+// [7] = next_unused_row, last_resolved_step, lookups, hits, admitted, evicted, rejected.
+// The snapshot is borrowed until the writer's WriteAtomic returns.
+void AddDynamicRows(const std::string& key, const DynamicRowsSnapshot& snapshot,
+                    CheckpointWriter* writer);
+// Reads what AddDynamicRows wrote; kDataLoss naming the tensor when one is not a vector
+// or the per-id tensors differ in length (DynamicRows::Restore checks the rest).
+DynamicRowsSnapshot ReadDynamicRows(const CheckpointReader& reader, const std::string& path,
+                                    const std::string& key,
+                                    std::set<std::string>* expected = nullptr);
 
 // Staging copies of live state buffers, for a load that must change nothing until every
 // tensor was read: read into list(), then Commit() copies into the live buffers (copies,

@@ -43,6 +43,35 @@ void ValidateInitializer(const std::string& field, const config::Initializer& in
   }
 }
 
+void ValidateDynamicTable(const std::string& field, const config::TableConfig& table) {
+  if (table.kind() != config::TableConfig::DYNAMIC) {
+    if (table.has_dynamic()) ThrowInvalid(field, ".dynamic is set but ", field, ".kind is FIXED");
+    return;
+  }
+  const config::DynamicTableConfig& d = table.dynamic();
+  const bool default_row = d.unadmitted() == config::DynamicTableConfig::DEFAULT_ROW;
+  if (table.num_rows() > kMaxDynamicTableRows + (default_row ? 1 : 0))
+    ThrowInvalid(field, ".num_rows of a DYNAMIC table must be at most 2^40 (ids' rows), got ",
+                 table.num_rows());
+  if (default_row && table.num_rows() < 2)
+    ThrowInvalid(field,
+                 ".num_rows must be >= 2 with dynamic.unadmitted DEFAULT_ROW (one row is "
+                 "the default), got ",
+                 table.num_rows());
+  if (d.ttl_steps() < 0)
+    ThrowInvalid(field, ".dynamic.ttl_steps must be >= 0, got ", d.ttl_steps());
+  if (d.eviction() == config::DynamicTableConfig::TTL && d.ttl_steps() < 1)
+    ThrowInvalid(field, ".dynamic.ttl_steps must be >= 1 for TTL eviction, got ", d.ttl_steps());
+  if (d.min_count() < 1)
+    ThrowInvalid(field, ".dynamic.min_count must be >= 1, got ", d.min_count());
+  const int64_t w = d.sketch_width();
+  if (d.min_count() > 1 && (w < 64 || w > (int64_t{1} << 30) || (w & (w - 1)) != 0))
+    ThrowInvalid(field, ".dynamic.sketch_width must be a power of two in [64, 2^30], got ", w);
+  if (!(d.admit_probability() > 0 && d.admit_probability() <= 1))
+    ThrowInvalid(field, ".dynamic.admit_probability must be in (0, 1], got ",
+                 d.admit_probability());
+}
+
 void ValidateMlp(const std::string& field, const config::ModelConfig& model, bool is_top) {
   const config::MlpConfig& mlp = is_top ? model.top_mlp() : model.bottom_mlp();
   if (!(is_top ? model.has_top_mlp() : model.has_bottom_mlp()) || mlp.layer_sizes_size() == 0)
@@ -75,6 +104,7 @@ void ValidateModel(const config::ModelConfig& model) {
       ThrowInvalid(field, ": num_rows * dim = ", table.num_rows(), " * ", table.dim(),
                    " overflows");
     ValidateInitializer(field + ".initializer", table.initializer());
+    ValidateDynamicTable(field, table);
   }
   if (model.sparse_features_size() == 0)
     ThrowInvalid("model.sparse_features must list at least one feature");
@@ -181,6 +211,14 @@ int64_t StalenessBound(const config::DistributedConfig& d) {
 int32_t Lookahead(const config::DistributedConfig& d) {
   if (d.has_lookahead()) return d.lookahead();
   return static_cast<int32_t>(std::clamp<int64_t>(StalenessBound(d), 1, 64));
+}
+
+void RequireFixedTables(const config::ModelConfig& model, const char* who) {
+  for (int t = 0; t < model.tables_size(); ++t)
+    if (model.tables(t).kind() == config::TableConfig::DYNAMIC)
+      ThrowInvalid(Field("model.tables", t), " (\"", model.tables(t).name(),
+                   "\") is DYNAMIC, which ", who,
+                   " does not take yet; train it in one process on the CPU");
 }
 
 int FindTable(const config::ModelConfig& model, const std::string& name) {

@@ -35,6 +35,13 @@ void RequireUnitInterval(const std::string& field, float value);
 // Learning rates, wherever they come from (config, SetLearningRate, a checkpoint).
 bool IsValidLearningRate(double lr);
 
+// The most rows a DYNAMIC table may give ids (its id index's capacity).
+inline constexpr int64_t kMaxDynamicTableRows = int64_t{1} << 40;
+
+// For the parts that do not take DYNAMIC tables yet (the CUDA backend, embedding servers):
+// kInvalidArgument "model.tables[i] ("name") is DYNAMIC, which <who> does not take yet".
+void RequireFixedTables(const config::ModelConfig& model, const char* who);
+
 // Index of the table with this name, or -1.
 int FindTable(const config::ModelConfig& model, const std::string& name);
 

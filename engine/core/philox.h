@@ -64,6 +64,8 @@ enum RngStream : uint64_t {
   kStreamEmbeddingBase = 1ull << 40,  // + table index
   kStreamDenseBase = 2ull << 40,      // + parameter index
   kStreamSynthetic = 3ull << 40,      // data generator
+  kStreamDynamicBase = 4ull << 40,    // + table index (| the id's top bits): dynamic rows
+  kStreamAdmission = 5ull << 40,      // + table index: dynamic tables' admission draws
 };
 
 }  // namespace dlrm

@@ -58,6 +58,7 @@ ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
     ThrowInvalid("batch.num_ids is ", batch.num_ids, " but the lengths sum to ", total);
 
   for (int32_t f = 0; f < F; ++f) {
+    if (features[f].any_id) continue;
     const int64_t rows = features[f].num_rows;
     for (int64_t i = out.offsets[f * B]; i < out.offsets[(f + 1) * B]; ++i) {
       const int64_t id = batch.ids[i];

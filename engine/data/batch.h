@@ -24,6 +24,7 @@ struct BatchView {
 struct SparseFeatureSpec {
   int32_t table = 0;     // table index
   int64_t num_rows = 0;  // valid ids are [0, num_rows)
+  bool any_id = false;   // a DYNAMIC table's feature: every int64 id is valid
 };
 
 // A batch that passed validation, plus derived indexing: offsets[f * B + b] is where bag
@@ -43,7 +44,8 @@ inline constexpr int64_t kMaxBatchSize = (int64_t{1} << 31) - 1;
 // Checks every field before any state changes and throws dlrm::Error naming the field,
 // index and value that is wrong: null pointers, batch_size <= 0, num_dense / num_sparse
 // mismatch with the model, negative lengths, sum(lengths) != num_ids, ids outside
-// [0, num_rows), NaN/Inf in dense, labels (when required) or weights, labels outside [0, 1].
+// [0, num_rows) (unless any_id), NaN/Inf in dense, labels (when required) or weights, labels
+// outside [0, 1].
 ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
                              const std::vector<SparseFeatureSpec>& features, bool require_labels);
 

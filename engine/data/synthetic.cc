@@ -19,6 +19,17 @@
 #include "engine/data/criteo_dense.h"
 
 namespace dlrm {
+
+int64_t RawId(int64_t id, int32_t feature) {
+  uint64_t x = static_cast<uint64_t>(id) +
+               (static_cast<uint64_t>(feature) + 1) * 0x9E3779B97F4A7C15ULL;  // each step bijective
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDULL;
+  x ^= x >> 33;
+  x *= 0xC4CEB9FE1A85EC53ULL;
+  x ^= x >> 33;
+  return static_cast<int64_t>(x);
+}
 namespace {
 
 // Sub-streams of kStreamSynthetic. Each consumer gets its own, so e.g. adding a dense

@@ -22,6 +22,12 @@
 
 namespace dlrm {
 
+// The raw id `dlrm generate --raw_ids` writes for id `id` of categorical feature
+// `feature`: a fixed bijection of the 64-bit range per feature (MurmurHash3's finalizer
+// after a per-feature offset), so the same samples train FIXED tables on the ids and
+// DYNAMIC ones on ids spread over the whole int64 range, negative ones included.
+int64_t RawId(int64_t id, int32_t feature);
+
 struct SyntheticSpec {
   uint64_t seed = 1;
   int32_t num_dense = 13;

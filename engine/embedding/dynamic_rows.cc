@@ -1,10 +1,12 @@
 #include "engine/embedding/dynamic_rows.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <tuple>
 #include <utility>
 
+#include "engine/core/philox.h"
 #include "engine/core/status.h"
 
 namespace dlrm {
@@ -24,9 +26,32 @@ void CheckOptions(const DynamicRowsOptions& o) {
   const int64_t w = o.sketch_width;
   if (o.min_count > 1 && (w < 64 || w > (int64_t{1} << 30) || (w & (w - 1)) != 0))
     ThrowInvalid("dynamic table sketch_width must be a power of two in [64, 2^30], got ", w);
+  if (!(o.admit_probability > 0 && o.admit_probability <= 1))
+    ThrowInvalid("dynamic table admit_probability must be in (0, 1], got ", o.admit_probability);
 }
 
 }  // namespace
+
+DynamicRowsOptions DynamicRowsOptionsFor(const config::TableConfig& table, uint64_t seed,
+                                         int32_t table_index) {
+  const config::DynamicTableConfig& d = table.dynamic();
+  DynamicRowsOptions o;
+  const bool default_row = d.unadmitted() == config::DynamicTableConfig::DEFAULT_ROW;
+  o.capacity = table.num_rows() - (default_row ? 1 : 0);
+  switch (d.eviction()) {
+    case config::DynamicTableConfig::LRU: o.eviction = DynamicRowsOptions::Eviction::kLru; break;
+    case config::DynamicTableConfig::LFU: o.eviction = DynamicRowsOptions::Eviction::kLfu; break;
+    case config::DynamicTableConfig::TTL: o.eviction = DynamicRowsOptions::Eviction::kTtl; break;
+  }
+  o.ttl_steps = d.ttl_steps();
+  o.min_count = d.min_count();
+  o.sketch_width = d.sketch_width();
+  o.admit_probability = d.admit_probability();
+  // One key per (seed, table): the golden-ratio multiple spreads the stream over the key.
+  o.admission_key =
+      seed ^ ((kStreamAdmission + static_cast<uint64_t>(table_index)) * 0x9E3779B97F4A7C15ULL);
+  return o;
+}
 
 DynamicRows::DynamicRows(const DynamicRowsOptions& options)
     : options_((CheckOptions(options), options)), index_(options.capacity) {
@@ -38,6 +63,13 @@ DynamicRows::DynamicRows(const DynamicRowsOptions& options)
   next_.assign(rows + 1, Head());
   if (options.min_count > 1)
     sketch_.assign(static_cast<size_t>(kSketchDepth * options.sketch_width), 0);
+}
+
+size_t DynamicRows::MemoryBytesFor(const DynamicRowsOptions& o) {
+  const size_t sketch = o.min_count > 1 ? kSketchDepth * static_cast<size_t>(o.sketch_width) : 0;
+  constexpr size_t kPerRow = 5;  // last step, count, id, prev, next
+  return IdIndex::MemoryBytesFor(o.capacity) + sketch * sizeof(uint32_t) +
+         (kPerRow * static_cast<size_t>(o.capacity) + 2) * sizeof(int64_t);
 }
 
 size_t DynamicRows::memory_bytes() const {
@@ -90,10 +122,20 @@ void DynamicRows::TouchAndCount(int64_t step) {
       count_[static_cast<size_t>(row)] += occurrences;
       Unlink(row);
       Append(row);
-    } else if (options_.min_count == 1 || CountInSketch(id, occurrences) >= options_.min_count) {
+    } else if (Qualifies(id, occurrences, step)) {
       to_admit_.emplace_back(id, occurrences);
     }
   }
+}
+
+bool DynamicRows::Qualifies(int64_t id, int64_t occurrences, int64_t step) {
+  if (options_.min_count > 1 && CountInSketch(id, occurrences) < options_.min_count) return false;
+  if (options_.admit_probability >= 1) return true;
+  const auto words =
+      Philox4x32(options_.admission_key, static_cast<uint64_t>(id), static_cast<uint64_t>(step));
+  const double miss_all =
+      std::pow(1.0 - options_.admit_probability, static_cast<double>(occurrences));
+  return UnitFromBits(words[0]) < 1.0 - miss_all;
 }
 
 int64_t DynamicRows::CountInSketch(int64_t id, int64_t occurrences) {

@@ -12,7 +12,8 @@
 //  4. admission: a new id gets a row once it has occurred min_count times in all (this
 //     step's occurrences included), counted in a count-min sketch (4 rows of
 //     sketch_width counters: never under the true count, so at worst an id is admitted
-//     early; Monolith's counting filter does the same);
+//     early; Monolith's counting filter does the same), and, with admit_probability p < 1,
+//     wins a draw of probability 1 - (1 - p)^occurrences keyed by (id, step);
 //  5. when there are fewer free rows than ids to admit, evicts resident rows this step
 //     did not touch: LRU and TTL the least recently used first (the LRU order: by last
 //     step, then as step 2 and admissions append them); LFU the smallest (count, last
@@ -35,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/config/dlrm.pb.h"
 #include "engine/embedding/id_index.h"
 
 namespace dlrm {
@@ -46,7 +48,17 @@ struct DynamicRowsOptions {
   int64_t ttl_steps = 0;                    // kTtl: >= 1
   int64_t min_count = 1;                    // >= 1; 1 admits an id at its first occurrence
   int64_t sketch_width = int64_t{1} << 20;  // a power of two in [64, 2^30], for min_count > 1
+  // In (0, 1]: below 1, an id that qualifies by count is admitted at a step with
+  // probability 1 - (1 - p)^occurrences, drawn from (admission_key, id, step).
+  double admit_probability = 1.0;
+  uint64_t admission_key = 0;
 };
+
+// The options of a DYNAMIC table's config (checked by ValidateConfig): capacity is its
+// num_rows, less the shared default row with unadmitted DEFAULT_ROW; the admission draws
+// are keyed by (seed, table_index).
+DynamicRowsOptions DynamicRowsOptionsFor(const config::TableConfig& table, uint64_t seed,
+                                         int32_t table_index);
 
 struct DynamicRowsStats {
   int64_t lookups = 0;   // id occurrences resolved
@@ -96,6 +108,8 @@ class DynamicRows {
   const IdIndex& index() const { return index_; }
   int64_t size() const { return index_.size(); }
   size_t memory_bytes() const;
+  // What a DynamicRows of these options takes when full (before it is made).
+  static size_t MemoryBytesFor(const DynamicRowsOptions& options);
   // A resident row's last step and occurrence count.
   int64_t last_step(int64_t row) const { return last_step_[static_cast<size_t>(row)]; }
   int64_t count(int64_t row) const { return count_[static_cast<size_t>(row)]; }
@@ -119,6 +133,8 @@ class DynamicRows {
   void Admit(int64_t step, RowChanges* changes);
   // Adds `occurrences` to the id's sketch counters; returns its estimated total.
   int64_t CountInSketch(int64_t id, int64_t occurrences);
+  // Whether a new id that occurs `occurrences` times this step qualifies for a row.
+  bool Qualifies(int64_t id, int64_t occurrences, int64_t step);
   void Unlink(int64_t row);
   void Append(int64_t row);
   void CheckSnapshot(const DynamicRowsSnapshot& snapshot) const;

@@ -46,18 +46,47 @@ void ValidateInitializer(const std::string& name, const config::Initializer& ini
 }
 
 // Value j of a row is a pure function of (rng, j), so rows can be filled in any order and
-// a shard (row_begin, col_begin) draws exactly the values of the full table.
+// a shard (col_begin) draws exactly the values of the full table.
 template <typename T, typename Draw>
-void FillRows(EmbeddingTable<T>& table, uint64_t seed, int32_t table_index, int64_t row_begin,
-              int32_t col_begin, Draw draw) {
-  const uint64_t stream = kStreamEmbeddingBase + static_cast<uint64_t>(table_index);
-  const int32_t dim = table.dim();
-  for (int64_t r = 0; r < table.num_rows(); ++r) {
-    const CounterRng rng(seed, stream, static_cast<uint64_t>(row_begin + r));
-    T* row = table.row(r);
-    for (int32_t j = 0; j < dim; ++j)
-      row[j] = static_cast<T>(draw(rng, static_cast<uint64_t>(col_begin + j)));
+void FillRow(T* row, int32_t dim, const CounterRng& rng, int32_t col_begin, Draw draw) {
+  for (int32_t j = 0; j < dim; ++j)
+    row[j] = static_cast<T>(draw(rng, static_cast<uint64_t>(col_begin + j)));
+}
+
+// Calls fill(draw) with the initializer's draw(rng, j); `full_rows` sets DEFAULT's bound.
+template <typename Fill>
+void WithDraw(const config::Initializer& init, int64_t full_rows, Fill fill) {
+  switch (init.kind()) {
+    case config::Initializer::ZEROS: return fill([](const CounterRng&, uint64_t) { return 0.0; });
+    case config::Initializer::DEFAULT: {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(full_rows));
+      return fill([bound](const CounterRng& rng, uint64_t j) {
+        return -bound + 2.0 * bound * rng.Uniform(j);
+      });
+    }
+    case config::Initializer::UNIFORM: {
+      const double low = init.low(), width = static_cast<double>(init.high()) - init.low();
+      return fill(
+          [low, width](const CounterRng& rng, uint64_t j) { return low + width * rng.Uniform(j); });
+    }
+    case config::Initializer::NORMAL: {
+      const double mean = init.mean(), stddev = init.stddev();
+      return fill([mean, stddev](const CounterRng& rng, uint64_t j) {
+        return mean + stddev * rng.Normal(j);
+      });
+    }
   }
+}
+
+// The generator of the row a DYNAMIC table gives `id`: the stream carries the id's top 20
+// bits (above the table index and the stream's own bits), the index its low 44, so every
+// (table, id) has its own values.
+CounterRng IdRng(uint64_t seed, int32_t table_index, int64_t id) {
+  constexpr int kLowBits = 44;
+  const auto bits = static_cast<uint64_t>(id);
+  const uint64_t stream =
+      (kStreamDynamicBase + static_cast<uint64_t>(table_index)) | ((bits >> kLowBits) << kLowBits);
+  return CounterRng(seed, stream, bits & ((uint64_t{1} << kLowBits) - 1));
 }
 
 }  // namespace
@@ -89,32 +118,24 @@ void EmbeddingTable<T>::InitializeShard(const config::Initializer& init, uint64_
   if (row_begin < 0 || col_begin < 0 || full_rows < row_begin + num_rows_)
     ThrowInvalid("table '", name_, "': shard rows [", row_begin, ", ", row_begin + num_rows_,
                  ") from column ", col_begin, " do not fit a table of ", full_rows, " rows");
-  switch (init.kind()) {
-    case config::Initializer::ZEROS: std::fill(data_.begin(), data_.end(), T(0)); return;
-    case config::Initializer::DEFAULT: {
-      const double bound = 1.0 / std::sqrt(static_cast<double>(full_rows));
-      FillRows(*this, seed, table_index, row_begin, col_begin,
-               [bound](const CounterRng& rng, uint64_t j) {
-                 return -bound + 2.0 * bound * rng.Uniform(j);
-               });
-      return;
+  const uint64_t stream = kStreamEmbeddingBase + static_cast<uint64_t>(table_index);
+  WithDraw(init, full_rows, [&](auto draw) {
+    for (int64_t r = 0; r < num_rows_; ++r)
+      FillRow(row(r), dim_, CounterRng(seed, stream, static_cast<uint64_t>(row_begin + r)),
+              col_begin, draw);
+  });
+}
+
+template <typename T>
+void EmbeddingTable<T>::InitializeForIds(const config::Initializer& init, uint64_t seed,
+                                         int32_t table_index,
+                                         const std::vector<std::pair<int64_t, int64_t>>& id_rows) {
+  WithDraw(init, num_rows_, [&](auto draw) {
+    for (const auto& [id, r] : id_rows) {
+      DLRM_INTERNAL_CHECK(r >= 0 && r < num_rows_);
+      FillRow(row(r), dim_, IdRng(seed, table_index, id), 0, draw);
     }
-    case config::Initializer::UNIFORM: {
-      const double low = init.low(), width = static_cast<double>(init.high()) - init.low();
-      FillRows(
-          *this, seed, table_index, row_begin, col_begin,
-          [low, width](const CounterRng& rng, uint64_t j) { return low + width * rng.Uniform(j); });
-      return;
-    }
-    case config::Initializer::NORMAL: {
-      const double mean = init.mean(), stddev = init.stddev();
-      FillRows(*this, seed, table_index, row_begin, col_begin,
-               [mean, stddev](const CounterRng& rng, uint64_t j) {
-                 return mean + stddev * rng.Normal(j);
-               });
-      return;
-    }
-  }
+  });
 }
 
 template class EmbeddingTable<float>;

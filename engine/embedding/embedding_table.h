@@ -1,10 +1,14 @@
-// One embedding table held as a dense [num_rows x dim] array in host memory.
-// (Dynamic hash tables and tiered SSD storage come as further backends.)
+// One embedding table held as a dense [num_rows x dim] array in host memory: a FIXED
+// table's rows, or the rows a DYNAMIC table hands to ids (dynamic_rows.h decides which).
+// (Tiered SSD storage comes as a further backend.)
+// Threading: none of its own; rows are plain memory the caller partitions.
+// Errors: kInvalidArgument naming the table for a bad shape or initializer.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/config/dlrm.pb.h"
@@ -28,6 +32,13 @@ class EmbeddingTable {
   // sharded model starts from exactly the single-process weights.
   void InitializeShard(const config::Initializer& init, uint64_t seed, int32_t table_index,
                        int64_t full_rows, int64_t row_begin, int32_t col_begin);
+
+  // A DYNAMIC table's admitted rows: row r of each (id, r) gets the values drawn from
+  // (seed, table_index, id) (a stream of its own, not a FIXED row's), so an id starts from
+  // the same values whichever row it lands in and whenever it is admitted again. The
+  // initializer must have passed Initialize's checks; rows must be in [0, num_rows()).
+  void InitializeForIds(const config::Initializer& init, uint64_t seed, int32_t table_index,
+                        const std::vector<std::pair<int64_t, int64_t>>& id_rows);
 
   const std::string& name() const { return name_; }
   int64_t num_rows() const { return num_rows_; }

@@ -35,7 +35,15 @@ IdIndex::IdIndex(int64_t capacity) : capacity_(capacity) {
   group_mask_ = groups - 1;
   tags_.assign(groups * kGroup, kEmpty);
   slots_.resize(groups * kGroup);
+  // Every row may be freed at once; reserved up front, so an erase never allocates and
+  // memory_bytes() depends on the capacity alone.
+  freed_rows_.reserve(static_cast<size_t>(capacity));
   Clear();
+}
+
+size_t IdIndex::MemoryBytesFor(int64_t capacity) {
+  const size_t slots = GroupsFor(capacity) * kGroup;
+  return slots * (1 + sizeof(Slot)) + static_cast<size_t>(capacity) * sizeof(int64_t);
 }
 
 size_t IdIndex::memory_bytes() const {
@@ -154,7 +162,7 @@ void IdIndex::Restore(const std::vector<int64_t>& ids, const std::vector<int64_t
       Throw(StatusCode::kDataLoss, "dynamic table state: id ", ids[i], " is resident twice");
     fresh.PlaceNew(slot, TagOf(hash), ids[i], rows[i]);
   }
-  fresh.freed_rows_ = freed_rows;
+  fresh.freed_rows_.assign(freed_rows.begin(), freed_rows.end());
   fresh.next_unused_row_ = next_unused_row;
   *this = std::move(fresh);
 }

@@ -90,6 +90,8 @@ class IdIndex {
   int64_t size() const { return size_; }
   // Bytes held: tags, slots and the free-row stack.
   size_t memory_bytes() const;
+  // What an index of `capacity` takes once it is full (before it is made).
+  static size_t MemoryBytesFor(int64_t capacity);
 
   // The id's row, or kNotFound.
   int64_t Find(int64_t id) const {

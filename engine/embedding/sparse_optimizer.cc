@@ -1,5 +1,6 @@
 #include "engine/embedding/sparse_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/config/config.h"
@@ -33,7 +34,7 @@ template <typename T>
 class TableStates {
  public:
   TableStates(const std::vector<TableShape>& tables, bool per_element, T initial)
-      : per_element_(per_element) {
+      : per_element_(per_element), initial_(initial) {
     buffers_.reserve(tables.size());
     for (const TableShape& shape : tables) {
       const int64_t width = per_element ? shape.dim : 1;
@@ -49,6 +50,12 @@ class TableStates {
     DLRM_INTERNAL_CHECK(dim == dims_[table]);
     return buffers_[table].data() + row * width;
   }
+  void Reset(int32_t table, int64_t row) {
+    DLRM_INTERNAL_CHECK(table >= 0 && static_cast<size_t>(table) < dims_.size());
+    const int64_t width = per_element_ ? dims_[table] : 1;
+    T* state = buffers_[table].data() + row * width;
+    std::fill(state, state + width, initial_);
+  }
   // For prefetching only: no check (the caller's ids are validated), nothing read.
   void Prefetch(int32_t table, int64_t row) const {
     const int64_t width = per_element_ ? dims_[table] : 1;
@@ -61,6 +68,7 @@ class TableStates {
 
  private:
   bool per_element_;  // dim values per row, else one
+  T initial_;
   std::vector<int32_t> dims_;
   std::vector<std::vector<T>> buffers_;
 };
@@ -93,6 +101,7 @@ class SparseSgd final : public SparseOptimizer<T> {
   }
   bool HasRowState() const override { return false; }
   void PrefetchState(int32_t, int64_t) const override {}
+  void ResetRow(int32_t table, int64_t) override { CheckTableIndex(table, num_tables_); }
 
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) override {
     CheckTableIndex(table, num_tables_);
@@ -121,6 +130,7 @@ class SparseAdagrad final : public SparseOptimizer<T> {
   }
   bool HasRowState() const override { return true; }
   void PrefetchState(int32_t table, int64_t row) const override { sum_sq_.Prefetch(table, row); }
+  void ResetRow(int32_t table, int64_t row) override { sum_sq_.Reset(table, row); }
 
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) override {
     return {{"sum_sq", sum_sq_.buffer(table)}};
@@ -151,6 +161,7 @@ class SparseRowwiseAdagrad final : public SparseOptimizer<T> {
   void PrefetchState(int32_t table, int64_t row) const override {
     row_sum_sq_.Prefetch(table, row);
   }
+  void ResetRow(int32_t table, int64_t row) override { row_sum_sq_.Reset(table, row); }
 
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) override {
     return {{"row_sum_sq", row_sum_sq_.buffer(table)}};
@@ -193,6 +204,10 @@ class SparseAdam final : public SparseOptimizer<T> {
   void PrefetchState(int32_t table, int64_t row) const override {
     exp_avg_.Prefetch(table, row);
     exp_avg_sq_.Prefetch(table, row);
+  }
+  void ResetRow(int32_t table, int64_t row) override {
+    exp_avg_.Reset(table, row);
+    exp_avg_sq_.Reset(table, row);
   }
 
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) override {

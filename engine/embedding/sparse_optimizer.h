@@ -28,6 +28,9 @@ class SparseOptimizer {
   // backward calls it a few rows early, beside the row's own prefetch). A hint only: it
   // reads nothing. table and row are valid.
   virtual void PrefetchState(int32_t table, int64_t row) const = 0;
+  // Returns (table, row)'s state to its initial value, as a fresh optimizer holds it: a
+  // DYNAMIC table's row handed to another id starts over. table and row are valid.
+  virtual void ResetRow(int32_t table, int64_t row) = 0;
   // Named state of one table for checkpoints: SGD none; Adagrad "sum_sq" [rows x dim];
   // row-wise Adagrad "row_sum_sq" [rows]; Adam "exp_avg", "exp_avg_sq" [rows x dim].
   virtual std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) = 0;

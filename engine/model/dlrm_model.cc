@@ -49,7 +49,8 @@ DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool, bool
     binding.offset = pooled_width;
     binding.mean = feature.pooling() == config::SparseFeatureConfig::MEAN;
     bindings_.push_back(binding);
-    feature_specs_.push_back({t, model.tables(t).num_rows()});
+    feature_specs_.push_back(
+        {t, model.tables(t).num_rows(), model.tables(t).kind() == config::TableConfig::DYNAMIC});
     feature_dims.push_back(model.tables(t).dim());
     pooled_width += model.tables(t).dim();
   }

@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "engine/config/config.h"
 #include "engine/core/status.h"
 #include "engine/data/batch.h"
 #include "engine/shard/planner.h"
@@ -72,6 +73,7 @@ EmbeddingShardStore::EmbeddingShardStore(const config::DlrmConfig& config,
                                          const shard::ShardingPlan& plan, int32_t owner,
                                          ThreadPool* pool)
     : model_(config.model()), pool_(pool) {
+  RequireFixedTables(model_, "distributed training (embedding shards)");
   std::vector<ShardLocation> mine;
   for (const auto& pieces : LocateShards(model_, plan)) {
     for (const ShardLocation& loc : pieces) {

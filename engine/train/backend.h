@@ -28,18 +28,22 @@
 #include "engine/data/batch.h"
 #include "engine/embedding/sparse_optimizer.h"
 #include "engine/model/dlrm_model.h"
+#include "engine/model/dynamic_tables.h"
 #include "engine/optim/dense_optimizer.h"
 #include "engine/train/step.h"
 
 namespace dlrm::train {
 
 // The model and its optimizers' state, in host memory.
+// A backend only ever sees row numbers: the Engine translates the raw ids of DYNAMIC
+// tables (dynamic_tables) before a batch reaches it.
 struct ModelState {
   ModelState(const config::DlrmConfig& config, ThreadPool* pool);
 
   DlrmModel<float> model;
   std::unique_ptr<DenseOptimizer<float>> dense_optimizer;
   std::unique_ptr<SparseOptimizer<float>> sparse_optimizer;
+  DynamicTables dynamic_tables;
 };
 
 // The batches around a step, for a device backend that copies the next batch in while

@@ -50,7 +50,8 @@ ModelState::ModelState(const config::DlrmConfig& config, ThreadPool* pool)
       dense_optimizer(
           MakeDenseOptimizer<float>(config.dense_optimizer(), model.dense_params().size())),
       sparse_optimizer(
-          MakeSparseOptimizer<float>(config.sparse_optimizer(), TableShapes(config.model()))) {}
+          MakeSparseOptimizer<float>(config.sparse_optimizer(), TableShapes(config.model()))),
+      dynamic_tables(config) {}
 
 std::unique_ptr<Backend> MakeCpuBackend(ModelState* state, ThreadPool* pool) {
   return std::make_unique<CpuBackend>(state, pool);

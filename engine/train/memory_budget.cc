@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "engine/core/status.h"
+#include "engine/embedding/dynamic_rows.h"
 #include "engine/shard/cost_model.h"
 
 namespace dlrm::train {
@@ -51,13 +52,16 @@ void CheckModelFitsMemory(const config::DlrmConfig& config) {
   int largest_table = 0;
   for (int t = 0; t < config.model().tables_size(); ++t) {
     const auto& table = config.model().tables(t);
-    const int64_t bytes = cost.MemoryBytes(table.num_rows(), table.dim());
+    int64_t bytes = cost.MemoryBytes(table.num_rows(), table.dim());
+    if (table.kind() == config::TableConfig::DYNAMIC)
+      bytes = SaturatingAdd(bytes, static_cast<int64_t>(DynamicRows::MemoryBytesFor(
+                                       DynamicRowsOptionsFor(table, config.seed(), t))));
     total = SaturatingAdd(total, bytes);
     if (bytes > largest) largest = bytes, largest_table = t;
   }
   if (total <= limit) return;
   Throw(StatusCode::kResourceExhausted, "the embedding tables need ", total,
-        " bytes (weights and optimizer state; the largest, table \"",
+        " bytes (weights, optimizer state and id indexes; the largest, table \"",
         config.model().tables(largest_table).name(), "\", ", largest, " bytes) but ", source,
         " is ", limit, " bytes");
 }

@@ -266,6 +266,7 @@ class RecordingOptimizer : public SparseOptimizer<T> {
     std::lock_guard<std::mutex> lock(mu_);
     prefetched_.insert({table, row});
   }
+  void ResetRow(int32_t, int64_t) override { ADD_FAILURE() << "no row is reset in this test"; }
 
   const std::map<std::pair<int32_t, int64_t>, Call>& calls() const { return calls_; }
   const std::set<std::pair<int32_t, int64_t>>& prefetched() const { return prefetched_; }

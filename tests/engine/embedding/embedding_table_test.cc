@@ -223,3 +223,30 @@ TEST(EmbeddingTableValidation, RejectsBadInitializerNamingTableAndField) {
 
 }  // namespace
 }  // namespace dlrm
+
+namespace dlrm {
+namespace {
+
+// A DYNAMIC table's row starts from values drawn for its id: the same in whichever row it
+// lands, different for another id (ids differing only in their top bits included) and
+// for another table index, and from the initializer's distribution.
+TEST(EmbeddingTableIdTest, AnIdDrawsTheSameRowWhereverItLands) {
+  const config::Initializer init = Uniform(-0.5f, 0.5f);
+  EmbeddingTable<float> a("a", 8, 16), b("b", 8, 16);
+  const int64_t id = -1234567890123LL, high = id ^ (int64_t{1} << 60);
+  a.InitializeForIds(init, 7, 2, {{id, 1}, {high, 2}});
+  b.InitializeForIds(init, 7, 2, {{id, 5}});
+  EXPECT_EQ(std::memcmp(a.row(1), b.row(5), 16 * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(a.row(1), a.row(2), 16 * sizeof(float)), 0);
+  b.InitializeForIds(init, 7, 3, {{id, 0}});
+  EXPECT_NE(std::memcmp(a.row(1), b.row(0), 16 * sizeof(float)), 0);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_GE(a.row(1)[j], -0.5f);
+    EXPECT_LT(a.row(1)[j], 0.5f);
+  }
+  b.InitializeForIds(OfKind(config::Initializer::ZEROS), 7, 3, {{id, 0}});
+  EXPECT_EQ(b.row(0)[0], 0.0f);
+}
+
+}  // namespace
+}  // namespace dlrm

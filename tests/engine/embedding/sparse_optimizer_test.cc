@@ -1,6 +1,7 @@
 #include "engine/embedding/sparse_optimizer.h"
 
 #include <gmock/gmock.h>
+#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -256,6 +257,40 @@ TEST(SparseOptimizerValidation, AcceptsDefaultsAndEdgeValues) {
   c.mutable_adam()->set_beta2(0);
   EXPECT_NE(MakeSparseOptimizer<double>(c, kShapes), nullptr);
   EXPECT_NE(MakeSparseOptimizer<float>(c, {}), nullptr);
+}
+
+}  // namespace
+}  // namespace dlrm
+
+namespace dlrm {
+namespace {
+
+// ResetRow (a DYNAMIC table's row handed to a new id) returns exactly that row's state to
+// a fresh optimizer's, for every kind; other rows keep theirs.
+TEST(SparseOptimizerResetRow, ReturnsOneRowToTheFreshState) {
+  const char* const kinds[] = {"sgd {}", "adagrad { initial_accumulator: 0.25 }",
+                               "rowwise_adagrad { initial_accumulator: 0.5 }", "adam {}"};
+  for (const char* kind : kinds) {
+    config::SparseOptimizerConfig config;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(kind, &config)) << kind;
+    auto fresh = MakeSparseOptimizer<float>(config, kShapes);
+    auto used = MakeSparseOptimizer<float>(config, kShapes);
+    float weights[2] = {1, 2};
+    const float grad[2] = {0.5f, -1};
+    for (const int64_t row : {0, 1, 2}) used->UpdateRow(0, row, weights, grad, 2, 0.1f, 1);
+    used->ResetRow(0, 1);
+    for (size_t b = 0; b < fresh->StateBuffers(0).size(); ++b) {
+      const std::vector<float>& f = *fresh->StateBuffers(0)[b].second;
+      const std::vector<float>& u = *used->StateBuffers(0)[b].second;
+      const size_t width = f.size() / 3;
+      for (size_t i = 0; i < f.size(); ++i) {
+        if (i / width == 1)
+          EXPECT_EQ(u[i], f[i]) << kind << " row 1 was reset";
+        else
+          EXPECT_NE(u[i], f[i]) << kind << " rows 0 and 2 keep their state";
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -32,6 +32,7 @@ class GradientCapture : public SparseOptimizer<double> {
   }
   bool HasRowState() const override { return false; }
   void PrefetchState(int32_t, int64_t) const override {}
+  void ResetRow(int32_t, int64_t) override { ADD_FAILURE() << "no row is reset in this test"; }
 
   std::map<std::pair<int32_t, int64_t>, std::vector<double>> grads;
 
