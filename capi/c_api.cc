@@ -197,6 +197,28 @@ DLRM_API dlrm_status dlrm_engine_get_step(dlrm_engine* engine, int64_t* out) {
   });
 }
 
+DLRM_API dlrm_status dlrm_engine_table_stats(dlrm_engine* engine, const char* table,
+                                             dlrm_table_stats* out) {
+  return Guard([&] {
+    dlrm::Engine& e = EngineOf(engine);
+    RequireNotNull(table, "table");
+    RequireNotNull(out, "out");
+    if (out->struct_size < sizeof(dlrm_table_stats))
+      dlrm::ThrowInvalid("out->struct_size is ", out->struct_size,
+                         "; set it to sizeof(dlrm_table_stats) = ", sizeof(dlrm_table_stats));
+    const dlrm::TableStats s = e.GetTableStats(table);
+    out->dynamic = s.dynamic ? 1 : 0;
+    out->capacity = s.capacity;
+    out->size = s.size;
+    out->lookups = s.counts.lookups;
+    out->hits = s.counts.hits;
+    out->admitted = s.counts.admitted;
+    out->evicted = s.counts.evicted;
+    out->rejected = s.counts.rejected;
+    out->memory_bytes = s.memory_bytes;
+  });
+}
+
 DLRM_API dlrm_status dlrm_engine_get_config(dlrm_engine* engine, char** out) {
   return Guard([&] {
     dlrm::Engine& e = EngineOf(engine);

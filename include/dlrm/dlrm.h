@@ -211,6 +211,29 @@ DLRM_API dlrm_status dlrm_engine_read_parameter(dlrm_engine* engine, const char*
 DLRM_API dlrm_status dlrm_engine_write_parameter(dlrm_engine* engine, const char* name,
                                                  const float* values, size_t len);
 
+/* ---- Table statistics ------------------------------------------------------------
+ * A DYNAMIC table (config kind: DYNAMIC) gives rows to the raw int64 ids it admits and
+ * evicts ids when full; these counters say how that goes. A FIXED table reports its rows
+ * as capacity and size and counts nothing. Counters run from the engine's creation and
+ * are saved in checkpoints. */
+typedef struct dlrm_table_stats {
+  size_t struct_size; /* sizeof(dlrm_table_stats) */
+  int32_t dynamic;    /* 1 for a DYNAMIC table, 0 for a FIXED one */
+  int64_t capacity;   /* rows ids may hold (a DYNAMIC table's rows less its default row) */
+  int64_t size;       /* rows held by ids now */
+  int64_t lookups;    /* id occurrences trained on */
+  int64_t hits;       /* of those, of ids that held a row (hit rate = hits / lookups) */
+  int64_t admitted;   /* ids given a row */
+  int64_t evicted;    /* ids that lost their row (to make room, or past their TTL) */
+  int64_t rejected;   /* new ids that qualified for a row at a step and found none */
+  int64_t memory_bytes; /* weights, sparse optimizer state and the id index */
+} dlrm_table_stats;
+
+/* Statistics of the table named `table` (a model.tables name); NOT_FOUND for another
+ * name. Reader lock. */
+DLRM_API dlrm_status dlrm_engine_table_stats(dlrm_engine* engine, const char* table,
+                                             dlrm_table_stats* out);
+
 /* ---- Multi-process training: embedding servers + data-parallel trainers --------------
  * A job is a coordinator, embedding servers and trainers (docs/DESIGN.md, "A multi-process
  * job"); `dlrm launch` starts one on a single host. Each process is told its part by the

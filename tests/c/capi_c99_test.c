@@ -439,6 +439,65 @@ static void test_parameters(dlrm_engine* e) {
   free(values);
 }
 
+/* kConfig with table t0 made DYNAMIC with 6 rows (LFU): malloc'ed, or NULL. */
+static char* dynamic_config(void) {
+  const char* fixed = "tables { name: 't0' num_rows: 50 dim: 4 }";
+  const char* dynamic =
+      "tables { name: 't0' num_rows: 6 dim: 4 kind: DYNAMIC dynamic { eviction: LFU } }";
+  const char* at = strstr(kConfig, fixed);
+  size_t head, size;
+  char* text;
+  if (at == NULL) return NULL;
+  head = (size_t)(at - kConfig);
+  size = strlen(kConfig) - strlen(fixed) + strlen(dynamic) + 1;
+  text = (char*)malloc(size);
+  if (text == NULL) return NULL;
+  memcpy(text, kConfig, head);
+  strcpy(text + head, dynamic);
+  strcat(text, at + strlen(fixed));
+  return text;
+}
+
+static void test_table_stats(void) {
+  dlrm_engine* e = NULL;
+  dlrm_table_stats s, before;
+  test_batch ref;
+  float out[B];
+  int step, i, first_ids;
+  char* config = dynamic_config();
+  CHECK(config != NULL);
+  if (config == NULL) return;
+  CHECK(dlrm_engine_create(config, &e) == DLRM_OK);
+  free(config);
+  if (e == NULL) return;
+  for (step = 0; step < 4; ++step) {
+    make_batch(&ref, step);
+    /* Feature 'a' (table t0) gets raw ids spread over the int64 range. */
+    for (i = 0, first_ids = 0; i < B; ++i) first_ids += ref.lengths[i];
+    for (i = 0; i < first_ids; ++i) ref.ids[i] = (ref.ids[i] + 1) * (int64_t)0x9E3779B97F4A7C1LL;
+    CHECK(dlrm_engine_train_step(e, &ref.batch, NULL) == DLRM_OK);
+  }
+  memset(&s, 0, sizeof s);
+  s.struct_size = sizeof s;
+  CHECK(dlrm_engine_table_stats(e, "t0", &s) == DLRM_OK);
+  CHECK(s.dynamic == 1 && s.capacity == 6 && s.size > 0 && s.size <= 6);
+  CHECK(s.lookups > 0 && s.hits <= s.lookups && s.admitted > 6 && s.evicted > 0);
+  CHECK(s.admitted - s.evicted == s.size && s.memory_bytes > 6 * 4 * 4);
+  before = s;
+  predict_ref(e, &ref, out); /* prediction admits nothing */
+  CHECK(dlrm_engine_table_stats(e, "t0", &s) == DLRM_OK);
+  CHECK(s.lookups == before.lookups && s.admitted == before.admitted && s.size == before.size);
+  CHECK(dlrm_engine_table_stats(e, "t1", &s) == DLRM_OK);
+  CHECK(s.dynamic == 0 && s.capacity == 20 && s.size == 20 && s.lookups == 0);
+  CHECK_FAILS(dlrm_engine_table_stats(e, "nope", &s), DLRM_NOT_FOUND, "nope");
+  CHECK_FAILS(dlrm_engine_table_stats(e, NULL, &s), DLRM_INVALID_ARGUMENT, "table");
+  CHECK_FAILS(dlrm_engine_table_stats(e, "t0", NULL), DLRM_INVALID_ARGUMENT, "out");
+  s.struct_size = 8;
+  CHECK_FAILS(dlrm_engine_table_stats(e, "t0", &s), DLRM_INVALID_ARGUMENT, "struct_size");
+  CHECK_FAILS(dlrm_engine_table_stats(NULL, "t0", &s), DLRM_INVALID_ARGUMENT, "engine");
+  dlrm_engine_destroy(e);
+}
+
 int main(int argc, char** argv) {
   const char* dir;
   dlrm_engine* e = NULL;
@@ -470,6 +529,7 @@ int main(int argc, char** argv) {
   test_bad_inputs(e);
   test_checkpoints(e, dir);
   test_parameters(e);
+  test_table_stats();
   test_async();
   dlrm_engine_destroy(e);
   free(kConfig);
