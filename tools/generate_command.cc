@@ -18,6 +18,9 @@ DEFINE_int64(train_samples, 4000000, "training samples to write");
 DEFINE_int64(test_samples, 200000, "test samples to write (drawn after the training ones)");
 DEFINE_uint64(seed, 1, "generator seed");
 DEFINE_double(zipf, 1.2, "Zipf exponent of each categorical feature's ids");
+DEFINE_bool(raw_ids, false,
+            "write each id spread over the 64-bit range (a fixed bijection per feature, 16 hex "
+            "digits) for DYNAMIC tables; the samples and labels are otherwise the same");
 DEFINE_string(cardinalities,
               "1000,583,1000,1000,305,24,1000,633,3,1000,1000,1000,1000,27,1000,1000,10,"
               "1000,1000,4,1000,18,15,1000,105,1000",
@@ -57,6 +60,7 @@ int GenerateCommand() {
   spec.seed = FLAGS_seed;
   spec.zipf_exponent = FLAGS_zipf;
   spec.cardinalities = ParseList(FLAGS_cardinalities);
+  spec.raw_ids = FLAGS_raw_ids;
   const SyntheticGenerator generator(spec);
   std::filesystem::create_directories(FLAGS_out_dir);
   const std::string train = FLAGS_out_dir + "/train.tsv";

@@ -98,6 +98,7 @@ int TrainCommand() {
   std::printf("trained %lld steps, %lld samples in %.1fs: %.0f samples/s\n",
               static_cast<long long>(step), static_cast<long long>(samples), elapsed,
               samples / elapsed);
+  ReportDynamicTables(engine);
   if (!FLAGS_save.empty()) {
     engine.Save(FLAGS_save);
     LOG(INFO) << "saved checkpoint " << FLAGS_save;

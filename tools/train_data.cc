@@ -19,8 +19,11 @@ CriteoOptions ReaderOptions(const config::DlrmConfig& config, int64_t batch_size
   CriteoOptions options;
   options.batch_size = batch_size;
   options.on_malformed = skip_malformed ? MalformedPolicy::kSkip : MalformedPolicy::kError;
-  for (const auto& feature : model.sparse_features())
-    options.table_rows.push_back(model.tables(FindTable(model, feature.table())).num_rows());
+  for (const auto& feature : model.sparse_features()) {
+    const config::TableConfig& table = model.tables(FindTable(model, feature.table()));
+    options.table_rows.push_back(table.kind() == config::TableConfig::DYNAMIC ? kRawIds
+                                                                              : table.num_rows());
+  }
   return options;
 }
 
@@ -41,6 +44,33 @@ void ReportEval(const std::string& path, const EvalResult& result) {
   double bayes_auc = 0;
   if (bayes >> bayes_auc)
     std::printf("bayes_optimal_auc=%.6f gap=%.6f\n", bayes_auc, bayes_auc - result.auc);
+  std::fflush(stdout);
+}
+
+void ReportDynamicTables(const Engine& engine) {
+  DynamicRowsStats total;
+  int dynamic = 0;
+  for (const auto& table : engine.config().model().tables()) {
+    if (table.kind() != config::TableConfig::DYNAMIC) continue;
+    const TableStats s = engine.GetTableStats(table.name());
+    const auto& c = s.counts;
+    std::printf(
+        "table %s: size=%lld capacity=%lld hit_rate=%.4f admitted=%lld evicted=%lld "
+        "rejected=%lld\n",
+        table.name().c_str(), static_cast<long long>(s.size), static_cast<long long>(s.capacity),
+        c.lookups > 0 ? static_cast<double>(c.hits) / static_cast<double>(c.lookups) : 0.0,
+        static_cast<long long>(c.admitted), static_cast<long long>(c.evicted),
+        static_cast<long long>(c.rejected));
+    total.lookups += c.lookups, total.hits += c.hits, total.admitted += c.admitted;
+    total.evicted += c.evicted, total.rejected += c.rejected, ++dynamic;
+  }
+  if (dynamic == 0) return;
+  std::printf(
+      "dynamic tables: %d hit_rate=%.4f admitted=%lld evicted=%lld rejected=%lld\n", dynamic,
+      total.lookups > 0 ? static_cast<double>(total.hits) / static_cast<double>(total.lookups)
+                        : 0.0,
+      static_cast<long long>(total.admitted), static_cast<long long>(total.evicted),
+      static_cast<long long>(total.rejected));
   std::fflush(stdout);
 }
 

@@ -10,6 +10,7 @@
 #include "engine/core/metrics.h"
 #include "engine/data/batch.h"
 #include "engine/data/criteo_tsv.h"
+#include "engine/engine.h"
 
 namespace dlrm::tools {
 
@@ -24,5 +25,9 @@ std::vector<OwnedBatch> LoadBatches(const std::string& path, const config::DlrmC
 
 // "eval PATH: samples=N log_loss=X auc=Y", plus the gap to PATH.bayes_auc if present.
 void ReportEval(const std::string& path, const EvalResult& result);
+
+// One line per DYNAMIC table: "table NAME: size=.. capacity=.. hit_rate=.. admitted=..
+// evicted=.. rejected=..", then their totals; nothing for a model of FIXED tables.
+void ReportDynamicTables(const Engine& engine);
 
 }  // namespace dlrm::tools

@@ -64,9 +64,9 @@ IntResult ParseDenseInt(std::string_view s, int64_t* value) {
   return IntResult::kOk;
 }
 
-// 1 to 8 hex digits, either case.
-bool ParseHex32(std::string_view s, uint32_t* value) {
-  if (s.empty() || s.size() > 8) return false;
+// 1 to 16 hex digits, either case.
+bool ParseHex64(std::string_view s, uint64_t* value) {
+  if (s.empty() || s.size() > 16) return false;
   // from_chars skips no prefix or sign, so a full-length match means hex digits only.
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *value, 16);
   return ec == std::errc() && end == s.data() + s.size();
@@ -79,8 +79,9 @@ void ValidateOptions(const CriteoOptions& options) {
     ThrowInvalid("CriteoOptions.table_rows must have ", kNumSparse, " entries, got ",
                  options.table_rows.size());
   for (size_t f = 0; f < options.table_rows.size(); ++f) {
-    if (options.table_rows[f] <= 0)
-      ThrowInvalid("CriteoOptions.table_rows[", f, "] must be > 0, got ", options.table_rows[f]);
+    if (options.table_rows[f] < 0)
+      ThrowInvalid("CriteoOptions.table_rows[", f, "] must be > 0 (or kRawIds, 0), got ",
+                   options.table_rows[f]);
   }
 }
 
@@ -127,13 +128,17 @@ bool ParseCriteoLine(const std::string& line, const std::vector<int64_t>& table_
       const int f = k - 1 - kNumDense;
       if (field.empty()) {
         row->ids[f] = -1;
+        row->present[f] = false;
         continue;
       }
-      uint32_t value = 0;
-      if (!ParseHex32(field, &value)) return Fail(error, k, "not 1 to 8 hex digits:", field);
+      uint64_t value = 0;
+      if (!ParseHex64(field, &value)) return Fail(error, k, "not 1 to 16 hex digits:", field);
       const int64_t rows = table_rows[f];
-      if (rows <= 0) ThrowInvalid("ParseCriteoLine: table_rows[", f, "] must be > 0, got ", rows);
-      row->ids[f] = static_cast<int64_t>(value) % rows;
+      if (rows < 0)
+        ThrowInvalid("ParseCriteoLine: table_rows[", f, "] must be > 0 (or kRawIds), got ", rows);
+      row->present[f] = true;
+      row->ids[f] = rows == kRawIds ? static_cast<int64_t>(value)
+                                    : static_cast<int64_t>(value % static_cast<uint64_t>(rows));
     }
   }
   return true;
@@ -196,9 +201,9 @@ bool CriteoTsvReader::Next(OwnedBatch* batch) {
   }
   for (int f = 0; f < kNumSparse; ++f) {
     for (int64_t i = 0; i < b; ++i) {
-      const int64_t id = rows[i].ids[f];
-      batch->lengths[f * b + i] = id >= 0 ? 1 : 0;
-      if (id >= 0) batch->ids.push_back(id);
+      const bool present = rows[i].present[f];
+      batch->lengths[f * b + i] = present ? 1 : 0;
+      if (present) batch->ids.push_back(rows[i].ids[f]);
     }
   }
   return b > 0;

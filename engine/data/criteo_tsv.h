@@ -2,8 +2,10 @@
 //   label \t I1..I13 (integers, may be empty) \t C1..C26 (32-bit hex, may be empty) \n
 //
 // Dense: an integer x becomes log(1 + x) for x > 0 and 0 otherwise (DLRM reference);
-// an empty field is 0. Categorical: the hex value modulo the feature's table size is the
-// id; an empty field is an empty bag (length 0).
+// an empty field is 0. Categorical: 1 to 16 hex digits (Criteo's are 8); the value modulo
+// the feature's table size is the id, or for a DYNAMIC table's feature (table_rows
+// kRawIds) the 64-bit value itself, as an int64 (`dlrm generate --raw_ids` writes 16
+// digits); an empty field is an empty bag (length 0).
 //
 // Malformed lines (wrong field count, a label other than 0/1, a non-integer dense field,
 // a non-hex categorical field) follow MalformedPolicy: kError throws dlrm::Error naming
@@ -24,15 +26,19 @@ enum class MalformedPolicy { kError, kSkip };
 struct CriteoOptions {
   int64_t batch_size = 1024;
   MalformedPolicy on_malformed = MalformedPolicy::kError;
-  // Rows of the table each of the 26 categorical features maps into (26 entries, > 0).
+  // Rows of the table each of the 26 categorical features maps into (26 entries, > 0),
+  // or kRawIds for a feature whose ids are kept whole (a DYNAMIC table).
   std::vector<int64_t> table_rows;
 };
+inline constexpr int64_t kRawIds = 0;
 
-// One parsed line: 13 dense values, 26 ids (-1 = empty field), the label.
+// One parsed line: 13 dense values, 26 ids, the label. An empty field has present false
+// (and id -1); a raw id may be any int64, -1 included.
 struct CriteoRow {
   float label = 0;
   float dense[13] = {};
   int64_t ids[26] = {};
+  bool present[26] = {};
 };
 
 // Parses one line (without the newline). Returns false and sets *error (naming the field)

@@ -115,13 +115,14 @@ struct FileCloser {
 };
 using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
-// Appends "\t<value>" in decimal (base 10) or as 8 lowercase hex digits (base 16).
-void AppendField(std::string* line, uint64_t value, int base) {
+// Appends "\t<value>" in decimal (base 10) or as `hex_width` lowercase hex digits (base
+// 16: 8 as Criteo's hashes, 16 for raw ids).
+void AppendField(std::string* line, uint64_t value, int base, size_t hex_width = 8) {
   char digits[24];
   const auto result = std::to_chars(digits, digits + sizeof(digits), value, base);
   const size_t len = static_cast<size_t>(result.ptr - digits);
   line->push_back('\t');
-  if (base == 16 && len < 8) line->append(8 - len, '0');  // Criteo's fixed-width hashes
+  if (base == 16 && len < hex_width) line->append(hex_width - len, '0');
   line->append(digits, len);
 }
 
@@ -196,7 +197,7 @@ double SyntheticGenerator::DrawFeatures(int64_t index, SyntheticSample* sample) 
   sample->ids.resize(zipf_.size());
   for (size_t f = 0; f < zipf_.size(); ++f) {
     const int64_t id = DrawId(f, index);
-    sample->ids[f] = id;
+    sample->ids[f] = spec_.raw_ids ? RawId(id, static_cast<int32_t>(f)) : id;
     const CounterRng id_rng(spec_.seed, kStreamSynthetic + kIdParamStreamBase + f,
                             static_cast<uint64_t>(id));
     logit += spec_.id_effect_scale * id_rng.Normal(0);
@@ -256,7 +257,7 @@ double SyntheticGenerator::WriteTsv(const std::string& path, int64_t first, int6
   if (spec_.cardinalities.size() != kTsvSparse)
     ThrowInvalid("SyntheticGenerator::WriteTsv: Criteo TSV needs ", kTsvSparse,
                  " SyntheticSpec.cardinalities, got ", spec_.cardinalities.size());
-  for (size_t f = 0; f < kTsvSparse; ++f) {
+  for (size_t f = 0; f < kTsvSparse && !spec_.raw_ids; ++f) {
     if (spec_.cardinalities[f] > kMaxTsvCardinality)
       ThrowInvalid("SyntheticGenerator::WriteTsv: SyntheticSpec.cardinalities[", f,
                    "] = ", spec_.cardinalities[f], " does not fit Criteo's 32-bit ids");
@@ -290,7 +291,8 @@ double SyntheticGenerator::WriteTsv(const std::string& path, int64_t first, int6
         text.push_back(sample.label > 0.5f ? '1' : '0');
         for (const int64_t v : sample.dense_counts)
           AppendField(&text, static_cast<uint64_t>(v), 10);
-        for (const int64_t id : sample.ids) AppendField(&text, static_cast<uint64_t>(id), 16);
+        for (const int64_t id : sample.ids)
+          AppendField(&text, static_cast<uint64_t>(id), 16, spec_.raw_ids ? 16 : 8);
         text.push_back('\n');
       }
     });

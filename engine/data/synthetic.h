@@ -40,6 +40,9 @@ struct SyntheticSpec {
   double id_effect_scale = 0.22;    // stddev of w_f(id)
   double interaction_scale = 0.12;  // stddev of each u_f(id) component
   double dense_effect_scale = 0.2;  // stddev of a_j
+  // Each id as RawId(id, feature) (the planted model is unchanged: same labels), written
+  // to TSV as 16 hex digits, for DYNAMIC tables.
+  bool raw_ids = false;
 };
 
 struct SyntheticSample {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,30 @@ TEST(CriteoTsvTest, ParsesHandWrittenLine) {
   EXPECT_EQ(row.ids[2], 0xABCDEF12LL % 1000);
   EXPECT_EQ(row.ids[3], 0);
   EXPECT_EQ(row.ids[25], 0xFFFFFFFFLL % 7);
+}
+
+// A DYNAMIC table's feature (table_rows kRawIds) keeps the whole 64-bit value as its id,
+// negative ones included; a FIXED one takes a 16-digit value modulo its rows; 17 digits
+// are malformed.
+TEST(CriteoTsvTest, RawIdsKeepTheWhole64BitValue) {
+  std::vector<std::string> fields = GoodFields(0);
+  fields[14] = "ffffffffffffffff";  // C1: raw -> -1, present
+  fields[15] = "8000000000000000";  // C2: raw -> INT64_MIN
+  fields[16] = "";                  // C3: raw, empty bag
+  fields[17] = "0123456789abcdef";  // C4: FIXED, modulo 1000
+  std::vector<int64_t> rows = TableRows(1000);
+  rows[0] = rows[1] = rows[2] = kRawIds;
+  CriteoRow row;
+  std::string error;
+  ASSERT_TRUE(ParseCriteoLine(Join(fields), rows, &row, &error)) << error;
+  EXPECT_TRUE(row.present[0]);
+  EXPECT_EQ(row.ids[0], -1);
+  EXPECT_EQ(row.ids[1], std::numeric_limits<int64_t>::min());
+  EXPECT_FALSE(row.present[2]);
+  EXPECT_EQ(row.ids[3], static_cast<int64_t>(0x0123456789abcdefULL % 1000));
+  fields[14] = "1ffffffffffffffff";
+  EXPECT_FALSE(ParseCriteoLine(Join(fields), rows, &row, &error));
+  EXPECT_THAT(error, HasSubstr("not 1 to 16 hex digits"));
 }
 
 TEST(CriteoTsvTest, ReaderBuildsFeatureMajorBatch) {
@@ -189,7 +214,7 @@ const MalformedCase kMalformedCases[] = {
     {"dense_overflow", 2, "99999999999999999999999", "I2"},
     {"dense_space", 4, " 4", "I4"},
     {"categorical_not_hex", 25, "xyz", "C12"},
-    {"categorical_nine_digits", 39, "123456789", "C26"},
+    {"categorical_seventeen_digits", 39, "12345678901234567", "C26"},
     {"categorical_signed", 14, "-1", "C1"},
     {"categorical_prefix", 20, "0x12", "C7"},
     {"too_few_fields", -1, "1\t2\t3", "fields"},
@@ -312,7 +337,7 @@ TEST(CriteoTsvTest, OptionsValidatedNamingField) {
   options.table_rows.pop_back();
   expect_invalid(options, "table_rows");
   options = Options(4);
-  options.table_rows[3] = 0;
+  options.table_rows[3] = -1;
   expect_invalid(options, "table_rows[3]");
 }
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,6 +60,30 @@ TEST(SyntheticTest, SameSeedGivesIdenticalSamples) {
     differing += a.Sample(i).ids != c.Sample(i).ids;
   }
   EXPECT_GT(differing, 0) << "a different seed should give different samples";
+}
+
+// raw_ids changes only the ids, each through RawId: the same labels and dense values, so
+// FIXED and DYNAMIC tables train on the same samples; RawId spreads ids over the int64
+// range and sends distinct ids (of one feature) to distinct raw ids.
+TEST(SyntheticTest, RawIdsAreTheSameSamplesWithIdsMapped) {
+  SyntheticSpec raw_spec = CriteoLikeSpec(3);
+  raw_spec.raw_ids = true;
+  const SyntheticGenerator indexed(CriteoLikeSpec(3)), raw(raw_spec);
+  bool negative = false;
+  for (int64_t i = 0; i < 200; ++i) {
+    const SyntheticSample a = indexed.Sample(i), b = raw.Sample(i);
+    EXPECT_EQ(a.label, b.label);
+    EXPECT_EQ(a.dense_counts, b.dense_counts);
+    for (size_t f = 0; f < a.ids.size(); ++f) {
+      EXPECT_EQ(b.ids[f], RawId(a.ids[f], static_cast<int32_t>(f)));
+      negative |= b.ids[f] < 0;
+    }
+  }
+  EXPECT_TRUE(negative) << "raw ids cover the negative half too";
+  std::set<int64_t> seen;
+  for (int64_t id = 0; id < 100000; ++id) seen.insert(RawId(id, 4));
+  EXPECT_EQ(seen.size(), 100000u);
+  EXPECT_NE(RawId(7, 0), RawId(7, 1));
 }
 
 TEST(SyntheticTest, SampleShapesAndRanges) {
