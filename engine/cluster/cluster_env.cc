@@ -1,11 +1,15 @@
 #include "engine/cluster/cluster_env.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <sstream>
+#include <string_view>
 
 #include "engine/core/status.h"
 
@@ -194,6 +198,11 @@ EnvLookup ParseClusterSettings(const std::string& text) {
     const std::string key = line.substr(0, eq);
     if (key.rfind("DLRM_", 0) != 0)
       ThrowInvalid("cluster line ", number, ": \"", key, "\" is not a DLRM_* setting");
+    try {
+      CheckKnownVariables({key});
+    } catch (const Error& e) {
+      ThrowInvalid("cluster line ", number, ": ", e.what());
+    }
     if (!vars->emplace(key, line.substr(eq + 1)).second)
       ThrowInvalid("cluster line ", number, ": ", key, " is set twice");
   }
@@ -204,6 +213,71 @@ EnvLookup ParseClusterSettings(const std::string& text) {
   };
 }
 
-ClusterEnv ClusterEnvFromEnvironment() { return ParseClusterEnv(ProcessEnvironment()); }
+namespace {
+
+// The contract's variables (cluster_env.h), then the others libdlrm and its scripts read.
+constexpr const char* kKnownVariables[] = {
+    "DLRM_ROLE", "DLRM_WORLD_SIZE", "DLRM_RANK", "DLRM_COORDINATOR", "DLRM_BIND_ADDRESS",
+    "DLRM_SECRET", "DLRM_TIMEOUT_MS", "DLRM_NET_DELAY_MS", "DLRM_COLLECTIVE",
+    // engine/core/cpu_features.h
+    "DLRM_MAX_ISA",
+    // bindings (the library to load), scripts/*.sh, tests and benchmarks
+    "DLRM_LIBRARY", "DLRM_JOBS", "DLRM_ROOT", "DLRM_BUILD_DIR", "DLRM_GPU_BUILD_DIR",
+    "DLRM_TEST_TMPDIR", "DLRM_TEST_MODEL", "DLRM_CROSSLANG_DIR", "DLRM_SKIP_SANITIZER",
+    "DLRM_BENCH_DATA", "DLRM_BENCH_CONFIG_DIR", "DLRM_DEMO_DIR", "DLRM_DEMO_TRAIN",
+    "DLRM_DEMO_TEST"};
+
+// Edits (insert, delete, substitute) from a to b.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+    }
+  }
+  return row[b.size()];
+}
+
+std::string ClosestKnown(const std::string& name) {
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (const char* known : kKnownVariables) {
+    const std::string k = known;
+    const size_t d = k.rfind(name, 0) == 0 ? 0 : EditDistance(name, k);  // a prefix: d 0
+    if (d < best_distance) best = k, best_distance = d;
+  }
+  return best;
+}
+
+}  // namespace
+
+bool IsKnownVariable(const std::string& name) {
+  for (const char* known : kKnownVariables)
+    if (name == known) return true;
+  return false;
+}
+
+void CheckKnownVariables(const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    if (name.rfind("DLRM_", 0) != 0 || IsKnownVariable(name)) continue;
+    ThrowInvalid("environment variable ", name, " is not a libdlrm setting (did you mean ",
+                 ClosestKnown(name), "?); unset it or correct its name");
+  }
+}
+
+ClusterEnv ClusterEnvFromEnvironment() {
+  std::vector<std::string> names;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    names.emplace_back(text.substr(0, text.find('=')));
+  }
+  CheckKnownVariables(names);
+  return ParseClusterEnv(ProcessEnvironment());
+}
 
 }  // namespace dlrm::cluster

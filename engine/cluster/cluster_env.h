@@ -20,13 +20,16 @@
 //                      authenticated, so refused together with DLRM_SECRET)
 //
 // Every bad value is an error naming the variable and the value (DLRM_SECRET's value is
-// never echoed, only its length).
+// never echoed, only its length). The contract is strict: a DLRM_* variable that libdlrm
+// does not know (a typo such as DLRM_TIMEOUT=300 for DLRM_TIMEOUT_MS) is an error naming
+// it, not a setting silently ignored (CheckKnownVariables).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/cluster/cluster.pb.h"
 #include "engine/net/options.h"
@@ -72,8 +75,17 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 
 // kInvalidArgument naming the variable and the value for anything missing or malformed.
 ClusterEnv ParseClusterEnv(const EnvLookup& lookup);
-// ParseClusterEnv over this process's environment.
+// ParseClusterEnv over this process's environment, after CheckKnownVariables on every
+// DLRM_* name in it.
 ClusterEnv ClusterEnvFromEnvironment();
+
+// Every DLRM_* environment variable anything of libdlrm reads: the contract above, the
+// library's own (DLRM_MAX_ISA: core/cpu_features.h) and the project's scripts, tests and
+// bindings (DLRM_LIBRARY, DLRM_TEST_TMPDIR, ...), so a job started by them passes.
+bool IsKnownVariable(const std::string& name);
+// kInvalidArgument for the first name that starts with DLRM_ and is not known, naming it
+// and the known name it most likely meant; other names are ignored.
+void CheckKnownVariables(const std::vector<std::string>& names);
 
 // DLRM_TIMEOUT_MS alone (kDefaultTimeoutMs when unset), as ParseClusterEnv reads it: for a
 // launcher that waits on its processes. kInvalidArgument like ParseClusterEnv.

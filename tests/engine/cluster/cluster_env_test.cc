@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/cluster/roster.h"
 #include "engine/core/status.h"
@@ -48,6 +49,36 @@ void ExpectInvalid(const std::string& name, std::optional<std::string> value,
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
     for (const std::string& n : needles) EXPECT_THAT(e.what(), HasSubstr(n));
+  }
+}
+
+// Adversarial finding 11 (issue 17): a typo'd DLRM_* variable was ignored (DLRM_TIMEOUT=300
+// left the 60 s default). The contract is strict: an unknown DLRM_* name is an error naming
+// it and the setting it most likely meant; other names pass, as do the scripts' variables.
+TEST(DistEnvTest, AnUnknownDlrmVariableIsAnErrorNamingIt) {
+  const auto message = [](const std::vector<std::string>& names) {
+    try {
+      cluster::CheckKnownVariables(names);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_THAT(message({"PATH", "DLRM_ROLE", "DLRM_TIMEOUT"}),
+              HasSubstr("DLRM_TIMEOUT is not a libdlrm setting (did you mean DLRM_TIMEOUT_MS?)"));
+  EXPECT_THAT(message({"DLRM_RANKS"}), HasSubstr("did you mean DLRM_RANK?"));
+  EXPECT_THAT(message({"DLRM_COORDINATER"}), HasSubstr("did you mean DLRM_COORDINATOR?"));
+  EXPECT_EQ(message({"HOME", "DLRMX", "DLRM_TEST_TMPDIR", "DLRM_MAX_ISA", "DLRM_LIBRARY",
+                     "DLRM_SECRET", "DLRM_NET_DELAY_MS", "DLRM_COLLECTIVE"}),
+            "");
+  // The C ABI's settings text is held to the same rule, naming the line.
+  try {
+    cluster::ParseClusterSettings("DLRM_ROLE=server\nDLRM_TIMOUT_MS=5\n");
+    ADD_FAILURE() << "a typo'd setting was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cluster line 2: environment variable DLRM_TIMOUT_MS"));
+    EXPECT_THAT(e.what(), HasSubstr("did you mean DLRM_TIMEOUT_MS?"));
   }
 }
 
