@@ -168,7 +168,15 @@ float Engine::TrainLocked(const ValidatedBatch& batch, const train::StepLookahea
                                             s.sparse_optimizer.get());
     ahead = {lookahead.token, nullptr, 0};
   }
-  const double loss = s.backend->TrainStep(*rows, rates, ahead);
+  double loss = 0;
+  try {
+    loss = s.backend->TrainStep(*rows, rates, ahead);
+  } catch (...) {
+    // A step that fails (diverged) changes nothing: nor the ids' rows.
+    if (!s.dynamic_tables.empty())
+      s.dynamic_tables.RollBackStep(&s.model.tables(), s.sparse_optimizer.get());
+    throw;
+  }
   s.step = rates.t;
   return static_cast<float>(loss);
 }

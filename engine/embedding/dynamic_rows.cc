@@ -79,12 +79,25 @@ size_t DynamicRows::memory_bytes() const {
              sizeof(int64_t);
 }
 
+void DynamicRowsUndo::Clear() {
+  touched.clear();
+  evicted.clear();
+  admitted.clear();
+  sketch.clear();
+}
+
 void DynamicRows::Resolve(const int64_t* ids, int64_t n, int64_t step, int64_t* rows,
-                          RowChanges* changes) {
+                          RowChanges* changes, DynamicRowsUndo* undo) {
   if (step < 0 || step < last_resolved_step_)
     ThrowInvalid("dynamic table: step ", step, " is before the last step resolved, ",
                  last_resolved_step_);
   if (n < 0) ThrowInvalid("dynamic table: ", n, " ids to resolve");
+  undo_ = undo;
+  if (undo_ != nullptr) {
+    undo_->Clear();
+    undo_->last_resolved_step = last_resolved_step_;
+    undo_->stats = stats_;
+  }
   last_resolved_step_ = step;
   changes->evicted.clear();
   changes->admitted.clear();
@@ -95,8 +108,34 @@ void DynamicRows::Resolve(const int64_t* ids, int64_t n, int64_t step, int64_t* 
   const auto wanted = static_cast<int64_t>(to_admit_.size());
   if (wanted > free_rows) EvictForSpace(wanted - free_rows, step, changes);
   Admit(step, changes);
+  undo_ = nullptr;
   index_.FindBatch(ids, n, rows);
   stats_.lookups += n;
+}
+
+void DynamicRows::Undo(const DynamicRowsUndo& undo) {
+  for (auto a = undo.admitted.rbegin(); a != undo.admitted.rend(); ++a) {
+    Unlink(a->row);
+    index_.UndoInsert(a->id, a->row, a->from_unused);
+  }
+  const auto put_back = [this](const DynamicRowsUndo::Moved& m) {
+    const auto u = static_cast<size_t>(m.row);
+    last_step_[u] = m.last_step;
+    count_[u] = m.count;
+    id_of_row_[u] = m.id;
+    InsertAfter(m.prev, m.row);
+  };
+  for (auto e = undo.evicted.rbegin(); e != undo.evicted.rend(); ++e) {
+    index_.UndoErase(e->id, e->row);
+    put_back(*e);
+  }
+  for (auto t = undo.touched.rbegin(); t != undo.touched.rend(); ++t) {
+    Unlink(t->row);
+    put_back(*t);
+  }
+  for (auto s = undo.sketch.rbegin(); s != undo.sketch.rend(); ++s) sketch_[s->first] = s->second;
+  last_resolved_step_ = undo.last_resolved_step;
+  stats_ = undo.stats;
 }
 
 // distinct_ = the step's (id, occurrences), ascending id.
@@ -117,6 +156,8 @@ void DynamicRows::TouchAndCount(int64_t step) {
   for (const auto& [id, occurrences] : distinct_) {
     const int64_t row = index_.Find(id);
     if (row != kNoRow) {
+      const auto u = static_cast<size_t>(row);
+      if (undo_ != nullptr) undo_->touched.push_back({id, row, last_step_[u], count_[u], prev_[u]});
       stats_.hits += occurrences;
       last_step_[static_cast<size_t>(row)] = step;
       count_[static_cast<size_t>(row)] += occurrences;
@@ -145,7 +186,9 @@ int64_t DynamicRows::CountInSketch(int64_t id, int64_t occurrences) {
   for (int d = 0; d < kSketchDepth; ++d) {
     const uint64_t hash =
         id_index_detail::Mix(static_cast<int64_t>(static_cast<uint64_t>(id) * kSketchSalt[d]));
-    uint32_t& counter = sketch_[d * width + (hash & (width - 1))];
+    const size_t at = d * width + (hash & (width - 1));
+    uint32_t& counter = sketch_[at];
+    if (undo_ != nullptr) undo_->sketch.emplace_back(at, counter);
     counter = static_cast<uint32_t>(std::min<uint64_t>(counter + add, UINT32_MAX));
     estimate = std::min<uint64_t>(estimate, counter);
   }
@@ -186,7 +229,9 @@ void DynamicRows::EvictLfu(int64_t needed, int64_t step, RowChanges* changes) {
 }
 
 void DynamicRows::Evict(int64_t row, RowChanges* changes) {
-  const int64_t id = id_of_row_[static_cast<size_t>(row)];
+  const auto u = static_cast<size_t>(row);
+  const int64_t id = id_of_row_[u];
+  if (undo_ != nullptr) undo_->evicted.push_back({id, row, last_step_[u], count_[u], prev_[u]});
   index_.Erase(id);
   Unlink(row);
   changes->evicted.emplace_back(id, row);
@@ -199,7 +244,9 @@ void DynamicRows::Admit(int64_t step, RowChanges* changes) {
       ++stats_.rejected;
       continue;
     }
+    const bool from_unused = index_.freed_rows().empty();
     const int64_t row = index_.Insert(id);
+    if (undo_ != nullptr) undo_->admitted.push_back({id, row, from_unused});
     const auto u = static_cast<size_t>(row);
     last_step_[u] = step;
     count_[u] = occurrences;
@@ -278,13 +325,14 @@ void DynamicRows::Unlink(int64_t row) {
   prev_[static_cast<size_t>(next_[u])] = prev_[u];
 }
 
-void DynamicRows::Append(int64_t row) {
-  const auto u = static_cast<size_t>(row);
-  const auto head = static_cast<size_t>(Head());
-  prev_[u] = prev_[head];
-  next_[u] = Head();
-  next_[static_cast<size_t>(prev_[head])] = row;
-  prev_[head] = row;
+void DynamicRows::Append(int64_t row) { InsertAfter(prev_[static_cast<size_t>(Head())], row); }
+
+void DynamicRows::InsertAfter(int64_t prev, int64_t row) {
+  const auto u = static_cast<size_t>(row), p = static_cast<size_t>(prev);
+  prev_[u] = prev;
+  next_[u] = next_[p];
+  prev_[static_cast<size_t>(next_[p])] = row;
+  next_[p] = row;
 }
 
 }  // namespace dlrm

@@ -86,6 +86,24 @@ struct RowChanges {
   std::vector<std::pair<int64_t, int64_t>> admitted;  // rows to initialize for their id
 };
 
+// What one Resolve changed, recorded when asked for, so that Undo can take the step back
+// (the engine's step failed after its ids were resolved): the state before each change.
+struct DynamicRowsUndo {
+  struct Moved {  // a touched row, or an evicted one: where it sat in the LRU order
+    int64_t id, row, last_step, count, prev;
+  };
+  struct Admitted {
+    int64_t id, row;
+    bool from_unused;  // the row had never been used (else: popped from the freed stack)
+  };
+  int64_t last_resolved_step = 0;
+  DynamicRowsStats stats;
+  std::vector<Moved> touched, evicted;  // in the order they happened
+  std::vector<Admitted> admitted;
+  std::vector<std::pair<size_t, uint32_t>> sketch;  // (counter, old value)
+  void Clear();
+};
+
 class DynamicRows {
  public:
   static constexpr int64_t kNoRow = IdIndex::kNotFound;
@@ -94,8 +112,13 @@ class DynamicRows {
 
   // Resolves a step's ids (batch order): rows[i] is ids[i]'s row this step, or kNoRow for
   // an id that has none (not admitted yet, or no room). *changes is overwritten. `step`
-  // must be >= 0 and >= the last step resolved.
-  void Resolve(const int64_t* ids, int64_t n, int64_t step, int64_t* rows, RowChanges* changes);
+  // must be >= 0 and >= the last step resolved. With `undo`, records there how to take
+  // this Resolve back.
+  void Resolve(const int64_t* ids, int64_t n, int64_t step, int64_t* rows, RowChanges* changes,
+               DynamicRowsUndo* undo = nullptr);
+  // Takes back the Resolve that recorded `undo`, the last one: the state is again exactly
+  // what it was before it (what Snapshot shows, and every later decision).
+  void Undo(const DynamicRowsUndo& undo);
 
   DynamicRowsSnapshot Snapshot() const;
   // Replaces the state with `snapshot`'s. Checks it first: kDataLoss naming the first
@@ -137,6 +160,7 @@ class DynamicRows {
   bool Qualifies(int64_t id, int64_t occurrences, int64_t step);
   void Unlink(int64_t row);
   void Append(int64_t row);
+  void InsertAfter(int64_t prev, int64_t row);
   void CheckSnapshot(const DynamicRowsSnapshot& snapshot) const;
   // Exchanges the state (not the options, which are the same) with `other`.
   void Swap(DynamicRows& other);
@@ -151,7 +175,8 @@ class DynamicRows {
   // Per step, reused.
   Distinct distinct_;
   std::vector<int64_t> sorted_;
-  Distinct to_admit_;  // (id, occurrences)
+  Distinct to_admit_;                // (id, occurrences)
+  DynamicRowsUndo* undo_ = nullptr;  // during a Resolve that records
 };
 
 }  // namespace dlrm

@@ -130,6 +130,28 @@ bool IdIndex::Erase(int64_t id) {
   return true;
 }
 
+void IdIndex::UndoInsert(int64_t id, int64_t row, bool from_unused) {
+  DLRM_INTERNAL_CHECK(Find(id) == row);
+  Erase(id);  // pushes the row on the freed stack, where a popped row came from
+  if (!from_unused) return;
+  DLRM_INTERNAL_CHECK(freed_rows_.back() == row && next_unused_row_ == row + 1);
+  freed_rows_.pop_back();
+  --next_unused_row_;
+}
+
+void IdIndex::UndoErase(int64_t id, int64_t row) {
+  DLRM_INTERNAL_CHECK(!freed_rows_.empty() && freed_rows_.back() == row && size_ < capacity_);
+  freed_rows_.pop_back();
+  const uint64_t hash = Mix(id);
+  size_t slot = 0;
+  DLRM_INTERNAL_CHECK(!Locate(id, hash, &slot));
+  if (tags_[slot] == kEmpty && growth_left_ == 0) {
+    DropDeleted();
+    Locate(id, hash, &slot);
+  }
+  PlaceNew(slot, TagOf(hash), id, row);
+}
+
 namespace {
 
 // kDataLoss unless `row` is in [0, limit) and not marked in `used`; marks it.

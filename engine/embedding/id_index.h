@@ -137,6 +137,13 @@ class IdIndex {
   bool Erase(int64_t id);
   // Erases every id; rows are handed out from 0 again.
   void Clear();
+  // Undoes the last Insert of `id`, which got `row` from the never-used rows
+  // (from_unused) or from the top of the freed stack: the row goes back where it came
+  // from. Undoes the last Erase of `id`, which freed `row` (the freed stack's top): the id
+  // holds it again. Undone in the reverse order of the operations, these restore the ids'
+  // rows and the free-row state exactly (the slot layout may differ: it decides no row).
+  void UndoInsert(int64_t id, int64_t row, bool from_unused);
+  void UndoErase(int64_t id, int64_t row);
 
   // The free-row state, for checkpoints: the freed rows (a stack, bottom first) and the
   // first row never handed out.

@@ -1,5 +1,6 @@
 #include "engine/model/dynamic_tables.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "engine/config/config.h"
@@ -30,6 +31,8 @@ DynamicTables::DynamicTables(const config::DlrmConfig& config) {
   for (const auto& feature : model.sparse_features())
     slot_of_feature_.push_back(slot_of_table[FindTable(model, feature.table())]);
   step_rows_.resize(tables_.size());
+  undo_.resize(tables_.size());
+  overwritten_.resize(tables_.size());
 }
 
 void DynamicTables::Gather(const ValidatedBatch& batch, size_t slot,
@@ -52,11 +55,54 @@ const ValidatedBatch& DynamicTables::ResolveForStep(const ValidatedBatch& batch,
     Gather(batch, slot, &gathered_);
     step_rows_[slot].resize(gathered_.size());
     table.rows.Resolve(gathered_.data(), static_cast<int64_t>(gathered_.size()), step,
-                       step_rows_[slot].data(), &changes_);
+                       step_rows_[slot].data(), &changes_, &undo_[slot]);
+    SaveAdmitted(table, changes_, tables, optimizer, &overwritten_[slot]);
     InitializeAdmitted(table, changes_, tables, optimizer);
   }
+  can_roll_back_ = true;
   Rewrite(batch, step_rows_, &step_batch_);
   return step_batch_.batch();
+}
+
+// Each state buffer holds a fixed number of values per row: its size / the table's rows.
+void DynamicTables::SaveAdmitted(const Table& table, const RowChanges& changes,
+                                 std::vector<EmbeddingTable<float>>* tables,
+                                 SparseOptimizer<float>* optimizer, Overwritten* saved) const {
+  const EmbeddingTable<float>& weights = (*tables)[static_cast<size_t>(table.index)];
+  const auto rows = static_cast<size_t>(weights.num_rows());
+  saved->rows.clear();
+  saved->values.clear();
+  for (const auto& [id, row] : changes.admitted) {
+    saved->rows.push_back(row);
+    saved->values.insert(saved->values.end(), weights.row(row), weights.row(row) + weights.dim());
+    for (const auto& [name, buffer] : optimizer->StateBuffers(table.index)) {
+      const size_t width = buffer->size() / rows;
+      const float* state = buffer->data() + static_cast<size_t>(row) * width;
+      saved->values.insert(saved->values.end(), state, state + width);
+    }
+  }
+}
+
+void DynamicTables::RollBackStep(std::vector<EmbeddingTable<float>>* tables,
+                                 SparseOptimizer<float>* optimizer) {
+  DLRM_INTERNAL_CHECK(can_roll_back_);
+  can_roll_back_ = false;
+  for (size_t slot = tables_.size(); slot-- > 0;) {
+    const Table& table = tables_[slot];
+    EmbeddingTable<float>& weights = (*tables)[static_cast<size_t>(table.index)];
+    const auto rows = static_cast<size_t>(weights.num_rows());
+    const float* value = overwritten_[slot].values.data();
+    for (const int64_t row : overwritten_[slot].rows) {
+      std::copy(value, value + weights.dim(), weights.row(row));
+      value += weights.dim();
+      for (const auto& [name, buffer] : optimizer->StateBuffers(table.index)) {
+        const size_t width = buffer->size() / rows;
+        std::copy(value, value + width, buffer->data() + static_cast<size_t>(row) * width);
+        value += width;
+      }
+    }
+    tables_[slot].rows.Undo(undo_[slot]);
+  }
 }
 
 void DynamicTables::InitializeAdmitted(const Table& table, const RowChanges& changes,

@@ -13,6 +13,7 @@
 //  4. rewrites the batch: each id becomes its row; an id without one is left out of its
 //     bag (unadmitted ZERO) or becomes the table's last row (DEFAULT_ROW).
 // Prediction (LookupRows) does steps 1 and 4 with the rows ids hold now and changes nothing.
+// A step that fails after step 4 (diverged) is taken back whole by RollBackStep.
 //
 // Ownership: holds the DynamicRows; borrows the model and optimizer it is given per call.
 // Threading: ResolveForStep, Restore and the mutating accessors under the caller's
@@ -74,6 +75,11 @@ class DynamicTables {
   const ValidatedBatch& ResolveForStep(const ValidatedBatch& batch, int64_t step,
                                        std::vector<EmbeddingTable<float>>* tables,
                                        SparseOptimizer<float>* optimizer);
+  // Takes the last ResolveForStep back when the step it served failed: the admitted rows'
+  // values and optimizer state as they were, every table's DynamicRows as it was
+  // (DynamicRows::Undo). Only right after ResolveForStep, with the same tables and
+  // optimizer (an internal check).
+  void RollBackStep(std::vector<EmbeddingTable<float>>* tables, SparseOptimizer<float>* optimizer);
   // Steps 1 and 4 with the rows the ids hold now, into *out (which the caller owns).
   void LookupRows(const ValidatedBatch& batch, RowBatch* out) const;
 
@@ -105,6 +111,15 @@ class DynamicTables {
   void InitializeAdmitted(const Table& table, const RowChanges& changes,
                           std::vector<EmbeddingTable<float>>* tables,
                           SparseOptimizer<float>* optimizer) const;
+  // What a step's admissions overwrote in one table: per admitted row its values, then
+  // each optimizer state buffer's slice, for RollBackStep.
+  struct Overwritten {
+    std::vector<int64_t> rows;
+    std::vector<float> values;
+  };
+  void SaveAdmitted(const Table& table, const RowChanges& changes,
+                    std::vector<EmbeddingTable<float>>* tables, SparseOptimizer<float>* optimizer,
+                    Overwritten* saved) const;
 
   std::vector<Table> tables_;
   std::vector<int32_t> slot_of_feature_;  // per sparse feature: its table's slot, or -1
@@ -113,6 +128,10 @@ class DynamicTables {
   std::vector<std::vector<int64_t>> step_rows_;  // per slot
   RowChanges changes_;
   RowBatch step_batch_;
+  // The last step's, per slot, for RollBackStep.
+  std::vector<DynamicRowsUndo> undo_;
+  std::vector<Overwritten> overwritten_;
+  bool can_roll_back_ = false;
 };
 
 }  // namespace dlrm

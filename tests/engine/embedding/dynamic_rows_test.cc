@@ -191,6 +191,51 @@ TEST(DynamicRowsTest, ARestoredSnapshotContinuesBitwise) {
   }
 }
 
+bool SameState(const DynamicRowsSnapshot& a, const DynamicRowsSnapshot& b) {
+  return a.ids == b.ids && a.rows == b.rows && a.last_steps == b.last_steps &&
+         a.counts == b.counts && a.freed_rows == b.freed_rows &&
+         a.next_unused_row == b.next_unused_row && a.sketch == b.sketch &&
+         a.last_resolved_step == b.last_resolved_step && a.stats.lookups == b.stats.lookups &&
+         a.stats.hits == b.stats.hits && a.stats.admitted == b.stats.admitted &&
+         a.stats.evicted == b.stats.evicted && a.stats.rejected == b.stats.rejected;
+}
+
+// A step taken back (the engine's step failed after resolving) leaves exactly the state
+// before it, for every policy and with admission counting: the snapshot is equal and the
+// following steps decide as if it never happened.
+TEST(DynamicRowsTest, AnUndoneStepLeavesTheStateBeforeIt) {
+  for (const Eviction eviction : {Eviction::kLru, Eviction::kLfu, Eviction::kTtl}) {
+    const DynamicRowsOptions o = ChurnOptions(eviction);
+    DynamicRows undone(o), control(o);
+    const CounterRng rng(11, 9, 0);
+    uint64_t draw = 0;
+    RowChanges c;
+    DynamicRowsUndo undo;
+    int64_t evictions_undone = 0, admissions_undone = 0;
+    for (int64_t step = 0; step < 200; ++step) {
+      const std::vector<int64_t> ids = RandomStep(rng, draw);
+      if (step % 3 == 2) {  // a failed step: resolved, then taken back
+        const DynamicRowsSnapshot before = undone.Snapshot();
+        const std::vector<int64_t> failed = RandomStep(rng, draw);
+        std::vector<int64_t> rows(failed.size());
+        undone.Resolve(failed.data(), static_cast<int64_t>(failed.size()), step, rows.data(), &c,
+                       &undo);
+        evictions_undone += static_cast<int64_t>(undo.evicted.size());
+        admissions_undone += static_cast<int64_t>(undo.admitted.size());
+        undone.Undo(undo);
+        ASSERT_TRUE(SameState(undone.Snapshot(), before)) << step;
+      }
+      RowChanges ca, cb;
+      ASSERT_EQ(Step(undone, ids, step, &ca), Step(control, ids, step, &cb)) << step;
+      ASSERT_EQ(ca.admitted, cb.admitted) << step;
+      ASSERT_EQ(ca.evicted, cb.evicted) << step;
+    }
+    EXPECT_TRUE(SameState(undone.Snapshot(), control.Snapshot()));
+    EXPECT_GT(evictions_undone, 0);
+    EXPECT_GT(admissions_undone, 0);
+  }
+}
+
 // Damaged snapshots are refused naming what is wrong; the table is unchanged.
 TEST(DynamicRowsTest, ADamagedSnapshotIsRefusedChangingNothing) {
   const DynamicRowsOptions o = ChurnOptions(Eviction::kTtl);

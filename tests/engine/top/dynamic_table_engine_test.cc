@@ -228,6 +228,48 @@ TEST_P(DynamicEngineTest, AsynchronousStepsEqualSynchronousOnes) {
   EXPECT_TRUE(SameStats(async.GetTableStats("t0"), sync.GetTableStats("t0")));
 }
 
+// A step that diverges (bottom MLP weights of 3e38 overflow the forward) throws having
+// changed nothing: not the admissions and evictions its ids made, not the rows they
+// overwrote. With the weight written back, the engine trains on as one that never saw
+// that batch.
+TEST_P(DynamicEngineTest, ADivergedStepTakesItsAdmissionsAndEvictionsBack) {
+  const std::string config = ConfigText(kTtlT0, kEvictingT1, GetParam(), 2);
+  Engine failed(ParseConfigText(config)), control(ParseConfigText(config));
+  Train(failed, 5);
+  Train(control, 5);
+  const std::string weight = "bottom_mlp.0.weight";
+  std::vector<float> kept = Params(failed).at(weight), huge(kept.size(), 3e38f);
+  failed.WriteParameter(weight, huge.data(), static_cast<int64_t>(huge.size()));
+  // New ids, each twice (t1 admits at the second occurrence): admissions and evictions.
+  OwnedBatch diverging = RawBatch(failed, 64, 1000, false);
+  for (size_t i = 0; i < diverging.ids.size(); ++i)
+    diverging.ids[i] = (int64_t{1} << 61) + static_cast<int64_t>(i / 2);
+  {
+    Engine probe(ParseConfigText(config));
+    Train(probe, 5);
+    const TableStats before = probe.GetTableStats("t0");
+    probe.TrainStep(diverging.view());
+    const TableStats after = probe.GetTableStats("t0");
+    ASSERT_GT(after.counts.admitted, before.counts.admitted) << "the batch admits";
+    ASSERT_GT(after.counts.evicted, before.counts.evicted) << "the batch evicts";
+  }
+  const auto params = Params(failed);
+  const TableStats t0 = failed.GetTableStats("t0"), t1 = failed.GetTableStats("t1");
+  try {
+    failed.TrainStep(diverging.view());
+    ADD_FAILURE() << "a diverging step succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition) << e.what();
+  }
+  EXPECT_TRUE(BitwiseEqual(Params(failed), params));
+  EXPECT_TRUE(SameStats(failed.GetTableStats("t0"), t0));
+  EXPECT_TRUE(SameStats(failed.GetTableStats("t1"), t1));
+  EXPECT_EQ(failed.step(), 5);
+  failed.WriteParameter(weight, kept.data(), static_cast<int64_t>(kept.size()));
+  EXPECT_EQ(Train(failed, 6, 5), Train(control, 6, 5));
+  EXPECT_TRUE(BitwiseEqual(Params(failed), Params(control)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Optimizers, DynamicEngineTest,
                          ::testing::Values("",
                                            "sparse_optimizer { learning_rate: 0.05 adam {} }\n"
