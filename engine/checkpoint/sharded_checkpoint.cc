@@ -188,21 +188,13 @@ CheckpointManifest ReadManifest(const std::string& dir) {
   return manifest;
 }
 
-CheckpointManifest ManifestForRestore(const std::string& dir, const config::DlrmConfig& config,
-                                      int32_t num_servers, int32_t num_trainers,
-                                      const shard::ShardingPlan& plan) {
+CheckpointManifest ManifestForRestore(const std::string& dir, const config::DlrmConfig& config) {
   const CheckpointManifest manifest = ReadManifest(dir);
   const auto differ = [&](const std::string& what, const std::string& saved,
                           const std::string& now) {
     Throw(StatusCode::kFailedPrecondition, "checkpoint ", dir, " cannot be restored into this ",
           "job: its ", what, " (", saved, ") differs from this job's (", now, ")");
   };
-  if (manifest.num_servers() != num_servers)
-    differ("number of servers", std::to_string(manifest.num_servers()),
-           std::to_string(num_servers));
-  if (manifest.num_trainers() != num_trainers)
-    differ("number of trainers", std::to_string(manifest.num_trainers()),
-           std::to_string(num_trainers));
   config::DlrmConfig saved;
   try {
     saved = ParseConfigText(manifest.config());
@@ -214,9 +206,13 @@ CheckpointManifest ManifestForRestore(const std::string& dir, const config::Dlrm
   if (fit == ConfigFit::kOtherModel) differ("model", "see: " + differences, "the config given");
   if (fit == ConfigFit::kOtherOptimizerKinds)
     differ("optimizer kinds", "dense/sparse of the saved config", "the config given");
-  if (!google::protobuf::util::MessageDifferencer::Equals(manifest.plan(), plan))
-    differ("sharding plan", "the saved plan", "the plan of this config and server count");
   return manifest;
+}
+
+bool SameLayout(const CheckpointManifest& manifest, int32_t num_servers, int32_t num_trainers,
+                const shard::ShardingPlan& plan) {
+  return manifest.num_servers() == num_servers && manifest.num_trainers() == num_trainers &&
+         google::protobuf::util::MessageDifferencer::Equals(manifest.plan(), plan);
 }
 
 }  // namespace dlrm::checkpoint

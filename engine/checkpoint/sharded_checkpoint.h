@@ -66,11 +66,15 @@ void WriteManifest(const std::string& dir, const CheckpointManifest& manifest);
 CheckpointManifest ReadManifest(const std::string& dir);
 
 // The manifest of the checkpoint in `dir` after checking that it can be restored into
-// this job: the same model, optimizer kinds, plan and numbers of servers and trainers
-// (kFailedPrecondition naming the difference). The mode may differ: the saved state is
-// one consistent step either way.
-CheckpointManifest ManifestForRestore(const std::string& dir, const config::DlrmConfig& config,
-                                      int32_t num_servers, int32_t num_trainers,
-                                      const shard::ShardingPlan& plan);
+// this job: the same model and optimizer kinds (kFailedPrecondition naming the
+// difference). The servers, trainers and plan may differ (SameLayout says whether they
+// do): the shards are then re-cut from the saved ones (ps/shard_store_file.h,
+// LoadReshardedStore). The mode may differ too: the saved state is one consistent step.
+CheckpointManifest ManifestForRestore(const std::string& dir, const config::DlrmConfig& config);
+
+// Whether the checkpoint was written by a job of this layout: the same numbers of servers
+// and trainers and the same plan, so each store's file can be loaded as it is.
+bool SameLayout(const CheckpointManifest& manifest, int32_t num_servers, int32_t num_trainers,
+                const shard::ShardingPlan& plan);
 
 }  // namespace dlrm::checkpoint

@@ -34,12 +34,16 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
   EmbeddingShardStore store(config, layout.plan, layout.index, &pool);
   int64_t applied = 0;
   if (!restore_dir.empty()) {
-    checkpoint::ManifestForRestore(restore_dir, config, layout.num_servers(), layout.num_trainers(),
-                                   layout.plan);
-    applied = LoadShardStore(&store, layout.index,
-                             restore_dir + "/" + checkpoint::ServerShardFile(layout.index));
-    DLRM_LOG(kInfo) << "server " << layout.index << ": restored step " << applied << " from "
-                    << restore_dir;
+    const checkpoint::CheckpointManifest manifest =
+        checkpoint::ManifestForRestore(restore_dir, config);
+    const bool same =
+        checkpoint::SameLayout(manifest, layout.num_servers(), layout.num_trainers(), layout.plan);
+    applied = same ? LoadShardStore(&store, layout.index,
+                                    restore_dir + "/" + checkpoint::ServerShardFile(layout.index))
+                   : LoadReshardedStore(&store, restore_dir, manifest, config.model());
+    DLRM_LOG(kInfo)
+        << "server " << layout.index << ": restored step " << applied << " from " << restore_dir
+        << (same ? "" : " (resharded from " + std::to_string(manifest.num_servers()) + " servers)");
   }
   ShardOwner owner(&store, layout.index, layout.num_trainers(),
                    StalenessBound(config.distributed()), applied);

@@ -1,12 +1,15 @@
 #include "engine/ps/shard_store_file.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <vector>
 
 #include "engine/checkpoint/checkpoint_file.h"
 #include "engine/checkpoint/codec.h"
+#include "engine/checkpoint/sharded_checkpoint.h"
 #include "engine/core/status.h"
 
 namespace dlrm::ps {
@@ -19,12 +22,15 @@ std::string OwnerText(int32_t owner) {
 }
 
 // Names a shard by what it holds, so that a tensor name alone says where it belongs.
-std::string ShardKey(const EmbeddingShardStore& store, int32_t i) {
-  const ShardLocation& s = store.shards()[i];
+std::string ShardKey(const std::string& table, const ShardLocation& s) {
   std::ostringstream os;
-  os << store.shard_table(i).name() << ".rows_" << s.row_begin << "_" << s.row_end << ".cols_"
-     << s.col_begin << "_" << s.col_end;
+  os << table << ".rows_" << s.row_begin << "_" << s.row_end << ".cols_" << s.col_begin << "_"
+     << s.col_end;
   return os.str();
+}
+
+std::string ShardKey(const EmbeddingShardStore& store, int32_t i) {
+  return ShardKey(store.shard_table(i).name(), store.shards()[i]);
 }
 
 // Every shard's table, rows and columns, and the optimizer's state names (its kind: none
@@ -104,6 +110,123 @@ int64_t LoadShardStore(EmbeddingShardStore* store, int32_t owner, const std::str
     state[i].Commit();
   }
   return step;
+}
+
+namespace {
+
+// The saved checkpoint's files, each read and checked once: its format, owner and step.
+class SavedFiles {
+ public:
+  SavedFiles(std::string dir, int64_t step) : dir_(std::move(dir)), step_(step) {}
+
+  const CheckpointReader& Of(int32_t owner) {
+    const std::string name = owner == kTrainerReplica ? kReplicaShardFile : ServerShardFile(owner);
+    auto& reader = readers_[name];
+    if (reader) return *reader;
+    const std::string path = dir_ + "/" + name;
+    reader = std::make_unique<CheckpointReader>(path);
+    CheckFormat(*reader, path, kShardStoreFormat);
+    if (RequiredMetadata(*reader, path, "owner") != std::to_string(owner))
+      Throw(StatusCode::kDataLoss, "checkpoint ", path, " does not hold the shards of ",
+            OwnerText(owner));
+    if (ReadStep(*reader, path) != step_)
+      Throw(StatusCode::kDataLoss, "checkpoint ", path, " is of step ", ReadStep(*reader, path),
+            ", the manifest says ", step_);
+    return *reader;
+  }
+
+ private:
+  std::string dir_;
+  int64_t step_;
+  std::map<std::string, std::unique_ptr<CheckpointReader>> readers_;
+};
+
+// Copies the overlap of saved piece `from` (values[rows x from_width]) into shard `to`
+// (out[rows x to_width]). A width equal to the columns is per element, 1 per row (a
+// row-wise state, only ever on whole rows: CheckShardColumns).
+void CopyOverlap(const ShardLocation& from, const float* values, int64_t from_width,
+                 const ShardLocation& to, float* out, int64_t to_width) {
+  const int64_t r0 = std::max(from.row_begin, to.row_begin);
+  const int64_t r1 = std::min(from.row_end, to.row_end);
+  const int64_t c0 = to_width == 1 ? 0 : std::max(from.col_begin, to.col_begin);
+  const int64_t c1 = to_width == 1 ? 1 : std::min(from.col_end, to.col_end);
+  const int64_t from_col = to_width == 1 ? 0 : from.col_begin;
+  const int64_t to_col = to_width == 1 ? 0 : to.col_begin;
+  for (int64_t r = r0; r < r1; ++r)
+    std::copy(values + (r - from.row_begin) * from_width + (c0 - from_col),
+              values + (r - from.row_begin) * from_width + (c1 - from_col),
+              out + (r - to.row_begin) * to_width + (c0 - to_col));
+}
+
+bool Overlap(const ShardLocation& a, const ShardLocation& b) {
+  return a.table == b.table && a.row_begin < b.row_end && b.row_begin < a.row_end &&
+         a.col_begin < b.col_end && b.col_begin < a.col_end;
+}
+
+int64_t Cells(const ShardLocation& s) {
+  return (s.row_end - s.row_begin) * (s.col_end - s.col_begin);
+}
+
+// Shard i of store assembled from the saved pieces into weights and staged state.
+void CutShard(const EmbeddingShardStore& store, int32_t i, const std::vector<ShardLocation>& saved,
+              SavedFiles* files, float* weights, const StateBufferList& state) {
+  const ShardLocation& shard = store.shards()[static_cast<size_t>(i)];
+  const std::string& table = store.shard_table(i).name();
+  const int64_t rows = shard.row_end - shard.row_begin, cols = shard.col_end - shard.col_begin;
+  int64_t covered = 0;
+  std::vector<float> values;
+  for (const ShardLocation& piece : saved) {
+    if (!Overlap(piece, shard)) continue;
+    const CheckpointReader& reader = files->Of(piece.owner);
+    const std::string key = ShardKey(table, piece);
+    const int64_t piece_rows = piece.row_end - piece.row_begin;
+    values.resize(static_cast<size_t>(Cells(piece)));
+    reader.ReadTensor(EmbeddingWeightName(key), kF32, {piece_rows, piece.col_end - piece.col_begin},
+                      values.data());
+    CopyOverlap(piece, values.data(), piece.col_end - piece.col_begin, shard, weights, cols);
+    for (const auto& [name, buffer] : state) {
+      const int64_t width = static_cast<int64_t>(buffer->size()) / rows;
+      const int64_t piece_width = width == 1 ? 1 : piece.col_end - piece.col_begin;
+      values.resize(static_cast<size_t>(piece_rows * piece_width));
+      reader.ReadTensor(SparseStateName(key, name), kF32, {piece_rows * piece_width},
+                        values.data());
+      CopyOverlap(piece, values.data(), piece_width, shard, buffer->data(), width);
+    }
+    covered +=
+        (std::min(piece.row_end, shard.row_end) - std::max(piece.row_begin, shard.row_begin)) *
+        (std::min(piece.col_end, shard.col_end) - std::max(piece.col_begin, shard.col_begin));
+  }
+  if (covered != rows * cols)
+    Throw(StatusCode::kDataLoss, "the saved shards of table ", table, " cover ", covered,
+          " of the ", rows * cols, " values of rows [", shard.row_begin, ", ", shard.row_end,
+          ") columns [", shard.col_begin, ", ", shard.col_end, ")");
+}
+
+}  // namespace
+
+int64_t LoadReshardedStore(EmbeddingShardStore* store, const std::string& dir,
+                           const checkpoint::CheckpointManifest& manifest,
+                           const config::ModelConfig& model) {
+  if (store == nullptr) ThrowInvalid("LoadReshardedStore: store is null");
+  const std::vector<std::vector<ShardLocation>> saved = LocateShards(model, manifest.plan());
+  SavedFiles files(dir, manifest.step());
+  SparseOptimizer<float>& optimizer = store->optimizer();
+  const auto n = static_cast<int32_t>(store->shards().size());
+  std::vector<std::vector<float>> weights(static_cast<size_t>(n));
+  std::vector<StagedState> state;
+  state.reserve(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) {
+    weights[i].resize(store->shard_table(i).data().size());
+    const StagedState& staged = state.emplace_back(optimizer.StateBuffers(i));
+    CutShard(*store, i, saved[static_cast<size_t>(store->shards()[i].table)], &files,
+             weights[i].data(), staged.list());
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    std::vector<float>& live = store->mutable_shard_table(i).data();
+    std::copy(weights[i].begin(), weights[i].end(), live.begin());
+    state[i].Commit();
+  }
+  return manifest.step();
 }
 
 }  // namespace dlrm::ps

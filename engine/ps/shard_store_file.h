@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/checkpoint/manifest.pb.h"
 #include "engine/ps/shard_store.h"
 
 namespace dlrm::ps {
@@ -28,5 +29,16 @@ void SaveShardStore(const EmbeddingShardStore& store, int32_t owner, int64_t ste
 // for a file that cannot be read or is corrupt, kFailedPrecondition naming the difference
 // when the file is of another kind, owner or layout. store is unchanged on any error.
 int64_t LoadShardStore(EmbeddingShardStore* store, int32_t owner, const std::string& path);
+
+// Restores store (of owner `owner`) from the sharded checkpoint in `dir`, whose manifest
+// (ManifestForRestore: the same model and optimizer kinds) may come from a job of other
+// server and trainer counts and another plan: each shard is cut from the saved pieces
+// that overlap it (the servers' files and the replicas file), so a checkpoint written by
+// N servers restores onto M. Returns the step. Errors as LoadShardStore, and kDataLoss
+// naming the table and rows when the saved pieces do not cover a shard, or a file's step
+// is not the manifest's; store is unchanged on any error.
+int64_t LoadReshardedStore(EmbeddingShardStore* store, const std::string& dir,
+                           const checkpoint::CheckpointManifest& manifest,
+                           const config::ModelConfig& model);
 
 }  // namespace dlrm::ps

@@ -78,12 +78,15 @@ std::unique_ptr<collective::Communicator> TrainerRole::MakeCommunicator(
 }
 
 void TrainerRole::Restore(const std::string& restore_dir) {
-  const checkpoint::CheckpointManifest manifest = checkpoint::ManifestForRestore(
-      restore_dir, config_, layout_.num_servers(), layout_.num_trainers(), layout_.plan);
+  const checkpoint::CheckpointManifest manifest =
+      checkpoint::ManifestForRestore(restore_dir, config_);
   const int64_t step =
       checkpoint::LoadDenseState(&trainer_->mutable_model(), &trainer_->dense_optimizer(),
                                  restore_dir + "/" + checkpoint::kDenseStateFile);
-  if (manifest.has_replicas())
+  if (!checkpoint::SameLayout(manifest, layout_.num_servers(), layout_.num_trainers(),
+                              layout_.plan))
+    ps::LoadReshardedStore(&trainer_->mutable_replicas(), restore_dir, manifest, config_.model());
+  else if (manifest.has_replicas())
     ps::LoadShardStore(&trainer_->mutable_replicas(), ps::kTrainerReplica,
                        restore_dir + "/" + checkpoint::kReplicaShardFile);
   if (step != manifest.step())

@@ -49,14 +49,15 @@ struct JobResult {
   std::string coordinator_error;  // "" when every peer left
 };
 
-// Runs a job: ranks 0..kServers-1 are servers, the rest trainers. `stand_in` replaces
+// Runs a job: ranks 0..servers-1 are servers, the rest trainers. `dead_server` replaces
 // server 1 by a peer that joins and then vanishes (a server that died).
 JobResult RunJob(
     const config::DlrmConfig& c, const std::string& restore, const TrainerBody& body,
     int64_t timeout_ms = 20000, bool dead_server = false,
-    cluster::ClusterEnv::Collective collective = cluster::ClusterEnv::Collective::kBuiltin) {
+    cluster::ClusterEnv::Collective collective = cluster::ClusterEnv::Collective::kBuiltin,
+    int32_t servers = kServers, int32_t trainers = kTrainers) {
   net::Context context;
-  const int32_t world = kServers + kTrainers;
+  const int32_t world = servers + trainers;
   // The dead server's link to the coordinator: a killed process never says it leaves, so
   // this outlives the coordinator (its destructor's Leave then finds nobody).
   std::unique_ptr<cluster::CoordinatorClient> dead_client;
@@ -72,18 +73,18 @@ JobResult RunJob(
     }
     coordinator_done = true;
   });
-  result.server_errors.resize(kServers);
-  result.trainer_errors.resize(kTrainers);
+  result.server_errors.resize(static_cast<size_t>(servers));
+  result.trainer_errors.resize(static_cast<size_t>(trainers));
   std::vector<std::thread> peers;
   for (int32_t rank = 0; rank < world; ++rank) {
     peers.emplace_back([&, rank] {
-      const bool server = rank < kServers;
+      const bool server = rank < servers;
       cluster::ClusterEnv env =
           PeerEnv(coordinator.address(), server ? cluster::ROLE_SERVER : cluster::ROLE_TRAINER,
                   rank, world, timeout_ms);
       env.collective = collective;
       std::string& error =
-          server ? result.server_errors[rank] : result.trainer_errors[rank - kServers];
+          server ? result.server_errors[rank] : result.trainer_errors[rank - servers];
       try {
         if (server && dead_server && rank == 1) {
           net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
@@ -128,12 +129,13 @@ std::string TempDir(const std::string& name) {
 // Loads every server's and the replicas' shard files of checkpoint `dir` into fresh stores
 // and compares them with the engine's tables.
 void ExpectCheckpointMatchesEngine(const Engine& engine, const config::DlrmConfig& c,
-                                   const std::string& dir, int64_t step, const std::string& where) {
+                                   const std::string& dir, int64_t step, const std::string& where,
+                                   int32_t servers = kServers) {
   const checkpoint::CheckpointManifest manifest = checkpoint::ReadManifest(dir);
   EXPECT_EQ(manifest.step(), step) << where;
-  const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
+  const shard::ShardingPlan plan = shard::PlanSharding(c, servers);
   std::vector<std::unique_ptr<ps::EmbeddingShardStore>> stores;
-  for (int32_t s = 0; s < kServers; ++s) {
+  for (int32_t s = 0; s < servers; ++s) {
     stores.push_back(std::make_unique<ps::EmbeddingShardStore>(c, plan, s));
     EXPECT_EQ(
         ps::LoadShardStore(stores.back().get(), s, dir + "/" + checkpoint::ServerShardFile(s)),
@@ -149,12 +151,14 @@ void ExpectCheckpointMatchesEngine(const Engine& engine, const config::DlrmConfi
 }
 
 // Trains batches [first, last) with `lookahead` parts queued; records the losses.
+// The global batch stays kGlobal whatever the number of trainers, each taking its part.
 void TrainBatches(train::TrainerRole& t, const config::DlrmConfig& c, int64_t first, int64_t last,
-                  int lookahead, std::vector<float>* losses) {
+                  int lookahead, std::vector<float>* losses, int32_t trainers = kTrainers) {
   const int32_t r = t.trainer_rank();
+  const int64_t part = kGlobal / trainers;
   std::vector<OwnedBatch> parts;
   for (int64_t i = first; i < last; ++i)
-    parts.push_back(Part(MakeTestBatch(c, i, kGlobal), r * kPart, (r + 1) * kPart));
+    parts.push_back(Part(MakeTestBatch(c, i, kGlobal), r * part, (r + 1) * part));
   size_t next = 0;
   while (next < parts.size() && static_cast<int>(next) < lookahead + 1)
     t.trainer().Enqueue(parts[next++].view());
@@ -277,7 +281,7 @@ TEST(ClusterCheckpoint, RestoreContinuesBitwise) {
   }
   ExpectCheckpointMatchesEngine(engine, c, second, 5, "after the restored job");
 
-  // A checkpoint does not restore into another layout, and nothing starts then.
+  // A checkpoint does not restore into another model, and nothing starts then.
   config::DlrmConfig other = c;
   other.mutable_model()->mutable_tables(0)->set_num_rows(61);
   result = RunJob(
@@ -285,6 +289,61 @@ TEST(ClusterCheckpoint, RestoreContinuesBitwise) {
   for (const std::string& e : result.server_errors)
     EXPECT_NE(e.find("cannot be restored"), std::string::npos) << e;
 }
+
+// Issue 14, acceptance 6: a checkpoint written by 2 servers and 2 trainers restores onto 3
+// servers and 1 trainer, and that job's onto 1 server and 4 trainers: each shard is cut
+// from the saved pieces (another plan: row ranges, column blocks and replicas move), and
+// every job continues bitwise as the single process does from the same step.
+class ClusterReshard : public ::testing::TestWithParam<config::ShardingConfig::Type> {};
+
+TEST_P(ClusterReshard, ACheckpointRestoresOntoOtherServerAndTrainerCounts) {
+  const auto config_for = [&](int32_t servers) {
+    return ShardedTestConfig(GetParam(), "adagrad", "adam", servers);
+  };
+  Engine engine(config_for(kServers));  // advanced with each job: its reference
+  std::vector<float> want;
+  struct Job {
+    int32_t servers, trainers;
+    int64_t first, last;
+  };
+  const Job jobs[] = {{2, 2, 0, 3}, {3, 1, 3, 5}, {1, 4, 5, 7}};
+  std::string previous;
+  for (const Job& job : jobs) {
+    const config::DlrmConfig c = config_for(job.servers);
+    for (int64_t i = job.first; i < job.last; ++i)
+      want.push_back(engine.TrainStep(MakeTestBatch(c, i, kGlobal).view()));
+    const std::string dir = TempDir("reshard_" + std::to_string(job.servers));
+    std::vector<std::vector<float>> losses(static_cast<size_t>(job.trainers));
+    const JobResult result = RunJob(
+        c, previous,
+        [&](train::TrainerRole& t) {
+          EXPECT_EQ(t.trainer().step(), job.first);
+          TrainBatches(t, c, job.first, job.last, 1, &losses[t.trainer_rank()], job.trainers);
+          ExpectDenseMatchesEngine(engine, t.trainer().model(), "resharded");
+          t.Checkpoint(dir);
+        },
+        20000, false, cluster::ClusterEnv::Collective::kBuiltin, job.servers, job.trainers);
+    for (const std::string& e : result.trainer_errors) ASSERT_EQ(e, "");
+    for (const std::string& e : result.server_errors) ASSERT_EQ(e, "");
+    for (const auto& l : losses) {
+      ASSERT_EQ(l.size(), static_cast<size_t>(job.last - job.first));
+      for (int64_t s = job.first; s < job.last; ++s)
+        EXPECT_EQ(l[static_cast<size_t>(s - job.first)], want[static_cast<size_t>(s)])
+            << job.servers << " servers, step " << s;
+    }
+    ExpectCheckpointMatchesEngine(engine, c, dir, job.last, "resharded job", job.servers);
+    previous = dir;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, ClusterReshard,
+                         ::testing::Values(config::ShardingConfig::ROW_WISE,
+                                           config::ShardingConfig::COLUMN_WISE,
+                                           config::ShardingConfig::TABLE_ROW_WISE,
+                                           config::ShardingConfig::DATA_PARALLEL),
+                         [](const auto& info) {
+                           return std::string(shard::ShardingTypeShortName(info.param));
+                         });
 
 // Acceptance: a server that dies makes every trainer fail with a clear error within the
 // timeout, never hang.
