@@ -312,7 +312,10 @@ TEST_P(ClusterReshard, ACheckpointRestoresOntoOtherServerAndTrainerCounts) {
     const config::DlrmConfig c = config_for(job.servers);
     for (int64_t i = job.first; i < job.last; ++i)
       want.push_back(engine.TrainStep(MakeTestBatch(c, i, kGlobal).view()));
-    const std::string dir = TempDir("reshard_" + std::to_string(job.servers));
+    // Per sharding type: ctest runs the instances side by side.
+    const std::string dir =
+        TempDir(std::string("reshard_") + shard::ShardingTypeShortName(GetParam()) + "_" +
+                std::to_string(job.servers));
     std::vector<std::vector<float>> losses(static_cast<size_t>(job.trainers));
     const JobResult result = RunJob(
         c, previous,
