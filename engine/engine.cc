@@ -165,7 +165,7 @@ float Engine::TrainLocked(const ValidatedBatch& batch, const train::StepLookahea
     // The step's ids resolve to rows now (admissions initialize rows in the host state,
     // which a CPU backend computes on); the next batch's ids are not rows yet.
     rows = &s.dynamic_tables.ResolveForStep(batch, s.step, &s.model.tables(),
-                                            s.sparse_optimizer.get());
+                                            s.sparse_optimizer.get(), pool_.get());
     ahead = {lookahead.token, nullptr, 0};
   }
   double loss = 0;

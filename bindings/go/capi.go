@@ -104,6 +104,11 @@ static dlrm_status go_write_parameter(dlrm_engine* e, const char* name, const fl
 	if (values == NULL && len == 0) values = &empty;
 	return go_check(dlrm_engine_write_parameter(e, name, values, len), msg);
 }
+
+static dlrm_status go_table_stats(dlrm_engine* e, const char* table, dlrm_table_stats* out,
+                                  char** msg) {
+	return go_check(dlrm_engine_table_stats(e, table, out), msg);
+}
 */
 import "C"
 
@@ -525,4 +530,27 @@ func (h *handle) writeParameter(name string, values []float32) error {
 		runtime.KeepAlive(values)
 		return statusError(status, msg)
 	})
+}
+
+func (h *handle) tableStats(table string) (TableStats, error) {
+	e, err := h.acquire()
+	if err != nil {
+		return TableStats{}, err
+	}
+	defer h.mu.RUnlock()
+	ctable, err := cString(table, "table name")
+	if err != nil {
+		return TableStats{}, err
+	}
+	defer C.free(unsafe.Pointer(ctable))
+	var s C.dlrm_table_stats
+	s.struct_size = C.sizeof_dlrm_table_stats
+	var msg *C.char
+	if err := statusError(C.go_table_stats(e, ctable, &s, &msg), msg); err != nil {
+		return TableStats{}, err
+	}
+	return TableStats{Dynamic: s.dynamic != 0, Capacity: int64(s.capacity), Size: int64(s.size),
+		Lookups: int64(s.lookups), Hits: int64(s.hits), Admitted: int64(s.admitted),
+		Evicted: int64(s.evicted), Rejected: int64(s.rejected),
+		MemoryBytes: int64(s.memory_bytes)}, nil
 }

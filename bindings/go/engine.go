@@ -178,3 +178,36 @@ func (e *Engine) WriteParameter(name string, values []float32) error {
 	runtime.KeepAlive(e)
 	return err
 }
+
+// TableStats says how an embedding table is used. A DYNAMIC table gives rows to the raw
+// int64 ids it admits and evicts ids when full; a FIXED table reports its rows as Capacity
+// and Size and counts nothing. The counters run from the engine's creation and are saved
+// in checkpoints.
+type TableStats struct {
+	Dynamic     bool  // true for a DYNAMIC table, false for a FIXED one
+	Capacity    int64 // rows ids may hold (a DYNAMIC table's rows less its default row)
+	Size        int64 // rows held by ids now
+	Lookups     int64 // id occurrences trained on
+	Hits        int64 // of those, occurrences of ids that held a row
+	Admitted    int64 // ids given a row
+	Evicted     int64 // ids that lost their row (to make room, or past their TTL)
+	Rejected    int64 // new ids that qualified for a row at a step and found none
+	MemoryBytes int64 // weights, sparse optimizer state and the id index
+}
+
+// HitRate returns Hits / Lookups, or 0 before any lookup.
+func (s TableStats) HitRate() float64 {
+	if s.Lookups == 0 {
+		return 0
+	}
+	return float64(s.Hits) / float64(s.Lookups)
+}
+
+// TableStats returns the statistics of the embedding table named table (a model.tables
+// name); an unknown name is an error matching ErrNotFound that names it. It may run
+// concurrently with Predict.
+func (e *Engine) TableStats(table string) (TableStats, error) {
+	s, err := e.h.tableStats(table)
+	runtime.KeepAlive(e)
+	return s, err
+}

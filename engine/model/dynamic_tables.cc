@@ -31,8 +31,7 @@ DynamicTables::DynamicTables(const config::DlrmConfig& config) {
   for (const auto& feature : model.sparse_features())
     slot_of_feature_.push_back(slot_of_table[FindTable(model, feature.table())]);
   step_rows_.resize(tables_.size());
-  undo_.resize(tables_.size());
-  overwritten_.resize(tables_.size());
+  slot_steps_.resize(tables_.size());
 }
 
 void DynamicTables::Gather(const ValidatedBatch& batch, size_t slot,
@@ -49,16 +48,20 @@ void DynamicTables::Gather(const ValidatedBatch& batch, size_t slot,
 
 const ValidatedBatch& DynamicTables::ResolveForStep(const ValidatedBatch& batch, int64_t step,
                                                     std::vector<EmbeddingTable<float>>* tables,
-                                                    SparseOptimizer<float>* optimizer) {
-  for (size_t slot = 0; slot < tables_.size(); ++slot) {
+                                                    SparseOptimizer<float>* optimizer,
+                                                    ThreadPool* pool) {
+  // A table's rows, optimizer state and DynamicRows are its own: tables run in parallel.
+  ParallelFor(pool, static_cast<int64_t>(tables_.size()), [&](int64_t i) {
+    const auto slot = static_cast<size_t>(i);
     Table& table = tables_[slot];
-    Gather(batch, slot, &gathered_);
-    step_rows_[slot].resize(gathered_.size());
-    table.rows.Resolve(gathered_.data(), static_cast<int64_t>(gathered_.size()), step,
-                       step_rows_[slot].data(), &changes_, &undo_[slot]);
-    SaveAdmitted(table, changes_, tables, optimizer, &overwritten_[slot]);
-    InitializeAdmitted(table, changes_, tables, optimizer);
-  }
+    SlotStep& s = slot_steps_[slot];
+    Gather(batch, slot, &s.gathered);
+    step_rows_[slot].resize(s.gathered.size());
+    table.rows.Resolve(s.gathered.data(), static_cast<int64_t>(s.gathered.size()), step,
+                       step_rows_[slot].data(), &s.changes, &s.undo);
+    SaveAdmitted(table, s.changes, tables, optimizer, &s.overwritten);
+    InitializeAdmitted(table, s.changes, tables, optimizer);
+  });
   can_roll_back_ = true;
   Rewrite(batch, step_rows_, &step_batch_);
   return step_batch_.batch();
@@ -91,8 +94,9 @@ void DynamicTables::RollBackStep(std::vector<EmbeddingTable<float>>* tables,
     const Table& table = tables_[slot];
     EmbeddingTable<float>& weights = (*tables)[static_cast<size_t>(table.index)];
     const auto rows = static_cast<size_t>(weights.num_rows());
-    const float* value = overwritten_[slot].values.data();
-    for (const int64_t row : overwritten_[slot].rows) {
+    const Overwritten& saved = slot_steps_[slot].overwritten;
+    const float* value = saved.values.data();
+    for (const int64_t row : saved.rows) {
       std::copy(value, value + weights.dim(), weights.row(row));
       value += weights.dim();
       for (const auto& [name, buffer] : optimizer->StateBuffers(table.index)) {
@@ -101,7 +105,7 @@ void DynamicTables::RollBackStep(std::vector<EmbeddingTable<float>>* tables,
         value += width;
       }
     }
-    tables_[slot].rows.Undo(undo_[slot]);
+    tables_[slot].rows.Undo(slot_steps_[slot].undo);
   }
 }
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "engine/config/dlrm.pb.h"
+#include "engine/core/thread_pool.h"
 #include "engine/data/batch.h"
 #include "engine/embedding/dynamic_rows.h"
 #include "engine/embedding/embedding_table.h"
@@ -71,10 +72,12 @@ class DynamicTables {
 
   // Steps 1-4 above for the engine's step `step` (0-based, never decreasing). `batch` was
   // validated against the model; the result borrows from it and from this object until
-  // the next call. tables and optimizer are the model's (rows [0, num_rows) each).
+  // the next call. tables and optimizer are the model's (rows [0, num_rows) each). Steps
+  // 1-3 run for the tables in parallel on pool (null: here): each table's decisions
+  // depend on its own ids only, so the split changes nothing.
   const ValidatedBatch& ResolveForStep(const ValidatedBatch& batch, int64_t step,
                                        std::vector<EmbeddingTable<float>>* tables,
-                                       SparseOptimizer<float>* optimizer);
+                                       SparseOptimizer<float>* optimizer, ThreadPool* pool);
   // Takes the last ResolveForStep back when the step it served failed: the admitted rows'
   // values and optimizer state as they were, every table's DynamicRows as it was
   // (DynamicRows::Undo). Only right after ResolveForStep, with the same tables and
@@ -123,14 +126,17 @@ class DynamicTables {
 
   std::vector<Table> tables_;
   std::vector<int32_t> slot_of_feature_;  // per sparse feature: its table's slot, or -1
-  // Per step, reused.
-  std::vector<int64_t> gathered_;
-  std::vector<std::vector<int64_t>> step_rows_;  // per slot
-  RowChanges changes_;
+  // Per slot, the last step's (reused): ids gathered, what changed, and (undo,
+  // overwritten) how to take it back.
+  struct SlotStep {
+    std::vector<int64_t> gathered;
+    RowChanges changes;
+    DynamicRowsUndo undo;
+    Overwritten overwritten;
+  };
+  std::vector<SlotStep> slot_steps_;
+  std::vector<std::vector<int64_t>> step_rows_;  // per slot: the gathered ids' rows
   RowBatch step_batch_;
-  // The last step's, per slot, for RollBackStep.
-  std::vector<DynamicRowsUndo> undo_;
-  std::vector<Overwritten> overwritten_;
   bool can_roll_back_ = false;
 };
 

@@ -16,7 +16,7 @@ sends it into :mod:`logging`, ``dlrm.set_log_callback(fn, level)`` to any functi
 from . import _native, distributed, log
 from ._version import __version__
 from .batch import Batch
-from .engine import Engine, EvalResult, LoadResult
+from .engine import Engine, EvalResult, LoadResult, TableStats
 from .errors import DlrmError, EngineClosedError, StatusCode
 from .fit import History, fit
 from .log import LogLevel, set_log_callback, set_logger
@@ -42,7 +42,7 @@ def library_path() -> str:
 
 __all__ = [
     "ABI_VERSION", "Batch", "DlrmError", "Engine", "EngineClosedError", "EvalResult",
-    "History", "LoadResult", "StatusCode", "__version__", "fit", "library_abi_version",
-    "distributed", "library_path", "library_version", "log", "LogLevel", "set_log_callback",
-    "set_logger",
+    "History", "LoadResult", "StatusCode", "TableStats", "__version__", "fit",
+    "library_abi_version", "distributed", "library_path", "library_version", "log", "LogLevel",
+    "set_log_callback", "set_logger",
 ]

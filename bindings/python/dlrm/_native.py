@@ -65,6 +65,23 @@ class EvalResultStruct(ctypes.Structure):
     ]
 
 
+class TableStatsStruct(ctypes.Structure):
+    """``dlrm_table_stats``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("dynamic", ctypes.c_int32),
+        ("capacity", ctypes.c_int64),
+        ("size", ctypes.c_int64),
+        ("lookups", ctypes.c_int64),
+        ("hits", ctypes.c_int64),
+        ("admitted", ctypes.c_int64),
+        ("evicted", ctypes.c_int64),
+        ("rejected", ctypes.c_int64),
+        ("memory_bytes", ctypes.c_int64),
+    ]
+
+
 _status = ctypes.c_int32
 # (name, restype, argtypes) for every function of dlrm.h, in the header's order.
 # dlrm_allgather_fn: int32_t (*)(void* user_data, const void* data, int64_t num_bytes,
@@ -110,6 +127,8 @@ _PROTOTYPES: Sequence[Tuple[str, object, List[object]]] = (
      [_engine_p, ctypes.c_char_p, c_float_p, ctypes.c_size_t]),
     ("dlrm_engine_write_parameter", _status,
      [_engine_p, ctypes.c_char_p, c_float_p, ctypes.c_size_t]),
+    ("dlrm_engine_table_stats", _status,
+     [_engine_p, ctypes.c_char_p, ctypes.POINTER(TableStatsStruct)]),
     ("dlrm_run_role", _status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]),
     ("dlrm_gather_put", _status,
      [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64]),

@@ -37,6 +37,30 @@ class EvalResult(NamedTuple):
     num_samples: int
 
 
+class TableStats(NamedTuple):
+    """How an embedding table is used; see :meth:`Engine.table_stats`.
+
+    A DYNAMIC table gives rows to the raw int64 ids it admits and evicts ids when full; a
+    FIXED table reports its rows as capacity and size and counts nothing. The counters run
+    from the engine's creation and are saved in checkpoints.
+    """
+
+    dynamic: bool  # True for a DYNAMIC table, False for a FIXED one
+    capacity: int  # rows ids may hold (a DYNAMIC table's rows less its default row)
+    size: int  # rows held by ids now
+    lookups: int  # id occurrences trained on
+    hits: int  # of those, occurrences of ids that held a row
+    admitted: int  # ids given a row
+    evicted: int  # ids that lost their row (to make room, or past their TTL)
+    rejected: int  # new ids that qualified for a row at a step and found none
+    memory_bytes: int  # weights, sparse optimizer state and the id index
+
+    @property
+    def hit_rate(self) -> float:
+        """hits / lookups, 0.0 before any lookup."""
+        return self.hits / self.lookups if self.lookups else 0.0
+
+
 class LoadResult(NamedTuple):
     """What load_state_dict(strict=False) skipped (both empty in strict mode)."""
 
@@ -379,6 +403,21 @@ class Engine:
             raise ValueError(f"{label} for parameter {name!r} has shape {value.shape}, but the "
                              f"parameter has shape {expected}")
         return np.require(value, requirements=("C_CONTIGUOUS", "ALIGNED"))
+
+    # ---- table statistics -------------------------------------------------------------
+    def table_stats(self, name: str) -> TableStats:
+        """Statistics of the embedding table ``name`` (a ``model.tables`` name).
+
+        Raises DlrmError NOT_FOUND, naming it, for a name that is not a table. May run
+        concurrently with predict.
+        """
+        out = _native.TableStatsStruct(struct_size=ctypes.sizeof(_native.TableStatsStruct))
+        with self._use() as h:
+            _native.check(_native.lib.dlrm_engine_table_stats(h, name.encode("utf-8"),
+                                                              ctypes.byref(out)))
+        return TableStats(bool(out.dynamic), int(out.capacity), int(out.size),
+                          int(out.lookups), int(out.hits), int(out.admitted),
+                          int(out.evicted), int(out.rejected), int(out.memory_bytes))
 
     def _write_parameter(self, name: str, value: np.ndarray) -> None:
         with self._use() as h:

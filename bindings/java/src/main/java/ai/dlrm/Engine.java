@@ -2,6 +2,7 @@ package ai.dlrm;
 
 import ai.dlrm.internal.DlrmNative;
 import ai.dlrm.internal.NativeEvalResult;
+import ai.dlrm.internal.NativeTableStats;
 import ai.dlrm.internal.SWIGTYPE_p_dlrm_engine;
 import java.lang.ref.Cleaner;
 import java.lang.ref.Reference;
@@ -310,6 +311,27 @@ public final class Engine implements AutoCloseable {
     byte[] cName = Utf8.cString(name, "name");
     Objects.requireNonNull(values, "values");
     run(pointer -> DlrmNative.jdlrm_write_parameter(pointer, cName, values));
+  }
+
+  // ---- table statistics ---------------------------------------------------------------
+
+  /**
+   * Statistics of the embedding table {@code table} (a {@code model.tables} name). Runs
+   * concurrently with predictions.
+   *
+   * @throws DlrmException {@code NOT_FOUND}, naming it, if the model has no such table
+   */
+  public TableStats tableStats(String table) {
+    byte[] cTable = Utf8.cString(table, "table");
+    NativeTableStats out = new NativeTableStats();
+    try {
+      run(pointer -> DlrmNative.jdlrm_table_stats(pointer, cTable, out));
+      return new TableStats(out.getDynamic() != 0, out.getCapacity(), out.getSize(),
+          out.getLookups(), out.getHits(), out.getAdmitted(), out.getEvicted(),
+          out.getRejected(), out.getMemory_bytes());
+    } finally {
+      out.delete();
+    }
   }
 
   // ---- lifecycle ------------------------------------------------------------------------
