@@ -12,6 +12,7 @@ PACKAGES=(
   libgloo-dev  # engine/collective: the DLRM_COLLECTIVE=gloo all-gather of the trainers
   libbenchmark-dev  # bench/: dlrm_micro_bench
   libabsl-dev  # bench/: absl::flat_hash_map, the peer of the dynamic table's id map
+  librocksdb-dev  # engine/embedding: the SSD tier's row store
   binutils
   # bindings: Java (JDK 17, SWIG, JUnit 4) and Go (cgo)
   openjdk-17-jdk-headless swig junit4
