@@ -86,6 +86,25 @@ void ValidateMlp(const std::string& field, const config::ModelConfig& model, boo
                  mlp.layer_sizes(mlp.layer_sizes_size() - 1));
 }
 
+// The cross network's width is the concatenation's: the bottom output plus every feature's dim.
+void ValidateDcn(const config::ModelConfig& model) {
+  if (model.interaction() != config::ModelConfig::DCN) {
+    if (model.has_dcn()) ThrowInvalid("model.dcn is set but model.interaction is not DCN");
+    return;
+  }
+  const config::DcnConfig& dcn = model.dcn();
+  if (dcn.num_layers() < 1 || dcn.num_layers() > 64)
+    ThrowInvalid("model.dcn.num_layers must be in [1, 64], got ", dcn.num_layers());
+  int64_t width = model.bottom_mlp().layer_sizes(model.bottom_mlp().layer_sizes_size() - 1);
+  for (const auto& feature : model.sparse_features())
+    width += model.tables(FindTable(model, feature.table())).dim();
+  if (dcn.rank() < 0 || dcn.rank() > width)
+    ThrowInvalid("model.dcn.rank must be 0 (full rank) or in [1, ", width,
+                 "] (the concatenation's width), got ", dcn.rank());
+  if (width > (1 << 20))
+    ThrowInvalid("model.interaction DCN: the concatenation's width ", width, " is above 2^20");
+}
+
 void ValidateModel(const config::ModelConfig& model) {
   if (model.num_dense_features() <= 0)
     ThrowInvalid("model.num_dense_features must be > 0, got ", model.num_dense_features());
@@ -122,6 +141,7 @@ void ValidateModel(const config::ModelConfig& model) {
   }
   ValidateMlp("model.bottom_mlp", model, false);
   ValidateMlp("model.top_mlp", model, true);
+  ValidateDcn(model);
   if (model.interaction() == config::ModelConfig::DOT) {
     const int bottom_out =
         model.bottom_mlp().layer_sizes(model.bottom_mlp().layer_sizes_size() - 1);

@@ -27,6 +27,21 @@ void AddMlpInfos(const std::string& prefix, int in_dim, const std::vector<int>& 
   }
 }
 
+template <typename T>
+void AddCrossInfos(const CrossNet<T>& cross, std::vector<DenseParamInfo>* infos) {
+  const auto d = static_cast<int64_t>(cross.dim()), r = static_cast<int64_t>(cross.rank());
+  for (int l = 0; l < cross.num_layers(); ++l) {
+    const std::string prefix = "cross." + std::to_string(l);
+    if (r == 0) {
+      infos->push_back({prefix + ".weight", {d, d}, cross.w_offset(l), static_cast<size_t>(d * d)});
+    } else {
+      infos->push_back({prefix + ".v", {r, d}, cross.v_offset(l), static_cast<size_t>(r * d)});
+      infos->push_back({prefix + ".u", {d, r}, cross.u_offset(l), static_cast<size_t>(d * r)});
+    }
+    infos->push_back({prefix + ".bias", {d}, cross.bias_offset(l), static_cast<size_t>(d)});
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -61,18 +76,31 @@ DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool, bool
   const std::vector<int> bottom_sizes(model.bottom_mlp().layer_sizes().begin(),
                                       model.bottom_mlp().layer_sizes().end());
   bottom_ = std::make_unique<Mlp<T>>(num_dense_, bottom_sizes, /*relu_last=*/true, 0);
-  interaction_ =
-      std::make_unique<Interaction<T>>(model.interaction(), bottom_->out_dim(), feature_dims);
+  const bool dcn = model.interaction() == config::ModelConfig::DCN;
+  interaction_ = std::make_unique<Interaction<T>>(
+      dcn ? config::ModelConfig::CAT : model.interaction(), bottom_->out_dim(), feature_dims);
+  // Parameters: bottom MLP, cross network, top MLP. Each draws from its own streams, so a
+  // model without a cross network has the values it always had.
+  size_t top_offset = bottom_->num_params();
+  if (dcn) {
+    cross_ = std::make_unique<CrossNet<T>>(interaction_->out_dim(), model.dcn().num_layers(),
+                                           model.dcn().rank(), top_offset);
+    top_offset += cross_->num_params();
+  }
   const std::vector<int> top_sizes(model.top_mlp().layer_sizes().begin(),
                                    model.top_mlp().layer_sizes().end());
-  top_ = std::make_unique<Mlp<T>>(interaction_->out_dim(), top_sizes, /*relu_last=*/false,
-                                  bottom_->num_params());
+  top_ =
+      std::make_unique<Mlp<T>>(interaction_->out_dim(), top_sizes, /*relu_last=*/false, top_offset);
 
-  dense_params_.assign(bottom_->num_params() + top_->num_params(), T(0));
+  dense_params_.assign(top_offset + top_->num_params(), T(0));
   bottom_->Initialize(dense_params_.data(), config.seed(), 0);
   top_->Initialize(dense_params_.data(), config.seed(), 1 << 16);
   AddMlpInfos("bottom_mlp", num_dense_, bottom_sizes, 0, &param_infos_);
-  AddMlpInfos("top_mlp", interaction_->out_dim(), top_sizes, bottom_->num_params(), &param_infos_);
+  if (cross_) {
+    cross_->Initialize(dense_params_.data(), config.seed(), 2 << 16);
+    AddCrossInfos(*cross_, &param_infos_);
+  }
+  AddMlpInfos("top_mlp", interaction_->out_dim(), top_sizes, top_offset, &param_infos_);
 }
 
 template <typename T>
@@ -105,8 +133,39 @@ const T* DlrmModel<T>::ForwardChunk(const ValidatedBatch& batch, const T* pooled
       bottom_->Forward(dense_params_.data(), buf.dense_in.data(), n, buf.bottom_acts.data());
   buf.inter_out.resize(n * interaction_->out_dim());
   interaction_->Forward(x, pooled, n, buf.inter_out.data());
+  if (cross_) {
+    buf.cross_acts.resize(n * cross_->activations_per_row());
+    cross_->Forward(dense_params_.data(), buf.inter_out.data(), n, buf.cross_acts.data());
+  }
   buf.top_acts.resize(n * top_->activations_per_row());
-  return top_->Forward(dense_params_.data(), buf.inter_out.data(), n, buf.top_acts.data());
+  return top_->Forward(dense_params_.data(), TopInput(buf, n), n, buf.top_acts.data());
+}
+
+template <typename T>
+const T* DlrmModel<T>::TopInput(const ChunkBuffers& buf, int64_t n) const {
+  return cross_ ? cross_->Output(buf.cross_acts.data(), n) : buf.inter_out.data();
+}
+
+template <typename T>
+void DlrmModel<T>::DenseBackward(const T* pooled, int64_t n, ChunkBuffers& buf, T* grads,
+                                 T* d_pooled) const {
+  const T* params = dense_params_.data();
+  size_t scratch = std::max(top_->scratch_per_row(), bottom_->scratch_per_row());
+  if (cross_) scratch = std::max(scratch, cross_->scratch_per_row());
+  buf.scratch.resize(n * scratch);
+  buf.d_inter.resize(n * interaction_->out_dim());
+  buf.d_top_in.resize(cross_ ? n * interaction_->out_dim() : 0);
+  T* d_top_in = cross_ ? buf.d_top_in.data() : buf.d_inter.data();
+  top_->Backward(params, TopInput(buf, n), buf.top_acts.data(), buf.dlogits.data(), n, grads,
+                 d_top_in, buf.scratch.data());
+  if (cross_)
+    cross_->Backward(params, buf.inter_out.data(), buf.cross_acts.data(), d_top_in, n, grads,
+                     buf.d_inter.data(), buf.scratch.data());
+  buf.dx.resize(n * bottom_->out_dim());
+  const T* x = buf.bottom_acts.data() + (buf.bottom_acts.size() - n * bottom_->out_dim());
+  interaction_->Backward(x, pooled, buf.d_inter.data(), n, buf.dx.data(), d_pooled);
+  bottom_->Backward(params, buf.dense_in.data(), buf.bottom_acts.data(), buf.dx.data(), n, grads,
+                    nullptr, buf.scratch.data());
 }
 
 template <typename T>
@@ -161,16 +220,7 @@ double DlrmModel<T>::ForwardBackwardChunks(const ValidatedBatch& batch, T grad_s
         BceWithLogits(logits, batch.view.labels + r0, n, grad_scale, buf.dlogits.data());
     std::vector<T>& grads = chunk_grads_[c];
     grads.resize(num_params);
-    buf.scratch.resize(n * std::max(top_->scratch_per_row(), bottom_->scratch_per_row()));
-    buf.d_inter.resize(n * interaction_->out_dim());
-    top_->Backward(dense_params_.data(), buf.inter_out.data(), buf.top_acts.data(),
-                   buf.dlogits.data(), n, grads.data(), buf.d_inter.data(), buf.scratch.data());
-    buf.dx.resize(n * bottom_->out_dim());
-    const T* x = buf.bottom_acts.data() + (buf.bottom_acts.size() - n * bottom_->out_dim());
-    interaction_->Backward(x, chunk_pooled, buf.d_inter.data(), n, buf.dx.data(),
-                           d_pooled->data() + r0 * width);
-    bottom_->Backward(dense_params_.data(), buf.dense_in.data(), buf.bottom_acts.data(),
-                      buf.dx.data(), n, grads.data(), nullptr, buf.scratch.data());
+    DenseBackward(chunk_pooled, n, buf, grads.data(), d_pooled->data() + r0 * width);
   };
   ParallelFor(pool, chunks, run_chunk);
 

@@ -20,6 +20,7 @@
 #include "engine/core/object_pool.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/batch.h"
+#include "engine/dense/cross_net.h"
 #include "engine/dense/interaction.h"
 #include "engine/dense/mlp.h"
 #include "engine/embedding/embedding_bag.h"
@@ -79,6 +80,8 @@ class DlrmModel {
   // The graph's parts, for a device backend that runs the same model (cuda/backend.h).
   const Mlp<T>& bottom_mlp() const { return *bottom_; }
   const Interaction<T>& interaction() const { return *interaction_; }
+  // DCNv2's cross network between the interaction and the top MLP; null unless DCN.
+  const CrossNet<T>* cross_net() const { return cross_.get(); }
   const Mlp<T>& top_mlp() const { return *top_; }
   int32_t pooled_width() const { return pooled_width_; }
   int64_t chunk_rows() const { return chunk_rows_; }
@@ -98,8 +101,8 @@ class DlrmModel {
   // Per-chunk activations and gradients; one per concurrently running chunk, leased from
   // chunk_buffers_ so that a step allocates nothing once the pool is warm.
   struct ChunkBuffers {
-    std::vector<T> dense_in, bottom_acts, inter_out, top_acts;
-    std::vector<T> dlogits, d_inter, dx, scratch;
+    std::vector<T> dense_in, bottom_acts, inter_out, cross_acts, top_acts;
+    std::vector<T> dlogits, d_top_in, d_inter, dx, scratch;
     std::vector<const T*> embedding_rows;
   };
   // Rows per chunk of PredictLogits (at least reduction_chunk_rows).
@@ -111,6 +114,12 @@ class DlrmModel {
   // The dense forward of rows [r0, r1) given their pooled embeddings; returns the logits.
   const T* ForwardChunk(const ValidatedBatch& batch, const T* pooled, int64_t r0, int64_t r1,
                         ChunkBuffers& buf) const;
+  // The top MLP's input of a chunk ForwardChunk computed: the cross network's output, or
+  // the interaction's.
+  const T* TopInput(const ChunkBuffers& buf, int64_t n) const;
+  // The dense backward of a chunk from its logits' gradient (buf.dlogits): the top MLP,
+  // the cross network, the interaction (d_pooled) and the bottom MLP, into grads.
+  void DenseBackward(const T* pooled, int64_t n, ChunkBuffers& buf, T* grads, T* d_pooled) const;
   // Chunked forward + backward; returns the loss sum, dense_grad the chunks' tree sum.
   double ForwardBackwardChunks(const ValidatedBatch& batch, T grad_scale,
                                const EmbeddingBagCollection<T>& bags, std::vector<T>* dense_grad,
@@ -125,6 +134,7 @@ class DlrmModel {
   std::unique_ptr<EmbeddingBagCollection<T>> bags_;  // null without tables
   std::unique_ptr<Mlp<T>> bottom_;
   std::unique_ptr<Interaction<T>> interaction_;
+  std::unique_ptr<CrossNet<T>> cross_;
   std::unique_ptr<Mlp<T>> top_;
   std::vector<T> dense_params_;
   std::vector<DenseParamInfo> param_infos_;

@@ -12,9 +12,12 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/core/philox.h"
+#include "engine/core/status.h"
+#include "engine/dense/cross_net.h"
 #include "engine/dense/interaction.h"
 #include "engine/dense/linear.h"
 #include "engine/dense/loss.h"
@@ -200,6 +203,79 @@ TEST(DenseGradcheckTest, BceTinyGradientsAtLargeLogitsAreRelativelyAccurate) {
     const double numeric = (plus - minus) / (2 * kStep);
     EXPECT_NE(dz[i], 0.0);
     EXPECT_NEAR(dz[i], numeric, kRelTol * std::abs(numeric)) << i;
+  }
+}
+
+}  // namespace
+}  // namespace dlrm
+
+namespace dlrm {
+namespace {
+
+// DCNv2's cross network: every weight, bias and input gradient, low rank and full rank,
+// against central differences of L = sum r_i * x_L,i; and the forward against the
+// formula written out per row.
+TEST(CrossNetGradcheck, EveryGradientMatchesCentralDifferences) {
+  constexpr int kDim = 6;
+  constexpr int64_t kRows = 5;
+  for (const int rank : {3, 0}) {
+    const CrossNet<double> net(kDim, 3, rank, /*param_offset=*/4);
+    std::vector<double> params(4 + net.num_params());
+    net.Initialize(params.data(), 11, 0);
+    // Non-zero biases, so that their paths are exercised too.
+    for (int l = 0; l < 3; ++l)
+      for (int j = 0; j < kDim; ++j) params[net.bias_offset(l) + j] = 0.1 * (j - l);
+    std::vector<double> x0 = Random(kRows * kDim, 301);
+    const std::vector<double> r = Random(kRows * kDim, 302);
+    std::vector<double> acts(kRows * net.activations_per_row());
+    const auto loss = [&] {
+      return WeightedSum(net.Forward(params.data(), x0.data(), kRows, acts.data()), r);
+    };
+    // The forward, row by row from the definition.
+    const double* out = net.Forward(params.data(), x0.data(), kRows, acts.data());
+    for (int64_t row = 0; row < kRows; ++row) {
+      std::vector<double> x(x0.begin() + row * kDim, x0.begin() + (row + 1) * kDim);
+      for (int l = 0; l < 3; ++l) {
+        std::vector<double> y(kDim), h(static_cast<size_t>(rank));
+        for (int k = 0; k < rank; ++k)
+          for (int j = 0; j < kDim; ++j) h[k] += params[net.v_offset(l) + k * kDim + j] * x[j];
+        for (int i = 0; i < kDim; ++i) {
+          y[i] = params[net.bias_offset(l) + i];
+          if (rank == 0)
+            for (int j = 0; j < kDim; ++j) y[i] += params[net.w_offset(l) + i * kDim + j] * x[j];
+          for (int k = 0; k < rank; ++k) y[i] += params[net.u_offset(l) + i * rank + k] * h[k];
+        }
+        for (int i = 0; i < kDim; ++i) x[i] = x0[row * kDim + i] * y[i] + x[i];
+      }
+      for (int i = 0; i < kDim; ++i) EXPECT_NEAR(out[row * kDim + i], x[i], 1e-12) << row;
+    }
+    std::vector<double> grads(params.size(), -7.0), dx0(x0.size());
+    std::vector<double> scratch(kRows * net.scratch_per_row());
+    net.Forward(params.data(), x0.data(), kRows, acts.data());
+    net.Backward(params.data(), x0.data(), acts.data(), r.data(), kRows, grads.data(), dx0.data(),
+                 scratch.data());
+    const std::string name = rank == 0 ? "full rank " : "rank 3 ";
+    ExpectGradient(name + "params", params, 4, std::vector<double>(grads.begin() + 4, grads.end()),
+                   loss);
+    ExpectGradient(name + "x0", x0, 0, dx0, loss);
+    EXPECT_EQ(grads[0], -7.0) << "outside its range nothing is written";
+  }
+}
+
+TEST(CrossNetGradcheck, BadShapesAreRefusedNamingThem) {
+  for (const auto& [dim, layers, rank, needle] :
+       {std::tuple<int, int, int, const char*>{0, 1, 0, "dim must be in"},
+        {8, 0, 0, "num_layers must be in"},
+        {8, 65, 0, "num_layers must be in"},
+        {8, 2, 9, "rank must be 0 (full rank) or in [1, dim = 8]"},
+        {8, 2, -1, "rank must be 0"}}) {
+    try {
+      CrossNet<float> net(dim, layers, rank, 0);
+      ADD_FAILURE() << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
   }
 }
 

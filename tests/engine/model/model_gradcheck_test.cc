@@ -111,6 +111,20 @@ TEST(ModelGradcheckTest, CatInteraction) {
   CheckModel(text, true);
 }
 
+// DCNv2 (issue 16): the cross network between the concatenation and the top MLP, low rank
+// and full rank, in the whole model's gradient: every dense parameter (the cross layers'
+// included) and every touched embedding row.
+TEST(ModelGradcheckTest, DcnInteraction) {
+  for (const char* dcn : {"dcn { num_layers: 2 rank: 3 }", "dcn { num_layers: 1 }"}) {
+    std::string text = testing::SmallConfigText();
+    text.insert(text.find("bottom_mlp"), std::string("interaction: DCN ") + dcn + "\n  ");
+    CheckModel(text, true);
+    const DlrmModel<double> model(ParseConfigText(text));
+    ASSERT_NE(model.cross_net(), nullptr);
+    EXPECT_EQ(model.cross_net()->dim(), 16);  // bottom 4 + three features of dim 4
+  }
+}
+
 TEST(ModelGradcheckTest, ForwardIsIndependentOfChunking) {
   // A sample's forward does not depend on which chunk it falls in (up to rounding).
   const OwnedBatch batch = testing::SmallBatch(30, 5);

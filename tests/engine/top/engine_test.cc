@@ -123,6 +123,57 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, EngineOptimizerTest, ::testing::ValuesIn(kO
                            return std::string(kOptimizerSetNames[info.index]);
                          });
 
+// DCNv2 (issue 16): a model with a low-rank cross network is bitwise the same at 1, 2 and 4
+// threads and resumes bitwise from a checkpoint, whose parameters include the cross
+// layers ("cross.<l>.u", ...); a dcn block without interaction DCN is refused.
+TEST(EngineTest, DcnModelIsDeterministicAndResumes) {
+  const auto dcn_config = [](int threads) {
+    std::string text = testing::SmallConfigText(kOptimizerSets[2], threads);
+    text.insert(text.find("bottom_mlp"), "interaction: DCN dcn { num_layers: 3 rank: 4 }\n  ");
+    return ParseConfigText(text);
+  };
+  std::vector<uint32_t> reference;
+  std::map<std::string, std::vector<float>> reference_params;
+  for (const int threads : {1, 2, 4}) {
+    Engine engine(dcn_config(threads));
+    const auto losses = TrainLosses(engine, 8);
+    if (reference.empty()) {
+      reference = losses, reference_params = Snapshot(engine);
+      EXPECT_EQ(reference_params.count("cross.2.u"), 1u);
+      EXPECT_EQ(reference_params.at("cross.0.v").size(), 4u * 16u);
+      continue;
+    }
+    EXPECT_EQ(losses, reference) << threads << " threads";
+    EXPECT_TRUE(BitwiseEqual(Snapshot(engine), reference_params)) << threads << " threads";
+  }
+  const std::string dir = testing::TempDir("engine_dcn");
+  Engine first(dcn_config(2)), straight(dcn_config(2));
+  TrainLosses(first, 4);
+  first.Save(dir + "/dcn.ckpt");
+  TrainLosses(straight, 4);
+  const auto rest = TrainLosses(straight, 4, 4);
+  auto resumed = Engine::FromCheckpoint(dir + "/dcn.ckpt");
+  EXPECT_EQ(TrainLosses(*resumed, 4, 4), rest);
+  EXPECT_TRUE(BitwiseEqual(Snapshot(*resumed), Snapshot(straight)));
+
+  std::string stray = testing::SmallConfigText();
+  stray.insert(stray.find("bottom_mlp"), "dcn { num_layers: 2 }\n  ");
+  try {
+    Engine engine(ParseConfigText(stray));
+    ADD_FAILURE() << "a dcn block without interaction DCN was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("model.dcn is set but model.interaction is not DCN"));
+  }
+  std::string wide = testing::SmallConfigText();
+  wide.insert(wide.find("bottom_mlp"), "interaction: DCN dcn { rank: 17 }\n  ");
+  try {
+    Engine engine(ParseConfigText(wide));
+    ADD_FAILURE() << "a rank above the width was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("model.dcn.rank must be 0 (full rank) or in [1, 16]"));
+  }
+}
+
 // device.kind CUDA where it cannot be used (built without CUDA, no driver or device,
 // cuBLASLt missing) is refused naming the cause, never a crash and never CPU training
 // behind a CUDA config; where it can, the engine trains there (cuda_backend_test compares

@@ -1,0 +1,122 @@
+#include "engine/dense/cross_net.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/philox.h"
+#include "engine/core/status.h"
+#include "engine/dense/gemm.h"
+#include "engine/dense/linear.h"
+
+namespace dlrm {
+
+template <typename T>
+CrossNet<T>::CrossNet(int dim, int num_layers, int rank, size_t param_offset)
+    : dim_(dim), layers_(num_layers), rank_(rank), param_offset_(param_offset) {
+  if (dim < 1 || dim > (1 << 20))
+    ThrowInvalid("cross network: dim must be in [1, 2^20], got ", dim);
+  if (num_layers < 1 || num_layers > kMaxLayers)
+    ThrowInvalid("cross network: num_layers must be in [1, ", kMaxLayers, "], got ", num_layers);
+  if (rank < 0 || rank > dim)
+    ThrowInvalid("cross network: rank must be 0 (full rank) or in [1, dim = ", dim, "], got ",
+                 rank);
+}
+
+template <typename T>
+void CrossNet<T>::Initialize(T* params, uint64_t seed, uint64_t stream_base) const {
+  auto fill_normal = [&](size_t offset, size_t rows, size_t cols, uint64_t tensor) {
+    const CounterRng rng(seed, kStreamDenseBase + stream_base + tensor, 0);
+    const double stddev = std::sqrt(2.0 / static_cast<double>(rows + cols));
+    for (size_t j = 0; j < rows * cols; ++j)
+      params[offset + j] = static_cast<T>(stddev * rng.Normal(j));
+  };
+  const auto d = static_cast<size_t>(dim_), r = static_cast<size_t>(rank_);
+  for (int l = 0; l < layers_; ++l) {
+    const uint64_t k = 2 * static_cast<uint64_t>(l);
+    if (rank_ == 0) {
+      fill_normal(w_offset(l), d, d, k);
+    } else {
+      fill_normal(v_offset(l), r, d, k);
+      fill_normal(u_offset(l), d, r, k + 1);
+    }
+    std::fill(params + bias_offset(l), params + bias_offset(l) + d, T(0));
+  }
+}
+
+template <typename T>
+const T* CrossNet<T>::Forward(const T* params, const T* x0, int64_t n, T* acts) const {
+  const int d = dim_, r = rank_;
+  const T* x = x0;
+  for (int l = 0; l < layers_; ++l) {
+    T* h = acts + LayerOffset(l, n);
+    T* y = h + n * r;
+    T* next = y + n * d;
+    if (r == 0) {
+      Gemm<T>(false, true, n, d, d, T(1), x, d, params + w_offset(l), d, T(0), y, d);
+    } else {
+      Gemm<T>(false, true, n, r, d, T(1), x, d, params + v_offset(l), d, T(0), h, r);
+      Gemm<T>(false, true, n, d, r, T(1), h, r, params + u_offset(l), r, T(0), y, d);
+    }
+    BiasActivationForward(y, params + bias_offset(l), n, d, Activation::kNone);
+    for (int64_t i = 0; i < n * d; ++i) next[i] = x0[i] * y[i] + x[i];
+    x = next;
+  }
+  return x;
+}
+
+template <typename T>
+void CrossNet<T>::ElementwiseBackward(const T* g, const T* x0, const T* y, int64_t n, T* dy, T* dx0,
+                                      T* db) const {
+  const int d = dim_;
+  std::fill(db, db + d, T(0));
+  for (int64_t row = 0; row < n; ++row) {
+    const int64_t base = row * d;
+    for (int j = 0; j < d; ++j) {
+      dy[base + j] = g[base + j] * x0[base + j];
+      dx0[base + j] += g[base + j] * y[base + j];
+      db[j] += dy[base + j];
+    }
+  }
+}
+
+template <typename T>
+void CrossNet<T>::WeightsBackward(const T* params, int l, const T* x, const T* h, const T* dy,
+                                  const T* g, int64_t n, T* grads, T* dh, T* next) const {
+  const int d = dim_, r = rank_;
+  std::copy(g, g + n * d, next);  // the identity path: x_{l+1} = ... + x_l
+  if (r == 0) {
+    Gemm<T>(true, false, d, d, n, T(1), dy, d, x, d, T(0), grads + w_offset(l), d);
+    Gemm<T>(false, false, n, d, d, T(1), dy, d, params + w_offset(l), d, T(1), next, d);
+    return;
+  }
+  Gemm<T>(true, false, d, r, n, T(1), dy, d, h, r, T(0), grads + u_offset(l), r);
+  Gemm<T>(false, false, n, r, d, T(1), dy, d, params + u_offset(l), r, T(0), dh, r);
+  Gemm<T>(true, false, r, d, n, T(1), dh, r, x, d, T(0), grads + v_offset(l), d);
+  Gemm<T>(false, false, n, d, r, T(1), dh, r, params + v_offset(l), d, T(1), next, d);
+}
+
+template <typename T>
+void CrossNet<T>::Backward(const T* params, const T* x0, const T* acts, const T* dout, int64_t n,
+                           T* grads, T* dx0, T* scratch) const {
+  const int d = dim_, r = rank_;
+  T* g = scratch;        // d(loss)/d(x_{l+1}) [n x d]
+  T* next = g + n * d;   // d(loss)/d(x_l)
+  T* dy = next + n * d;  // [n x d]
+  T* dh = dy + n * d;    // [n x r]
+  std::copy(dout, dout + n * d, g);
+  std::fill(dx0, dx0 + n * d, T(0));
+  for (int l = layers_ - 1; l >= 0; --l) {
+    const T* h = acts + LayerOffset(l, n);
+    const T* y = h + n * r;
+    const T* x = l == 0 ? x0 : acts + LayerOffset(l - 1, n) + n * (r + d);
+    ElementwiseBackward(g, x0, y, n, dy, dx0, grads + bias_offset(l));
+    WeightsBackward(params, l, x, h, dy, g, n, grads, dh, next);
+    std::swap(g, next);
+  }
+  for (int64_t i = 0; i < n * d; ++i) dx0[i] += g[i];  // x0 is also the first layer's x
+}
+
+template class CrossNet<float>;
+template class CrossNet<double>;
+
+}  // namespace dlrm
