@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "engine/core/philox.h"
@@ -65,6 +66,28 @@ OwnedBatch SmallBatch(int64_t batch_size, uint64_t salt, bool weighted) {
     b.labels.push_back(signal + 0.3 * (uniform() - 0.5) > 0 ? 1.0f : 0.0f);
   }
   return b;
+}
+
+std::map<std::string, std::vector<float>> ParameterValues(const Engine& engine) {
+  std::map<std::string, std::vector<float>> params;
+  for (const ParameterInfo& info : engine.Parameters()) {
+    std::vector<float> values(static_cast<size_t>(info.size()));
+    engine.ReadParameter(info.name, values.data(), info.size());
+    params[info.name] = std::move(values);
+  }
+  return params;
+}
+
+bool BitwiseEqual(const std::map<std::string, std::vector<float>>& a,
+                  const std::map<std::string, std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, values] : a) {
+    const auto it = b.find(name);
+    if (it == b.end() || it->second.size() != values.size() ||
+        std::memcmp(values.data(), it->second.data(), values.size() * sizeof(float)) != 0)
+      return false;
+  }
+  return true;
 }
 
 }  // namespace dlrm::testing

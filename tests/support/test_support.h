@@ -2,9 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "engine/data/batch.h"
+#include "engine/engine.h"
 
 namespace dlrm::testing {
 
@@ -20,5 +23,11 @@ std::string SmallConfigText(const std::string& optimizers = "", int num_threads 
 // A deterministic batch for SmallConfigText's model: bags of 0-3 ids (empty bags
 // included), some repeated ids, per-id weights when weighted, labels in {0, 1}.
 OwnedBatch SmallBatch(int64_t batch_size, uint64_t salt, bool weighted = false);
+
+// Every parameter of the engine (Engine::Parameters), by name: its observable model state.
+std::map<std::string, std::vector<float>> ParameterValues(const Engine& engine);
+// Equal names and bit-identical values (NaN payloads and signed zeros included).
+bool BitwiseEqual(const std::map<std::string, std::vector<float>>& a,
+                  const std::map<std::string, std::vector<float>>& b);
 
 }  // namespace dlrm::testing

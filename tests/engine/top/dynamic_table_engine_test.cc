@@ -75,26 +75,9 @@ std::vector<uint32_t> Train(Engine& engine, int steps, uint64_t first_salt = 0) 
 }
 
 std::map<std::string, std::vector<float>> Params(const Engine& engine) {
-  std::map<std::string, std::vector<float>> params;
-  for (const ParameterInfo& info : engine.Parameters()) {
-    std::vector<float> values(static_cast<size_t>(info.size()));
-    engine.ReadParameter(info.name, values.data(), info.size());
-    params[info.name] = std::move(values);
-  }
-  return params;
+  return testing::ParameterValues(engine);
 }
-
-bool BitwiseEqual(const std::map<std::string, std::vector<float>>& a,
-                  const std::map<std::string, std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& [name, values] : a) {
-    const auto it = b.find(name);
-    if (it == b.end() || it->second.size() != values.size() ||
-        std::memcmp(values.data(), it->second.data(), values.size() * sizeof(float)) != 0)
-      return false;
-  }
-  return true;
-}
+using testing::BitwiseEqual;
 
 // A table's rows as byte strings, sorted: equal for two tables holding the same rows in
 // any order.

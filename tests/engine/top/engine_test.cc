@@ -33,26 +33,9 @@ std::unique_ptr<Engine> MakeEngine(const std::string& optimizers, int threads = 
 
 // Every parameter's bytes, by name: the engine's complete observable model state.
 std::map<std::string, std::vector<float>> Snapshot(const Engine& engine) {
-  std::map<std::string, std::vector<float>> params;
-  for (const ParameterInfo& info : engine.Parameters()) {
-    std::vector<float> values(info.size());
-    engine.ReadParameter(info.name, values.data(), info.size());
-    params[info.name] = std::move(values);
-  }
-  return params;
+  return testing::ParameterValues(engine);
 }
-
-bool BitwiseEqual(const std::map<std::string, std::vector<float>>& a,
-                  const std::map<std::string, std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& [name, values] : a) {
-    auto it = b.find(name);
-    if (it == b.end() || it->second.size() != values.size() ||
-        std::memcmp(values.data(), it->second.data(), values.size() * sizeof(float)) != 0)
-      return false;
-  }
-  return true;
-}
+using testing::BitwiseEqual;
 
 std::vector<uint32_t> TrainLosses(Engine& engine, int steps, uint64_t first_salt = 0) {
   std::vector<uint32_t> bits;
@@ -156,22 +139,22 @@ TEST(EngineTest, DcnModelIsDeterministicAndResumes) {
   EXPECT_EQ(TrainLosses(*resumed, 4, 4), rest);
   EXPECT_TRUE(BitwiseEqual(Snapshot(*resumed), Snapshot(straight)));
 
-  std::string stray = testing::SmallConfigText();
-  stray.insert(stray.find("bottom_mlp"), "dcn { num_layers: 2 }\n  ");
-  try {
-    Engine engine(ParseConfigText(stray));
-    ADD_FAILURE() << "a dcn block without interaction DCN was accepted";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("model.dcn is set but model.interaction is not DCN"));
-  }
-  std::string wide = testing::SmallConfigText();
-  wide.insert(wide.find("bottom_mlp"), "interaction: DCN dcn { rank: 17 }\n  ");
-  try {
-    Engine engine(ParseConfigText(wide));
-    ADD_FAILURE() << "a rank above the width was accepted";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("model.dcn.rank must be 0 (full rank) or in [1, 16]"));
-  }
+  const auto expect_refused = [](const std::string& model_lines, const std::string& needle) {
+    std::string text = testing::SmallConfigText();
+    text.insert(text.find("bottom_mlp"), model_lines + "\n  ");
+    try {
+      Engine engine(ParseConfigText(text));
+      ADD_FAILURE() << model_lines << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), HasSubstr(needle));
+    }
+  };
+  expect_refused("dcn { num_layers: 2 }", "model.dcn is set but model.interaction is not DCN");
+  expect_refused("interaction: DCN dcn { rank: 17 }",
+                 "model.dcn.rank must be 0 (full rank) or in [1, 16]");
+  expect_refused("interaction: DCN dcn { num_layers: 0 }",
+                 "model.dcn.num_layers must be in [1, 64]");
 }
 
 // device.kind CUDA where it cannot be used (built without CUDA, no driver or device,
