@@ -7,6 +7,7 @@
 #
 #   bench/compare.sh                                   # 3 rounds, all models, sgd + adagrad
 #   bench/compare.sh --rounds 1 --models small --optimizers sgd
+#   bench/compare.sh --rounds 1 --models mlperf_dcnv2 --optimizers adagrad
 #   bench/compare.sh --curve 200                       # and the loss curves side by side
 #
 # Optimizers: sgd (SGD everywhere); adagrad (engine: dense and sparse Adagrad; PyTorch:
@@ -52,11 +53,15 @@ if [[ -z "$python" ]]; then
 fi
 [[ -n "$python" ]] || { echo "compare.sh: PyTorch not found (apt-get install python3-torch, or pip install torch)" >&2; exit 2; }
 
-# The data shape of each reference model (the issue's definition; configs hold the model).
+# The data shape of each reference model (the issue's definition; configs hold the model):
+# batch, bag size (-1: each feature's pooling_factor), steps, table rows cap (0: none).
+# mlperf_dcnv2 is MLPerf's DLRM-DCNv2 (multi-hot bags, 3 low-rank cross layers) with its
+# 40M-row tables capped so that it fits here.
 shape() {
   case "$1" in
-    small|kaggle) echo "2048 1 60" ;;
-    multihot) echo "1024 10 20" ;;
+    small|kaggle) echo "2048 1 60 0" ;;
+    multihot) echo "1024 10 20 0" ;;
+    mlperf_dcnv2) echo "2048 -1 12 20000" ;;
     *) echo "compare.sh: unknown model '$1'" >&2; exit 2 ;;
   esac
 }
@@ -74,10 +79,11 @@ field() { sed -n "s/^$1 *samples\/s *median \([0-9.]*\).*/\1/p"; }
 
 for round in $(seq 1 "$rounds"); do
   for model in $models; do
-    read -r batch bag model_steps <<< "$(shape "$model")"
+    read -r batch bag model_steps max_rows <<< "$(shape "$model")"
     model_steps=${steps:-$model_steps}
     config="$root/bench/configs/$model.pbtxt"
-    common=(--batch_size "$batch" --bag_size "$bag" --steps "$model_steps" --windows 4 --warmup 3)
+    common=(--batch_size "$batch" --bag_size "$bag" --max_rows "$max_rows" --steps "$model_steps"
+            --windows 4 --warmup 3)
     for opt in $optimizers; do
       out=$("$dlrm" bench --config "$config" --threads "$threads" --optimizer "$opt" "${common[@]}")
       e_train=$(field train <<< "$out"); e_predict=$(field predict <<< "$out")

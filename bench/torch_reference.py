@@ -3,14 +3,17 @@
 
 The model is the DLRM reference implementation's shape: one ``nn.EmbeddingBag`` per
 table (sum pooling, ``sparse=True`` gradients), bottom and top MLPs of ``nn.Linear`` +
-``nn.ReLU``, the DOT interaction as ``bmm`` plus the strict lower triangle (or CAT), and
+``nn.ReLU``, the DOT interaction as ``bmm`` plus the strict lower triangle (or CAT, or
+CAT followed by DCNv2's cross network: TorchRec's ``LowRankCrossNet`` written out), and
 ``BCEWithLogitsLoss``. The optimizer is ``torch.optim.SGD`` or ``torch.optim.Adagrad``
 over every parameter (both accept sparse embedding gradients).
 
 It reads the engine's own config files (bench/configs/*.pbtxt), so the two sides cannot
 drift apart, and draws the same data shape as `dlrm bench`: ids Zipf(s) % num_rows
 (numpy's Zipf over the ranks 1, 2, ...; id 0 is the hottest row), bags of exactly
-bag_size ids, dense features log1p of a log-normal count, Bernoulli(0.25) labels.
+bag_size ids (or, with --bag_size -1, each feature's pooling_factor: MLPerf's multi-hot
+sizes), dense features log1p of a log-normal count, Bernoulli(0.25) labels. --max_rows
+caps every table as `dlrm bench --max_rows` does.
 
 Two modes:
 
@@ -58,9 +61,12 @@ class ModelSpec:
     num_dense: int = 0
     tables: List[Table] = field(default_factory=list)
     feature_tables: List[int] = field(default_factory=list)  # table index per feature
+    feature_bags: List[int] = field(default_factory=list)  # pooling_factor per feature
     bottom: List[int] = field(default_factory=list)
     top: List[int] = field(default_factory=list)
     interaction: str = "DOT"
+    dcn_layers: int = 3
+    dcn_rank: int = 0  # 0: full rank
     dense_lr: float = 0.01
     sparse_lr: float = 0.01
 
@@ -92,10 +98,17 @@ def parse_config(path: str) -> ModelSpec:
         if "MEAN" in body:
             sys.exit(f"{path}: MEAN pooling is not mirrored here")
         spec.feature_tables.append(by_name[re.search(r'table:\s*"([^"]+)"', body).group(1)])
+        m = re.search(r"pooling_factor:\s*([0-9.eE+-]+)", body)
+        spec.feature_bags.append(int(round(float(m.group(1)))) if m else 1)
     spec.bottom = [int(v) for v in re.findall(r"layer_sizes:\s*(\d+)", _block(model, "bottom_mlp"))]
     spec.top = [int(v) for v in re.findall(r"layer_sizes:\s*(\d+)", _block(model, "top_mlp"))]
     m = re.search(r"interaction:\s*(\w+)", model)
     spec.interaction = m.group(1) if m else "DOT"
+    dcn = _block(model, "dcn")
+    m = re.search(r"num_layers:\s*(\d+)", dcn)
+    spec.dcn_layers = int(m.group(1)) if m else 3
+    m = re.search(r"rank:\s*(\d+)", dcn)
+    spec.dcn_rank = int(m.group(1)) if m else 0
     for key in ("dense_optimizer", "sparse_optimizer"):
         m = re.search(r"learning_rate:\s*([0-9.eE+-]+)", _block(text, key))
         if m:
@@ -112,6 +125,26 @@ def mlp(in_dim: int, sizes: List[int], relu_last: bool) -> nn.Sequential:
             layers.append(nn.ReLU())
         in_dim = out
     return nn.Sequential(*layers)
+
+
+class CrossNet(nn.Module):
+    """DCNv2: x_{l+1} = x0 * (U_l (V_l x_l) + b_l) + x_l, or W_l x_l at rank 0."""
+
+    def __init__(self, dim: int, layers: int, rank: int):
+        super().__init__()
+        if rank == 0:
+            self.v = nn.ModuleList(nn.Linear(dim, dim, bias=True) for _ in range(layers))
+            self.u = None
+        else:
+            self.v = nn.ModuleList(nn.Linear(dim, rank, bias=False) for _ in range(layers))
+            self.u = nn.ModuleList(nn.Linear(rank, dim, bias=True) for _ in range(layers))
+
+    def forward(self, x0: torch.Tensor) -> torch.Tensor:
+        x = x0
+        for layer in range(len(self.v)):
+            y = self.v[layer](x) if self.u is None else self.u[layer](self.v[layer](x))
+            x = x0 * y + x
+        return x
 
 
 class Dlrm(nn.Module):
@@ -133,6 +166,8 @@ class Dlrm(nn.Module):
             self.register_buffer("lj", lj, persistent=False)
         else:
             inter_dim = d + sum(spec.tables[t].dim for t in spec.feature_tables)
+        self.cross = (CrossNet(inter_dim, spec.dcn_layers, spec.dcn_rank)
+                      if spec.interaction == "DCN" else None)
         self.top = mlp(inter_dim, spec.top, relu_last=False)
 
     def forward(self, dense: torch.Tensor, ids: List[torch.Tensor]) -> torch.Tensor:
@@ -144,12 +179,15 @@ class Dlrm(nn.Module):
             r = torch.cat([x, zz[:, self.li, self.lj]], dim=1)
         else:
             r = torch.cat([x] + pooled, dim=1)
+            if self.cross is not None:
+                r = self.cross(r)
         return self.top(r).squeeze(1)
 
 
 def make_optimizer(model: Dlrm, kind: str, spec: ModelSpec) -> torch.optim.Optimizer:
     groups = [{"params": list(model.embeddings.parameters()), "lr": spec.sparse_lr},
-              {"params": list(model.bottom.parameters()) + list(model.top.parameters()),
+              {"params": [p for name, p in model.named_parameters()
+                          if not name.startswith("embeddings.")],
                "lr": spec.dense_lr}]
     if kind == "sgd":
         return torch.optim.SGD(groups, lr=spec.dense_lr)
@@ -163,13 +201,14 @@ def make_batch(spec: ModelSpec, rng: np.random.Generator, batch_size: int, bag: 
                zipf: float, learnable: bool = False):
     """dense [B, num_dense] float32, labels [B] float32, ids [F][B, bag] int64."""
     ids = []
-    for t in spec.feature_tables:
+    for f, t in enumerate(spec.feature_tables):
         rows = spec.tables[t].rows
+        size = (batch_size, spec.feature_bags[f] if bag < 0 else bag)
         if zipf > 0:
-            ranks = rng.zipf(zipf, size=(batch_size, bag)).astype(np.uint64)
+            ranks = rng.zipf(zipf, size=size).astype(np.uint64)
             ids.append(((ranks - 1) % rows).astype(np.int64))
         else:
-            ids.append(rng.integers(0, rows, size=(batch_size, bag), dtype=np.int64))
+            ids.append(rng.integers(0, rows, size=size, dtype=np.int64))
     dense = np.log1p(np.exp(1.0 + 1.5 * rng.standard_normal((batch_size, spec.num_dense))))
     dense = dense.astype(np.float32)
     if learnable:
@@ -316,7 +355,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--device", default="cpu",
                    help="cpu or cuda[:N]: where PyTorch trains (the peer of dlrm bench --device)")
     p.add_argument("--batch_size", type=int, default=2048)
-    p.add_argument("--bag_size", type=int, default=1)
+    p.add_argument("--bag_size", type=int, default=1,
+                   help="ids per bag; -1: each feature's pooling_factor")
+    p.add_argument("--max_rows", type=int, default=0, help="caps every table's rows (0: none)")
     p.add_argument("--zipf", type=float, default=1.2, help="0: uniform ids")
     p.add_argument("--optimizer", default="sgd", choices=["sgd", "adagrad"])
     p.add_argument("--steps", type=int, default=100)
@@ -332,6 +373,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     spec = parse_config(args.config)
+    if args.max_rows > 0:
+        for t in spec.tables:
+            t.rows = min(t.rows, args.max_rows)
     if args.lr > 0:
         spec.dense_lr = spec.sparse_lr = args.lr
     if args.curve:

@@ -36,7 +36,12 @@ DECLARE_double(zipf);
 DECLARE_uint64(seed);
 
 DEFINE_int64(steps, 100, "bench: timed steps (train steps, and as many predict calls)");
-DEFINE_int32(bag_size, 1, "bench: ids in every bag of every sparse feature");
+DEFINE_int32(bag_size, 1,
+             "bench: ids in every bag of every sparse feature; -1: each feature's "
+             "pooling_factor (MLPerf DLRM-DCNv2's multi-hot sizes)");
+DEFINE_int64(max_rows, 0,
+             "bench: caps every table's rows (0: as the config says), so a config of "
+             "production-sized tables fits this machine");
 DEFINE_int32(windows, 5, "bench: timing windows the steps are split into (median reported)");
 DEFINE_int32(warmup, 5, "bench: untimed train steps and predict calls before timing");
 DEFINE_int32(pool_batches, 16, "bench: distinct pre-generated batches, used round robin");
@@ -242,7 +247,10 @@ void Prepare(const std::string& how, double duration) {
 int BenchCommand() {
   if (FLAGS_config.empty()) ThrowInvalid("bench needs --config");
   if (FLAGS_batch_size <= 0) ThrowInvalid("--batch_size must be > 0, got ", FLAGS_batch_size);
-  if (FLAGS_bag_size < 0) ThrowInvalid("--bag_size must be >= 0, got ", FLAGS_bag_size);
+  if (FLAGS_bag_size < kBagsFromConfig)
+    ThrowInvalid("--bag_size must be >= 0, or -1 for the config's pooling factors, got ",
+                 FLAGS_bag_size);
+  if (FLAGS_max_rows < 0) ThrowInvalid("--max_rows must be >= 0, got ", FLAGS_max_rows);
   if (FLAGS_windows <= 0) ThrowInvalid("--windows must be > 0, got ", FLAGS_windows);
   if (FLAGS_steps < FLAGS_windows)
     ThrowInvalid("--steps (", FLAGS_steps, ") must be >= --windows (", FLAGS_windows, ")");
@@ -260,6 +268,8 @@ int BenchCommand() {
   config::DlrmConfig config = LoadConfigFile(FLAGS_config);
   if (FLAGS_threads >= 0) config.set_num_threads(FLAGS_threads);
   ApplyOptimizerFlag(FLAGS_optimizer, &config);
+  for (auto& table : *config.mutable_model()->mutable_tables())
+    if (FLAGS_max_rows > 0 && table.num_rows() > FLAGS_max_rows) table.set_num_rows(FLAGS_max_rows);
   if (!FLAGS_device.empty()) SetDeviceByName(FLAGS_device, "--device", config.mutable_device());
   ApplyCudaGraphFlag(FLAGS_cuda_graph, &config);
   std::printf("dlrm bench  %s\n", FLAGS_config.c_str());
@@ -310,9 +320,10 @@ int BenchCommand() {
   char ids[32] = "uniform ids";
   if (FLAGS_zipf > 0) std::snprintf(ids, sizeof ids, "zipf %g ids", FLAGS_zipf);
   std::printf(
-      "data        batch_size %lld, bag_size %d (%lld ids/batch), %s, pool of %lld "
+      "data        batch_size %lld, bag_size %s (%lld ids/batch), %s, pool of %lld "
       "batches (generated in %.2f s, not timed)\n",
-      static_cast<long long>(FLAGS_batch_size), FLAGS_bag_size,
+      static_cast<long long>(FLAGS_batch_size),
+      FLAGS_bag_size == kBagsFromConfig ? "per feature" : std::to_string(FLAGS_bag_size).c_str(),
       static_cast<long long>(views[0].num_ids), ids, static_cast<long long>(pool_size),
       Seconds(Clock::now() - start));
   std::printf("engine      built in %.2f s\n", build_seconds);

@@ -52,9 +52,11 @@ BenchDataSpec BenchDataSpecFor(const config::ModelConfig& model, int64_t batch_s
       ThrowInvalid("sparse feature '", feature.name(), "' names unknown table '", feature.table(),
                    "'");
     spec.feature_rows.push_back(model.tables(t).num_rows());
+    spec.feature_bags.push_back(bag_size == kBagsFromConfig
+                                    ? static_cast<int32_t>(std::lround(feature.pooling_factor()))
+                                    : bag_size);
   }
   spec.batch_size = batch_size;
-  spec.bag_size = bag_size;
   spec.zipf_exponent = zipf_exponent;
   spec.seed = seed;
   return spec;
@@ -70,8 +72,13 @@ BenchDataGenerator::BenchDataGenerator(BenchDataSpec spec) : spec_(std::move(spe
   if (spec_.batch_size <= 0 || spec_.batch_size > kMaxBatchSize)
     ThrowInvalid("bench data: batch_size must be in [1, ", kMaxBatchSize, "], got ",
                  spec_.batch_size);
-  if (spec_.bag_size < 0 || spec_.bag_size > kMaxBagSize)
-    ThrowInvalid("bench data: bag_size must be in [0, ", kMaxBagSize, "], got ", spec_.bag_size);
+  if (spec_.feature_bags.size() != spec_.feature_rows.size())
+    ThrowInvalid("bench data: ", spec_.feature_bags.size(), " feature_bags for ",
+                 spec_.feature_rows.size(), " features");
+  for (size_t f = 0; f < spec_.feature_bags.size(); ++f)
+    if (spec_.feature_bags[f] < 0 || spec_.feature_bags[f] > kMaxBagSize)
+      ThrowInvalid("bench data: feature_bags[", f, "] must be in [0, ", kMaxBagSize, "], got ",
+                   spec_.feature_bags[f]);
   const double s = spec_.zipf_exponent;
   if (!std::isfinite(s) || s < 0)
     ThrowInvalid("bench data: zipf exponent must be finite and >= 0 (0 = uniform), got ", s);
@@ -98,10 +105,14 @@ int64_t BenchDataGenerator::DrawId(int32_t feature, uint64_t occurrence) const {
 
 OwnedBatch BenchDataGenerator::Batch(int64_t index) const {
   const int64_t B = spec_.batch_size;
-  const int64_t bag = spec_.bag_size;
   const int32_t num_dense = spec_.num_dense;
   const auto num_sparse = static_cast<int32_t>(spec_.feature_rows.size());
-  if (index < 0 || index >= kMaxIndex / (B * std::max<int64_t>(bag, 1)))
+  int64_t widest = 1, ids_per_sample = 0;
+  for (const int32_t bag : spec_.feature_bags) {
+    widest = std::max<int64_t>(widest, bag);
+    ids_per_sample += bag;
+  }
+  if (index < 0 || index >= kMaxIndex / (B * widest))
     Throw(StatusCode::kOutOfRange, "bench data: batch index ", index, " is out of range");
 
   OwnedBatch batch;
@@ -110,8 +121,11 @@ OwnedBatch BenchDataGenerator::Batch(int64_t index) const {
   batch.num_sparse = num_sparse;
   batch.dense.resize(static_cast<size_t>(B * num_dense));
   batch.labels.resize(static_cast<size_t>(B));
-  batch.lengths.assign(static_cast<size_t>(num_sparse * B), static_cast<int32_t>(bag));
-  batch.ids.resize(static_cast<size_t>(num_sparse * B * bag));
+  batch.lengths.resize(static_cast<size_t>(num_sparse * B));
+  for (int32_t f = 0; f < num_sparse; ++f)
+    std::fill(batch.lengths.begin() + f * B, batch.lengths.begin() + (f + 1) * B,
+              spec_.feature_bags[static_cast<size_t>(f)]);
+  batch.ids.resize(static_cast<size_t>(B * ids_per_sample));
   for (int64_t b = 0; b < B; ++b) {
     const auto sample = static_cast<uint64_t>(index * B + b);
     const CounterRng dense_rng(spec_.seed, kDenseStream, sample);
@@ -122,11 +136,14 @@ OwnedBatch BenchDataGenerator::Batch(int64_t index) const {
     const CounterRng label_rng(spec_.seed, kLabelStream, sample);
     batch.labels[b] = label_rng.Uniform(0) < kLabelRate ? 1.0f : 0.0f;
   }
-  // Every bag holds `bag` ids, so bag (f, b) starts at (f * B + b) * bag.
-  const auto first_occurrence = static_cast<uint64_t>(index * B * bag);
+  // Feature f's bags hold `bag` ids each: its ids follow the earlier features', and its
+  // occurrences are numbered per feature, so a batch is the same whatever the others hold.
+  int64_t* ids = batch.ids.data();
   for (int32_t f = 0; f < num_sparse; ++f) {
-    int64_t* ids = batch.ids.data() + f * B * bag;
+    const int64_t bag = spec_.feature_bags[static_cast<size_t>(f)];
+    const auto first_occurrence = static_cast<uint64_t>(index * B * bag);
     for (int64_t i = 0; i < B * bag; ++i) ids[i] = DrawId(f, first_occurrence + i);
+    ids += B * bag;
   }
   return batch;
 }

@@ -4,7 +4,8 @@
 //  - ids: Zipf(zipf_exponent) ranks over [1, 2^40) taken modulo the table's rows (the
 //    numpy idiom `zipf(s) % rows`: id 0 is the hottest row); zipf_exponent 0 draws ids
 //    uniformly over the table instead (the cache-hostile extreme);
-//  - every bag holds exactly bag_size ids, unweighted;
+//  - every bag of feature f holds exactly feature_bags[f] ids, unweighted (one bag_size for
+//    all, or each feature's pooling_factor: MLPerf DLRM-DCNv2's multi-hot sizes);
 //  - dense: log1p of a log-normal count (the Criteo preprocessing of a Criteo-like count);
 //  - labels: Bernoulli(0.25), independent of the features (nothing is to be learned).
 //
@@ -25,13 +26,17 @@ namespace dlrm::tools {
 struct BenchDataSpec {
   int32_t num_dense = 13;
   std::vector<int64_t> feature_rows;  // per sparse feature: its table's num_rows
+  std::vector<int32_t> feature_bags;  // per sparse feature: ids in each bag (0: empty)
   int64_t batch_size = 2048;
-  int32_t bag_size = 1;        // ids in every bag (0: all bags empty)
   double zipf_exponent = 1.2;  // > 0, or 0 for uniform ids
   uint64_t seed = 1;
 };
 
-// The data shape a model config reads: num_dense and each feature's table rows.
+// bag_size kBagsFromConfig: each feature's bags hold its pooling_factor (rounded) ids.
+inline constexpr int32_t kBagsFromConfig = -1;
+
+// The data shape a model config reads: num_dense and each feature's table rows, with
+// bag_size ids per bag (or kBagsFromConfig).
 BenchDataSpec BenchDataSpecFor(const config::ModelConfig& model, int64_t batch_size,
                                int32_t bag_size, double zipf_exponent, uint64_t seed);
 
