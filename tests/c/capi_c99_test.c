@@ -472,9 +472,10 @@ static void test_table_stats(void) {
   if (e == NULL) return;
   for (step = 0; step < 4; ++step) {
     make_batch(&ref, step);
-    /* Feature 'a' (table t0) gets raw ids spread over the int64 range. */
+    /* Feature 'a' (table t0) gets raw ids spread over the int64 range (unsigned: wraps). */
     for (i = 0, first_ids = 0; i < B; ++i) first_ids += ref.lengths[i];
-    for (i = 0; i < first_ids; ++i) ref.ids[i] = (ref.ids[i] + 1) * (int64_t)0x9E3779B97F4A7C1LL;
+    for (i = 0; i < first_ids; ++i)
+      ref.ids[i] = (int64_t)((uint64_t)(ref.ids[i] + 1) * 0x9E3779B97F4A7C1ULL);
     CHECK(dlrm_engine_train_step(e, &ref.batch, NULL) == DLRM_OK);
   }
   memset(&s, 0, sizeof s);
