@@ -265,6 +265,26 @@ TEST(ShardStoreErrors, RowwiseAdagradNeedsWholeRows) {
   }
 }
 
+// Embedding servers do not take DYNAMIC tables yet: refused naming the table, before any
+// shard is allocated (a trainer's replica store is made the same way).
+TEST(ShardStoreErrors, DynamicTablesAreRefusedNamingThem) {
+  config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "sgd", kServers);
+  c.mutable_model()->mutable_tables(1)->set_kind(config::TableConfig::DYNAMIC);
+  const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
+  for (const int32_t owner : {0, ps::kTrainerReplica}) {
+    try {
+      ps::EmbeddingShardStore store(c, plan, owner);
+      FAIL() << "a DYNAMIC table was sharded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("model.tables[1] (\"t1\") is DYNAMIC"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // Bad requests change nothing and name what was wrong.
 TEST(ShardStoreErrors, BadLookupsAndUpdatesLeaveRowsUnchanged) {
   const config::DlrmConfig c =
