@@ -3,7 +3,9 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "engine/checkpoint/checkpoint_file.h"
@@ -27,6 +29,25 @@
 
 namespace dlrm {
 namespace {
+
+// Removes a directory and everything in it; best effort (what is left is only disk).
+void RemoveTree(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+// Removes the SSD rows directories of the checkpoint at `path` but `keep`.
+void RemoveOtherSsdRows(const std::string& path, const std::string& keep) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string prefix = checkpoint::SsdRowsDirPrefix(path);
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(parent.empty() ? "." : parent, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && name.rfind(prefix, 0) == 0 &&
+        name != std::filesystem::path(keep).filename().string())
+      RemoveTree(entry.path().string());
+  }
+}
 
 // Floats travel through checkpoint metadata in hex so they round-trip exactly.
 std::string ExactFloat(double v) {
@@ -186,10 +207,16 @@ float Engine::TrainLocked(const ValidatedBatch& batch, const train::StepLookahea
 }
 
 void Engine::PredictValid(const ValidatedBatch& batch, float* logits) const {
-  const State& s = *state_;
+  State& s = *state_;  // with SSD tables the caches change, one prediction at a time
   if (s.dynamic_tables.empty()) return s.backend->PredictLogits(batch, logits);
   RowBatch rows;
-  s.dynamic_tables.LookupRows(batch, &rows);
+  if (!s.dynamic_tables.has_ssd()) {
+    s.dynamic_tables.LookupRows(batch, &rows);
+    return s.backend->PredictLogits(rows.batch(), logits);
+  }
+  std::lock_guard<std::mutex> lock(ssd_mu_);
+  s.dynamic_tables.ResolveForPredict(batch, s.step, &s.model.tables(), s.sparse_optimizer.get(),
+                                     &rows);
   s.backend->PredictLogits(rows.batch(), logits);
 }
 
@@ -270,11 +297,12 @@ TableStats Engine::GetTableStats(const std::string& table) const {
   auto bytes = static_cast<int64_t>(weights.data().size() * sizeof(float));
   for (const auto& [name, buffer] : s.sparse_optimizer->StateBuffers(t))
     bytes += static_cast<int64_t>(buffer->size() * sizeof(float));
-  if (config_.model().tables(t).kind() == config::TableConfig::DYNAMIC) {
+  const config::TableConfig& tc = config_.model().tables(t);
+  if (tc.kind() == config::TableConfig::DYNAMIC || tc.has_ssd()) {
     const DynamicRows& rows = s.dynamic_tables.rows(t);
-    stats.dynamic = true;
-    stats.capacity = rows.options().capacity;
-    stats.size = rows.size();
+    stats.dynamic = !tc.has_ssd();
+    stats.capacity = tc.has_ssd() ? tc.num_rows() : rows.options().capacity;
+    stats.size = tc.has_ssd() ? tc.num_rows() : rows.size();
     stats.counts = rows.stats();
     bytes += static_cast<int64_t>(rows.memory_bytes());
   }
@@ -293,7 +321,7 @@ std::vector<ParameterInfo> Engine::Parameters() const {
   std::vector<ParameterInfo> params;
   for (const DenseParamInfo& info : state_->model.dense_param_infos())
     params.push_back({info.name, info.shape});
-  for (const auto& table : state_->model.tables())
+  for (const auto& table : config_.model().tables())  // an SSD table's rows, not its cache's
     params.push_back(
         {checkpoint::EmbeddingWeightName(table.name()), {table.num_rows(), table.dim()}});
   return params;
@@ -315,8 +343,36 @@ std::pair<float*, int64_t> FindParameter(StateT& s, const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+// The index of the SSD table whose weights are parameter `name`, or -1.
+int SsdTableNamed(const config::ModelConfig& model, const std::string& name) {
+  for (int t = 0; t < model.tables_size(); ++t)
+    if (model.tables(t).has_ssd() &&
+        checkpoint::EmbeddingWeightName(model.tables(t).name()) == name)
+      return t;
+  return -1;
+}
+
+}  // namespace
+
 void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity) const {
   std::shared_lock<WriterPreferringMutex> lock(mu_);
+  if (const int t = SsdTableNamed(config_.model(), name); t >= 0) {
+    const config::TableConfig& table = config_.model().tables(t);
+    const int64_t size = table.num_rows() * table.dim();
+    if (out == nullptr) ThrowInvalid("output buffer is NULL");
+    if (capacity < size)
+      ThrowInvalid("output buffer holds ", capacity, " values but parameter \"", name, "\" has ",
+                   size);
+    std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
+    constexpr int64_t kRows = 4096;
+    for (int64_t first = 0; first < table.num_rows(); first += kRows)
+      state_->dynamic_tables.ReadSsdRows(t, state_->model.tables(), first,
+                                         std::min(kRows, table.num_rows() - first),
+                                         out + first * table.dim());
+    return;
+  }
   const auto [data, size] = FindParameter(*state_, name);
   if (out == nullptr) ThrowInvalid("output buffer is NULL");
   state_->backend->PullState();
@@ -328,6 +384,9 @@ void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity
 
 void Engine::WriteParameter(const std::string& name, const float* values, int64_t count) {
   std::unique_lock<WriterPreferringMutex> lock(mu_);
+  if (SsdTableNamed(config_.model(), name) >= 0)
+    Throw(StatusCode::kFailedPrecondition, "parameter \"", name,
+          "\" is an SSD table's: its rows are written by training steps and checkpoints only");
   const auto [data, size] = FindParameter(*state_, name);
   if (values == nullptr) ThrowInvalid("values is NULL");
   if (count != size)
@@ -355,6 +414,7 @@ void Engine::Save(const std::string& path) const {
   checkpoint::AddDenseTensors(s.model, *s.dense_optimizer, &writer);
   for (size_t t = 0; t < s.model.tables().size(); ++t) {
     const auto& table = s.model.tables()[t];
+    if (config_.model().tables(static_cast<int>(t)).has_ssd()) continue;  // SaveSsdRows
     checkpoint::AddEmbedding(table.name(), table,
                              s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)), &writer);
   }
@@ -366,7 +426,32 @@ void Engine::Save(const std::string& path) const {
     checkpoint::AddDynamicRows(s.model.tables()[static_cast<size_t>(t)].name(), snapshots.back(),
                                &writer);
   }
-  writer.WriteAtomic(path);
+  if (!s.dynamic_tables.has_ssd()) return writer.WriteAtomic(path);
+  std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
+  const std::string rows_dir = SaveSsdRows(path, &writer);
+  try {
+    writer.WriteAtomic(path);
+  } catch (...) {
+    RemoveTree(rows_dir);  // the file it was for was not written
+    throw;
+  }
+  RemoveOtherSsdRows(path, rows_dir);  // the ones of the file just replaced
+}
+
+std::string Engine::SaveSsdRows(const std::string& path, CheckpointWriter* writer) const {
+  State& s = *state_;
+  std::random_device random;
+  char suffix[32];
+  std::snprintf(suffix, sizeof suffix, "%08x%08x", random(), random());
+  const std::filesystem::path file(path);
+  const std::string name = checkpoint::SsdRowsDirPrefix(path) + suffix;
+  const std::string dir = (file.parent_path() / name).string();
+  s.dynamic_tables.FlushAndCopyStore(dir, &s.model.tables(), s.sparse_optimizer.get());
+  writer->SetMetadata(checkpoint::kSsdRowsKey, name);
+  for (const int32_t t : s.dynamic_tables.ssd_table_indices())
+    checkpoint::AddSsdStored(s.model.tables()[static_cast<size_t>(t)].name(),
+                             s.dynamic_tables.ssd(t).stored_words(), writer);
+  return dir;
 }
 
 void Engine::Load(const std::string& path) {
@@ -425,6 +510,7 @@ void Engine::LoadFrom(const CheckpointReader& reader, const std::string& path) {
                                s.dense_optimizer->StateBuffers());
   for (size_t t = 0; t < s.model.tables().size(); ++t) {
     auto& table = s.model.tables()[t];
+    if (config_.model().tables(static_cast<int>(t)).has_ssd()) continue;  // LoadSsdRows
     checkpoint::ReadEmbedding(reader, table.name(), table, table.data().data(),
                               s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)));
   }
@@ -433,9 +519,24 @@ void Engine::LoadFrom(const CheckpointReader& reader, const std::string& path) {
     snapshots.push_back(
         checkpoint::ReadDynamicRows(reader, path, s.model.tables()[static_cast<size_t>(t)].name()));
   s.dynamic_tables.Restore(snapshots);
+  if (s.dynamic_tables.has_ssd()) LoadSsdRows(reader, path, &s);
   s.backend->PushState();
   std::unique_lock<WriterPreferringMutex> lock(mu_);
   state_ = std::move(staged);
+}
+
+void Engine::LoadSsdRows(const CheckpointReader& reader, const std::string& path,
+                         State* staged) const {
+  const std::string& name = checkpoint::RequiredMetadata(reader, path, checkpoint::kSsdRowsKey);
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path() / name;
+  if (name.find('/') != std::string::npos || !std::filesystem::is_directory(dir))
+    Throw(StatusCode::kDataLoss, "checkpoint ", path, ": the directory of its SSD tables' rows, ",
+          dir.string(), ", is missing");
+  std::vector<std::vector<uint64_t>> stored;
+  for (const int32_t t : staged->dynamic_tables.ssd_table_indices())
+    stored.push_back(checkpoint::ReadSsdStored(
+        reader, path, staged->model.tables()[static_cast<size_t>(t)].name()));
+  staged->dynamic_tables.RestoreStore(dir.string(), std::move(stored));
 }
 
 }  // namespace dlrm

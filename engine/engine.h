@@ -24,6 +24,7 @@ namespace dlrm {
 
 class AsyncStepQueue;
 class CheckpointReader;
+class CheckpointWriter;
 
 struct ParameterInfo {
   std::string name;  // "bottom_mlp.0.weight", "top_mlp.1.bias", "embedding.<table>.weight"
@@ -74,8 +75,10 @@ class Engine {
   int64_t step() const;
 
   // What table `table` holds and did (model/dynamic_tables.h); memory_bytes counts its
-  // weights, sparse optimizer state and, for a DYNAMIC table, its id index. kNotFound for
-  // an unknown name. Reader lock.
+  // weights, sparse optimizer state and, for a DYNAMIC table, its id index. An SSD table
+  // reports its rows as capacity and size, its cache's counts (hits of the cache, rows
+  // brought in as admitted, rows written back or dropped as evicted) and the cache's
+  // memory. kNotFound for an unknown name. Reader lock.
   TableStats GetTableStats(const std::string& table) const;
 
   // Every trainable parameter: the MLPs' layers in order, then one table per embedding.
@@ -83,10 +86,13 @@ class Engine {
   // Copies a parameter into out (capacity floats); kNotFound for an unknown name.
   void ReadParameter(const std::string& name, float* out, int64_t capacity) const;
   // Replaces a parameter's values (count must equal its size; every value finite).
-  // Optimizer state is kept. Writer lock; on error nothing changes.
+  // Optimizer state is kept. Writer lock; on error nothing changes. Not an SSD table's
+  // (kFailedPrecondition: its rows are written by training or a checkpoint).
   void WriteParameter(const std::string& name, const float* values, int64_t count);
 
   // Writes parameters, optimizer state, step and learning rates atomically with a checksum.
+  // SSD tables' rows go to a directory beside the file (<file>.rows-<suffix>), written
+  // before it and named in it; the one the file replaced is removed after it.
   void Save(const std::string& path) const;
   // Restores a checkpoint written by an engine with the same model and optimizer kinds.
   // Everything is read and verified before the state is replaced.
@@ -109,15 +115,23 @@ class Engine {
   float TrainValidStep(const ValidatedBatch& batch, const train::StepLookahead& lookahead);
   // One step; mu_ held exclusively.
   float TrainLocked(const ValidatedBatch& batch, const train::StepLookahead& lookahead);
-  // logits of a validated batch, its DYNAMIC tables' ids looked up (nothing admitted);
-  // mu_ held (shared or exclusive).
+  // logits of a validated batch, its DYNAMIC tables' ids looked up (nothing admitted), its
+  // SSD tables' rows brought into their caches; mu_ held (shared or exclusive).
   void PredictValid(const ValidatedBatch& batch, float* logits) const;
+  // Save's part for SSD tables: their rows copied into a new directory beside `path`,
+  // named in the writer's metadata; returns the directory.
+  std::string SaveSsdRows(const std::string& path, CheckpointWriter* writer) const;
+  // LoadFrom's part for SSD tables, into the staged state.
+  void LoadSsdRows(const CheckpointReader& reader, const std::string& path, State* staged) const;
   // Runs every queued asynchronous step (so mutations apply after them, in order).
   void DrainAsyncSteps() const;
 
   config::DlrmConfig config_;
   std::unique_ptr<ThreadPool> pool_;
   mutable WriterPreferringMutex mu_;
+  // With SSD tables, what mu_'s readers do to the caches (prediction brings rows in, a
+  // checkpoint flushes them, a parameter read reads them) is one at a time under this.
+  mutable std::mutex ssd_mu_;
   std::unique_ptr<State> state_;
   // Created by the first SubmitTrainStep; declared last so it is destroyed (and drained)
   // while everything it uses is still alive.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 
 #include "engine/core/status.h"
 
@@ -147,10 +148,9 @@ void AddDynamicVector(const std::string& key, const char* part, TensorEntry::DTy
 
 // A vector tensor of any length; kDataLoss naming it when it has another rank.
 template <typename T>
-std::vector<T> ReadDynamicVector(const CheckpointReader& reader, const std::string& path,
-                                 const std::string& key, const char* part, TensorEntry::DType dtype,
-                                 std::set<std::string>* expected) {
-  const std::string name = DynamicName(key, part);
+std::vector<T> ReadVectorTensor(const CheckpointReader& reader, const std::string& path,
+                                const std::string& name, TensorEntry::DType dtype,
+                                std::set<std::string>* expected) {
   if (expected) expected->insert(name);
   const std::vector<int64_t> shape = reader.TensorShape(name);
   if (shape.size() != 1)
@@ -160,6 +160,15 @@ std::vector<T> ReadDynamicVector(const CheckpointReader& reader, const std::stri
   reader.ReadTensor(name, dtype, shape, values.data());
   return values;
 }
+
+template <typename T>
+std::vector<T> ReadDynamicVector(const CheckpointReader& reader, const std::string& path,
+                                 const std::string& key, const char* part, TensorEntry::DType dtype,
+                                 std::set<std::string>* expected) {
+  return ReadVectorTensor<T>(reader, path, DynamicName(key, part), dtype, expected);
+}
+
+std::string SsdStoredName(const std::string& key) { return "ssd." + key + ".stored"; }
 
 }  // namespace
 
@@ -211,10 +220,27 @@ void StagedState::Commit() const {
     std::copy(copies_[b].begin(), copies_[b].end(), live_[b].second->begin());
 }
 
+void AddSsdStored(const std::string& key, const std::vector<uint64_t>& words,
+                  CheckpointWriter* writer) {
+  writer->AddTensor(SsdStoredName(key), kI64, {static_cast<int64_t>(words.size())}, words.data(),
+                    words.size() * sizeof(uint64_t));
+}
+
+std::vector<uint64_t> ReadSsdStored(const CheckpointReader& reader, const std::string& path,
+                                    const std::string& key, std::set<std::string>* expected) {
+  return ReadVectorTensor<uint64_t>(reader, path, SsdStoredName(key), kI64, expected);
+}
+
+std::string SsdRowsDirPrefix(const std::string& path) {
+  return std::filesystem::path(path).filename().string() + ".rows-";
+}
+
 ConfigFit CompareConfigs(const config::DlrmConfig& saved, const config::DlrmConfig& config,
                          std::string* model_diff) {
   google::protobuf::util::MessageDifferencer differ;
   differ.ReportDifferencesToString(model_diff);
+  // An SSD table's cache budget is memory, not state: a checkpoint loads under any.
+  differ.IgnoreField(config::SsdStorageConfig::descriptor()->FindFieldByName("cache_bytes"));
   if (!differ.Compare(saved.model(), config.model())) return ConfigFit::kOtherModel;
   if (saved.dense_optimizer().kind_case() != config.dense_optimizer().kind_case() ||
       saved.sparse_optimizer().kind_case() != config.sparse_optimizer().kind_case())

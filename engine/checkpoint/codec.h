@@ -9,6 +9,9 @@
 //   embedding.<key>.weight               a table ("embedding.t0.weight") or a shard of it
 //   sparse_optimizer/<key>/<state>       the sparse optimizer's state of that table/shard
 //   dynamic.<key>.<part>                 a DYNAMIC table's id state (AddDynamicRows)
+//   ssd.<key>.stored                     an SSD table's stored-rows bitmap (AddSsdStored)
+// An SSD table's rows are not tensors: they are a copy of the engine's row store in a
+// directory beside the file, named by metadata kSsdRowsKey (SsdRowsDirPrefix).
 //
 // Errors: a file of another kind (its format tag names another format) is
 // kFailedPrecondition; missing or unparsable metadata is kDataLoss (a damaged or foreign
@@ -110,6 +113,19 @@ void AddDynamicRows(const std::string& key, const DynamicRowsSnapshot& snapshot,
 DynamicRowsSnapshot ReadDynamicRows(const CheckpointReader& reader, const std::string& path,
                                     const std::string& key,
                                     std::set<std::string>* expected = nullptr);
+
+// An SSD table's stored-rows bitmap (SsdTier::stored_words) as INT64 [words], and back
+// (kDataLoss naming the tensor unless it is a vector).
+void AddSsdStored(const std::string& key, const std::vector<uint64_t>& words,
+                  CheckpointWriter* writer);
+std::vector<uint64_t> ReadSsdStored(const CheckpointReader& reader, const std::string& path,
+                                    const std::string& key,
+                                    std::set<std::string>* expected = nullptr);
+// Metadata naming the directory, beside the checkpoint file, of its SSD tables' rows.
+inline constexpr const char* kSsdRowsKey = "ssd_rows";
+// Every such directory of the checkpoint at `path` is named this prefix plus a suffix of
+// its own: "<file name>.rows-".
+std::string SsdRowsDirPrefix(const std::string& path);
 
 // Staging copies of live state buffers, for a load that must change nothing until every
 // tensor was read: read into list(), then Commit() copies into the live buffers (copies,

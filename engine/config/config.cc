@@ -72,6 +72,24 @@ void ValidateDynamicTable(const std::string& field, const config::TableConfig& t
                  d.admit_probability());
 }
 
+// An SSD table's cache must hold a row; its optimizer decides a row's bytes, so this runs
+// after the model's own checks.
+void ValidateSsdTables(const config::DlrmConfig& config) {
+  const config::ModelConfig& model = config.model();
+  for (int t = 0; t < model.tables_size(); ++t) {
+    const config::TableConfig& table = model.tables(t);
+    if (!table.has_ssd()) continue;
+    const std::string field = Field("model.tables", t);
+    if (table.kind() == config::TableConfig::DYNAMIC)
+      ThrowInvalid(field, ".ssd is set but ", field,
+                   ".kind is DYNAMIC, which the SSD tier does not take yet (FIXED only)");
+    const int64_t row_bytes = RowBytes(config, table.dim());
+    if (table.ssd().cache_bytes() < row_bytes)
+      ThrowInvalid(field, ".ssd.cache_bytes must hold at least one row (", row_bytes,
+                   " bytes of weights and optimizer state), got ", table.ssd().cache_bytes());
+  }
+}
+
 void ValidateMlp(const std::string& field, const config::ModelConfig& model, bool is_top) {
   const config::MlpConfig& mlp = is_top ? model.top_mlp() : model.bottom_mlp();
   if (!(is_top ? model.has_top_mlp() : model.has_bottom_mlp()) || mlp.layer_sizes_size() == 0)
@@ -234,11 +252,35 @@ int32_t Lookahead(const config::DistributedConfig& d) {
 }
 
 void RequireFixedTables(const config::ModelConfig& model, const char* who) {
-  for (int t = 0; t < model.tables_size(); ++t)
-    if (model.tables(t).kind() == config::TableConfig::DYNAMIC)
-      ThrowInvalid(Field("model.tables", t), " (\"", model.tables(t).name(),
-                   "\") is DYNAMIC, which ", who,
+  for (int t = 0; t < model.tables_size(); ++t) {
+    const config::TableConfig& table = model.tables(t);
+    const char* what = table.kind() == config::TableConfig::DYNAMIC ? "is DYNAMIC"
+                       : table.has_ssd()                            ? "has ssd storage"
+                                                                    : nullptr;
+    if (what != nullptr)
+      ThrowInvalid(Field("model.tables", t), " (\"", table.name(), "\") ", what, ", which ", who,
                    " does not take yet; train it in one process on the CPU");
+  }
+}
+
+int64_t SparseStateBytesPerRow(const config::SparseOptimizerConfig& optimizer, int32_t dim) {
+  switch (optimizer.kind_case()) {
+    case config::SparseOptimizerConfig::kAdagrad: return int64_t{dim} * 4;
+    case config::SparseOptimizerConfig::kRowwiseAdagrad: return 4;
+    case config::SparseOptimizerConfig::kAdam: return int64_t{2} * dim * 4;
+    default: return 0;  // SGD, set or not
+  }
+}
+
+int64_t RowBytes(const config::DlrmConfig& config, int32_t dim) {
+  return int64_t{dim} * 4 + SparseStateBytesPerRow(config.sparse_optimizer(), dim);
+}
+
+int64_t ResidentRows(const config::DlrmConfig& config, int table_index) {
+  const config::TableConfig& table = config.model().tables(table_index);
+  if (!table.has_ssd()) return table.num_rows();
+  return std::clamp<int64_t>(table.ssd().cache_bytes() / RowBytes(config, table.dim()), 1,
+                             table.num_rows());
 }
 
 int FindTable(const config::ModelConfig& model, const std::string& name) {
@@ -273,6 +315,7 @@ config::DlrmConfig LoadConfigFile(const std::string& path) {
 void ValidateConfig(const config::DlrmConfig& config) {
   if (!config.has_model()) ThrowInvalid("model must be set");
   ValidateModel(config.model());
+  ValidateSsdTables(config);
   CheckLearningRate("dense_optimizer.learning_rate", config.dense_optimizer().learning_rate());
   CheckLearningRate("sparse_optimizer.learning_rate", config.sparse_optimizer().learning_rate());
   ValidateSchedule(config.lr_schedule());

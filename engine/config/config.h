@@ -38,9 +38,18 @@ bool IsValidLearningRate(double lr);
 // The most rows a DYNAMIC table may give ids (its id index's capacity).
 inline constexpr int64_t kMaxDynamicTableRows = int64_t{1} << 40;
 
-// For the parts that do not take DYNAMIC tables yet (the CUDA backend, embedding servers):
-// kInvalidArgument "model.tables[i] ("name") is DYNAMIC, which <who> does not take yet".
+// For the parts that take only FIXED tables held in memory (the CUDA backend, embedding
+// servers): kInvalidArgument "model.tables[i] ("name") is DYNAMIC (or: has ssd storage),
+// which <who> does not take yet".
 void RequireFixedTables(const config::ModelConfig& model, const char* who);
+
+// Bytes of sparse optimizer state per row of a table of `dim` (0 for SGD).
+int64_t SparseStateBytesPerRow(const config::SparseOptimizerConfig& optimizer, int32_t dim);
+// Bytes a row of a table of `dim` takes in host memory: weights and optimizer state.
+int64_t RowBytes(const config::DlrmConfig& config, int32_t dim);
+// Rows table `table_index` holds in host memory: its num_rows, or for an SSD table the
+// rows its cache holds (ssd.cache_bytes / RowBytes, in [1, num_rows]).
+int64_t ResidentRows(const config::DlrmConfig& config, int table_index);
 
 // Index of the table with this name, or -1.
 int FindTable(const config::ModelConfig& model, const std::string& name);

@@ -53,6 +53,12 @@ DynamicRowsOptions DynamicRowsOptionsFor(const config::TableConfig& table, uint6
   return o;
 }
 
+DynamicRowsOptions SsdCacheOptionsFor(int64_t cache_rows) {
+  DynamicRowsOptions o;
+  o.capacity = cache_rows;
+  return o;
+}
+
 DynamicRows::DynamicRows(const DynamicRowsOptions& options)
     : options_((CheckOptions(options), options)), index_(options.capacity) {
   const auto rows = static_cast<size_t>(options.capacity);

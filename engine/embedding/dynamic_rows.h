@@ -60,6 +60,10 @@ struct DynamicRowsOptions {
 DynamicRowsOptions DynamicRowsOptionsFor(const config::TableConfig& table, uint64_t seed,
                                          int32_t table_index);
 
+// The options of an SSD table's DRAM cache (issue 14): which of the table's rows hold one
+// of its cache_rows slots. LRU, and a row is admitted at its first use.
+DynamicRowsOptions SsdCacheOptionsFor(int64_t cache_rows);
+
 struct DynamicRowsStats {
   int64_t lookups = 0;   // id occurrences resolved
   int64_t hits = 0;      // of those, of resident ids

@@ -138,6 +138,19 @@ void EmbeddingTable<T>::InitializeForIds(const config::Initializer& init, uint64
   });
 }
 
+template <typename T>
+void EmbeddingTable<T>::InitializeRows(const config::Initializer& init, uint64_t seed,
+                                       int32_t table_index, int64_t full_rows,
+                                       const std::vector<std::pair<int64_t, int64_t>>& row_slots) {
+  const uint64_t stream = kStreamEmbeddingBase + static_cast<uint64_t>(table_index);
+  WithDraw(init, full_rows, [&](auto draw) {
+    for (const auto& [r, slot] : row_slots) {
+      DLRM_INTERNAL_CHECK(slot >= 0 && slot < num_rows_ && r >= 0 && r < full_rows);
+      FillRow(row(slot), dim_, CounterRng(seed, stream, static_cast<uint64_t>(r)), 0, draw);
+    }
+  });
+}
+
 template class EmbeddingTable<float>;
 template class EmbeddingTable<double>;
 

@@ -1,6 +1,6 @@
 // One embedding table held as a dense [num_rows x dim] array in host memory: a FIXED
 // table's rows, or the rows a DYNAMIC table hands to ids (dynamic_rows.h decides which).
-// (Tiered SSD storage comes as a further backend.)
+// (An SSD table's DRAM cache is one too: model/ssd_tier.h decides which rows it holds.)
 // Threading: none of its own; rows are plain memory the caller partitions.
 // Errors: kInvalidArgument naming the table for a bad shape or initializer.
 #pragma once
@@ -40,6 +40,12 @@ class EmbeddingTable {
   void InitializeForIds(const config::Initializer& init, uint64_t seed, int32_t table_index,
                         const std::vector<std::pair<int64_t, int64_t>>& id_rows);
 
+  // An SSD table's cache (issue 14): slot s of each (row, s) gets the values Initialize
+  // gives row `row` of the full table of full_rows rows, so a row first used in the cache
+  // starts exactly as in a table held whole in memory. The initializer must have passed
+  // Initialize's checks; slots must be in [0, num_rows()).
+  void InitializeRows(const config::Initializer& init, uint64_t seed, int32_t table_index,
+                      int64_t full_rows, const std::vector<std::pair<int64_t, int64_t>>& row_slots);
   const std::string& name() const { return name_; }
   int64_t num_rows() const { return num_rows_; }
   int32_t dim() const { return dim_; }

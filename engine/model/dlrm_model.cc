@@ -50,8 +50,9 @@ DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool, bool
   const config::ModelConfig& model = config.model();
   tables_ = BuildTables<T>(allocate_tables ? model.tables_size() : 0, pool, [&](int64_t t) {
     const auto& tc = model.tables(static_cast<int>(t));
-    EmbeddingTable<T> table(tc.name(), tc.num_rows(), tc.dim());
-    table.Initialize(tc.initializer(), config.seed(), static_cast<int32_t>(t));
+    // An SSD table holds its cache here, whose rows are filled when rows come in.
+    EmbeddingTable<T> table(tc.name(), ResidentRows(config, static_cast<int>(t)), tc.dim());
+    if (!tc.has_ssd()) table.Initialize(tc.initializer(), config.seed(), static_cast<int32_t>(t));
     return table;
   });
 

@@ -1,6 +1,8 @@
 #include "engine/model/dynamic_tables.h"
 
 #include <algorithm>
+#include <exception>
+#include <filesystem>
 #include <utility>
 
 #include "engine/config/config.h"
@@ -8,31 +10,60 @@
 
 namespace dlrm {
 
+namespace {
+
+bool Translated(const config::TableConfig& table) {
+  return table.kind() == config::TableConfig::DYNAMIC || table.has_ssd();
+}
+
+DynamicRowsOptions RowsOptionsFor(const config::DlrmConfig& config, int32_t table_index) {
+  const config::TableConfig& table = config.model().tables(table_index);
+  if (table.has_ssd()) return SsdCacheOptionsFor(ResidentRows(config, table_index));
+  return DynamicRowsOptionsFor(table, config.seed(), table_index);
+}
+
+}  // namespace
+
 DynamicTables::Table::Table(const config::DlrmConfig& config, int32_t table_index)
     : index(table_index),
       name(config.model().tables(table_index).name()),
-      default_row(config.model().tables(table_index).dynamic().unadmitted() ==
-                          config::DynamicTableConfig::DEFAULT_ROW
+      default_row(config.model().tables(table_index).kind() == config::TableConfig::DYNAMIC &&
+                          config.model().tables(table_index).dynamic().unadmitted() ==
+                              config::DynamicTableConfig::DEFAULT_ROW
                       ? config.model().tables(table_index).num_rows() - 1
                       : -1),
       initializer(config.model().tables(table_index).initializer()),
       seed(config.seed()),
-      rows(DynamicRowsOptionsFor(config.model().tables(table_index), config.seed(), table_index)) {}
+      rows(RowsOptionsFor(config, table_index)) {}
 
 DynamicTables::DynamicTables(const config::DlrmConfig& config) {
   const config::ModelConfig& model = config.model();
   std::vector<int> slot_of_table(static_cast<size_t>(model.tables_size()), -1);
-  int dynamic = 0;
-  for (int t = 0; t < model.tables_size(); ++t)
-    if (model.tables(t).kind() == config::TableConfig::DYNAMIC) slot_of_table[t] = dynamic++;
-  tables_.reserve(static_cast<size_t>(dynamic));  // a Table is built in place, never moved
-  for (int t = 0; t < model.tables_size(); ++t)
-    if (slot_of_table[t] >= 0) tables_.emplace_back(config, t);
+  int translated = 0;
+  bool ssd = false;
+  for (int t = 0; t < model.tables_size(); ++t) {
+    if (Translated(model.tables(t))) slot_of_table[t] = translated++;
+    ssd = ssd || model.tables(t).has_ssd();
+  }
+  if (ssd) {
+    store_dir_ = std::make_unique<ScratchDir>(
+        config.ssd_dir().empty() ? TempDirectory() : config.ssd_dir(), "dlrm-ssd-");
+    store_ = std::make_unique<RowStore>(RowStoreOptions{store_dir_->path() + "/rows"});
+  }
+  tables_.reserve(static_cast<size_t>(translated));  // a Table is built in place, never moved
+  for (int t = 0; t < model.tables_size(); ++t) {
+    if (slot_of_table[t] < 0) continue;
+    tables_.emplace_back(config, t);
+    if (model.tables(t).has_ssd())
+      tables_.back().ssd = std::make_unique<SsdTier>(config, t, store_.get());
+  }
   for (const auto& feature : model.sparse_features())
     slot_of_feature_.push_back(slot_of_table[FindTable(model, feature.table())]);
   step_rows_.resize(tables_.size());
   slot_steps_.resize(tables_.size());
 }
+
+DynamicTables::~DynamicTables() = default;
 
 void DynamicTables::Gather(const ValidatedBatch& batch, size_t slot,
                            std::vector<int64_t>* ids) const {
@@ -51,20 +82,67 @@ const ValidatedBatch& DynamicTables::ResolveForStep(const ValidatedBatch& batch,
                                                     SparseOptimizer<float>* optimizer,
                                                     ThreadPool* pool) {
   // A table's rows, optimizer state and DynamicRows are its own: tables run in parallel.
+  std::vector<std::exception_ptr> failed(tables_.size());
   ParallelFor(pool, static_cast<int64_t>(tables_.size()), [&](int64_t i) {
     const auto slot = static_cast<size_t>(i);
-    Table& table = tables_[slot];
-    SlotStep& s = slot_steps_[slot];
-    Gather(batch, slot, &s.gathered);
-    step_rows_[slot].resize(s.gathered.size());
-    table.rows.Resolve(s.gathered.data(), static_cast<int64_t>(s.gathered.size()), step,
-                       step_rows_[slot].data(), &s.changes, &s.undo);
-    SaveAdmitted(table, s.changes, tables, optimizer, &s.overwritten);
-    InitializeAdmitted(table, s.changes, tables, optimizer);
+    Gather(batch, slot, &slot_steps_[slot].gathered);
+    try {
+      ResolveTable(slot, step, tables, optimizer);
+    } catch (...) {
+      failed[slot] = std::current_exception();
+    }
   });
+  for (size_t slot = 0; slot < tables_.size(); ++slot) {
+    if (!failed[slot]) continue;
+    // The failed tables changed nothing; the others are taken back.
+    for (size_t other = 0; other < tables_.size(); ++other)
+      if (!failed[other]) RollBackSlot(other, tables, optimizer);
+    std::rethrow_exception(failed[slot]);
+  }
   can_roll_back_ = true;
   Rewrite(batch, step_rows_, &step_batch_);
   return step_batch_.batch();
+}
+
+void DynamicTables::ResolveTable(size_t slot, int64_t step,
+                                 std::vector<EmbeddingTable<float>>* tables,
+                                 SparseOptimizer<float>* optimizer) {
+  Table& table = tables_[slot];
+  SlotStep& s = slot_steps_[slot];
+  step_rows_[slot].resize(s.gathered.size());
+  table.rows.Resolve(s.gathered.data(), static_cast<int64_t>(s.gathered.size()),
+                     table.StepFor(step), step_rows_[slot].data(), &s.changes, &s.undo);
+  if (table.ssd) {
+    MoveSsdRows(slot, tables, optimizer);
+    table.ssd->MarkDirty(step_rows_[slot]);  // the step is about to update them
+    return;
+  }
+  SaveAdmitted(table, s.changes, tables, optimizer, &s.overwritten);
+  InitializeAdmitted(table, s.changes, tables, optimizer);
+}
+
+void DynamicTables::MoveSsdRows(size_t slot, std::vector<EmbeddingTable<float>>* tables,
+                                SparseOptimizer<float>* optimizer) {
+  Table& table = tables_[slot];
+  SlotStep& s = slot_steps_[slot];
+  EmbeddingTable<float>* cache = &(*tables)[static_cast<size_t>(table.index)];
+  try {
+    const std::vector<int64_t>& slots = step_rows_[slot];
+    if (std::find(slots.begin(), slots.end(), DynamicRows::kNoRow) != slots.end()) {
+      std::vector<int64_t> distinct = s.gathered;
+      std::sort(distinct.begin(), distinct.end());
+      Throw(StatusCode::kResourceExhausted, "SSD table \"", table.name, "\": the batch uses ",
+            std::unique(distinct.begin(), distinct.end()) - distinct.begin(),
+            " distinct rows but its cache holds ", table.rows.options().capacity, " (model.tables[",
+            table.index, "].ssd.cache_bytes); raise it or send smaller batches");
+    }
+    table.ssd->WriteBack(s.changes, cache, optimizer);
+    SaveAdmitted(table, s.changes, tables, optimizer, &s.overwritten);
+    table.ssd->Fill(s.changes, cache, optimizer);
+  } catch (...) {
+    table.rows.Undo(s.undo);  // WriteBack and Fill changed nothing the math sees
+    throw;
+  }
 }
 
 // Each state buffer holds a fixed number of values per row: its size / the table's rows.
@@ -90,23 +168,26 @@ void DynamicTables::RollBackStep(std::vector<EmbeddingTable<float>>* tables,
                                  SparseOptimizer<float>* optimizer) {
   DLRM_INTERNAL_CHECK(can_roll_back_);
   can_roll_back_ = false;
-  for (size_t slot = tables_.size(); slot-- > 0;) {
-    const Table& table = tables_[slot];
-    EmbeddingTable<float>& weights = (*tables)[static_cast<size_t>(table.index)];
-    const auto rows = static_cast<size_t>(weights.num_rows());
-    const Overwritten& saved = slot_steps_[slot].overwritten;
-    const float* value = saved.values.data();
-    for (const int64_t row : saved.rows) {
-      std::copy(value, value + weights.dim(), weights.row(row));
-      value += weights.dim();
-      for (const auto& [name, buffer] : optimizer->StateBuffers(table.index)) {
-        const size_t width = buffer->size() / rows;
-        std::copy(value, value + width, buffer->data() + static_cast<size_t>(row) * width);
-        value += width;
-      }
+  for (size_t slot = tables_.size(); slot-- > 0;) RollBackSlot(slot, tables, optimizer);
+}
+
+void DynamicTables::RollBackSlot(size_t slot, std::vector<EmbeddingTable<float>>* tables,
+                                 SparseOptimizer<float>* optimizer) {
+  const Table& table = tables_[slot];
+  EmbeddingTable<float>& weights = (*tables)[static_cast<size_t>(table.index)];
+  const auto rows = static_cast<size_t>(weights.num_rows());
+  const Overwritten& saved = slot_steps_[slot].overwritten;
+  const float* value = saved.values.data();
+  for (const int64_t row : saved.rows) {
+    std::copy(value, value + weights.dim(), weights.row(row));
+    value += weights.dim();
+    for (const auto& [name, buffer] : optimizer->StateBuffers(table.index)) {
+      const size_t width = buffer->size() / rows;
+      std::copy(value, value + width, buffer->data() + static_cast<size_t>(row) * width);
+      value += width;
     }
-    tables_[slot].rows.Undo(slot_steps_[slot].undo);
   }
+  tables_[slot].rows.Undo(slot_steps_[slot].undo);
 }
 
 void DynamicTables::InitializeAdmitted(const Table& table, const RowChanges& changes,
@@ -119,6 +200,7 @@ void DynamicTables::InitializeAdmitted(const Table& table, const RowChanges& cha
 }
 
 void DynamicTables::LookupRows(const ValidatedBatch& batch, RowBatch* out) const {
+  DLRM_INTERNAL_CHECK(!has_ssd());
   std::vector<std::vector<int64_t>> rows(tables_.size());
   std::vector<int64_t> ids;
   for (size_t slot = 0; slot < tables_.size(); ++slot) {
@@ -128,6 +210,28 @@ void DynamicTables::LookupRows(const ValidatedBatch& batch, RowBatch* out) const
                                          rows[slot].data());
   }
   Rewrite(batch, rows, out);
+}
+
+void DynamicTables::ResolveForPredict(const ValidatedBatch& batch, int64_t step,
+                                      std::vector<EmbeddingTable<float>>* tables,
+                                      SparseOptimizer<float>* optimizer, RowBatch* out) {
+  can_roll_back_ = false;  // the slot steps are reused
+  for (size_t slot = 0; slot < tables_.size(); ++slot) {
+    Table& table = tables_[slot];
+    SlotStep& s = slot_steps_[slot];
+    Gather(batch, slot, &s.gathered);
+    step_rows_[slot].resize(s.gathered.size());
+    if (!table.ssd) {
+      table.rows.index().FindBatch(s.gathered.data(), static_cast<int64_t>(s.gathered.size()),
+                                   step_rows_[slot].data());
+      continue;
+    }
+    table.rows.Resolve(s.gathered.data(), static_cast<int64_t>(s.gathered.size()),
+                       table.StepFor(step), step_rows_[slot].data(), &s.changes, &s.undo);
+    MoveSsdRows(slot, tables, optimizer);  // a failed table is undone; the others' moves
+                                           // changed no value
+  }
+  Rewrite(batch, step_rows_, out);
 }
 
 void DynamicTables::Rewrite(const ValidatedBatch& batch,
@@ -170,25 +274,93 @@ void DynamicTables::Rewrite(const ValidatedBatch& batch,
 
 std::vector<int32_t> DynamicTables::table_indices() const {
   std::vector<int32_t> indices;
-  for (const Table& table : tables_) indices.push_back(table.index);
+  for (const Table& table : tables_)
+    if (!table.ssd) indices.push_back(table.index);
   return indices;
 }
 
-const DynamicRows& DynamicTables::rows(int32_t table_index) const {
+std::vector<int32_t> DynamicTables::ssd_table_indices() const {
+  std::vector<int32_t> indices;
   for (const Table& table : tables_)
-    if (table.index == table_index) return table.rows;
-  Throw(StatusCode::kNotFound, "table ", table_index, " is not a DYNAMIC table");
+    if (table.ssd) indices.push_back(table.index);
+  return indices;
+}
+
+size_t DynamicTables::SlotOf(int32_t table_index) const {
+  for (size_t slot = 0; slot < tables_.size(); ++slot)
+    if (tables_[slot].index == table_index) return slot;
+  Throw(StatusCode::kNotFound, "table ", table_index, " is neither DYNAMIC nor on the SSD tier");
+}
+
+const DynamicRows& DynamicTables::rows(int32_t table_index) const {
+  return tables_[SlotOf(table_index)].rows;
+}
+
+const SsdTier& DynamicTables::ssd(int32_t table_index) const {
+  const Table& table = tables_[SlotOf(table_index)];
+  if (!table.ssd) Throw(StatusCode::kNotFound, "table ", table_index, " is not on the SSD tier");
+  return *table.ssd;
 }
 
 void DynamicTables::Restore(const std::vector<DynamicRowsSnapshot>& snapshots) {
-  DLRM_INTERNAL_CHECK(snapshots.size() == tables_.size());
-  for (size_t slot = 0; slot < tables_.size(); ++slot) {
+  size_t next = 0;
+  for (Table& table : tables_) {
+    if (table.ssd) continue;
+    DLRM_INTERNAL_CHECK(next < snapshots.size());
     try {
-      tables_[slot].rows.Restore(snapshots[slot]);
+      table.rows.Restore(snapshots[next++]);
     } catch (const Error& e) {
-      Throw(e.code(), "dynamic table \"", tables_[slot].name, "\": ", e.what());
+      Throw(e.code(), "dynamic table \"", table.name, "\": ", e.what());
     }
   }
+  DLRM_INTERNAL_CHECK(next == snapshots.size());
+}
+
+void DynamicTables::FlushAndCopyStore(const std::string& dir,
+                                      std::vector<EmbeddingTable<float>>* tables,
+                                      SparseOptimizer<float>* optimizer) {
+  DLRM_INTERNAL_CHECK(has_ssd());
+  for (Table& table : tables_)
+    if (table.ssd)
+      table.ssd->Flush(table.rows, &(*tables)[static_cast<size_t>(table.index)], optimizer);
+  store_->CopyTo(dir);
+}
+
+void DynamicTables::RestoreStore(const std::string& dir,
+                                 std::vector<std::vector<uint64_t>> stored) {
+  DLRM_INTERNAL_CHECK(has_ssd());
+  // Checked and opened beside the current store, which stays until all of it worked.
+  std::vector<SsdTier*> tiers;
+  for (Table& table : tables_) {
+    if (!table.ssd) continue;
+    DLRM_INTERNAL_CHECK(table.rows.size() == 0);
+    const size_t i = tiers.size();
+    DLRM_INTERNAL_CHECK(i < stored.size());
+    if (stored[i].size() != table.ssd->stored_words().size())
+      Throw(StatusCode::kDataLoss, "SSD table \"", table.name, "\": the stored-rows bitmap has ",
+            stored[i].size(), " words, not ", table.ssd->stored_words().size());
+    tiers.push_back(table.ssd.get());
+  }
+  DLRM_INTERNAL_CHECK(tiers.size() == stored.size());
+  auto store_dir = std::make_unique<ScratchDir>(
+      std::filesystem::path(store_dir_->path()).parent_path().string(), "dlrm-ssd-");
+  CopyDirectoryLinking(dir, store_dir->path() + "/rows");
+  auto store = std::make_unique<RowStore>(RowStoreOptions{store_dir->path() + "/rows"});
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    tiers[i]->RepointStore(store.get());
+    tiers[i]->RestoreStored(std::move(stored[i]));  // sizes checked above: cannot throw
+  }
+  store_.swap(store);
+  store_dir_.swap(store_dir);
+  store.reset();  // the old store closes before its directory goes
+}
+
+void DynamicTables::ReadSsdRows(int32_t table_index,
+                                const std::vector<EmbeddingTable<float>>& tables, int64_t first,
+                                int64_t n, float* out) const {
+  const Table& table = tables_[SlotOf(table_index)];
+  DLRM_INTERNAL_CHECK(table.ssd != nullptr);
+  table.ssd->ReadRows(table.rows, tables[static_cast<size_t>(table_index)], first, n, out);
 }
 
 }  // namespace dlrm

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "engine/config/config.h"
 #include "engine/core/status.h"
 
 namespace dlrm::shard {
@@ -30,27 +31,11 @@ CostModel::CostModel(const config::DlrmConfig& config)
     : batch_size_(config.sharding().batch_size()),
       memory_bandwidth_(config.sharding().memory_bandwidth()),
       network_bandwidth_(config.sharding().network_bandwidth()),
-      lookup_seconds_(config.sharding().lookup_seconds()) {
-  switch (config.sparse_optimizer().kind_case()) {
-    case config::SparseOptimizerConfig::kAdagrad: optimizer_ = Optimizer::kAdagrad; break;
-    case config::SparseOptimizerConfig::kRowwiseAdagrad:
-      optimizer_ = Optimizer::kRowwiseAdagrad;
-      break;
-    case config::SparseOptimizerConfig::kAdam: optimizer_ = Optimizer::kAdam; break;
-    default:  // SGD, set or not
-      optimizer_ = Optimizer::kSgd;
-      break;
-  }
-}
+      lookup_seconds_(config.sharding().lookup_seconds()),
+      sparse_optimizer_(config.sparse_optimizer()) {}
 
 int64_t CostModel::StateBytesPerRow(int32_t cols) const {
-  switch (optimizer_) {
-    case Optimizer::kAdagrad: return int64_t{cols} * 4;
-    case Optimizer::kRowwiseAdagrad: return 4;
-    case Optimizer::kAdam: return int64_t{2} * cols * 4;
-    case Optimizer::kSgd: break;
-  }
-  return 0;
+  return SparseStateBytesPerRow(sparse_optimizer_, cols);
 }
 
 int64_t CostModel::MemoryBytes(int64_t rows, int32_t cols) const {

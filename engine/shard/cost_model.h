@@ -55,12 +55,11 @@ class CostModel {
   int64_t batch_size() const { return batch_size_; }
 
  private:
-  enum class Optimizer { kSgd, kAdagrad, kRowwiseAdagrad, kAdam };
-  Optimizer optimizer_;
   int64_t batch_size_;
   double memory_bandwidth_;
   double network_bandwidth_;
   double lookup_seconds_;
+  config::SparseOptimizerConfig sparse_optimizer_;
 };
 
 }  // namespace dlrm::shard

@@ -1,14 +1,17 @@
 #include <vector>
 
+#include "engine/config/config.h"
 #include "engine/core/finite.h"
 #include "engine/train/backend.h"
 
 namespace dlrm::train {
 namespace {
 
-std::vector<TableShape> TableShapes(const config::ModelConfig& model) {
+// The rows each table holds in memory (an SSD table's cache rows), with their state.
+std::vector<TableShape> TableShapes(const config::DlrmConfig& config) {
   std::vector<TableShape> shapes;
-  for (const auto& t : model.tables()) shapes.push_back({t.num_rows(), t.dim()});
+  for (int t = 0; t < config.model().tables_size(); ++t)
+    shapes.push_back({ResidentRows(config, t), config.model().tables(t).dim()});
   return shapes;
 }
 
@@ -49,8 +52,7 @@ ModelState::ModelState(const config::DlrmConfig& config, ThreadPool* pool)
     : model(config, pool),
       dense_optimizer(
           MakeDenseOptimizer<float>(config.dense_optimizer(), model.dense_params().size())),
-      sparse_optimizer(
-          MakeSparseOptimizer<float>(config.sparse_optimizer(), TableShapes(config.model()))),
+      sparse_optimizer(MakeSparseOptimizer<float>(config.sparse_optimizer(), TableShapes(config))),
       dynamic_tables(config) {}
 
 std::unique_ptr<Backend> MakeCpuBackend(ModelState* state, ThreadPool* pool) {

@@ -6,8 +6,10 @@
 #include <fstream>
 #include <limits>
 
+#include "engine/config/config.h"
 #include "engine/core/status.h"
 #include "engine/embedding/dynamic_rows.h"
+#include "engine/embedding/row_store.h"
 #include "engine/shard/cost_model.h"
 
 namespace dlrm::train {
@@ -52,18 +54,24 @@ void CheckModelFitsMemory(const config::DlrmConfig& config) {
   int largest_table = 0;
   for (int t = 0; t < config.model().tables_size(); ++t) {
     const auto& table = config.model().tables(t);
-    int64_t bytes = cost.MemoryBytes(table.num_rows(), table.dim());
+    const int64_t rows = ResidentRows(config, t);
+    int64_t bytes = cost.MemoryBytes(rows, table.dim());
     if (table.kind() == config::TableConfig::DYNAMIC)
       bytes = SaturatingAdd(bytes, static_cast<int64_t>(DynamicRows::MemoryBytesFor(
                                        DynamicRowsOptionsFor(table, config.seed(), t))));
+    if (table.has_ssd())  // the cache's index, and the row store's block cache
+      bytes = SaturatingAdd(
+          bytes, static_cast<int64_t>(DynamicRows::MemoryBytesFor(SsdCacheOptionsFor(rows))) +
+                     RowStoreOptions().block_cache_bytes);
     total = SaturatingAdd(total, bytes);
     if (bytes > largest) largest = bytes, largest_table = t;
   }
   if (total <= limit) return;
-  Throw(StatusCode::kResourceExhausted, "the embedding tables need ", total,
-        " bytes (weights, optimizer state and id indexes; the largest, table \"",
-        config.model().tables(largest_table).name(), "\", ", largest, " bytes) but ", source,
-        " is ", limit, " bytes");
+  Throw(
+      StatusCode::kResourceExhausted, "the embedding tables need ", total,
+      " bytes (weights, optimizer state, id indexes and SSD tables' caches; the largest, table \"",
+      config.model().tables(largest_table).name(), "\", ", largest, " bytes) but ", source, " is ",
+      limit, " bytes");
 }
 
 }  // namespace dlrm::train

@@ -1,0 +1,187 @@
+#include "engine/model/ssd_tier.h"
+
+#include <algorithm>
+
+#include "engine/config/config.h"
+#include "engine/core/status.h"
+
+namespace dlrm {
+namespace {
+
+// Rows per store call when flushing or reading a range: bounds the staging buffers.
+constexpr int64_t kChunkRows = 4096;
+
+}  // namespace
+
+SsdTier::SsdTier(const config::DlrmConfig& config, int32_t table_index, RowStore* store)
+    : store_(store),
+      table_index_(table_index),
+      name_(config.model().tables(table_index).name()),
+      initializer_(config.model().tables(table_index).initializer()),
+      seed_(config.seed()),
+      full_rows_(config.model().tables(table_index).num_rows()),
+      dim_(config.model().tables(table_index).dim()),
+      width_(dim_ + SparseStateBytesPerRow(config.sparse_optimizer(), dim_) /
+                        static_cast<int64_t>(sizeof(float))),
+      stored_(static_cast<size_t>((full_rows_ + 63) / 64), 0),
+      dirty_(static_cast<size_t>(ResidentRows(config, table_index)), 0) {}
+
+void SsdTier::Rethrow(const Error& e) const {
+  Throw(e.code(), "SSD table \"", name_, "\": ", e.what());
+}
+
+int64_t SsdTier::Width(const Buffers& state, int64_t slots) const {
+  int64_t width = dim_;
+  for (const auto& [name, buffer] : state) width += static_cast<int64_t>(buffer->size()) / slots;
+  DLRM_INTERNAL_CHECK(width == width_);  // the optimizer keeps what the config says
+  return width;
+}
+
+void SsdTier::Pack(const EmbeddingTable<float>& cache, const Buffers& state, int64_t slot,
+                   float* out) const {
+  out = std::copy(cache.row(slot), cache.row(slot) + dim_, out);
+  for (const auto& [name, buffer] : state) {
+    const size_t w = buffer->size() / static_cast<size_t>(cache.num_rows());
+    const float* from = buffer->data() + static_cast<size_t>(slot) * w;
+    out = std::copy(from, from + w, out);
+  }
+}
+
+void SsdTier::Unpack(const float* in, const Buffers& state, int64_t slot,
+                     EmbeddingTable<float>* cache) const {
+  std::copy(in, in + dim_, cache->row(slot));
+  in += dim_;
+  for (const auto& [name, buffer] : state) {
+    const size_t w = buffer->size() / static_cast<size_t>(cache->num_rows());
+    std::copy(in, in + w, buffer->data() + static_cast<size_t>(slot) * w);
+    in += w;
+  }
+}
+
+void SsdTier::WriteRows(const std::vector<std::pair<int64_t, int64_t>>& row_slots,
+                        EmbeddingTable<float>* cache, SparseOptimizer<float>* optimizer) {
+  if (row_slots.empty()) return;
+  const Buffers state = optimizer->StateBuffers(table_index_);
+  const int64_t width = Width(state, cache->num_rows());
+  ids_.clear();
+  packed_.resize(row_slots.size() * static_cast<size_t>(width));
+  for (size_t i = 0; i < row_slots.size(); ++i) {
+    ids_.push_back(row_slots[i].first);
+    Pack(*cache, state, row_slots[i].second, packed_.data() + i * static_cast<size_t>(width));
+  }
+  try {
+    store_->Write(table_index_, ids_.data(), static_cast<int64_t>(ids_.size()), packed_.data(),
+                  width);
+  } catch (const Error& e) {
+    Rethrow(e);
+  }
+  for (const auto& [row, slot] : row_slots) {
+    MarkStored(row);
+    dirty_[static_cast<size_t>(slot)] = 0;
+  }
+}
+
+void SsdTier::WriteBack(const RowChanges& changes, EmbeddingTable<float>* cache,
+                        SparseOptimizer<float>* optimizer) {
+  std::vector<std::pair<int64_t, int64_t>> dirty;
+  for (const auto& [row, slot] : changes.evicted)
+    if (dirty_[static_cast<size_t>(slot)] != 0) dirty.emplace_back(row, slot);
+  WriteRows(dirty, cache, optimizer);
+}
+
+void SsdTier::Fill(const RowChanges& changes, EmbeddingTable<float>* cache,
+                   SparseOptimizer<float>* optimizer) {
+  std::vector<std::pair<int64_t, int64_t>> read, fresh;
+  for (const auto& row_slot : changes.admitted)
+    (stored(row_slot.first) ? read : fresh).push_back(row_slot);
+  const Buffers state = optimizer->StateBuffers(table_index_);
+  const int64_t width = Width(state, cache->num_rows());
+  ids_.clear();
+  for (const auto& [row, slot] : read) ids_.push_back(row);
+  packed_.resize(ids_.size() * static_cast<size_t>(width));
+  if (found_size_ < ids_.size()) found_.reset(new bool[found_size_ = ids_.size()]);
+  try {
+    const int64_t n = static_cast<int64_t>(ids_.size());
+    if (store_->Read(table_index_, ids_.data(), n, width, packed_.data(), found_.get()) != n)
+      Throw(StatusCode::kDataLoss, "a row written to the store is missing from it (",
+            store_->path(), ")");
+  } catch (const Error& e) {
+    Rethrow(e);
+  }
+  // Nothing has changed until the store has answered: now the slots take their rows.
+  for (size_t i = 0; i < read.size(); ++i)
+    Unpack(packed_.data() + i * static_cast<size_t>(width), state, read[i].second, cache);
+  cache->InitializeRows(initializer_, seed_, table_index_, full_rows_, fresh);
+  for (const auto& [row, slot] : fresh) optimizer->ResetRow(table_index_, slot);
+  for (const auto& [row, slot] : changes.admitted) dirty_[static_cast<size_t>(slot)] = 0;
+}
+
+void SsdTier::MarkDirty(const std::vector<int64_t>& slots) {
+  for (const int64_t slot : slots) dirty_[static_cast<size_t>(slot)] = 1;
+}
+
+void SsdTier::Flush(const DynamicRows& map, EmbeddingTable<float>* cache,
+                    SparseOptimizer<float>* optimizer) {
+  std::vector<std::pair<int64_t, int64_t>> dirty;
+  map.ForEachByRecency([&](int64_t row, int64_t slot) {
+    if (dirty_[static_cast<size_t>(slot)] != 0) dirty.emplace_back(row, slot);
+  });
+  for (size_t begin = 0; begin < dirty.size(); begin += kChunkRows) {
+    const size_t end = std::min(dirty.size(), begin + static_cast<size_t>(kChunkRows));
+    WriteRows({dirty.begin() + static_cast<std::ptrdiff_t>(begin),
+               dirty.begin() + static_cast<std::ptrdiff_t>(end)},
+              cache, optimizer);
+  }
+}
+
+void SsdTier::ReadRows(const DynamicRows& map, const EmbeddingTable<float>& cache, int64_t first,
+                       int64_t n, float* out) const {
+  DLRM_INTERNAL_CHECK(first >= 0 && n >= 0 && first + n <= full_rows_);
+  std::vector<int64_t> rows(static_cast<size_t>(n)), slots(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) rows[static_cast<size_t>(i)] = first + i;
+  map.index().FindBatch(rows.data(), n, slots.data());
+  std::vector<std::pair<int64_t, int64_t>> fresh;  // (row, where in out)
+  std::vector<int64_t> read;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t slot = slots[static_cast<size_t>(i)], row = first + i;
+    if (slot != DynamicRows::kNoRow)
+      std::copy(cache.row(slot), cache.row(slot) + dim_, out + i * dim_);
+    else if (stored(row))
+      read.push_back(row);
+    else
+      fresh.emplace_back(row, i);
+  }
+  if (!read.empty()) {
+    std::vector<float> values(read.size() * static_cast<size_t>(width_));
+    std::unique_ptr<bool[]> found(new bool[read.size()]);
+    try {
+      const auto m = static_cast<int64_t>(read.size());
+      if (store_->Read(table_index_, read.data(), m, width_, values.data(), found.get()) != m)
+        Throw(StatusCode::kDataLoss, "a row written to the store is missing from it (",
+              store_->path(), ")");
+    } catch (const Error& e) {
+      Rethrow(e);
+    }
+    for (size_t j = 0; j < read.size(); ++j)
+      std::copy_n(values.data() + j * static_cast<size_t>(width_), dim_,
+                  out + (read[j] - first) * dim_);
+  }
+  if (fresh.empty()) return;
+  EmbeddingTable<float> scratch(name_, static_cast<int64_t>(fresh.size()), dim_);
+  std::vector<std::pair<int64_t, int64_t>> row_slots;
+  for (size_t j = 0; j < fresh.size(); ++j)
+    row_slots.emplace_back(fresh[j].first, static_cast<int64_t>(j));
+  scratch.InitializeRows(initializer_, seed_, table_index_, full_rows_, row_slots);
+  for (size_t j = 0; j < fresh.size(); ++j)
+    std::copy(scratch.row(static_cast<int64_t>(j)), scratch.row(static_cast<int64_t>(j)) + dim_,
+              out + fresh[j].second * dim_);
+}
+
+void SsdTier::RestoreStored(std::vector<uint64_t> words) {
+  if (words.size() != stored_.size())
+    Throw(StatusCode::kDataLoss, "SSD table \"", name_, "\": the stored-rows bitmap has ",
+          words.size(), " words, not ", stored_.size(), " (one bit per row of ", full_rows_, ")");
+  stored_ = std::move(words);
+}
+
+}  // namespace dlrm

@@ -1,0 +1,99 @@
+// One SSD table (issue 14's SSD tier): every row of a FIXED table lives in a RowStore on
+// disk, and the rows a step uses in a DRAM cache: the model's EmbeddingTable of the table,
+// of ResidentRows rows (slots), whose slots a DynamicRows (LRU, SsdCacheOptionsFor) gives
+// to rows. DynamicTables resolves a batch's row numbers to slots as it resolves a DYNAMIC
+// table's ids; this class moves rows between the cache and the store:
+//  - WriteBack: the slots the cache evicted go to the store, if they changed since they
+//    came in (dirty), as their weights then their optimizer state (one atomic write);
+//  - Fill: the slots it admitted get their row from the store when it was ever written
+//    there, else the row's initial values (EmbeddingTable::InitializeRows) and a reset
+//    optimizer state, as the DRAM table starts;
+//  - MarkDirty: the slots a training step uses are about to change.
+// So every row is, in the cache or on disk, what the same training would have made of it
+// in a DRAM table: the math never sees the tier (bitwise, tested against DRAM).
+//
+// Ownership: borrows the store (DynamicTables owns it), the cache and the optimizer.
+// Threading: one call at a time per table; different tables' may run concurrently (the
+// store takes concurrent calls).
+// Errors: the store's kIo or kDataLoss, prefixed with the table's name. A failed WriteBack
+// or Fill changes neither the cache nor what this object knows of the store.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/config/dlrm.pb.h"
+#include "engine/core/status.h"
+#include "engine/embedding/dynamic_rows.h"
+#include "engine/embedding/embedding_table.h"
+#include "engine/embedding/row_store.h"
+#include "engine/embedding/sparse_optimizer.h"
+
+namespace dlrm {
+
+class SsdTier {
+ public:
+  // Table `table_index` of config, which has ssd storage; rows go to *store.
+  SsdTier(const config::DlrmConfig& config, int32_t table_index, RowStore* store);
+
+  void WriteBack(const RowChanges& changes, EmbeddingTable<float>* cache,
+                 SparseOptimizer<float>* optimizer);
+  void Fill(const RowChanges& changes, EmbeddingTable<float>* cache,
+            SparseOptimizer<float>* optimizer);
+  void MarkDirty(const std::vector<int64_t>& slots);
+  // Writes every dirty slot to the store (before a checkpoint copies it).
+  void Flush(const DynamicRows& map, EmbeddingTable<float>* cache,
+             SparseOptimizer<float>* optimizer);
+  // The weights of rows [first, first + n) into out[n x dim]: a cached row's from the
+  // cache, a stored row's from the store, any other's initial values.
+  void ReadRows(const DynamicRows& map, const EmbeddingTable<float>& cache, int64_t first,
+                int64_t n, float* out) const;
+
+  // Which rows were ever written to the store, one bit per row (for checkpoints).
+  const std::vector<uint64_t>& stored_words() const { return stored_; }
+  // kDataLoss unless words has one bit per row of the table; unchanged then.
+  void RestoreStored(std::vector<uint64_t> words);
+  void RepointStore(RowStore* store) { store_ = store; }
+  int64_t full_rows() const { return full_rows_; }
+
+ private:
+  using Buffers = std::vector<std::pair<std::string, std::vector<float>*>>;
+  bool stored(int64_t row) const {
+    return (stored_[static_cast<size_t>(row) >> 6] >> (row & 63)) & 1;
+  }
+  void MarkStored(int64_t row) {
+    stored_[static_cast<size_t>(row) >> 6] |= uint64_t{1} << (row & 63);
+  }
+  // Floats per stored row: weights, then each optimizer state buffer's slice.
+  int64_t Width(const Buffers& state, int64_t slots) const;
+  void Pack(const EmbeddingTable<float>& cache, const Buffers& state, int64_t slot,
+            float* out) const;
+  void Unpack(const float* in, const Buffers& state, int64_t slot,
+              EmbeddingTable<float>* cache) const;
+  // Writes (row, slot) pairs' rows to the store, marks them stored and clean.
+  void WriteRows(const std::vector<std::pair<int64_t, int64_t>>& row_slots,
+                 EmbeddingTable<float>* cache, SparseOptimizer<float>* optimizer);
+  // kIo/kDataLoss from the store, named for this table.
+  [[noreturn]] void Rethrow(const Error& e) const;
+
+  RowStore* store_;
+  int32_t table_index_;
+  std::string name_;
+  config::Initializer initializer_;
+  uint64_t seed_;
+  int64_t full_rows_;
+  int32_t dim_;
+  int64_t width_;                 // floats per stored row: weights, then optimizer state
+  std::vector<uint64_t> stored_;  // a bit per row of the table
+  std::vector<uint8_t> dirty_;    // per slot
+  // Reused per call.
+  std::vector<int64_t> ids_;
+  std::vector<float> packed_;
+  std::unique_ptr<bool[]> found_;
+  size_t found_size_ = 0;
+};
+
+}  // namespace dlrm
