@@ -27,6 +27,7 @@
 #include "engine/engine.h"
 #include "tools/bench_data.h"
 #include "tools/commands.h"
+#include "tools/train_data.h"
 
 // Shared with `train` and `generate` (a gflags flag is defined once per program).
 DECLARE_string(config);
@@ -394,6 +395,7 @@ int BenchCommand() {
     std::printf("background  %.2f cores used by other processes while timing%s\n", other_cores,
                 other_cores > 0.25 ? " (numbers disturbed: rerun on an idle machine)" : "");
   }
+  ReportDynamicTables(engine);
   std::printf("last_loss   %.5f\n", loss);
   std::printf("peak_rss    %.2f GB\n", PeakRssGb());
   return 0;

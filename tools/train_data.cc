@@ -47,11 +47,15 @@ void ReportEval(const std::string& path, const EvalResult& result) {
   std::fflush(stdout);
 }
 
-void ReportDynamicTables(const Engine& engine) {
+namespace {
+
+// One line per DYNAMIC table (ssd false) or SSD table (ssd true: its cache's counts), then
+// their total.
+void ReportTables(const Engine& engine, bool ssd) {
   DynamicRowsStats total;
-  int dynamic = 0;
+  int tables = 0;
   for (const auto& table : engine.config().model().tables()) {
-    if (table.kind() != config::TableConfig::DYNAMIC) continue;
+    if (ssd ? !table.has_ssd() : table.kind() != config::TableConfig::DYNAMIC) continue;
     const TableStats s = engine.GetTableStats(table.name());
     const auto& c = s.counts;
     std::printf(
@@ -62,15 +66,22 @@ void ReportDynamicTables(const Engine& engine) {
         static_cast<long long>(c.admitted), static_cast<long long>(c.evicted),
         static_cast<long long>(c.rejected));
     total.lookups += c.lookups, total.hits += c.hits, total.admitted += c.admitted;
-    total.evicted += c.evicted, total.rejected += c.rejected, ++dynamic;
+    total.evicted += c.evicted, total.rejected += c.rejected, ++tables;
   }
-  if (dynamic == 0) return;
-  std::printf(
-      "dynamic tables: %d hit_rate=%.4f admitted=%lld evicted=%lld rejected=%lld\n", dynamic,
-      total.lookups > 0 ? static_cast<double>(total.hits) / static_cast<double>(total.lookups)
-                        : 0.0,
-      static_cast<long long>(total.admitted), static_cast<long long>(total.evicted),
-      static_cast<long long>(total.rejected));
+  if (tables == 0) return;
+  std::printf("%s tables: %d hit_rate=%.4f admitted=%lld evicted=%lld rejected=%lld\n",
+              ssd ? "ssd" : "dynamic", tables,
+              total.lookups > 0 ? static_cast<double>(total.hits) / static_cast<double>(total.lookups)
+                                : 0.0,
+              static_cast<long long>(total.admitted), static_cast<long long>(total.evicted),
+              static_cast<long long>(total.rejected));
+}
+
+}  // namespace
+
+void ReportDynamicTables(const Engine& engine) {
+  ReportTables(engine, false);
+  ReportTables(engine, true);
   std::fflush(stdout);
 }
 

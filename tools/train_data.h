@@ -27,7 +27,8 @@ std::vector<OwnedBatch> LoadBatches(const std::string& path, const config::DlrmC
 void ReportEval(const std::string& path, const EvalResult& result);
 
 // One line per DYNAMIC table: "table NAME: size=.. capacity=.. hit_rate=.. admitted=..
-// evicted=.. rejected=..", then their totals; nothing for a model of FIXED tables.
+// evicted=.. rejected=..", then their totals ("dynamic tables: N ..."); the same for SSD
+// tables, with their caches' counts ("ssd tables: N ..."); nothing for FIXED tables in DRAM.
 void ReportDynamicTables(const Engine& engine);
 
 }  // namespace dlrm::tools

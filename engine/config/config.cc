@@ -276,13 +276,6 @@ int64_t RowBytes(const config::DlrmConfig& config, int32_t dim) {
   return int64_t{dim} * 4 + SparseStateBytesPerRow(config.sparse_optimizer(), dim);
 }
 
-int64_t ResidentRows(const config::DlrmConfig& config, int table_index) {
-  const config::TableConfig& table = config.model().tables(table_index);
-  if (!table.has_ssd()) return table.num_rows();
-  return std::clamp<int64_t>(table.ssd().cache_bytes() / RowBytes(config, table.dim()), 1,
-                             table.num_rows());
-}
-
 int FindTable(const config::ModelConfig& model, const std::string& name) {
   for (int t = 0; t < model.tables_size(); ++t)
     if (model.tables(t).name() == name) return t;

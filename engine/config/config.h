@@ -47,9 +47,6 @@ void RequireFixedTables(const config::ModelConfig& model, const char* who);
 int64_t SparseStateBytesPerRow(const config::SparseOptimizerConfig& optimizer, int32_t dim);
 // Bytes a row of a table of `dim` takes in host memory: weights and optimizer state.
 int64_t RowBytes(const config::DlrmConfig& config, int32_t dim);
-// Rows table `table_index` holds in host memory: its num_rows, or for an SSD table the
-// rows its cache holds (ssd.cache_bytes / RowBytes, in [1, num_rows]).
-int64_t ResidentRows(const config::DlrmConfig& config, int table_index);
 
 // Index of the table with this name, or -1.
 int FindTable(const config::ModelConfig& model, const std::string& name);

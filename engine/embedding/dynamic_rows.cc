@@ -6,6 +6,7 @@
 #include <tuple>
 #include <utility>
 
+#include "engine/config/config.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 
@@ -57,6 +58,25 @@ DynamicRowsOptions SsdCacheOptionsFor(int64_t cache_rows) {
   DynamicRowsOptions o;
   o.capacity = cache_rows;
   return o;
+}
+
+int64_t ResidentRows(const config::DlrmConfig& config, int table_index) {
+  const config::TableConfig& table = config.model().tables(table_index);
+  if (!table.has_ssd()) return table.num_rows();
+  const int64_t row_bytes = RowBytes(config, table.dim()), budget = table.ssd().cache_bytes();
+  auto bytes = [&](int64_t rows) {  // grows with rows (the index in steps of powers of two)
+    return rows * row_bytes +
+           static_cast<int64_t>(DynamicRows::MemoryBytesFor(SsdCacheOptionsFor(rows)));
+  };
+  int64_t lo = 1, hi = std::min(table.num_rows(), budget / row_bytes);
+  while (lo < hi) {  // the most rows whose bytes fit the budget
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (bytes(mid) <= budget)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
 }
 
 DynamicRows::DynamicRows(const DynamicRowsOptions& options)
@@ -159,20 +179,48 @@ void DynamicRows::Distinguish(const int64_t* ids, int64_t n) {
 
 void DynamicRows::TouchAndCount(int64_t step) {
   to_admit_.clear();
-  for (const auto& [id, occurrences] : distinct_) {
-    const int64_t row = index_.Find(id);
+  // The rows first, in one pipelined pass; then each hit's metadata and its LRU
+  // neighbours are prefetched a few ids ahead (each is a miss in arrays of capacity rows).
+  // The order of the updates is unchanged: ascending id.
+  const auto n = static_cast<int64_t>(distinct_.size());
+  found_.resize(distinct_.size());
+  sorted_.resize(distinct_.size());  // reused as the ids, contiguous for FindBatch
+  for (size_t i = 0; i < distinct_.size(); ++i) sorted_[i] = distinct_[i].first;
+  index_.FindBatch(sorted_.data(), n, found_.data());
+  constexpr int64_t kAhead = 8, kNeighboursAhead = 4;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n && found_[static_cast<size_t>(i + kAhead)] != kNoRow)
+      PrefetchRow(found_[static_cast<size_t>(i + kAhead)]);
+    if (i + kNeighboursAhead < n && found_[static_cast<size_t>(i + kNeighboursAhead)] != kNoRow)
+      PrefetchNeighbours(found_[static_cast<size_t>(i + kNeighboursAhead)]);
+    const auto [id, occurrences] = distinct_[static_cast<size_t>(i)];
+    const int64_t row = found_[static_cast<size_t>(i)];
     if (row != kNoRow) {
       const auto u = static_cast<size_t>(row);
       if (undo_ != nullptr) undo_->touched.push_back({id, row, last_step_[u], count_[u], prev_[u]});
       stats_.hits += occurrences;
-      last_step_[static_cast<size_t>(row)] = step;
-      count_[static_cast<size_t>(row)] += occurrences;
+      last_step_[u] = step;
+      count_[u] += occurrences;
       Unlink(row);
       Append(row);
     } else if (Qualifies(id, occurrences, step)) {
       to_admit_.emplace_back(id, occurrences);
     }
   }
+}
+
+void DynamicRows::PrefetchRow(int64_t row) const {
+  const auto u = static_cast<size_t>(row);
+  __builtin_prefetch(&last_step_[u], 1);
+  __builtin_prefetch(&count_[u], 1);
+  __builtin_prefetch(&prev_[u], 1);
+  __builtin_prefetch(&next_[u], 1);
+}
+
+void DynamicRows::PrefetchNeighbours(int64_t row) const {
+  const auto u = static_cast<size_t>(row);
+  __builtin_prefetch(&next_[static_cast<size_t>(prev_[u])], 1);
+  __builtin_prefetch(&prev_[static_cast<size_t>(next_[u])], 1);
 }
 
 bool DynamicRows::Qualifies(int64_t id, int64_t occurrences, int64_t step) {

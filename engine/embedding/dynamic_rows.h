@@ -64,6 +64,12 @@ DynamicRowsOptions DynamicRowsOptionsFor(const config::TableConfig& table, uint6
 // of its cache_rows slots. LRU, and a row is admitted at its first use.
 DynamicRowsOptions SsdCacheOptionsFor(int64_t cache_rows);
 
+// Rows table `table_index` of config holds in host memory: its num_rows, or for an SSD
+// table its cache's slots: as many as fit ssd.cache_bytes with their weights, optimizer
+// state and the cache's own index (a DynamicRows of SsdCacheOptionsFor), in
+// [1, num_rows].
+int64_t ResidentRows(const config::DlrmConfig& config, int table_index);
+
 struct DynamicRowsStats {
   int64_t lookups = 0;   // id occurrences resolved
   int64_t hits = 0;      // of those, of resident ids
@@ -153,6 +159,9 @@ class DynamicRows {
   void Distinguish(const int64_t* ids, int64_t n);
   // Steps 2-4: touches hits; fills to_admit_ with the new ids that qualify.
   void TouchAndCount(int64_t step);
+  // Software prefetch of a resident row's metadata, and of its LRU neighbours' links.
+  void PrefetchRow(int64_t row) const;
+  void PrefetchNeighbours(int64_t row) const;
   void ExpireTtl(int64_t step, RowChanges* changes);
   void EvictForSpace(int64_t needed, int64_t step, RowChanges* changes);
   void EvictLfu(int64_t needed, int64_t step, RowChanges* changes);
@@ -179,6 +188,7 @@ class DynamicRows {
   // Per step, reused.
   Distinct distinct_;
   std::vector<int64_t> sorted_;
+  std::vector<int64_t> found_;  // the distinct ids' rows (TouchAndCount)
   Distinct to_admit_;                // (id, occurrences)
   DynamicRowsUndo* undo_ = nullptr;  // during a Resolve that records
 };

@@ -6,9 +6,9 @@
 // Swiss-table layout of absl::flat_hash_map; HierarchicalKV's buckets are the same idea on
 // a GPU). Groups are probed triangularly from the hash's group; a lookup ends at the first
 // group with an empty slot. The slot array is sized once, for `capacity` at a load of at
-// most 7/8, so there is no growth and no per-id allocation; erased slots become deleted
-// tags, and when no empty slot is left to give, the array is rebuilt in place of itself
-// (same size, deleted tags dropped).
+// most 13/16, so there is no growth and no per-id allocation; erased slots become deleted
+// tags, and when fewer than 1/8 of the slots are left empty, the array is rebuilt in place
+// of itself (same size, deleted tags dropped): at most once per 1/16 of the slots inserted.
 //
 // Rows are [0, capacity). Insert hands out the row most recently freed (a stack), or else
 // the lowest row never used, and the hash has no seed: the same sequence of inserts and

@@ -8,7 +8,8 @@
 // table's rows sort by id and iterate in id order. Values are the floats' bytes; RocksDB
 // checksums its blocks and its write-ahead log. A Write is one atomic write batch, in the
 // write-ahead log before it returns, so a process killed with SIGKILL afterwards loses
-// nothing of it (with sync_writes, a machine that loses power neither). CopyTo makes a
+// nothing of it (with sync_writes, a machine that loses power neither; without
+// write_ahead_log, only what CopyTo flushed survives). CopyTo makes a
 // consistent copy of everything written (a RocksDB checkpoint: hard links where it can),
 // what a checkpoint of a table larger than memory is built on.
 //
@@ -33,6 +34,10 @@ struct RowStoreOptions {
   // RocksDB's block cache: rows read recently, beside the OS page cache.
   int64_t block_cache_bytes = int64_t{64} << 20;
   bool sync_writes = false;  // fsync the write-ahead log at each Write
+  // false: Writes skip the write-ahead log, so what was written since the last flush
+  // (CopyTo flushes) is lost if the process dies: for a store that is scratch between
+  // checkpoints (the engine's working store), where that costs nothing.
+  bool write_ahead_log = true;
 };
 
 class RowStore {

@@ -6,6 +6,7 @@
 #include "engine/core/status.h"
 #include "engine/core/tree_reduce.h"
 #include "engine/dense/loss.h"
+#include "engine/embedding/dynamic_rows.h"
 
 namespace dlrm {
 

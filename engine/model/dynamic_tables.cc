@@ -22,6 +22,15 @@ DynamicRowsOptions RowsOptionsFor(const config::DlrmConfig& config, int32_t tabl
   return DynamicRowsOptionsFor(table, config.seed(), table_index);
 }
 
+// The engine's working store, in `dir`: scratch between checkpoints (a process that dies
+// restores its last checkpoint, never this store), so its writes skip RocksDB's log.
+RowStoreOptions WorkingStoreOptions(const std::string& dir) {
+  RowStoreOptions options;
+  options.path = dir + "/rows";
+  options.write_ahead_log = false;
+  return options;
+}
+
 }  // namespace
 
 DynamicTables::Table::Table(const config::DlrmConfig& config, int32_t table_index)
@@ -48,7 +57,7 @@ DynamicTables::DynamicTables(const config::DlrmConfig& config) {
   if (ssd) {
     store_dir_ = std::make_unique<ScratchDir>(
         config.ssd_dir().empty() ? TempDirectory() : config.ssd_dir(), "dlrm-ssd-");
-    store_ = std::make_unique<RowStore>(RowStoreOptions{store_dir_->path() + "/rows"});
+    store_ = std::make_unique<RowStore>(WorkingStoreOptions(store_dir_->path()));
   }
   tables_.reserve(static_cast<size_t>(translated));  // a Table is built in place, never moved
   for (int t = 0; t < model.tables_size(); ++t) {
@@ -344,8 +353,8 @@ void DynamicTables::RestoreStore(const std::string& dir,
   DLRM_INTERNAL_CHECK(tiers.size() == stored.size());
   auto store_dir = std::make_unique<ScratchDir>(
       std::filesystem::path(store_dir_->path()).parent_path().string(), "dlrm-ssd-");
-  CopyDirectoryLinking(dir, store_dir->path() + "/rows");
-  auto store = std::make_unique<RowStore>(RowStoreOptions{store_dir->path() + "/rows"});
+  CopyDirectoryLinking(dir, WorkingStoreOptions(store_dir->path()).path);
+  auto store = std::make_unique<RowStore>(WorkingStoreOptions(store_dir->path()));
   for (size_t i = 0; i < tiers.size(); ++i) {
     tiers[i]->RepointStore(store.get());
     tiers[i]->RestoreStored(std::move(stored[i]));  // sizes checked above: cannot throw

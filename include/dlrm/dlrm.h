@@ -214,8 +214,10 @@ DLRM_API dlrm_status dlrm_engine_write_parameter(dlrm_engine* engine, const char
 /* ---- Table statistics ------------------------------------------------------------
  * A DYNAMIC table (config kind: DYNAMIC) gives rows to the raw int64 ids it admits and
  * evicts ids when full; these counters say how that goes. A FIXED table reports its rows
- * as capacity and size and counts nothing. Counters run from the engine's creation and
- * are saved in checkpoints. */
+ * as capacity and size and counts nothing; one on the SSD tier (config `ssd`) counts its
+ * DRAM cache: lookups and hits of rows in the cache, rows brought in (admitted) and
+ * written back or dropped (evicted), and the cache's memory. Counters run from the
+ * engine's creation; a DYNAMIC table's are saved in checkpoints. */
 typedef struct dlrm_table_stats {
   size_t struct_size; /* sizeof(dlrm_table_stats) */
   int32_t dynamic;    /* 1 for a DYNAMIC table, 0 for a FIXED one */
