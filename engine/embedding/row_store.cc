@@ -4,6 +4,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
+#include <rocksdb/perf_level.h>
 #include <rocksdb/slice.h>
 #include <rocksdb/table.h>
 #include <rocksdb/utilities/checkpoint.h>
@@ -55,6 +56,13 @@ void CheckArguments(int32_t table, const int64_t* ids, int64_t n, int64_t width,
     ThrowInvalid("row store: ", ids == nullptr ? "ids" : "values", " is NULL");
 }
 
+// RocksDB counts every operation in thread-local counters unless the calling thread
+// turns them off (about 6% of an SSD-tier step); nothing here reads them.
+void NoPerfCounters() {
+  thread_local const bool off = (rocksdb::SetPerfLevel(rocksdb::PerfLevel::kDisable), true);
+  (void)off;
+}
+
 }  // namespace
 
 struct RowStore::Db {
@@ -76,6 +84,10 @@ RowStore::RowStore(const RowStoreOptions& options) : path_(options.path), db_(ne
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   table.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  // Most reads look for rows already flushed to table files: a Bloom filter over the
+  // memtable's keys spares them its skip-list search.
+  o.memtable_whole_key_filtering = true;
+  o.memtable_prefix_bloom_size_ratio = 0.05;
   rocksdb::DB* db = nullptr;
   const rocksdb::Status status = rocksdb::DB::Open(o, path_, &db);
   if (!status.ok()) ThrowStatus(path_, "cannot open", status);
@@ -89,6 +101,7 @@ RowStore::~RowStore() = default;
 void RowStore::Write(int32_t table, const int64_t* ids, int64_t n, const float* values,
                      int64_t width) {
   CheckArguments(table, ids, n, width, values);
+  NoPerfCounters();
   rocksdb::WriteBatch batch;
   const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
   for (int64_t i = 0; i < n; ++i) {
@@ -104,6 +117,7 @@ int64_t RowStore::Read(int32_t table, const int64_t* ids, int64_t n, int64_t wid
                        bool* found) const {
   CheckArguments(table, ids, n, width, values);
   if (n > 0 && found == nullptr) ThrowInvalid("row store: found is NULL");
+  NoPerfCounters();
   std::vector<Key> keys(static_cast<size_t>(n));
   std::vector<rocksdb::Slice> slices(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {

@@ -86,6 +86,8 @@ void SsdTier::WriteBack(const RowChanges& changes, EmbeddingTable<float>* cache,
   std::vector<std::pair<int64_t, int64_t>> dirty;
   for (const auto& [row, slot] : changes.evicted)
     if (dirty_[static_cast<size_t>(slot)] != 0) dirty.emplace_back(row, slot);
+  // In key order, each insert into RocksDB's memtable starts where the last one ended.
+  std::sort(dirty.begin(), dirty.end());
   WriteRows(dirty, cache, optimizer);
 }
 
@@ -126,6 +128,7 @@ void SsdTier::Flush(const DynamicRows& map, EmbeddingTable<float>* cache,
   map.ForEachByRecency([&](int64_t row, int64_t slot) {
     if (dirty_[static_cast<size_t>(slot)] != 0) dirty.emplace_back(row, slot);
   });
+  std::sort(dirty.begin(), dirty.end());
   for (size_t begin = 0; begin < dirty.size(); begin += kChunkRows) {
     const size_t end = std::min(dirty.size(), begin + static_cast<size_t>(kChunkRows));
     WriteRows({dirty.begin() + static_cast<std::ptrdiff_t>(begin),
