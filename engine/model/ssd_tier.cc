@@ -101,21 +101,25 @@ void SsdTier::Fill(const RowChanges& changes, EmbeddingTable<float>* cache,
   ids_.clear();
   for (const auto& [row, slot] : read) ids_.push_back(row);
   packed_.resize(ids_.size() * static_cast<size_t>(width));
-  if (found_size_ < ids_.size()) found_.reset(new bool[found_size_ = ids_.size()]);
-  try {
-    const int64_t n = static_cast<int64_t>(ids_.size());
-    if (store_->Read(table_index_, ids_.data(), n, width, packed_.data(), found_.get()) != n)
-      Throw(StatusCode::kDataLoss, "a row written to the store is missing from it (",
-            store_->path(), ")");
-  } catch (const Error& e) {
-    Rethrow(e);
-  }
+  ReadStored(ids_, packed_.data());
   // Nothing has changed until the store has answered: now the slots take their rows.
   for (size_t i = 0; i < read.size(); ++i)
     Unpack(packed_.data() + i * static_cast<size_t>(width), state, read[i].second, cache);
   cache->InitializeRows(initializer_, seed_, table_index_, full_rows_, fresh);
   for (const auto& [row, slot] : fresh) optimizer->ResetRow(table_index_, slot);
   for (const auto& [row, slot] : changes.admitted) dirty_[static_cast<size_t>(slot)] = 0;
+}
+
+void SsdTier::ReadStored(const std::vector<int64_t>& rows, float* values) const {
+  const auto n = static_cast<int64_t>(rows.size());
+  const std::unique_ptr<bool[]> found(new bool[rows.size()]);
+  try {
+    if (store_->Read(table_index_, rows.data(), n, width_, values, found.get()) != n)
+      Throw(StatusCode::kDataLoss, "a row written to the store is missing from it (",
+            store_->path(), ")");
+  } catch (const Error& e) {
+    Rethrow(e);
+  }
 }
 
 void SsdTier::MarkDirty(const std::vector<int64_t>& slots) {
@@ -156,15 +160,7 @@ void SsdTier::ReadRows(const DynamicRows& map, const EmbeddingTable<float>& cach
   }
   if (!read.empty()) {
     std::vector<float> values(read.size() * static_cast<size_t>(width_));
-    std::unique_ptr<bool[]> found(new bool[read.size()]);
-    try {
-      const auto m = static_cast<int64_t>(read.size());
-      if (store_->Read(table_index_, read.data(), m, width_, values.data(), found.get()) != m)
-        Throw(StatusCode::kDataLoss, "a row written to the store is missing from it (",
-              store_->path(), ")");
-    } catch (const Error& e) {
-      Rethrow(e);
-    }
+    ReadStored(read, values.data());
     for (size_t j = 0; j < read.size(); ++j)
       std::copy_n(values.data() + j * static_cast<size_t>(width_), dim_,
                   out + (read[j] - first) * dim_);

@@ -76,6 +76,8 @@ class SsdTier {
   // Writes (row, slot) pairs' rows to the store, marks them stored and clean.
   void WriteRows(const std::vector<std::pair<int64_t, int64_t>>& row_slots,
                  EmbeddingTable<float>* cache, SparseOptimizer<float>* optimizer);
+  // Stored rows (each must be there: kDataLoss otherwise) into values[rows x width_].
+  void ReadStored(const std::vector<int64_t>& rows, float* values) const;
   // kIo/kDataLoss from the store, named for this table.
   [[noreturn]] void Rethrow(const Error& e) const;
 
@@ -92,8 +94,6 @@ class SsdTier {
   // Reused per call.
   std::vector<int64_t> ids_;
   std::vector<float> packed_;
-  std::unique_ptr<bool[]> found_;
-  size_t found_size_ = 0;
 };
 
 }  // namespace dlrm
