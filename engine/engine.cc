@@ -366,12 +366,7 @@ void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity
       ThrowInvalid("output buffer holds ", capacity, " values but parameter \"", name, "\" has ",
                    size);
     std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
-    constexpr int64_t kRows = 4096;
-    for (int64_t first = 0; first < table.num_rows(); first += kRows)
-      state_->dynamic_tables.ReadSsdRows(t, state_->model.tables(), first,
-                                         std::min(kRows, table.num_rows() - first),
-                                         out + first * table.dim());
-    return;
+    return ReadSsdTable(t, out);
   }
   const auto [data, size] = FindParameter(*state_, name);
   if (out == nullptr) ThrowInvalid("output buffer is NULL");
@@ -380,6 +375,15 @@ void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity
     ThrowInvalid("output buffer holds ", capacity, " values but parameter \"", name, "\" has ",
                  size);
   std::copy(data, data + size, out);
+}
+
+void Engine::ReadSsdTable(int32_t t, float* out) const {
+  const config::TableConfig& table = config_.model().tables(t);
+  constexpr int64_t kRows = 4096;  // rows per read of the store
+  for (int64_t first = 0; first < table.num_rows(); first += kRows)
+    state_->dynamic_tables.ReadSsdRows(t, state_->model.tables(), first,
+                                       std::min(kRows, table.num_rows() - first),
+                                       out + first * table.dim());
 }
 
 void Engine::WriteParameter(const std::string& name, const float* values, int64_t count) {
@@ -465,8 +469,9 @@ namespace {
 // The config an engine checkpoint was saved with: kFailedPrecondition for a file of another
 // libdlrm format, kDataLoss when the config is missing or does not parse (the file is
 // damaged: the same code from Load and FromCheckpoint).
-config::DlrmConfig ReadSavedConfig(const CheckpointReader& reader, const std::string& path) {
-  checkpoint::CheckFormat(reader, path, checkpoint::kEngineFormat);
+config::DlrmConfig ReadSavedConfig(const CheckpointReader& reader, const std::string& path,
+                                   const char* format = checkpoint::kEngineFormat) {
+  checkpoint::CheckFormat(reader, path, format);
   const std::string& text = checkpoint::RequiredMetadata(reader, path, "config");
   try {
     return ParseConfigText(text);
@@ -475,14 +480,33 @@ config::DlrmConfig ReadSavedConfig(const CheckpointReader& reader, const std::st
   }
 }
 
+bool IsServingModel(const CheckpointReader& reader) {
+  const auto it = reader.metadata().find("format");
+  return it != reader.metadata().end() && it->second == checkpoint::kServingFormat;
+}
+
+// The config of a serving model: every table in memory (an SSD table's rows are exported
+// whole), nothing on disk.
+config::DlrmConfig ServingConfig(const config::DlrmConfig& config) {
+  config::DlrmConfig serving = config;
+  for (config::TableConfig& table : *serving.mutable_model()->mutable_tables()) table.clear_ssd();
+  serving.clear_ssd_dir();
+  return serving;
+}
+
 }  // namespace
 
 std::unique_ptr<Engine> Engine::FromCheckpoint(const std::string& path, const std::string& device) {
   const CheckpointReader reader(path);
-  config::DlrmConfig config = ReadSavedConfig(reader, path);
+  const bool serving = IsServingModel(reader);
+  config::DlrmConfig config = ReadSavedConfig(
+      reader, path, serving ? checkpoint::kServingFormat : checkpoint::kEngineFormat);
   if (!device.empty()) SetDeviceByName(device, "device", config.mutable_device());
   auto engine = std::make_unique<Engine>(config);
-  engine->LoadFrom(reader, path);
+  if (serving)
+    engine->LoadServing(reader, path);
+  else
+    engine->LoadFrom(reader, path);
   return engine;
 }
 
@@ -537,6 +561,72 @@ void Engine::LoadSsdRows(const CheckpointReader& reader, const std::string& path
     stored.push_back(checkpoint::ReadSsdStored(
         reader, path, staged->model.tables()[static_cast<size_t>(t)].name()));
   staged->dynamic_tables.RestoreStore(dir.string(), std::move(stored));
+}
+
+void Engine::Export(const std::string& path) const {
+  DrainAsyncSteps();
+  std::shared_lock<WriterPreferringMutex> lock(mu_);
+  std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
+  State& s = *state_;  // only read (StateBuffers and the SSD tables' reads are not const)
+  s.backend->PullState();
+  CheckpointWriter writer;
+  writer.SetMetadata("format", checkpoint::kServingFormat);
+  writer.SetMetadata("config", ConfigToText(ServingConfig(config_)));
+  checkpoint::WriteStep(s.step, &writer);
+  checkpoint::AddDenseParams(s.model, &writer);
+  std::vector<std::vector<float>> ssd_rows;  // borrowed by the writer
+  std::vector<std::vector<int64_t>> ids, rows;
+  ssd_rows.reserve(s.model.tables().size());
+  ids.reserve(s.model.tables().size());
+  rows.reserve(s.model.tables().size());
+  for (size_t t = 0; t < s.model.tables().size(); ++t) {
+    const auto& table = s.model.tables()[t];
+    const config::TableConfig& tc = config_.model().tables(static_cast<int>(t));
+    if (!tc.has_ssd()) {
+      checkpoint::AddEmbedding(table.name(), table, {}, &writer);
+    } else {
+      ssd_rows.emplace_back(static_cast<size_t>(tc.num_rows() * tc.dim()));
+      ReadSsdTable(static_cast<int32_t>(t), ssd_rows.back().data());
+      writer.AddTensor(checkpoint::EmbeddingWeightName(table.name()), checkpoint::kF32,
+                       {tc.num_rows(), tc.dim()}, ssd_rows.back().data(),
+                       ssd_rows.back().size() * sizeof(float));
+    }
+  }
+  for (const int32_t t : s.dynamic_tables.table_indices()) {
+    ids.emplace_back();
+    rows.emplace_back();
+    s.dynamic_tables.rows(t).ForEachByRecency([&](int64_t id, int64_t row) {
+      ids.back().push_back(id);
+      rows.back().push_back(row);
+    });
+    checkpoint::AddServingIds(s.model.tables()[static_cast<size_t>(t)].name(), ids.back(),
+                              rows.back(), &writer);
+  }
+  writer.WriteAtomic(path);
+}
+
+void Engine::LoadServing(const CheckpointReader& reader, const std::string& path) {
+  std::unique_ptr<State> staged = NewState();
+  State& s = *staged;
+  s.step = checkpoint::ReadStep(reader, path);
+  checkpoint::ReadDenseTensors(reader, s.model, s.model.dense_params().data(), {});
+  for (auto& table : s.model.tables())
+    checkpoint::ReadEmbedding(reader, table.name(), table, table.data().data(), {});
+  std::vector<DynamicRowsSnapshot> snapshots;
+  for (const int32_t t : s.dynamic_tables.table_indices()) {
+    const std::string& name = s.model.tables()[static_cast<size_t>(t)].name();
+    auto [ids, rows] = checkpoint::ReadServingIds(reader, path, name);
+    try {
+      snapshots.push_back(DynamicRows::ResidentSnapshot(s.dynamic_tables.rows(t).options(),
+                                                        std::move(ids), std::move(rows)));
+    } catch (const Error& e) {
+      Throw(e.code(), "checkpoint ", path, ": dynamic table \"", name, "\": ", e.what());
+    }
+  }
+  s.dynamic_tables.Restore(snapshots);
+  s.backend->PushState();
+  std::unique_lock<WriterPreferringMutex> lock(mu_);
+  state_ = std::move(staged);
 }
 
 }  // namespace dlrm

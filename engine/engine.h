@@ -94,6 +94,13 @@ class Engine {
   // SSD tables' rows go to a directory beside the file (<file>.rows-<suffix>), written
   // before it and named in it; the one the file replaced is removed after it.
   void Save(const std::string& path) const;
+  // Writes a compact read-only model for serving (checkpoint::kServingFormat) atomically:
+  // the config, step, dense parameters, every table's weights (an SSD table's read whole,
+  // to be held in memory) and each DYNAMIC table's ids and rows; no optimizer state, no
+  // admission state. FromCheckpoint loads it (the Go Predictor and the C ABI's
+  // create_from_checkpoint too) and predicts bitwise as this engine; training it starts the
+  // optimizers afresh. Reader lock.
+  void Export(const std::string& path) const;
   // Restores a checkpoint written by an engine with the same model and optimizer kinds.
   // Everything is read and verified before the state is replaced.
   void Load(const std::string& path);
@@ -110,6 +117,8 @@ class Engine {
   // checkpoint of this model and optimizer kinds.
   void CheckCheckpointFits(const CheckpointReader& reader, const std::string& path) const;
   void LoadFrom(const CheckpointReader& reader, const std::string& path);
+  // What Export wrote, into a fresh state swapped in when all of it was read.
+  void LoadServing(const CheckpointReader& reader, const std::string& path);
   // An asynchronous step: its validated copy of a batch, and the step queued behind it,
   // for the backend to copy in meanwhile.
   float TrainValidStep(const ValidatedBatch& batch, const train::StepLookahead& lookahead);
@@ -121,6 +130,8 @@ class Engine {
   // Save's part for SSD tables: their rows copied into a new directory beside `path`,
   // named in the writer's metadata; returns the directory.
   std::string SaveSsdRows(const std::string& path, CheckpointWriter* writer) const;
+  // Every row of SSD table t into out[num_rows x dim]; mu_ and ssd_mu_ held.
+  void ReadSsdTable(int32_t t, float* out) const;
   // LoadFrom's part for SSD tables, into the staged state.
   void LoadSsdRows(const CheckpointReader& reader, const std::string& path, State* staged) const;
   // Runs every queued asynchronous step (so mutations apply after them, in order).

@@ -6,6 +6,7 @@ namespace dlrm::tools {
 int GenerateCommand();
 int TrainCommand();
 int EvalCommand();
+int ExportCommand();
 int PlanCommand();
 int BenchCommand();
 // `dlrm launch --trainers T --servers S -- <command and flags>`: a local multi-process job.

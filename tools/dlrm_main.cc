@@ -18,6 +18,7 @@ constexpr const char* kUsage =
     "  generate  write synthetic Criteo-format train/test TSV files with planted labels\n"
     "  train     train a model from a config on Criteo-format TSV, evaluate, save\n"
     "  eval      evaluate a saved checkpoint on Criteo-format TSV\n"
+    "  export    write a checkpoint's compact serving model (--checkpoint, --out)\n"
     "  plan      plan the sharding of a config's tables over N embedding servers\n"
     "  bench     time training and prediction of a config on synthetic batches\n"
     "  launch    run a multi-process job here: dlrm launch --trainers T --servers S -- \n"
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
     if (command == "generate") return dlrm::tools::GenerateCommand();
     if (command == "train") return dlrm::tools::TrainCommand();
     if (command == "eval") return dlrm::tools::EvalCommand();
+    if (command == "export") return dlrm::tools::ExportCommand();
     if (command == "plan") return dlrm::tools::PlanCommand();
     if (command == "bench") return dlrm::tools::BenchCommand();
     if (command == "launch") {

@@ -88,11 +88,15 @@ void AddVector(const std::string& name, const std::vector<float>& values,
                     values.size() * sizeof(float));
 }
 
-void AddDenseTensors(const DlrmModel<float>& model, DenseOptimizer<float>& optimizer,
-                     CheckpointWriter* writer) {
+void AddDenseParams(const DlrmModel<float>& model, CheckpointWriter* writer) {
   for (const DenseParamInfo& info : model.dense_param_infos())
     writer->AddTensor(info.name, kF32, info.shape, model.dense_params().data() + info.offset,
                       info.size * sizeof(float));
+}
+
+void AddDenseTensors(const DlrmModel<float>& model, DenseOptimizer<float>& optimizer,
+                     CheckpointWriter* writer) {
+  AddDenseParams(model, writer);
   for (const auto& [name, buffer] : optimizer.StateBuffers())
     AddVector(DenseStateName(name), *buffer, writer);
 }
@@ -218,6 +222,23 @@ StagedState::StagedState(const StateBufferList& live) : live_(live) {
 void StagedState::Commit() const {
   for (size_t b = 0; b < live_.size(); ++b)
     std::copy(copies_[b].begin(), copies_[b].end(), live_[b].second->begin());
+}
+
+void AddServingIds(const std::string& key, const std::vector<int64_t>& ids,
+                   const std::vector<int64_t>& rows, CheckpointWriter* writer) {
+  AddDynamicVector(key, "ids", kI64, ids, writer);
+  AddDynamicVector(key, "rows", kI64, rows, writer);
+}
+
+std::pair<std::vector<int64_t>, std::vector<int64_t>> ReadServingIds(const CheckpointReader& reader,
+                                                                     const std::string& path,
+                                                                     const std::string& key) {
+  auto ids = ReadDynamicVector<int64_t>(reader, path, key, "ids", kI64, nullptr);
+  auto rows = ReadDynamicVector<int64_t>(reader, path, key, "rows", kI64, nullptr);
+  if (ids.size() != rows.size())
+    Throw(StatusCode::kDataLoss, "checkpoint ", path, ": dynamic table '", key, "' has ",
+          ids.size(), " ids but ", rows.size(), " rows");
+  return {std::move(ids), std::move(rows)};
 }
 
 void AddSsdStored(const std::string& key, const std::vector<uint64_t>& words,

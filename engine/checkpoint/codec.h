@@ -37,6 +37,9 @@ inline constexpr const char* kEngineFormat = "libdlrm.checkpoint.v1";
 inline constexpr const char* kShardStoreFormat = "libdlrm.shard_store.v1";
 inline constexpr const char* kDenseStateFormat = "libdlrm.dense_state.v1";
 inline constexpr const char* kManifestFormat = "libdlrm.manifest.v1";
+// A model for serving (Engine::Export): the config, the step, the dense parameters, every
+// table's weights and each DYNAMIC table's ids and rows; no optimizer or admission state.
+inline constexpr const char* kServingFormat = "libdlrm.serving.v1";
 
 inline constexpr auto kF32 = TensorEntry::FLOAT32;
 
@@ -100,6 +103,18 @@ void AddEmbedding(const std::string& key, const EmbeddingTable<float>& table,
 void ReadEmbedding(const CheckpointReader& reader, const std::string& key,
                    const EmbeddingTable<float>& table, float* weights, const StateBufferList& state,
                    std::set<std::string>* expected = nullptr);
+
+// The dense parameters alone (a serving model's: AddDenseTensors without the optimizer).
+void AddDenseParams(const DlrmModel<float>& model, CheckpointWriter* writer);
+// A serving model's DYNAMIC table: its resident ids and their rows, as the tensors
+// "dynamic.<key>.ids" and "dynamic.<key>.rows" (INT64, borrowed until WriteAtomic).
+void AddServingIds(const std::string& key, const std::vector<int64_t>& ids,
+                   const std::vector<int64_t>& rows, CheckpointWriter* writer);
+// Reads what AddServingIds wrote; kDataLoss naming the table unless both are vectors of
+// one length.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> ReadServingIds(const CheckpointReader& reader,
+                                                                     const std::string& path,
+                                                                     const std::string& key);
 
 // A DYNAMIC table's id state (DynamicRowsSnapshot), as tensors "dynamic.<key>.<part>":
 // ids, rows, last_steps, counts [resident ids] INT64 (least recently used first),

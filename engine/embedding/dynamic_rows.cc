@@ -344,6 +344,33 @@ void DynamicRows::CheckSnapshot(const DynamicRowsSnapshot& s) const {
   }
 }
 
+DynamicRowsSnapshot DynamicRows::ResidentSnapshot(const DynamicRowsOptions& options,
+                                                  std::vector<int64_t> ids,
+                                                  std::vector<int64_t> rows) {
+  DLRM_INTERNAL_CHECK(ids.size() == rows.size());
+  DynamicRowsSnapshot s;
+  std::vector<bool> used;
+  for (const int64_t row : rows) {
+    if (row < 0 || row >= options.capacity)
+      Throw(StatusCode::kDataLoss, "dynamic table state: row ", row, " is outside [0, ",
+            options.capacity, ")");
+    if (static_cast<size_t>(row) >= used.size()) used.resize(static_cast<size_t>(row) + 1);
+    if (used[static_cast<size_t>(row)])
+      Throw(StatusCode::kDataLoss, "dynamic table state: row ", row, " is given twice");
+    used[static_cast<size_t>(row)] = true;
+  }
+  s.next_unused_row = static_cast<int64_t>(used.size());
+  for (size_t row = used.size(); row-- > 0;)  // the lowest freed row is handed out first
+    if (!used[row]) s.freed_rows.push_back(static_cast<int64_t>(row));
+  s.last_steps.assign(ids.size(), 0);
+  s.counts.assign(ids.size(), 1);
+  if (options.min_count > 1)
+    s.sketch.assign(kSketchDepth * static_cast<size_t>(options.sketch_width), 0);
+  s.ids = std::move(ids);
+  s.rows = std::move(rows);
+  return s;
+}
+
 void DynamicRows::Restore(const DynamicRowsSnapshot& s) {
   CheckSnapshot(s);
   DynamicRows fresh(options_);

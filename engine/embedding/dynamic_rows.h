@@ -131,6 +131,11 @@ class DynamicRows {
   void Undo(const DynamicRowsUndo& undo);
 
   DynamicRowsSnapshot Snapshot() const;
+  // The state of a table of `options` holding only ids[i] -> rows[i] (least recently used
+  // first), with nothing counted: a serving model's. kDataLoss naming the first row outside
+  // [0, capacity) or given twice; Restore checks the rest.
+  static DynamicRowsSnapshot ResidentSnapshot(const DynamicRowsOptions& options,
+                                              std::vector<int64_t> ids, std::vector<int64_t> rows);
   // Replaces the state with `snapshot`'s. Checks it first: kDataLoss naming the first
   // inconsistency (IdIndex::Restore's, a sketch of another size, a count below 1, a last
   // step after the last step resolved or out of recency order); unchanged then.
@@ -188,7 +193,7 @@ class DynamicRows {
   // Per step, reused.
   Distinct distinct_;
   std::vector<int64_t> sorted_;
-  std::vector<int64_t> found_;  // the distinct ids' rows (TouchAndCount)
+  std::vector<int64_t> found_;       // the distinct ids' rows (TouchAndCount)
   Distinct to_admit_;                // (id, occurrences)
   DynamicRowsUndo* undo_ = nullptr;  // during a Resolve that records
 };

@@ -45,6 +45,12 @@ awk -v a="$auc" -v r="$raw_auc" 'BEGIN { d = a - r; exit !(d < 0.01 && d > -0.01
   fail "raw-id AUC $raw_auc is not within 0.01 of the indexed run's $auc"
 "$DLRM" eval --checkpoint="$DIR/dynamic.ckpt" --test="$DIR/raw/test.tsv" > "$DIR/dynamic_eval.out"
 grep -q " auc=$raw_auc$" "$DIR/dynamic_eval.out" || fail "the dynamic checkpoint evaluates otherwise"
+# Its serving model (dlrm export: no optimizer state) is smaller and evaluates the same.
+"$DLRM" export --checkpoint="$DIR/dynamic.ckpt" --out="$DIR/dynamic.serving" > /dev/null
+[ "$(stat -c %s "$DIR/dynamic.serving")" -lt "$(stat -c %s "$DIR/dynamic.ckpt")" ] ||
+  fail "the serving model is not smaller than the checkpoint"
+"$DLRM" eval --checkpoint="$DIR/dynamic.serving" --test="$DIR/raw/test.tsv" > "$DIR/serving_eval.out"
+grep -q " auc=$raw_auc$" "$DIR/serving_eval.out" || fail "the serving model evaluates otherwise"
 
 # A malformed line stops training with file:line:field...
 head -100 "$DIR/train.tsv" > "$DIR/bad.tsv"

@@ -1,0 +1,31 @@
+// `dlrm export --checkpoint=CKPT --out=FILE`: the compact serving model of a training
+// checkpoint (Engine::Export): dense parameters, every table's weights and each DYNAMIC
+// table's ids and rows, without optimizer or admission state. `dlrm eval`, the C ABI's
+// dlrm_engine_create_from_checkpoint and the Go Predictor load it.
+#include <gflags/gflags.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "engine/core/status.h"
+#include "engine/engine.h"
+#include "tools/commands.h"
+
+DECLARE_string(checkpoint);
+DEFINE_string(out, "", "export: where to write the serving model");
+
+namespace dlrm::tools {
+
+int ExportCommand() {
+  if (FLAGS_checkpoint.empty() || FLAGS_out.empty())
+    ThrowInvalid("export needs --checkpoint and --out");
+  const std::unique_ptr<Engine> engine = Engine::FromCheckpoint(FLAGS_checkpoint);
+  engine->Export(FLAGS_out);
+  std::printf("exported %s (step %lld) to %s: %llu bytes\n", FLAGS_checkpoint.c_str(),
+              static_cast<long long>(engine->step()), FLAGS_out.c_str(),
+              static_cast<unsigned long long>(std::filesystem::file_size(FLAGS_out)));
+  return 0;
+}
+
+}  // namespace dlrm::tools
