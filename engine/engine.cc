@@ -193,13 +193,18 @@ float Engine::TrainLocked(const ValidatedBatch& batch, const train::StepLookahea
                                             s.sparse_optimizer.get(), pool_.get());
     ahead = {lookahead.token, nullptr, 0};
   }
+  // SSD tables read the next batch's rows from disk while this step computes.
+  if (lookahead.next != nullptr && s.dynamic_tables.has_ssd())
+    s.dynamic_tables.ReadAheadForNext(*lookahead.next);
   double loss = 0;
   try {
     loss = s.backend->TrainStep(*rows, rates, ahead);
   } catch (...) {
     // A step that fails (diverged) changes nothing: nor the ids' rows.
-    if (!s.dynamic_tables.empty())
+    if (!s.dynamic_tables.empty()) {
+      s.dynamic_tables.DropReadAhead();
       s.dynamic_tables.RollBackStep(&s.model.tables(), s.sparse_optimizer.get());
+    }
     throw;
   }
   s.step = rates.t;

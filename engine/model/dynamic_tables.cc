@@ -72,7 +72,38 @@ DynamicTables::DynamicTables(const config::DlrmConfig& config) {
   slot_steps_.resize(tables_.size());
 }
 
-DynamicTables::~DynamicTables() = default;
+DynamicTables::~DynamicTables() { WaitForReadAhead(); }
+
+void DynamicTables::WaitForReadAhead() {
+  if (!read_ahead_.valid()) return;
+  try {
+    read_ahead_.get();
+  } catch (...) {
+    for (Table& table : tables_)
+      if (table.ssd) table.ssd->DropReadAhead();
+  }
+}
+
+void DynamicTables::DropReadAhead() {
+  WaitForReadAhead();
+  for (Table& table : tables_)
+    if (table.ssd) table.ssd->DropReadAhead();
+}
+
+void DynamicTables::ReadAheadForNext(const ValidatedBatch& next) {
+  WaitForReadAhead();
+  std::vector<std::pair<SsdTier*, std::vector<int64_t>>> work;
+  std::vector<int64_t> rows;
+  for (size_t slot = 0; slot < tables_.size(); ++slot) {
+    if (!tables_[slot].ssd) continue;
+    Gather(next, slot, &rows);
+    work.emplace_back(tables_[slot].ssd.get(),
+                      tables_[slot].ssd->RowsToReadAhead(tables_[slot].rows, rows));
+  }
+  read_ahead_ = std::async(std::launch::async, [work = std::move(work)]() mutable {
+    for (auto& [tier, ahead] : work) tier->ReadAhead(std::move(ahead));
+  });
+}
 
 void DynamicTables::Gather(const ValidatedBatch& batch, size_t slot,
                            std::vector<int64_t>* ids) const {
@@ -90,6 +121,7 @@ const ValidatedBatch& DynamicTables::ResolveForStep(const ValidatedBatch& batch,
                                                     std::vector<EmbeddingTable<float>>* tables,
                                                     SparseOptimizer<float>* optimizer,
                                                     ThreadPool* pool) {
+  WaitForReadAhead();
   // A table's rows, optimizer state and DynamicRows are its own: tables run in parallel.
   std::vector<std::exception_ptr> failed(tables_.size());
   ParallelFor(pool, static_cast<int64_t>(tables_.size()), [&](int64_t i) {
@@ -224,6 +256,7 @@ void DynamicTables::LookupRows(const ValidatedBatch& batch, RowBatch* out) const
 void DynamicTables::ResolveForPredict(const ValidatedBatch& batch, int64_t step,
                                       std::vector<EmbeddingTable<float>>* tables,
                                       SparseOptimizer<float>* optimizer, RowBatch* out) {
+  WaitForReadAhead();
   can_roll_back_ = false;  // the slot steps are reused
   for (size_t slot = 0; slot < tables_.size(); ++slot) {
     Table& table = tables_[slot];
@@ -329,6 +362,7 @@ void DynamicTables::FlushAndCopyStore(const std::string& dir,
                                       std::vector<EmbeddingTable<float>>* tables,
                                       SparseOptimizer<float>* optimizer) {
   DLRM_INTERNAL_CHECK(has_ssd());
+  WaitForReadAhead();
   for (Table& table : tables_)
     if (table.ssd)
       table.ssd->Flush(table.rows, &(*tables)[static_cast<size_t>(table.index)], optimizer);
@@ -338,6 +372,7 @@ void DynamicTables::FlushAndCopyStore(const std::string& dir,
 void DynamicTables::RestoreStore(const std::string& dir,
                                  std::vector<std::vector<uint64_t>> stored) {
   DLRM_INTERNAL_CHECK(has_ssd());
+  DropReadAhead();  // of the store being replaced
   // Checked and opened beside the current store, which stays until all of it worked.
   std::vector<SsdTier*> tiers;
   for (Table& table : tables_) {

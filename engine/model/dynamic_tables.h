@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -112,6 +113,13 @@ class DynamicTables {
                          std::vector<EmbeddingTable<float>>* tables,
                          SparseOptimizer<float>* optimizer, RowBatch* out);
 
+  // The SSD tables' prefetch stage, after ResolveForStep: reads the rows `next` (the batch
+  // expected to train next) needs from the stores on a thread of its own, while this step
+  // computes; the next resolve takes them instead of reading (SsdTier::RowsToReadAhead).
+  // Every other call waits for it first. DropReadAhead: after a failed step.
+  void ReadAheadForNext(const ValidatedBatch& next);
+  void DropReadAhead();
+
   // The model's table index of each DYNAMIC table, ascending.
   std::vector<int32_t> table_indices() const;
   // The model's table index of each SSD table, ascending.
@@ -163,6 +171,8 @@ class DynamicTables {
   void RollBackSlot(size_t slot, std::vector<EmbeddingTable<float>>* tables,
                     SparseOptimizer<float>* optimizer);
   size_t SlotOf(int32_t table_index) const;
+  // Waits for the prefetch stage; a failed one leaves nothing (its Fill reads itself).
+  void WaitForReadAhead();
   // The ids of the features of tables_[slot], feature order then batch order.
   void Gather(const ValidatedBatch& batch, size_t slot, std::vector<int64_t>* ids) const;
   // *out = batch with each DYNAMIC feature's ids replaced by rows[slot] in gather order.
@@ -199,6 +209,7 @@ class DynamicTables {
   std::vector<std::vector<int64_t>> step_rows_;  // per slot: the gathered ids' rows
   RowBatch step_batch_;
   bool can_roll_back_ = false;
+  std::future<void> read_ahead_;  // the prefetch stage in flight (declared last: joined first)
 };
 
 }  // namespace dlrm

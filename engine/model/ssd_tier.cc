@@ -98,10 +98,8 @@ void SsdTier::Fill(const RowChanges& changes, EmbeddingTable<float>* cache,
     (stored(row_slot.first) ? read : fresh).push_back(row_slot);
   const Buffers state = optimizer->StateBuffers(table_index_);
   const int64_t width = Width(state, cache->num_rows());
-  ids_.clear();
-  for (const auto& [row, slot] : read) ids_.push_back(row);
-  packed_.resize(ids_.size() * static_cast<size_t>(width));
-  ReadStored(ids_, packed_.data());
+  packed_.resize(read.size() * static_cast<size_t>(width));
+  ReadStoredOrAhead(read, packed_.data());
   // Nothing has changed until the store has answered: now the slots take their rows.
   for (size_t i = 0; i < read.size(); ++i)
     Unpack(packed_.data() + i * static_cast<size_t>(width), state, read[i].second, cache);
@@ -120,6 +118,50 @@ void SsdTier::ReadStored(const std::vector<int64_t>& rows, float* values) const 
   } catch (const Error& e) {
     Rethrow(e);
   }
+}
+
+void SsdTier::ReadStoredOrAhead(const std::vector<std::pair<int64_t, int64_t>>& read,
+                                float* values) {
+  ids_.clear();  // the rows the prefetch stage did not bring, and where each goes
+  std::vector<size_t> at;
+  for (size_t i = 0; i < read.size(); ++i) {
+    const auto it = std::lower_bound(ahead_rows_.begin(), ahead_rows_.end(), read[i].first);
+    if (it != ahead_rows_.end() && *it == read[i].first) {
+      const auto j = static_cast<size_t>(it - ahead_rows_.begin());
+      std::copy_n(ahead_values_.data() + j * static_cast<size_t>(width_), width_,
+                  values + i * static_cast<size_t>(width_));
+      ++rows_read_ahead_;
+    } else {
+      ids_.push_back(read[i].first);
+      at.push_back(i);
+    }
+  }
+  ahead_rows_.clear();  // good for this Fill only
+  std::vector<float> rest(ids_.size() * static_cast<size_t>(width_));
+  ReadStored(ids_, rest.data());
+  for (size_t k = 0; k < at.size(); ++k)
+    std::copy_n(rest.data() + k * static_cast<size_t>(width_), width_,
+                values + at[k] * static_cast<size_t>(width_));
+}
+
+std::vector<int64_t> SsdTier::RowsToReadAhead(const DynamicRows& map,
+                                              std::vector<int64_t> rows) const {
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  std::vector<int64_t> slots(rows.size());
+  map.index().FindBatch(rows.data(), static_cast<int64_t>(rows.size()), slots.data());
+  size_t kept = 0;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (slots[i] == DynamicRows::kNoRow && stored(rows[i])) rows[kept++] = rows[i];
+  rows.resize(kept);
+  return rows;
+}
+
+void SsdTier::ReadAhead(std::vector<int64_t> rows) {
+  std::vector<float> values(rows.size() * static_cast<size_t>(width_));
+  ReadStored(rows, values.data());
+  ahead_rows_ = std::move(rows);
+  ahead_values_ = std::move(values);
 }
 
 void SsdTier::MarkDirty(const std::vector<int64_t>& slots) {

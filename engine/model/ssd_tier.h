@@ -44,6 +44,16 @@ class SsdTier {
   void Fill(const RowChanges& changes, EmbeddingTable<float>* cache,
             SparseOptimizer<float>* optimizer);
   void MarkDirty(const std::vector<int64_t>& slots);
+
+  // The prefetch stage: of `rows` (the next step's), those that are neither cached in
+  // `map` nor never written, to be read from the store by ReadAhead (which may run on
+  // another thread: it reads only the store and its own buffers) and used by the next
+  // Fill. Valid until that Fill: rows neither cached nor dirty are written by nothing in
+  // between. A Fill without a ReadAhead since the last one reads everything itself.
+  std::vector<int64_t> RowsToReadAhead(const DynamicRows& map, std::vector<int64_t> rows) const;
+  void ReadAhead(std::vector<int64_t> rows);
+  void DropReadAhead() { ahead_rows_.clear(); }
+  int64_t rows_read_ahead() const { return rows_read_ahead_; }  // used by Fills, in all
   // Writes every dirty slot to the store (before a checkpoint copies it).
   void Flush(const DynamicRows& map, EmbeddingTable<float>* cache,
              SparseOptimizer<float>* optimizer);
@@ -76,6 +86,9 @@ class SsdTier {
   // Writes (row, slot) pairs' rows to the store, marks them stored and clean.
   void WriteRows(const std::vector<std::pair<int64_t, int64_t>>& row_slots,
                  EmbeddingTable<float>* cache, SparseOptimizer<float>* optimizer);
+  // Fill's reads, (row, slot) pairs: from the prefetch stage's rows where it has them,
+  // else from the store, into values[read x width_].
+  void ReadStoredOrAhead(const std::vector<std::pair<int64_t, int64_t>>& read, float* values);
   // Stored rows (each must be there: kDataLoss otherwise) into values[rows x width_].
   void ReadStored(const std::vector<int64_t>& rows, float* values) const;
   // kIo/kDataLoss from the store, named for this table.
@@ -94,6 +107,10 @@ class SsdTier {
   // Reused per call.
   std::vector<int64_t> ids_;
   std::vector<float> packed_;
+  // The prefetch stage's rows (ascending) and their stored values, for the next Fill.
+  std::vector<int64_t> ahead_rows_;
+  std::vector<float> ahead_values_;
+  int64_t rows_read_ahead_ = 0;
 };
 
 }  // namespace dlrm

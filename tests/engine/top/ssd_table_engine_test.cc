@@ -107,6 +107,23 @@ TEST_P(SsdEngineTest, TrainsBitwiseAsTheTableHeldInMemory) {
   EXPECT_EQ(t0.memory_bytes, ssd.config().model().tables(0).ssd().cache_bytes());
 }
 
+// Asynchronous steps (SubmitTrainStep) read the next batch's rows from the store while a
+// step computes (the prefetch stage); the math stays the DRAM table's.
+TEST_P(SsdEngineTest, AsynchronousStepsReadingAheadTrainAsInMemory) {
+  const Case& c = GetParam();
+  Engine dram(Config(false, c.optimizers, c.threads, dir_));
+  Engine ssd(Config(true, c.optimizers, c.threads, dir_));
+  std::vector<OwnedBatch> batches;
+  for (uint64_t salt = 0; salt < 30; ++salt)
+    batches.push_back(testing::SmallBatch(kBatch, salt, salt % 3 == 1));
+  std::vector<int64_t> tickets;
+  for (const OwnedBatch& b : batches) tickets.push_back(ssd.SubmitTrainStep(b.view()));
+  for (size_t i = 0; i < batches.size(); ++i)
+    EXPECT_EQ(ssd.WaitTrainStep(tickets[i]), dram.TrainStep(batches[i].view())) << i;
+  EXPECT_TRUE(BitwiseEqual(testing::ParameterValues(ssd), testing::ParameterValues(dram)));
+  EXPECT_GT(ssd.GetTableStats("t0").counts.evicted, 0);
+}
+
 // A checkpoint holds every row (flushed from the cache); a fresh engine, with another
 // cache size even, continues bitwise. Saving again over the file replaces its rows
 // directory.
