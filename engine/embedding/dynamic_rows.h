@@ -69,6 +69,9 @@ DynamicRowsOptions SsdCacheOptionsFor(int64_t cache_rows);
 // state and the cache's own index (a DynamicRows of SsdCacheOptionsFor), in
 // [1, num_rows].
 int64_t ResidentRows(const config::DlrmConfig& config, int table_index);
+// The bytes an SSD table's cache of `rows` slots takes, rows of `dim` of config's
+// optimizer and the cache's index: the cache_bytes that gives exactly `rows` slots.
+int64_t SsdCacheBytes(const config::DlrmConfig& config, int32_t dim, int64_t rows);
 
 struct DynamicRowsStats {
   int64_t lookups = 0;   // id occurrences resolved

@@ -34,9 +34,7 @@ config::DlrmConfig Config(const std::string& dir) {
   t0->set_num_rows(30);
   t0->set_kind(config::TableConfig::DYNAMIC);
   config::TableConfig* t1 = c.mutable_model()->mutable_tables(1);
-  t1->mutable_ssd()->set_cache_bytes(
-      12 * RowBytes(c, t1->dim()) +
-      static_cast<int64_t>(DynamicRows::MemoryBytesFor(SsdCacheOptionsFor(12))));
+  t1->mutable_ssd()->set_cache_bytes(SsdCacheBytes(c, t1->dim(), 12));
   c.set_ssd_dir(dir);
   return c;
 }

@@ -42,9 +42,7 @@ config::DlrmConfig Config(bool ssd, const std::string& optimizers, int threads,
   const int64_t caches[2] = {t0_cache, t1_cache};
   for (int t = 0; t < 2; ++t) {
     config::TableConfig* table = c.mutable_model()->mutable_tables(t);
-    table->mutable_ssd()->set_cache_bytes(
-        caches[t] * RowBytes(c, table->dim()) +
-        static_cast<int64_t>(DynamicRows::MemoryBytesFor(SsdCacheOptionsFor(caches[t]))));
+    table->mutable_ssd()->set_cache_bytes(SsdCacheBytes(c, table->dim(), caches[t]));
   }
   return c;
 }
