@@ -7,6 +7,7 @@
 
 #include "engine/config/config.h"
 #include "engine/core/status.h"
+#include "engine/embedding/packed_row.h"
 
 namespace dlrm {
 
@@ -186,22 +187,18 @@ void DynamicTables::MoveSsdRows(size_t slot, std::vector<EmbeddingTable<float>>*
   }
 }
 
-// Each state buffer holds a fixed number of values per row: its size / the table's rows.
 void DynamicTables::SaveAdmitted(const Table& table, const RowChanges& changes,
                                  std::vector<EmbeddingTable<float>>* tables,
                                  SparseOptimizer<float>* optimizer, Overwritten* saved) const {
   const EmbeddingTable<float>& weights = (*tables)[static_cast<size_t>(table.index)];
-  const auto rows = static_cast<size_t>(weights.num_rows());
+  const StateBufferList state = optimizer->StateBuffers(table.index);
+  const auto width = static_cast<size_t>(PackedRowWidth(weights, state));
   saved->rows.clear();
-  saved->values.clear();
+  saved->values.resize(changes.admitted.size() * width);
+  float* out = saved->values.data();
   for (const auto& [id, row] : changes.admitted) {
     saved->rows.push_back(row);
-    saved->values.insert(saved->values.end(), weights.row(row), weights.row(row) + weights.dim());
-    for (const auto& [name, buffer] : optimizer->StateBuffers(table.index)) {
-      const size_t width = buffer->size() / rows;
-      const float* state = buffer->data() + static_cast<size_t>(row) * width;
-      saved->values.insert(saved->values.end(), state, state + width);
-    }
+    out = PackRow(weights, state, row, out);
   }
 }
 
@@ -216,18 +213,10 @@ void DynamicTables::RollBackSlot(size_t slot, std::vector<EmbeddingTable<float>>
                                  SparseOptimizer<float>* optimizer) {
   const Table& table = tables_[slot];
   EmbeddingTable<float>& weights = (*tables)[static_cast<size_t>(table.index)];
-  const auto rows = static_cast<size_t>(weights.num_rows());
+  const StateBufferList state = optimizer->StateBuffers(table.index);
   const Overwritten& saved = slot_steps_[slot].overwritten;
   const float* value = saved.values.data();
-  for (const int64_t row : saved.rows) {
-    std::copy(value, value + weights.dim(), weights.row(row));
-    value += weights.dim();
-    for (const auto& [name, buffer] : optimizer->StateBuffers(table.index)) {
-      const size_t width = buffer->size() / rows;
-      std::copy(value, value + width, buffer->data() + static_cast<size_t>(row) * width);
-      value += width;
-    }
-  }
+  for (const int64_t row : saved.rows) value = UnpackRow(value, state, row, &weights);
   tables_[slot].rows.Undo(slot_steps_[slot].undo);
 }
 

@@ -30,44 +30,22 @@ void SsdTier::Rethrow(const Error& e) const {
   Throw(e.code(), "SSD table \"", name_, "\": ", e.what());
 }
 
-int64_t SsdTier::Width(const Buffers& state, int64_t slots) const {
-  int64_t width = dim_;
-  for (const auto& [name, buffer] : state) width += static_cast<int64_t>(buffer->size()) / slots;
+int64_t SsdTier::Width(const StateBufferList& state, const EmbeddingTable<float>& cache) const {
+  const int64_t width = PackedRowWidth(cache, state);
   DLRM_INTERNAL_CHECK(width == width_);  // the optimizer keeps what the config says
   return width;
-}
-
-void SsdTier::Pack(const EmbeddingTable<float>& cache, const Buffers& state, int64_t slot,
-                   float* out) const {
-  out = std::copy(cache.row(slot), cache.row(slot) + dim_, out);
-  for (const auto& [name, buffer] : state) {
-    const size_t w = buffer->size() / static_cast<size_t>(cache.num_rows());
-    const float* from = buffer->data() + static_cast<size_t>(slot) * w;
-    out = std::copy(from, from + w, out);
-  }
-}
-
-void SsdTier::Unpack(const float* in, const Buffers& state, int64_t slot,
-                     EmbeddingTable<float>* cache) const {
-  std::copy(in, in + dim_, cache->row(slot));
-  in += dim_;
-  for (const auto& [name, buffer] : state) {
-    const size_t w = buffer->size() / static_cast<size_t>(cache->num_rows());
-    std::copy(in, in + w, buffer->data() + static_cast<size_t>(slot) * w);
-    in += w;
-  }
 }
 
 void SsdTier::WriteRows(const std::vector<std::pair<int64_t, int64_t>>& row_slots,
                         EmbeddingTable<float>* cache, SparseOptimizer<float>* optimizer) {
   if (row_slots.empty()) return;
-  const Buffers state = optimizer->StateBuffers(table_index_);
-  const int64_t width = Width(state, cache->num_rows());
+  const StateBufferList state = optimizer->StateBuffers(table_index_);
+  const int64_t width = Width(state, *cache);
   ids_.clear();
   packed_.resize(row_slots.size() * static_cast<size_t>(width));
   for (size_t i = 0; i < row_slots.size(); ++i) {
     ids_.push_back(row_slots[i].first);
-    Pack(*cache, state, row_slots[i].second, packed_.data() + i * static_cast<size_t>(width));
+    PackRow(*cache, state, row_slots[i].second, packed_.data() + i * static_cast<size_t>(width));
   }
   try {
     store_->Write(table_index_, ids_.data(), static_cast<int64_t>(ids_.size()), packed_.data(),
@@ -96,13 +74,13 @@ void SsdTier::Fill(const RowChanges& changes, EmbeddingTable<float>* cache,
   std::vector<std::pair<int64_t, int64_t>> read, fresh;
   for (const auto& row_slot : changes.admitted)
     (stored(row_slot.first) ? read : fresh).push_back(row_slot);
-  const Buffers state = optimizer->StateBuffers(table_index_);
-  const int64_t width = Width(state, cache->num_rows());
+  const StateBufferList state = optimizer->StateBuffers(table_index_);
+  const int64_t width = Width(state, *cache);
   packed_.resize(read.size() * static_cast<size_t>(width));
   ReadStoredOrAhead(read, packed_.data());
   // Nothing has changed until the store has answered: now the slots take their rows.
   for (size_t i = 0; i < read.size(); ++i)
-    Unpack(packed_.data() + i * static_cast<size_t>(width), state, read[i].second, cache);
+    UnpackRow(packed_.data() + i * static_cast<size_t>(width), state, read[i].second, cache);
   cache->InitializeRows(initializer_, seed_, table_index_, full_rows_, fresh);
   for (const auto& [row, slot] : fresh) optimizer->ResetRow(table_index_, slot);
   for (const auto& [row, slot] : changes.admitted) dirty_[static_cast<size_t>(slot)] = 0;

@@ -29,6 +29,7 @@
 #include "engine/core/status.h"
 #include "engine/embedding/dynamic_rows.h"
 #include "engine/embedding/embedding_table.h"
+#include "engine/embedding/packed_row.h"
 #include "engine/embedding/row_store.h"
 #include "engine/embedding/sparse_optimizer.h"
 
@@ -70,19 +71,14 @@ class SsdTier {
   int64_t full_rows() const { return full_rows_; }
 
  private:
-  using Buffers = std::vector<std::pair<std::string, std::vector<float>*>>;
   bool stored(int64_t row) const {
     return (stored_[static_cast<size_t>(row) >> 6] >> (row & 63)) & 1;
   }
   void MarkStored(int64_t row) {
     stored_[static_cast<size_t>(row) >> 6] |= uint64_t{1} << (row & 63);
   }
-  // Floats per stored row: weights, then each optimizer state buffer's slice.
-  int64_t Width(const Buffers& state, int64_t slots) const;
-  void Pack(const EmbeddingTable<float>& cache, const Buffers& state, int64_t slot,
-            float* out) const;
-  void Unpack(const float* in, const Buffers& state, int64_t slot,
-              EmbeddingTable<float>* cache) const;
+  // Floats per stored row (embedding/packed_row.h), checked against the config's.
+  int64_t Width(const StateBufferList& state, const EmbeddingTable<float>& cache) const;
   // Writes (row, slot) pairs' rows to the store, marks them stored and clean.
   void WriteRows(const std::vector<std::pair<int64_t, int64_t>>& row_slots,
                  EmbeddingTable<float>* cache, SparseOptimizer<float>* optimizer);

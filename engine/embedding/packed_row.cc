@@ -1,0 +1,44 @@
+#include "engine/embedding/packed_row.h"
+
+#include <algorithm>
+
+namespace dlrm {
+namespace {
+
+size_t StateWidth(const std::vector<float>& buffer, const EmbeddingTable<float>& table) {
+  return buffer.size() / static_cast<size_t>(table.num_rows());
+}
+
+}  // namespace
+
+int64_t PackedRowWidth(const EmbeddingTable<float>& table, const StateBufferList& state) {
+  int64_t width = table.dim();
+  for (const auto& [name, buffer] : state)
+    width += static_cast<int64_t>(StateWidth(*buffer, table));
+  return width;
+}
+
+float* PackRow(const EmbeddingTable<float>& table, const StateBufferList& state, int64_t row,
+               float* out) {
+  out = std::copy(table.row(row), table.row(row) + table.dim(), out);
+  for (const auto& [name, buffer] : state) {
+    const size_t w = StateWidth(*buffer, table);
+    const float* from = buffer->data() + static_cast<size_t>(row) * w;
+    out = std::copy(from, from + w, out);
+  }
+  return out;
+}
+
+const float* UnpackRow(const float* in, const StateBufferList& state, int64_t row,
+                       EmbeddingTable<float>* table) {
+  std::copy(in, in + table->dim(), table->row(row));
+  in += table->dim();
+  for (const auto& [name, buffer] : state) {
+    const size_t w = StateWidth(*buffer, *table);
+    std::copy(in, in + w, buffer->data() + static_cast<size_t>(row) * w);
+    in += w;
+  }
+  return in;
+}
+
+}  // namespace dlrm
