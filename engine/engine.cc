@@ -363,22 +363,21 @@ int SsdTableNamed(const config::ModelConfig& model, const std::string& name) {
 
 void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity) const {
   std::shared_lock<WriterPreferringMutex> lock(mu_);
-  if (const int t = SsdTableNamed(config_.model(), name); t >= 0) {
-    const config::TableConfig& table = config_.model().tables(t);
-    const int64_t size = table.num_rows() * table.dim();
-    if (out == nullptr) ThrowInvalid("output buffer is NULL");
-    if (capacity < size)
-      ThrowInvalid("output buffer holds ", capacity, " values but parameter \"", name, "\" has ",
-                   size);
-    std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
-    return ReadSsdTable(t, out);
-  }
-  const auto [data, size] = FindParameter(*state_, name);
+  // An SSD table's parameter is its full rows, not the cache the model holds.
+  const int ssd = SsdTableNamed(config_.model(), name);
+  const auto [data, size] =
+      ssd >= 0 ? std::pair<float*, int64_t>(nullptr, config_.model().tables(ssd).num_rows() *
+                                                         config_.model().tables(ssd).dim())
+               : FindParameter(*state_, name);
   if (out == nullptr) ThrowInvalid("output buffer is NULL");
-  state_->backend->PullState();
   if (capacity < size)
     ThrowInvalid("output buffer holds ", capacity, " values but parameter \"", name, "\" has ",
                  size);
+  if (ssd >= 0) {
+    std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
+    return ReadSsdTable(ssd, out);
+  }
+  state_->backend->PullState();
   std::copy(data, data + size, out);
 }
 
