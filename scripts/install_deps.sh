@@ -13,6 +13,7 @@ PACKAGES=(
   libbenchmark-dev  # bench/: dlrm_micro_bench
   libabsl-dev  # bench/: absl::flat_hash_map, the peer of the dynamic table's id map
   librocksdb-dev  # engine/embedding: the SSD tier's row store
+  openmpi-bin libopenmpi-dev  # examples/mpi: the MPI host and its 2-rank test
   binutils
   # bindings: Java (JDK 17, SWIG, JUnit 4) and Go (cgo)
   openjdk-17-jdk-headless swig junit4
