@@ -167,6 +167,72 @@ typedef struct dlrm_eval_result {
 DLRM_API dlrm_status dlrm_engine_evaluate(dlrm_engine* engine, const dlrm_batch* batches,
                                           size_t num_batches, dlrm_eval_result* out);
 
+/* ---- Arrow input ----------------------------------------------------------------------
+ * A batch from Arrow columns through the Arrow C Data Interface, the stable C ABI that
+ * pyarrow, Arrow Java, arrow-go, pandas (via pyarrow), Polars, DuckDB and Spark export
+ * (its two structs below, declared under the spec's guard; no Arrow library is needed).
+ * The array is a struct (a record batch exported as an array): each row is a sample;
+ * `columns` names which child is which:
+ *   dense    float32, float64, int32 or int64 columns (nulls refused)
+ *   label    the same types or bool; NULL name for a batch to predict
+ *   sparse   list<int64|int32> or large_list of them: a row's ids (a null list is empty)
+ *   weights  list<float32|float64> with the same lengths as its sparse column
+ * The result is a copy in dlrm_batch's layout (dense row-major, lengths and ids
+ * feature-major), owned by the handle; values (id ranges, NaN, labels in [0, 1]) are
+ * checked when it is used, as any batch's are. */
+#ifndef ARROW_C_DATA_INTERFACE
+#define ARROW_C_DATA_INTERFACE
+#define ARROW_FLAG_DICTIONARY_ORDERED 1
+#define ARROW_FLAG_NULLABLE 2
+#define ARROW_FLAG_MAP_KEYS_SORTED 4
+struct ArrowSchema {
+  const char* format;
+  const char* name;
+  const char* metadata;
+  int64_t flags;
+  int64_t n_children;
+  struct ArrowSchema** children;
+  struct ArrowSchema* dictionary;
+  void (*release)(struct ArrowSchema*);
+  void* private_data;
+};
+struct ArrowArray {
+  int64_t length;
+  int64_t null_count;
+  int64_t offset;
+  int64_t n_buffers;
+  int64_t n_children;
+  const void** buffers;
+  struct ArrowArray** children;
+  struct ArrowArray* dictionary;
+  void (*release)(struct ArrowArray*);
+  void* private_data;
+};
+#endif /* ARROW_C_DATA_INTERFACE */
+
+typedef struct dlrm_arrow_columns {
+  size_t struct_size;       /* sizeof(dlrm_arrow_columns) */
+  const char* label;        /* the label column, or NULL */
+  const char* const* dense; /* num_dense names: the model's dense features, in order */
+  int32_t num_dense;
+  const char* const* sparse; /* num_sparse names: the model's sparse features, in order */
+  int32_t num_sparse;
+  const char* const* weights; /* NULL, or num_sparse names (NULL entries: unweighted) */
+} dlrm_arrow_columns;
+
+typedef struct dlrm_arrow_batch dlrm_arrow_batch;
+/* Converts `array` (borrowed: neither released nor kept) into a new batch. Errors name
+ * the column, and the row where one is at fault: a missing column, an unsupported type,
+ * a null, offsets or buffers out of the spec, weights whose lengths differ from the ids'. */
+DLRM_API dlrm_status dlrm_arrow_batch_create(const struct ArrowSchema* schema,
+                                             const struct ArrowArray* array,
+                                             const dlrm_arrow_columns* columns,
+                                             dlrm_arrow_batch** out);
+DLRM_API void dlrm_arrow_batch_destroy(dlrm_arrow_batch* batch);
+/* Points *out (its struct_size set by the caller) at the handle's arrays, valid until
+ * the handle is destroyed: pass it to train, predict, evaluate or a trainer's enqueue. */
+DLRM_API dlrm_status dlrm_arrow_batch_view(const dlrm_arrow_batch* batch, dlrm_batch* out);
+
 enum { DLRM_LR_DENSE = 1, DLRM_LR_SPARSE = 2, DLRM_LR_ALL = 3 };
 /* Overrides the base learning rate of the dense and/or sparse optimizer; the config's
  * schedule still multiplies it. Saved in checkpoints. Writer lock. */
