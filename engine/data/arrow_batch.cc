@@ -145,20 +145,53 @@ std::pair<int64_t, int64_t> Bag(const ListColumn& l, int64_t r) {
   return {begin, end};
 }
 
-// Rows [0, n) of a sparse feature: their bag sizes into lengths[n], their ids appended.
-void AppendIds(const ListColumn& l, int64_t n, int32_t* lengths, std::vector<int64_t>* ids) {
+// Values [begin, end) of l's values child appended as ids. A null one is an error naming
+// its row: r, or where bags are appended at once (r = 0), the row found from the offsets.
+template <typename Id>
+void AppendBag(const ListColumn& l, int64_t r, int64_t begin, int64_t end,
+               std::vector<int64_t>* ids) {
+  const ArrowArray& v = *l.values;
+  const Id* values = static_cast<const Id*>(v.buffers[1]) + v.offset;
+  if (v.null_count != 0 && v.buffers[0] != nullptr)
+    for (int64_t k = begin; k < end; ++k)
+      if (IsNull(v, k)) {
+        while (Bag(l, r).second <= k) ++r;
+        Bad(l.list.name, "row ", r, ": id ", k - Bag(l, r).first, " is null");
+      }
+  ids->insert(ids->end(), values + begin, values + end);
+}
+
+// Rows [0, n) of a sparse feature: checks every bag, writes their sizes into lengths[n];
+// returns their sum.
+int64_t BagLengths(const ListColumn& l, int64_t n, int32_t* lengths) {
   const std::string f = l.values_schema->format;
   if (f != "l" && f != "i")
     Bad(l.list.name, "holds Arrow format \"", f, "\" values; ids are int64 (l) or int32 (i)");
-  const ArrowArray& v = *l.values;
+  int64_t total = 0;
   for (int64_t r = 0; r < n; ++r) {
     const auto [begin, end] = Bag(l, r);
     lengths[r] = static_cast<int32_t>(end - begin);
-    for (int64_t k = begin; k < end; ++k) {
-      if (IsNull(v, k)) Bad(l.list.name, "row ", r, ": id ", k - begin, " is null");
-      ids->push_back(f == "l" ? static_cast<const int64_t*>(v.buffers[1])[v.offset + k]
-                              : static_cast<const int32_t*>(v.buffers[1])[v.offset + k]);
-    }
+    total += end - begin;
+  }
+  return total;
+}
+
+// Rows [0, n)'s ids appended (BagLengths checked the bags). Where no list is null the
+// bags are one contiguous range of the values (offsets never decrease), copied at once.
+void AppendIds(const ListColumn& l, int64_t n, int64_t total, std::vector<int64_t>* ids) {
+  const bool wide = std::strcmp(l.values_schema->format, "l") == 0;
+  const bool null_lists = l.list.array->null_count != 0 && l.list.array->buffers[0] != nullptr;
+  if (n > 0 && !null_lists) {
+    const int64_t begin = Bag(l, 0).first;
+    if (wide) return AppendBag<int64_t>(l, 0, begin, begin + total, ids);
+    return AppendBag<int32_t>(l, 0, begin, begin + total, ids);
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    const auto [begin, end] = Bag(l, r);
+    if (wide)
+      AppendBag<int64_t>(l, r, begin, end, ids);
+    else
+      AppendBag<int32_t>(l, r, begin, end, ids);
   }
 }
 
@@ -209,13 +242,27 @@ void CheckMapping(const ArrowColumns& columns) {
 void ConvertSparse(const ArrowSchema& schema, const ArrowArray& array, const ArrowColumns& columns,
                    OwnedBatch* b) {
   const int64_t n = b->batch_size;
-  b->lengths.resize(static_cast<size_t>(n) * columns.sparse.size());
-  for (size_t f = 0; f < columns.sparse.size(); ++f)
-    AppendIds(OpenList(Find(schema, array, columns.sparse[f]), n), n,
-              b->lengths.data() + f * static_cast<size_t>(n), &b->ids);
+  const size_t features = columns.sparse.size();
+  b->lengths.resize(static_cast<size_t>(n) * features);
+  std::vector<ListColumn> lists;
+  std::vector<int64_t> totals;
+  for (size_t f = 0; f < features; ++f) {
+    lists.push_back(OpenList(Find(schema, array, columns.sparse[f]), n));
+    totals.push_back(BagLengths(lists[f], n, b->lengths.data() + f * static_cast<size_t>(n)));
+  }
+  int64_t all = 0;
+  for (const int64_t t : totals) all += t;
+  b->ids.reserve(static_cast<size_t>(all));  // once: the features' ids are appended in turn
+  for (size_t f = 0; f < features; ++f) AppendIds(lists[f], n, totals[f], &b->ids);
+}
+
+// The weights of every sparse feature (1 for an unweighted one), when any has a column.
+void ConvertWeights(const ArrowSchema& schema, const ArrowArray& array, const ArrowColumns& columns,
+                    OwnedBatch* b) {
   bool weighted = false;
   for (const std::string& w : columns.weights) weighted = weighted || !w.empty();
   if (!weighted) return;
+  const int64_t n = b->batch_size;
   b->weights.reserve(b->ids.size());
   for (size_t f = 0; f < columns.sparse.size(); ++f) {
     const int32_t* lengths = b->lengths.data() + f * static_cast<size_t>(n);
@@ -249,6 +296,7 @@ OwnedBatch BatchFromArrow(const ArrowSchema& schema, const ArrowArray& array,
     CopyNumbers(Find(schema, array, columns.label), b.batch_size, b.labels.data(), 1);
   }
   ConvertSparse(schema, array, columns, &b);
+  ConvertWeights(schema, array, columns, &b);
   return b;
 }
 
