@@ -13,8 +13,9 @@ raises DlrmError with the engine's status and message.
 The library's log goes to stderr unless routed elsewhere: ``dlrm.set_logger(logger)``
 sends it into :mod:`logging`, ``dlrm.set_log_callback(fn, level)`` to any function.
 """
-from . import _native, distributed, log
+from . import _native, arrow, distributed, log
 from ._version import __version__
+from .arrow import Columns
 from .batch import Batch
 from .engine import Engine, EvalResult, LoadResult, TableStats
 from .errors import DlrmError, EngineClosedError, StatusCode
@@ -41,7 +42,7 @@ def library_path() -> str:
 
 
 __all__ = [
-    "ABI_VERSION", "Batch", "DlrmError", "Engine", "EngineClosedError", "EvalResult",
+    "ABI_VERSION", "Batch", "Columns", "DlrmError", "Engine", "EngineClosedError", "EvalResult",
     "History", "LoadResult", "StatusCode", "TableStats", "__version__", "fit",
     "library_abi_version", "distributed", "library_path", "library_version", "log", "LogLevel",
     "set_log_callback", "set_logger",

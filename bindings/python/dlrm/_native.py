@@ -82,6 +82,56 @@ class TableStatsStruct(ctypes.Structure):
     ]
 
 
+class ArrowColumnsStruct(ctypes.Structure):
+    """``dlrm_arrow_columns``: which Arrow column is which, by name."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("label", ctypes.c_char_p),
+        ("dense", ctypes.POINTER(ctypes.c_char_p)),
+        ("num_dense", ctypes.c_int32),
+        ("sparse", ctypes.POINTER(ctypes.c_char_p)),
+        ("num_sparse", ctypes.c_int32),
+        ("weights", ctypes.POINTER(ctypes.c_char_p)),
+    ]
+
+
+class ArrowSchemaStruct(ctypes.Structure):
+    """The Arrow C Data Interface's ``ArrowSchema`` (filled by pyarrow's _export_to_c)."""
+
+    _fields_ = [
+        ("format", ctypes.c_char_p),
+        ("name", ctypes.c_char_p),
+        ("metadata", ctypes.c_char_p),
+        ("flags", ctypes.c_int64),
+        ("n_children", ctypes.c_int64),
+        ("children", ctypes.c_void_p),
+        ("dictionary", ctypes.c_void_p),
+        ("release", ctypes.c_void_p),
+        ("private_data", ctypes.c_void_p),
+    ]
+
+
+class ArrowArrayStruct(ctypes.Structure):
+    """The Arrow C Data Interface's ``ArrowArray``."""
+
+    _fields_ = [
+        ("length", ctypes.c_int64),
+        ("null_count", ctypes.c_int64),
+        ("offset", ctypes.c_int64),
+        ("n_buffers", ctypes.c_int64),
+        ("n_children", ctypes.c_int64),
+        ("buffers", ctypes.c_void_p),
+        ("children", ctypes.c_void_p),
+        ("dictionary", ctypes.c_void_p),
+        ("release", ctypes.c_void_p),
+        ("private_data", ctypes.c_void_p),
+    ]
+
+
+#: The release callback of both Arrow structs: void (*)(struct Arrow*)
+ARROW_RELEASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
 _status = ctypes.c_int32
 # (name, restype, argtypes) for every function of dlrm.h, in the header's order.
 # dlrm_allgather_fn: int32_t (*)(void* user_data, const void* data, int64_t num_bytes,
@@ -114,6 +164,11 @@ _PROTOTYPES: Sequence[Tuple[str, object, List[object]]] = (
     ("dlrm_engine_evaluate", _status,
      [_engine_p, ctypes.POINTER(BatchStruct), ctypes.c_size_t,
       ctypes.POINTER(EvalResultStruct)]),
+    ("dlrm_arrow_batch_create", _status,
+     [ctypes.POINTER(ArrowSchemaStruct), ctypes.POINTER(ArrowArrayStruct),
+      ctypes.POINTER(ArrowColumnsStruct), ctypes.POINTER(ctypes.c_void_p)]),
+    ("dlrm_arrow_batch_destroy", None, [ctypes.c_void_p]),
+    ("dlrm_arrow_batch_view", _status, [ctypes.c_void_p, ctypes.POINTER(BatchStruct)]),
     ("dlrm_engine_set_learning_rate", _status, [_engine_p, ctypes.c_int32, ctypes.c_float]),
     ("dlrm_engine_get_step", _status, [_engine_p, c_int64_p]),
     ("dlrm_engine_get_config", _status, [_engine_p, _char_pp]),

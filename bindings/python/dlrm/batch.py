@@ -9,11 +9,14 @@ hot path; the error says what to convert instead.
 from __future__ import annotations
 
 import ctypes
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 import numpy as np
 
 from . import _native
+
+if TYPE_CHECKING:
+    from .arrow import Columns
 
 _INT32_MAX = 2**31 - 1
 
@@ -146,6 +149,25 @@ class Batch:
     def shape(self) -> Tuple[int, int, int, int]:
         """(batch_size, num_dense, num_sparse, num_ids)."""
         return (self.batch_size, self.num_dense, self.num_sparse, self.num_ids)
+
+    # ---- from the data users hold (dlrm.arrow: one Columns mapping for all three) -------
+    @classmethod
+    def from_arrow(cls, data: object, columns: "Columns") -> "Batch":
+        """From a pyarrow RecordBatch, Table or StructArray (see :mod:`dlrm.arrow`)."""
+        from . import arrow
+        return arrow.from_arrow(data, columns)
+
+    @classmethod
+    def from_pandas(cls, df: object, columns: "Columns") -> "Batch":
+        """From a pandas DataFrame whose sparse columns hold a list of ids per row."""
+        from . import arrow
+        return arrow.from_pandas(df, columns)
+
+    @classmethod
+    def from_rows(cls, rows: object, columns: "Columns") -> "Batch":
+        """From records (mappings by column name); errors name the row and column."""
+        from . import arrow
+        return arrow.from_rows(rows, columns)  # type: ignore[arg-type]
 
     def without_labels(self) -> "Batch":
         """The same buffers without labels (what serving-time predict sees)."""

@@ -12,7 +12,7 @@ import ctypes
 import os
 import threading
 import weakref
-from typing import (TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, NamedTuple,
+from typing import (TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple,
                     Optional, Tuple, Union)
 
 import numpy as np
@@ -22,6 +22,7 @@ from .batch import Batch
 from .errors import EngineClosedError
 
 if TYPE_CHECKING:
+    from .arrow import Columns
     from .fit import History
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -259,12 +260,14 @@ class Engine:
                                                            ctypes.byref(result)))
         return EvalResult(float(result.log_loss), float(result.auc), int(result.num_samples))
 
-    def fit(self, batches: Iterable[Batch], epochs: int = 1,
-            eval_batches: Optional[Iterable[Batch]] = None,
-            progress: bool = True) -> "History":
+    def fit(self, batches: Iterable[Any], epochs: int = 1,
+            eval_batches: Optional[Iterable[Any]] = None, progress: bool = True,
+            columns: Optional["Columns"] = None, shuffle: bool = False,
+            seed: int = 0) -> "History":
         """Trains over ``batches`` for ``epochs``; see :func:`dlrm.fit`."""
         from .fit import fit
-        return fit(self, batches, epochs=epochs, eval_batches=eval_batches, progress=progress)
+        return fit(self, batches, epochs=epochs, eval_batches=eval_batches, progress=progress,
+                   columns=columns, shuffle=shuffle, seed=seed)
 
     def set_learning_rate(self, lr: float, target: str = "all") -> None:
         """Overrides the base learning rate of the dense and/or sparse optimizer.

@@ -1,14 +1,21 @@
 """Notebook conveniences: a training loop with a progress bar, and its History.
 
 Nothing here is training logic: fit() only calls Engine.train_step / Engine.evaluate in
-a loop and records what they return.
+a loop and records what they return, converting Arrow and pandas input (dlrm.arrow) on a
+thread one step ahead.
 """
 from __future__ import annotations
 
 import math
+import queue
+import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Sequence
 
+import numpy as np
+
+from . import arrow
+from .arrow import Columns
 from .batch import Batch
 
 if TYPE_CHECKING:
@@ -73,54 +80,169 @@ class History:
         return fig
 
 
-def fit(engine: "Engine", batches: Iterable[Batch], epochs: int = 1,
-        eval_batches: Optional[Iterable[Batch]] = None, progress: bool = True) -> History:
+def fit(engine: "Engine", batches: Iterable[Any], epochs: int = 1,
+        eval_batches: Optional[Iterable[Any]] = None, progress: bool = True,
+        columns: Optional[Columns] = None, shuffle: bool = False, seed: int = 0) -> History:
     """Trains ``engine`` on ``batches`` for ``epochs`` passes; returns a History.
 
     Args:
-        batches: Batch objects. For epochs > 1 it must be re-iterable (a list, or an
-            object whose __iter__ starts over), not a one-shot iterator or generator.
-        eval_batches: evaluated after every epoch (read once, kept for all epochs).
+        batches: Batch objects; with ``columns``, also pyarrow RecordBatches or Tables and
+            pandas DataFrames, or a ``pyarrow.dataset.Dataset`` (Parquet files: streamed
+            record batch by record batch). Other than Batches, items are converted on a
+            thread one step ahead of training. For epochs > 1 it must be re-iterable (a
+            list, a Dataset, or an object whose __iter__ starts over), not a one-shot
+            iterator or generator.
+        eval_batches: evaluated after every epoch (read once, kept for all epochs); the
+            same kinds of items as ``batches``. Its metrics show in the progress bar.
         progress: show a tqdm progress bar with the running loss.
+        columns: which Arrow/pandas column is which (:class:`dlrm.Columns`).
+        shuffle: visit the batches (a Dataset: its files) in a new order each epoch, drawn
+            from ``seed`` and the epoch; needs a sized sequence or a Dataset.
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
-    if epochs > 1 and iter(batches) is batches:
+    source = _Source(batches, columns, shuffle, seed)
+    if epochs > 1 and source.one_shot:
         raise ValueError("batches is a one-shot iterator; pass a list (or another "
                          "re-iterable) to train for several epochs")
-    eval_list = None if eval_batches is None else list(eval_batches)
-    if progress:
-        try:
-            from tqdm.auto import tqdm
-        except ImportError as e:
-            raise ImportError("fit(progress=True) needs tqdm: pip install tqdm, or pass "
-                              "progress=False") from e
+    eval_list = (None if eval_batches is None else
+                 [_as_batch(b, columns) for b in eval_batches])
+    tqdm = _tqdm() if progress else None
     history = History()
-    total = len(batches) if hasattr(batches, "__len__") else None  # type: ignore[arg-type]
     for epoch in range(epochs):
         bar = None
-        iterator: Iterable[Batch] = batches
-        if progress:
-            bar = tqdm(batches, total=total, desc=f"epoch {epoch + 1}/{epochs}", unit="batch")
+        iterator: Iterable[Batch] = source.epoch(epoch)
+        if tqdm is not None:
+            bar = tqdm(iterator, total=source.total, desc=f"epoch {epoch + 1}/{epochs}",
+                       unit="batch")
             iterator = bar
-        running = math.nan
         try:
-            for batch in iterator:
-                loss = engine.train_step(batch)
-                history.loss.append(loss)
-                # An exponential average: the raw batch loss is too noisy to read.
-                running = loss if math.isnan(running) else 0.9 * running + 0.1 * loss
-                if bar is not None:
-                    bar.set_postfix(loss=f"{running:.4f}", refresh=False)
-            history.epoch_end.append(len(history.loss))
+            running = _train_epoch(engine, iterator, history, bar)
             if eval_list:
-                result = engine.evaluate(eval_list)
-                history.eval_log_loss.append(result.log_loss)
-                history.eval_auc.append(result.auc)
-                if bar is not None:
-                    bar.set_postfix(loss=f"{running:.4f}", eval_auc=f"{result.auc:.4f}",
-                                    eval_log_loss=f"{result.log_loss:.4f}")
+                _evaluate(engine, eval_list, history, bar, running)
         finally:
             if bar is not None:
                 bar.close()
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()
     return history
+
+
+def _tqdm() -> Any:
+    try:
+        from tqdm.auto import tqdm
+    except ImportError as e:
+        raise ImportError("fit(progress=True) needs tqdm: pip install tqdm, or pass "
+                          "progress=False") from e
+    return tqdm
+
+
+def _train_epoch(engine: "Engine", iterator: Iterable[Batch], history: History,
+                 bar: Any) -> float:
+    """Returns the running loss at the epoch's end."""
+    running = math.nan
+    for batch in iterator:
+        loss = engine.train_step(batch)
+        history.loss.append(loss)
+        # An exponential average: the raw batch loss is too noisy to read.
+        running = loss if math.isnan(running) else 0.9 * running + 0.1 * loss
+        if bar is not None:
+            bar.set_postfix(loss=f"{running:.4f}", refresh=False)
+    history.epoch_end.append(len(history.loss))
+    return running
+
+
+def _evaluate(engine: "Engine", eval_list: List[Batch], history: History, bar: Any,
+              running: float) -> None:
+    result = engine.evaluate(eval_list)
+    history.eval_log_loss.append(result.log_loss)
+    history.eval_auc.append(result.auc)
+    if bar is not None:
+        bar.set_postfix(loss=f"{running:.4f}", eval_auc=f"{result.auc:.4f}", eval_log_loss=f"{result.log_loss:.4f}")
+
+
+def _as_batch(item: Any, columns: Optional[Columns]) -> Batch:
+    """A Batch as is; Arrow and pandas data through ``columns``."""
+    if isinstance(item, Batch):
+        return item
+    if columns is None:
+        raise TypeError(f"fit got a {type(item).__name__}, not a dlrm.Batch: pass "
+                        f"columns=dlrm.Columns(...) to name its columns")
+    if type(item).__module__.startswith("pandas"):
+        return arrow.from_pandas(item, columns)
+    return arrow.from_arrow(item, columns)
+
+
+class _Source:
+    """The epochs' items: in order or shuffled, converted one step ahead on a thread."""
+
+    def __init__(self, batches: Iterable[Any], columns: Optional[Columns], shuffle: bool,
+                 seed: int) -> None:
+        self._dataset = _is_dataset(batches)
+        self._batches, self._columns, self._shuffle, self._seed = batches, columns, shuffle, seed
+        self.one_shot = not self._dataset and iter(batches) is batches
+        self.total = (None if self._dataset or not hasattr(batches, "__len__")
+                      else len(batches))  # type: ignore[arg-type]
+        if shuffle and not self._dataset and not isinstance(batches, Sequence):
+            raise ValueError("shuffle=True needs a sized sequence of batches (a list) or a "
+                             "pyarrow.dataset.Dataset")
+
+    def epoch(self, epoch: int) -> Iterator[Batch]:
+        order = np.random.default_rng([self._seed, epoch]) if self._shuffle else None
+        if self._dataset:
+            fragments = list(self._batches.get_fragments())  # type: ignore[attr-defined]
+            if order is not None:
+                fragments = [fragments[i] for i in order.permutation(len(fragments))]
+            items: Iterable[Any] = (b for f in fragments for b in f.to_batches())
+        elif order is not None:
+            seq = self._batches
+            items = (seq[i] for i in order.permutation(len(seq)))  # type: ignore
+        else:
+            items = self._batches
+        if self._columns is None:
+            return (_as_batch(b, None) for b in items)
+        return _read_ahead(items, lambda b: _as_batch(b, self._columns))
+
+
+def _is_dataset(batches: object) -> bool:
+    return type(batches).__module__.startswith("pyarrow") and hasattr(batches, "get_fragments")
+
+
+_DONE = object()
+
+
+def _read_ahead(items: Iterable[Any], convert: Callable[[Any], Batch]) -> Iterator[Batch]:
+    """convert(item) for each item, on a thread that runs up to 2 items ahead; an error
+    there is raised here, in order. Closing the generator stops the thread."""
+    out: "queue.Queue[Any]" = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                out.put((convert(item), None))
+        except BaseException as e:  # noqa: B902 - handed to the consumer
+            out.put((None, e))
+        out.put((_DONE, None))
+
+    thread = threading.Thread(target=produce, name="dlrm-fit-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            value, error = out.get()
+            if error is not None:
+                raise error
+            if value is _DONE:
+                return
+            yield value
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                out.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        thread.join()
