@@ -21,6 +21,8 @@
 //
 // Batches are borrowed, column-oriented memory (see Batch); the engine reads the slices
 // in place during a call and keeps no reference to them afterwards.
+// BatchFromArrow makes a Batch from an Arrow record batch exported through the Arrow C
+// Data Interface (arrow-go's cdata package), copying the columns that ArrowColumns names.
 //
 // Every failure is a *Error carrying the engine's status Code and its message, which
 // names the argument or field that was wrong. Test for a kind of failure with errors.Is
