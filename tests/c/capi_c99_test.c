@@ -499,6 +499,160 @@ static void test_table_stats(void) {
   dlrm_engine_destroy(e);
 }
 
+/* ---- Arrow input: test_batch.h's batch as a C Data Interface struct array --------------- */
+static void arrow_noop_schema(struct ArrowSchema* s) { (void)s; }
+static void arrow_noop_array(struct ArrowArray* a) { (void)a; }
+
+typedef struct {
+  float dense[ND][B], labels[B];
+  int32_t offsets[NF][B + 1];
+  const void* buffers[1 + ND + 1 + 2 * NF][2];
+  struct ArrowSchema schemas[1 + ND + 1 + 2 * NF];
+  struct ArrowArray arrays[1 + ND + 1 + 2 * NF];
+  struct ArrowSchema* schema_children[ND + 1 + NF];
+  struct ArrowArray* array_children[ND + 1 + NF];
+  struct ArrowSchema* list_schema_child[NF];
+  struct ArrowArray* list_array_child[NF];
+} arrow_record;
+
+/* Slot i: a column named name of format with n values over buffer data (offsets for a
+ * list, whose child is slot child). */
+static void arrow_slot(arrow_record* r, int i, const char* format, const char* name, int64_t n,
+                       const void* data, int n_buffers) {
+  struct ArrowSchema* s = &r->schemas[i];
+  struct ArrowArray* a = &r->arrays[i];
+  memset(s, 0, sizeof *s);
+  memset(a, 0, sizeof *a);
+  s->format = format;
+  s->name = name;
+  s->release = arrow_noop_schema;
+  r->buffers[i][0] = NULL;
+  r->buffers[i][1] = data;
+  a->length = n;
+  a->n_buffers = n_buffers;
+  a->buffers = r->buffers[i];
+  a->release = arrow_noop_array;
+}
+
+/* Columns d0 d1 d2 (float32), click (float32), a and b (list<int64>) of ref. */
+static void arrow_of(const test_batch* ref, arrow_record* r) {
+  static const char* const dense_names[ND] = {"d0", "d1", "d2"};
+  static const char* const sparse_names[NF] = {"a", "b"};
+  int f, s, j, pos = 0;
+  arrow_slot(r, 0, "+s", "", B, NULL, 1);
+  for (j = 0; j < ND; ++j) {
+    for (s = 0; s < B; ++s) r->dense[j][s] = ref->dense[s * ND + j];
+    arrow_slot(r, 1 + j, "f", dense_names[j], B, r->dense[j], 2);
+  }
+  memcpy(r->labels, ref->labels, sizeof r->labels);
+  arrow_slot(r, 1 + ND, "f", "click", B, r->labels, 2);
+  for (f = 0; f < NF; ++f) {
+    int list = 2 + ND + 2 * f, values = list + 1, first = pos;
+    for (s = 0; s <= B; ++s) {
+      r->offsets[f][s] = pos - first;
+      if (s < B) pos += ref->lengths[f * B + s];
+    }
+    arrow_slot(r, values, "l", "item", pos - first, ref->ids + first, 2);
+    arrow_slot(r, list, "+l", sparse_names[f], B, r->offsets[f], 2);
+    r->list_schema_child[f] = &r->schemas[values];
+    r->list_array_child[f] = &r->arrays[values];
+    r->schemas[list].n_children = r->arrays[list].n_children = 1;
+    r->schemas[list].children = &r->list_schema_child[f];
+    r->arrays[list].children = &r->list_array_child[f];
+  }
+  for (j = 0; j < ND + 1 + NF; ++j) {
+    int slot = j <= ND ? 1 + j : 2 + ND + 2 * (j - ND - 1);
+    r->schema_children[j] = &r->schemas[slot];
+    r->array_children[j] = &r->arrays[slot];
+  }
+  r->schemas[0].n_children = r->arrays[0].n_children = ND + 1 + NF;
+  r->schemas[0].children = r->schema_children;
+  r->arrays[0].children = r->array_children;
+}
+
+static dlrm_arrow_columns arrow_columns(void) {
+  static const char* const dense[ND] = {"d0", "d1", "d2"};
+  static const char* const sparse[NF] = {"a", "b"};
+  dlrm_arrow_columns c;
+  memset(&c, 0, sizeof c);
+  c.struct_size = sizeof c;
+  c.label = "click";
+  c.dense = dense;
+  c.num_dense = ND;
+  c.sparse = sparse;
+  c.num_sparse = NF;
+  return c;
+}
+
+/* The converted batch is the hand-built one, field by field, and predicts the same. */
+static void test_arrow_equals_hand_built(dlrm_engine* e) {
+  test_batch ref;
+  arrow_record r;
+  dlrm_arrow_columns cols = arrow_columns();
+  dlrm_arrow_batch* h = NULL;
+  dlrm_batch view;
+  float want[B], got[B];
+  make_batch(&ref, 3);
+  arrow_of(&ref, &r);
+  CHECK(dlrm_arrow_batch_create(&r.schemas[0], &r.arrays[0], &cols, &h) == DLRM_OK);
+  memset(&view, 0, sizeof view);
+  view.struct_size = sizeof view;
+  CHECK(dlrm_arrow_batch_view(h, &view) == DLRM_OK);
+  CHECK(view.batch_size == B && view.num_dense == ND && view.num_sparse == NF);
+  CHECK(view.num_ids == ref.batch.num_ids && view.weights == NULL);
+  CHECK(same_floats(view.dense, ref.dense, B * ND) && same_floats(view.labels, ref.labels, B));
+  CHECK(memcmp(view.lengths, ref.lengths, sizeof ref.lengths) == 0);
+  CHECK(memcmp(view.ids, ref.ids, sizeof(int64_t) * (size_t)view.num_ids) == 0);
+  predict_ref(e, &ref, want);
+  CHECK(dlrm_engine_predict(e, &view, got, B) == DLRM_OK && same_floats(want, got, B));
+  view.struct_size = 4;
+  CHECK_FAILS(dlrm_arrow_batch_view(h, &view), DLRM_INVALID_ARGUMENT, "out->struct_size");
+  CHECK_FAILS(dlrm_arrow_batch_view(h, NULL), DLRM_INVALID_ARGUMENT, "out is NULL");
+  CHECK_FAILS(dlrm_arrow_batch_view(NULL, &view), DLRM_INVALID_ARGUMENT, "batch is NULL");
+  dlrm_arrow_batch_destroy(h);
+  dlrm_arrow_batch_destroy(NULL);
+}
+
+/* Each bad argument is named, and *out is left NULL. */
+static void test_arrow_refusals(void) {
+  static const char* const holes[ND] = {"d0", NULL, "d2"};
+  test_batch ref;
+  arrow_record r;
+  dlrm_arrow_columns cols = arrow_columns();
+  dlrm_arrow_batch* h = NULL;
+  const struct ArrowSchema* schema = &r.schemas[0];
+  const struct ArrowArray* array = &r.arrays[0];
+  make_batch(&ref, 1);
+  arrow_of(&ref, &r);
+  CHECK_FAILS(dlrm_arrow_batch_create(NULL, array, &cols, &h), DLRM_INVALID_ARGUMENT, "schema");
+  CHECK_FAILS(dlrm_arrow_batch_create(schema, NULL, &cols, &h), DLRM_INVALID_ARGUMENT, "array");
+  CHECK_FAILS(dlrm_arrow_batch_create(schema, array, NULL, &h), DLRM_INVALID_ARGUMENT, "columns");
+  CHECK_FAILS(dlrm_arrow_batch_create(schema, array, &cols, NULL), DLRM_INVALID_ARGUMENT, "out");
+  cols.struct_size = 8;
+  CHECK_FAILS(dlrm_arrow_batch_create(schema, array, &cols, &h), DLRM_INVALID_ARGUMENT,
+              "columns->struct_size");
+  cols = arrow_columns();
+  cols.dense = holes;
+  CHECK_FAILS(dlrm_arrow_batch_create(schema, array, &cols, &h), DLRM_INVALID_ARGUMENT,
+              "columns->dense[1] is NULL");
+  cols = arrow_columns();
+  cols.num_sparse = -1;
+  CHECK_FAILS(dlrm_arrow_batch_create(schema, array, &cols, &h), DLRM_INVALID_ARGUMENT,
+              "columns->num_sparse is -1");
+  cols = arrow_columns();
+  cols.label = "";
+  CHECK_FAILS(dlrm_arrow_batch_create(schema, array, &cols, &h), DLRM_INVALID_ARGUMENT,
+              "columns->label is empty");
+  cols.label = "clicks";
+  CHECK_FAILS(dlrm_arrow_batch_create(schema, array, &cols, &h), DLRM_INVALID_ARGUMENT,
+              "\"clicks\": is not a column");
+  r.offsets[1][4] = 99; /* b's row 3 ends past its values */
+  cols = arrow_columns();
+  CHECK_FAILS(dlrm_arrow_batch_create(schema, array, &cols, &h), DLRM_INVALID_ARGUMENT,
+              "\"b\": row 3 has offsets");
+  CHECK(h == NULL);
+}
+
 int main(int argc, char** argv) {
   const char* dir;
   dlrm_engine* e = NULL;
@@ -532,6 +686,8 @@ int main(int argc, char** argv) {
   test_parameters(e);
   test_table_stats();
   test_async();
+  test_arrow_equals_hand_built(e);
+  test_arrow_refusals();
   dlrm_engine_destroy(e);
   free(kConfig);
   printf("%d passed, %d failed\n", g_passed, g_failed);
