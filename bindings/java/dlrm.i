@@ -24,7 +24,12 @@
  *  - the library's log (ai.dlrm.Log): jdlrm_set_log_handler installs a global reference
  *    to an ai.dlrm.Log.Sink as the process-wide log sink, and jdlrm_log is the dlrm_log_fn
  *    trampoline that calls it on any library thread (attaching, as a daemon, a thread the
- *    JVM does not know), falling back to stderr when Java cannot take the message.
+ *    JVM does not know), falling back to stderr when Java cannot take the message;
+ *  - Arrow input (ai.dlrm.Batch.fromArrow): jdlrm_arrow_batch_create converts the struct
+ *    array at the addresses of a host's ArrowSchema and ArrowArray (borrowed; e.g. Arrow
+ *    Java's memoryAddress()) with the column names as byte[][], jdlrm_arrow_batch_shape and
+ *    jdlrm_arrow_batch_copy copy the handle's arrays into Java's direct buffers, and
+ *    dlrm_arrow_batch_destroy frees it. The Arrow structs and dlrm_arrow_columns stay C.
  *
  * Typemaps:
  *  - float[] / int[] / long[] / byte[]  <->  const float* / const int32_t* / const int64_t*
@@ -34,6 +39,9 @@
  *  - float[][] / int[][] / long[][]: the same, for the batches of one evaluate call;
  *  - direct java.nio.ByteBuffer (and ByteBuffer[])  ->  its address, no copy; a heap
  *    buffer is refused with IllegalArgumentException;
+ *  - byte[][] of NUL-terminated UTF-8  ->  (const char* const*, int32_t count), for column
+ *    names (a null element is a NULL name);
+ *  - direct ByteBuffer  ->  (void*, int64_t capacity), for a buffer the call fills;
  *  - jobject all_gather  <-  ai.dlrm.AllGather, as it is;
  *  - jobject log_sink  <-  ai.dlrm.Log.Sink (typed Object), as it is;
  *  - JNIEnv* jenv: hidden from Java, handed to the helpers so they can throw.
@@ -294,6 +302,43 @@ static dlrm_batch jdlrm_make_batch(int64_t batch_size, int32_t num_dense, int32_
   batch.num_ids = num_ids;
   batch.weights = weights;
   return batch;
+}
+
+/* ---- Arrow input -------------------------------------------------------------------------- */
+
+/* The strings of a byte[][] pinned by jdlrm_pin_all (each byte[] NUL-terminated UTF-8), as
+ * set->count entries (plus one) to free(); a null byte[] stays a NULL entry. NULL for no
+ * set; with IllegalArgumentException pending (naming name[i]) for a byte[] that is not
+ * NUL-terminated, the entries read so far (still to free). */
+static const char** jdlrm_c_strings(JNIEnv* jenv, const jdlrm_pinned_set* set, const char* name) {
+  const char** strings;
+  jsize i;
+  if (set == NULL || jdlrm_pending(jenv)) return NULL;
+  strings = (const char**)calloc((size_t)set->count + 1, sizeof *strings);
+  if (strings == NULL) {
+    jdlrm_throw_java(jenv, "java/lang/OutOfMemoryError", name);
+    return NULL;
+  }
+  for (i = 0; i < set->count && !jdlrm_pending(jenv); ++i) {
+    const char* text = (const char*)set->elems[i];
+    size_t n = jdlrm_length(jenv, set->arrays[i]);
+    if (text != NULL && (n == 0 || text[n - 1] != '\0')) {
+      char message[160];
+      snprintf(message, sizeof message, "%.64s[%ld] must be NUL-terminated", name, (long)i);
+      jdlrm_throw_java(jenv, "java/lang/IllegalArgumentException", message);
+      break;
+    }
+    strings[i] = text;
+  }
+  return strings;
+}
+
+/* Points *out at the arrays of an Arrow batch handle; 0 with an exception pending. */
+static int jdlrm_arrow_view(JNIEnv* jenv, dlrm_arrow_batch* batch, dlrm_batch* out) {
+  if (jdlrm_pending(jenv)) return 0;
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
+  return jdlrm_check(jenv, dlrm_arrow_batch_view(batch, out));
 }
 
 /* ---- the library's log, to a Java handler ----------------------------------------------- */
@@ -752,6 +797,22 @@ JDLRM_ARRAYS_TYPEMAPS(int64_t, long[][], JDLRM_LONG)
 %}
 %typemap(freearg) const char* UTF8Z %{ jdlrm_unpin(jenv, $input, (void*)$1, JDLRM_BYTE, 0); %}
 
+/* byte[][] of NUL-terminated UTF-8 names -> (const char* const* names, int32_t count), each
+ * pinned for the call; a null byte[][] is (NULL, 0), a null element a NULL name. */
+%typemap(jni) (const char* const* UTF8Z_ARRAY, int32_t COUNT) "jobjectArray"
+%typemap(jtype) (const char* const* UTF8Z_ARRAY, int32_t COUNT) "byte[][]"
+%typemap(jstype) (const char* const* UTF8Z_ARRAY, int32_t COUNT) "byte[][]"
+%typemap(javain) (const char* const* UTF8Z_ARRAY, int32_t COUNT) "$javainput"
+%typemap(in) (const char* const* UTF8Z_ARRAY, int32_t COUNT) (jdlrm_pinned_set* pinned = NULL) %{
+  pinned = jdlrm_pin_all(jenv, $input, JDLRM_BYTE);
+  $1 = ($1_ltype)jdlrm_c_strings(jenv, pinned, "$1_name");
+  $2 = pinned != NULL ? (int32_t)pinned->count : 0;
+%}
+%typemap(freearg) (const char* const* UTF8Z_ARRAY, int32_t COUNT) %{
+  free((void*)$1);
+  jdlrm_unpin_all(jenv, pinned$argnum);
+%}
+
 /* float[] -> (float* out, size_t out_len): written back only on success. */
 %typemap(jni) (float* OUT_ARRAY, size_t LEN) "jfloatArray"
 %typemap(jtype) (float* OUT_ARRAY, size_t LEN) "float[]"
@@ -800,6 +861,17 @@ JDLRM_ARRAYS_TYPEMAPS(int64_t, long[][], JDLRM_LONG)
 %typemap(in) const void* const* DIRECT_BUFFERS %{ $1 = ($1_ltype)jdlrm_addresses(jenv, $input, "$1_name"); %}
 %typemap(freearg) const void* const* DIRECT_BUFFERS %{ free((void*)$1); %}
 
+/* Direct ByteBuffer -> (void* address, int64_t capacity in bytes), written by the call; a
+ * heap buffer is refused, null is (NULL, 0). */
+%typemap(jni) (void* OUT_BUFFER, int64_t BYTES) "jobject"
+%typemap(jtype) (void* OUT_BUFFER, int64_t BYTES) "java.nio.ByteBuffer"
+%typemap(jstype) (void* OUT_BUFFER, int64_t BYTES) "java.nio.ByteBuffer"
+%typemap(javain) (void* OUT_BUFFER, int64_t BYTES) "$javainput"
+%typemap(in) (void* OUT_BUFFER, int64_t BYTES) %{
+  $1 = ($1_ltype)jdlrm_address(jenv, $input, "$1_name");
+  $2 = $1 != NULL ? (int64_t)(*jenv)->GetDirectBufferCapacity(jenv, $input) : 0;
+%}
+
 %apply const float* IN_ARRAY { const float* dense, const float* labels, const float* weights };
 %apply const int32_t* IN_ARRAY { const int32_t* lengths };
 %apply const int64_t* IN_ARRAY { const int64_t* ids, const int64_t* shapes };
@@ -815,7 +887,12 @@ JDLRM_ARRAYS_TYPEMAPS(int64_t, long[][], JDLRM_LONG)
   const void* const* ids, const void* const* weights };
 %apply const char* UTF8Z {
   const char* config_text, const char* path, const char* name, const char* cluster,
-  const char* restore_dir, const char* dir, const char* device, const char* table };
+  const char* restore_dir, const char* dir, const char* device, const char* table,
+  const char* label };
+%apply (const char* const* UTF8Z_ARRAY, int32_t COUNT) {
+  (const char* const* dense, int32_t num_dense), (const char* const* sparse, int32_t num_sparse),
+  (const char* const* weights, int32_t num_weights) };
+%apply (void* OUT_BUFFER, int64_t BYTES) { (void* out_buffer, int64_t out_bytes) };
 
 /* ai.dlrm.AllGather -> jobject, passed as it is (the trainer helper takes a global
  * reference). */
@@ -856,7 +933,17 @@ typedef struct jdlrm_trainer jdlrm_trainer;
 %rename("%s") dlrm_abi_version;
 %rename("%s") dlrm_status_name;
 %rename("%s") dlrm_engine_destroy;
+%rename("%s") dlrm_arrow_batch_destroy;
 %ignore dlrm_batch;
+/* Arrow input: Java hands over the addresses of its ArrowSchema and ArrowArray (Arrow Java's
+ * memoryAddress()) and names the columns through jdlrm_arrow_batch_create, so neither the
+ * Arrow structs nor the column mapping become Java classes. */
+%ignore ArrowSchema;
+%ignore ArrowArray;
+%ignore dlrm_arrow_columns;
+%ignore ARROW_FLAG_DICTIONARY_ORDERED;
+%ignore ARROW_FLAG_NULLABLE;
+%ignore ARROW_FLAG_MAP_KEYS_SORTED;
 
 #define DLRM_API
 %include "dlrm/dlrm.h"
@@ -1071,6 +1158,122 @@ void jdlrm_table_stats(JNIEnv* jenv, dlrm_engine* engine, const char* table,
   memset(out, 0, sizeof *out);
   out->struct_size = sizeof *out;
   jdlrm_check(jenv, dlrm_engine_table_stats(engine, table, out));
+}
+
+/* ---- Arrow input ------------------------------------------------------------------------ */
+
+/* The columns of an Arrow batch handle, for jdlrm_arrow_batch_copy. */
+enum {
+  JDLRM_ARROW_DENSE = 0,
+  JDLRM_ARROW_LABELS = 1,
+  JDLRM_ARROW_LENGTHS = 2,
+  JDLRM_ARROW_IDS = 3,
+  JDLRM_ARROW_WEIGHTS = 4
+};
+
+/* Converts the Arrow struct array at array_address, whose schema is at schema_address (the
+ * addresses of a host's struct ArrowArray and struct ArrowSchema, e.g. Arrow Java's
+ * memoryAddress()), borrowing both: neither is released nor kept. label may be NULL (no
+ * labels); weights is NULL or num_weights == num_sparse names, NULL entries unweighted.
+ * Returns the handle (free it with dlrm_arrow_batch_destroy), or NULL with an exception
+ * pending: IllegalArgumentException for a zero address or a weights count, DlrmException
+ * INVALID_ARGUMENT naming the column (and the row) for what the library refuses. */
+dlrm_arrow_batch* jdlrm_arrow_batch_create(JNIEnv* jenv, int64_t schema_address,
+                                           int64_t array_address, const char* label,
+                                           const char* const* dense, int32_t num_dense,
+                                           const char* const* sparse, int32_t num_sparse,
+                                           const char* const* weights, int32_t num_weights) {
+  dlrm_arrow_columns columns;
+  dlrm_arrow_batch* batch = NULL;
+  if (jdlrm_pending(jenv)) return NULL;
+  if (schema_address == 0 || array_address == 0) {
+    jdlrm_throw_java(jenv, "java/lang/IllegalArgumentException",
+                     schema_address == 0 ? "schemaAddress is 0" : "arrayAddress is 0");
+    return NULL;
+  }
+  if (weights != NULL && num_weights != num_sparse) {
+    jdlrm_throw_java(jenv, "java/lang/IllegalArgumentException",
+                     "weights must name one column per sparse feature");
+    return NULL;
+  }
+  memset(&columns, 0, sizeof columns);
+  columns.struct_size = sizeof columns;
+  columns.label = label;
+  columns.dense = dense;
+  columns.num_dense = num_dense;
+  columns.sparse = sparse;
+  columns.num_sparse = num_sparse;
+  columns.weights = weights;
+  if (!jdlrm_check(jenv,
+                   dlrm_arrow_batch_create((const struct ArrowSchema*)(uintptr_t)schema_address,
+                                           (const struct ArrowArray*)(uintptr_t)array_address,
+                                           &columns, &batch)))
+    return NULL;
+  return batch;
+}
+
+/* The counts of the handle's batch into shape[0 .. 6): batch_size, num_dense, num_sparse,
+ * num_ids, then 1 or 0 for whether it has labels and whether it has weights. */
+void jdlrm_arrow_batch_shape(JNIEnv* jenv, dlrm_arrow_batch* batch, int64_t* shape,
+                             int32_t shape_capacity) {
+  dlrm_batch b;
+  if (jdlrm_pending(jenv)) return;
+  if (shape == NULL || shape_capacity < 6) {
+    jdlrm_throw_java(jenv, "java/lang/IllegalArgumentException", "shape must hold 6 values");
+    return;
+  }
+  if (!jdlrm_arrow_view(jenv, batch, &b)) return;
+  shape[0] = b.batch_size;
+  shape[1] = b.num_dense;
+  shape[2] = b.num_sparse;
+  shape[3] = b.num_ids;
+  shape[4] = b.labels != NULL;
+  shape[5] = b.weights != NULL;
+}
+
+/* Copies column `column` (JDLRM_ARROW_*) of the handle's batch into out_buffer, a direct
+ * buffer of exactly the column's size in bytes (from jdlrm_arrow_batch_shape's counts; an
+ * absent labels or weights column has size 0). IllegalArgumentException for an unknown
+ * column or another size, and nothing is written. */
+void jdlrm_arrow_batch_copy(JNIEnv* jenv, dlrm_arrow_batch* batch, int32_t column,
+                            void* out_buffer, int64_t out_bytes) {
+  char message[160];
+  dlrm_batch b;
+  const void* data = NULL;
+  int64_t bytes = 0;
+  if (!jdlrm_arrow_view(jenv, batch, &b)) return;
+  switch (column) {
+    case JDLRM_ARROW_DENSE:
+      data = b.dense;
+      bytes = b.batch_size * b.num_dense * 4;
+      break;
+    case JDLRM_ARROW_LABELS:
+      data = b.labels;
+      bytes = b.labels != NULL ? b.batch_size * 4 : 0;
+      break;
+    case JDLRM_ARROW_LENGTHS:
+      data = b.lengths;
+      bytes = b.batch_size * b.num_sparse * 4;
+      break;
+    case JDLRM_ARROW_IDS:
+      data = b.ids;
+      bytes = b.num_ids * 8;
+      break;
+    case JDLRM_ARROW_WEIGHTS:
+      data = b.weights;
+      bytes = b.weights != NULL ? b.num_ids * 4 : 0;
+      break;
+    default:
+      jdlrm_throw_java(jenv, "java/lang/IllegalArgumentException", "unknown Arrow column");
+      return;
+  }
+  if (out_bytes != bytes) {
+    snprintf(message, sizeof message, "out_buffer has %lld bytes but Arrow column %ld has %lld",
+             (long long)out_bytes, (long)column, (long long)bytes);
+    jdlrm_throw_java(jenv, "java/lang/IllegalArgumentException", message);
+    return;
+  }
+  if (bytes > 0) memcpy(out_buffer, data, (size_t)bytes);
 }
 
 /* Sends the library's log to sink (an ai.dlrm.Log.Sink), or to stderr for null, from

@@ -2,6 +2,7 @@ package ai.dlrm;
 
 import ai.dlrm.internal.DlrmNative;
 import ai.dlrm.internal.NativeEvalResult;
+import ai.dlrm.internal.SWIGTYPE_p_dlrm_arrow_batch;
 import ai.dlrm.internal.SWIGTYPE_p_dlrm_engine;
 import ai.dlrm.internal.SWIGTYPE_p_jdlrm_trainer;
 import java.nio.ByteBuffer;
@@ -27,7 +28,8 @@ import java.util.Objects;
  * for batch after batch is the intended, allocation-free pattern. For the duration of a call
  * the JVM pins array elements or (HotSpot does) copies them; direct buffers are read in place,
  * so they are the zero-copy path for large batches, e.g. filled by a feature pipeline
- * off-heap.
+ * off-heap. Only {@link #fromArrow} copies: its batch holds the Arrow columns' values in
+ * direct buffers of its own.
  *
  * <p>The counts ({@code numDense}, {@code numSparse}, {@code numIds}) are derived from the
  * sizes given, so they always match the memory handed to the engine; a batch whose counts do
@@ -55,6 +57,92 @@ public final class Batch {
    */
   public static DirectBuilder directBuilder() {
     return new DirectBuilder();
+  }
+
+  /**
+   * A batch copied from Arrow columns: the struct array of a record batch exported through the
+   * Arrow C Data Interface, each row a sample. With Arrow Java ({@code org.apache.arrow.c}):
+   *
+   * <pre>{@code
+   * try (ArrowSchema schema = ArrowSchema.allocateNew(allocator);
+   *     ArrowArray array = ArrowArray.allocateNew(allocator)) {
+   *   Data.exportVectorSchemaRoot(allocator, root, null, array, schema);
+   *   try {
+   *     batch = Batch.fromArrow(schema.memoryAddress(), array.memoryAddress(), columns);
+   *   } finally {
+   *     array.release();
+   *     schema.release();
+   *   }
+   * }
+   * }</pre>
+   *
+   * <p>The schema and array are borrowed for the call: read, never released nor kept, so the
+   * caller still releases them (and may do so as soon as this returns) and must not change
+   * them meanwhile. The result is a copy in the engine's layout over direct buffers of its
+   * own ({@link #isDirect()}); it works with every {@link Engine} and {@link
+   * DistributedTrainer} call. Values (ids in their table's range, finite numbers, labels in
+   * [0, 1]) are checked when the batch is used, as any batch's are.
+   *
+   * @param schemaAddress the address of a {@code struct ArrowSchema} of format {@code +s}
+   * @param arrayAddress the address of the {@code struct ArrowArray} it describes
+   * @param columns which column is which
+   * @throws IllegalArgumentException for a zero address, a batch without rows, or one too large
+   *     for direct buffers
+   * @throws NullPointerException if {@code columns} is null
+   * @throws DlrmException {@code INVALID_ARGUMENT} naming the column, and the row where one is
+   *     at fault: a missing column, an unsupported type, a null value, a malformed array, weights
+   *     whose lengths differ from their ids'
+   */
+  public static Batch fromArrow(long schemaAddress, long arrayAddress, ArrowColumns columns) {
+    if (schemaAddress == 0) {
+      throw new IllegalArgumentException("schemaAddress is 0: pass ArrowSchema.memoryAddress()");
+    }
+    if (arrayAddress == 0) {
+      throw new IllegalArgumentException("arrayAddress is 0: pass ArrowArray.memoryAddress()");
+    }
+    Objects.requireNonNull(columns, "columns");
+    NativeLoader.load();
+    SWIGTYPE_p_dlrm_arrow_batch handle = DlrmNative.jdlrm_arrow_batch_create(schemaAddress,
+        arrayAddress, columns.cLabel, columns.cDense, columns.cSparse, columns.cWeights);
+    if (handle == null) { // the wrapper throws on failure; this is a safety net
+      throw new IllegalStateException("libdlrm returned no Arrow batch");
+    }
+    try {
+      return copyOf(handle);
+    } finally {
+      DlrmNative.dlrm_arrow_batch_destroy(handle);
+    }
+  }
+
+  /** A batch over direct buffers holding a copy of an Arrow batch handle's arrays. */
+  private static Batch copyOf(SWIGTYPE_p_dlrm_arrow_batch handle) {
+    long[] counts = new long[6]; // batch_size, num_dense, num_sparse, num_ids, labels, weights
+    DlrmNative.jdlrm_arrow_batch_shape(handle, counts);
+    if (counts[0] == 0) {
+      throw new IllegalArgumentException("the Arrow array has no rows; a batch needs one");
+    }
+    Shape shape = new Shape(Buffers.elements(counts[0], Float.BYTES, "rows"), (int) counts[1],
+        (int) counts[2], Buffers.elements(counts[3], Long.BYTES, "ids"));
+    // Every column's byte count fits one direct buffer (and the int products below).
+    Buffers.elements((long) shape.batchSize * shape.numDense, Float.BYTES, "dense values");
+    Buffers.elements((long) shape.batchSize * shape.numSparse, Integer.BYTES, "bags");
+    ByteBuffer dense = copyColumn(handle, DlrmNative.JDLRM_ARROW_DENSE,
+        shape.batchSize * shape.numDense, Float.BYTES);
+    ByteBuffer labels = counts[4] == 0 ? null
+        : copyColumn(handle, DlrmNative.JDLRM_ARROW_LABELS, shape.batchSize, Float.BYTES);
+    ByteBuffer lengths = copyColumn(handle, DlrmNative.JDLRM_ARROW_LENGTHS,
+        shape.batchSize * shape.numSparse, Integer.BYTES);
+    ByteBuffer ids = copyColumn(handle, DlrmNative.JDLRM_ARROW_IDS, shape.numIds, Long.BYTES);
+    ByteBuffer weights = counts[5] == 0 ? null
+        : copyColumn(handle, DlrmNative.JDLRM_ARROW_WEIGHTS, shape.numIds, Float.BYTES);
+    return new Batch(shape, new DirectColumns(dense, labels, lengths, ids, weights));
+  }
+
+  private static ByteBuffer copyColumn(SWIGTYPE_p_dlrm_arrow_batch handle, int column,
+      int elements, int elementSize) {
+    ByteBuffer buffer = Buffers.allocate(elements, elementSize);
+    DlrmNative.jdlrm_arrow_batch_copy(handle, column, buffer);
+    return buffer;
   }
 
   /** Number of samples. */
@@ -484,6 +572,19 @@ public final class Batch {
             argument + " is not aligned to " + elementSize + " bytes at its position");
       }
       return buffer.slice();
+    }
+
+    /**
+     * {@code count} as the element count of one direct buffer, which holds at most {@code
+     * Integer.MAX_VALUE} bytes.
+     */
+    static int elements(long count, int elementSize, String what) {
+      if (count > Integer.MAX_VALUE / elementSize) {
+        throw new IllegalArgumentException("the Arrow array has " + count + " " + what
+            + ", more than a direct buffer holds (" + Integer.MAX_VALUE / elementSize
+            + "); split it into smaller record batches");
+      }
+      return (int) count;
     }
 
     static ByteBuffer allocate(int elements, int elementSize) {

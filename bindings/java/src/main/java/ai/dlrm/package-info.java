@@ -17,6 +17,10 @@
  * }
  * }</pre>
  *
+ * <p>{@link ai.dlrm.Batch#fromArrow} copies a batch out of Arrow columns exported through the
+ * Arrow C Data Interface (Arrow Java's {@code org.apache.arrow.c}), mapped by {@link
+ * ai.dlrm.ArrowColumns}.
+ *
  * <p>{@link ai.dlrm.DistributedTrainer} is one trainer of a multi-process job of embedding
  * servers and data-parallel trainers, with the job's built-in collective or the host's own
  * ({@link ai.dlrm.AllGather}); {@link ai.dlrm.DistributedTrainer#runRole} runs the
