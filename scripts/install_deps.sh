@@ -20,7 +20,7 @@ PACKAGES=(
   golang-go
 )
 # Python test dependencies come from PyPI.
-PIP_PACKAGES=(numpy pytest tqdm matplotlib pyarrow pandas)
+PIP_PACKAGES=(numpy pytest tqdm matplotlib pyarrow pandas pyspark)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

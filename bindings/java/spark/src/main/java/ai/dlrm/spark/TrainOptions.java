@@ -1,0 +1,64 @@
+package ai.dlrm.spark;
+
+import java.io.Serializable;
+
+/**
+ * How {@link SparkTrainer#fit} runs a job: one trainer per partition of the DataFrame,
+ * {@code servers} embedding servers on the driver, parts of {@code partRows} rows.
+ *
+ * @param partRows rows of each trainer's part of a global batch: the config's {@code
+ *     reduction_chunk_rows} times a power of two (the engine checks); a global batch is
+ *     {@code partRows x partitions} rows
+ * @param servers embedding servers, run as threads of the driver (at least 1)
+ * @param holdoutParts the last this many parts of every partition are not trained on but
+ *     evaluated after training (0: no evaluation)
+ * @param checkpointDir where to write the sharded checkpoint of the last step (null: none);
+ *     a path the driver and every executor see (the servers write their shards from the
+ *     driver, trainer 0 the dense state and the manifest from its executor)
+ * @param timeoutMs every wait of the job ({@code DLRM_TIMEOUT_MS})
+ * @param driverHost the address the servers and coordinator bind on and the trainers reach
+ *     (null: {@code spark.driver.host})
+ */
+public record TrainOptions(int partRows, int servers, int holdoutParts, String checkpointDir,
+    long timeoutMs, String driverHost) implements Serializable {
+  /** Checks each field, naming the one that is wrong. */
+  public TrainOptions {
+    if (partRows <= 0) {
+      throw new IllegalArgumentException("partRows must be positive, got " + partRows);
+    }
+    if (servers <= 0) {
+      throw new IllegalArgumentException("servers must be positive, got " + servers);
+    }
+    if (holdoutParts < 0) {
+      throw new IllegalArgumentException("holdoutParts must be >= 0, got " + holdoutParts);
+    }
+    if (timeoutMs <= 0) {
+      throw new IllegalArgumentException("timeoutMs must be positive, got " + timeoutMs);
+    }
+  }
+
+  /** parts of partRows rows, 1 server, no holdout, no checkpoint, 60 s timeout. */
+  public static TrainOptions of(int partRows) {
+    return new TrainOptions(partRows, 1, 0, null, 60_000, null);
+  }
+
+  public TrainOptions withServers(int n) {
+    return new TrainOptions(partRows, n, holdoutParts, checkpointDir, timeoutMs, driverHost);
+  }
+
+  public TrainOptions withHoldoutParts(int n) {
+    return new TrainOptions(partRows, servers, n, checkpointDir, timeoutMs, driverHost);
+  }
+
+  public TrainOptions withCheckpointDir(String dir) {
+    return new TrainOptions(partRows, servers, holdoutParts, dir, timeoutMs, driverHost);
+  }
+
+  public TrainOptions withTimeoutMs(long ms) {
+    return new TrainOptions(partRows, servers, holdoutParts, checkpointDir, ms, driverHost);
+  }
+
+  public TrainOptions withDriverHost(String host) {
+    return new TrainOptions(partRows, servers, holdoutParts, checkpointDir, timeoutMs, host);
+  }
+}
