@@ -10,6 +10,7 @@
 
 #include "engine/checkpoint/checkpoint_file.h"
 #include "engine/checkpoint/codec.h"
+#include "engine/checkpoint/sharded_checkpoint.h"
 #include "engine/config/config.h"
 #include "engine/core/cpu_features.h"
 #include "engine/core/finite.h"
@@ -19,6 +20,7 @@
 #include "engine/embedding/sparse_optimizer.h"
 #include "engine/model/dlrm_model.h"
 #include "engine/optim/dense_optimizer.h"
+#include "engine/ps/shard_store_file.h"
 #include "engine/train/async_step_queue.h"
 #include "engine/train/backend.h"
 #include "engine/train/memory_budget.h"
@@ -500,7 +502,30 @@ config::DlrmConfig ServingConfig(const config::DlrmConfig& config) {
 
 }  // namespace
 
+namespace {
+
+// The config a sharded checkpoint's manifest holds (kDataLoss when it does not parse).
+config::DlrmConfig ManifestConfig(const checkpoint::CheckpointManifest& manifest,
+                                  const std::string& dir) {
+  try {
+    return ParseConfigText(manifest.config());
+  } catch (const Error& e) {
+    Throw(StatusCode::kDataLoss, "sharded checkpoint \"", dir,
+          "\" holds no valid config: ", e.what());
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Engine> Engine::FromCheckpoint(const std::string& path, const std::string& device) {
+  if (std::filesystem::is_directory(path)) {
+    const checkpoint::CheckpointManifest manifest = checkpoint::ReadManifest(path);
+    config::DlrmConfig config = ManifestConfig(manifest, path);
+    if (!device.empty()) SetDeviceByName(device, "device", config.mutable_device());
+    auto engine = std::make_unique<Engine>(config);
+    engine->LoadSharded(path, manifest);
+    return engine;
+  }
   const CheckpointReader reader(path);
   const bool serving = IsServingModel(reader);
   config::DlrmConfig config = ReadSavedConfig(
@@ -512,6 +537,20 @@ std::unique_ptr<Engine> Engine::FromCheckpoint(const std::string& path, const st
   else
     engine->LoadFrom(reader, path);
   return engine;
+}
+
+void Engine::LoadSharded(const std::string& dir, const checkpoint::CheckpointManifest& manifest) {
+  std::unique_ptr<State> staged = NewState();
+  State& s = *staged;
+  s.step = checkpoint::LoadDenseState(&s.model, s.dense_optimizer.get(),
+                                      dir + "/" + checkpoint::kDenseStateFile);
+  if (s.step != manifest.step())
+    Throw(StatusCode::kDataLoss, "sharded checkpoint \"", dir, "\": its dense state is of step ",
+          s.step, " but its MANIFEST of step ", manifest.step());
+  ps::LoadWholeTables(dir, manifest, config_, &s.model.tables(), s.sparse_optimizer.get());
+  s.backend->PushState();
+  std::unique_lock<WriterPreferringMutex> lock(mu_);
+  state_ = std::move(staged);
 }
 
 void Engine::CheckCheckpointFits(const CheckpointReader& reader, const std::string& path) const {

@@ -23,6 +23,9 @@
 namespace dlrm {
 
 class AsyncStepQueue;
+namespace checkpoint {
+class CheckpointManifest;
+}  // namespace checkpoint
 class CheckpointReader;
 class CheckpointWriter;
 
@@ -42,6 +45,8 @@ class Engine {
   // `device` ("cpu", "cuda", "cuda:N"; SetDeviceByName) instead of the checkpoint's own
   // device when not empty: the state is the same on every device, so a checkpoint
   // trained on a GPU serves on a machine without one.
+  // path may also be a sharded checkpoint's directory (a multi-process job's, any number of
+  // servers and trainers): the engine then holds the job's model whole, at its step.
   static std::unique_ptr<Engine> FromCheckpoint(const std::string& path,
                                                 const std::string& device = "");
   ~Engine();
@@ -119,6 +124,8 @@ class Engine {
   void LoadFrom(const CheckpointReader& reader, const std::string& path);
   // What Export wrote, into a fresh state swapped in when all of it was read.
   void LoadServing(const CheckpointReader& reader, const std::string& path);
+  // A sharded checkpoint's dense state and whole tables, the same way.
+  void LoadSharded(const std::string& dir, const checkpoint::CheckpointManifest& manifest);
   // An asynchronous step: its validated copy of a batch, and the step queued behind it,
   // for the backend to copy in meanwhile.
   float TrainValidStep(const ValidatedBatch& batch, const train::StepLookahead& lookahead);

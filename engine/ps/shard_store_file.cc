@@ -229,4 +229,55 @@ int64_t LoadReshardedStore(EmbeddingShardStore* store, const std::string& dir,
   return manifest.step();
 }
 
+namespace {
+
+// One server holding every table as one TABLE_WISE shard, in table order.
+shard::ShardingPlan WholeTablePlan(const config::ModelConfig& model) {
+  shard::ShardingPlan plan;
+  plan.set_num_servers(1);
+  for (int32_t t = 0; t < model.tables_size(); ++t) {
+    shard::TableShard* s = plan.add_shards();
+    s->set_table(model.tables(t).name());
+    s->set_table_index(t);
+    s->set_type(config::ShardingConfig::TABLE_WISE);
+    s->set_server(0);
+    s->set_row_begin(0);
+    s->set_row_end(model.tables(t).num_rows());
+    s->set_col_begin(0);
+    s->set_col_end(model.tables(t).dim());
+  }
+  shard::ServerTotals* totals = plan.add_servers();
+  totals->set_server(0);
+  totals->set_num_shards(model.tables_size());
+  return plan;
+}
+
+}  // namespace
+
+int64_t LoadWholeTables(const std::string& dir, const checkpoint::CheckpointManifest& manifest,
+                        const config::DlrmConfig& config,
+                        std::vector<EmbeddingTable<float>>* tables,
+                        SparseOptimizer<float>* optimizer) {
+  if (tables == nullptr || optimizer == nullptr) ThrowInvalid("LoadWholeTables: null output");
+  DLRM_INTERNAL_CHECK(static_cast<int32_t>(tables->size()) == config.model().tables_size());
+  EmbeddingShardStore store(config, WholeTablePlan(config.model()), /*owner=*/0);
+  const int64_t step = LoadReshardedStore(&store, dir, manifest, config.model());
+  // Nothing can fail from here: the loaded vectors change places with the caller's.
+  for (int32_t t = 0; t < config.model().tables_size(); ++t) {
+    DLRM_INTERNAL_CHECK(store.shards()[static_cast<size_t>(t)].table == t);
+    std::vector<float>& whole = (*tables)[static_cast<size_t>(t)].data();
+    DLRM_INTERNAL_CHECK(whole.size() == store.shard_table(t).data().size());
+    whole.swap(store.mutable_shard_table(t).data());
+    const auto mine = optimizer->StateBuffers(t);
+    const auto loaded = store.optimizer().StateBuffers(t);
+    DLRM_INTERNAL_CHECK(mine.size() == loaded.size());
+    for (size_t k = 0; k < mine.size(); ++k) {
+      DLRM_INTERNAL_CHECK(mine[k].first == loaded[k].first &&
+                          mine[k].second->size() == loaded[k].second->size());
+      mine[k].second->swap(*loaded[k].second);
+    }
+  }
+  return step;
+}
+
 }  // namespace dlrm::ps

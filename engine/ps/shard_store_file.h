@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/checkpoint/manifest.pb.h"
 #include "engine/ps/shard_store.h"
@@ -40,5 +41,17 @@ int64_t LoadShardStore(EmbeddingShardStore* store, int32_t owner, const std::str
 int64_t LoadReshardedStore(EmbeddingShardStore* store, const std::string& dir,
                            const checkpoint::CheckpointManifest& manifest,
                            const config::ModelConfig& model);
+
+// Restores whole tables, as one process holds them (tables[t] is model table t, [num_rows x
+// dim]; optimizer is MakeSparseOptimizer over those shapes), from the sharded checkpoint in
+// dir, whatever its servers, trainers and plan: each table is cut from the saved pieces as
+// one shard (LoadReshardedStore, through a store of one owner holding every table whole).
+// Returns the step. Errors as LoadReshardedStore; tables and optimizer are unchanged then.
+// Memory: a second copy of every table and its state while it runs (and the resharding's
+// staging).
+int64_t LoadWholeTables(const std::string& dir, const checkpoint::CheckpointManifest& manifest,
+                        const config::DlrmConfig& config,
+                        std::vector<EmbeddingTable<float>>* tables,
+                        SparseOptimizer<float>* optimizer);
 
 }  // namespace dlrm::ps

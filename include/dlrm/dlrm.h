@@ -96,7 +96,10 @@ typedef struct dlrm_engine dlrm_engine;
 DLRM_API dlrm_status dlrm_engine_create(const char* config_text, dlrm_engine** out);
 /* Same, reading the config text from a file. */
 DLRM_API dlrm_status dlrm_engine_create_from_file(const char* config_path, dlrm_engine** out);
-/* Creates an engine from a checkpoint (it stores its config) and restores its state. */
+/* Creates an engine from a checkpoint (it stores its config) and restores its state.
+ * checkpoint_path may also be a sharded checkpoint's directory (dlrm_trainer_checkpoint,
+ * any number of servers and trainers): the engine then holds the job's whole model at
+ * that step, for prediction, evaluation, export or single-process training. */
 DLRM_API dlrm_status dlrm_engine_create_from_checkpoint(const char* checkpoint_path,
                                                         dlrm_engine** out);
 /* Same, on `device` instead of the device the checkpoint was trained on: "cpu", "cuda" or

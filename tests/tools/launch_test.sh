@@ -4,7 +4,8 @@
 #  2. killing a server (SIGKILL) mid-run makes both trainers exit with an error naming that
 #     server, and the whole job ends, within the timeout (plus slack for a loaded machine);
 #  3. a new job restored from the last complete checkpoint continues from its step and
-#     finishes cleanly, with an evaluation.
+#     finishes cleanly, with an evaluation, and one process loads its last checkpoint whole
+#     and evaluates it the same.
 # usage: launch_test.sh DLRM CONFIG WORKDIR
 set -u
 DLRM=$1
@@ -70,6 +71,20 @@ grep -q "trained 30 steps (to step $((last + 30)))" "$WORK/run2.log" \
   || fail "did not train 30 more steps"
 grep -q "^eval .*auc=0\.[5-9]" "$WORK/run2.log" || fail "no evaluation after the restored run"
 echo "restored step $last and trained to step $((last + 30))"
+
+# 3b. One process loads the job's last checkpoint whole: its evaluation is the job's, and
+#     it exports a serving model.
+final="$WORK/ckpt/step-$((last + 30))"
+[ -f "$final/MANIFEST" ] || fail "no checkpoint at the end of the restored run"
+"$DLRM" eval --checkpoint="$final" --test="$WORK/data/test.tsv" > "$WORK/eval.log" 2>&1 \
+  || fail "eval of the sharded checkpoint: $(tail -3 "$WORK/eval.log")"
+job_eval=$(grep -o "auc=[0-9.]*" "$WORK/run2.log" | tail -1)
+one_eval=$(grep -o "auc=[0-9.]*" "$WORK/eval.log" | tail -1)
+[ -n "$job_eval" ] && [ "$job_eval" = "$one_eval" ] \
+  || fail "one process's $one_eval differs from the job's $job_eval"
+"$DLRM" export --checkpoint="$final" --out="$WORK/serving.model" > "$WORK/export.log" 2>&1 \
+  || fail "export of the sharded checkpoint: $(tail -3 "$WORK/export.log")"
+echo "one process loaded step $((last + 30)) whole: $one_eval, as the job"
 
 # 4. Bad launches and bad job flags end with an error naming the problem.
 "$DLRM" launch --trainers=0 --servers=1 -- train > "$WORK/run3.log" 2>&1 \

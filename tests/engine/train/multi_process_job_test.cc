@@ -1,7 +1,8 @@
 // A whole job over loopback TCP: coordinator, 2 embedding servers and 2 trainers (threads
 // of this process, but every byte between them goes through the transport). Sync mode
 // reproduces the single-process engine bitwise for every sharding type, a sharded
-// checkpoint restores into a new job that goes on exactly where the first stopped, and a
+// checkpoint restores into a new job that goes on exactly where the first stopped (and into
+// one engine, whole), and a
 // server that dies makes every trainer fail with an error naming it, within the timeout.
 #include <gtest/gtest.h>
 
@@ -150,6 +151,36 @@ void ExpectCheckpointMatchesEngine(const Engine& engine, const config::DlrmConfi
   ExpectStoresMatchEngine(engine, c, owners, where);
 }
 
+// Every parameter of b equals a's bitwise.
+void ExpectSameParameters(const Engine& a, const Engine& b, const std::string& where) {
+  for (const ParameterInfo& p : a.Parameters()) {
+    std::vector<float> want(static_cast<size_t>(p.size())), got(want.size());
+    a.ReadParameter(p.name, want.data(), p.size());
+    b.ReadParameter(p.name, got.data(), p.size());
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+        << where << ": " << p.name;
+  }
+}
+
+// One engine loads the job's checkpoint whole (Engine::FromCheckpoint on the directory):
+// its step, every parameter and its predictions equal `engine`'s bitwise, and so do the
+// parameters after one more step (the optimizers' state was restored too). engine trains.
+void ExpectWholeEngineFromCheckpoint(Engine* engine, const config::DlrmConfig& c,
+                                     const std::string& dir, int64_t step,
+                                     const std::string& where) {
+  const std::unique_ptr<Engine> whole = Engine::FromCheckpoint(dir);
+  EXPECT_EQ(whole->step(), step) << where;
+  ExpectSameParameters(*engine, *whole, where);
+  const OwnedBatch next = MakeTestBatch(c, step, kGlobal);
+  std::vector<float> want(kGlobal), got(kGlobal);
+  engine->Predict(next.view(), want.data(), kGlobal);
+  whole->Predict(next.view(), got.data(), kGlobal);
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << where;
+  engine->TrainStep(next.view());
+  whole->TrainStep(next.view());
+  ExpectSameParameters(*engine, *whole, where + ", a step later");
+}
+
 // Trains batches [first, last) with `lookahead` parts queued; records the losses.
 // The global batch stays kGlobal whatever the number of trainers, each taking its part.
 void TrainBatches(train::TrainerRole& t, const config::DlrmConfig& c, int64_t first, int64_t last,
@@ -200,6 +231,7 @@ void ExpectSyncJobEqualsOneProcess(config::ShardingConfig::Type type,
   }
   for (int s = 0; s < kServers; ++s) EXPECT_EQ(result.server_errors[s], "") << "server " << s;
   ExpectCheckpointMatchesEngine(engine, c, dir, kSteps, name + " rows");
+  ExpectWholeEngineFromCheckpoint(&engine, c, dir, kSteps, name + " whole");
 }
 
 class ClusterTest : public ::testing::TestWithParam<config::ShardingConfig::Type> {};
@@ -288,6 +320,37 @@ TEST(ClusterCheckpoint, RestoreContinuesBitwise) {
       other, first, [](train::TrainerRole&) {}, 3000);
   for (const std::string& e : result.server_errors)
     EXPECT_NE(e.find("cannot be restored"), std::string::npos) << e;
+}
+
+// Engine::FromCheckpoint on a directory: no MANIFEST (an interrupted checkpoint) is
+// NOT_FOUND, a shard file that differs from its manifest entry is DATA_LOSS.
+TEST(ClusterCheckpoint, OneEngineRefusesAnIncompleteOrDamagedDirectory) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "adam", "adagrad", kServers);
+  const std::string dir = TempDir("whole_refusals");
+  const JobResult result = RunJob(c, "", [&](train::TrainerRole& t) {
+    std::vector<float> losses;
+    TrainBatches(t, c, 0, 2, 1, &losses);
+    t.Checkpoint(dir);
+  });
+  for (const std::string& e : result.trainer_errors) ASSERT_EQ(e, "");
+  const std::string shard = dir + "/" + checkpoint::ServerShardFile(1);
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 1);
+  try {
+    Engine::FromCheckpoint(dir);
+    ADD_FAILURE() << "a truncated shard file was loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kDataLoss) << e.what();
+    EXPECT_NE(std::string(e.what()).find(checkpoint::ServerShardFile(1)), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(dir + "/" + checkpoint::kManifestFile);
+  try {
+    Engine::FromCheckpoint(dir);
+    ADD_FAILURE() << "a directory without MANIFEST was loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kNotFound) << e.what();
+  }
 }
 
 // Issue 14, acceptance 6: a checkpoint written by 2 servers and 2 trainers restores onto 3
