@@ -4,6 +4,8 @@ Where the library comes from:
   * $DLRM_LIBRARY set: that file (symlinks resolved to the real file it names);
   * otherwise: the project's `dlrm` CMake target, configured and built from the source
     tree two levels up in a temporary build directory (-DDLRM_BUILD_TESTS=OFF).
+The `dlrm` command (dlrm/_bin/dlrm, run by the `dlrm` console script) is $DLRM_CLI, else
+the `dlrm` beside the library (a build directory holds both; the CMake build makes it).
 
 Nothing is written into the source tree: setuptools' build/ and *.egg-info go to a
 temporary directory. A wheel is built with the `wheel` package's bdist_wheel when it is
@@ -42,8 +44,9 @@ def _version() -> str:
     return re.search(r'__version__ = "([^"]+)"', text).group(1)
 
 
-def _build_library_with_cmake(build_dir: Path) -> Path:
-    """Builds the `dlrm` target of the enclosing project; returns the real library file."""
+def _build_with_cmake(build_dir: Path) -> Path:
+    """Builds the `dlrm` library and `dlrm_cli` (the `dlrm` command) targets of the
+    enclosing project; returns the real library file (the command is beside it)."""
     if not (SOURCE_ROOT / "CMakeLists.txt").is_file() or \
             not (SOURCE_ROOT / "include" / "dlrm" / "dlrm.h").is_file():
         raise SystemExit(f"error: {SOURCE_ROOT} is not the libdlrm source tree; set "
@@ -54,16 +57,30 @@ def _build_library_with_cmake(build_dir: Path) -> Path:
                          "DLRM_LIBRARY=/path/to/libdlrm.so")
     jobs = str(os.cpu_count() or 1)
     subprocess.check_call([cmake, "-S", str(SOURCE_ROOT), "-B", str(build_dir),
-                           "-DCMAKE_BUILD_TYPE=Release", "-DDLRM_BUILD_TESTS=OFF"])
-    subprocess.check_call([cmake, "--build", str(build_dir), "--target", "dlrm", "-j", jobs])
+                           "-DCMAKE_BUILD_TYPE=Release", "-DDLRM_BUILD_TESTS=OFF",
+                           "-DDLRM_BUILD_BINDINGS=OFF"])
+    subprocess.check_call([cmake, "--build", str(build_dir), "--target", "dlrm", "dlrm_cli",
+                           "-j", jobs])
     built = sorted(p for p in build_dir.rglob(LIBRARY_GLOB) if not p.is_symlink())
     if not built:
         raise SystemExit(f"error: the cmake build left no {LIBRARY_GLOB} in {build_dir}")
     return built[0]
 
 
+def _command_beside(library: Path) -> Path:
+    """The `dlrm` command to bundle: $DLRM_CLI, else the one a build puts beside the
+    library (build/libdlrm.so and build/dlrm)."""
+    explicit = os.environ.get("DLRM_CLI")
+    command = Path(explicit).resolve() if explicit else library.parent / "dlrm"
+    if not (command.is_file() and os.access(command, os.X_OK)):
+        raise SystemExit(f"error: no `dlrm` command at {command}; build the dlrm_cli target "
+                         "there or set DLRM_CLI=/path/to/dlrm")
+    return command
+
+
 class BuildPyWithLibrary(build_py):
-    """build_py, then copy libdlrm into <build_lib>/dlrm/_lib/ (never into the sources)."""
+    """build_py, then copy libdlrm into <build_lib>/dlrm/_lib/ and the `dlrm` command into
+    <build_lib>/dlrm/_bin/ (never into the sources)."""
 
     def run(self) -> None:
         super().run()
@@ -75,11 +92,17 @@ class BuildPyWithLibrary(build_py):
             source = Path(explicit).resolve()  # follow libdlrm.so -> .so.1 -> .so.0.1.0
             if not source.is_file():
                 raise SystemExit(f"error: DLRM_LIBRARY={explicit!r} is not a file")
+            command = _command_beside(Path(explicit).absolute())
         else:
-            source = _build_library_with_cmake(_SCRATCH / "cmake")
+            source = _build_with_cmake(_SCRATCH / "cmake")
+            command = _command_beside(source)
         # One regular file (wheels hold no symlinks), under the real file's name; the
         # loader opens dlrm/_lib/libdlrm.so* by path, so no soname link is needed.
         self.copy_file(str(source), str(target / source.name))
+        bindir = Path(self.build_lib) / "dlrm" / "_bin"
+        shutil.rmtree(bindir, ignore_errors=True)
+        bindir.mkdir(parents=True)
+        self.copy_file(str(command), str(bindir / "dlrm"))  # keeps its executable mode
 
 
 def _record_hash(data: bytes) -> str:
@@ -141,6 +164,7 @@ class MinimalBdistWheel(Command):
         files[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: dlrm-setup\n"
                                   f"Root-Is-Purelib: false\nTag: {tag}\n").encode()
         files[f"{info}/top_level.txt"] = b"dlrm\n"
+        files[f"{info}/entry_points.txt"] = b"[console_scripts]\ndlrm = dlrm._cli:main\n"
         record = io.StringIO()
         writer = csv.writer(record, lineterminator="\n")
         for path, data in files.items():
@@ -151,7 +175,8 @@ class MinimalBdistWheel(Command):
         wheel_path = Path(self.dist_dir) / f"{stem}-{tag}.whl"
         with zipfile.ZipFile(wheel_path, "w", zipfile.ZIP_DEFLATED) as whl:
             for path, data in files.items():
-                mode = 0o755 if path.endswith(".so") or ".so." in path else 0o644
+                executable = path.endswith(".so") or ".so." in path or "/_bin/" in path
+                mode = 0o755 if executable else 0o644
                 entry = zipfile.ZipInfo(path, date_time=(1980, 1, 1, 0, 0, 0))
                 entry.external_attr = (0o100000 | mode) << 16
                 entry.compress_type = zipfile.ZIP_DEFLATED

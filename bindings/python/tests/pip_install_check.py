@@ -4,7 +4,8 @@
    DLRM_LIBRARY set so setup.py bundles that library into dlrm/_lib/;
 2. in a fresh interpreter with DLRM_LIBRARY unset and <tmp> on sys.path, import dlrm
    (it must come from <tmp> and load the bundled library), create an engine, predict;
-3. check the build wrote nothing into the source tree.
+3. run the `dlrm` console script pip put in <tmp>/bin (the bundled command);
+4. check the build wrote nothing into the source tree.
 
 Not collected by pytest (it is no test_*.py): it installs, so it runs once, on its own.
 """
@@ -53,6 +54,23 @@ def _snapshot(root: Path) -> set:
     return {str(p.relative_to(root)) for p in root.rglob("*") if "__pycache__" not in p.parts}
 
 
+def _command_runs(target: Path, env: dict, tmp: Path) -> bool:
+    """The `dlrm` console script pip installed runs the bundled command."""
+    script = target / "bin" / "dlrm"
+    if not script.is_file():
+        print(f"pip installed no `dlrm` command at {script}", file=sys.stderr)
+        return False
+    run = subprocess.run([str(script), "generate", f"--out_dir={tmp / 'data'}",
+                          "--train_samples=50", "--test_samples=5"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    if run.returncode != 0 or not (tmp / "data" / "train.tsv").is_file():
+        print(run.stdout, run.stderr, "the installed `dlrm generate` failed", sep="\n",
+              file=sys.stderr)
+        return False
+    print(f"pip install check: {script} generate: OK")
+    return True
+
+
 def main() -> int:
     library = os.environ.get("DLRM_LIBRARY")
     if not library:
@@ -83,6 +101,8 @@ def main() -> int:
         print(use.stdout, end="")
         if use.returncode != 0:
             print(use.stderr, file=sys.stderr)
+            return 1
+        if not _command_runs(target, env, Path(tmp)):
             return 1
     created = sorted(_snapshot(SOURCE) - before)
     if created:
