@@ -13,7 +13,7 @@ raises DlrmError with the engine's status and message.
 The library's log goes to stderr unless routed elsewhere: ``dlrm.set_logger(logger)``
 sends it into :mod:`logging`, ``dlrm.set_log_callback(fn, level)`` to any function.
 """
-from . import _native, arrow, distributed, log
+from . import _native, arrow, criteo, distributed, log
 from ._version import __version__
 from .arrow import Columns
 from .batch import Batch
@@ -42,7 +42,7 @@ def library_path() -> str:
 
 
 __all__ = [
-    "ABI_VERSION", "Batch", "Columns", "DlrmError", "Engine", "EngineClosedError", "EvalResult",
+    "ABI_VERSION", "Batch", "Columns", "DlrmError", "criteo", "Engine", "EngineClosedError", "EvalResult",
     "History", "LoadResult", "StatusCode", "TableStats", "__version__", "fit",
     "library_abi_version", "distributed", "library_path", "library_version", "log", "LogLevel",
     "set_log_callback", "set_logger",
