@@ -56,6 +56,21 @@ func (p *Predictor) PredictInto(b *Batch, out []float32) error {
 	return err
 }
 
+// Step returns the number of training steps the checkpoint was saved after.
+func (p *Predictor) Step() (int64, error) {
+	n, err := p.h.step()
+	runtime.KeepAlive(p)
+	return n, err
+}
+
+// Config returns the served model's config in protobuf text format, as the checkpoint
+// holds it.
+func (p *Predictor) Config() (string, error) {
+	s, err := p.h.config()
+	runtime.KeepAlive(p)
+	return s, err
+}
+
 // Close frees the model once the calls in flight have returned. It is idempotent and
 // always returns nil; later calls on p return an error matching ErrClosed.
 func (p *Predictor) Close() error {

@@ -48,6 +48,27 @@ func TestPredictorMatchesEngine(t *testing.T) {
 	}
 }
 
+// TestPredictorStepConfig reads the step and the config the checkpoint holds.
+func TestPredictorStepConfig(t *testing.T) {
+	e, path := trainedCheckpoint(t)
+	p := openPredictor(t, path)
+	if n, err := p.Step(); err != nil || n != 12 {
+		t.Errorf("Step() = %d, %v; want 12", n, err)
+	}
+	want, err := e.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.Config(); err != nil || got != want {
+		t.Errorf("Config() = %q, %v; want the engine's %q", got, err, want)
+	}
+	p.Close()
+	_, err = p.Step()
+	wantError(t, err, dlrm.ErrClosed)
+	_, err = p.Config()
+	wantError(t, err, dlrm.ErrClosed)
+}
+
 // TestPredictorOnDevice serves a checkpoint on a named device: "cpu" predicts bitwise as
 // the engine that wrote it, and an unknown name is refused naming it.
 func TestPredictorOnDevice(t *testing.T) {

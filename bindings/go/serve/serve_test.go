@@ -144,20 +144,6 @@ func TestPredictBadRequests(t *testing.T) {
 	wantError(t, post(t, h, `{"batch_sise": 4}`), http.StatusBadRequest, "batch_sise")
 	wantError(t, post(t, h, mustJSON(t, request())+`{}`), http.StatusBadRequest, "after the object")
 
-	r := request()
-	r.IDs[0] = 50 // t0 has 50 rows
-	wantError(t, post(t, h, mustJSON(t, r)), http.StatusBadRequest, "batch.ids[0]")
-	r = request()
-	r.Dense = r.Dense[:5]
-	wantError(t, post(t, h, mustJSON(t, r)), http.StatusBadRequest, "batch.Dense")
-	r = request()
-	r.NumDense, r.Dense = 2, r.Dense[:8]
-	wantError(t, post(t, h, mustJSON(t, r)), http.StatusBadRequest, "num_dense")
-	r = request()
-	r.IDs = r.IDs[:8]
-	wantError(t, post(t, h, mustJSON(t, r)), http.StatusBadRequest, "num_ids")
-	wantError(t, post(t, h, `{}`), http.StatusBadRequest, "batch_size")
-
 	small := serve.NewHandler(newPredictor(t))
 	small.MaxBodyBytes = 16
 	wantError(t, post(t, small, mustJSON(t, request())), http.StatusRequestEntityTooLarge, "16 bytes")
@@ -165,6 +151,68 @@ func TestPredictBadRequests(t *testing.T) {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/predict", nil))
 	wantError(t, rec, http.StatusMethodNotAllowed, "POST")
+	if allow := rec.Header().Get("Allow"); allow != "POST" {
+		t.Errorf("405 with Allow %q, want POST", allow)
+	}
+
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/nowhere", nil))
+	wantError(t, rec, http.StatusNotFound, "/nowhere")
+}
+
+// TestErrorMessagesNameJSONFields: the engine's and the binding's messages about a bad
+// batch come back naming the request's JSON fields, with the engine's code.
+func TestErrorMessagesNameJSONFields(t *testing.T) {
+	h := serve.NewHandler(newPredictor(t))
+	r := request()
+	r.IDs[0] = 50 // t0 has 50 rows
+	wantFieldError(t, post(t, h, mustJSON(t, r)), "OUT_OF_RANGE", "ids[0] = 50")
+	r = request()
+	r.Dense = r.Dense[:5]
+	wantFieldError(t, post(t, h, mustJSON(t, r)), "INVALID_ARGUMENT", "dense has length 5", "batch_size*num_dense")
+	r = request()
+	r.NumDense, r.Dense = 2, r.Dense[:8]
+	wantFieldError(t, post(t, h, mustJSON(t, r)), "INVALID_ARGUMENT", "num_dense is 2")
+	r = request()
+	r.NumSparse = 1
+	wantFieldError(t, post(t, h, mustJSON(t, r)), "INVALID_ARGUMENT", "lengths has length 8", "num_sparse*batch_size")
+	r = request()
+	r.IDs = r.IDs[:8]
+	wantFieldError(t, post(t, h, mustJSON(t, r)), "INVALID_ARGUMENT", "number of ids is 8", "lengths sum to 9")
+	r = request()
+	r.Lengths[5] = -1
+	wantFieldError(t, post(t, h, mustJSON(t, r)), "INVALID_ARGUMENT", "lengths[5]", "negative")
+	r = request()
+	r.Weights = []float32{1, 2}
+	wantFieldError(t, post(t, h, mustJSON(t, r)), "INVALID_ARGUMENT", "weights has length 2", "ids has length 9")
+	r = request()
+	r.BatchSize = -1
+	wantFieldError(t, post(t, h, mustJSON(t, r)), "INVALID_ARGUMENT", "batch_size must be >= 0")
+	wantFieldError(t, post(t, h, `{}`), "INVALID_ARGUMENT", "batch_size must be in [1")
+	wantError(t, post(t, h, `{"batch_size": "four"}`), http.StatusBadRequest, `"batch_size" must be an integer`)
+	wantError(t, post(t, h, `{"lengths": [1, 3000000000]}`), http.StatusBadRequest, `"lengths" must be an integer`)
+	wantError(t, post(t, h, ``), http.StatusBadRequest, "empty")
+}
+
+// goNames are the binding's and the engine's spellings that a 400 answer must not show.
+var goNames = []string{"batch.", "BatchSize", "NumDense", "NumSparse", "Dense", "Lengths", "IDs",
+	"Weights", "num_ids", "NULL", "use nil"}
+
+// wantFieldError checks a 400 answer with the engine's code whose message contains every
+// needle and names fields only as the JSON request does.
+func wantFieldError(t *testing.T, rec *httptest.ResponseRecorder, code string, needles ...string) {
+	t.Helper()
+	wantError(t, rec, http.StatusBadRequest, needles...)
+	var e serve.ErrorResponse
+	json.Unmarshal(rec.Body.Bytes(), &e)
+	if e.Code != code {
+		t.Errorf("error %q has code %q, want %q", e.Error, e.Code, code)
+	}
+	for _, n := range goNames {
+		if strings.Contains(e.Error, n) {
+			t.Errorf("error %q names %q, not the JSON field", e.Error, n)
+		}
+	}
 }
 
 func TestClosedPredictor(t *testing.T) {
@@ -183,9 +231,13 @@ func TestHealthz(t *testing.T) {
 	}
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/healthz", nil))
-	if rec.Code != http.StatusMethodNotAllowed {
-		t.Errorf("POST /healthz: %d", rec.Code)
+	if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "GET, HEAD" {
+		t.Errorf("POST /healthz: %d, Allow %q", rec.Code, rec.Header().Get("Allow"))
 	}
+	// A Handler over a Predictor has no /reload.
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/reload", nil))
+	wantError(t, rec, http.StatusNotFound, "/reload")
 }
 
 // TestConcurrentRequests serves many requests at once through a real server.
