@@ -7,7 +7,8 @@
 #   dlrm_configure_tests BUILD_DIR [extra cmake args...]
 
 dlrm_configure_demo() {
-  cmake -S "$DLRM_ROOT" -B "$1" -DCMAKE_BUILD_TYPE=Release -DDLRM_BUILD_TESTS=OFF >/dev/null
+  cmake -S "$DLRM_ROOT" -B "$1" -DCMAKE_BUILD_TYPE=Release -DDLRM_BUILD_TESTS=OFF \
+    -DDLRM_BUILD_BINDINGS=OFF >/dev/null
 }
 
 dlrm_configure_tests() {
