@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"libdlrm.dev/dlrm"
+	"libdlrm.dev/dlrm/internal/ckpttest"
 	"libdlrm.dev/dlrm/internal/testmodel"
 	"libdlrm.dev/dlrm/serve"
 )
@@ -18,38 +19,18 @@ import (
 // config is the small model shared with the C ABI test and the Python and Java suites.
 var config = testmodel.Config()
 
-// request is a valid /predict body of 4 samples.
+// request is a valid /predict body of 4 samples: ckpttest.Batch without its labels.
 func request() serve.PredictRequest {
-	return serve.PredictRequest{
-		BatchSize: 4,
-		NumDense:  3,
-		Dense:     []float32{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2},
-		NumSparse: 2,
-		Lengths:   []int32{1, 0, 2, 1, 1, 1, 0, 3},
-		IDs:       []int64{3, 7, 49, 0, 5, 19, 1, 2, 3},
-	}
+	b := ckpttest.Batch()
+	return serve.PredictRequest{BatchSize: b.BatchSize, NumDense: b.NumDense, Dense: b.Dense,
+		NumSparse: b.NumSparse, Lengths: b.Lengths, IDs: b.IDs}
 }
 
 // newPredictor trains a model briefly, saves it and opens a Predictor on it.
 func newPredictor(t *testing.T) *dlrm.Predictor {
 	t.Helper()
-	e, err := dlrm.NewEngine(config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	r := request()
-	b := &dlrm.Batch{BatchSize: r.BatchSize, NumDense: r.NumDense, Dense: r.Dense,
-		NumSparse: r.NumSparse, Lengths: r.Lengths, IDs: r.IDs, Labels: []float32{1, 0, 0, 1}}
-	for i := 0; i < 5; i++ {
-		if _, err := e.TrainStep(b); err != nil {
-			t.Fatal(err)
-		}
-	}
 	path := filepath.Join(t.TempDir(), "model.ckpt")
-	if err := e.Save(path); err != nil {
-		t.Fatal(err)
-	}
+	ckpttest.Save(t, config, 5, path)
 	p, err := dlrm.OpenPredictor(path)
 	if err != nil {
 		t.Fatal(err)

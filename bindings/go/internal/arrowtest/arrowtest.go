@@ -8,40 +8,13 @@
 package arrowtest
 
 /*
+#cgo CFLAGS: -I${SRCDIR}/../../../../include
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-// The spec's structs, under its guard, as every producer declares them.
-#ifndef ARROW_C_DATA_INTERFACE
-#define ARROW_C_DATA_INTERFACE
-#define ARROW_FLAG_DICTIONARY_ORDERED 1
-#define ARROW_FLAG_NULLABLE 2
-#define ARROW_FLAG_MAP_KEYS_SORTED 4
-struct ArrowSchema {
-  const char* format;
-  const char* name;
-  const char* metadata;
-  int64_t flags;
-  int64_t n_children;
-  struct ArrowSchema** children;
-  struct ArrowSchema* dictionary;
-  void (*release)(struct ArrowSchema*);
-  void* private_data;
-};
-struct ArrowArray {
-  int64_t length;
-  int64_t null_count;
-  int64_t offset;
-  int64_t n_buffers;
-  int64_t n_children;
-  const void** buffers;
-  struct ArrowArray** children;
-  struct ArrowArray* dictionary;
-  void (*release)(struct ArrowArray*);
-  void* private_data;
-};
-#endif
+// The spec's structs, as the C ABI's header declares them (under the spec's guard).
+#include "dlrm/dlrm.h"
 
 // Releases the children (whose structs this package allocated), then the strings and
 // the children array; the struct itself belongs to whoever holds it.
