@@ -1,8 +1,7 @@
 package dlrm
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../include
-#cgo LDFLAGS: -ldlrm
+#cgo pkg-config: dlrm
 #include <stdlib.h>
 
 #include "capi_helpers.h"

@@ -8,7 +8,7 @@
 package arrowtest
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../../../include
+#cgo pkg-config: dlrm
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
