@@ -41,6 +41,25 @@ def _pointer(array: Optional[np.ndarray], ctype: type) -> Optional[ctypes._Point
     return None if array is None else array.ctypes.data_as(ctypes.POINTER(ctype))
 
 
+def _to_feature_major(lengths: np.ndarray, ids: np.ndarray, weights: Optional[np.ndarray]
+                      ) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+    """Sample-major lengths [B, F] and ids (sample 0's features in order, then sample 1's)
+    as the engine's feature-major layout (copies)."""
+    lengths = _checked(lengths, "lengths", np.int32, 2)
+    ids = _checked(ids, "ids", np.int64, 1)
+    if lengths.size and lengths.min() < 0:
+        raise ValueError("lengths has a negative entry")
+    ends = np.cumsum(lengths.ravel(), dtype=np.int64)  # sample-major bag ends
+    if ends.size and ends[-1] != ids.shape[0]:
+        raise ValueError(f"ids has {ids.shape[0]} entries but the lengths sum to {ends[-1]}")
+    starts = (ends - lengths.ravel()).reshape(lengths.shape).T.ravel()  # feature-major
+    sizes = lengths.T.ravel()
+    # Each bag's positions in the sample-major ids, bags in feature-major order.
+    index = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+    w = None if weights is None else _checked(weights, "weights", np.float32, 1)[index]
+    return np.ascontiguousarray(lengths.T), ids[index], w
+
+
 class Batch:
     """One batch for train_step / predict / evaluate.
 
@@ -51,6 +70,9 @@ class Batch:
             feature 0 for every sample, then feature 1, ... (0 = empty bag).
         ids: int64 ``[sum(lengths)]``, in the same order as ``lengths``.
         weights: float32 like ``ids`` (per-id weights), or None for all 1.
+        layout: ``"sample_major"`` takes lengths as ``[batch_size, num_sparse]`` and ids
+            (and weights) sample by sample, each sample's features in order, and copies
+            them into the engine's feature-major layout.
 
     Raises:
         TypeError: an argument is not an ndarray of the expected dtype.
@@ -65,7 +87,12 @@ class Batch:
     __slots__ = ("_dense", "_labels", "_lengths", "_ids", "_weights", "_struct")
 
     def __init__(self, dense: np.ndarray, labels: Optional[np.ndarray], lengths: np.ndarray,
-                 ids: np.ndarray, weights: Optional[np.ndarray] = None) -> None:
+                 ids: np.ndarray, weights: Optional[np.ndarray] = None,
+                 layout: str = "feature_major") -> None:
+        if layout == "sample_major":
+            lengths, ids, weights = _to_feature_major(lengths, ids, weights)
+        elif layout != "feature_major":
+            raise ValueError(f"layout must be 'feature_major' or 'sample_major', got {layout!r}")
         dense = _checked(dense, "dense", np.float32, 2)
         batch_size, num_dense = dense.shape
         if labels is not None:
@@ -77,7 +104,9 @@ class Batch:
         num_sparse = lengths.shape[0]
         if lengths.shape[1] != batch_size:
             raise ValueError(f"lengths must have shape [num_sparse, batch_size={batch_size}] "
-                             f"(feature-major), got {lengths.shape}")
+                             f"(feature-major), got {lengths.shape}; for [batch_size, "
+                             f"num_sparse] lengths and ids sample by sample, pass "
+                             f"layout='sample_major'")
         ids = _checked(ids, "ids", np.int64, 1)
         # Negative lengths are left to the engine, whose message names the bag.
         if lengths.size and lengths.min() >= 0:

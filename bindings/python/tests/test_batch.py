@@ -186,3 +186,24 @@ def test_batch_accessors(rng):
     assert "batch_size=5" in repr(b)
     with pytest.raises(AttributeError):
         b.dense = b.dense  # type: ignore[misc]
+
+
+def test_sample_major_layout_is_converted_to_the_engines(rng):
+    from conftest import make_batch
+    fm = make_batch(rng, batch_size=6, weights=True)
+    # The same samples, sample-major: sample s's bags of feature 0, 1, ... in turn.
+    n, f = fm.batch_size, fm.num_sparse
+    starts = np.concatenate([[0], np.cumsum(fm.lengths.ravel())])
+    bags = [[(starts[k * n + s], starts[k * n + s + 1]) for k in range(f)] for s in range(n)]
+    ids = np.concatenate([fm.ids[a:b] for row in bags for a, b in row])
+    w = np.concatenate([fm.weights[a:b] for row in bags for a, b in row])
+    sm = dlrm.Batch(fm.dense, fm.labels, np.ascontiguousarray(fm.lengths.T), ids, w,
+                    layout="sample_major")
+    assert np.array_equal(sm.lengths, fm.lengths)
+    assert np.array_equal(sm.ids, fm.ids) and np.array_equal(sm.weights, fm.weights)
+    with pytest.raises(ValueError, match="layout='sample_major'"):
+        dlrm.Batch(fm.dense, fm.labels, np.ascontiguousarray(fm.lengths.T), ids)
+    with pytest.raises(ValueError, match="layout must be"):
+        dlrm.Batch(fm.dense, fm.labels, fm.lengths, fm.ids, layout="columns")
+    with pytest.raises(ValueError, match="lengths sum to"):
+        dlrm.Batch(fm.dense, fm.labels, fm.lengths.T.copy(), ids[:-1], layout="sample_major")
