@@ -137,6 +137,13 @@ if(NOT DLRM_JAVA_SKIP_TESTS)
     TIMEOUT 60
     LABELS "java;bindings")
 
+  # The jar's native directory is self-contained: every library there loads its
+  # dependencies from there or the base system (ldd, empty environment).
+  add_test(NAME java_native_bundle
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/bundle_runtime.py check
+      ${DLRM_JAVA_NATIVE})
+  set_tests_properties(java_native_bundle PROPERTIES TIMEOUT 60 LABELS "java;bindings")
+
   # A libdlrm of another ABI version must be refused at load, naming both versions.
   add_test(NAME java_abi_mismatch
     COMMAND ${Java_JAVA_EXECUTABLE} ${DLRM_JAVA_JVM_FLAGS}

@@ -1,4 +1,5 @@
-"""Build script: packages `dlrm` with libdlrm.so bundled in dlrm/_lib/.
+"""Build script: packages `dlrm` with libdlrm.so bundled in dlrm/_lib/, beside every
+shared library it loads except the base system's (scripts/bundle_runtime.py).
 
 Where the library comes from:
   * $DLRM_LIBRARY set: that file (symlinks resolved to the real file it names);
@@ -23,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import sysconfig
 import tempfile
 import zipfile
@@ -67,6 +69,14 @@ def _build_with_cmake(build_dir: Path) -> Path:
     return built[0]
 
 
+def _bundle_runtime(library: Path, target: Path) -> None:
+    script = SOURCE_ROOT / "scripts" / "bundle_runtime.py"
+    if shutil.which("patchelf") is None:
+        raise SystemExit("error: patchelf not found (Debian package patchelf): the wheel "
+                         "bundles libdlrm's shared libraries with RUNPATH $ORIGIN")
+    subprocess.check_call([sys.executable, str(script), "bundle", str(library), str(target)])
+
+
 def _command_beside(library: Path) -> Path:
     """The `dlrm` command to bundle: $DLRM_CLI, else the one a build puts beside the
     library (build/libdlrm.so and build/dlrm)."""
@@ -96,9 +106,10 @@ class BuildPyWithLibrary(build_py):
         else:
             source = _build_with_cmake(_SCRATCH / "cmake")
             command = _command_beside(source)
-        # One regular file (wheels hold no symlinks), under the real file's name; the
-        # loader opens dlrm/_lib/libdlrm.so* by path, so no soname link is needed.
-        self.copy_file(str(source), str(target / source.name))
+        # One regular file (wheels hold no symlinks), under the real file's name (the
+        # loader opens dlrm/_lib/libdlrm.so* by path), with every shared library it loads
+        # but the base system's beside it, RUNPATH $ORIGIN (scripts/bundle_runtime.py).
+        _bundle_runtime(source, target)
         bindir = Path(self.build_lib) / "dlrm" / "_bin"
         shutil.rmtree(bindir, ignore_errors=True)
         bindir.mkdir(parents=True)

@@ -2,6 +2,7 @@
 
 1. pip install --no-deps --no-build-isolation --target <tmp> bindings/python, with
    DLRM_LIBRARY set so setup.py bundles that library into dlrm/_lib/;
+   with every shared library it loads but the base system's beside it (checked with ldd);
 2. in a fresh interpreter with DLRM_LIBRARY unset and <tmp> on sys.path, import dlrm
    (it must come from <tmp> and load the bundled library), create an engine, predict;
 3. run the `dlrm` console script pip put in <tmp>/bin (the bundled command);
@@ -92,6 +93,11 @@ def main() -> int:
         bundled = sorted((target / "dlrm" / "_lib").glob("libdlrm.so*"))
         if not bundled:
             print(f"no libdlrm bundled under {target}/dlrm/_lib", file=sys.stderr)
+            return 1
+        # Every library there loads its dependencies from there or the base system.
+        if subprocess.run([sys.executable, str(SOURCE.parents[1] / "scripts" /
+                                               "bundle_runtime.py"), "check",
+                           str(target / "dlrm" / "_lib")]).returncode != 0:
             return 1
         env = {k: v for k, v in os.environ.items()
                if k not in ("DLRM_LIBRARY", "PYTHONPATH", "PYTHONSTARTUP")}

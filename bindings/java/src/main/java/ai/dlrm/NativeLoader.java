@@ -4,10 +4,13 @@ import ai.dlrm.internal.DlrmNative;
 import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardCopyOption;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Locale;
 
 /**
@@ -21,8 +24,10 @@ import java.util.Locale;
  *       developers and for installations that put the libraries on disk. A {@code
  *       libdlrm.so.<abi>} next to it is loaded first, so the pair found together is used
  *       together;
- *   <li>otherwise the jar: resources under {@code /native/<os>-<arch>/} are copied to a fresh
- *       temporary directory and loaded with {@link System#load}, {@code libdlrm} first, so
+ *   <li>otherwise the jar: resources under {@code /native/<os>-<arch>/} (the shared libraries
+ *       libdlrm loads, listed in its {@code bundled.txt}, then libdlrm and libdlrm_jni) are
+ *       copied to a fresh temporary directory, where their RUNPATH ($ORIGIN) finds each
+ *       other, and loaded with {@link System#load}, {@code libdlrm} first, so
  *       that the JNI library's dependency on it ({@code DT_NEEDED libdlrm.so.<abi>}) is
  *       satisfied by the copy already loaded. The copies are deleted right after loading
  *       (Linux keeps a loaded library mapped), so a killed JVM leaves nothing behind.
@@ -133,7 +138,9 @@ public final class NativeLoader {
   private static void extractAndLoad(String jniName) {
     String platform = platform();
     String resourceDir = "/native/" + platform + "/";
-    String[] names = {coreLibraryName(), jniName}; // dependency first
+    List<String> names = new ArrayList<>(bundledNames(resourceDir)); // RUNPATH $ORIGIN finds them
+    names.add(coreLibraryName()); // then the engine, then the JNI library that needs it
+    names.add(jniName);
     Path dir;
     try {
       dir = Files.createTempDirectory("dlrm-native-");
@@ -142,21 +149,10 @@ public final class NativeLoader {
     }
     try {
       for (String name : names) {
-        Path target = dir.resolve(name);
-        try (InputStream in = NativeLoader.class.getResourceAsStream(resourceDir + name)) {
-          if (in == null) {
-            throw newError(
-                "libdlrm_jni is neither on java.library.path ("
-                    + System.getProperty("java.library.path") + ") nor in the jar as "
-                    + resourceDir + name + " (platform " + platform + ")",
-                null);
-          }
-          Files.copy(in, target, StandardCopyOption.REPLACE_EXISTING);
-        } catch (IOException e) {
-          throw newError("cannot extract " + resourceDir + name + " to " + target, e);
-        }
-        System.load(target.toString());
+        extract(resourceDir, name, dir.resolve(name), platform);
       }
+      System.load(dir.resolve(coreLibraryName()).toString());
+      System.load(dir.resolve(jniName).toString());
     } finally {
       for (String name : names) {
         try {
@@ -172,6 +168,40 @@ public final class NativeLoader {
       }
     }
   }
+
+  /** The shared libraries libdlrm loads that the jar carries (its bundled.txt). */
+  private static List<String> bundledNames(String resourceDir) {
+    List<String> names = new ArrayList<>();
+    try (InputStream in = NativeLoader.class.getResourceAsStream(resourceDir + "bundled.txt")) {
+      if (in == null) {
+        return names; // a jar of libdlrm alone: its dependencies come from the system
+      }
+      for (String line : new String(in.readAllBytes(), StandardCharsets.UTF_8).split("\n")) {
+        if (!line.isBlank()) {
+          names.add(line.strip());
+        }
+      }
+    } catch (IOException e) {
+      throw newError("cannot read " + resourceDir + "bundled.txt from the jar", e);
+    }
+    return names;
+  }
+
+  private static void extract(String resourceDir, String name, Path target, String platform) {
+    try (InputStream in = NativeLoader.class.getResourceAsStream(resourceDir + name)) {
+      if (in == null) {
+        throw newError(
+            "libdlrm_jni is neither on java.library.path ("
+                + System.getProperty("java.library.path") + ") nor in the jar as "
+                + resourceDir + name + " (platform " + platform + ")",
+            null);
+      }
+      Files.copy(in, target, StandardCopyOption.REPLACE_EXISTING);
+    } catch (IOException e) {
+      throw newError("cannot extract " + resourceDir + name + " to " + target, e);
+    }
+  }
+
 
   /** Resource directory name of this platform, e.g. {@code linux-x86_64}. */
   static String platform() {
