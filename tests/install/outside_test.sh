@@ -1,21 +1,33 @@
 #!/usr/bin/env bash
-# README's "Using libdlrm outside this repository", step by step, in a scratch directory:
-# cmake --install into a prefix, then a Go module (vendored, `#cgo pkg-config: dlrm`), a
-# Java program (the installed dlrm.jar only) and a Python venv (pip install of the
-# package) each build and run with nothing of the build tree on their paths.
-# usage: outside_test.sh BUILD_DIR SOURCE_DIR WORK_DIR
+# README's "Using libdlrm outside this repository", step by step, in a fresh directory
+# outside the repository (under $TMPDIR, removed afterwards): cmake --install into a
+# prefix there, then a C program (pkg-config and CMake), a Go module (vendored, `#cgo
+# pkg-config: dlrm`), a Java program (the installed dlrm.jar only) and a Python venv (pip
+# install of the package) each build and run with nothing of the build tree on their paths.
+# usage: outside_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 BUILD=$1
 SRC=$2
-WORK=$3
 APPS=$SRC/tests/install/outside
 MODEL=$SRC/tests/data/small_model.pbtxt
-rm -rf "$WORK" && mkdir -p "$WORK"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dlrm-outside-XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
 PREFIX=$WORK/prefix
 cmake --install "$BUILD" --prefix "$PREFIX" > install.log
 export PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig
 unset LD_LIBRARY_PATH DLRM_LIBRARY
+
+# C: pkg-config, then CMake's find_package(dlrm).
+mkdir capp && cp "$SRC/tests/install/consumer.c" "$SRC/tests/install/CMakeLists.txt" capp/
+(
+  cd capp
+  cc -std=c99 -Wall -Werror consumer.c $(pkg-config --cflags --libs dlrm) -o app_pc
+  ./app_pc
+  cmake -S . -B build -DCMAKE_PREFIX_PATH="$PREFIX" > /dev/null
+  cmake --build build > /dev/null
+  ./build/consumer
+)
 
 # Go: a module of its own; libdlrm.dev/dlrm comes from the source tree by a replace
 # directive (no module proxy serves it), vendored, found by pkg-config.
@@ -48,4 +60,4 @@ DLRM_LIBRARY=$(ls "$PREFIX"/lib/libdlrm.so.*.*) DLRM_CLI=$PREFIX/bin/dlrm \
   --disable-pip-version-check "$SRC/bindings/python"
 (cd "$WORK" && venv/bin/python "$APPS/app.py" "$MODEL")
 venv/bin/dlrm generate --out_dir="$WORK/data" --train_samples=20 --test_samples=2 > /dev/null
-echo "outside_test: C (install_test), Go, Java and Python built and ran from $WORK"
+echo "outside_test: C, Go, Java and Python built and ran in $WORK"
