@@ -378,11 +378,11 @@ static int report(const job* j, int failed, const outcome* got, const outcome* w
   if (!failed && j->opt.check && j->rank == 0 && !same_outcome(j, got, want)) failed = 1;
   MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (j->rank == 0 && !any_failed)
-    printf("mpi_train: %d trainers, %d steps of %d samples: last loss %.6f, eval auc %.4f "
-           "log loss %.4f%s\n",
-           j->size, j->opt.steps, j->opt.part * j->size, got->losses[j->opt.steps - 1],
-           got->eval.auc, got->eval.log_loss,
-           j->opt.check ? "; bitwise equal to one process" : "");
+    printf(
+        "mpi_train: %d trainers, %d steps of %d samples: last loss %.6f, eval auc %.4f "
+        "log loss %.4f%s\n",
+        j->size, j->opt.steps, j->opt.part * j->size, got->losses[j->opt.steps - 1], got->eval.auc,
+        got->eval.log_loss, j->opt.check ? "; bitwise equal to one process" : "");
   return any_failed;
 }
 
@@ -397,8 +397,9 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &j.size);
   if (provided < MPI_THREAD_FUNNELED || !parse_options(argc, argv, &j.opt)) {
     if (j.rank == 0)
-      fprintf(stderr, "usage: mpirun -np N mpi_train [--steps S] [--part P] [--rows R] "
-                      "[--checkpoint DIR] [--check] (needs MPI_THREAD_FUNNELED)\n");
+      fprintf(stderr,
+              "usage: mpirun -np N mpi_train [--steps S] [--part P] [--rows R] "
+              "[--checkpoint DIR] [--check] (needs MPI_THREAD_FUNNELED)\n");
     MPI_Finalize();
     return 2;
   }
