@@ -222,10 +222,10 @@ constexpr const char* kKnownVariables[] = {
     // engine/core/cpu_features.h
     "DLRM_MAX_ISA",
     // bindings (the library to load), scripts/*.sh, tests and benchmarks
-    "DLRM_LIBRARY", "DLRM_JOBS", "DLRM_ROOT", "DLRM_BUILD_DIR", "DLRM_GPU_BUILD_DIR",
-    "DLRM_TEST_TMPDIR", "DLRM_TEST_MODEL", "DLRM_TEST_SSD_CHILD", "DLRM_CROSSLANG_DIR", "DLRM_SKIP_SANITIZER",
-    "DLRM_BENCH_DATA", "DLRM_BENCH_CONFIG_DIR", "DLRM_DEMO_DIR", "DLRM_DEMO_TRAIN",
-    "DLRM_DEMO_TEST"};
+    "DLRM_LIBRARY", "DLRM_CLI", "DLRM_JOBS", "DLRM_ROOT", "DLRM_BUILD_DIR", "DLRM_GPU_BUILD_DIR",
+    "DLRM_TEST_TMPDIR", "DLRM_TEST_MODEL", "DLRM_TEST_SSD_CHILD", "DLRM_CROSSLANG_DIR",
+    "DLRM_SKIP_SANITIZER", "DLRM_BENCH_DATA", "DLRM_BENCH_CONFIG_DIR", "DLRM_DEMO_DIR",
+    "DLRM_DEMO_TRAIN", "DLRM_DEMO_TEST"};
 
 // Edits (insert, delete, substitute) from a to b.
 size_t EditDistance(const std::string& a, const std::string& b) {
