@@ -12,6 +12,9 @@ namespace dlrm {
 double RocAuc(const std::vector<double>& scores, const std::vector<float>& labels) {
   if (scores.size() != labels.size())
     ThrowInvalid("RocAuc: ", scores.size(), " scores but ", labels.size(), " labels");
+  // A NaN has no rank (and NaN != NaN would never close its run of ties below).
+  for (const double s : scores)
+    if (std::isnan(s)) return std::numeric_limits<double>::quiet_NaN();
   const size_t n = scores.size();
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);

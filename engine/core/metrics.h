@@ -18,7 +18,7 @@ EvalResult Evaluation(const std::vector<double>& probabilities, const std::vecto
 
 // Area under the ROC curve, exact: ranks by score with tied scores sharing their mean
 // rank (Mann-Whitney U). Labels are thresholded at 0.5. Returns NaN when only one class
-// is present.
+// is present, or when a score is NaN (it has no rank).
 double RocAuc(const std::vector<double>& scores, const std::vector<float>& labels);
 
 // Mean binary cross-entropy of probabilities, clamped to [1e-12, 1 - 1e-12].

@@ -162,6 +162,14 @@ TEST(MetricsTest, AucCountsTiesAsHalf) {
   EXPECT_THROW(RocAuc({0.1}, {1, 0}), Error);
 }
 
+// Found by capi_fuzz_test: a model whose predictions are NaN made evaluate hang (a NaN's
+// run of ties never ended). A NaN score has no rank: the AUC is NaN.
+TEST(MetricsTest, AucOfNanScoresIsNanAndReturns) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(RocAuc({0.9, nan, 0.1}, {1, 0, 0})));
+  EXPECT_TRUE(std::isnan(RocAuc({nan, nan}, {1, 0})));
+}
+
 TEST(MetricsTest, LogLossIsMeanCrossEntropy) {
   EXPECT_NEAR(LogLoss({0.8, 0.3}, {1, 0}), -(std::log(0.8) + std::log(0.7)) / 2, 1e-12);
   EXPECT_LT(LogLoss({1.0, 0.0}, {0, 1}), 30);  // clamped, finite
