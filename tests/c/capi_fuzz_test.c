@@ -76,7 +76,10 @@ static void mutate_once(roomy_batch* r) {
     case 6: b->num_ids += any(5) - 2; break;
     case 7: r->dense[any(B * ND)] = extreme_float(); break;
     case 8: r->labels[any(B)] = extreme_float(); break;
-    case 9: b->weights = r->weights, r->weights[any(NF * B * 3)] = extreme_float(); break;
+    case 9:
+      b->weights = r->weights;
+      r->weights[any(NF * B * 3)] = extreme_float();
+      break;
     case 10: {
       const void** fields[] = {(const void**)&b->dense, (const void**)&b->lengths,
                                (const void**)&b->ids, (const void**)&b->labels};
@@ -106,9 +109,7 @@ static dlrm_status call(dlrm_engine* e, const dlrm_batch* b, int which) {
   switch (which) {
     case 0: return dlrm_engine_train_step(e, b, &loss);
     case 1: return dlrm_engine_predict(e, b, out, B + CAP);
-    case 2:
-      result.struct_size = sizeof result;
-      return dlrm_engine_evaluate(e, b, 1, &result);
+    case 2: result.struct_size = sizeof result; return dlrm_engine_evaluate(e, b, 1, &result);
     default:
       s = dlrm_engine_train_submit(e, b, &ticket);
       return s != DLRM_OK ? s : dlrm_engine_train_wait(e, ticket, &loss);
