@@ -71,7 +71,11 @@ static void mutate_once(roomy_batch* r) {
     case 1: b->num_dense = (int32_t)(ND + any(3) - 1); break;
     case 2: b->num_sparse = (int32_t)(NF + any(3) - 1); break;
     case 3: r->lengths[any(NF * B)] = any(2) ? -1 - (int32_t)any(3) : INT32_MAX; break;
-    case 4: r->lengths[any(NF * B)] += (int32_t)any(3); break;
+    case 4: { /* one more or two more ids in a bag (an INT32_MAX bag stays as it is) */
+      int32_t* len = &r->lengths[any(NF * B)];
+      if (*len < INT32_MAX - 2) *len += (int32_t)any(3);
+      break;
+    }
     case 5: r->ids[any(NF * B * 3)] = extreme_id(); break;
     case 6: b->num_ids += any(5) - 2; break;
     case 7: r->dense[any(B * ND)] = extreme_float(); break;
