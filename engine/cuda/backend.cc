@@ -138,6 +138,8 @@ class CudaBackend final : public train::Backend {
   mutable bool host_stale_ = false;                 // the device trained since PullState
   std::unique_ptr<BatchStaging> staging_;
   StepBuffers buf_;
+  mutable DeviceBatch predict_in_;  // PredictLogits' batch and activations
+  mutable Activations predict_acts_;
   DeviceBuffer<float> dense_grad_;
   DeviceBuffer<FeatureSpec> feature_specs_;
   DeviceBuffer<SparseFeatureArgs> sparse_features_;
@@ -298,10 +300,10 @@ void CudaBackend::EnqueueStep(const DeviceBatch& in) {
 void CudaBackend::PredictLogits(const ValidatedBatch& batch, float* logits) const {
   std::lock_guard<std::mutex> lock(mu_);
   CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
-  DeviceBatch in;  // training's buffers stay as they are (and their graphs valid)
-  Activations acts;
-  CopyBatch(batch.view, batch.offsets.data(), batch.offsets.size(), false, &in, stream_);
-  const float* y = Forward(in, acts);
+  // Training's buffers stay as they are (and their graphs valid); prediction's own are
+  // grown only, so a stream of batches allocates nothing once warm.
+  CopyBatch(batch.view, batch.offsets.data(), batch.offsets.size(), false, &predict_in_, stream_);
+  const float* y = Forward(predict_in_, predict_acts_);
   CheckCuda(cudaMemcpyAsync(logits, y, batch.view.batch_size * sizeof(float),
                             cudaMemcpyDeviceToHost, stream_),
             "cudaMemcpyAsync (logits)");

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cub/cub.cuh>
 
@@ -66,39 +67,170 @@ __device__ void UpdateElement(const SparseStepArgs& o, const SparseTableArgs& t,
   }
 }
 
-// One warp per touched row (segment s): the row's gradient into shared memory, each
-// column summed over the segment's occurrences in order, then the optimizer once.
-__global__ void UpdateRows(EmbeddingBackwardArgs a, const SparseStepArgs* step,
-                           const uint64_t* keys, const int64_t* positions,
-                           const int64_t* segment_begin, const int32_t* counts,
-                           const int32_t* num_segments, const int64_t* bases, const float* coefs) {
-  extern __shared__ float grad[];  // [max_dim], then row-wise Adagrad's denominator
-  const int64_t s = blockIdx.x;
-  if (s >= *num_segments || (a.skip != nullptr && *a.skip != 0)) return;
-  const SparseStepArgs o = *step;
-  const int64_t begin = segment_begin[s], end = begin + counts[s];
+constexpr int kUnroll = 8;  // occurrences whose d_pooled loads are in flight together
+// A row of more occurrences than this is "hot": UpdateRows lists it and UpdateHotRows, a
+// block of kHotThreads per row, stages its d_pooled rows through shared memory.
+constexpr int32_t kHotCount = 64;
+constexpr int kHotThreads = 256;
+constexpr int kStageFloats = 8192;       // UpdateHotRows' staged d_pooled values (32 KiB)
+constexpr int64_t kMaxBlocks = 16384;    // UpdateRows' grid: each block strides over rows
+constexpr int64_t kMaxHotBlocks = 1024;  // UpdateHotRows' grid
+
+// The shared memory of a block of `threads` updating rows of <= max_dim columns: the
+// row's gradient [max_dim], row-wise Adagrad's denominator, one chunk of `threads`
+// occurrences' d_pooled bases and coefficients, then `stage` floats.
+struct RowScratch {
+  float* grad;
+  int64_t* chunk_base;
+  float* chunk_coef;
+  float* stage;
+};
+__host__ __device__ size_t ChunkOffset(int32_t max_dim) {
+  return ((static_cast<size_t>(max_dim) + 1) * sizeof(float) + 7) / 8 * 8;
+}
+__host__ __device__ size_t SharedBytes(int32_t max_dim, int threads, int stage) {
+  return ChunkOffset(max_dim) + threads * (sizeof(int64_t) + sizeof(float)) +
+         static_cast<size_t>(stage) * sizeof(float);
+}
+__device__ RowScratch CarveShared(unsigned char* shared, int32_t max_dim) {
+  RowScratch r;
+  r.grad = reinterpret_cast<float*>(shared);
+  r.chunk_base = reinterpret_cast<int64_t*>(shared + ChunkOffset(max_dim));
+  r.chunk_coef = reinterpret_cast<float*>(r.chunk_base + blockDim.x);
+  r.stage = r.chunk_coef + blockDim.x;
+  return r;
+}
+
+// g plus column k's share of m occurrences, in order; the kUnroll loads of d_pooled
+// are issued before their products are summed.
+__device__ float SumChunk(const float* d_pooled_k, const int64_t* base, const float* coef, int m,
+                          float g) {
+  int i = 0;
+  for (; i + kUnroll <= m; i += kUnroll) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = d_pooled_k[base[i + u]];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) g = __fadd_rn(g, __fmul_rn(coef[i + u], v[u]));
+  }
+  for (; i < m; ++i) g = __fadd_rn(g, __fmul_rn(coef[i], d_pooled_k[base[i]]));
+  return g;
+}
+
+// The block copies the d_pooled rows of m occurrences into stage [m x dim], then each
+// column k adds their products into grad[k] in order.
+__device__ void SumStaged(const float* d_pooled, const int64_t* base, const float* coef, int m,
+                          int32_t dim, const RowScratch& s) {
+  const int count = m * dim;
+#pragma unroll 4
+  for (int e = threadIdx.x; e < count; e += blockDim.x) {
+    const int i = e / dim;
+    s.stage[e] = d_pooled[base[i] + (e - i * dim)];
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < dim; k += blockDim.x) {
+    float g = s.grad[k];
+    for (int i = 0; i < m; ++i) g = __fadd_rn(g, __fmul_rn(coef[i], s.stage[i * dim + k]));
+    s.grad[k] = g;
+  }
+  __syncthreads();  // before the next stage overwrites this one
+}
+
+// grad[k] = the sum over occurrences [begin, end) of coef * d_pooled[base + k], in order.
+// The block gathers blockDim.x occurrences' sources at a time into shared memory; with
+// `stage` floats of shared memory it stages their d_pooled rows too.
+__device__ void SumRowGradient(const float* d_pooled, const int64_t* positions,
+                               const int64_t* bases, const float* coefs, int64_t begin, int64_t end,
+                               int32_t dim, int stage, const RowScratch& s) {
+  const int t = static_cast<int>(threadIdx.x);
+  for (int k = t; k < dim; k += blockDim.x) s.grad[k] = 0.0f;
+  const int per_stage = stage / dim;  // rows staged at once; 0: read in place
+  for (int64_t j0 = begin; j0 < end; j0 += blockDim.x) {
+    const auto m = static_cast<int>(min(static_cast<int64_t>(blockDim.x), end - j0));
+    __syncthreads();  // the previous chunk's readers are done
+    if (t < m) {
+      const int64_t p = positions[j0 + t];
+      s.chunk_base[t] = bases[p];
+      s.chunk_coef[t] = coefs[p];
+    }
+    __syncthreads();
+    if (per_stage == 0) {
+      for (int k = t; k < dim; k += blockDim.x)
+        s.grad[k] = SumChunk(d_pooled + k, s.chunk_base, s.chunk_coef, m, s.grad[k]);
+      continue;
+    }
+    for (int i0 = 0; i0 < m; i0 += per_stage)
+      SumStaged(d_pooled, s.chunk_base + i0, s.chunk_coef + i0, min(per_stage, m - i0), dim, s);
+  }
+  __syncthreads();
+}
+
+// Row s's gradient summed, then the optimizer applied to the row once.
+__device__ void UpdateRow(const EmbeddingBackwardArgs& a, const SparseStepArgs& o,
+                          const uint64_t* keys, const int64_t* positions, int64_t begin,
+                          int64_t end, const int64_t* bases, const float* coefs, int stage,
+                          const RowScratch& s) {
   const uint64_t key = keys[begin];
   const SparseTableArgs t = a.tables[key >> kIdBits];
   const auto row = static_cast<int64_t>(key & ((uint64_t{1} << kIdBits) - 1));
-  for (int k = threadIdx.x; k < t.dim; k += blockDim.x) {
-    float g = 0.0f;
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t p = positions[j];
-      g = __fadd_rn(g, __fmul_rn(coefs[p], a.d_pooled[bases[p] + k]));
-    }
-    grad[k] = g;
-  }
-  __syncthreads();
-  float& rowwise_denom = grad[a.max_dim];
+  SumRowGradient(a.d_pooled, positions, bases, coefs, begin, end, t.dim, stage, s);
+  float& rowwise_denom = s.grad[a.max_dim];
   if (o.kind == kRowwise && threadIdx.x == 0) {
     const float h =
-        __fadd_rn(t.state0[row], __fdiv_rn(SquaredNorm(grad, t.dim), static_cast<float>(t.dim)));
+        __fadd_rn(t.state0[row], __fdiv_rn(SquaredNorm(s.grad, t.dim), static_cast<float>(t.dim)));
     t.state0[row] = h;
     rowwise_denom = __fadd_rn(__fsqrt_rn(h), o.eps);
   }
   __syncthreads();
   for (int k = threadIdx.x; k < t.dim; k += blockDim.x)
-    UpdateElement(o, t, row, k, grad[k], rowwise_denom);
+    UpdateElement(o, t, row, k, s.grad[k], rowwise_denom);
+  __syncthreads();  // before the next row overwrites grad
+}
+
+// The sorted occurrences' segments: where each touched row's run starts, and its length.
+struct Segments {
+  const uint64_t* keys;
+  const int64_t* positions;
+  const int64_t* begin;
+  const int32_t* counts;
+  const int32_t* num;
+  int32_t* hot;      // the segments of more than kHotCount occurrences, listed
+  int32_t* num_hot;  // zeroed before UpdateRows
+};
+
+// One block (one warp) per touched row of at most kHotCount occurrences, striding over
+// the rows; hotter rows are listed for UpdateHotRows (their order there is immaterial:
+// each row is one block's alone).
+__global__ void UpdateRows(EmbeddingBackwardArgs a, const SparseStepArgs* step, Segments g,
+                           const int64_t* bases, const float* coefs) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  const RowScratch scratch = CarveShared(shared, a.max_dim);
+  if (a.skip != nullptr && *a.skip != 0) return;
+  const SparseStepArgs o = *step;
+  for (int64_t s = blockIdx.x; s < *g.num; s += gridDim.x) {
+    const int32_t count = g.counts[s];
+    if (count > kHotCount) {
+      if (threadIdx.x == 0) g.hot[atomicAdd(g.num_hot, 1)] = static_cast<int32_t>(s);
+      continue;
+    }
+    const int64_t begin = g.begin[s];
+    UpdateRow(a, o, g.keys, g.positions, begin, begin + count, bases, coefs, 0, scratch);
+  }
+}
+
+// One block of kHotThreads per listed hot row.
+__global__ void UpdateHotRows(EmbeddingBackwardArgs a, const SparseStepArgs* step, Segments g,
+                              const int64_t* bases, const float* coefs) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  const RowScratch scratch = CarveShared(shared, a.max_dim);
+  if (a.skip != nullptr && *a.skip != 0) return;
+  const SparseStepArgs o = *step;
+  for (int32_t h = blockIdx.x; h < *g.num_hot; h += gridDim.x) {
+    const int32_t s = g.hot[h];
+    const int64_t begin = g.begin[s];
+    UpdateRow(a, o, g.keys, g.positions, begin, begin + g.counts[s], bases, coefs, kStageFloats,
+              scratch);
+  }
 }
 
 void CheckArgs(const EmbeddingBackwardArgs& a) {
@@ -112,8 +244,6 @@ void CheckArgs(const EmbeddingBackwardArgs& a) {
   if (a.num_ids > INT32_MAX)
     ThrowInvalid("embedding backward: num_ids ", a.num_ids, " is more than 2^31 - 1");
 }
-
-size_t SharedBytes(int32_t max_dim) { return (static_cast<size_t>(max_dim) + 1) * sizeof(float); }
 
 int BitsFor(int64_t values) {
   int bits = 0;
@@ -154,7 +284,18 @@ SparseStepArgs MakeSparseStepArgs(const config::SparseOptimizerConfig& c, float 
 }
 
 int32_t EmbeddingBackward::MaxDim(size_t shared_bytes_per_block) {
-  return static_cast<int32_t>(shared_bytes_per_block / sizeof(float)) - 1;
+  // The largest max_dim with both kernels' SharedBytes <= shared_bytes_per_block.
+  const size_t fixed = SharedBytes(0, kHotThreads, kStageFloats) + sizeof(float);
+  if (shared_bytes_per_block < fixed + 2 * sizeof(float)) return 0;
+  return static_cast<int32_t>((shared_bytes_per_block - fixed) / sizeof(float)) - 1;
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory (past the default 48 KiB, it opts in).
+template <typename Kernel>
+void AllowShared(Kernel kernel, size_t bytes) {
+  CheckCuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(bytes)),
+            "cudaFuncSetAttribute (embedding update shared memory)");
 }
 
 void EmbeddingBackward::Prepare(const EmbeddingBackwardArgs& args) {
@@ -165,13 +306,13 @@ void EmbeddingBackward::Prepare(const EmbeddingBackwardArgs& args) {
   for (auto* b : {&positions_, &sorted_positions_, &segment_begin_, &bases_}) b->Reserve(n);
   coefs_.Reserve(n);
   counts_.Reserve(n);
-  num_segments_.Reserve(1);
+  hot_.Reserve(n / kHotCount + 1);
+  num_segments_.Reserve(2);  // the segments, then the hot ones
   ReserveTemp(n, EndBit(args));
-  const size_t shared = SharedBytes(args.max_dim);
-  if (shared > shared_bytes_) {  // past the default 48 KiB: the block opts in
-    CheckCuda(cudaFuncSetAttribute(UpdateRows, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(shared)),
-              "cudaFuncSetAttribute (embedding update shared memory)");
+  const size_t shared = SharedBytes(args.max_dim, kHotThreads, kStageFloats);
+  if (shared > shared_bytes_) {
+    AllowShared(UpdateRows, SharedBytes(args.max_dim, kWarp, 0));
+    AllowShared(UpdateHotRows, shared);
     shared_bytes_ = shared;
   }
 }
@@ -227,10 +368,17 @@ void EmbeddingBackward::Run(const EmbeddingBackwardArgs& args, const SparseStepA
       args, keys_.get(), positions_.get(), bases_.get(), coefs_.get());
   CheckCuda(cudaGetLastError(), "embedding backward: keys");
   SortAndSegment(n, EndBit(args), stream);
-  // Launched for the most segments there can be; the blocks past the real count return.
-  UpdateRows<<<static_cast<unsigned>(n), kWarp, SharedBytes(args.max_dim), stream>>>(
-      args, step_args, sorted_keys_.get(), sorted_positions_.get(), segment_begin_.get(),
-      counts_.get(), num_segments_.get(), bases_.get(), coefs_.get());
+  const Segments g{sorted_keys_.get(),     sorted_positions_.get(), segment_begin_.get(),
+                   counts_.get(),          num_segments_.get(),     hot_.get(),
+                   num_segments_.get() + 1};
+  CheckCuda(cudaMemsetAsync(g.num_hot, 0, sizeof(int32_t), stream), "cudaMemsetAsync");
+  // Sized for the most rows there can be; each block strides over the real count.
+  UpdateRows<<<static_cast<unsigned>(std::min(n, kMaxBlocks)), kWarp,
+               SharedBytes(args.max_dim, kWarp, 0), stream>>>(args, step_args, g, bases_.get(),
+                                                              coefs_.get());
+  UpdateHotRows<<<static_cast<unsigned>(std::min(n / kHotCount + 1, kMaxHotBlocks)), kHotThreads,
+                  SharedBytes(args.max_dim, kHotThreads, kStageFloats), stream>>>(
+      args, step_args, g, bases_.get(), coefs_.get());
   CheckCuda(cudaGetLastError(), "embedding backward: update");
 }
 

@@ -2,7 +2,11 @@
 // "backward + optimizer" TBE kernels, deterministic): every id occurrence of a batch is
 // keyed by (table, id) and stably radix-sorted (CUB), each run of one key is a touched row,
 // and one warp per row sums the row's gradient over its occurrences in sorted order, then
-// applies the optimizer to the row once. No float atomics.
+// applies the optimizer to the row once. A row of more than 64 occurrences (zipf ids give a
+// table's hottest row a fifth of them) is left to a second kernel, a block of 256 threads
+// per row that stages the occurrences' d_pooled rows in shared memory before summing them
+// in the same order. No float atomics (an atomic index lists the hot rows; each row is one
+// block's alone, so their order changes nothing).
 //
 // Bits: the CPU (engine/embedding/embedding_bag.cc BackwardAndUpdate, sparse_optimizer.cc)
 // groups a table's occurrences by id in (feature, position) order and sums coef * d_pooled
@@ -99,9 +103,9 @@ class EmbeddingBackward {
   DeviceBuffer<int64_t> positions_, sorted_positions_, segment_begin_;
   DeviceBuffer<int64_t> bases_;
   DeviceBuffer<float> coefs_;
-  DeviceBuffer<int32_t> counts_, num_segments_;
+  DeviceBuffer<int32_t> counts_, num_segments_, hot_;
   DeviceBuffer<uint8_t> cub_temp_;
-  size_t shared_bytes_ = 48 * 1024;  // UpdateRows' dynamic shared memory limit
+  size_t shared_bytes_ = 48 * 1024;  // the update kernels' dynamic shared memory limit
 };
 
 }  // namespace dlrm::cuda

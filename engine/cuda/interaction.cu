@@ -33,7 +33,8 @@ __global__ void DotForward(const float* x, const float* pooled, int d, int f, in
 }
 
 // One block per sample, one thread per (vector m, column k): dz_m[k] = sum over the pairs
-// that hold m, in the forward's pair order, of g * the other vector's k-th value.
+// that hold m, in the forward's pair order, of g * the other vector's k-th value. In that
+// order the pairs holding m are (m, 0) .. (m, m - 1), then (m + 1, m) .. (f, m).
 __global__ void DotBackward(const float* x, const float* pooled, const float* dout, int d, int f,
                             int out_dim, float* dx, float* dpooled) {
   const int64_t r = blockIdx.x;
@@ -43,14 +44,10 @@ __global__ void DotBackward(const float* x, const float* pooled, const float* do
   for (int t = threadIdx.x; t < (f + 1) * d; t += blockDim.x) {
     const int m = t / d, k = t % d;
     float acc = m == 0 ? dout[r * out_dim + k] : 0.0f;
-    for (int i = 1; i <= f; ++i) {
-      for (int j = 0; j < i; ++j) {
-        if (i != m && j != m) continue;
-        const float gij = g[i * (i - 1) / 2 + j];
-        const int other = i == m ? j : i;
-        acc = __fadd_rn(acc, __fmul_rn(gij, Z(xr, pr, other, d)[k]));
-      }
-    }
+    const float* gm = g + m * (m - 1) / 2;  // row m of the pairs: (m, j), j < m
+    for (int j = 0; j < m; ++j) acc = __fadd_rn(acc, __fmul_rn(gm[j], Z(xr, pr, j, d)[k]));
+    for (int i = m + 1; i <= f; ++i)
+      acc = __fadd_rn(acc, __fmul_rn(g[i * (i - 1) / 2 + m], Z(xr, pr, i, d)[k]));
     if (m == 0)
       dx[r * d + k] = acc;
     else

@@ -10,8 +10,20 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr int kBiasChunkRows = 256;
 constexpr int kThreads = 256;
 
-// dy zeroed where the ReLU was off (y <= 0, as the CPU); partial[c][j] = the sum of dy's
-// column j over chunk c's rows, in row order.
+constexpr int kRowsInFlight = 8;  // rows whose loads are issued before their sums
+
+// dy's (r, j) with the ReLU's mask applied (zeroed in dy where y <= 0, as the CPU).
+__device__ __forceinline__ float MaskedGrad(const float* y, float* dy, int64_t at, float g,
+                                            int relu) {
+  if (relu && !(y[at] > 0.0f)) {
+    dy[at] = 0.0f;
+    return 0.0f;
+  }
+  return g;
+}
+
+// dy zeroed where the ReLU was off; partial[c][j] = the sum of dy's column j over chunk
+// c's rows, in row order.
 __global__ void ReluMaskPartialColumnSums(const float* y, float* dy, int64_t n, int out, int relu,
                                           float* partial) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
@@ -20,14 +32,16 @@ __global__ void ReluMaskPartialColumnSums(const float* y, float* dy, int64_t n, 
   const int64_t r0 = chunk * kBiasChunkRows;
   const int64_t r1 = r0 + kBiasChunkRows < n ? r0 + kBiasChunkRows : n;
   float sum = 0.0f;
-  for (int64_t r = r0; r < r1; ++r) {
-    float g = dy[r * out + j];
-    if (relu && !(y[r * out + j] > 0.0f)) {
-      g = 0.0f;
-      dy[r * out + j] = 0.0f;
-    }
-    sum = __fadd_rn(sum, g);
+  int64_t r = r0;
+  for (; r + kRowsInFlight <= r1; r += kRowsInFlight) {
+    float g[kRowsInFlight];
+#pragma unroll
+    for (int u = 0; u < kRowsInFlight; ++u) g[u] = dy[(r + u) * out + j];
+#pragma unroll
+    for (int u = 0; u < kRowsInFlight; ++u)
+      sum = __fadd_rn(sum, MaskedGrad(y, dy, (r + u) * out + j, g[u], relu));
   }
+  for (; r < r1; ++r) sum = __fadd_rn(sum, MaskedGrad(y, dy, r * out + j, dy[r * out + j], relu));
   partial[chunk * out + j] = sum;
 }
 

@@ -15,19 +15,42 @@ __device__ __forceinline__ float Accumulate(float acc, float value, const float*
   return w != nullptr ? __fadd_rn(acc, __fmul_rn(*w, value)) : __fadd_rn(acc, value);
 }
 
-// Columns [4 * lane, 4 * lane + 4) + 128 k of one bag, read as float4 (dim % 4 == 0).
+constexpr int kUnroll = 4;  // rows whose loads are in flight together
+
+__device__ __forceinline__ float4 Accumulate4(float4 acc, float4 v, const float* w) {
+  acc.x = Accumulate(acc.x, v.x, w);
+  acc.y = Accumulate(acc.y, v.y, w);
+  acc.z = Accumulate(acc.z, v.z, w);
+  acc.w = Accumulate(acc.w, v.w, w);
+  return acc;
+}
+
+// Columns [c, c + 4) of one bag, read as float4 (dim % 4 == 0). The loads of kUnroll rows
+// are issued before their sums, which stay in id order.
+__device__ float4 SumBagVec4(const FeatureSpec& f, const int64_t* ids, const float* weights,
+                             int64_t begin, int64_t end, int32_t c) {
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  int64_t i = begin;
+  for (; i + kUnroll <= end; i += kUnroll) {
+    float4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      v[u] = *reinterpret_cast<const float4*>(f.table + ids[i + u] * f.dim + c);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      acc = Accumulate4(acc, v[u], weights != nullptr ? weights + i + u : nullptr);
+  }
+  for (; i < end; ++i)
+    acc = Accumulate4(acc, *reinterpret_cast<const float4*>(f.table + ids[i] * f.dim + c),
+                      weights != nullptr ? weights + i : nullptr);
+  return acc;
+}
+
+// Columns [4 * lane, 4 * lane + 4) + 128 k of one bag.
 __device__ void PoolBagVec4(const FeatureSpec& f, const int64_t* ids, const float* weights,
                             int64_t begin, int64_t end, float* out, int lane) {
   for (int32_t c = 4 * lane; c < f.dim; c += 4 * kWarp) {
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int64_t i = begin; i < end; ++i) {
-      const float4 v = *reinterpret_cast<const float4*>(f.table + ids[i] * f.dim + c);
-      const float* w = weights != nullptr ? weights + i : nullptr;
-      acc.x = Accumulate(acc.x, v.x, w);
-      acc.y = Accumulate(acc.y, v.y, w);
-      acc.z = Accumulate(acc.z, v.z, w);
-      acc.w = Accumulate(acc.w, v.w, w);
-    }
+    float4 acc = SumBagVec4(f, ids, weights, begin, end, c);
     if (f.mean != 0 && end > begin) {
       const auto len = static_cast<float>(end - begin);
       acc.x = __fdiv_rn(acc.x, len);
@@ -35,7 +58,7 @@ __device__ void PoolBagVec4(const FeatureSpec& f, const int64_t* ids, const floa
       acc.z = __fdiv_rn(acc.z, len);
       acc.w = __fdiv_rn(acc.w, len);
     }
-    out[c] = acc.x;
+    out[c] = acc.x;  // out's rows need not be 16-byte aligned
     out[c + 1] = acc.y;
     out[c + 2] = acc.z;
     out[c + 3] = acc.w;

@@ -3,7 +3,8 @@
 // BackwardAndUpdate), bitwise, tables and optimizer state, over several steps of every
 // optimizer: two tables shared by three features (SUM and MEAN), repeated ids within and
 // across bags, empty bags, per-id weights, dims with and without a multiple of 4 and 8, one
-// wider than a warp, and one wider than a block's default shared memory (64 KiB).
+// wider than a warp, one wider than a block's default shared memory (64 KiB), and long bags
+// whose rows each gather hundreds of occurrences (many chunks of a warp, one partial).
 // The argument checks run everywhere.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -37,6 +38,7 @@ const int64_t kRows[2] = {30, 7};  // few rows: many repeats
 // shared memory than a block gets without opting in.
 struct Layout {
   int32_t dims[2];
+  int32_t max_len = 5;  // bags of 0 .. max_len - 1 ids; 200: rows of hundreds of occurrences
   std::vector<FeatureBinding> Features() const {
     return {{0, 0, false}, {1, dims[0], true}, {0, dims[0] + dims[1], false}};
   }
@@ -52,7 +54,7 @@ OwnedBatch MakeBatch(const Layout& layout, uint64_t salt) {
   const std::vector<FeatureBinding> features = layout.Features();
   for (int f = 0; f < 3; ++f) {
     for (int64_t i = 0; i < kBatch; ++i) {
-      const auto len = static_cast<int32_t>(rng.Uniform(draw++) * 5);  // 0..4
+      const auto len = static_cast<int32_t>(rng.Uniform(draw++) * layout.max_len);
       b.lengths.push_back(len);
       for (int32_t k = 0; k < len; ++k) {
         b.ids.push_back(static_cast<int64_t>(rng.Uniform(draw++) * kRows[features[f].table]));
@@ -70,7 +72,8 @@ std::vector<SparseFeatureSpec> Specs(const Layout& layout) {
 }
 
 void Compare(const Layout& layout, const std::string& optimizer_text) {
-  SCOPED_TRACE(optimizer_text + " dim " + std::to_string(layout.dims[0]));
+  SCOPED_TRACE(optimizer_text + " dim " + std::to_string(layout.dims[0]) + " bags < " +
+               std::to_string(layout.max_len));
   const int32_t* dims = layout.dims;
   const std::vector<FeatureBinding> features = layout.Features();
   const int32_t width = layout.Width();
@@ -147,7 +150,7 @@ void Compare(const Layout& layout, const std::string& optimizer_text) {
 TEST(CudaEmbeddingBackwardTest, EqualsTheCpuBitwiseForEveryOptimizer) {
   SKIP_WITHOUT_GPU();
   OpenDevice(0);
-  for (const Layout& layout : {Layout{{36, 5}}, Layout{{16384, 5}}}) {
+  for (const Layout& layout : {Layout{{36, 5}}, Layout{{16384, 5}}, Layout{{36, 5}, 200}}) {
     Compare(layout, "");
     Compare(layout, "adagrad { eps: 1e-8 initial_accumulator: 0.1 }");
     Compare(layout, "rowwise_adagrad { eps: 1e-8 initial_accumulator: 0.01 }");

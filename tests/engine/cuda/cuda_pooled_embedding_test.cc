@@ -1,7 +1,7 @@
 // The CUDA backend where there is a GPU (ctest label `gpu`; each test reports SKIPPED,
 // with the runtime's reason, where there is none): the device probe, and the one-launch
 // pooled forward against the CPU's order of operations, bitwise, over sum and mean,
-// weighted and unweighted, empty bags, dims with and without float4 loads.
+// weighted and unweighted, empty and long bags, dims with and without float4 loads.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -69,7 +69,8 @@ std::vector<float> CpuPooled(const std::vector<Feature>& features,
   return out;
 }
 
-void CheckForward(bool weighted) {
+// Bags of 0 .. max_len - 1 ids.
+void CheckForward(bool weighted, int max_len) {
   const std::vector<Feature> features = {{50, 16, false}, {30, 7, true}, {20, 64, true}};
   const int64_t batch = 37;
   const CounterRng rng(11, 3, weighted ? 1 : 0);
@@ -83,7 +84,7 @@ void CheckForward(bool weighted) {
   std::vector<float> weights;
   for (const Feature& f : features)
     for (int64_t b = 0; b < batch; ++b) {
-      const auto len = static_cast<int64_t>(rng.Uniform(k++) * 5);  // 0..4: empty bags too
+      const auto len = static_cast<int64_t>(rng.Uniform(k++) * max_len);  // empty bags too
       for (int64_t i = 0; i < len; ++i) {
         ids.push_back(static_cast<int64_t>(rng.Uniform(k++) * f.rows));
         weights.push_back(static_cast<float>(0.25 + rng.Uniform(k++)));
@@ -122,12 +123,19 @@ void CheckForward(bool weighted) {
 
 TEST(CudaPooledForwardTest, EqualsTheCpuLoopBitwiseUnweighted) {
   SKIP_WITHOUT_GPU();
-  CheckForward(false);
+  CheckForward(false, 5);
 }
 
 TEST(CudaPooledForwardTest, EqualsTheCpuLoopBitwiseWeighted) {
   SKIP_WITHOUT_GPU();
-  CheckForward(true);
+  CheckForward(true, 5);
+}
+
+// Bags longer than the kernel's batch of rows in flight, with a remainder.
+TEST(CudaPooledForwardTest, EqualsTheCpuLoopBitwiseOnLongBags) {
+  SKIP_WITHOUT_GPU();
+  CheckForward(false, 70);
+  CheckForward(true, 70);
 }
 
 TEST(CudaPooledForwardTest, NegativeSizesAreRefusedByName) {
