@@ -281,7 +281,8 @@ def throughput(args, spec: ModelSpec) -> None:
     params = sum(p.numel() for p in model.parameters())
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"torch       {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"optimizer {args.optimizer}, device {where}")
+          f"optimizer {args.optimizer}, device {where}, "
+          f"matmul {torch.get_float32_matmul_precision()}")
     print(f"model       {params} parameters, built in {build_s:.2f} s")
     for name, rates in (("train", train_rates), ("predict", predict_rates)):
         print(f"{name:<11} samples/s  median {statistics.median(rates):.0f}  "
@@ -367,11 +368,15 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--curve", type=int, default=0, help="steps of the loss-curve comparison")
     p.add_argument("--curve_every", type=int, default=10)
+    p.add_argument("--matmul_precision", default="highest", choices=["highest", "high", "medium"],
+                   help="torch.set_float32_matmul_precision: fp32, TF32 or bf16 products "
+                        "(the peer of dlrm bench --matmul_precision)")
     p.add_argument("--lr", type=float, default=0.0,
                    help="learning rate for dense and sparse parameters, on both sides "
                         "(default: the config's)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    torch.set_float32_matmul_precision(args.matmul_precision)
     spec = parse_config(args.config)
     if args.max_rows > 0:
         for t in spec.tables:

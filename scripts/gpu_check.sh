@@ -10,6 +10,9 @@
 #   tar xzf build/gpu-bundle.tar.gz -C /tmp && /tmp/gpu-bundle/run.sh
 #   gpu-bundle/run.sh               runs each binary with the bundle on LD_LIBRARY_PATH;
 #                                   exits non-zero if any test fails
+#   gpu-bundle/cuda_pooled_bench [FLAGS]
+#                                   the pooled forward against a device-to-device copy
+#                                   (multihot's shape, uniform ids; bench/cuda/)
 #   gpu-bundle/bench.sh small [FLAGS]
 #                                   `dlrm bench --device cuda` on configs/small.pbtxt, then
 #                                   the PyTorch reference on the same GPU (bench/README.md)
@@ -20,13 +23,14 @@ source scripts/configure.sh
 BUILD=${DLRM_GPU_BUILD_DIR:-build/gpu}
 BUNDLE=build/gpu-bundle
 
-dlrm_configure_tests "$BUILD" -DDLRM_CUDA=ON -DDLRM_BUILD_BINDINGS=OFF -DDLRM_BUILD_BENCH=OFF
+dlrm_configure_tests "$BUILD" -DDLRM_CUDA=ON -DDLRM_BUILD_BINDINGS=OFF -DDLRM_BUILD_BENCH=ON
 tests=()
 for src in tests/engine/cuda/*_test.cc; do tests+=("$(basename "$src" .cc)"); done
-cmake --build "$BUILD" -j "${DLRM_JOBS:-$(nproc)}" --target "${tests[@]}" dlrm_cli
+cmake --build "$BUILD" -j "${DLRM_JOBS:-$(nproc)}" --target "${tests[@]}" dlrm_cli \
+  cuda_pooled_bench
 
 rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/lib"
-for bin in "${tests[@]/#/tests/}" dlrm; do
+for bin in "${tests[@]/#/tests/}" dlrm bench/cuda_pooled_bench; do
   cp "$BUILD/$bin" "$BUNDLE/"
   # Libraries by path, leaving out the C library's own and the driver (the device has both).
   ldd "$BUILD/$bin" | awk '$3 ~ /^\// {print $3}' |

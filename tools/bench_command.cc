@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -52,6 +53,10 @@ DEFINE_string(device, "",
 DEFINE_bool(cuda_graph, true,
             "bench: on a CUDA device, replay each step of a repeated batch shape as one CUDA "
             "graph (device.cuda_graph); false launches every step's kernels one by one");
+DEFINE_string(matmul_precision, "",
+              "bench: on a CUDA device, the MLPs' matmul precision (device.matmul_precision): "
+              "highest (fp32), high (TF32) or medium (bf16), as PyTorch's "
+              "set_float32_matmul_precision; empty keeps the config's");
 DEFINE_string(optimizer, "",
               "bench: replace the config's optimizers (learning rates kept): sgd, adagrad "
               "(dense and sparse Adagrad) or rowwise_adagrad (dense Adagrad, row-wise sparse); "
@@ -222,12 +227,23 @@ void ApplyOptimizerFlag(const std::string& kind, config::DlrmConfig* config) {
   }
 }
 
-// --cuda_graph, for a CUDA device only (the CPU has no graphs to turn off).
-void ApplyCudaGraphFlag(bool graph, config::DlrmConfig* config) {
-  if (config->device().kind() == config::DeviceConfig::CUDA)
+// --cuda_graph and --matmul_precision, for a CUDA device only (the CPU has no graphs to
+// turn off and multiplies in fp32).
+void ApplyCudaFlags(bool graph, const std::string& precision, config::DlrmConfig* config) {
+  const bool cuda = config->device().kind() == config::DeviceConfig::CUDA;
+  if (cuda)
     config->mutable_device()->set_cuda_graph(graph);
   else if (!graph)
     ThrowInvalid("--cuda_graph=false needs a CUDA device (--device cuda)");
+  if (precision.empty()) return;
+  std::string name = precision;
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  config::DeviceConfig::MatmulPrecision value;
+  if (!config::DeviceConfig::MatmulPrecision_Parse(name, &value))
+    ThrowInvalid("--matmul_precision must be highest, high or medium, got '", precision, "'");
+  if (!cuda) ThrowInvalid("--matmul_precision needs a CUDA device (--device cuda)");
+  config->mutable_device()->set_matmul_precision(value);
 }
 
 // What a host does between two submissions, for `duration` seconds.
@@ -272,7 +288,7 @@ int BenchCommand() {
   for (auto& table : *config.mutable_model()->mutable_tables())
     if (FLAGS_max_rows > 0 && table.num_rows() > FLAGS_max_rows) table.set_num_rows(FLAGS_max_rows);
   if (!FLAGS_device.empty()) SetDeviceByName(FLAGS_device, "--device", config.mutable_device());
-  ApplyCudaGraphFlag(FLAGS_cuda_graph, &config);
+  ApplyCudaFlags(FLAGS_cuda_graph, FLAGS_matmul_precision, &config);
   std::printf("dlrm bench  %s\n", FLAGS_config.c_str());
   std::printf("machine     %s, %u logical cores (%d usable), %s kernels%s\n", CpuModel().c_str(),
               std::thread::hardware_concurrency(), UsableCores(), IsaLevelName(CpuIsaLevel()),
@@ -293,10 +309,14 @@ int BenchCommand() {
   }
   const config::ModelConfig& model = config.model();
   const bool cuda = config.device().kind() == config::DeviceConfig::CUDA;
-  std::printf("device      %s%s\n", engine.device().c_str(),
+  const std::string matmul = cuda ? ", matmul " + config::DeviceConfig::MatmulPrecision_Name(
+                                                      config.device().matmul_precision())
+                                  : "";
+  std::printf("device      %s%s%s\n", engine.device().c_str(),
               !cuda                          ? ""
               : config.device().cuda_graph() ? ", CUDA graphs"
-                                             : ", eager (no graphs)");
+                                             : ", eager (no graphs)",
+              matmul.c_str());
   std::printf("threads     %d\n", engine.num_threads());
   std::printf("optimizers dense %s, sparse %s\n",
               config.dense_optimizer().has_adagrad() ? "adagrad"

@@ -231,6 +231,13 @@ void ValidateDevice(const config::DeviceConfig& d) {
                  " but device.kind is CPU (ordinals are for CUDA)");
   if (d.kind() == config::DeviceConfig::CPU && d.has_cuda_graph())
     ThrowInvalid("device.cuda_graph is set but device.kind is CPU (graphs are for CUDA)");
+  if (!config::DeviceConfig::MatmulPrecision_IsValid(d.matmul_precision()))
+    ThrowInvalid("device.matmul_precision ", static_cast<int>(d.matmul_precision()),
+                 " is not HIGHEST, HIGH or MEDIUM");
+  if (d.kind() == config::DeviceConfig::CPU && d.has_matmul_precision())
+    ThrowInvalid(
+        "device.matmul_precision is set but device.kind is CPU (the CPU multiplies "
+        "in fp32)");
 }
 
 void ValidateDistributed(const config::DistributedConfig& d) {

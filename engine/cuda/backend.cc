@@ -25,6 +25,14 @@
 namespace dlrm::cuda {
 namespace {
 
+MatmulPrecision Precision(const config::DeviceConfig& d) {
+  switch (d.matmul_precision()) {
+    case config::DeviceConfig::HIGH: return MatmulPrecision::kHigh;
+    case config::DeviceConfig::MEDIUM: return MatmulPrecision::kMedium;
+    default: return MatmulPrecision::kHighest;
+  }
+}
+
 DeviceActivation ToDevice(Activation act) {
   return act == Activation::kRelu ? DeviceActivation::kRelu : DeviceActivation::kNone;
 }
@@ -61,7 +69,7 @@ class CudaBackend final : public train::Backend {
   CudaBackend(int ordinal, train::ModelState* state, const config::DlrmConfig& config)
       : s_(*state), config_(config), ordinal_(ordinal), device_(OpenDevice(ordinal)) {
     CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    linear_ = std::make_unique<LinearContext>(stream_);
+    linear_ = std::make_unique<LinearContext>(stream_, Precision(config.device()));
     staging_ = std::make_unique<BatchStaging>(stream_);
     scalars_.Resize(1);
     host_scalars_.Reserve(1);

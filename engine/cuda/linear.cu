@@ -60,6 +60,14 @@ void CheckSizes(int64_t n, int in, int out) {
   if (n > INT32_MAX) ThrowInvalid("linear layer: n=", n, " rows is more than 2^31 - 1");
 }
 
+cublasComputeType_t ComputeType(MatmulPrecision p) {
+  switch (p) {
+    case MatmulPrecision::kHigh: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case MatmulPrecision::kMedium: return CUBLAS_COMPUTE_32F_FAST_16BF;
+    default: return CUBLAS_COMPUTE_32F;
+  }
+}
+
 }  // namespace
 
 // C [m x n] = op(A) op(B) (+ bias, ReLU per epilogue), all column-major.
@@ -76,7 +84,8 @@ struct LinearContext::Gemm {
   const float* bias = nullptr;
 };
 
-LinearContext::LinearContext(cudaStream_t stream) : api_(CublasLt()), stream_(stream) {
+LinearContext::LinearContext(cudaStream_t stream, MatmulPrecision precision)
+    : api_(CublasLt()), stream_(stream), compute_(ComputeType(precision)) {
   CheckCublas(api_.Create(&handle_), "cublasLtCreate");
   workspace_.Resize(kWorkspaceBytes);
 }
@@ -117,7 +126,7 @@ const cublasLtMatmulAlgo_t& LinearContext::AlgoFor(const Gemm& g, cublasLtMatmul
 void LinearContext::Run(const Gemm& g) {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  CheckCublas(api_.MatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+  CheckCublas(api_.MatmulDescCreate(&desc, compute_, CUDA_R_32F), "MatmulDescCreate");
   api_.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g.transa, sizeof g.transa);
   api_.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &g.transb, sizeof g.transb);
   api_.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epilogue, sizeof g.epilogue);

@@ -1,12 +1,15 @@
 // The MLP's fully connected layer on a CUDA device: y = act(x W^T + b) with W [out x in]
 // row-major, the CPU's layout (engine/dense/linear.h), so parameters copy as they are.
 //
-// GEMMs run on cuBLASLt (cublas_lt.h) in fp32 (CUBLAS_COMPUTE_32F: no TF32), with the bias
-// and the ReLU fused into the forward GEMM's epilogue. Every GEMM is deterministic run to
+// GEMMs run on cuBLASLt (cublas_lt.h) at the context's MatmulPrecision: kHighest is fp32
+// on the CUDA cores (CUBLAS_COMPUTE_32F), kHigh and kMedium let the tensor cores multiply
+// TF32 or bf16 operands with fp32 accumulation (device.matmul_precision); the bias and the
+// ReLU are fused into the forward GEMM's epilogue. Every GEMM is deterministic run to
 // run: the algorithm is chosen once per shape by cuBLASLt's heuristic with reduction
 // schemes that use atomics excluded, and then reused. The bias gradient is a column sum
 // in a fixed order (own kernel), never atomics. Results agree with the CPU within fp32
-// rounding, not bitwise (a GEMM's summation order is cuBLASLt's).
+// rounding at kHighest, not bitwise (a GEMM's summation order is cuBLASLt's); within the
+// operands' rounding (about 1e-3 relative for TF32, 1e-2 for bf16) otherwise.
 //
 // Memory: every pointer is device memory, borrowed for the call; the workspace is the
 // context's. Thread safety: a LinearContext is used by one thread (one stream) at a time.
@@ -26,12 +29,15 @@
 namespace dlrm::cuda {
 
 enum class DeviceActivation { kNone, kRelu };
+// torch.set_float32_matmul_precision's three settings (config DeviceConfig.MatmulPrecision).
+enum class MatmulPrecision { kHighest, kHigh, kMedium };
 
 // A cuBLASLt handle, its workspace and the algorithms chosen so far, on one stream.
 class LinearContext {
  public:
   // Opens cuBLASLt (kFailedPrecondition naming the files tried when it cannot).
-  explicit LinearContext(cudaStream_t stream);
+  explicit LinearContext(cudaStream_t stream,
+                         MatmulPrecision precision = MatmulPrecision::kHighest);
   ~LinearContext();
   LinearContext(const LinearContext&) = delete;
   LinearContext& operator=(const LinearContext&) = delete;
@@ -57,6 +63,7 @@ class LinearContext {
 
   const CublasLtApi& api_;
   cudaStream_t stream_;
+  const cublasComputeType_t compute_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<uint8_t> workspace_;
   DeviceBuffer<float> bias_partials_;  // Backward's first level of the bias-gradient sum

@@ -237,10 +237,16 @@ TEST(ConfigTest, RejectsDeviceErrors) {
   c.mutable_device()->set_kind(config::DeviceConfig::CUDA);
   c.mutable_device()->set_ordinal(3);
   c.mutable_device()->set_cuda_graph(false);
+  c.mutable_device()->set_matmul_precision(config::DeviceConfig::HIGH);
   EXPECT_NO_THROW(ValidateConfig(c));  // whether a device 3 exists is the engine's question
+  c.mutable_device()->set_matmul_precision(static_cast<config::DeviceConfig::MatmulPrecision>(7));
+  ExpectInvalid(c, "device.matmul_precision 7", "HIGHEST, HIGH or MEDIUM");
   c = Valid();
   c.mutable_device()->set_cuda_graph(true);
   ExpectInvalid(c, "device.cuda_graph", "device.kind is CPU");
+  c = Valid();
+  c.mutable_device()->set_matmul_precision(config::DeviceConfig::HIGHEST);
+  ExpectInvalid(c, "device.matmul_precision", "device.kind is CPU");
   EXPECT_THROW(ParseConfigText("device { kind: TPU }"), Error);
 }
 

@@ -1,7 +1,7 @@
 // The MLP layer on cuBLASLt (engine/cuda/linear.h) against the CPU's (engine/dense/linear.h)
-// within fp32 rounding, and bitwise run to run; and the run-time loading of cuBLASLt,
-// which is tested everywhere (a CPU machine never needs the library, and when it is
-// missing the error names every file tried).
+// within fp32 rounding (TF32 and bf16 products within theirs), and bitwise run to run; and the
+// run-time loading of cuBLASLt, which is tested everywhere (a CPU machine never needs the library,
+// and when it is missing the error names every file tried).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -58,12 +58,13 @@ struct Result {
 };
 
 Result RunOnDevice(const Case& c, const std::vector<float>& x, const std::vector<float>& W,
-                   const std::vector<float>& b, const std::vector<float>& dy) {
+                   const std::vector<float>& b, const std::vector<float>& dy,
+                   MatmulPrecision precision = MatmulPrecision::kHighest) {
   const DeviceActivation act = c.relu ? DeviceActivation::kRelu : DeviceActivation::kNone;
   DeviceCopy<float> d_x(x), d_W(W), d_b(b), d_dy(dy);
   DeviceCopy<float> d_y(std::vector<float>(c.n * c.out)), d_dx(std::vector<float>(c.n * c.in));
   DeviceCopy<float> d_dW(std::vector<float>(W.size())), d_db(std::vector<float>(b.size()));
-  LinearContext ctx(nullptr);
+  LinearContext ctx(nullptr, precision);
   ctx.Forward(d_x.get(), c.n, c.in, c.out, d_W.get(), d_b.get(), act, d_y.get());
   ctx.Backward(d_x.get(), d_y.get(), d_dy.get(), c.n, c.in, c.out, d_W.get(), act, d_dx.get(),
                d_dW.get(), d_db.get());
@@ -96,6 +97,41 @@ TEST(CudaLinearTest, MatchesTheCpuLayerAndRepeatsBitwise) {
     for (const auto& [a, b2] : {std::pair{&gpu.y, &again.y}, std::pair{&gpu.dx, &again.dx},
                                 std::pair{&gpu.dW, &again.dW}, std::pair{&gpu.db, &again.db}})
       EXPECT_EQ(std::memcmp(a->data(), b2->data(), a->size() * sizeof(float)), 0);
+  }
+}
+
+// ||got - want|| / ||want||.
+double RelativeError(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+// TF32 and bf16 products on the tensor cores: within their operands' rounding of the fp32
+// layer (fresh random inputs, a shape of several tiles), and bitwise run to run.
+TEST(CudaLinearTest, ReducedPrecisionIsWithinItsRoundingAndRepeatsBitwise) {
+  SKIP_WITHOUT_GPU();
+  OpenDevice(0);
+  const Case c{1000, 256, 192, true};
+  const std::vector<float> x = testing::RandomFloats(c.n * c.in, 21),
+                           W = testing::RandomFloats(c.out * c.in, 22),
+                           b = testing::RandomFloats(c.out, 23),
+                           dy0 = testing::RandomFloats(c.n * c.out, 24);
+  const Result fp32 = RunOnDevice(c, x, W, b, dy0);
+  for (const auto& [precision, bound] :
+       {std::pair{MatmulPrecision::kHigh, 3e-3}, std::pair{MatmulPrecision::kMedium, 2e-2}}) {
+    SCOPED_TRACE(precision == MatmulPrecision::kHigh ? "TF32" : "bf16");
+    const Result got = RunOnDevice(c, x, W, b, dy0, precision);
+    EXPECT_LT(RelativeError(got.y, fp32.y), bound);
+    EXPECT_LT(RelativeError(got.dx, fp32.dx), bound);
+    EXPECT_LT(RelativeError(got.dW, fp32.dW), bound);
+    EXPECT_GT(RelativeError(got.y, fp32.y), 0.0);  // the tensor cores did the products
+    const Result again = RunOnDevice(c, x, W, b, dy0, precision);
+    EXPECT_EQ(std::memcmp(got.y.data(), again.y.data(), got.y.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(got.dW.data(), again.dW.data(), got.dW.size() * sizeof(float)), 0);
   }
 }
 

@@ -1,0 +1,149 @@
+// The pooled embedding forward (engine/cuda/pooled_embedding.h) against the device's own
+// memory ceiling, measured in the same invocation (issue 13: the forward at >= 60% of a
+// device-to-device copy's bandwidth on `multihot` with uniform ids).
+//
+//   cuda_pooled_bench [--tables 26 --rows 1000000 --dim 64 --batch_size 8192 --bag_size 10]
+//
+// The copy's bandwidth counts bytes read plus bytes written; the forward's counts the
+// fewest bytes it must move: every looked-up row read once (no reuse assumed: uniform ids
+// over 26M rows rarely repeat within a batch), the ids and offsets read, the pooled output
+// written. Both are the median of --reps launches timed with device events after a
+// warm-up; the forward rotates among --id_sets batches of fresh ids, so repeated launches
+// do not find one batch's rows in L2. Tables hold random values, never zeros.
+// A performance figure, not a test: it asserts nothing (the GPU suites check the bits).
+#include <cuda_runtime.h>
+#include <gflags/gflags.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "engine/core/philox.h"
+#include "engine/core/status.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/device_buffer.h"
+#include "engine/cuda/pooled_embedding.h"
+
+DEFINE_int32(tables, 26, "tables (one feature each)");
+DEFINE_int64(rows, 1000000, "rows per table");
+DEFINE_int32(dim, 64, "embedding dim");
+DEFINE_int64(batch_size, 8192, "samples per batch");
+DEFINE_int32(bag_size, 10, "ids per bag");
+DEFINE_int32(reps, 50, "timed launches (median reported)");
+DEFINE_int32(id_sets, 4, "distinct batches of ids, used round robin");
+DEFINE_int64(copy_mib, 2048, "size of the device-to-device copy, MiB");
+
+namespace dlrm::cuda {
+namespace {
+
+// The median of `reps` timings (ms) of fn(i), each between two events on the default stream.
+template <typename Fn>
+double MedianMs(int reps, Fn fn) {
+  cudaEvent_t begin = nullptr, end = nullptr;
+  CheckCuda(cudaEventCreate(&begin), "cudaEventCreate");
+  CheckCuda(cudaEventCreate(&end), "cudaEventCreate");
+  for (int i = 0; i < 3; ++i) fn(i);  // warm-up
+  std::vector<float> ms(static_cast<size_t>(reps));
+  for (int i = 0; i < reps; ++i) {
+    CheckCuda(cudaEventRecord(begin, nullptr), "cudaEventRecord");
+    fn(i);
+    CheckCuda(cudaEventRecord(end, nullptr), "cudaEventRecord");
+    CheckCuda(cudaEventSynchronize(end), "cudaEventSynchronize");
+    CheckCuda(cudaEventElapsedTime(&ms[static_cast<size_t>(i)], begin, end), "elapsed");
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+  return ms[static_cast<size_t>(reps / 2)];
+}
+
+// GB/s of a device-to-device copy, bytes read plus written.
+double CopyBandwidth(size_t bytes) {
+  DeviceBuffer<uint8_t> from(bytes), to(bytes);
+  CheckCuda(cudaMemset(from.get(), 0x5a, bytes), "cudaMemset");
+  const double ms = MedianMs(FLAGS_reps, [&](int) {
+    CheckCuda(cudaMemcpyAsync(to.get(), from.get(), bytes, cudaMemcpyDeviceToDevice, nullptr),
+              "cudaMemcpyAsync");
+  });
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e6);
+}
+
+// Fills `table` with values uniform in (-1, 1): a random block copied over it.
+void FillRandom(DeviceBuffer<float>& table, size_t count) {
+  const CounterRng rng(7, 0, 0);
+  std::vector<float> block(std::min<size_t>(count, size_t{1} << 24));
+  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<float>(2 * rng.Uniform(i) - 1);
+  for (size_t at = 0; at < count; at += block.size()) {
+    const size_t n = std::min(block.size(), count - at);
+    CheckCuda(cudaMemcpy(table.get() + at, block.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+              "cudaMemcpy (table)");
+  }
+}
+
+// One batch's ids, uniform over each feature's table, feature-major.
+std::vector<int64_t> UniformIds(int64_t per_feature, uint64_t salt) {
+  const CounterRng rng(salt, 1, 0);
+  std::vector<int64_t> ids(static_cast<size_t>(per_feature) * FLAGS_tables);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = std::min(FLAGS_rows - 1, static_cast<int64_t>(rng.Uniform(i) * FLAGS_rows));
+  return ids;
+}
+
+int Run() {
+  const DeviceInfo device = OpenDevice(0);
+  const double copy = CopyBandwidth(static_cast<size_t>(FLAGS_copy_mib) << 20);
+  const int64_t table_floats = FLAGS_rows * FLAGS_dim;
+  DeviceBuffer<float> tables(static_cast<size_t>(table_floats) * FLAGS_tables);
+  FillRandom(tables, tables.size());
+  std::vector<FeatureSpec> specs;
+  for (int f = 0; f < FLAGS_tables; ++f)
+    specs.push_back({tables.get() + f * table_floats, FLAGS_dim, f * FLAGS_dim, 0});
+  DeviceBuffer<FeatureSpec> d_specs;
+  d_specs.Upload(specs, nullptr);
+  const int64_t bags = FLAGS_batch_size * FLAGS_tables, num_ids = bags * FLAGS_bag_size;
+  std::vector<int64_t> offsets(static_cast<size_t>(bags) + 1);
+  for (size_t i = 0; i < offsets.size(); ++i) offsets[i] = static_cast<int64_t>(i) * FLAGS_bag_size;
+  DeviceBuffer<int64_t> d_offsets;
+  d_offsets.Upload(offsets, nullptr);
+  std::vector<DeviceBuffer<int64_t>> id_sets(static_cast<size_t>(FLAGS_id_sets));
+  for (int s = 0; s < FLAGS_id_sets; ++s)
+    id_sets[static_cast<size_t>(s)].Upload(UniformIds(FLAGS_batch_size * FLAGS_bag_size, 100 + s),
+                                           nullptr);
+  DeviceBuffer<float> out(static_cast<size_t>(FLAGS_batch_size) * FLAGS_tables * FLAGS_dim);
+  PooledForwardArgs args;
+  args.features = d_specs.get();
+  args.num_features = FLAGS_tables;
+  args.batch_size = FLAGS_batch_size;
+  args.offsets = d_offsets.get();
+  args.out = out.get();
+  args.out_width = FLAGS_tables * FLAGS_dim;
+  const double ms = MedianMs(FLAGS_reps, [&](int i) {
+    args.ids = id_sets[static_cast<size_t>(i % FLAGS_id_sets)].get();
+    LaunchPooledForward(args, nullptr);
+  });
+  CheckCuda(cudaGetLastError(), "pooled forward");
+  const double bytes = static_cast<double>(num_ids) * (FLAGS_dim * 4.0 + 8.0) +
+                       static_cast<double>(bags + 1) * 8.0 + static_cast<double>(out.size()) * 4.0;
+  const double gbs = bytes / (ms * 1e6);
+  std::printf("device      %s, %d SMs\n", device.name.c_str(), device.multiprocessors);
+  std::printf("copy        %.0f GB/s (device to device, read + written, %lld MiB)\n", copy,
+              static_cast<long long>(FLAGS_copy_mib));
+  std::printf(
+      "forward     %.3f ms for %lld ids of dim %d, %.1f MB moved: %.0f GB/s = %.2f x copy\n", ms,
+      static_cast<long long>(num_ids), FLAGS_dim, bytes / 1e6, gbs, gbs / copy);
+  return 0;
+}
+
+}  // namespace
+}  // namespace dlrm::cuda
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  try {
+    return dlrm::cuda::Run();
+  } catch (const dlrm::Error& e) {
+    std::fprintf(stderr, "cuda_pooled_bench: %s\n", e.what());
+    return 1;
+  }
+}
