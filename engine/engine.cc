@@ -130,8 +130,9 @@ float Engine::TrainStep(const BatchView& batch) {
   DrainAsyncSteps();
   std::unique_lock<WriterPreferringMutex> lock(mu_);
   const State& s = *state_;
-  return TrainLocked(
-      ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), true), {});
+  return TrainLocked(ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(),
+                                   true, pool_.get()),
+                     {});
 }
 
 int64_t Engine::SubmitTrainStep(const BatchView& batch) {
@@ -139,7 +140,7 @@ int64_t Engine::SubmitTrainStep(const BatchView& batch) {
   {
     std::shared_lock<WriterPreferringMutex> lock(mu_);
     valid = ValidateBatch(batch, state_->model.num_dense_features(), state_->model.feature_specs(),
-                          true);
+                          true, pool_.get());
   }
   // The caller's memory is borrowed for this call only; the offsets stay valid for the copy.
   auto copy = std::make_unique<const OwnedValidBatch>(CopyBatch(batch), std::move(valid.offsets));
@@ -230,8 +231,8 @@ void Engine::PredictValid(const ValidatedBatch& batch, float* logits) const {
 void Engine::Predict(const BatchView& batch, float* out, int64_t capacity) const {
   std::shared_lock<WriterPreferringMutex> lock(mu_);
   const State& s = *state_;
-  const ValidatedBatch vb =
-      ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), false);
+  const ValidatedBatch vb = ValidateBatch(batch, s.model.num_dense_features(),
+                                          s.model.feature_specs(), false, pool_.get());
   if (out == nullptr) ThrowInvalid("output buffer is NULL");
   if (capacity < batch.batch_size)
     ThrowInvalid("output buffer holds ", capacity, " values but batch_size is ", batch.batch_size);
@@ -247,8 +248,8 @@ EvalResult Engine::Evaluate(const std::vector<BatchView>& batches) const {
   std::vector<ValidatedBatch> validated;
   for (size_t i = 0; i < batches.size(); ++i) {
     try {
-      validated.push_back(
-          ValidateBatch(batches[i], s.model.num_dense_features(), s.model.feature_specs(), true));
+      validated.push_back(ValidateBatch(batches[i], s.model.num_dense_features(),
+                                        s.model.feature_specs(), true, pool_.get()));
     } catch (const Error& e) {
       Throw(e.code(), "batches[", i, "]: ", e.what());
     }

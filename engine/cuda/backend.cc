@@ -66,11 +66,12 @@ struct StepResults {
 
 class CudaBackend final : public train::Backend {
  public:
-  CudaBackend(int ordinal, train::ModelState* state, const config::DlrmConfig& config)
+  CudaBackend(int ordinal, train::ModelState* state, const config::DlrmConfig& config,
+              ThreadPool* pool)
       : s_(*state), config_(config), ordinal_(ordinal), device_(OpenDevice(ordinal)) {
     CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     linear_ = std::make_unique<LinearContext>(stream_, Precision(config.device()));
-    staging_ = std::make_unique<BatchStaging>(stream_);
+    staging_ = std::make_unique<BatchStaging>(stream_, pool);
     scalars_.Resize(1);
     host_scalars_.Reserve(1);
     results_.Reserve(1);
@@ -146,8 +147,7 @@ class CudaBackend final : public train::Backend {
   mutable bool host_stale_ = false;                 // the device trained since PullState
   std::unique_ptr<BatchStaging> staging_;
   StepBuffers buf_;
-  mutable DeviceBatch predict_in_;  // PredictLogits' batch and activations
-  mutable Activations predict_acts_;
+  mutable Activations predict_acts_;  // PredictLogits' (its batch: staging's predict slot)
   DeviceBuffer<float> dense_grad_;
   DeviceBuffer<FeatureSpec> feature_specs_;
   DeviceBuffer<SparseFeatureArgs> sparse_features_;
@@ -310,8 +310,7 @@ void CudaBackend::PredictLogits(const ValidatedBatch& batch, float* logits) cons
   CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
   // Training's buffers stay as they are (and their graphs valid); prediction's own are
   // grown only, so a stream of batches allocates nothing once warm.
-  CopyBatch(batch.view, batch.offsets.data(), batch.offsets.size(), false, &predict_in_, stream_);
-  const float* y = Forward(predict_in_, predict_acts_);
+  const float* y = Forward(staging_->AcquireForPredict(batch), predict_acts_);
   CheckCuda(cudaMemcpyAsync(logits, y, batch.view.batch_size * sizeof(float),
                             cudaMemcpyDeviceToHost, stream_),
             "cudaMemcpyAsync (logits)");
@@ -460,8 +459,7 @@ void CudaBackend::ApplyUpdates(const DeviceBatch& in) {
 std::unique_ptr<train::Backend> MakeCudaBackend(int ordinal, train::ModelState* state,
                                                 const config::DlrmConfig& config,
                                                 ThreadPool* pool) {
-  (void)pool;  // the host's threads have nothing to do in a device step
-  return std::make_unique<CudaBackend>(ordinal, state, config);
+  return std::make_unique<CudaBackend>(ordinal, state, config, pool);
 }
 
 }  // namespace dlrm::cuda

@@ -1,10 +1,10 @@
 // The CUDA backend behind the training step's seam (train/backend.h): how the Engine gets a
 // device backend for `device { kind: CUDA ordinal: N }`.
 //
-// The step on the device: the batch on the device (batch_staging.h: copied in during the
-// previous step through pinned buffers when the Engine announced it, else copied at the
-// start); the pooled forward of every feature in one launch; the MLPs on cuBLASLt; the
-// interaction; BCE; the whole backward into one dense gradient (the CPU's parameter
+// The step on the device: the batch on the device (batch_staging.h: through pinned
+// buffers the pool's threads fill, copied in during the previous step when the Engine
+// announced it, else at the start); the pooled forward of every feature in one launch; the MLPs on
+// cuBLASLt; the interaction; BCE; the whole backward into one dense gradient (the CPU's parameter
 // layout) and d_pooled; a finite count of the loss and every gradient; the dense optimizer
 // and the embedding backward fused with the sparse optimizer (embedding_backward.h), both
 // skipped on the device when the count is not zero; the loss and the count copied back.
@@ -33,7 +33,8 @@
 
 namespace dlrm::cuda {
 
-// `config` is the engine's (validated): the model and both optimizers' kinds.
+// `config` is the engine's (validated): the model and both optimizers' kinds. `pool` (the
+// engine's, borrowed; may be null) copies batches into pinned memory.
 std::unique_ptr<train::Backend> MakeCudaBackend(int ordinal, train::ModelState* state,
                                                 const config::DlrmConfig& config, ThreadPool* pool);
 

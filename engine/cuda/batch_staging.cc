@@ -1,5 +1,6 @@
 #include "engine/cuda/batch_staging.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/cuda/device.h"
@@ -20,14 +21,8 @@ void CopyToDevice(DeviceBuffer<T>& to, const T* from, size_t count, cudaStream_t
   if (count > 0 && from != nullptr) to.CopyIn(from, count, stream);
 }
 
-// Copies `count` elements into pinned `to` (grown as needed); returns its start.
-template <typename T>
-const T* Pin(PinnedBuffer<T>& to, const T* from, size_t count) {
-  if (count == 0 || from == nullptr) return nullptr;
-  to.Reserve(count);
-  std::memcpy(to.get(), from, count * sizeof(T));
-  return to.get();
-}
+// Bytes one thread copies into pinned memory at least: below that a split costs more.
+constexpr size_t kPinSliceBytes = size_t{1} << 20;
 
 size_t DenseCount(const BatchView& v) {
   return static_cast<size_t>(v.batch_size) * static_cast<size_t>(v.num_dense);
@@ -67,16 +62,33 @@ void CopyBatch(const BatchView& v, const int64_t* offsets, size_t num_offsets, b
     CopyToDevice(out->weights, v.weights, static_cast<size_t>(v.num_ids), stream);
 }
 
-BatchStaging::BatchStaging(cudaStream_t compute) : compute_(compute) {
+template <typename T>
+const T* BatchStaging::Pin(PinnedBuffer<T>& to, const T* from, size_t count) {
+  if (count == 0 || from == nullptr) return nullptr;
+  to.Reserve(count);
+  T* dst = to.get();
+  const size_t bytes = count * sizeof(T);
+  const int64_t threads = pool_ != nullptr ? pool_->num_threads() : 1;
+  const auto parts = static_cast<int64_t>(
+      std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(threads), bytes / kPinSliceBytes)));
+  ParallelForRanges(pool_, static_cast<int64_t>(count), parts, [&](int64_t begin, int64_t end) {
+    std::memcpy(dst + begin, from + begin, static_cast<size_t>(end - begin) * sizeof(T));
+  });
+  return dst;
+}
+
+BatchStaging::BatchStaging(cudaStream_t compute, ThreadPool* pool)
+    : compute_(compute), pool_(pool) {
   CheckCuda(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate (copy)");
-  for (Slot& s : slots_)
-    CheckCuda(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), "cudaEventCreate");
+  for (Slot* s : {&slots_[0], &slots_[1], &predict_})
+    CheckCuda(cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming), "cudaEventCreate");
 }
 
 BatchStaging::~BatchStaging() {
   if (copy_ != nullptr) cudaStreamSynchronize(copy_);
-  for (Slot& s : slots_)
-    if (s.copied != nullptr) cudaEventDestroy(s.copied);
+  cudaStreamSynchronize(compute_);  // the prediction slot's copies are on it
+  for (Slot* s : {&slots_[0], &slots_[1], &predict_})
+    if (s->copied != nullptr) cudaEventDestroy(s->copied);
   if (copy_ != nullptr) cudaStreamDestroy(copy_);
 }
 
@@ -90,39 +102,45 @@ const DeviceBatch& BatchStaging::Acquire(const ValidatedBatch& batch, bool label
   }
   if (staged_ >= 0) current_ = 1 - staged_;  // leave a copy in flight alone
   staged_ = -1;
-  CopyBatch(batch.view, batch.offsets.data(), batch.offsets.size(), labels,
-            &slots_[current_].device, compute_);
-  return slots_[current_].device;
+  Slot& s = slots_[current_];
+  StageInto(s, batch, labels, copy_);
+  CheckCuda(cudaStreamWaitEvent(compute_, s.copied, 0), "cudaStreamWaitEvent");
+  return s.device;
+}
+
+const DeviceBatch& BatchStaging::AcquireForPredict(const ValidatedBatch& batch) {
+  StageInto(predict_, batch, false, compute_);
+  return predict_.device;
 }
 
 void BatchStaging::Prefetch(const ValidatedBatch& next, int64_t token) {
   staged_ = -1;
   const int target = 1 - current_;
-  Slot& s = slots_[target];
-  // Its pinned buffers may still be the source of its previous copy.
-  CheckCuda(cudaEventSynchronize(s.copied), "cudaEventSynchronize (copy)");
-  StageInto(s, next);
+  StageInto(slots_[target], next, true, copy_);
   staged_ = target;
   staged_token_ = token;
 }
 
-void BatchStaging::StageInto(Slot& s, const ValidatedBatch& next) {
+void BatchStaging::StageInto(Slot& s, const ValidatedBatch& next, bool labels,
+                             cudaStream_t stream) {
+  // Its pinned buffers may still be the source of its previous copy.
+  CheckCuda(cudaEventSynchronize(s.copied), "cudaEventSynchronize (copy)");
   const BatchView& v = next.view;
   BatchView pinned = v;
   pinned.dense = Pin(s.dense, v.dense, DenseCount(v));
-  pinned.labels = Pin(s.labels, v.labels, static_cast<size_t>(v.batch_size));
+  pinned.labels = labels ? Pin(s.labels, v.labels, static_cast<size_t>(v.batch_size)) : nullptr;
   pinned.ids = Pin(s.ids, v.ids, static_cast<size_t>(v.num_ids));
   pinned.weights = Pin(s.weights, v.weights, static_cast<size_t>(v.num_ids));
   const size_t num_offsets = next.offsets.size();
   const int64_t* offsets = Pin(s.offsets, next.offsets.data(), num_offsets);
   try {
-    CopyBatch(pinned, offsets, num_offsets, v.labels != nullptr, &s.device, copy_);
+    CopyBatch(pinned, offsets, num_offsets, labels, &s.device, stream);
   } catch (...) {
-    // What was enqueued still reads the pinned buffers: the next Prefetch waits for it.
-    cudaEventRecord(s.copied, copy_);
+    // What was enqueued still reads the pinned buffers: the next staging waits for it.
+    cudaEventRecord(s.copied, stream);
     throw;
   }
-  CheckCuda(cudaEventRecord(s.copied, copy_), "cudaEventRecord (copy)");
+  CheckCuda(cudaEventRecord(s.copied, stream), "cudaEventRecord (copy)");
 }
 
 }  // namespace dlrm::cuda

@@ -1,13 +1,17 @@
-// The batch of a training step on the device, copied in one of two ways: straight from the
-// caller's memory on the compute stream (a batch nobody announced), or, for the batch the
-// Engine announced as the next one (train::StepLookahead), through pinned host buffers on
-// a copy stream of its own while the current step computes (double buffering).
+// The batch of a training step or a prediction on the device. Every batch travels through
+// pinned host buffers (filled by the engine's threads, each a slice: a memcpy from pageable
+// memory is a few GB/s on one core, a DMA from pinned memory tens). The batch the Engine
+// announced as the next one (train::StepLookahead) is copied on a copy stream of its own
+// while the current step computes (double buffering); a batch nobody announced is copied
+// when its step asks for it, and the step waits for that copy on the device.
 //
-// Two slots alternate. A slot's device arrays only grow, and its generation counts the
-// times one of them moved, so a CUDA graph that names them can tell when it is stale.
+// Two training slots alternate; predictions have a third of their own. A slot's device arrays only
+// grow, and its generation counts the times one of them moved, so a CUDA graph that names them can
+// tell when it is stale.
 //
-// Memory: owns its pinned and device buffers, its copy stream and its events. A batch's
-// memory is read during Acquire and Prefetch only.
+// Memory: owns its pinned and device buffers, its copy stream and its events; borrows the
+// thread pool (may be null: one thread). A batch's memory is read during Acquire, Prefetch
+// and AcquireForPredict only.
 // Threading: one thread at a time (the backend's lock); every step enqueued on the compute
 // stream after an Acquire must have finished (the backend synchronizes each step) before
 // the next Prefetch or Acquire.
@@ -19,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/core/thread_pool.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/data/batch.h"
 
@@ -56,7 +61,7 @@ void CopyBatch(const BatchView& batch, const int64_t* offsets, size_t num_offset
 
 class BatchStaging {
  public:
-  explicit BatchStaging(cudaStream_t compute);
+  BatchStaging(cudaStream_t compute, ThreadPool* pool);
   ~BatchStaging();
   BatchStaging(const BatchStaging&) = delete;
   BatchStaging& operator=(const BatchStaging&) = delete;
@@ -68,6 +73,9 @@ class BatchStaging {
   // Copies `next` (a validated training batch) into pinned memory, then starts its copy
   // into the slot Acquire did not return, on the copy stream; returns without waiting for it.
   void Prefetch(const ValidatedBatch& next, int64_t token);
+  // `batch` (no labels) on the device in the prediction slot, copied on the compute
+  // stream: ready for work enqueued there after this call.
+  const DeviceBatch& AcquireForPredict(const ValidatedBatch& batch);
   // Forgets a prefetched batch (the next Acquire copies its batch itself).
   void CancelPrefetch() { staged_ = -1; }
   // The slot of the last Acquire (0 or 1).
@@ -80,13 +88,19 @@ class BatchStaging {
     PinnedBuffer<int64_t> offsets, ids;
     cudaEvent_t copied = nullptr;  // the copy stream's last copy into `device`
   };
-  // Fills slot s's pinned buffers from `next` (indexed), then starts the copy into its
-  // device arrays.
-  void StageInto(Slot& s, const ValidatedBatch& next);
+  // Fills slot s's pinned buffers from `next` (labels too if `labels`) once its previous
+  // copy has finished, then starts the copy into its device arrays on `stream`.
+  void StageInto(Slot& s, const ValidatedBatch& next, bool labels, cudaStream_t stream);
+  // Copies `count` elements into pinned `to` (grown as needed), slices in parallel; returns
+  // its start (null for none).
+  template <typename T>
+  const T* Pin(PinnedBuffer<T>& to, const T* from, size_t count);
 
   const cudaStream_t compute_;
+  ThreadPool* const pool_;
   cudaStream_t copy_ = nullptr;
   Slot slots_[2];
+  Slot predict_;
   int current_ = 0;
   int staged_ = -1;  // the slot Prefetch filled, until an Acquire takes it
   int64_t staged_token_ = 0;

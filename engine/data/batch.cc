@@ -1,5 +1,6 @@
 #include "engine/data/batch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -7,15 +8,39 @@
 
 namespace dlrm {
 
-ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
-                             const std::vector<SparseFeatureSpec>& features, bool require_labels) {
+namespace {
+
+// Values one task checks at least: below that a split costs more than the scan.
+constexpr int64_t kCheckSlice = int64_t{1} << 16;
+
+// The first i in [begin, end) with bad(i), or -1: slices scanned in parallel, the lowest
+// slice's first hit kept, so the answer is the sequential scan's on any pool.
+template <typename Bad>
+int64_t FirstBad(ThreadPool* pool, int64_t begin, int64_t end, const Bad& bad) {
+  const int64_t n = end - begin;
+  if (n <= 0) return -1;
+  const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
+  const int64_t parts = std::max<int64_t>(1, std::min(threads * 4, n / kCheckSlice));
+  std::vector<int64_t> first(static_cast<size_t>(parts), -1);
+  ParallelFor(pool, parts, [&](int64_t p) {
+    for (int64_t i = begin + SplitBegin(n, parts, p); i < begin + SplitBegin(n, parts, p + 1); ++i)
+      if (bad(i)) {
+        first[static_cast<size_t>(p)] = i;
+        return;
+      }
+  });
+  for (const int64_t i : first)
+    if (i >= 0) return i;
+  return -1;
+}
+
+void CheckHeader(const BatchView& batch, int32_t expected_dense, int32_t F, bool require_labels) {
   const int64_t B = batch.batch_size;
   if (B <= 0 || B > kMaxBatchSize)
     ThrowInvalid("batch.batch_size must be in [1, 2^31 - 1], got ", B);
   if (batch.num_dense != expected_dense)
     ThrowInvalid("batch.num_dense is ", batch.num_dense, " but the model has ", expected_dense,
                  " dense features");
-  const int32_t F = static_cast<int32_t>(features.size());
   if (batch.num_sparse != F)
     ThrowInvalid("batch.num_sparse is ", batch.num_sparse, " but the model has ", F,
                  " sparse features");
@@ -24,13 +49,15 @@ ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
   if (F > 0 && batch.lengths == nullptr) ThrowInvalid("batch.lengths is NULL");
   if (batch.num_ids < 0) ThrowInvalid("batch.num_ids must be >= 0, got ", batch.num_ids);
   if (batch.num_ids > 0 && batch.ids == nullptr) ThrowInvalid("batch.ids is NULL");
+}
 
-  const int64_t dense_count = B * expected_dense;
-  for (int64_t i = 0; i < dense_count; ++i) {
-    if (!std::isfinite(batch.dense[i]))
-      ThrowInvalid("batch.dense[", i / expected_dense, "][", i % expected_dense,
-                   "] is not finite (", batch.dense[i], ")");
-  }
+void CheckDenseAndLabels(const BatchView& batch, int32_t expected_dense, ThreadPool* pool) {
+  const int64_t B = batch.batch_size;
+  const int64_t bad = FirstBad(pool, 0, B * expected_dense,
+                               [&](int64_t i) { return !std::isfinite(batch.dense[i]); });
+  if (bad >= 0)
+    ThrowInvalid("batch.dense[", bad / expected_dense, "][", bad % expected_dense,
+                 "] is not finite (", batch.dense[bad], ")");
   if (batch.labels != nullptr) {
     for (int64_t b = 0; b < B; ++b) {
       const float y = batch.labels[b];
@@ -38,10 +65,13 @@ ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
       if (y < 0.0f || y > 1.0f) ThrowInvalid("batch.labels[", b, "] = ", y, " is outside [0, 1]");
     }
   }
+}
 
-  ValidatedBatch out;
-  out.view = batch;
-  out.offsets.resize(static_cast<size_t>(F) * B + 1);
+// offsets[f * B + b] = where bag (f, b) starts; kInvalidArgument for a negative length or
+// lengths that do not sum to num_ids.
+std::vector<int64_t> BagOffsets(const BatchView& batch, int32_t F) {
+  const int64_t B = batch.batch_size;
+  std::vector<int64_t> offsets(static_cast<size_t>(F) * B + 1);
   int64_t total = 0;
   for (int32_t f = 0; f < F; ++f) {
     for (int64_t b = 0; b < B; ++b) {
@@ -49,29 +79,48 @@ ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
       if (len < 0)
         ThrowInvalid("batch.lengths[", f * B + b, "] (feature ", f, ", sample ", b,
                      ") is negative: ", len);
-      out.offsets[f * B + b] = total;
+      offsets[f * B + b] = total;
       total += len;
     }
   }
-  out.offsets[F * B] = total;
+  offsets[F * B] = total;
   if (total != batch.num_ids)
     ThrowInvalid("batch.num_ids is ", batch.num_ids, " but the lengths sum to ", total);
+  return offsets;
+}
 
-  for (int32_t f = 0; f < F; ++f) {
+void CheckIdsAndWeights(const ValidatedBatch& out, const std::vector<SparseFeatureSpec>& features,
+                        ThreadPool* pool) {
+  const BatchView& batch = out.view;
+  const int64_t B = batch.batch_size;
+  for (size_t f = 0; f < features.size(); ++f) {
     if (features[f].any_id) continue;
     const int64_t rows = features[f].num_rows;
-    for (int64_t i = out.offsets[f * B]; i < out.offsets[(f + 1) * B]; ++i) {
-      const int64_t id = batch.ids[i];
-      if (id < 0 || id >= rows)
-        Throw(StatusCode::kOutOfRange, "batch.ids[", i, "] = ", id, " (feature ", f,
-              ") is outside its table's range [0, ", rows, ")");
-    }
+    const int64_t bad =
+        FirstBad(pool, out.offsets[f * B], out.offsets[(f + 1) * B],
+                 [&](int64_t i) { return batch.ids[i] < 0 || batch.ids[i] >= rows; });
+    if (bad >= 0)
+      Throw(StatusCode::kOutOfRange, "batch.ids[", bad, "] = ", batch.ids[bad], " (feature ", f,
+            ") is outside its table's range [0, ", rows, ")");
   }
-  if (batch.weights != nullptr) {
-    for (int64_t i = 0; i < total; ++i)
-      if (!std::isfinite(batch.weights[i]))
-        ThrowInvalid("batch.weights[", i, "] is not finite (", batch.weights[i], ")");
-  }
+  if (batch.weights == nullptr) return;
+  const int64_t bad =
+      FirstBad(pool, 0, batch.num_ids, [&](int64_t i) { return !std::isfinite(batch.weights[i]); });
+  if (bad >= 0) ThrowInvalid("batch.weights[", bad, "] is not finite (", batch.weights[bad], ")");
+}
+
+}  // namespace
+
+ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
+                             const std::vector<SparseFeatureSpec>& features, bool require_labels,
+                             ThreadPool* pool) {
+  const auto F = static_cast<int32_t>(features.size());
+  CheckHeader(batch, expected_dense, F, require_labels);
+  CheckDenseAndLabels(batch, expected_dense, pool);
+  ValidatedBatch out;
+  out.view = batch;
+  out.offsets = BagOffsets(batch, F);
+  CheckIdsAndWeights(out, features, pool);
   return out;
 }
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/core/thread_pool.h"
+
 namespace dlrm {
 
 struct BatchView {
@@ -46,8 +48,10 @@ inline constexpr int64_t kMaxBatchSize = (int64_t{1} << 31) - 1;
 // mismatch with the model, negative lengths, sum(lengths) != num_ids, ids outside
 // [0, num_rows) (unless any_id), NaN/Inf in dense, labels (when required) or weights, labels
 // outside [0, 1].
+// `pool` (may be null) scans large arrays in slices; the error is the same whichever.
 ValidatedBatch ValidateBatch(const BatchView& batch, int32_t expected_dense,
-                             const std::vector<SparseFeatureSpec>& features, bool require_labels);
+                             const std::vector<SparseFeatureSpec>& features, bool require_labels,
+                             ThreadPool* pool = nullptr);
 
 // A batch that owns its storage (readers, generator, tests). view() borrows from it.
 struct OwnedBatch {

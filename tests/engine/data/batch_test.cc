@@ -8,8 +8,11 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/core/status.h"
+#include "engine/core/thread_pool.h"
 #include "tests/support/test_support.h"
 
 namespace dlrm {
@@ -172,6 +175,48 @@ TEST(BatchTest, RejectsBadValues) {
   bad = b;
   bad.weights[1] = std::numeric_limits<float>::quiet_NaN();
   ExpectRejected(bad.view(), StatusCode::kInvalidArgument, "batch.weights[1]");
+}
+
+// The message of ValidateBatch(view) with `pool`, or "" if it accepts the batch.
+std::string ErrorOf(const BatchView& view, ThreadPool* pool) {
+  try {
+    ValidateBatch(view, 4, kSpecs, true, pool);
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+// With a pool the large arrays are scanned in slices; the error still names the first bad
+// value, as the one-thread scan does, wherever the later ones lie.
+TEST(BatchTest, APoolReportsTheFirstBadValueAsOneThreadDoes) {
+  ThreadPool pool(4);
+  const OwnedBatch b = testing::SmallBatch(200000, 5, /*weighted=*/true);  // ~900k ids
+  ASSERT_GT(b.ids.size(), 8u << 16);
+  EXPECT_EQ(ErrorOf(b.view(), &pool), "");
+  const ValidatedBatch vb = ValidateBatch(b.view(), 4, kSpecs, true);
+  const int64_t f1 = vb.bag_begin(1, 0), f2 = vb.bag_begin(2, 0);
+  const std::vector<std::pair<std::string, std::vector<size_t>>> plants = {
+      {"ids",
+       {static_cast<size_t>(f1 + 70000), static_cast<size_t>(f1 + 300000),
+        static_cast<size_t>(f2 + 5)}},
+      {"dense", {123457, 500000, 799999}},
+      {"weights", {400000, 400001, 800000}}};
+  for (const auto& [field, at] : plants) {
+    for (size_t first = 0; first < at.size(); ++first) {
+      OwnedBatch bad = b;
+      for (size_t k = first; k < at.size(); ++k) {
+        if (field == "ids") bad.ids[at[k]] = 40;  // outside every feature's rows
+        if (field == "dense") bad.dense[at[k]] = std::numeric_limits<float>::infinity();
+        if (field == "weights") bad.weights[at[k]] = std::numeric_limits<float>::quiet_NaN();
+      }
+      const std::string alone = ErrorOf(bad.view(), nullptr);
+      EXPECT_THAT(alone,
+                  HasSubstr(field == "dense" ? "batch.dense["
+                                             : "batch." + field + "[" + std::to_string(at[first])));
+      EXPECT_EQ(ErrorOf(bad.view(), &pool), alone) << field << " from " << at[first];
+    }
+  }
 }
 
 }  // namespace
