@@ -5,6 +5,9 @@
 #
 #   dlrm_configure_demo BUILD_DIR
 #   dlrm_configure_tests BUILD_DIR [extra cmake args...]
+#   dlrm_configure_sanitizer BUILD_DIR [extra cmake args...]   the tests' ASan + UBSan
+#       build, with clang and the libFuzzer harnesses (tests/fuzz/) run for
+#       DLRM_FUZZ_SECONDS each (30 unless an extra argument sets it)
 
 dlrm_configure_demo() {
   cmake -S "$DLRM_ROOT" -B "$1" -DCMAKE_BUILD_TYPE=Release -DDLRM_BUILD_TESTS=OFF \
@@ -16,4 +19,11 @@ dlrm_configure_tests() {
   cmake -S "$DLRM_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DDLRM_WERROR=ON \
     -DDLRM_BUILD_TESTS=ON -DDLRM_BUILD_BINDINGS=ON -DDLRM_BUILD_BENCH=ON -DDLRM_SANITIZE=OFF \
     "$@" >/dev/null
+}
+
+dlrm_configure_sanitizer() {
+  local dir=$1; shift
+  dlrm_configure_tests "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLRM_SANITIZE=ON \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDLRM_FUZZ=ON -DDLRM_FUZZ_SECONDS=30 \
+    -DDLRM_BUILD_BINDINGS=OFF "$@"
 }

@@ -15,6 +15,7 @@ PACKAGES=(
   librocksdb-dev  # engine/embedding: the SSD tier's row store
   openmpi-bin libopenmpi-dev  # examples/mpi: the MPI host and its 2-rank test
   binutils
+  clang libclang-rt-14-dev  # the sanitizer build and tests/fuzz/'s libFuzzer harnesses
   patchelf  # scripts/bundle_runtime.py: the wheel's and jar's libraries load from $ORIGIN
   # bindings: Java (JDK 17, SWIG, JUnit 4) and Go (cgo)
   openjdk-17-jdk-headless swig junit4

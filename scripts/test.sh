@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command two: install what is missing, then build and run every test suite through
-# ctest: first in the ASan+UBSan build, then in the release build (whose summary line is
-# printed last). The bindings are tested in the release build only: their host runtimes
+# ctest: first in the ASan+UBSan build (clang, with the libFuzzer harnesses of tests/fuzz/,
+# each fuzzing for 30 s: scripts/configure.sh), then in the release build (whose summary
+# line is printed last). The bindings are tested in the release build only: their host runtimes
 # (python, java, go) are not built with the sanitizers. DLRM_SKIP_SANITIZER=1 skips the
 # sanitizer pass.
 set -euo pipefail
@@ -17,9 +18,9 @@ scripts/install_deps.sh
 # Configured with every option named (scripts/configure.sh), so a build directory that
 # demo.sh configured without tests still builds and runs all of them; a run that finds no
 # test fails.
-run_suite() {  # build dir, cmake args...
-  local dir=$1; shift
-  dlrm_configure_tests "$dir" "$@"
+run_suite_in() {  # build dir, configure function, cmake args...
+  local dir=$1 configure=$2; shift 2
+  "$configure" "$dir" "$@"
   cmake --build "$dir" -j "$JOBS"
   (cd "$dir" && ctest --output-on-failure --no-tests=error -j "$JOBS" --timeout 600)
 }
@@ -27,8 +28,7 @@ run_suite() {  # build dir, cmake args...
 if [ "${DLRM_SKIP_SANITIZER:-0}" != "1" ]; then
   echo "=== sanitizer build (ASan + UBSan) ==="
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    run_suite "$ROOT/build/sanitize" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLRM_SANITIZE=ON \
-      -DDLRM_BUILD_BINDINGS=OFF
+    run_suite_in "$ROOT/build/sanitize" dlrm_configure_sanitizer
 fi
 echo "=== release build ==="
-run_suite "$ROOT/build/release"
+run_suite_in "$ROOT/build/release" dlrm_configure_tests

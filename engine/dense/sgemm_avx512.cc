@@ -11,7 +11,9 @@
 
 // GCC 12's AVX-512 headers build their "undefined" pass-through operands as `__m512 x = x`,
 // which -Wmaybe-uninitialized reports once the intrinsics are inlined here.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace dlrm {
 namespace {

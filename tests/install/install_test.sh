@@ -7,6 +7,7 @@ BUILD=$1
 SRC=$2
 WORK=$3
 EXTRA_CFLAGS=${4:-}  # e.g. the sanitizer flags the library was built with
+CC=${5:-cc}  # the library's compiler: its sanitizer runtime is the one the consumer links
 rm -rf "$WORK" && mkdir -p "$WORK"
 PREFIX=$WORK/prefix
 cmake --install "$BUILD" --prefix "$PREFIX" > "$WORK/install.log"
@@ -24,11 +25,11 @@ env -i PATH=/usr/bin:/bin "$PREFIX/bin/dlrm" generate --out_dir="$WORK/data" \
 [ -s "$WORK/data/train.tsv" ] || { echo "installed dlrm generate wrote no data"; exit 1; }
 
 export PKG_CONFIG_PATH=$LIBDIR/pkgconfig
-cc -std=c99 -Wall -Werror $EXTRA_CFLAGS "$SRC/consumer.c" $(pkg-config --cflags --libs dlrm) \
+"$CC" -std=c99 -Wall -Werror $EXTRA_CFLAGS "$SRC/consumer.c" $(pkg-config --cflags --libs dlrm) \
   -o "$WORK/consumer_pc"
 env -u LD_LIBRARY_PATH "$WORK/consumer_pc"  # the .pc file's rpath finds the library
 
-cmake -S "$SRC" -B "$WORK/cmake_build" -DCMAKE_PREFIX_PATH="$PREFIX" \
+cmake -S "$SRC" -B "$WORK/cmake_build" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_C_COMPILER="$CC" \
   -DCMAKE_C_FLAGS="$EXTRA_CFLAGS" -DCMAKE_EXE_LINKER_FLAGS="$EXTRA_CFLAGS" > /dev/null
 cmake --build "$WORK/cmake_build" > /dev/null
 env -u LD_LIBRARY_PATH "$WORK/cmake_build/consumer"  # CMake's build rpath finds it

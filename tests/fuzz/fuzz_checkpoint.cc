@@ -1,0 +1,93 @@
+// libFuzzer harness (issue 17): the checkpoint reader. The input is a checkpoint file;
+// its CRC32C trailer is recomputed before each load (a mutation caught by the checksum
+// alone teaches nothing: checkpoint_fuzz_test covers that path), so the fuzzer's edits
+// reach the header, the metadata and the tensors. Engine::FromCheckpoint and
+// Engine::Load of it must succeed or refuse it naming bad input (fuzz_support.h), and a
+// refused Load must leave the engine predicting bitwise as before. Seed: a real
+// checkpoint of the small test model after a step (Adam and Adagrad state included).
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/checkpoint_file.h"
+#include "engine/config/config.h"
+#include "engine/engine.h"
+#include "tests/fuzz/fuzz_support.h"
+#include "tests/support/test_support.h"
+
+namespace dlrm::fuzz {
+namespace {
+
+constexpr size_t kTrailer = 4 + 8;  // CRC32C, "DLRMEND!"
+
+struct Fixture {
+  std::unique_ptr<Engine> engine;
+  OwnedBatch batch;
+  std::vector<float> want;  // the engine's predictions of batch
+  std::string dir, clean;   // clean: the seed checkpoint's bytes
+};
+
+std::vector<float> Predictions(const Engine& engine, const OwnedBatch& batch) {
+  std::vector<float> out(static_cast<size_t>(batch.batch_size));
+  engine.Predict(batch.view(), out.data(), batch.batch_size);
+  return out;
+}
+
+Fixture& TheFixture() {
+  static Fixture* f = [] {
+    auto* x = new Fixture;
+    x->engine = std::make_unique<Engine>(ParseConfigText(
+        testing::SmallConfigText("dense_optimizer { adam {} } sparse_optimizer { adagrad {} }")));
+    x->batch = testing::SmallBatch(8, 3);
+    x->engine->TrainStep(x->batch.view());
+    x->dir = testing::TempDir("fuzz_checkpoint");
+    x->engine->Save(x->dir + "/clean.ckpt");
+    std::ifstream in(x->dir + "/clean.ckpt", std::ios::binary);
+    x->clean.assign(std::istreambuf_iterator<char>(in), {});
+    x->want = Predictions(*x->engine, x->batch);
+    return x;
+  }();
+  return *f;
+}
+
+void Seal(std::string* file) {
+  if (file->size() < kTrailer) return;
+  const size_t body = file->size() - kTrailer;
+  const uint32_t crc = Crc32c(0, file->data(), body);
+  std::memcpy(&(*file)[body], &crc, sizeof crc);
+}
+
+}  // namespace
+}  // namespace dlrm::fuzz
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  dlrm::fuzz::WriteSeedsIfAsked(
+      argc, argv, [] { return std::vector<std::string>{dlrm::fuzz::TheFixture().clean}; });
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace dlrm::fuzz;
+  Fixture& f = TheFixture();
+  std::string file(reinterpret_cast<const char*>(data), size);
+  Seal(&file);
+  const std::string path = f.dir + "/input.ckpt";
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << file;
+  RefusedOrDone([&] { Predictions(*dlrm::Engine::FromCheckpoint(path), f.batch); });
+  bool loaded = false;
+  RefusedOrDone([&] {
+    f.engine->Load(path);
+    loaded = true;
+  });
+  if (loaded) {
+    f.engine->Load(f.dir + "/clean.ckpt");  // back to the seed's state
+  } else if (Predictions(*f.engine, f.batch) != f.want) {
+    Finding("a refused Load changed the engine's predictions");
+  }
+  return 0;
+}
