@@ -36,6 +36,16 @@ int64_t EmbeddingServer::lookups_served() const {
   return lookups_served_;
 }
 
+int64_t EmbeddingServer::updates_dropped() const {
+  std::lock_guard<std::mutex> lock(parked_mu_);
+  return updates_dropped_;
+}
+
+std::string EmbeddingServer::last_drop_reason() const {
+  std::lock_guard<std::mutex> lock(parked_mu_);
+  return last_drop_reason_;
+}
+
 void EmbeddingServer::Serve() {
   using Clock = std::chrono::steady_clock;
   last_heard_.assign(num_trainers_, Clock::now());
@@ -121,10 +131,18 @@ void EmbeddingServer::HandleUpdate(const net::Received& r) {
     UpdateMessage u = DecodeUpdate(r.message);
     owner_->AddUpdate(u.rank, u.step, u.lr, std::move(u.part));
   } catch (const Error& e) {
-    // Updates are not answered; the trainers learn of this from their next request.
-    const std::string reason = "bad UPDATE (" + net::DescribeMessage(r.message) + "): " + e.what();
-    DLRM_LOG(kError) << "server " << index_ << ": " << reason;
-    owner_->Fail(reason);
+    // Updates are not answered, and the owner is as before (AddUpdate validates first).
+    std::string reason = "bad UPDATE (" + net::DescribeMessage(r.message) + "): " + e.what();
+    int64_t dropped;
+    {
+      std::lock_guard<std::mutex> lock(parked_mu_);
+      dropped = ++updates_dropped_;
+      last_drop_reason_ = reason;
+    }
+    // The first ten, then every thousandth: a flood of forgeries must not flood the log.
+    if (dropped <= 10 || dropped % 1000 == 0)
+      DLRM_LOG(kError) << "server " << index_ << ": dropped " << reason << " (" << dropped
+                       << " dropped so far)";
   }
 }
 

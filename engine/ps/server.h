@@ -7,8 +7,11 @@
 // so sync mode pays no polling delay. FLUSH and SAVE wait the same way.
 //
 // Whatever a peer sends, the server keeps serving: a bad request gets an ERROR naming
-// the problem. A bad UPDATE stops the owner (its step can never complete, so later
-// lookups could only be stale); every later request is answered with that error.
+// the problem, and an UPDATE that fails validation (undecodable, a rank that is not a
+// trainer, a step the consistency rule forbids, a part sent twice) is dropped, logged and
+// counted, changing nothing (issue 17: one forged message used to stop the whole job).
+// A trainer whose own update was dropped never sees its step applied: its waits time out,
+// and the server's log names every dropped UPDATE and why.
 #pragma once
 
 #include <atomic>
@@ -42,6 +45,9 @@ class EmbeddingServer {
   void Stop();
 
   int64_t lookups_served() const;
+  // UPDATEs dropped for failing validation, and the last one's reason ("" for none).
+  int64_t updates_dropped() const;
+  std::string last_drop_reason() const;
 
  private:
   struct ParkedLookup {
@@ -70,6 +76,8 @@ class EmbeddingServer {
   std::deque<ParkedLookup> parked_lookups_;
   std::deque<net::Received> parked_waits_;
   int64_t lookups_served_ = 0;
+  int64_t updates_dropped_ = 0;   // parked_mu_
+  std::string last_drop_reason_;  // parked_mu_
   std::set<int32_t> trainers_done_;
   std::atomic<bool> stop_{false};
 };

@@ -54,7 +54,8 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
                   << layout.num_trainers() << " trainers, staleness " << owner.staleness();
   server.Serve();  // on an error, ~CoordinatorClient leaves the job
   DLRM_LOG(kInfo) << "server " << layout.index << ": every trainer is done; "
-                  << server.lookups_served() << " lookups served";
+                  << server.lookups_served() << " lookups served, " << server.updates_dropped()
+                  << " bad UPDATEs dropped";
   coordinator.Leave();
 }
 
