@@ -2,41 +2,61 @@
 
 #include <sodium.h>
 
+#include <algorithm>
+
 #include "engine/core/status.h"
 #include "engine/net/options.h"
 
 namespace dlrm::net {
 namespace {
 
-void UpdateWithLength(crypto_auth_hmacsha256_state* state, const uint8_t* data, size_t size) {
+void UpdateWithLength(crypto_onetimeauth_state* state, const uint8_t* data, size_t size) {
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(size) >> (8 * i));
-  crypto_auth_hmacsha256_update(state, len, sizeof len);
-  if (size > 0) crypto_auth_hmacsha256_update(state, data, size);
+  crypto_onetimeauth_update(state, len, sizeof len);
+  if (size > 0) crypto_onetimeauth_update(state, data, size);
 }
 
 }  // namespace
 
-Authenticator::Authenticator(std::string secret) : secret_(std::move(secret)) {
-  if (secret_.size() < kMinSecretBytes)
-    ThrowInvalid("the shared secret has ", secret_.size(), " bytes, fewer than the minimum ",
+Authenticator::Authenticator(std::string secret) {
+  if (secret.size() < kMinSecretBytes)
+    ThrowInvalid("the shared secret has ", secret.size(), " bytes, fewer than the minimum ",
                  kMinSecretBytes);
-  // Idempotent and thread-safe; picks the fastest SHA-256 implementation.
+  // Idempotent and thread-safe; picks the fastest implementations for this CPU.
   if (sodium_init() < 0) Throw(StatusCode::kInternal, "libsodium failed to initialize");
+  crypto_generichash(key_.data(), key_.size(),
+                     reinterpret_cast<const unsigned char*>(secret.data()), secret.size(), nullptr,
+                     0);
+  sodium_memzero(secret.data(), secret.size());
+}
+
+std::array<uint8_t, kAuthMacBytes> Authenticator::Mac(
+    const uint8_t* nonce, const uint8_t* header_prefix, size_t header_prefix_size,
+    const std::vector<std::vector<uint8_t>>& payloads, size_t first_payload) const {
+  static_assert(crypto_stream_xchacha20_NONCEBYTES == kAuthNonceBytes);
+  static_assert(crypto_onetimeauth_BYTES == kAuthMacBytes);
+  uint8_t one_time_key[crypto_onetimeauth_KEYBYTES];
+  crypto_stream_xchacha20(one_time_key, sizeof one_time_key, nonce, key_.data());
+  crypto_onetimeauth_state state;
+  crypto_onetimeauth_init(&state, one_time_key);
+  UpdateWithLength(&state, header_prefix, header_prefix_size);
+  for (size_t i = first_payload; i < payloads.size(); ++i)
+    UpdateWithLength(&state, payloads[i].data(), payloads[i].size());
+  std::array<uint8_t, kAuthMacBytes> mac;
+  crypto_onetimeauth_final(&state, mac.data());
+  sodium_memzero(&state, sizeof state);
+  sodium_memzero(one_time_key, sizeof one_time_key);
+  return mac;
 }
 
 AuthTag Authenticator::Tag(const uint8_t* header_prefix, size_t header_prefix_size,
                            const std::vector<std::vector<uint8_t>>& payloads,
                            size_t first_payload) const {
-  crypto_auth_hmacsha256_state state;
-  crypto_auth_hmacsha256_init(&state, reinterpret_cast<const unsigned char*>(secret_.data()),
-                              secret_.size());
-  UpdateWithLength(&state, header_prefix, header_prefix_size);
-  for (size_t i = first_payload; i < payloads.size(); ++i)
-    UpdateWithLength(&state, payloads[i].data(), payloads[i].size());
   AuthTag tag;
-  crypto_auth_hmacsha256_final(&state, tag.data());
-  sodium_memzero(&state, sizeof state);
+  randombytes_buf(tag.data(), kAuthNonceBytes);
+  const auto mac = Mac(tag.data(), header_prefix, header_prefix_size, payloads, first_payload);
+  std::copy(mac.begin(), mac.end(), tag.begin() + kAuthNonceBytes);
   return tag;
 }
 
@@ -56,8 +76,9 @@ bool Authenticator::Verify(const std::vector<uint8_t>& header_frame,
   const size_t prefix = header_frame.size() - kAuthTrailerBytes;
   if (header_frame[prefix] != kAuthTagKey || header_frame[prefix + 1] != kAuthTagBytes)
     return false;
-  const AuthTag want = Tag(header_frame.data(), prefix, payloads, first_payload);
-  return crypto_verify_32(want.data(), header_frame.data() + prefix + 2) == 0;
+  const uint8_t* nonce = header_frame.data() + prefix + 2;
+  const auto want = Mac(nonce, header_frame.data(), prefix, payloads, first_payload);
+  return crypto_verify_16(want.data(), nonce + kAuthNonceBytes) == 0;
 }
 
 }  // namespace dlrm::net

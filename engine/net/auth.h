@@ -1,5 +1,11 @@
-// Message authentication with a shared secret: HMAC-SHA256 (libsodium, which libzmq
-// already depends on) over the header bytes that precede the tag and every payload.
+// Message authentication with a shared secret (libsodium, which libzmq already depends
+// on) over the header bytes that precede the tag and every payload: Poly1305 under a key
+// used for one message only, the first 32 bytes of XChaCha20's keystream for a random
+// 24-byte nonce under a key derived from the secret (BLAKE2b-256 of it): the
+// ChaCha20-Poly1305 construction's MAC, about ten times HMAC-SHA256's speed here (1.6
+// GB/s against 155 MB/s on one core), so authenticating the pooled embeddings and
+// gradients of a step costs a few percent instead of doubling it (issue 17, finding 10).
+// The tag is the nonce followed by the 16-byte Poly1305 tag.
 //
 // The tag travels in the header as its last field (Header.auth_tag, field 15): the sender
 // serializes the header without a tag, computes the tag, and appends the encoded field;
@@ -17,7 +23,9 @@
 
 namespace dlrm::net {
 
-inline constexpr size_t kAuthTagBytes = 32;
+inline constexpr size_t kAuthNonceBytes = 24;  // XChaCha20's: random ones never repeat
+inline constexpr size_t kAuthMacBytes = 16;    // Poly1305's
+inline constexpr size_t kAuthTagBytes = kAuthNonceBytes + kAuthMacBytes;
 // Encoded Header.auth_tag field: key byte (15 << 3 | 2), length byte, tag.
 inline constexpr size_t kAuthTrailerBytes = 2 + kAuthTagBytes;
 inline constexpr uint8_t kAuthTagKey = (15 << 3) | 2;
@@ -29,7 +37,8 @@ class Authenticator {
   // kInvalidArgument for a secret shorter than kMinSecretBytes (the value is not echoed).
   explicit Authenticator(std::string secret);
 
-  // The tag over `header_prefix` (the header serialized without a tag) and `payloads`.
+  // A tag over `header_prefix` (the header serialized without a tag) and `payloads`,
+  // under a fresh random nonce. Thread-safe.
   AuthTag Tag(const uint8_t* header_prefix, size_t header_prefix_size,
               const std::vector<std::vector<uint8_t>>& payloads, size_t first_payload = 0) const;
 
@@ -42,7 +51,13 @@ class Authenticator {
               const std::vector<std::vector<uint8_t>>& payloads, size_t first_payload = 0) const;
 
  private:
-  std::string secret_;
+  // The Poly1305 tag of the parts under `nonce`'s one-message key.
+  std::array<uint8_t, kAuthMacBytes> Mac(const uint8_t* nonce, const uint8_t* header_prefix,
+                                         size_t header_prefix_size,
+                                         const std::vector<std::vector<uint8_t>>& payloads,
+                                         size_t first_payload) const;
+
+  std::array<uint8_t, 32> key_;  // BLAKE2b-256 of the secret
 };
 
 }  // namespace dlrm::net

@@ -1,6 +1,7 @@
-// HMAC-SHA256 message authentication: accepted with the same secret; rejected with a
-// wrong secret, a missing tag, an unexpected tag, a tampered header or payload, and
-// bytes moved between frames. Also end to end through endpoints.
+// Message authentication (XChaCha20-keyed Poly1305, net/auth.h): accepted with the same
+// secret; rejected with a wrong secret, a missing tag, an unexpected tag, a tampered
+// header, payload or nonce, and bytes moved between frames; every message gets its own
+// nonce. Also end to end through endpoints.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -127,6 +128,16 @@ TEST(NetAuthTest, BytesMovedBetweenFramesAreRejected) {
   moved[1].pop_back();
   EXPECT_TRUE(auth.Verify(frames[0], frames, 1));
   EXPECT_FALSE(auth.Verify(moved[0], moved, 1));
+}
+
+TEST(NetAuthTest, EveryMessageHasItsOwnNonceAndATamperedOneIsRejected) {
+  const std::vector<Frame> a = SignedUpdate(), b = SignedUpdate();
+  const Frame nonce_a(a[0].end() - kAuthTagBytes, a[0].end() - kAuthMacBytes);
+  const Frame nonce_b(b[0].end() - kAuthTagBytes, b[0].end() - kAuthMacBytes);
+  EXPECT_NE(nonce_a, nonce_b);  // the same message twice: two one-time keys
+  std::vector<Frame> tampered = a;
+  tampered[0][tampered[0].size() - kAuthTagBytes] ^= 0x01;
+  ExpectRejected(std::move(tampered), WithSecret(kSecret), "auth tag does not match");
 }
 
 TEST(NetAuthTest, ShortSecretIsRefusedWithoutEchoingIt) {
