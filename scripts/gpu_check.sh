@@ -16,6 +16,11 @@
 #   gpu-bundle/bench.sh small [FLAGS]
 #                                   `dlrm bench --device cuda` on configs/small.pbtxt, then
 #                                   the PyTorch reference on the same GPU (bench/README.md)
+#   gpu-bundle/all.sh               everything above in one device call: the suites, the
+#                                   forward against the copy, and small, kaggle and
+#                                   multihot at batch 8192 in fp32 and in TF32, each with
+#                                   a time limit; full logs under $OUT (or /tmp/gpu-out),
+#                                   a table of train samples/s (ours, PyTorch's) last
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DLRM_ROOT=$(pwd)
@@ -79,6 +84,32 @@ python=/opt/torch/.venv/bin/python3
 [ -x "$python" ] || python=python3
 "$python" "$here/torch_reference.py" --config "$config" --device cuda "$@"
 BENCH
-chmod +x "$BUNDLE/run.sh" "$BUNDLE/bench.sh"
+cat > "$BUNDLE/all.sh" <<'ALL'
+#!/usr/bin/env bash
+# One device call (scripts/gpu_check.sh): suites, forward bench, the three configs in fp32
+# and TF32 against PyTorch. Logs under $OUT; a summary table last.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-/tmp/gpu-out}
+mkdir -p "$out"
+nvidia-smi -L
+timeout 200 "$here/run.sh" > "$out/tests.log" 2>&1
+echo "suites: exit $? ($(grep -c '^\[  PASSED' "$out/tests.log") of $(ls "$here"/*_test | wc -l) passed)"
+grep -E 'FAILED|Failure' "$out/tests.log" | head -20
+(source "$here/env.sh" && timeout 60 "$here/cuda_pooled_bench") 2>&1 | tee "$out/forward.log" | tail -3
+for precision in highest high; do
+  for config in small kaggle multihot; do
+    bag=1; [ "$config" = multihot ] && bag=10
+    log="$out/bench_${config}_$precision.log"
+    timeout 150 "$here/bench.sh" "$config" --batch_size 8192 --bag_size "$bag" --steps 200 \
+      --matmul_precision "$precision" > "$log" 2>&1
+    ours=$(grep -m1 '^train ' "$log" | awk '{print $4}')
+    torch=$(sed -n 's/^RESULT train=\([0-9.]*\).*/\1/p' "$log")
+    ratio=$(awk -v a="$ours" -v b="$torch" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+    echo "$config $precision: ours ${ours:-?} torch ${torch:-?} ratio ${ratio:-?}"
+  done
+done
+ALL
+chmod +x "$BUNDLE/run.sh" "$BUNDLE/bench.sh" "$BUNDLE/all.sh"
 tar czf "$BUNDLE.tar.gz" -C "$(dirname "$BUNDLE")" "$(basename "$BUNDLE")"
 echo "gpu_check: ${#tests[@]} GPU suite(s) and dlrm in $BUNDLE.tar.gz ($(du -sh "$BUNDLE.tar.gz" | cut -f1)); on the device: tar xzf $BUNDLE.tar.gz -C /tmp && /tmp/gpu-bundle/run.sh"

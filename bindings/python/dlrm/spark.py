@@ -13,6 +13,10 @@ part s, then partition 1's, ...: in sync mode the result is bitwise that of one
 :class:`dlrm.Engine` trained on those global batches. ``transform`` loads the job's
 sharded checkpoint whole in each Python worker and predicts through the Arrow path.
 
+The task's protocol has a twin in Java, ``ai.dlrm.spark.TrainerTask``
+(bindings/java/spark): both make the same ``allGather`` calls in the same order (the part
+counts, the holdout rows, then the job's collective), so a change to one is a change to both.
+
 Rows are records of the DataFrame's columns (:func:`dlrm.arrow.from_rows`): numeric dense
 columns and label, sparse columns of arrays of integers (null: an empty bag); a bad value
 fails the fit naming its column and row. Every executor needs this package and libdlrm

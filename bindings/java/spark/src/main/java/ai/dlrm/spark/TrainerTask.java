@@ -25,6 +25,10 @@ import scala.runtime.AbstractFunction1;
  * the trainers' collective, trains, evaluates the holdout parts, writes the checkpoint and
  * leaves.
  *
+ * <p>Its twin is the PySpark task in bindings/python/dlrm/spark.py: the two must make the same
+ * allGather calls in the same order (the part counts, the holdout rows, then the job's
+ * collective), or Java and Python trainers would disagree on the steps and the holdout.
+ *
  * <p>A retried attempt cannot join a job whose other trainers already left, so once its rows
  * are read (a bad row fails every attempt with the same message) it fails, naming why:
  * restart the fit (from a checkpoint).
