@@ -9,6 +9,7 @@
 
 #include "engine/core/byte_codec.h"
 #include "engine/core/log.h"
+#include "engine/core/sigpipe.h"
 #include "engine/core/status.h"
 
 #ifdef DLRM_HAVE_GLOO
@@ -92,6 +93,9 @@ class GlooCommunicator : public Communicator {
     gloo::transport::tcp::attr attr;
     attr.hostname = NumericAddress(host);
     GatherStore store(bootstrap_.get());
+    // Gloo's TCP transport writes without MSG_NOSIGNAL (core/sigpipe.h); its device's loop
+    // thread starts here and keeps the blocked mask.
+    const ScopedSigpipeBlock no_sigpipe;
     try {
       std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
       context_ =
@@ -106,6 +110,11 @@ class GlooCommunicator : public Communicator {
     }
     DLRM_LOG(kInfo) << "trainer " << rank() << ": all-gathers over Gloo (TCP at " << host << ", "
                     << world_size() << " trainers)";
+  }
+
+  ~GlooCommunicator() override {
+    const ScopedSigpipeBlock no_sigpipe;  // closing may still write to a peer that left
+    context_.reset();
   }
 
   int32_t rank() const override { return bootstrap_->rank(); }
@@ -130,6 +139,7 @@ class GlooCommunicator : public Communicator {
     std::vector<int64_t> sizes(n);
     std::vector<char> rest;  // the bytes beyond the slots, rank after rank
     std::vector<size_t> rest_counts(n);
+    const ScopedSigpipeBlock no_sigpipe;
     try {
       gloo::AllgatherOptions options(context_);
       options.setInput(slot.data(), slot.size());

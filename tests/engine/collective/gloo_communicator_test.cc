@@ -72,5 +72,31 @@ TEST(GlooCommunicatorTest, UnreachableHostIsANetworkErrorNamingIt) {
   }
 }
 
+// A trainer whose peer has gone: each all-gather is an error naming it, and the process
+// lives (Gloo's writes run under core/sigpipe.h's ScopedSigpipeBlock; a SIGPIPE killed a
+// test process in CI once, in a job whose other trainer failed at once).
+TEST(GlooCommunicatorTest, APeerThatLeftIsANetworkErrorNamingTheAllGather) {
+  if (!collective::GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
+  collective::LocalCommunicatorHub hub(2, milliseconds(3000));
+  std::unique_ptr<collective::Communicator> gone;
+  std::thread leaver([&] {
+    gone = collective::MakeGlooCommunicator(hub.Rank(1), "127.0.0.1", milliseconds(3000));
+  });
+  std::unique_ptr<collective::Communicator> gloo =
+      collective::MakeGlooCommunicator(hub.Rank(0), "127.0.0.1", milliseconds(3000));
+  leaver.join();
+  gone.reset();  // rank 1 closes its connections
+  std::this_thread::sleep_for(milliseconds(100));
+  for (int call = 0; call < 3; ++call) {
+    try {
+      gloo->AllGather(std::string(size_t{8} << 20, 'x'));  // more than a socket buffer
+      ADD_FAILURE() << "an all-gather with a peer that left returned";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kNetwork) << e.what();
+      EXPECT_NE(std::string(e.what()).find("gloo all-gather"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dlrm
