@@ -221,10 +221,20 @@ def make_batch(spec: ModelSpec, rng: np.random.Generator, batch_size: int, bag: 
     return dense, labels, ids
 
 
-def to_torch(batch, device: torch.device = torch.device("cpu")):
+def to_torch(batch, device: torch.device = torch.device("cpu"), pin: bool = False):
+    """The batch's tensors on `device` (on the host in pinned memory if `pin`)."""
+    def tensor(a):
+        t = torch.from_numpy(a)
+        return t.pin_memory() if pin else t.to(device)
     dense, labels, ids = batch
-    return (torch.from_numpy(dense).to(device), torch.from_numpy(labels).to(device),
-            [torch.from_numpy(i).to(device) for i in ids])
+    return tensor(dense), tensor(labels), [tensor(i) for i in ids]
+
+
+def to_device(batch, device: torch.device):
+    """A pinned host batch copied to `device` as a training loop does (non-blocking)."""
+    dense, labels, ids = batch
+    return (dense.to(device, non_blocking=True), labels.to(device, non_blocking=True),
+            [i.to(device, non_blocking=True) for i in ids])
 
 
 # ---- throughput ------------------------------------------------------------------
@@ -237,15 +247,24 @@ def throughput(args, spec: ModelSpec) -> None:
     opt = make_optimizer(model, args.optimizer, spec)
     loss_fn = nn.BCEWithLogitsLoss()
     rng = np.random.default_rng(args.seed)
-    pool = [to_torch(make_batch(spec, rng, args.batch_size, args.bag_size, args.zipf), device)
+    # Device-resident batches by default (no copy is timed); with --host_batches each step
+    # copies its batch from pinned host memory, as the engine does (its batches are host
+    # memory) and as a DataLoader with pin_memory feeds a training loop.
+    host = args.host_batches and device.type == "cuda"
+    pool = [to_torch(make_batch(spec, rng, args.batch_size, args.bag_size, args.zipf), device,
+                     pin=host)
             for _ in range(args.pool_batches)]
+
+    def batch(i: int):
+        b = pool[i % len(pool)]
+        return to_device(b, device) if host else b
 
     def sync() -> None:  # a window ends when the device's queued work has
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
     def train(i: int) -> float:
-        dense, labels, ids = pool[i % len(pool)]
+        dense, labels, ids = batch(i)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(dense, ids), labels)
         loss.backward()
@@ -253,7 +272,7 @@ def throughput(args, spec: ModelSpec) -> None:
         return loss.item()
 
     def predict(i: int) -> None:
-        dense, _, ids = pool[i % len(pool)]
+        dense, _, ids = batch(i)
         with torch.no_grad():
             torch.sigmoid(model(dense, ids))
 
@@ -282,7 +301,8 @@ def throughput(args, spec: ModelSpec) -> None:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"torch       {torch.__version__}, {torch.get_num_threads()} threads, "
           f"optimizer {args.optimizer}, device {where}, "
-          f"matmul {torch.get_float32_matmul_precision()}")
+          f"matmul {torch.get_float32_matmul_precision()}, "
+          f"batches {'copied from pinned host memory each step' if host else 'on the device'}")
     print(f"model       {params} parameters, built in {build_s:.2f} s")
     for name, rates in (("train", train_rates), ("predict", predict_rates)):
         print(f"{name:<11} samples/s  median {statistics.median(rates):.0f}  "
@@ -371,6 +391,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--matmul_precision", default="highest", choices=["highest", "high", "medium"],
                    help="torch.set_float32_matmul_precision: fp32, TF32 or bf16 products "
                         "(the peer of dlrm bench --matmul_precision)")
+    p.add_argument("--host_batches", action="store_true",
+                   help="with --device cuda: each step copies its batch from pinned host "
+                        "memory (as the engine does) instead of reading a device-resident one")
     p.add_argument("--lr", type=float, default=0.0,
                    help="learning rate for dense and sparse parameters, on both sides "
                         "(default: the config's)")

@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cub/cub.cuh>
+#include <type_traits>
 
 #include "engine/core/status.h"
 #include "engine/cuda/device.h"
@@ -85,8 +87,9 @@ struct RowScratch {
   float* chunk_coef;
   float* stage;
 };
+// 16-byte aligned, so that stage (after 256 bases and coefficients) takes float4 stores.
 __host__ __device__ size_t ChunkOffset(int32_t max_dim) {
-  return ((static_cast<size_t>(max_dim) + 1) * sizeof(float) + 7) / 8 * 8;
+  return ((static_cast<size_t>(max_dim) + 1) * sizeof(float) + 15) / 16 * 16;
 }
 __host__ __device__ size_t SharedBytes(int32_t max_dim, int threads, int stage) {
   return ChunkOffset(max_dim) + threads * (sizeof(int64_t) + sizeof(float)) +
@@ -117,23 +120,50 @@ __device__ float SumChunk(const float* d_pooled_k, const int64_t* base, const fl
   return g;
 }
 
-// The block copies the d_pooled rows of m occurrences into stage [m x dim], then each
-// column k adds their products into grad[k] in order.
+// Floats each of UpdateHotRows' threads loads per stage.
+constexpr int kStagePerThread = kStageFloats / kHotThreads;
+
+// The block (of kHotThreads) copies the d_pooled rows of m occurrences into stage
+// [m x dim], every thread's loads issued before any is stored (one trip to memory per
+// stage), W floats at a time (dim and every base a multiple of W); then each column k adds
+// their products into grad[k] in order.
+template <int W>
 __device__ void SumStaged(const float* d_pooled, const int64_t* base, const float* coef, int m,
                           int32_t dim, const RowScratch& s) {
-  const int count = m * dim;
-#pragma unroll 4
-  for (int e = threadIdx.x; e < count; e += blockDim.x) {
-    const int i = e / dim;
-    s.stage[e] = d_pooled[base[i] + (e - i * dim)];
+  using Vec = std::conditional_t<W == 4, float4, float>;
+  constexpr int kLoads = kStagePerThread / W;
+  const int dim_w = dim / W, count = m * dim_w;
+  Vec v[kLoads];
+#pragma unroll
+  for (int u = 0; u < kLoads; ++u) {
+    const int e = static_cast<int>(threadIdx.x) + u * kHotThreads;
+    if (e < count) {
+      const int i = e / dim_w;
+      v[u] = reinterpret_cast<const Vec*>(d_pooled + base[i])[e - i * dim_w];
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kLoads; ++u) {
+    const int e = static_cast<int>(threadIdx.x) + u * kHotThreads;
+    if (e < count) reinterpret_cast<Vec*>(s.stage)[e] = v[u];
   }
   __syncthreads();
   for (int k = threadIdx.x; k < dim; k += blockDim.x) {
     float g = s.grad[k];
+#pragma unroll 8
     for (int i = 0; i < m; ++i) g = __fadd_rn(g, __fmul_rn(coef[i], s.stage[i * dim + k]));
     s.grad[k] = g;
   }
   __syncthreads();  // before the next stage overwrites this one
+}
+
+// 1 if every d_pooled row this kernel reads loads as float4: 16-byte aligned d_pooled, and
+// the row width, every table's dim and every feature's offset multiples of 4.
+__device__ bool RowsLoadAsFloat4(const EmbeddingBackwardArgs& a) {
+  bool ok = reinterpret_cast<uintptr_t>(a.d_pooled) % 16 == 0 && a.pooled_width % 4 == 0;
+  for (int32_t t = 0; t < a.num_tables; ++t) ok = ok && a.tables[t].dim % 4 == 0;
+  for (int32_t f = 0; f < a.num_features; ++f) ok = ok && a.features[f].pooled_offset % 4 == 0;
+  return ok;
 }
 
 // grad[k] = the sum over occurrences [begin, end) of coef * d_pooled[base + k], in order.
@@ -141,7 +171,7 @@ __device__ void SumStaged(const float* d_pooled, const int64_t* base, const floa
 // `stage` floats of shared memory it stages their d_pooled rows too.
 __device__ void SumRowGradient(const float* d_pooled, const int64_t* positions,
                                const int64_t* bases, const float* coefs, int64_t begin, int64_t end,
-                               int32_t dim, int stage, const RowScratch& s) {
+                               int32_t dim, int stage, bool vec4, const RowScratch& s) {
   const int t = static_cast<int>(threadIdx.x);
   for (int k = t; k < dim; k += blockDim.x) s.grad[k] = 0.0f;
   const int per_stage = stage / dim;  // rows staged at once; 0: read in place
@@ -159,8 +189,13 @@ __device__ void SumRowGradient(const float* d_pooled, const int64_t* positions,
         s.grad[k] = SumChunk(d_pooled + k, s.chunk_base, s.chunk_coef, m, s.grad[k]);
       continue;
     }
-    for (int i0 = 0; i0 < m; i0 += per_stage)
-      SumStaged(d_pooled, s.chunk_base + i0, s.chunk_coef + i0, min(per_stage, m - i0), dim, s);
+    for (int i0 = 0; i0 < m; i0 += per_stage) {
+      const int rows = min(per_stage, m - i0);
+      if (vec4)
+        SumStaged<4>(d_pooled, s.chunk_base + i0, s.chunk_coef + i0, rows, dim, s);
+      else
+        SumStaged<1>(d_pooled, s.chunk_base + i0, s.chunk_coef + i0, rows, dim, s);
+    }
   }
   __syncthreads();
 }
@@ -169,11 +204,11 @@ __device__ void SumRowGradient(const float* d_pooled, const int64_t* positions,
 __device__ void UpdateRow(const EmbeddingBackwardArgs& a, const SparseStepArgs& o,
                           const uint64_t* keys, const int64_t* positions, int64_t begin,
                           int64_t end, const int64_t* bases, const float* coefs, int stage,
-                          const RowScratch& s) {
+                          bool vec4, const RowScratch& s) {
   const uint64_t key = keys[begin];
   const SparseTableArgs t = a.tables[key >> kIdBits];
   const auto row = static_cast<int64_t>(key & ((uint64_t{1} << kIdBits) - 1));
-  SumRowGradient(a.d_pooled, positions, bases, coefs, begin, end, t.dim, stage, s);
+  SumRowGradient(a.d_pooled, positions, bases, coefs, begin, end, t.dim, stage, vec4, s);
   float& rowwise_denom = s.grad[a.max_dim];
   if (o.kind == kRowwise && threadIdx.x == 0) {
     const float h =
@@ -214,7 +249,7 @@ __global__ void UpdateRows(EmbeddingBackwardArgs a, const SparseStepArgs* step, 
       continue;
     }
     const int64_t begin = g.begin[s];
-    UpdateRow(a, o, g.keys, g.positions, begin, begin + count, bases, coefs, 0, scratch);
+    UpdateRow(a, o, g.keys, g.positions, begin, begin + count, bases, coefs, 0, false, scratch);
   }
 }
 
@@ -225,11 +260,12 @@ __global__ void UpdateHotRows(EmbeddingBackwardArgs a, const SparseStepArgs* ste
   const RowScratch scratch = CarveShared(shared, a.max_dim);
   if (a.skip != nullptr && *a.skip != 0) return;
   const SparseStepArgs o = *step;
+  const bool vec4 = RowsLoadAsFloat4(a);
   for (int32_t h = blockIdx.x; h < *g.num_hot; h += gridDim.x) {
     const int32_t s = g.hot[h];
     const int64_t begin = g.begin[s];
     UpdateRow(a, o, g.keys, g.positions, begin, begin + g.counts[s], bases, coefs, kStageFloats,
-              scratch);
+              vec4, scratch);
   }
 }
 

@@ -11,21 +11,40 @@ __device__ const float* Z(const float* x, const float* pooled, int i, int d) {
   return i == 0 ? x : pooled + (i - 1) * d;
 }
 
-// One block per sample: x copied, then one thread per pair (i, j), j < i, row by row.
+// The shared memory of DotForward's staged copy of one sample's f + 1 vectors, each row
+// padded by a float so that a warp's threads (different vectors, one column) read
+// different banks.
+size_t DotStageBytes(int d, int f) {
+  return static_cast<size_t>(f + 1) * static_cast<size_t>(d + 1) * sizeof(float);
+}
+constexpr size_t kDotStageLimit = 48 * 1024;  // without opting in to more
+
+// One block per sample: x copied, then one thread per pair (i, j), j < i, row by row. With
+// `staged`, the sample's vectors are first copied into shared memory (rows of d + 1), so
+// that the pairs' reads of scattered vectors hit shared memory, not L1; the sums are the
+// same, in the same order.
 __global__ void DotForward(const float* x, const float* pooled, int d, int f, int out_dim,
-                           float* out) {
+                           bool staged, float* out) {
+  extern __shared__ float z[];
   const int64_t r = blockIdx.x;
   const float* xr = x + r * d;
   const float* pr = pooled + r * static_cast<int64_t>(f) * d;
   float* o = out + r * out_dim;
   for (int k = threadIdx.x; k < d; k += blockDim.x) o[k] = xr[k];
+  int stride = d;
+  if (staged) {
+    for (int e = threadIdx.x; e < (f + 1) * d; e += blockDim.x)
+      z[(e / d) * (d + 1) + e % d] = e < d ? xr[e] : pr[e - d];
+    __syncthreads();
+    stride = d + 1;
+  }
   const int pairs = f * (f + 1) / 2;
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
     int i = 1;
     while ((i + 1) * i / 2 <= p) ++i;  // pair p lies in row i: rows before hold i(i-1)/2
     const int j = p - i * (i - 1) / 2;
-    const float* zi = Z(xr, pr, i, d);
-    const float* zj = Z(xr, pr, j, d);
+    const float* zi = staged ? z + i * stride : Z(xr, pr, i, d);
+    const float* zj = staged ? z + j * stride : Z(xr, pr, j, d);
     float sum = 0.0f;
     for (int k = 0; k < d; ++k) sum = __fadd_rn(sum, __fmul_rn(zi[k], zj[k]));
     o[d + p] = sum;
@@ -120,10 +139,12 @@ void LaunchInteractionForward(const InteractionShape& s, const float* x, const f
   CheckShape(s, n);
   if (n == 0) return;
   const auto blocks = static_cast<unsigned>(n);
-  if (s.dot)
-    DotForward<<<blocks, kThreads, 0, stream>>>(x, pooled, s.bottom_dim, s.num_features,
-                                                s.out_dim(), out);
-  else
+  if (s.dot) {
+    const size_t stage = DotStageBytes(s.bottom_dim, s.num_features);
+    const bool staged = stage <= kDotStageLimit;
+    DotForward<<<blocks, kThreads, staged ? stage : 0, stream>>>(
+        x, pooled, s.bottom_dim, s.num_features, s.out_dim(), staged, out);
+  } else
     CatForward<<<blocks, kThreads, 0, stream>>>(x, pooled, s.bottom_dim, s.pooled_width,
                                                 s.out_dim(), out);
   CheckCuda(cudaGetLastError(), "interaction forward");

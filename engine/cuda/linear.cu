@@ -7,7 +7,7 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 // Rows per partial column sum of the bias gradient: the fixed first level of its tree.
-constexpr int kBiasChunkRows = 256;
+constexpr int kBiasChunkRows = 32;
 constexpr int kThreads = 256;
 
 constexpr int kRowsInFlight = 8;  // rows whose loads are issued before their sums

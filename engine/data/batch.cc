@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "engine/core/status.h"
 
@@ -11,27 +12,51 @@ namespace dlrm {
 namespace {
 
 // Values one task checks at least: below that a split costs more than the scan.
-constexpr int64_t kCheckSlice = int64_t{1} << 16;
+constexpr int64_t kCheckSlice = int64_t{1} << 15;
 
-// The first i in [begin, end) with bad(i), or -1: slices scanned in parallel, the lowest
-// slice's first hit kept, so the answer is the sequential scan's on any pool.
+// Values [begin, end) checked by one predicate, the caller's `which`.
+struct CheckRange {
+  int64_t begin, end;
+  size_t which;
+};
+
+// The first (i, which), in the ranges' order, with bad(which, i), or (-1, 0). The ranges are
+// cut into slices of at least kCheckSlice values (about 4 per pool thread) scanned in
+// parallel; the lowest slice's first hit is kept, so the answer is the sequential scan's on
+// any pool, and many short ranges (a feature's ids each) still spread over every thread.
 template <typename Bad>
-int64_t FirstBad(ThreadPool* pool, int64_t begin, int64_t end, const Bad& bad) {
-  const int64_t n = end - begin;
-  if (n <= 0) return -1;
+std::pair<int64_t, size_t> FirstBadIn(ThreadPool* pool, const std::vector<CheckRange>& ranges,
+                                      const Bad& bad) {
+  int64_t total = 0;
+  for (const CheckRange& r : ranges) total += std::max<int64_t>(0, r.end - r.begin);
   const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
-  const int64_t parts = std::max<int64_t>(1, std::min(threads * 4, n / kCheckSlice));
-  std::vector<int64_t> first(static_cast<size_t>(parts), -1);
-  ParallelFor(pool, parts, [&](int64_t p) {
-    for (int64_t i = begin + SplitBegin(n, parts, p); i < begin + SplitBegin(n, parts, p + 1); ++i)
-      if (bad(i)) {
-        first[static_cast<size_t>(p)] = i;
+  const int64_t slice = std::max(kCheckSlice, total / (threads * 4));
+  std::vector<CheckRange> slices;
+  for (const CheckRange& r : ranges) {
+    const int64_t n = r.end - r.begin;
+    const int64_t parts = std::max<int64_t>(1, n / slice);
+    for (int64_t p = 0; n > 0 && p < parts; ++p)
+      slices.push_back(
+          {r.begin + SplitBegin(n, parts, p), r.begin + SplitBegin(n, parts, p + 1), r.which});
+  }
+  std::vector<int64_t> first(slices.size(), -1);
+  ParallelFor(pool, static_cast<int64_t>(slices.size()), [&](int64_t s) {
+    const CheckRange& r = slices[static_cast<size_t>(s)];
+    for (int64_t i = r.begin; i < r.end; ++i)
+      if (bad(r.which, i)) {
+        first[static_cast<size_t>(s)] = i;
         return;
       }
   });
-  for (const int64_t i : first)
-    if (i >= 0) return i;
-  return -1;
+  for (size_t s = 0; s < slices.size(); ++s)
+    if (first[s] >= 0) return {first[s], slices[s].which};
+  return {-1, 0};
+}
+
+// The first i in [begin, end) with bad(i), or -1 (FirstBadIn of one range).
+template <typename Bad>
+int64_t FirstBad(ThreadPool* pool, int64_t begin, int64_t end, const Bad& bad) {
+  return FirstBadIn(pool, {{begin, end, 0}}, [&](size_t, int64_t i) { return bad(i); }).first;
 }
 
 void CheckHeader(const BatchView& batch, int32_t expected_dense, int32_t F, bool require_labels) {
@@ -93,16 +118,16 @@ void CheckIdsAndWeights(const ValidatedBatch& out, const std::vector<SparseFeatu
                         ThreadPool* pool) {
   const BatchView& batch = out.view;
   const int64_t B = batch.batch_size;
-  for (size_t f = 0; f < features.size(); ++f) {
-    if (features[f].any_id) continue;
-    const int64_t rows = features[f].num_rows;
-    const int64_t bad =
-        FirstBad(pool, out.offsets[f * B], out.offsets[(f + 1) * B],
-                 [&](int64_t i) { return batch.ids[i] < 0 || batch.ids[i] >= rows; });
-    if (bad >= 0)
-      Throw(StatusCode::kOutOfRange, "batch.ids[", bad, "] = ", batch.ids[bad], " (feature ", f,
-            ") is outside its table's range [0, ", rows, ")");
-  }
+  // Every feature's ids in one parallel scan: a feature alone is often too short to split.
+  std::vector<CheckRange> ranges;
+  for (size_t f = 0; f < features.size(); ++f)
+    if (!features[f].any_id) ranges.push_back({out.offsets[f * B], out.offsets[(f + 1) * B], f});
+  const auto [bad_id, f] = FirstBadIn(pool, ranges, [&](size_t feature, int64_t i) {
+    return batch.ids[i] < 0 || batch.ids[i] >= features[feature].num_rows;
+  });
+  if (bad_id >= 0)
+    Throw(StatusCode::kOutOfRange, "batch.ids[", bad_id, "] = ", batch.ids[bad_id], " (feature ", f,
+          ") is outside its table's range [0, ", features[f].num_rows, ")");
   if (batch.weights == nullptr) return;
   const int64_t bad =
       FirstBad(pool, 0, batch.num_ids, [&](int64_t i) { return !std::isfinite(batch.weights[i]); });

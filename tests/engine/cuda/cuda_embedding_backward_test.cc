@@ -4,7 +4,8 @@
 // optimizer: two tables shared by three features (SUM and MEAN), repeated ids within and
 // across bags, empty bags, per-id weights, dims with and without a multiple of 4 and 8, one
 // wider than a warp, one wider than a block's default shared memory (64 KiB), and long bags
-// whose rows each gather hundreds of occurrences (many chunks of a warp, one partial).
+// whose rows each gather hundreds of occurrences (many chunks of a warp, one partial), their
+// d_pooled rows loaded as floats and, where every dim is a multiple of 4, as float4.
 // The argument checks run everywhere.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -150,7 +151,10 @@ void Compare(const Layout& layout, const std::string& optimizer_text) {
 TEST(CudaEmbeddingBackwardTest, EqualsTheCpuBitwiseForEveryOptimizer) {
   SKIP_WITHOUT_GPU();
   OpenDevice(0);
-  for (const Layout& layout : {Layout{{36, 5}}, Layout{{16384, 5}}, Layout{{36, 5}, 200}}) {
+  // The last two: hot rows (hundreds of occurrences) staged as floats (dim 5), and as
+  // float4 (every dim and offset a multiple of 4).
+  for (const Layout& layout :
+       {Layout{{36, 5}}, Layout{{16384, 5}}, Layout{{36, 5}, 200}, Layout{{36, 8}, 200}}) {
     Compare(layout, "");
     Compare(layout, "adagrad { eps: 1e-8 initial_accumulator: 0.1 }");
     Compare(layout, "rowwise_adagrad { eps: 1e-8 initial_accumulator: 0.01 }");

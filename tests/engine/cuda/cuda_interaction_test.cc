@@ -63,6 +63,7 @@ TEST(CudaInteractionTest, MatchesTheCpuAndRepeatsBitwise) {
   OpenDevice(0);
   CompareInteraction(true, 16, 8);  // the CPU's AVX2 DOT where the CPU has it
   CompareInteraction(true, 3, 5);
+  CompareInteraction(true, 512, 26);  // past 48 KiB: DotForward reads in place, unstaged
   CompareInteraction(false, 4, 3);
 }
 

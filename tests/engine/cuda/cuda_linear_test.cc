@@ -115,7 +115,8 @@ double RelativeError(const std::vector<float>& got, const std::vector<float>& wa
 TEST(CudaLinearTest, ReducedPrecisionIsWithinItsRoundingAndRepeatsBitwise) {
   SKIP_WITHOUT_GPU();
   OpenDevice(0);
-  const Case c{1000, 256, 192, true};
+  // No ReLU: its mask would follow the rounding of values near zero, which is no product's error.
+  const Case c{1000, 256, 192, false};
   const std::vector<float> x = testing::RandomFloats(c.n * c.in, 21),
                            W = testing::RandomFloats(c.out * c.in, 22),
                            b = testing::RandomFloats(c.out, 23),

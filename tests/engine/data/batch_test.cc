@@ -219,5 +219,42 @@ TEST(BatchTest, APoolReportsTheFirstBadValueAsOneThreadDoes) {
   }
 }
 
+// Many features, each shorter than one slice, are scanned together: the error still names
+// the first bad id and its feature (the one-thread answer), and a dynamic table's feature is
+// never checked.
+TEST(BatchTest, ManyShortFeaturesReportTheFirstBadIdAsOneThreadDoes) {
+  constexpr int32_t kFeatures = 30;
+  constexpr int64_t kB = 5000, kBag = 2;
+  std::vector<SparseFeatureSpec> specs(kFeatures, SparseFeatureSpec{0, 100, false});
+  specs[3].any_id = true;
+  std::vector<int32_t> lengths(kFeatures * kB, kBag);
+  std::vector<int64_t> ids(kFeatures * kB * kBag, 7);
+  std::vector<float> labels(kB, 1.0f);
+  BatchView view;
+  view.batch_size = kB;
+  view.labels = labels.data();
+  view.num_sparse = kFeatures;
+  view.lengths = lengths.data();
+  view.num_ids = static_cast<int64_t>(ids.size());
+  view.ids = ids.data();
+  ThreadPool pool(4);
+  const auto error = [&](ThreadPool* p) {
+    try {
+      ValidateBatch(view, 0, specs, true, p);
+      return std::string();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+  };
+  ids[3 * kB * kBag + 11] = -5;  // the dynamic feature: any id
+  EXPECT_EQ(error(&pool), "");
+  const int64_t first = 7 * kB * kBag + 9001, later = 20 * kB * kBag + 3;
+  ids[static_cast<size_t>(later)] = 100;
+  ids[static_cast<size_t>(first)] = 100;
+  const std::string alone = error(nullptr);
+  EXPECT_THAT(alone, HasSubstr("batch.ids[" + std::to_string(first) + "] = 100 (feature 7)"));
+  EXPECT_EQ(error(&pool), alone);
+}
+
 }  // namespace
 }  // namespace dlrm
