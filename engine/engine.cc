@@ -142,20 +142,24 @@ int64_t Engine::SubmitTrainStep(const BatchView& batch) {
     valid = ValidateBatch(batch, state_->model.num_dense_features(), state_->model.feature_specs(),
                           true, pool_.get());
   }
-  // The caller's memory is borrowed for this call only; the offsets stay valid for the copy.
-  auto copy = std::make_unique<const OwnedValidBatch>(CopyBatch(batch), std::move(valid.offsets));
-  AsyncStepQueue* queue;
-  {
-    std::lock_guard<std::mutex> lock(async_mu_);
-    if (!async_)
-      async_ = std::make_unique<AsyncStepQueue>(
-          [this](const QueuedStep& now, const QueuedStep& next) {
-            return TrainValidStep(*now.batch, {now.ticket, next.batch, next.ticket});
-          },
-          kAsyncQueueDepth);
-    queue = async_.get();
-  }
+  AsyncStepQueue* queue = AsyncQueue();
+  // The caller's memory is borrowed for this call only: copied into a finished step's
+  // storage where there is one; the offsets stay valid for the copy.
+  std::unique_ptr<OwnedValidBatch> copy = queue->TakeSpare();
+  if (!copy) copy = std::make_unique<OwnedValidBatch>();
+  copy->Refill(batch, std::move(valid.offsets), pool_.get());
   return queue->Submit(std::move(copy));
+}
+
+AsyncStepQueue* Engine::AsyncQueue() {
+  std::lock_guard<std::mutex> lock(async_mu_);
+  if (!async_)
+    async_ = std::make_unique<AsyncStepQueue>(
+        [this](const QueuedStep& now, const QueuedStep& next) {
+          return TrainValidStep(*now.batch, {now.ticket, next.batch, next.ticket});
+        },
+        kAsyncQueueDepth);
+  return async_.get();
 }
 
 float Engine::WaitTrainStep(int64_t ticket) {

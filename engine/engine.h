@@ -143,6 +143,8 @@ class Engine {
   void LoadSsdRows(const CheckpointReader& reader, const std::string& path, State* staged) const;
   // Runs every queued asynchronous step (so mutations apply after them, in order).
   void DrainAsyncSteps() const;
+  // The asynchronous step queue, created by the first call.
+  AsyncStepQueue* AsyncQueue();
 
   config::DlrmConfig config_;
   std::unique_ptr<ThreadPool> pool_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/core/parallel_copy.h"
 #include "engine/cuda/device.h"
 
 namespace dlrm::cuda {
@@ -20,9 +21,6 @@ template <typename T>
 void CopyToDevice(DeviceBuffer<T>& to, const T* from, size_t count, cudaStream_t stream) {
   if (count > 0 && from != nullptr) to.CopyIn(from, count, stream);
 }
-
-// Bytes one thread copies into pinned memory at least: below that a split costs more.
-constexpr size_t kPinSliceBytes = size_t{1} << 20;
 
 size_t DenseCount(const BatchView& v) {
   return static_cast<size_t>(v.batch_size) * static_cast<size_t>(v.num_dense);
@@ -66,15 +64,8 @@ template <typename T>
 const T* BatchStaging::Pin(PinnedBuffer<T>& to, const T* from, size_t count) {
   if (count == 0 || from == nullptr) return nullptr;
   to.Reserve(count);
-  T* dst = to.get();
-  const size_t bytes = count * sizeof(T);
-  const int64_t threads = pool_ != nullptr ? pool_->num_threads() : 1;
-  const auto parts = static_cast<int64_t>(
-      std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(threads), bytes / kPinSliceBytes)));
-  ParallelForRanges(pool_, static_cast<int64_t>(count), parts, [&](int64_t begin, int64_t end) {
-    std::memcpy(dst + begin, from + begin, static_cast<size_t>(end - begin) * sizeof(T));
-  });
-  return dst;
+  CopyInParallel(pool_, from, count, to.get());
+  return to.get();
 }
 
 BatchStaging::BatchStaging(cudaStream_t compute, ThreadPool* pool)

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/core/parallel_copy.h"
 #include "engine/core/status.h"
 
 namespace dlrm {
@@ -155,6 +156,13 @@ OwnedValidBatch::OwnedValidBatch(OwnedBatch owned, std::vector<int64_t> offsets)
   valid_.offsets = std::move(offsets);
 }
 
+void OwnedValidBatch::Refill(const BatchView& view, std::vector<int64_t> offsets,
+                             ThreadPool* pool) {
+  CopyBatchInto(view, &owned_, pool);
+  valid_.view = owned_.view();
+  valid_.offsets = std::move(offsets);
+}
+
 std::vector<BatchView> ViewsOf(const std::vector<OwnedBatch>& batches) {
   std::vector<BatchView> views;
   views.reserve(batches.size());
@@ -162,17 +170,33 @@ std::vector<BatchView> ViewsOf(const std::vector<OwnedBatch>& batches) {
   return views;
 }
 
+namespace {
+
+// to = from[0 .. count), its storage reused; in slices on `pool`.
+template <typename T>
+void AssignInParallel(ThreadPool* pool, const T* from, size_t count, std::vector<T>* to) {
+  to->resize(from != nullptr ? count : 0);
+  if (from != nullptr) CopyInParallel(pool, from, count, to->data());
+}
+
+}  // namespace
+
+void CopyBatchInto(const BatchView& view, OwnedBatch* out, ThreadPool* pool) {
+  out->batch_size = view.batch_size;
+  out->num_dense = view.num_dense;
+  out->num_sparse = view.num_sparse;
+  const auto B = static_cast<size_t>(view.batch_size);
+  const auto num_ids = static_cast<size_t>(view.num_ids);
+  AssignInParallel(pool, view.dense, B * static_cast<size_t>(view.num_dense), &out->dense);
+  AssignInParallel(pool, view.labels, B, &out->labels);
+  AssignInParallel(pool, view.lengths, static_cast<size_t>(view.num_sparse) * B, &out->lengths);
+  AssignInParallel(pool, view.ids, num_ids, &out->ids);
+  AssignInParallel(pool, view.weights, num_ids, &out->weights);
+}
+
 OwnedBatch CopyBatch(const BatchView& view) {
   OwnedBatch b;
-  b.batch_size = view.batch_size;
-  b.num_dense = view.num_dense;
-  b.num_sparse = view.num_sparse;
-  b.dense.assign(view.dense, view.dense + view.batch_size * view.num_dense);
-  if (view.labels) b.labels.assign(view.labels, view.labels + view.batch_size);
-  b.lengths.assign(view.lengths,
-                   view.lengths + static_cast<int64_t>(view.num_sparse) * view.batch_size);
-  b.ids.assign(view.ids, view.ids + view.num_ids);
-  if (view.weights) b.weights.assign(view.weights, view.weights + view.num_ids);
+  CopyBatchInto(view, &b, nullptr);
   return b;
 }
 

@@ -84,12 +84,17 @@ struct OwnedBatch {
 // borrows from it, so it is neither copied nor moved (hold it by pointer).
 class OwnedValidBatch {
  public:
+  OwnedValidBatch() = default;  // an empty batch, to Refill
   // `offsets`: ValidateBatch's offsets of the batch `owned` copies.
   OwnedValidBatch(OwnedBatch owned, std::vector<int64_t> offsets);
   OwnedValidBatch(const OwnedValidBatch&) = delete;
   OwnedValidBatch& operator=(const OwnedValidBatch&) = delete;
 
   const ValidatedBatch& batch() const { return valid_; }
+  // Copies `view` (validated, with ValidateBatch's `offsets`) in place of the batch held,
+  // reusing its storage (CopyBatchInto): a queue that recycles these allocates nothing
+  // for batches of one shape.
+  void Refill(const BatchView& view, std::vector<int64_t> offsets, ThreadPool* pool);
 
  private:
   OwnedBatch owned_;
@@ -102,6 +107,9 @@ std::vector<BatchView> ViewsOf(const std::vector<OwnedBatch>& batches);
 // Copies a borrowed batch into owned storage (what an asynchronous submit keeps).
 // The view must have passed ValidateBatch (sizes are trusted).
 OwnedBatch CopyBatch(const BatchView& view);
+// CopyBatch into `out`, reusing its vectors' storage (nothing allocated when it held a
+// batch at least this large), the large arrays copied in slices on `pool` (may be null).
+void CopyBatchInto(const BatchView& view, OwnedBatch* out, ThreadPool* pool);
 
 // Samples [begin, end) of a batch (a trainer's part of a global batch). The view must
 // have passed ValidateBatch; kInvalidArgument for an empty or out-of-range slice.

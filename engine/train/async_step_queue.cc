@@ -22,7 +22,15 @@ AsyncStepQueue::~AsyncStepQueue() {
   worker_.join();
 }
 
-int64_t AsyncStepQueue::Submit(std::unique_ptr<const OwnedValidBatch> batch) {
+std::unique_ptr<OwnedValidBatch> AsyncStepQueue::TakeSpare() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (spare_.empty()) return nullptr;
+  std::unique_ptr<OwnedValidBatch> batch = std::move(spare_.back());
+  spare_.pop_back();
+  return batch;
+}
+
+int64_t AsyncStepQueue::Submit(std::unique_ptr<OwnedValidBatch> batch) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return pending_.size() < depth_; });
   const int64_t ticket = next_ticket_++;
@@ -92,6 +100,7 @@ void AsyncStepQueue::Run() {
       pending_.clear();
     }
     done_[item.first] = std::move(result);
+    if (spare_.size() <= depth_) spare_.push_back(std::move(item.second));
     cv_.notify_all();
   }
 }

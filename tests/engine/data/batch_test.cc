@@ -256,5 +256,32 @@ TEST(BatchTest, ManyShortFeaturesReportTheFirstBadIdAsOneThreadDoes) {
   EXPECT_EQ(error(&pool), alone);
 }
 
+// A copy into a batch that held one at least as large reuses its storage; every field is
+// the new batch's (weights and labels dropped when the new one has none).
+TEST(BatchTest, CopyBatchIntoReusesStorageAndCopiesExactly) {
+  ThreadPool pool(3);
+  const OwnedBatch big = testing::SmallBatch(70000, 9, /*weighted=*/true);  // > 1 MiB of ids
+  OwnedBatch out;
+  CopyBatchInto(big.view(), &out, &pool);
+  EXPECT_EQ(out.ids, big.ids);
+  EXPECT_EQ(out.weights, big.weights);
+  EXPECT_EQ(out.dense, big.dense);
+  EXPECT_EQ(out.lengths, big.lengths);
+  EXPECT_EQ(out.labels, big.labels);
+  const int64_t* storage = out.ids.data();
+  OwnedBatch small = testing::SmallBatch(50, 3, /*weighted=*/false);
+  BatchView view = small.view();
+  view.labels = nullptr;
+  CopyBatchInto(view, &out, &pool);
+  EXPECT_EQ(out.ids.data(), storage);
+  EXPECT_EQ(out.batch_size, 50);
+  EXPECT_EQ(out.ids, small.ids);
+  EXPECT_EQ(out.dense, small.dense);
+  EXPECT_TRUE(out.weights.empty());
+  EXPECT_TRUE(out.labels.empty());
+  EXPECT_EQ(out.view().labels, nullptr);
+  EXPECT_EQ(out.view().weights, nullptr);
+}
+
 }  // namespace
 }  // namespace dlrm

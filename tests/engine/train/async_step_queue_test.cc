@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -19,10 +20,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::unique_ptr<const OwnedValidBatch> Tagged(int64_t tag) {
+std::unique_ptr<OwnedValidBatch> Tagged(int64_t tag) {
   OwnedBatch b;
   b.batch_size = tag;
-  return std::make_unique<const OwnedValidBatch>(std::move(b), std::vector<int64_t>{0});
+  return std::make_unique<OwnedValidBatch>(std::move(b), std::vector<int64_t>{0});
 }
 
 TEST(AsyncStepQueueTest, RunsStepsInTicketOrder) {
@@ -156,6 +157,34 @@ TEST(AsyncStepQueueTest, DestructorFinishesSubmittedSteps) {
     for (int i = 0; i < 3; ++i) queue.Submit(Tagged(i));
   }
   EXPECT_EQ(ran, 3);
+}
+
+// Finished steps' batches come back for refilling, never one still queued or running, and
+// no more than depth + 1 are kept.
+TEST(AsyncStepQueueTest, FinishedBatchesComeBackAsSpares) {
+  AsyncStepQueue queue([](const QueuedStep&, const QueuedStep&) { return 0.0f; }, 2);
+  EXPECT_EQ(queue.TakeSpare(), nullptr);
+  std::vector<const OwnedValidBatch*> submitted;
+  for (int i = 1; i <= 6; ++i) {
+    std::unique_ptr<OwnedValidBatch> b = Tagged(i);
+    submitted.push_back(b.get());
+    queue.Wait(queue.Submit(std::move(b)));
+  }
+  std::vector<std::unique_ptr<OwnedValidBatch>> spares;
+  while (auto spare = queue.TakeSpare()) spares.push_back(std::move(spare));
+  ASSERT_EQ(spares.size(), 3u);  // depth + 1
+  for (const auto& spare : spares)
+    EXPECT_NE(std::find(submitted.begin(), submitted.begin() + 3, spare.get()),
+              submitted.begin() + 3);  // the first three finished, then the list was full
+  // A spare refilled carries the new batch only.
+  OwnedBatch fresh;
+  fresh.batch_size = 2;
+  fresh.num_dense = 1;
+  fresh.dense = {1.5f, 2.5f};
+  fresh.labels = {0.0f, 1.0f};
+  spares[0]->Refill(fresh.view(), {0}, nullptr);
+  const float loss = queue.Wait(queue.Submit(std::move(spares[0])));
+  EXPECT_EQ(loss, 0.0f);
 }
 
 }  // namespace
