@@ -16,7 +16,7 @@
 namespace dlrm {
 
 // Bytes one thread copies at least: below that a split costs more than it gains.
-inline constexpr size_t kCopySliceBytes = size_t{1} << 20;
+inline constexpr size_t kCopySliceBytes = size_t{256} << 10;
 
 // to[0 .. count) = from[0 .. count), in up to one slice per pool thread.
 template <typename T>

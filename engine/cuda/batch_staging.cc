@@ -17,10 +17,9 @@ bool Grow(DeviceBuffer<T>& buffer, size_t count) {
   return buffer.get() != before;
 }
 
-template <typename T>
-void CopyToDevice(DeviceBuffer<T>& to, const T* from, size_t count, cudaStream_t stream) {
-  if (count > 0 && from != nullptr) to.CopyIn(from, count, stream);
-}
+// Values copied into pinned memory before their slice's copy to the device starts: the
+// device copies one slice while the host pins the next.
+constexpr size_t kStageChunkBytes = size_t{4} << 20;
 
 size_t DenseCount(const BatchView& v) {
   return static_cast<size_t>(v.batch_size) * static_cast<size_t>(v.num_dense);
@@ -49,23 +48,19 @@ void DeviceBatch::Reserve(const BatchView& batch, size_t num_offsets, bool with_
   if (moved) ++generation;
 }
 
-void CopyBatch(const BatchView& v, const int64_t* offsets, size_t num_offsets, bool with_labels,
-               DeviceBatch* out, cudaStream_t stream) {
-  out->Reserve(v, num_offsets, with_labels);
-  CopyToDevice(out->dense, v.dense, DenseCount(v), stream);
-  if (with_labels) CopyToDevice(out->labels, v.labels, static_cast<size_t>(v.batch_size), stream);
-  CopyToDevice(out->offsets, offsets, num_offsets, stream);
-  CopyToDevice(out->ids, v.ids, static_cast<size_t>(v.num_ids), stream);
-  if (v.weights != nullptr)
-    CopyToDevice(out->weights, v.weights, static_cast<size_t>(v.num_ids), stream);
-}
-
 template <typename T>
-const T* BatchStaging::Pin(PinnedBuffer<T>& to, const T* from, size_t count) {
-  if (count == 0 || from == nullptr) return nullptr;
-  to.Reserve(count);
-  CopyInParallel(pool_, from, count, to.get());
-  return to.get();
+void BatchStaging::Stage(PinnedBuffer<T>& pinned, DeviceBuffer<T>& device, const T* from,
+                         size_t count, cudaStream_t stream) {
+  if (count == 0 || from == nullptr) return;
+  pinned.Reserve(count);
+  const size_t chunk = std::max<size_t>(1, kStageChunkBytes / sizeof(T));
+  for (size_t at = 0; at < count; at += chunk) {
+    const size_t n = std::min(chunk, count - at);
+    CopyInParallel(pool_, from + at, n, pinned.get() + at);
+    CheckCuda(cudaMemcpyAsync(device.get() + at, pinned.get() + at, n * sizeof(T),
+                              cudaMemcpyHostToDevice, stream),
+              "cudaMemcpyAsync (batch to the device)");
+  }
 }
 
 BatchStaging::BatchStaging(cudaStream_t compute, ThreadPool* pool)
@@ -117,15 +112,15 @@ void BatchStaging::StageInto(Slot& s, const ValidatedBatch& next, bool labels,
   // Its pinned buffers may still be the source of its previous copy.
   CheckCuda(cudaEventSynchronize(s.copied), "cudaEventSynchronize (copy)");
   const BatchView& v = next.view;
-  BatchView pinned = v;
-  pinned.dense = Pin(s.dense, v.dense, DenseCount(v));
-  pinned.labels = labels ? Pin(s.labels, v.labels, static_cast<size_t>(v.batch_size)) : nullptr;
-  pinned.ids = Pin(s.ids, v.ids, static_cast<size_t>(v.num_ids));
-  pinned.weights = Pin(s.weights, v.weights, static_cast<size_t>(v.num_ids));
-  const size_t num_offsets = next.offsets.size();
-  const int64_t* offsets = Pin(s.offsets, next.offsets.data(), num_offsets);
+  const size_t num_ids = static_cast<size_t>(v.num_ids);
+  s.device.Reserve(v, next.offsets.size(), labels);
   try {
-    CopyBatch(pinned, offsets, num_offsets, labels, &s.device, stream);
+    Stage(s.ids, s.device.ids, v.ids, num_ids, stream);
+    Stage(s.weights, s.device.weights, v.weights, num_ids, stream);
+    Stage(s.dense, s.device.dense, v.dense, DenseCount(v), stream);
+    if (labels)
+      Stage(s.labels, s.device.labels, v.labels, static_cast<size_t>(v.batch_size), stream);
+    Stage(s.offsets, s.device.offsets, next.offsets.data(), next.offsets.size(), stream);
   } catch (...) {
     // What was enqueued still reads the pinned buffers: the next staging waits for it.
     cudaEventRecord(s.copied, stream);

@@ -1,6 +1,7 @@
 // The batch of a training step or a prediction on the device. Every batch travels through
 // pinned host buffers (filled by the engine's threads, each a slice: a memcpy from pageable
-// memory is a few GB/s on one core, a DMA from pinned memory tens). The batch the Engine
+// memory is a few GB/s on one core, a DMA from pinned memory tens), 4 MiB at a time, the
+// device copying one chunk while the host pins the next. The batch the Engine
 // announced as the next one (train::StepLookahead) is copied on a copy stream of its own
 // while the current step computes (double buffering); a batch nobody announced is copied
 // when its step asks for it, and the step waits for that copy on the device.
@@ -54,11 +55,6 @@ struct DeviceBatch {
   void Reserve(const BatchView& batch, size_t num_offsets, bool with_labels);
 };
 
-// Copies `batch` (labels too if `with_labels`) and its `num_offsets` bag offsets into
-// `out`, ordered on `stream`.
-void CopyBatch(const BatchView& batch, const int64_t* offsets, size_t num_offsets, bool with_labels,
-               DeviceBatch* out, cudaStream_t stream);
-
 class BatchStaging {
  public:
   BatchStaging(cudaStream_t compute, ThreadPool* pool);
@@ -91,10 +87,12 @@ class BatchStaging {
   // Fills slot s's pinned buffers from `next` (labels too if `labels`) once its previous
   // copy has finished, then starts the copy into its device arrays on `stream`.
   void StageInto(Slot& s, const ValidatedBatch& next, bool labels, cudaStream_t stream);
-  // Copies `count` elements into pinned `to` (grown as needed), slices in parallel; returns
-  // its start (null for none).
+  // Copies `count` elements into `device` (sized) through `pinned` (grown as needed), 4 MiB
+  // at a time: each chunk pinned by the pool's threads, then its copy started on `stream`,
+  // so that the device copies one chunk while the host pins the next. Nothing for none.
   template <typename T>
-  const T* Pin(PinnedBuffer<T>& to, const T* from, size_t count);
+  void Stage(PinnedBuffer<T>& pinned, DeviceBuffer<T>& device, const T* from, size_t count,
+             cudaStream_t stream);
 
   const cudaStream_t compute_;
   ThreadPool* const pool_;

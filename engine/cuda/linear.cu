@@ -45,12 +45,21 @@ __global__ void ReluMaskPartialColumnSums(const float* y, float* dy, int64_t n, 
   partial[chunk * out + j] = sum;
 }
 
-// db[j] = the partials of column j added in chunk order.
+// db[j] = the partials of column j added in chunk order, kRowsInFlight loads issued
+// before their adds.
 __global__ void SumPartials(const float* partial, int64_t chunks, int out, float* db) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= out) return;
   float sum = 0.0f;
-  for (int64_t c = 0; c < chunks; ++c) sum = __fadd_rn(sum, partial[c * out + j]);
+  int64_t c = 0;
+  for (; c + kRowsInFlight <= chunks; c += kRowsInFlight) {
+    float p[kRowsInFlight];
+#pragma unroll
+    for (int u = 0; u < kRowsInFlight; ++u) p[u] = partial[(c + u) * out + j];
+#pragma unroll
+    for (int u = 0; u < kRowsInFlight; ++u) sum = __fadd_rn(sum, p[u]);
+  }
+  for (; c < chunks; ++c) sum = __fadd_rn(sum, partial[c * out + j]);
   db[j] = sum;
 }
 
