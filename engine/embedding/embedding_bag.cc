@@ -33,6 +33,9 @@ constexpr int64_t kTasksPerThread = 4;
 // How many rows ahead of the one being summed (forward) or updated (backward) the next
 // row is prefetched.
 constexpr int64_t kPrefetchRows = 8;
+// The most bytes of summed row gradients UpdateIsFinite keeps for ApplyUpdate; a batch
+// touching more rows has them summed again (the same sums).
+constexpr size_t kKeptGradBytes = size_t{256} << 20;
 
 int KeyBits(int64_t num_rows) {
   const auto max_id = static_cast<uint64_t>(num_rows - 1);
@@ -176,6 +179,12 @@ struct EmbeddingBagCollection<T>::Workspace {
   std::vector<std::vector<int64_t>> table_segments;
   std::vector<int64_t> segment_begin, segment_end;
   std::vector<int32_t> segment_table;
+  int32_t max_dim = 0;  // of the tables with a segment
+  // Segment s's summed gradient is kept_grads[grad_begin[s] .. grad_begin[s + 1]) when
+  // grads_kept (UpdateIsFinite kept them for the ApplyUpdate after it).
+  std::vector<int64_t> grad_begin;
+  std::vector<T> kept_grads;
+  bool grads_kept = false;
 };
 
 template <typename T>
@@ -186,23 +195,108 @@ void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch, c
                                                   SparseOptimizer<T>& optimizer, float lr,
                                                   int64_t step, ThreadPool* pool,
                                                   const std::vector<RowRange>* row_ranges) {
+  Segment(batch, pool, row_ranges);
+  ApplyUpdate(d_pooled, optimizer, lr, step, pool);
+}
+
+template <typename T>
+bool EmbeddingBagCollection<T>::UpdateIsFinite(const ValidatedBatch& batch, const T* d_pooled,
+                                               const SparseOptimizer<T>& optimizer, float lr,
+                                               int64_t step, ThreadPool* pool,
+                                               const std::vector<RowRange>* row_ranges) {
+  Segment(batch, pool, row_ranges);
+  Workspace& ws = *workspace_;
+  const auto num_segments = static_cast<int64_t>(ws.segment_table.size());
+  // The sums are kept for ApplyUpdate where they fit kKeptGradBytes, else summed again.
+  const int64_t kept = ws.grad_begin.empty() ? 0 : ws.grad_begin.back();
+  ws.grads_kept = static_cast<size_t>(kept) * sizeof(T) <= kKeptGradBytes;
+  if (ws.grads_kept) ws.kept_grads.resize(static_cast<size_t>(kept));
+  const bool has_state = optimizer.HasRowState();
+  const int64_t parts = SegmentParts(num_segments, pool);
+  std::vector<char> finite(static_cast<size_t>(parts), 1);
+  ParallelFor(pool, parts, [&](int64_t p) {
+    std::vector<T> scratch(ws.grads_kept ? 0 : static_cast<size_t>(ws.max_dim));
+    const int64_t s1 = SplitBegin(num_segments, parts, p + 1);
+    for (int64_t s = SplitBegin(num_segments, parts, p); s < s1; ++s) {
+      if (s + kPrefetchRows < s1) PrefetchSegment(s + kPrefetchRows, optimizer, has_state);
+      const int32_t t = ws.segment_table[s];
+      const EmbeddingTable<T>& table = (*tables_)[t];
+      T* grad = ws.grads_kept ? ws.kept_grads.data() + ws.grad_begin[s] : scratch.data();
+      const int64_t id = SumRowGradient(s, d_pooled, grad);
+      if (!optimizer.RowUpdateIsFinite(t, id, table.row(id), grad, table.dim(), lr, step)) {
+        finite[static_cast<size_t>(p)] = 0;
+        return;
+      }
+    }
+  });
+  const bool all = std::all_of(finite.begin(), finite.end(), [](char f) { return f != 0; });
+  ws.grads_kept = ws.grads_kept && all;  // a task that stopped early kept only some
+  return all;
+}
+
+// Asks for segment s's row and its optimizer state ahead of their use.
+template <typename T>
+void EmbeddingBagCollection<T>::PrefetchSegment(int64_t s, const SparseOptimizer<T>& optimizer,
+                                                bool has_state) const {
+  const Workspace& ws = *workspace_;
+  const int32_t table = ws.segment_table[s];
+  const int64_t id = ws.touches[ws.segment_begin[s]].id;
+  const EmbeddingTable<T>& rows = (*tables_)[table];
+  PrefetchLines(rows.row(id), sizeof(T) * rows.dim());
+  if (has_state) optimizer.PrefetchState(table, id);
+}
+
+template <typename T>
+int64_t EmbeddingBagCollection<T>::SegmentParts(int64_t num_segments, ThreadPool* pool) {
+  const int64_t parts =
+      pool ? std::min<int64_t>(num_segments, pool->num_threads() * kTasksPerThread) : 1;
+  return std::max<int64_t>(parts, 1);
+}
+
+template <typename T>
+int64_t EmbeddingBagCollection<T>::SumRowGradient(int64_t s, const T* d_pooled, T* grad) const {
+  const Workspace& ws = *workspace_;
+  const int32_t dim = (*tables_)[ws.segment_table[s]].dim();
+  std::fill(grad, grad + dim, T(0));
+  for (int64_t j = ws.segment_begin[s]; j < ws.segment_end[s]; ++j) {
+    const GradSource<T>& src = ws.sources[ws.touches[j].pos];
+    const T* d = d_pooled + src.base;
+    for (int32_t k = 0; k < dim; ++k) grad[k] += src.coef * d[k];
+  }
+  return ws.touches[ws.segment_begin[s]].id;
+}
+
+// Every id occurrence of the batch keyed to its table's row and source in d_pooled, and
+// the touched rows' runs (segments) listed, in the workspace.
+template <typename T>
+void EmbeddingBagCollection<T>::Segment(const ValidatedBatch& batch, ThreadPool* pool,
+                                        const std::vector<RowRange>* row_ranges) {
   const BatchView& view = batch.view;
   DLRM_INTERNAL_CHECK(view.num_sparse == num_features());
   DLRM_INTERNAL_CHECK(batch.offsets.size() ==
                       static_cast<size_t>(num_features()) * view.batch_size + 1);
-  const int64_t B = view.batch_size;
-  const int64_t num_ids = view.num_ids;
-  if (num_ids == 0) return;
   const auto num_tables = static_cast<int32_t>(tables_->size());
   DLRM_INTERNAL_CHECK(row_ranges == nullptr ||
                       row_ranges->size() == static_cast<size_t>(num_tables));
   if (!workspace_) workspace_ = std::make_unique<Workspace>();
   Workspace& ws = *workspace_;
-  // Every phase below gives each task its own features, tables or rows, so the split over
-  // threads never changes a result.
+  ws.segment_table.clear();
+  ws.grad_begin.assign(1, 0);
+  ws.grads_kept = false;
+  if (view.num_ids == 0) return;
+  SourcesOf(batch, pool);
+  GroupByRow(batch, pool, row_ranges);
+  ListSegments();
+}
 
-  // Per id occurrence, the slice of d_pooled and the factor its gradient is made of.
-  ws.sources.resize(static_cast<size_t>(num_ids));
+// ws.sources: per id occurrence, the slice of d_pooled and the factor its gradient is
+// made of.
+template <typename T>
+void EmbeddingBagCollection<T>::SourcesOf(const ValidatedBatch& batch, ThreadPool* pool) {
+  const BatchView& view = batch.view;
+  const int64_t B = view.batch_size;
+  Workspace& ws = *workspace_;
+  ws.sources.resize(static_cast<size_t>(view.num_ids));
   ParallelFor(pool, num_features(), [&](int64_t f) {
     const FeatureBinding& fb = features_[f];
     for (int64_t b = 0; b < B; ++b) {
@@ -216,7 +310,15 @@ void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch, c
       }
     }
   });
+}
 
+template <typename T>
+void EmbeddingBagCollection<T>::GroupByRow(const ValidatedBatch& batch, ThreadPool* pool,
+                                           const std::vector<RowRange>* row_ranges) {
+  const BatchView& view = batch.view;
+  const auto num_tables = static_cast<int32_t>(tables_->size());
+  const int64_t num_ids = view.num_ids;
+  Workspace& ws = *workspace_;
   // Occurrences grouped by table; within a table, features in index order, so each
   // group starts out in position order (features are stored feature-major). Sorting each
   // group stably by id yields (id, position) order; each run of one id is a segment whose
@@ -251,10 +353,17 @@ void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch, c
       if (j == begin || ws.touches[j].id != ws.touches[j - 1].id) segments.push_back(j);
     }
   });
+}
+
+// ws.segment_*: the segments of every table, concatenated in table order.
+template <typename T>
+void EmbeddingBagCollection<T>::ListSegments() {
+  const auto num_tables = static_cast<int32_t>(tables_->size());
+  Workspace& ws = *workspace_;
   ws.segment_begin.clear();
   ws.segment_end.clear();
   ws.segment_table.clear();
-  int32_t max_dim = 0;
+  ws.max_dim = 0;
   for (int32_t t = 0; t < num_tables; ++t) {
     const std::vector<int64_t>& segments = ws.table_segments[t];
     ws.segment_begin.insert(ws.segment_begin.end(), segments.begin(), segments.end());
@@ -264,41 +373,37 @@ void EmbeddingBagCollection<T>::BackwardAndUpdate(const ValidatedBatch& batch, c
       ws.segment_end.push_back(ws.table_end[t]);
     }
     ws.segment_table.insert(ws.segment_table.end(), segments.size(), t);
-    if (!segments.empty()) max_dim = std::max(max_dim, (*tables_)[t].dim());
+    if (!segments.empty()) ws.max_dim = std::max(ws.max_dim, (*tables_)[t].dim());
   }
-  const auto num_segments = static_cast<int64_t>(ws.segment_table.size());
+  ws.grad_begin.resize(ws.segment_table.size() + 1);
+  ws.grad_begin[0] = 0;
+  for (size_t s = 0; s < ws.segment_table.size(); ++s)
+    ws.grad_begin[s + 1] = ws.grad_begin[s] + (*tables_)[ws.segment_table[s]].dim();
+}
 
+// Each segment is reduced whole by one task and its row updated once.
+template <typename T>
+void EmbeddingBagCollection<T>::ApplyUpdate(const T* d_pooled, SparseOptimizer<T>& optimizer,
+                                            float lr, int64_t step, ThreadPool* pool) {
+  const Workspace& ws = *workspace_;
+  const auto num_segments = static_cast<int64_t>(ws.segment_table.size());
+  if (num_segments == 0) return;
   // Asked once: a stateless optimizer (SGD) is spared a virtual call per row.
   const bool has_state = optimizer.HasRowState();
   auto update_segments = [&](int64_t s0, int64_t s1) {
-    std::vector<T> grad(static_cast<size_t>(max_dim));
+    std::vector<T> scratch(ws.grads_kept ? 0 : static_cast<size_t>(ws.max_dim));
     for (int64_t s = s0; s < s1; ++s) {
-      if (s + kPrefetchRows < s1) {  // the whole row and its optimizer state
-        const int64_t ahead = s + kPrefetchRows;
-        const int32_t ahead_table = ws.segment_table[ahead];
-        const int64_t ahead_id = ws.touches[ws.segment_begin[ahead]].id;
-        const EmbeddingTable<T>& ahead_rows = (*tables_)[ahead_table];
-        PrefetchLines(ahead_rows.row(ahead_id), sizeof(T) * ahead_rows.dim());
-        if (has_state) optimizer.PrefetchState(ahead_table, ahead_id);
-      }
+      if (s + kPrefetchRows < s1) PrefetchSegment(s + kPrefetchRows, optimizer, has_state);
       const int32_t t = ws.segment_table[s];
       EmbeddingTable<T>& table = (*tables_)[t];
-      const int32_t dim = table.dim();
-      std::fill(grad.begin(), grad.begin() + dim, T(0));
-      for (int64_t j = ws.segment_begin[s]; j < ws.segment_end[s]; ++j) {
-        const GradSource<T>& src = ws.sources[ws.touches[j].pos];
-        const T* d = d_pooled + src.base;
-        for (int32_t k = 0; k < dim; ++k) grad[k] += src.coef * d[k];
-      }
-      const int64_t id = ws.touches[ws.segment_begin[s]].id;
-      optimizer.UpdateRow(t, id, table.row(id), grad.data(), dim, lr, step);
+      const T* grad = ws.grads_kept ? ws.kept_grads.data() + ws.grad_begin[s] : scratch.data();
+      const int64_t id = ws.grads_kept ? ws.touches[ws.segment_begin[s]].id
+                                       : SumRowGradient(s, d_pooled, scratch.data());
+      optimizer.UpdateRow(t, id, table.row(id), grad, table.dim(), lr, step);
     }
   };
-
-  // Each segment is reduced whole by one task.
-  const int64_t parts =
-      pool ? std::min<int64_t>(num_segments, pool->num_threads() * kTasksPerThread) : 1;
-  ParallelForRanges(pool, num_segments, std::max<int64_t>(parts, 1), update_segments);
+  ParallelForRanges(pool, num_segments, SegmentParts(num_segments, pool), update_segments);
+  workspace_->grads_kept = false;  // used once
 }
 
 template class EmbeddingBagCollection<float>;

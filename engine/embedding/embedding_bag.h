@@ -61,9 +61,37 @@ class EmbeddingBagCollection {
   void BackwardAndUpdate(const ValidatedBatch& batch, const T* d_pooled,
                          SparseOptimizer<T>& optimizer, float lr, int64_t step, ThreadPool* pool,
                          const std::vector<RowRange>* row_ranges = nullptr);
+  // BackwardAndUpdate in two halves, for a step that must know that every update is
+  // finite before it writes any (its dense update's too): UpdateIsFinite groups the
+  // batch's touched rows, sums each row's gradient and asks the optimizer whether the
+  // row's update would be finite, writing nothing; ApplyUpdate then updates the rows the
+  // last UpdateIsFinite grouped with the sums it kept (up to 256 MiB of them; past that it
+  // sums again, in the same order): the same bits as BackwardAndUpdate. d_pooled must be
+  // the same in both calls.
+  bool UpdateIsFinite(const ValidatedBatch& batch, const T* d_pooled,
+                      const SparseOptimizer<T>& optimizer, float lr, int64_t step, ThreadPool* pool,
+                      const std::vector<RowRange>* row_ranges = nullptr);
+  void ApplyUpdate(const T* d_pooled, SparseOptimizer<T>& optimizer, float lr, int64_t step,
+                   ThreadPool* pool);
 
  private:
   struct Workspace;  // the backward's index arrays, kept at their peak size across steps
+
+  // The phases of the backward, each over the workspace: the occurrences' sources in
+  // d_pooled, the occurrences grouped by (table, row) and sorted, the runs of one row
+  // (segments) listed in table order.
+  void Segment(const ValidatedBatch& batch, ThreadPool* pool,
+               const std::vector<RowRange>* row_ranges);
+  void SourcesOf(const ValidatedBatch& batch, ThreadPool* pool);
+  void GroupByRow(const ValidatedBatch& batch, ThreadPool* pool,
+                  const std::vector<RowRange>* row_ranges);
+  void ListSegments();
+  // grad[0 .. dim) = segment s's summed gradient, in (id, position) order; returns its row.
+  int64_t SumRowGradient(int64_t s, const T* d_pooled, T* grad) const;
+  // Tasks the segments are split into.
+  static int64_t SegmentParts(int64_t num_segments, ThreadPool* pool);
+  // Asks for segment s's row and optimizer state ahead of their use.
+  void PrefetchSegment(int64_t s, const SparseOptimizer<T>& optimizer, bool has_state) const;
 
   std::vector<EmbeddingTable<T>>* tables_;
   std::vector<FeatureBinding> features_;

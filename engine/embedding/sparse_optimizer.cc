@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "engine/config/config.h"
+#include "engine/core/finite.h"
 #include "engine/core/prefetch.h"
 #include "engine/core/status.h"
 
@@ -46,6 +48,9 @@ class TableStates {
   // State of (table, row) after checking that the caller's dim matches the table's: a
   // mismatch would silently index another row's state.
   T* Row(int32_t table, int64_t row, int32_t dim, int64_t width) {
+    return const_cast<T*>(std::as_const(*this).Row(table, row, dim, width));
+  }
+  const T* Row(int32_t table, int64_t row, int32_t dim, int64_t width) const {
     DLRM_INTERNAL_CHECK(table >= 0 && static_cast<size_t>(table) < dims_.size());
     DLRM_INTERNAL_CHECK(dim == dims_[table]);
     return buffers_[table].data() + row * width;
@@ -99,6 +104,13 @@ class SparseSgd final : public SparseOptimizer<T> {
     const T lr_t = static_cast<T>(lr);
     for (int32_t k = 0; k < dim; ++k) weights[k] -= lr_t * grad[k];
   }
+  bool RowUpdateIsFinite(int32_t, int64_t, const T* weights, const T* grad, int32_t dim, float lr,
+                         int64_t) const override {
+    const T lr_t = static_cast<T>(lr);
+    FiniteCheck<T> check;
+    for (int32_t k = 0; k < dim; ++k) check.Add(weights[k] - lr_t * grad[k]);
+    return check.ok();
+  }
   bool HasRowState() const override { return false; }
   void PrefetchState(int32_t, int64_t) const override {}
   void ResetRow(int32_t table, int64_t) override { CheckTableIndex(table, num_tables_); }
@@ -123,10 +135,19 @@ class SparseAdagrad final : public SparseOptimizer<T> {
                  int64_t) override {
     T* sum_sq = sum_sq_.Row(table, row, dim, dim);
     const T lr_t = static_cast<T>(lr);
+    for (int32_t k = 0; k < dim; ++k) weights[k] = Element(weights[k], grad[k], lr_t, &sum_sq[k]);
+  }
+  bool RowUpdateIsFinite(int32_t table, int64_t row, const T* weights, const T* grad, int32_t dim,
+                         float lr, int64_t) const override {
+    const T* sum_sq = sum_sq_.Row(table, row, dim, dim);
+    const T lr_t = static_cast<T>(lr);
+    FiniteCheck<T> check;
     for (int32_t k = 0; k < dim; ++k) {
-      sum_sq[k] += grad[k] * grad[k];
-      weights[k] -= lr_t * grad[k] / (std::sqrt(sum_sq[k]) + eps_);
+      T s = sum_sq[k];
+      check.Add(Element(weights[k], grad[k], lr_t, &s));
+      check.Add(s);
     }
+    return check.ok();
   }
   bool HasRowState() const override { return true; }
   void PrefetchState(int32_t table, int64_t row) const override { sum_sq_.Prefetch(table, row); }
@@ -137,6 +158,12 @@ class SparseAdagrad final : public SparseOptimizer<T> {
   }
 
  private:
+  // One element's new weight; *sum_sq: its accumulator, updated.
+  T Element(T w, T g, T lr_t, T* sum_sq) const {
+    *sum_sq += g * g;
+    return w - lr_t * g / (std::sqrt(*sum_sq) + eps_);
+  }
+
   T eps_;
   TableStates<T> sum_sq_;
 };
@@ -152,10 +179,20 @@ class SparseRowwiseAdagrad final : public SparseOptimizer<T> {
   void UpdateRow(int32_t table, int64_t row, T* weights, const T* grad, int32_t dim, float lr,
                  int64_t) override {
     T* h = row_sum_sq_.Row(table, row, dim, 1);
-    *h += SquaredNorm(grad, dim) / static_cast<T>(dim);
+    *h = NewSum(*h, grad, dim);
     const T lr_t = static_cast<T>(lr);
     const T denom = std::sqrt(*h) + eps_;
     for (int32_t k = 0; k < dim; ++k) weights[k] -= lr_t * grad[k] / denom;
+  }
+  bool RowUpdateIsFinite(int32_t table, int64_t row, const T* weights, const T* grad, int32_t dim,
+                         float lr, int64_t) const override {
+    const T h = NewSum(*row_sum_sq_.Row(table, row, dim, 1), grad, dim);
+    const T lr_t = static_cast<T>(lr);
+    const T denom = std::sqrt(h) + eps_;
+    FiniteCheck<T> check;
+    check.Add(h);
+    for (int32_t k = 0; k < dim; ++k) check.Add(weights[k] - lr_t * grad[k] / denom);
+    return check.ok();
   }
   bool HasRowState() const override { return true; }
   void PrefetchState(int32_t table, int64_t row) const override {
@@ -168,6 +205,11 @@ class SparseRowwiseAdagrad final : public SparseOptimizer<T> {
   }
 
  private:
+  // The row's accumulator after adding its gradient's mean square.
+  static T NewSum(T h, const T* grad, int32_t dim) {
+    return h + SquaredNorm(grad, dim) / static_cast<T>(dim);
+  }
+
   T eps_;
   TableStates<T> row_sum_sq_;
 };
@@ -186,19 +228,24 @@ class SparseAdam final : public SparseOptimizer<T> {
 
   void UpdateRow(int32_t table, int64_t row, T* weights, const T* grad, int32_t dim, float lr,
                  int64_t step) override {
-    DLRM_INTERNAL_CHECK(step >= 1);
     T* m = exp_avg_.Row(table, row, dim, dim);
     T* v = exp_avg_sq_.Row(table, row, dim, dim);
-    // Computed in double: beta^t underflows gracefully and 1 - beta^t keeps its digits.
-    const auto t = static_cast<double>(step);
-    const auto bias1 = static_cast<T>(1.0 - std::pow(static_cast<double>(beta1_), t));
-    const auto bias2 = static_cast<T>(1.0 - std::pow(static_cast<double>(beta2_), t));
-    const T lr_t = static_cast<T>(lr);
+    const Scalars c = ScalarsFor(lr, step);
+    for (int32_t k = 0; k < dim; ++k) weights[k] = Element(c, weights[k], grad[k], &m[k], &v[k]);
+  }
+  bool RowUpdateIsFinite(int32_t table, int64_t row, const T* weights, const T* grad, int32_t dim,
+                         float lr, int64_t step) const override {
+    const T* m = exp_avg_.Row(table, row, dim, dim);
+    const T* v = exp_avg_sq_.Row(table, row, dim, dim);
+    const Scalars c = ScalarsFor(lr, step);
+    FiniteCheck<T> check;
     for (int32_t k = 0; k < dim; ++k) {
-      m[k] = beta1_ * m[k] + (T(1) - beta1_) * grad[k];
-      v[k] = beta2_ * v[k] + (T(1) - beta2_) * grad[k] * grad[k];
-      weights[k] -= lr_t * (m[k] / bias1) / (std::sqrt(v[k] / bias2) + eps_);
+      T mk = m[k], vk = v[k];
+      check.Add(Element(c, weights[k], grad[k], &mk, &vk));
+      check.Add(mk);
+      check.Add(vk);
     }
+    return check.ok();
   }
   bool HasRowState() const override { return true; }
   void PrefetchState(int32_t table, int64_t row) const override {
@@ -215,6 +262,23 @@ class SparseAdam final : public SparseOptimizer<T> {
   }
 
  private:
+  struct Scalars {
+    T lr, bias1, bias2;
+  };
+  Scalars ScalarsFor(float lr, int64_t step) const {
+    DLRM_INTERNAL_CHECK(step >= 1);
+    // Computed in double: beta^t underflows gracefully and 1 - beta^t keeps its digits.
+    const auto t = static_cast<double>(step);
+    return {static_cast<T>(lr), static_cast<T>(1.0 - std::pow(static_cast<double>(beta1_), t)),
+            static_cast<T>(1.0 - std::pow(static_cast<double>(beta2_), t))};
+  }
+  // One element's new weight; *m, *v: its moments, updated.
+  T Element(const Scalars& c, T w, T g, T* m, T* v) const {
+    *m = beta1_ * *m + (T(1) - beta1_) * g;
+    *v = beta2_ * *v + (T(1) - beta2_) * g * g;
+    return w - c.lr * (*m / c.bias1) / (std::sqrt(*v / c.bias2) + eps_);
+  }
+
   T beta1_, beta2_, eps_;
   TableStates<T> exp_avg_;
   TableStates<T> exp_avg_sq_;

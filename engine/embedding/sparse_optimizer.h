@@ -22,6 +22,11 @@ class SparseOptimizer {
   // step is the 1-based global step count (Adam bias correction).
   virtual void UpdateRow(int32_t table, int64_t row, T* weights, const T* grad, int32_t dim,
                          float lr, int64_t step) = 0;
+  // Whether UpdateRow with these arguments would leave the row's weights and state finite:
+  // the same arithmetic, nothing written. May run concurrently with other RowUpdateIsFinite
+  // calls (not with UpdateRow).
+  virtual bool RowUpdateIsFinite(int32_t table, int64_t row, const T* weights, const T* grad,
+                                 int32_t dim, float lr, int64_t step) const = 0;
   // Whether rows have optimizer state (all but SGD): only then is PrefetchState worth a call.
   virtual bool HasRowState() const = 0;
   // Asks the memory system for (table, row)'s state ahead of its UpdateRow (the embedding

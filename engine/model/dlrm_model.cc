@@ -246,6 +246,21 @@ void DlrmModel<T>::SparseBackwardAndUpdate(const ValidatedBatch& batch,
 }
 
 template <typename T>
+bool DlrmModel<T>::SparseUpdateIsFinite(const ValidatedBatch& batch, const std::vector<T>& d_pooled,
+                                        const SparseOptimizer<T>& optimizer, float lr, int64_t step,
+                                        ThreadPool* pool) {
+  DLRM_INTERNAL_CHECK(bags_ != nullptr);
+  return bags_->UpdateIsFinite(batch, d_pooled.data(), optimizer, lr, step, pool);
+}
+
+template <typename T>
+void DlrmModel<T>::ApplySparseUpdate(const std::vector<T>& d_pooled, SparseOptimizer<T>& optimizer,
+                                     float lr, int64_t step, ThreadPool* pool) {
+  DLRM_INTERNAL_CHECK(bags_ != nullptr);
+  bags_->ApplyUpdate(d_pooled.data(), optimizer, lr, step, pool);
+}
+
+template <typename T>
 void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch, T* logits, ThreadPool* pool) const {
   DLRM_INTERNAL_CHECK(bags_ != nullptr);
   PredictLogits(batch, *bags_, logits, pool);

@@ -90,6 +90,13 @@ class DlrmModel {
   void SparseBackwardAndUpdate(const ValidatedBatch& batch, const std::vector<T>& d_pooled,
                                SparseOptimizer<T>& optimizer, float lr, int64_t step,
                                ThreadPool* pool);
+  // The same in two halves (EmbeddingBagCollection::UpdateIsFinite, ApplyUpdate): whether
+  // every touched row's update would be finite, nothing written; then the update.
+  bool SparseUpdateIsFinite(const ValidatedBatch& batch, const std::vector<T>& d_pooled,
+                            const SparseOptimizer<T>& optimizer, float lr, int64_t step,
+                            ThreadPool* pool);
+  void ApplySparseUpdate(const std::vector<T>& d_pooled, SparseOptimizer<T>& optimizer, float lr,
+                         int64_t step, ThreadPool* pool);
 
   // logits [B]. Safe to call concurrently with other const calls.
   void PredictLogits(const ValidatedBatch& batch, T* logits, ThreadPool* pool) const;

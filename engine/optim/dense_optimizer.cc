@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/config/config.h"
+#include "engine/core/finite.h"
 #include "engine/core/status.h"
 
 namespace dlrm {
@@ -16,6 +17,21 @@ void CheckUpdateArgs(size_t begin, size_t end, size_t num_params, int64_t step) 
                  num_params, " parameters");
   }
   if (step < 1) ThrowInvalid("DenseOptimizer::Update: step must be >= 1, got ", step);
+}
+
+// Whether element(p, g, &state) and the state it leaves are finite for every i in
+// [begin, end), each state copied from state[i] (0 when state is null): an optimizer with
+// one state value per element checks its update this way, writing nothing.
+template <typename T, typename Element>
+bool EachFinite(const T* params, const T* grads, const T* state, size_t begin, size_t end,
+                const Element& element) {
+  FiniteCheck<T> check;
+  for (size_t i = begin; i < end; ++i) {
+    T s = state != nullptr ? state[i] : T(0);
+    check.Add(element(params[i], grads[i], &s));
+    check.Add(s);
+  }
+  return check.ok();
 }
 
 // torch.optim.SGD with dampening 0. The momentum buffer starts at zero, so the first step
@@ -34,17 +50,19 @@ class Sgd final : public DenseOptimizer<T> {
               int64_t step) override {
     CheckUpdateArgs(begin, end, num_params_, step);
     const T lr_t = static_cast<T>(lr);
-    const bool use_momentum = !momentum_buf_.empty();
     for (size_t i = begin; i < end; ++i) {
-      T g = grads[i];
-      if (weight_decay_ != T(0)) g += weight_decay_ * params[i];
-      if (use_momentum) {
-        T& buf = momentum_buf_[i];
-        buf = momentum_ * buf + g;
-        g = nesterov_ ? g + momentum_ * buf : buf;
-      }
-      params[i] -= lr_t * g;
+      T buf = momentum_buf_.empty() ? T(0) : momentum_buf_[i];
+      params[i] = Element(params[i], grads[i], lr_t, &buf);
+      if (!momentum_buf_.empty()) momentum_buf_[i] = buf;
     }
+  }
+
+  bool UpdateIsFinite(const T* params, const T* grads, size_t begin, size_t end, float lr,
+                      int64_t step) const override {
+    CheckUpdateArgs(begin, end, num_params_, step);
+    const T lr_t = static_cast<T>(lr);
+    return EachFinite(params, grads, momentum_buf_.empty() ? nullptr : momentum_buf_.data(), begin,
+                      end, [&](T p, T g, T* buf) { return Element(p, g, lr_t, buf); });
   }
 
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers() override {
@@ -53,6 +71,16 @@ class Sgd final : public DenseOptimizer<T> {
   }
 
  private:
+  // One element's new value; *buf: its momentum, updated (unused without momentum).
+  T Element(T p, T g, T lr_t, T* buf) const {
+    if (weight_decay_ != T(0)) g += weight_decay_ * p;
+    if (!momentum_buf_.empty()) {
+      *buf = momentum_ * *buf + g;
+      g = nesterov_ ? g + momentum_ * *buf : *buf;
+    }
+    return p - lr_t * g;
+  }
+
   size_t num_params_;
   T momentum_, weight_decay_;
   bool nesterov_;
@@ -73,12 +101,16 @@ class Adagrad final : public DenseOptimizer<T> {
               int64_t step) override {
     CheckUpdateArgs(begin, end, num_params_, step);
     const T lr_t = static_cast<T>(lr);
-    for (size_t i = begin; i < end; ++i) {
-      T g = grads[i];
-      if (weight_decay_ != T(0)) g += weight_decay_ * params[i];
-      sum_sq_[i] += g * g;
-      params[i] -= lr_t * g / (std::sqrt(sum_sq_[i]) + eps_);
-    }
+    for (size_t i = begin; i < end; ++i)
+      params[i] = Element(params[i], grads[i], lr_t, &sum_sq_[i]);
+  }
+
+  bool UpdateIsFinite(const T* params, const T* grads, size_t begin, size_t end, float lr,
+                      int64_t step) const override {
+    CheckUpdateArgs(begin, end, num_params_, step);
+    const T lr_t = static_cast<T>(lr);
+    return EachFinite(params, grads, sum_sq_.data(), begin, end,
+                      [&](T p, T g, T* sum_sq) { return Element(p, g, lr_t, sum_sq); });
   }
 
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers() override {
@@ -86,6 +118,13 @@ class Adagrad final : public DenseOptimizer<T> {
   }
 
  private:
+  // One element's new value; *sum_sq: its accumulator, updated.
+  T Element(T p, T g, T lr_t, T* sum_sq) const {
+    if (weight_decay_ != T(0)) g += weight_decay_ * p;
+    *sum_sq += g * g;
+    return p - lr_t * g / (std::sqrt(*sum_sq) + eps_);
+  }
+
   size_t num_params_;
   T eps_, weight_decay_;
   std::vector<T> sum_sq_;
@@ -108,33 +147,28 @@ class Adam final : public DenseOptimizer<T> {
   void Update(T* params, const T* grads, size_t begin, size_t end, float lr,
               int64_t step) override {
     CheckUpdateArgs(begin, end, num_params_, step);
-    // Per-step scalars in double: beta^t for large t must not lose the 1 - beta^t digits.
-    const double t = static_cast<double>(step);
-    const double bias_correction1 = 1.0 - std::pow(static_cast<double>(beta1_), t);
-    const double bias_correction2 = 1.0 - std::pow(static_cast<double>(beta2_), t);
-    const T step_size = static_cast<T>(lr / bias_correction1);
-    const T bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
-    const T decay_factor = static_cast<T>(1.0 - static_cast<double>(lr) * weight_decay_);
-    const bool l2 = weight_decay_ != T(0) && !decoupled_;
-    const bool decoupled = weight_decay_ != T(0) && decoupled_;
-    // Branch-free loops so that they vectorize (sqrt and division are correctly rounded
-    // in SIMD too: the results are the scalar loop's bits). Decoupled decay first, as
-    // the update below reads the decayed parameter.
+    const Scalars c = ScalarsFor(lr, step);
+    // Branch-free (the branches on c are loop-invariant) so that it vectorizes: sqrt and
+    // division are correctly rounded in SIMD too, the scalar loop's bits.
     T* __restrict p = params;
     const T* __restrict gr = grads;
     T* __restrict m = exp_avg_.data();
     T* __restrict v = exp_avg_sq_.data();
-    if (decoupled)
-      for (size_t i = begin; i < end; ++i) p[i] *= decay_factor;
-    const T wd = l2 ? weight_decay_ : T(0);
-    const T b1 = beta1_, b2 = beta2_, eps = eps_;
+    for (size_t i = begin; i < end; ++i) p[i] = Element(c, p[i], gr[i], &m[i], &v[i]);
+  }
+
+  bool UpdateIsFinite(const T* params, const T* grads, size_t begin, size_t end, float lr,
+                      int64_t step) const override {
+    CheckUpdateArgs(begin, end, num_params_, step);
+    const Scalars c = ScalarsFor(lr, step);
+    FiniteCheck<T> check;
     for (size_t i = begin; i < end; ++i) {
-      const T g = l2 ? gr[i] + wd * p[i] : gr[i];
-      m[i] = b1 * m[i] + (T(1) - b1) * g;
-      v[i] = b2 * v[i] + (T(1) - b2) * g * g;
-      const T denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
-      p[i] -= step_size * m[i] / denom;
+      T m = exp_avg_[i], v = exp_avg_sq_[i];
+      check.Add(Element(c, params[i], grads[i], &m, &v));
+      check.Add(m);
+      check.Add(v);
     }
+    return check.ok();
   }
 
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers() override {
@@ -142,6 +176,35 @@ class Adam final : public DenseOptimizer<T> {
   }
 
  private:
+  // A step's scalars.
+  struct Scalars {
+    T step_size, bias_correction2_sqrt, decay_factor, l2_decay;
+    bool decoupled;
+  };
+  Scalars ScalarsFor(float lr, int64_t step) const {
+    // In double: beta^t for large t must not lose the 1 - beta^t digits.
+    const double t = static_cast<double>(step);
+    const double bias_correction1 = 1.0 - std::pow(static_cast<double>(beta1_), t);
+    const double bias_correction2 = 1.0 - std::pow(static_cast<double>(beta2_), t);
+    Scalars c;
+    c.step_size = static_cast<T>(lr / bias_correction1);
+    c.bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+    c.decay_factor = static_cast<T>(1.0 - static_cast<double>(lr) * weight_decay_);
+    c.decoupled = weight_decay_ != T(0) && decoupled_;
+    c.l2_decay = weight_decay_ != T(0) && !decoupled_ ? weight_decay_ : T(0);
+    return c;
+  }
+  // One element's new value; *m, *v: its moments, updated. Decoupled decay first, as the
+  // update reads the decayed parameter.
+  T Element(const Scalars& c, T p, T g, T* m, T* v) const {
+    if (c.decoupled) p *= c.decay_factor;
+    if (c.l2_decay != T(0)) g += c.l2_decay * p;
+    *m = beta1_ * *m + (T(1) - beta1_) * g;
+    *v = beta2_ * *v + (T(1) - beta2_) * g * g;
+    const T denom = std::sqrt(*v) / c.bias_correction2_sqrt + eps_;
+    return p - c.step_size * *m / denom;
+  }
+
   size_t num_params_;
   T beta1_, beta2_, eps_, weight_decay_;
   bool decoupled_;

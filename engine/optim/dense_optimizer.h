@@ -23,6 +23,11 @@ class DenseOptimizer {
   // are independent, so disjoint ranges may run concurrently.
   virtual void Update(T* params, const T* grads, size_t begin, size_t end, float lr,
                       int64_t step) = 0;
+  // Whether Update with these arguments would leave every parameter and state value of
+  // [begin, end) finite: the same arithmetic, nothing written (a step checks this for the
+  // whole vector before it updates anything).
+  virtual bool UpdateIsFinite(const T* params, const T* grads, size_t begin, size_t end, float lr,
+                              int64_t step) const = 0;
   // Named state buffers, each num_params long ("momentum", "sum_sq", "exp_avg",
   // "exp_avg_sq"); empty for plain SGD. Checkpoints save and restore these.
   virtual std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers() = 0;

@@ -219,7 +219,12 @@ void EmbeddingShardStore::ApplyUpdate(const std::vector<FeatureUpdate>& updates,
   batch.offsets.resize(lengths.size() + 1);
   batch.offsets[0] = 0;
   for (size_t i = 0; i < lengths.size(); ++i) batch.offsets[i + 1] = batch.offsets[i] + lengths[i];
-  bags_->BackwardAndUpdate(batch, d_local.data(), *optimizer_, lr, step, pool_, &row_ranges_);
+  // Every row's update checked before any is written: a refused update changes nothing.
+  if (!bags_->UpdateIsFinite(batch, d_local.data(), *optimizer_, lr, step, pool_, &row_ranges_))
+    Throw(StatusCode::kFailedPrecondition, "update of step ", step,
+          ": it would make a row or its optimizer state non-finite (learning rate ", lr,
+          "); no row was updated");
+  bags_->ApplyUpdate(d_local.data(), *optimizer_, lr, step, pool_);
 }
 
 }  // namespace dlrm::ps

@@ -25,9 +25,14 @@ class CpuBackend : public Backend {
                    const StepLookahead& /*lookahead*/) override {
     const double loss = s_.model.ForwardBackward(batch, &dense_grad_, &d_pooled_, pool_);
     CheckFinite(rates.t - 1, loss, dense_grad_, AllFinite(d_pooled_));
+    // Both updates are checked before either writes: a step that fails changes nothing.
+    const bool finite = DenseUpdateIsFinite(*s_.dense_optimizer, s_.model.dense_params(),
+                                            dense_grad_.data(), rates, pool_) &&
+                        s_.model.SparseUpdateIsFinite(batch, d_pooled_, *s_.sparse_optimizer,
+                                                      rates.sparse_lr, rates.t, pool_);
+    if (!finite) ThrowUpdateNotFinite(rates);
     UpdateDense(*s_.dense_optimizer, s_.model.dense_params(), dense_grad_.data(), rates, pool_);
-    s_.model.SparseBackwardAndUpdate(batch, d_pooled_, *s_.sparse_optimizer, rates.sparse_lr,
-                                     rates.t, pool_);
+    s_.model.ApplySparseUpdate(d_pooled_, *s_.sparse_optimizer, rates.sparse_lr, rates.t, pool_);
     return loss;
   }
 

@@ -420,6 +420,12 @@ void DataParallelTrainer::ApplyUpdates(const Prepared& p,
   const StepRates rates =
       RatesForStep(config_.lr_schedule(), config_.dense_optimizer().learning_rate(),
                    config_.sparse_optimizer().learning_rate(), step_);
+  // Every trainer holds the same parameters and sum: they all refuse, or none does.
+  if (!DenseUpdateIsFinite(*dense_optimizer_, model_.dense_params(), by_rank[0].dense_grad.data(),
+                           rates, pool_)) {
+    RenumberQueue();
+    ThrowUpdateNotFinite(rates);
+  }
   UpdateDense(*dense_optimizer_, model_.dense_params(), by_rank[0].dense_grad.data(), rates, pool_);
   if (!replica_parts.empty())
     replicas_.ApplyUpdate(ps::ConcatenateRanks(replica_parts), global_batch, rates.sparse_lr,

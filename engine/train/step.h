@@ -36,5 +36,14 @@ void CheckFinite(int64_t step, double loss, const std::vector<float>& dense_grad
 // params -= the optimizer's step on grad, over ranges of the vector in parallel.
 void UpdateDense(DenseOptimizer<float>& optimizer, std::vector<float>& params, const float* grad,
                  const StepRates& rates, ThreadPool* pool);
+// Whether UpdateDense with these arguments would leave every parameter and state finite
+// (DenseOptimizer::UpdateIsFinite over the same ranges); nothing is written.
+bool DenseUpdateIsFinite(const DenseOptimizer<float>& optimizer, const std::vector<float>& params,
+                         const float* grad, const StepRates& rates, ThreadPool* pool);
+
+// kFailedPrecondition for a step whose gradients are finite but whose update would make a
+// parameter or an optimizer state non-finite (a learning rate too large for them), naming
+// the step and both rates. Nothing has been updated when it throws.
+[[noreturn]] void ThrowUpdateNotFinite(const StepRates& rates);
 
 }  // namespace dlrm::train

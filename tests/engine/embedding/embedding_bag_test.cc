@@ -260,6 +260,10 @@ class RecordingOptimizer : public SparseOptimizer<T> {
     call.step = step;
     ++call.count;
   }
+  bool RowUpdateIsFinite(int32_t, int64_t, const T*, const T*, int32_t, float,
+                         int64_t) const override {
+    return true;  // writes nothing either way
+  }
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t) override { return {}; }
   bool HasRowState() const override { return true; }  // so that the backward prefetches
   void PrefetchState(int32_t table, int64_t row) const override {
@@ -500,16 +504,23 @@ struct TrainedState {
   std::vector<std::vector<float>> state;
 };
 
-// Three steps of BackwardAndUpdate with the given optimizer and pool.
+// Three steps of BackwardAndUpdate with the given optimizer and pool (with `checked`,
+// UpdateIsFinite then ApplyUpdate instead), at learning rate `lr`.
 TrainedState Train(const PowerLawSetup& s, const std::vector<EmbeddingTable<float>>& initial,
-                   const config::SparseOptimizerConfig& config, ThreadPool* pool) {
+                   const config::SparseOptimizerConfig& config, ThreadPool* pool,
+                   bool checked = false) {
   auto tables = initial;
   auto optimizer = MakeSparseOptimizer<float>(config, s.shapes);
   EmbeddingBagCollection<float> bags(&tables, s.features, s.pooled_width);
   const int64_t B = s.batch->get().view.batch_size;
   for (int64_t step = 1; step <= 3; ++step) {
     const auto d = DPooled(B * s.pooled_width, step);
-    bags.BackwardAndUpdate(s.batch->get(), d.data(), *optimizer, 0.05f, step, pool);
+    if (!checked) {
+      bags.BackwardAndUpdate(s.batch->get(), d.data(), *optimizer, 0.05f, step, pool);
+      continue;
+    }
+    EXPECT_TRUE(bags.UpdateIsFinite(s.batch->get(), d.data(), *optimizer, 0.05f, step, pool));
+    bags.ApplyUpdate(d.data(), *optimizer, 0.05f, step, pool);
   }
   TrainedState out;
   for (int32_t t = 0; t < static_cast<int32_t>(tables.size()); ++t) {
@@ -551,6 +562,35 @@ TEST(EmbeddingBagBackward, BitwiseIdenticalAcrossThreadCounts) {
       const TrainedState got = Train(s, initial, config, &pool);
       EXPECT_TRUE(BitwiseEqual(got.tables, reference.tables)) << threads << " threads";
       EXPECT_TRUE(BitwiseEqual(got.state, reference.state)) << threads << " threads";
+    }
+  }
+}
+
+// The checked halves give BackwardAndUpdate's bits; a check that fails writes nothing.
+TEST(EmbeddingBagBackward, CheckedUpdatesEqualUncheckedAndARefusedCheckWritesNothing) {
+  const PowerLawSetup s = MakePowerLaw(128);
+  const auto initial = MakeTables<float>(s.shapes);
+  ThreadPool pool(3);
+  for (const auto& config : AllOptimizers()) {
+    SCOPED_TRACE(config.ShortDebugString());
+    const TrainedState plain = Train(s, initial, config, &pool);
+    const TrainedState checked = Train(s, initial, config, &pool, /*checked=*/true);
+    EXPECT_TRUE(BitwiseEqual(checked.tables, plain.tables));
+    EXPECT_TRUE(BitwiseEqual(checked.state, plain.state));
+
+    auto tables = initial;
+    auto optimizer = MakeSparseOptimizer<float>(config, s.shapes);
+    EmbeddingBagCollection<float> bags(&tables, s.features, s.pooled_width);
+    const auto d = DPooled(s.batch->get().view.batch_size * s.pooled_width, 1);
+    EXPECT_FALSE(bags.UpdateIsFinite(s.batch->get(), d.data(), *optimizer,
+                                     std::numeric_limits<float>::max(), 1, &pool));
+    const auto fresh = MakeSparseOptimizer<float>(config, s.shapes);
+    for (int32_t t = 0; t < 3; ++t) {
+      EXPECT_EQ(tables[t].data(), initial[t].data());
+      const auto now = optimizer->StateBuffers(t), was = fresh->StateBuffers(t);
+      ASSERT_EQ(now.size(), was.size());
+      for (size_t i = 0; i < now.size(); ++i)
+        EXPECT_EQ(*now[i].second, *was[i].second) << now[i].first;
     }
   }
 }

@@ -30,6 +30,10 @@ class GradientCapture : public SparseOptimizer<double> {
   std::vector<std::pair<std::string, std::vector<double>*>> StateBuffers(int32_t) override {
     return {};
   }
+  bool RowUpdateIsFinite(int32_t, int64_t, const double*, const double*, int32_t, float,
+                         int64_t) const override {
+    return true;  // writes nothing either way
+  }
   bool HasRowState() const override { return false; }
   void PrefetchState(int32_t, int64_t) const override {}
   void ResetRow(int32_t, int64_t) override { ADD_FAILURE() << "no row is reset in this test"; }

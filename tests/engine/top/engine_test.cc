@@ -10,13 +10,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/checkpoint/checkpoint_file.h"
 #include "engine/config/config.h"
+#include "engine/core/finite.h"
 #include "engine/core/status.h"
 #include "tests/support/test_support.h"
 
@@ -474,6 +477,68 @@ TEST(EngineTest, DivergenceIsReportedAndNothingIsUpdated) {
     }
   }
   EXPECT_TRUE(diverged);
+}
+
+// The bytes of a checkpoint of `engine`: parameters, optimizer state and step.
+std::string CheckpointBytes(const Engine& engine, const std::string& path) {
+  engine.Save(path);
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Steps at learning rate `lr` for `target` until one fails (at most 5); every step that
+// succeeds leaves every parameter finite, the one that fails (FAILED_PRECONDITION) leaves
+// the checkpoint (weights, optimizer state, step) bitwise as it was. Returns its message
+// ("" if none failed) and how many steps succeeded before it.
+std::pair<std::string, int> StepUntilRefused(Engine& engine, LrTarget target, float lr,
+                                             const std::string& dir) {
+  const float sane = engine.learning_rate(target);
+  for (int s = 0; s < 5; ++s) {
+    const int64_t step = engine.step();
+    const std::string before = CheckpointBytes(engine, dir + "/before.ckpt");
+    engine.SetLearningRate(target, lr);
+    try {
+      engine.TrainStep(testing::SmallBatch(64, 7 + s).view());
+      for (const auto& [name, values] : Snapshot(engine)) EXPECT_TRUE(AllFinite(values)) << name;
+      engine.SetLearningRate(target, sane);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr("not updated"));
+      EXPECT_EQ(engine.step(), step);
+      engine.SetLearningRate(target, sane);  // the checkpoint holds the rates
+      EXPECT_TRUE(CheckpointBytes(engine, dir + "/after.ckpt") == before);
+      return {e.what(), s};
+    }
+  }
+  return {"", 5};
+}
+
+// Finding 3 (issue 17): a huge but finite learning rate passes every check on the loss and
+// the gradients, and its update would write infinities. For every optimizer pair and
+// either rate, steps at 3e38 succeed only while every value stays finite (a small gradient
+// takes even this rate), then one fails and changes nothing; the update check (not only
+// the loss's) must be what refuses some of them. Where the first step was refused, training
+// then goes on at a sane rate.
+TEST(EngineTest, AStepWhoseUpdateOverflowsFailsAndChangesNothing) {
+  const std::string dir = testing::TempDir("engine_overflow");
+  int refused_by_update = 0;
+  for (size_t set = 0; set < std::size(kOptimizerSets); ++set) {
+    for (const LrTarget target : {LrTarget::kDense, LrTarget::kSparse}) {
+      SCOPED_TRACE(std::string(kOptimizerSetNames[set]) +
+                   (target == LrTarget::kDense ? " dense" : " sparse"));
+      auto engine = MakeEngine(kOptimizerSets[set], 2);
+      TrainLosses(*engine, 2);
+      const auto [error, succeeded] = StepUntilRefused(*engine, target, 3e38f, dir);
+      if (error.find("would make a parameter or an optimizer state non-finite") !=
+          std::string::npos)
+        ++refused_by_update;
+      if (succeeded > 0) continue;  // its huge weights may make any later step diverge
+      const int64_t step = engine->step();
+      TrainLosses(*engine, 1, 9);
+      EXPECT_EQ(engine->step(), step + 1);
+    }
+  }
+  EXPECT_GT(refused_by_update, 0);
 }
 
 TEST(EngineTest, LearningRateOverrideControlsWhichParametersMove) {
