@@ -8,6 +8,8 @@
 #   dlrm_configure_sanitizer BUILD_DIR [extra cmake args...]   the tests' ASan + UBSan
 #       build, with clang and the libFuzzer harnesses (tests/fuzz/) run for
 #       DLRM_FUZZ_SECONDS each (30 unless an extra argument sets it)
+#   dlrm_configure_tsan BUILD_DIR [extra cmake args...]   the ThreadSanitizer build (clang),
+#       for the suites labelled concurrency (target concurrency_tests)
 
 dlrm_configure_demo() {
   cmake -S "$DLRM_ROOT" -B "$1" -DCMAKE_BUILD_TYPE=Release -DDLRM_BUILD_TESTS=OFF \
@@ -19,6 +21,13 @@ dlrm_configure_tests() {
   cmake -S "$DLRM_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DDLRM_WERROR=ON \
     -DDLRM_BUILD_TESTS=ON -DDLRM_BUILD_BINDINGS=ON -DDLRM_BUILD_BENCH=ON -DDLRM_SANITIZE=OFF \
     "$@" >/dev/null
+}
+
+dlrm_configure_tsan() {
+  local dir=$1; shift
+  dlrm_configure_tests "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLRM_TSAN=ON \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDLRM_BUILD_BINDINGS=OFF \
+    -DDLRM_BUILD_BENCH=OFF "$@"
 }
 
 dlrm_configure_sanitizer() {

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # README command two: install what is missing, then build and run every test suite through
 # ctest: first in the ASan+UBSan build (clang, with the libFuzzer harnesses of tests/fuzz/,
-# each fuzzing for 30 s: scripts/configure.sh), then in the release build (whose summary
-# line is printed last). The bindings are tested in the release build only: their host runtimes
-# (python, java, go) are not built with the sanitizers. DLRM_SKIP_SANITIZER=1 skips the
-# sanitizer pass.
+# each fuzzing for 30 s: scripts/configure.sh), then the suites labelled concurrency in a
+# ThreadSanitizer build (clang; only their targets are built), then in the release build
+# (whose summary line is printed last). The bindings are tested in the release build only:
+# their host runtimes (python, java, go) are not built with the sanitizers.
+# DLRM_SKIP_SANITIZER=1 skips both sanitizer passes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -29,6 +30,11 @@ if [ "${DLRM_SKIP_SANITIZER:-0}" != "1" ]; then
   echo "=== sanitizer build (ASan + UBSan) ==="
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     run_suite_in "$ROOT/build/sanitize" dlrm_configure_sanitizer
+  echo "=== ThreadSanitizer build (the concurrency suites) ==="
+  dlrm_configure_tsan "$ROOT/build/tsan"
+  cmake --build "$ROOT/build/tsan" -j "$JOBS" --target concurrency_tests
+  (cd "$ROOT/build/tsan" && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    ctest --output-on-failure --no-tests=error -j "$JOBS" --timeout 600 -L concurrency)
 fi
 echo "=== release build ==="
 run_suite_in "$ROOT/build/release" dlrm_configure_tests
