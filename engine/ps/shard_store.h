@@ -67,7 +67,8 @@ class EmbeddingShardStore {
 
   // Applies one step's sparse update from the global batch (batch_size samples): one
   // FeatureUpdate per entry of features(), in that order. Everything is validated before
-  // any row changes (sizes, id ranges, finite gradients and weights).
+  // any row changes (sizes, id ranges, finite gradients and weights), and every row's
+  // update is checked to leave it finite (else kFailedPrecondition, nothing written).
   void ApplyUpdate(const std::vector<FeatureUpdate>& updates, int64_t batch_size, float lr,
                    int64_t step);
 

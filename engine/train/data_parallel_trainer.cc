@@ -420,16 +420,21 @@ void DataParallelTrainer::ApplyUpdates(const Prepared& p,
   const StepRates rates =
       RatesForStep(config_.lr_schedule(), config_.dense_optimizer().learning_rate(),
                    config_.sparse_optimizer().learning_rate(), step_);
-  // Every trainer holds the same parameters and sum: they all refuse, or none does.
-  if (!DenseUpdateIsFinite(*dense_optimizer_, model_.dense_params(), by_rank[0].dense_grad.data(),
-                           rates, pool_)) {
+  // Every trainer holds the same parameters, replicas and sums: they all refuse, or none
+  // does. The dense update is checked, then the replicas' update checks and applies itself
+  // (it writes nothing when it throws), and only then is the dense update written.
+  try {
+    if (!DenseUpdateIsFinite(*dense_optimizer_, model_.dense_params(), by_rank[0].dense_grad.data(),
+                             rates, pool_))
+      ThrowUpdateNotFinite(rates);
+    if (!replica_parts.empty())
+      replicas_.ApplyUpdate(ps::ConcatenateRanks(replica_parts), global_batch, rates.sparse_lr,
+                            rates.t);
+  } catch (const Error&) {
     RenumberQueue();
-    ThrowUpdateNotFinite(rates);
+    throw;
   }
   UpdateDense(*dense_optimizer_, model_.dense_params(), by_rank[0].dense_grad.data(), rates, pool_);
-  if (!replica_parts.empty())
-    replicas_.ApplyUpdate(ps::ConcatenateRanks(replica_parts), global_batch, rates.sparse_lr,
-                          rates.t);
   for (int32_t owner = 0; owner < static_cast<int32_t>(server_features_.size()); ++owner) {
     if (server_features_[owner].empty()) continue;
     service_->Update(owner, comm_->rank(), rates.t, rates.sparse_lr,

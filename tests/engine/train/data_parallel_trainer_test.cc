@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -170,6 +171,29 @@ TEST(DataParallelTrainerErrors, BadPartFailsEveryRankAndChangesNothing) {
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(losses[0], want);
   ExpectSameParameters(engine, cluster, c, "after a good step");
+}
+
+// Finding 3 (issue 17) with several trainers: Adam's step size at learning rate FLT_MAX
+// overflows, so the dense update of the first step would write infinities. Every rank
+// refuses the step before anything is written (dense, replicas, servers), and the next
+// step at a sane rate trains as the engine's first.
+TEST(DataParallelTrainerErrors, AnUpdateThatWouldOverflowFailsEveryRankAndChangesNothing) {
+  config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::DATA_PARALLEL, "adam", "adagrad", kServers);
+  const float sane = c.dense_optimizer().learning_rate();
+  c.mutable_dense_optimizer()->set_learning_rate(std::numeric_limits<float>::max());
+  Cluster cluster(c);
+  const OwnedBatch global = MakeBatch(c, 0);
+  std::vector<std::string> errors;
+  cluster.Step({Part(global, 0, kPart), Part(global, kPart, kGlobal)}, &errors);
+  for (int r = 0; r < kTrainers; ++r)
+    EXPECT_NE(errors[r].find("would make a parameter or an optimizer state non-finite"),
+              std::string::npos)
+        << "rank " << r << ": " << errors[r];
+  EXPECT_EQ(cluster.trainers[0]->step(), 0);
+  c.mutable_dense_optimizer()->set_learning_rate(sane);
+  Engine engine(c);  // the same initial state
+  ExpectSameParameters(engine, cluster, c, "after the refused step");
 }
 
 // Pipelining: each trainer keeps three parts queued (their lookups in flight) and the
