@@ -56,6 +56,9 @@ for d in /usr/local/cuda/lib64 $(find /opt /usr/local/lib -maxdepth 8 -type d \
     -path '*site-packages/nvidia/*/lib' 2>/dev/null); do
   LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
 done
+# The PyTorch reference's interpreter: the device image's venv, else the system's.
+python=/opt/torch/.venv/bin/python3
+[ -x "$python" ] || python=python3
 ENV
 cat > "$BUNDLE/run.sh" <<'RUN'
 #!/usr/bin/env bash
@@ -82,8 +85,6 @@ shift
 # then eager: the step time with and without the graph, one invocation.
 "$here/dlrm" bench --config "$config" --device cuda --async_host sleep --prepare_factor 0 "$@"
 "$here/dlrm" bench --config "$config" --device cuda --cuda_graph=false "$@"
-python=/opt/torch/.venv/bin/python3
-[ -x "$python" ] || python=python3
 "$python" "$here/torch_reference.py" --config "$config" --device cuda "$@"
 BENCH
 cat > "$BUNDLE/all.sh" <<'ALL'
@@ -99,31 +100,31 @@ timeout 200 "$here/run.sh" > "$out/tests.log" 2>&1
 echo "suites: exit $? ($(grep -c '^\[  PASSED' "$out/tests.log") of $(ls "$here"/*_test | wc -l) passed)"
 grep -E 'FAILED|Failure' "$out/tests.log" | head -20
 (source "$here/env.sh" && timeout 60 "$here/cuda_pooled_bench") 2>&1 | tee "$out/forward.log" | tail -3
+# report LABEL OURS_LOG TORCH_LOG: our train samples/s, PyTorch's and their ratio.
+report() {
+  local ours torch ratio
+  ours=$(grep -m1 '^train ' "$2" | awk '{print $4}')
+  torch=$(sed -n 's/^RESULT train=\([0-9.]*\).*/\1/p' "$3")
+  ratio=$(awk -v a="$ours" -v b="$torch" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+  echo "$1: ours ${ours:-?} torch ${torch:-?} ratio ${ratio:-?}"
+}
 for precision in highest high; do
   for config in small kaggle multihot; do
     bag=1; [ "$config" = multihot ] && bag=10
     log="$out/bench_${config}_$precision.log"
     timeout 150 "$here/bench.sh" "$config" --batch_size 8192 --bag_size "$bag" --steps 200 \
       --matmul_precision "$precision" > "$log" 2>&1
-    ours=$(grep -m1 '^train ' "$log" | awk '{print $4}')
-    torch=$(sed -n 's/^RESULT train=\([0-9.]*\).*/\1/p' "$log")
-    ratio=$(awk -v a="$ours" -v b="$torch" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
-    echo "$config $precision: ours ${ours:-?} torch ${torch:-?} ratio ${ratio:-?}"
+    report "$config $precision" "$log" "$log"
   done
 done
 # The peer paying what the engine pays: each step's batch copied from pinned host memory.
-python=/opt/torch/.venv/bin/python3
-[ -x "$python" ] || python=python3
 for config in small kaggle multihot; do
   bag=1; [ "$config" = multihot ] && bag=10
   log="$out/torch_host_$config.log"
   (source "$here/env.sh" && timeout 100 "$python" "$here/torch_reference.py" \
     --config "$here/configs/$config.pbtxt" --device cuda --batch_size 8192 --bag_size "$bag" \
     --steps 200 --host_batches) > "$log" 2>&1
-  ours=$(grep -m1 '^train ' "$out/bench_${config}_highest.log" | awk '{print $4}')
-  torch=$(sed -n 's/^RESULT train=\([0-9.]*\).*/\1/p' "$log")
-  ratio=$(awk -v a="$ours" -v b="$torch" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
-  echo "$config highest, torch batches from host: ours ${ours:-?} torch ${torch:-?} ratio ${ratio:-?}"
+  report "$config highest, torch batches from host" "$out/bench_${config}_highest.log" "$log"
 done
 ALL
 chmod +x "$BUNDLE/run.sh" "$BUNDLE/bench.sh" "$BUNDLE/all.sh"
