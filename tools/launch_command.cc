@@ -5,8 +5,9 @@
 // environment contract (engine/cluster/cluster_env.h).
 //
 // When a process fails, the others are given DLRM_TIMEOUT_MS (plus a grace period) to
-// notice and report it themselves, then killed; the exit code is 0 only if every
-// process succeeded.
+// notice and report it themselves, then killed (a dead peer is noticed in seconds:
+// cluster_env.h Liveness, and the coordinator ends once every peer has left or died);
+// the exit code is 0 only if every process succeeded.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <netinet/in.h>
@@ -150,10 +151,6 @@ int LaunchCommand(int argc, char** argv) {
       }
       continue;
     }
-    // Once the servers and trainers are all gone, the coordinator has nobody to wait for.
-    bool only_coordinator = !children[0].done;
-    for (size_t i = 1; i < children.size(); ++i) only_coordinator &= children[i].done;
-    if (only_coordinator && failed) kill_at = std::min(kill_at, Clock::now());
     if (Clock::now() >= kill_at) {
       for (const Child& c : children)
         if (!c.done) {

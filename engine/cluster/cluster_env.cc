@@ -73,6 +73,11 @@ std::string ClusterEnv::CoordinatorBindEndpoint() const {
 
 std::string ClusterEnv::PeerBindEndpoint() const { return "tcp://" + bind_address + ":*"; }
 
+Liveness LivenessFor(std::chrono::milliseconds timeout) {
+  const std::chrono::milliseconds silence = std::min(kMaxSilence, timeout);
+  return Liveness{std::max(std::chrono::milliseconds(1), silence / kBeatsPerSilence), silence};
+}
+
 net::TransportOptions ClusterEnv::Transport() const {
   net::TransportOptions options;
   options.secret = secret;

@@ -25,6 +25,7 @@
 // it, not a setting silently ignored (CheckKnownVariables).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -46,6 +47,22 @@ inline constexpr int64_t kDefaultTimeoutMs = 60000;
 // coordinator, once a peer has left, outwaits the longest wait a live peer can be in.
 inline constexpr int kAllGatherTimeouts = 2;
 inline constexpr int kLeaveTimeouts = kAllGatherTimeouts + 1;
+
+// Fast failure (issue 17, finding 9): a killed process is noticed by every other in
+// about `silence` + `beat`, whatever DLRM_TIMEOUT_MS is. Every peer sends the coordinator
+// a heartbeat every `beat` from a thread of its own (so a host that computes or pauses
+// keeps beating); the coordinator takes a peer silent for `silence` for dead and answers
+// every other peer's next heartbeat with an error naming it; a peer whose coordinator has
+// not answered for `silence` takes the coordinator for dead. Either way the peer's
+// net::AbortSignal ends all its waits. The timeout still bounds waits on live peers.
+struct Liveness {
+  std::chrono::milliseconds beat;
+  std::chrono::milliseconds silence;
+};
+inline constexpr std::chrono::milliseconds kMaxSilence{3000};
+inline constexpr int kBeatsPerSilence = 6;
+// silence = min(kMaxSilence, timeout), beat = silence / kBeatsPerSilence.
+Liveness LivenessFor(std::chrono::milliseconds timeout);
 
 struct ClusterEnv {
   Role role = ROLE_UNSPECIFIED;

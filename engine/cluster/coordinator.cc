@@ -37,7 +37,8 @@ Coordinator::Coordinator(const net::Context& context, int32_t world_size,
     : world_size_(CheckedWorldSize(world_size)),
       endpoint_(context, net::Endpoint::kListen, bind_address, options, "coordinator"),
       hello_routing_ids_(world_size),
-      left_(world_size, false) {
+      left_(world_size, false),
+      dead_(world_size, false) {
   RegisterMessageTypes();
 }
 
@@ -80,6 +81,8 @@ Roster Coordinator::Rendezvous(milliseconds timeout) {
   roster_ = MakeJobRoster(joined);
   const net::Message reply = MakeRoster(*roster_);
   for (auto& j : joined) endpoint_.Reply(j->request, reply);
+  liveness_ = LivenessFor(timeout);
+  last_heard_.assign(world_size_, Clock::now());
   DLRM_LOG(kInfo) << "coordinator " << address()
                   << ": rendezvous complete: " << DescribeRoster(*roster_);
   return *roster_;
@@ -145,19 +148,52 @@ std::string Coordinator::AdmissionProblem(const Hello& hello, const net::Receive
 void Coordinator::Serve() {
   if (!roster_)
     Throw(StatusCode::kFailedPrecondition, "Coordinator::Serve before a successful Rendezvous");
-  while (!stop_ && num_left_ < world_size_) {
+  while (!stop_ && num_left_ + num_dead_ < world_size_) {
     // A peer that learns of another's death by a wait of its own leaves up to
     // kAllGatherTimeouts after the dead one's partners did (cluster_env.h).
-    if (first_left_ && Clock::now() - *first_left_ > kLeaveTimeouts * timeout_) {
-      std::vector<int32_t> staying;
-      for (int32_t r = 0; r < world_size_; ++r)
-        if (!left_[r]) staying.push_back(r);
-      Throw(StatusCode::kTimeout, "the job is ending but rank(s) ", RankList(staying),
-            " did not leave within ", kLeaveTimeouts * timeout_.count(),
-            " ms after the first peer left (died, or abandoned the job without finishing)");
-    }
-    std::optional<net::Received> r = endpoint_.TryReceive(kPollInterval);
+    if (first_left_ && Clock::now() - *first_left_ > kLeaveTimeouts * timeout_) ThrowLeaveTimeout();
+    std::optional<net::Received> r = endpoint_.TryReceive(std::min(kPollInterval, liveness_.beat));
     if (r) Handle(std::move(*r));
+    FindDeadPeers();
+  }
+  if (num_dead_ > 1) {
+    std::vector<int32_t> dead;
+    for (int32_t p = 0; p < world_size_; ++p)
+      if (dead_[p]) dead.push_back(p);
+    Throw(StatusCode::kNetwork, JobOver(), "; ranks ", RankList(dead), " died in all");
+  }
+  if (num_dead_ > 0) Throw(StatusCode::kNetwork, JobOver());
+}
+
+void Coordinator::ThrowLeaveTimeout() const {
+  std::vector<int32_t> staying;
+  for (int32_t r = 0; r < world_size_; ++r)
+    if (!left_[r] && !dead_[r]) staying.push_back(r);
+  Throw(StatusCode::kTimeout, "the job is ending but rank(s) ", RankList(staying),
+        " did not leave within ", kLeaveTimeouts * timeout_.count(),
+        " ms after the first peer left (died, or abandoned the job without finishing)");
+}
+
+void Coordinator::Heard(const net::Received& r) {
+  const net::Header& h = r.message.header;
+  if (!h.has_sender_rank() || h.sender_rank() >= world_size_) return;
+  const int32_t rank = h.sender_rank();
+  if (r.from.routing_id == hello_routing_ids_[rank]) last_heard_[rank] = Clock::now();
+}
+
+void Coordinator::FindDeadPeers() {
+  const auto now = Clock::now();
+  for (int32_t rank = 0; rank < world_size_; ++rank) {
+    if (left_[rank] || dead_[rank] || now - last_heard_[rank] <= liveness_.silence) continue;
+    dead_[rank] = true;
+    ++num_dead_;
+    if (!first_left_) first_left_ = now;
+    const std::string why =
+        StrCat(PeerName(*roster_, rank), " is gone: the coordinator has heard nothing from it for ",
+               liveness_.silence.count(), " ms (its process died or its host is down)");
+    DLRM_LOG(kError) << "coordinator: " << why;
+    if (job_over_.empty()) job_over_ = why;
+    FailBarriersWaitingFor(rank, why);
   }
 }
 
@@ -173,6 +209,7 @@ std::optional<int32_t> Coordinator::SenderRank(const net::Received& r) {
 }
 
 void Coordinator::Handle(net::Received r) {
+  Heard(r);
   const net::Header& h = r.message.header;
   switch (h.type()) {
     case HELLO: {
@@ -191,7 +228,13 @@ void Coordinator::Handle(net::Received r) {
     }
     case BARRIER: HandleBarrier(std::move(r)); return;
     case SHUTDOWN: HandleShutdown(std::move(r)); return;
-    case HEARTBEAT: endpoint_.Reply(r, net::MakeMessage(HEARTBEAT)); return;
+    case HEARTBEAT:
+      if (JobOver().empty()) {
+        endpoint_.Reply(r, net::MakeMessage(HEARTBEAT));
+      } else {
+        endpoint_.ReplyError(r, StatusCode::kNetwork, JobOver());
+      }
+      return;
     default:
       endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
                            "the coordinator does not handle " + net::MessageTypeName(h.type()));
@@ -203,6 +246,10 @@ void Coordinator::HandleBarrier(net::Received r) {
   if (!rank) return;
   const std::optional<int64_t> generation = DecodeOrReply(r, DecodeBarrier);
   if (!generation) return;
+  if (!JobOver().empty()) {
+    endpoint_.ReplyError(r, StatusCode::kNetwork, JobOver());
+    return;
+  }
   for (int32_t p = 0; p < world_size_; ++p) {
     if (left_[p]) {
       endpoint_.ReplyError(r, StatusCode::kFailedPrecondition,
@@ -228,16 +275,16 @@ void Coordinator::HandleBarrier(net::Received r) {
 void Coordinator::HandleShutdown(net::Received r) {
   const std::optional<int32_t> rank = SenderRank(r);
   if (!rank) return;
-  if (!left_[*rank]) {
+  if (!left_[*rank] && !dead_[*rank]) {  // a peer taken for dead that was only late stays dead
     left_[*rank] = true;
     ++num_left_;
     if (!first_left_) first_left_ = Clock::now();
   }
   endpoint_.Reply(r, net::MakeMessage(SHUTDOWN));
-  FailBarriersWaitingFor(*rank);
+  FailBarriersWaitingFor(*rank, "rank " + std::to_string(*rank) + " has left");
 }
 
-void Coordinator::FailBarriersWaitingFor(int32_t rank) {
+void Coordinator::FailBarriersWaitingFor(int32_t rank, const std::string& why) {
   for (auto it = barriers_.begin(); it != barriers_.end();) {
     if (it->second.count(rank)) {
       ++it;
@@ -245,8 +292,7 @@ void Coordinator::FailBarriersWaitingFor(int32_t rank) {
     }
     for (auto& [p, waiter] : it->second)
       endpoint_.ReplyError(waiter, StatusCode::kFailedPrecondition,
-                           "barrier " + std::to_string(it->first) + " cannot complete: rank " +
-                               std::to_string(rank) + " has left");
+                           "barrier " + std::to_string(it->first) + " cannot complete: " + why);
     it = barriers_.erase(it);
   }
 }

@@ -10,8 +10,15 @@
 // Then Serve answers BARRIER (released when all world_size peers reached the same
 // generation; an ERROR if a peer has left, since it can never complete), HEARTBEAT
 // (echoed) and SHUTDOWN (a peer leaving; acknowledged) until every peer has left or
-// Stop() is called. Once one peer has left the job is ending: a peer that has not left
-// within kLeaveTimeouts rendezvous timeouts after that died (a peer that fails or is
+// Stop() is called.
+//
+// Liveness (cluster_env.h): a peer that has not left and from whose connection nothing
+// has come for the liveness silence (peers beat every liveness beat) is dead. From then
+// on every HEARTBEAT and BARRIER is answered with a kNetwork ERROR naming the dead peer,
+// so the others stop within one beat, and Serve fails naming it once every other peer
+// has left. Only messages from the connection that said a rank's HELLO count for it.
+// Once one peer has left the job is ending: a live peer that has not left within
+// kLeaveTimeouts rendezvous timeouts after that is stuck (a peer that fails or is
 // abandoned leaves in ~CoordinatorClient), and Serve fails naming it rather than waiting
 // forever.
 // The coordinator holds no training state.
@@ -48,9 +55,10 @@ class Coordinator {
   // kCancelled if Stop() is called meanwhile.
   Roster Rendezvous(std::chrono::milliseconds timeout);
 
-  // Serves barriers until every peer has sent SHUTDOWN or Stop() is called. kTimeout
-  // naming the peers still in the job when kLeaveTimeouts rendezvous timeouts have passed
-  // since the first one left. kFailedPrecondition before a successful Rendezvous.
+  // Serves barriers until every peer has sent SHUTDOWN or died, or Stop() is called.
+  // kNetwork naming the dead peers, if any; kTimeout naming the peers still in the job
+  // when kLeaveTimeouts rendezvous timeouts have passed since the first one left.
+  // kFailedPrecondition before a successful Rendezvous.
   void Serve();
   // Makes Rendezvous or Serve return (from any thread) within about 100 ms.
   void Stop() { stop_ = true; }
@@ -76,7 +84,14 @@ class Coordinator {
   void HandleShutdown(net::Received r);
   // The rank a message claims, if it is a valid one; else answers an ERROR.
   std::optional<int32_t> SenderRank(const net::Received& r);
-  void FailBarriersWaitingFor(int32_t rank);
+  void FailBarriersWaitingFor(int32_t rank, const std::string& why);
+  // Notes that `r` came from its rank's own connection (a sign of life).
+  void Heard(const net::Received& r);
+  // Declares the peers silent for the liveness silence dead.
+  void FindDeadPeers();
+  [[noreturn]] void ThrowLeaveTimeout() const;
+  // Why the job cannot go on: the first dead peer ("" while none).
+  const std::string& JobOver() const { return job_over_; }
 
   const int32_t world_size_;
   net::Endpoint endpoint_;
@@ -86,6 +101,11 @@ class Coordinator {
   std::vector<std::string> hello_routing_ids_;  // by rank, to recognize a repeated HELLO
   std::vector<bool> left_;
   int32_t num_left_ = 0;
+  Liveness liveness_{};
+  std::vector<std::chrono::steady_clock::time_point> last_heard_;  // by rank
+  std::vector<bool> dead_;
+  int32_t num_dead_ = 0;
+  std::string job_over_;
   std::chrono::milliseconds timeout_{0};  // the rendezvous timeout, also the leave deadline
   std::optional<std::chrono::steady_clock::time_point> first_left_;
   // Barrier generation -> the peers waiting in it, by rank.

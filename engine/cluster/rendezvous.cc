@@ -19,20 +19,69 @@ const ClusterEnv& CheckedPeerEnv(const ClusterEnv& env) {
 
 }  // namespace
 
-CoordinatorClient::CoordinatorClient(const net::Context& context, const ClusterEnv& env)
+CoordinatorClient::CoordinatorClient(const net::Context& context, const ClusterEnv& env,
+                                     std::shared_ptr<net::AbortSignal> abort)
     : env_(CheckedPeerEnv(env)),
+      liveness_(LivenessFor(std::chrono::milliseconds(env.timeout_ms))),
+      abort_(abort ? std::move(abort) : std::make_shared<net::AbortSignal>()),
+      // Not watching abort_: this peer still leaves after the job is over.
       client_(context, env.CoordinatorEndpoint(), env.Transport(), "coordinator", env.rank) {
   RegisterMessageTypes();
 }
 
 CoordinatorClient::~CoordinatorClient() {
-  if (!joined_ || left_) return;
+  StopBeating();
+  if (!joined_ || left_ || coordinator_gone_) return;
   try {
     Leave();
   } catch (const Error& e) {
     DLRM_LOG(kWarning) << RoleName(env_.role) << " rank " << env_.rank
                        << ": could not tell the coordinator it leaves: " << e.what();
   }
+}
+
+void CoordinatorClient::StartBeating() {
+  beat_thread_ = std::thread([this] { BeatLoop(); });
+}
+
+void CoordinatorClient::StopBeating() {
+  {
+    std::lock_guard<std::mutex> lock(beat_mu_);
+    stop_beating_ = true;
+  }
+  beat_cv_.notify_all();
+  if (beat_thread_.joinable()) beat_thread_.join();
+}
+
+void CoordinatorClient::BeatLoop() {
+  std::unique_lock<std::mutex> lock(beat_mu_);
+  while (!beat_cv_.wait_for(lock, liveness_.beat, [this] { return stop_beating_; })) {
+    lock.unlock();
+    const bool job_goes_on = Beat();
+    lock.lock();
+    if (!job_goes_on) return;
+  }
+}
+
+bool CoordinatorClient::Beat() {
+  net::Message reply;
+  try {
+    reply = client_.WaitReply(client_.Submit(net::MakeMessage(HEARTBEAT)), liveness_.silence);
+  } catch (const Error& e) {
+    if (e.code() != StatusCode::kTimeout) {  // the transport itself failed
+      abort_->Raise(e.code(), StrCat("the link to the coordinator failed: ", e.what()));
+      return false;
+    }
+    coordinator_gone_ = true;
+    abort_->Raise(StatusCode::kNetwork,
+                  StrCat("the coordinator at ", env_.CoordinatorEndpoint(),
+                         " is gone: it has not answered a heartbeat for ",
+                         liveness_.silence.count(), " ms (its process died or its host is down)"));
+    return false;
+  }
+  if (reply.header.type() != net::ERROR) return true;
+  abort_->Raise(static_cast<StatusCode>(reply.header.error_code()), reply.header.error_message());
+  return false;
 }
 
 Roster CoordinatorClient::Rendezvous(const std::string& address) {
@@ -59,6 +108,7 @@ Roster CoordinatorClient::Rendezvous(const std::string& address) {
     Throw(StatusCode::kNetwork, "the coordinator's roster (world size ", roster.world_size(),
           ") does not list this ", RoleName(env_.role), " as rank ", env_.rank);
   joined_ = true;
+  StartBeating();
   return roster;
 }
 
@@ -74,8 +124,9 @@ void CoordinatorClient::Barrier(std::chrono::milliseconds timeout) {
 
 void CoordinatorClient::Leave() {
   left_ = true;  // tried once: the destructor does not try again
-  net::Message reply =
-      client_.Call(net::MakeMessage(SHUTDOWN), std::chrono::milliseconds(env_.timeout_ms));
+  StopBeating();
+  if (coordinator_gone_) Throw(StatusCode::kNetwork, "cannot leave the job: ", abort_->reason());
+  net::Message reply = client_.Call(net::MakeMessage(SHUTDOWN), liveness_.silence);
   if (reply.header.type() != SHUTDOWN)
     Throw(StatusCode::kNetwork, "the coordinator answered SHUTDOWN with ",
           net::DescribeMessage(reply));

@@ -13,21 +13,36 @@
 //
 // A peer may start before the coordinator: ZeroMQ keeps trying to connect, and only the
 // wait for the roster is bounded (env.timeout_ms, then kTimeout naming the coordinator).
+//
+// Liveness (cluster_env.h Liveness): from the roster on until Leave, a thread of this
+// object sends the coordinator a HEARTBEAT every beat. When the coordinator answers one
+// with an error (a peer has died) or does not answer within the silence (it has died),
+// the thread raises the AbortSignal given to the constructor with that reason: every
+// endpoint of this peer built with it in its TransportOptions stops waiting at once.
+// Threads: Rendezvous, Barrier and Leave from one thread at a time.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "engine/cluster/cluster_env.h"
+#include "engine/net/abort.h"
 #include "engine/net/client.h"
 
 namespace dlrm::cluster {
 
 class CoordinatorClient {
  public:
-  // kInvalidArgument if env.role is the coordinator's.
-  CoordinatorClient(const net::Context& context, const ClusterEnv& env);
+  // kInvalidArgument if env.role is the coordinator's. `abort` (null: a signal of its
+  // own) is raised when the job cannot go on; the peer's other endpoints should hold it.
+  CoordinatorClient(const net::Context& context, const ClusterEnv& env,
+                    std::shared_ptr<net::AbortSignal> abort = nullptr);
   // A peer that joined and did not Leave (it failed, or its host abandoned it) leaves now,
   // best effort (waiting at most env.timeout_ms), so the coordinator learns the job is
   // ending instead of waiting for it.
@@ -46,14 +61,30 @@ class CoordinatorClient {
   void Barrier();
   void Barrier(std::chrono::milliseconds timeout);
 
-  // Tells the coordinator this peer is done (SHUTDOWN) and waits for its acknowledgment.
+  // Tells the coordinator this peer is done (SHUTDOWN) and waits for its acknowledgment
+  // (at most the liveness silence). kNetwork without trying when the coordinator is gone.
   void Leave();
 
+  const std::shared_ptr<net::AbortSignal>& abort_signal() const { return abort_; }
+
  private:
+  void StartBeating();
+  void StopBeating();
+  void BeatLoop();
+  // One heartbeat; false (the signal raised) when the job is over.
+  bool Beat();
+
   const ClusterEnv env_;
+  const Liveness liveness_;
+  const std::shared_ptr<net::AbortSignal> abort_;
   net::Client client_;
   int64_t next_barrier_ = 0;
   bool joined_ = false, left_ = false;
+  std::atomic<bool> coordinator_gone_{false};
+  std::mutex beat_mu_;
+  std::condition_variable beat_cv_;
+  bool stop_beating_ = false;  // beat_mu_
+  std::thread beat_thread_;
 };
 
 }  // namespace dlrm::cluster

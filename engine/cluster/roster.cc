@@ -34,6 +34,16 @@ std::vector<int32_t> RanksWithRole(const Roster& roster, Role role) {
   return ranks;
 }
 
+std::string PeerName(const Roster& roster, int32_t rank) {
+  if (rank < 0 || rank >= roster.peers_size())
+    ThrowInvalid("rank ", rank, " is not in the roster of ", roster.peers_size(), " peers");
+  const PeerInfo& peer = roster.peers(rank);
+  int32_t index = 0;
+  for (int32_t r = 0; r < rank; ++r) index += roster.peers(r).role() == peer.role();
+  return StrCat(RoleName(peer.role()), " ", index, " (rank ", rank,
+                peer.address().empty() ? "" : " at " + peer.address(), ")");
+}
+
 std::string DescribeRoster(const Roster& roster) {
   std::ostringstream os;
   for (int i = 0; i < roster.peers_size(); ++i) {

@@ -14,6 +14,10 @@ namespace dlrm::cluster {
 // Ranks of the peers with `role`, ascending.
 std::vector<int32_t> RanksWithRole(const Roster& roster, Role role);
 
+// "server 1 (rank 1 at tcp://127.0.0.1:40001)": a peer as errors name it, numbered among
+// the peers of its role as the job layout numbers them. kInvalidArgument for a bad rank.
+std::string PeerName(const Roster& roster, int32_t rank);
+
 // "rank 0 server tcp://127.0.0.1:40001, rank 1 trainer -, ..." for logs.
 std::string DescribeRoster(const Roster& roster);
 

@@ -35,32 +35,38 @@ uint64_t Client::Submit(Message request) {
 }
 
 Message Client::Wait(uint64_t request_id, std::chrono::milliseconds timeout) {
-  std::string request;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = outstanding_.find(request_id);
-    if (it == outstanding_.end())
-      ThrowInvalid("request ", request_id, " to ", endpoint_.name(),
-                   " is not outstanding (never submitted, or already waited for)");
-    request = MessageTypeName(it->second) + " #" + std::to_string(request_id);
-  }
-  const std::string what = "the reply to " + request;
+  const std::string request = Outstanding(request_id);
+  Message reply = WaitReply(request_id, timeout);
+  if (reply.header.type() == ERROR)
+    ThrowRemoteError(reply, endpoint_.name() + " (" + endpoint_.address() + ") answered " +
+                                request + " with an error");
+  return reply;
+}
+
+std::string Client::Outstanding(uint64_t request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = outstanding_.find(request_id);
+  if (it == outstanding_.end())
+    ThrowInvalid("request ", request_id, " to ", endpoint_.name(),
+                 " is not outstanding (never submitted, or already waited for)");
+  return MessageTypeName(it->second) + " #" + std::to_string(request_id);
+}
+
+Message Client::WaitReply(uint64_t request_id, std::chrono::milliseconds timeout) {
+  const std::string what = "the reply to " + Outstanding(request_id);
   Received reply;
   try {
     reply = endpoint_.ReceiveReply(request_id, timeout, what);
   } catch (const Error& e) {
     std::lock_guard<std::mutex> lock(mu_);
     outstanding_.erase(request_id);
-    if (e.code() == StatusCode::kTimeout) endpoint_.Forget(request_id);
+    endpoint_.Forget(request_id);  // a reply after a timeout or an abort is dropped
     throw;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     outstanding_.erase(request_id);
   }
-  if (reply.message.header.type() == ERROR)
-    ThrowRemoteError(reply.message, endpoint_.name() + " (" + endpoint_.address() + ") answered " +
-                                        request + " with an error");
   return std::move(reply.message);
 }
 

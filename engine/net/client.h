@@ -36,6 +36,9 @@ class Client {
   // peer sent and its message; kTimeout names the peer and the request; kInvalidArgument
   // for an id that is not outstanding.
   Message Wait(uint64_t request_id, std::chrono::milliseconds timeout);
+  // Like Wait, but an ERROR reply is returned instead of thrown (a caller that passes the
+  // peer's own words on).
+  Message WaitReply(uint64_t request_id, std::chrono::milliseconds timeout);
 
   // Gives up on an outstanding request: its reply is dropped whenever it comes. No-op for
   // an id that is not outstanding.
@@ -47,6 +50,9 @@ class Client {
   Endpoint& endpoint() { return endpoint_; }
 
  private:
+  // "LOOKUP #12" for an outstanding request; kInvalidArgument for any other id.
+  std::string Outstanding(uint64_t request_id);
+
   Endpoint endpoint_;
   const int32_t sender_rank_;
   std::atomic<uint64_t> next_id_{1};

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "engine/core/log.h"
+#include "engine/net/abort.h"
 #include "engine/net/zmq_socket.h"
 
 namespace dlrm::net {
@@ -88,10 +89,15 @@ void Endpoint::Enqueue(std::vector<Frame> frames, std::string routing_id, std::s
 std::optional<Received> Endpoint::Take(const std::function<bool(const Received&)>& match,
                                        std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
+  const AbortSignal* abort = codec_.options().abort.get();
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (!io_error_.empty())
       Throw(StatusCode::kNetwork, name_, " (", address_, "): transport failed: ", io_error_);
+    if (abort != nullptr && abort->raised()) {
+      lock.unlock();
+      abort->ThrowIfRaised(" (" + name_ + " at " + address_ + " stopped waiting)");
+    }
     auto it = std::find_if(inbox_.begin(), inbox_.end(), match);
     if (it != inbox_.end()) {
       const bool was_full =
@@ -102,7 +108,10 @@ std::optional<Received> Endpoint::Take(const std::function<bool(const Received&)
       if (was_full) wake_.Signal();  // the I/O thread stopped reading; resume
       return r;
     }
-    if (received_cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+    // With a signal to watch, sleep at most one poll interval at a time.
+    const auto until =
+        abort == nullptr ? deadline : std::min(deadline, Clock::now() + kAbortPollInterval);
+    if (received_cv_.wait_until(lock, until) == std::cv_status::timeout &&
         Clock::now() >= deadline) {
       // One last look: a message may have come in just at the deadline.
       it = std::find_if(inbox_.begin(), inbox_.end(), match);

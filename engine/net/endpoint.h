@@ -14,6 +14,9 @@
 // also answers its sender with an ERROR (kDataLoss) naming the rule, so a misconfigured
 // peer learns why instead of timing out. Nothing a peer sends stops the endpoint.
 //
+// Every wait (Receive, TryReceive, ReceiveReply) fails at once, with the signal's code and
+// reason, once TransportOptions::abort is raised (abort.h), even TryReceive.
+//
 // Thread safety: every method may be called from any thread concurrently.
 #pragma once
 

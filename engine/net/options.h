@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace dlrm::net {
+
+class AbortSignal;  // abort.h
 
 struct TransportOptions {
   // All frames of one message together, header included. Also the ZeroMQ per-frame cap
@@ -28,6 +31,9 @@ struct TransportOptions {
   // On destruction, how long queued messages (delayed ones included) may still take to
   // leave before they are dropped.
   int64_t linger_ms = 1000;
+  // When set and raised, every wait of the endpoint fails at once with the signal's
+  // error (abort.h): how a job member stops waiting on peers once the job is over.
+  std::shared_ptr<const AbortSignal> abort;
 };
 
 inline constexpr size_t kMinSecretBytes = 16;

@@ -11,6 +11,7 @@
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/core/thread_pool.h"
+#include "engine/net/abort.h"
 #include "engine/net/endpoint.h"
 #include "engine/ps/server.h"
 #include "engine/ps/shard_owner.h"
@@ -24,9 +25,12 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
   if (env.role != cluster::ROLE_SERVER)
     ThrowInvalid("RunEmbeddingServer with DLRM_ROLE=", cluster::RoleName(env.role));
   const std::string name = "server rank " + std::to_string(env.rank);
-  net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(), env.Transport(),
-                         name);
-  cluster::CoordinatorClient coordinator(context, env);
+  // Raised when the job cannot go on (a peer died): Serve's waits end at once.
+  auto abort = std::make_shared<net::AbortSignal>();
+  net::TransportOptions transport = env.Transport();
+  transport.abort = abort;
+  net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(), transport, name);
+  cluster::CoordinatorClient coordinator(context, env, abort);
   const cluster::Roster roster = coordinator.Rendezvous(listener.address());
   const cluster::JobLayout layout = cluster::LayoutFromRoster(roster, env.rank, config);
 

@@ -24,6 +24,12 @@ std::chrono::milliseconds AllGatherTimeout(const cluster::ClusterEnv& env) {
   return cluster::kAllGatherTimeouts * Timeout(env);
 }
 
+net::TransportOptions Watching(net::TransportOptions options,
+                               std::shared_ptr<const net::AbortSignal> abort) {
+  options.abort = std::move(abort);
+  return options;
+}
+
 }  // namespace
 
 TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
@@ -32,16 +38,18 @@ TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfi
     : config_(Validated(config)),
       env_(env),
       pool_(ResolveThreadCount(config_.num_threads())),
-      listener_(context_, net::Endpoint::kListen, env.PeerBindEndpoint(), env.Transport(),
+      abort_(std::make_shared<net::AbortSignal>()),
+      transport_(Watching(env.Transport(), abort_)),
+      listener_(context_, net::Endpoint::kListen, env.PeerBindEndpoint(), transport_,
                 "trainer rank " + std::to_string(env.rank)),
-      coordinator_(context_, env) {
+      coordinator_(context_, env, abort_) {
   if (env.role != cluster::ROLE_TRAINER)
     ThrowInvalid("TrainerRole with DLRM_ROLE=", cluster::RoleName(env.role));
   layout_ =
       cluster::LayoutFromRoster(coordinator_.Rendezvous(listener_.address()), env.rank, config_);
   comm_ = MakeCommunicator(make_communicator);
-  service_ = std::make_unique<ps::RemoteEmbeddingService>(
-      context_, layout_.server_addresses, layout_.index, env.Transport(), Timeout(env));
+  service_ = std::make_unique<ps::RemoteEmbeddingService>(context_, layout_.server_addresses,
+                                                          layout_.index, transport_, Timeout(env));
   trainer_ = std::make_unique<DataParallelTrainer>(config_, layout_.plan, comm_.get(),
                                                    service_.get(), &pool_);
   if (!restore_dir.empty()) Restore(restore_dir);
@@ -63,7 +71,7 @@ std::unique_ptr<collective::Communicator> TrainerRole::MakeCommunicator(
   } else {
     comm = std::make_unique<collective::NetCommunicator>(context_, &listener_,
                                                          layout_.trainer_addresses, layout_.index,
-                                                         env_.Transport(), AllGatherTimeout(env_));
+                                                         transport_, AllGatherTimeout(env_));
     // Gloo listens on the address this trainer was reached at (the roster's, where a
     // wildcard bind was replaced by the address the coordinator saw).
     if (gloo)

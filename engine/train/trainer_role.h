@@ -22,6 +22,7 @@
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/metrics.h"
 #include "engine/core/thread_pool.h"
+#include "engine/net/abort.h"
 #include "engine/net/context.h"
 #include "engine/net/endpoint.h"
 #include "engine/ps/client.h"
@@ -62,7 +63,9 @@ class TrainerRole {
   void Checkpoint(const std::string& dir);
   // Collective: waits for every update, tells the servers this trainer is done and
   // leaves the job. The destructor only leaves the coordinator: a trainer that fails just
-  // goes, and the servers notice by their own timeouts.
+  // goes, and the servers notice by their own timeouts. Once the coordinator reports a
+  // dead peer (or is gone itself), every call that waits on a peer fails at once with
+  // kNetwork naming it (cluster_env.h Liveness).
   void Finish();
 
  private:
@@ -77,6 +80,9 @@ class TrainerRole {
   const cluster::ClusterEnv env_;
   net::Context context_;
   ThreadPool pool_;
+  // Every endpoint's options: raised by coordinator_ when a peer died, ending all waits.
+  const std::shared_ptr<net::AbortSignal> abort_;
+  const net::TransportOptions transport_;
   net::Endpoint listener_;
   cluster::CoordinatorClient coordinator_;
   cluster::JobLayout layout_;

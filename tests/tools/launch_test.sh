@@ -2,7 +2,7 @@
 # A multi-process job end to end with `dlrm launch` (2 trainers, 2 embedding servers):
 #  1. it trains and writes sharded checkpoints;
 #  2. killing a server (SIGKILL) mid-run makes both trainers exit with an error naming that
-#     server, and the whole job ends, within the timeout (plus slack for a loaded machine);
+#     server, and the whole job ends, within seconds;
 #  3. a new job restored from the last complete checkpoint continues from its step and
 #     finishes cleanly, with an evaluation, and one process loads its last checkpoint whole
 #     and evaluates it the same.
@@ -46,10 +46,11 @@ for t in 0 1; do
   grep -q "launch: trainer $t (pid [0-9]*) exited with status 1" "$WORK/run1.log" \
     || fail "trainer $t did not exit with an error"
 done
-errors=$(grep -c "E[0-9]*.*TIMEOUT: .*server 1 at tcp://" "$WORK/run1.log")
+errors=$(grep -c "E[0-9]*.*NETWORK: server 1 (rank 1 at tcp://.*) is gone" "$WORK/run1.log")
 [ "$errors" -ge 2 ] || fail "expected both trainers to name server 1 in their errors"
-# Trainers: one timeout; server 0 then waits one timeout for the silent trainers.
-limit_ms=$(( 2 * TIMEOUT_MS + 15000 ))
+# The coordinator takes server 1 for dead after the liveness silence (3 s) and tells the
+# others within a beat (kill_test.sh covers every role with the default timeout).
+limit_ms=15000
 [ $elapsed_ms -le $limit_ms ] || fail "the job took ${elapsed_ms} ms to end (limit ${limit_ms})"
 echo "killed server 1: job ended in ${elapsed_ms} ms with exit code $rc"
 

@@ -1,7 +1,7 @@
 // Rendezvous and barriers through the coordinator, with threads as peers on loopback:
 // a full job, duplicate and out-of-range ranks, a world-size mismatch, a missing
 // coordinator, a coordinator that gives up on a missing peer, a peer that starts first,
-// barriers that cannot complete, and authentication.
+// barriers that cannot complete, peers and a coordinator that die, and authentication.
 #include "engine/cluster/rendezvous.h"
 
 #include <arpa/inet.h>
@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -404,6 +405,90 @@ TEST(DistRendezvousTest, CoordinatorGivesUpOnAPeerThatNeverLeavesAfterAnotherDid
   EXPECT_EQ(coordinator.code_, StatusCode::kTimeout);
   EXPECT_THAT(coordinator.error_, HasSubstr("rank(s) 2 did not leave within 4500 ms"));
   EXPECT_LT(waited, (cluster::kLeaveTimeouts + 1) * timeout);  // bounded, not waiting forever
+}
+
+// Joins as `rank` with HELLO and the roster, and then sends nothing (no heartbeats): what a
+// killed process looks like to the coordinator. The returned link stays open.
+std::unique_ptr<net::Client> JoinAndFallSilent(const net::Context& context,
+                                               const std::string& coordinator, cluster::Role role,
+                                               int32_t rank, int32_t world) {
+  auto link = std::make_unique<net::Client>(context, coordinator, net::TransportOptions{},
+                                            "coordinator", rank);
+  cluster::Hello hello;
+  hello.set_role(role);
+  hello.set_rank(rank);
+  hello.set_world_size(world);
+  EXPECT_EQ(link->Call(cluster::MakeHello(hello), milliseconds(5000)).header.type(),
+            cluster::ROSTER);
+  return link;
+}
+
+// Finding 9: a peer that falls silent is taken for dead after the liveness silence, the
+// other peers are told in their next heartbeat (their waits end, naming it), and the
+// coordinator fails naming it once they have left.
+TEST(DistRendezvousTest, APeerThatFallsSilentIsTakenForDeadAndTheOthersAreTold) {
+  net::Context context;
+  const auto timeout = milliseconds(1500);  // silence 1.5 s, a beat every 250 ms
+  const cluster::Liveness liveness = cluster::LivenessFor(timeout);
+  ASSERT_EQ(liveness.silence, timeout);
+  CoordinatorThread coordinator(context, 3, timeout);  // a job's processes share the timeout
+  std::unique_ptr<net::Client> dead;
+  std::thread silent([&] {
+    dead = JoinAndFallSilent(context, coordinator.address(), cluster::ROLE_TRAINER, 2, 3);
+  });
+  std::thread other([&] {
+    cluster::CoordinatorClient c(
+        context, PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 0, 3, timeout.count()));
+    c.Rendezvous("");
+    while (!c.abort_signal()->raised()) std::this_thread::sleep_for(milliseconds(5));
+  });
+  cluster::CoordinatorClient client(
+      context, PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 1, 3, timeout.count()));
+  client.Rendezvous("");
+  const auto joined = Clock::now();
+  silent.join();
+  try {
+    client.Barrier(milliseconds(60000));  // the dead peer never comes
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(e.what(), HasSubstr("barrier 0 cannot complete: trainer 0 (rank 2) is gone"));
+  }
+  while (!client.abort_signal()->raised()) std::this_thread::sleep_for(milliseconds(5));
+  const auto told = Clock::now() - joined;
+  EXPECT_GE(told, liveness.silence);
+  EXPECT_LT(told, liveness.silence + 10 * liveness.beat);
+  EXPECT_THAT(client.abort_signal()->reason(),
+              HasSubstr("trainer 0 (rank 2) is gone: the coordinator has heard nothing from it "
+                        "for 1500 ms"));
+  other.join();  // leaves
+  client.Leave();
+  coordinator.Join();
+  EXPECT_EQ(coordinator.code_, StatusCode::kNetwork);
+  EXPECT_THAT(coordinator.error_, HasSubstr("trainer 0 (rank 2) is gone"));
+}
+
+// Finding 9: a coordinator that is gone is noticed by every peer after the silence, and
+// the peer then neither waits for it nor tries to leave.
+TEST(DistRendezvousTest, APeerWhoseCoordinatorIsGoneStopsAfterTheSilence) {
+  net::Context context;
+  const auto timeout = milliseconds(1500);
+  std::optional<CoordinatorThread> coordinator;
+  coordinator.emplace(context, 1, milliseconds(10000));
+  const std::string address = coordinator->address();
+  auto client = std::make_unique<cluster::CoordinatorClient>(
+      context, PeerEnv(address, cluster::ROLE_TRAINER, 0, 1, timeout.count()));
+  client->Rendezvous("");
+  coordinator.reset();  // stopped and closed, as a killed process would be
+  const auto gone = Clock::now();
+  while (!client->abort_signal()->raised()) std::this_thread::sleep_for(milliseconds(5));
+  EXPECT_LT(Clock::now() - gone, timeout + milliseconds(2000));
+  EXPECT_THAT(client->abort_signal()->reason(), HasSubstr("the coordinator at " + address +
+                                                          " is gone: it has not answered a "
+                                                          "heartbeat for 1500 ms"));
+  const auto destroyed = Clock::now();
+  client.reset();
+  EXPECT_LT(Clock::now() - destroyed, milliseconds(500));
 }
 
 TEST(DistRendezvousTest, RendezvousWithASharedSecret) {

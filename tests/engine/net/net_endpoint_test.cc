@@ -1,6 +1,6 @@
 // Endpoints over loopback TCP: request/reply with many outstanding requests, timeouts
 // that name the peer, a server that keeps serving through garbage, oversized messages,
-// replies to peers that have gone, and the injected propagation delay.
+// replies to peers that have gone, the injected propagation delay, and the abort signal.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/core/status.h"
+#include "engine/net/abort.h"
 #include "engine/net/client.h"
 #include "engine/net/endpoint.h"
 #include "engine/net/zmq_socket.h"
@@ -209,6 +210,47 @@ TEST(NetEndpointTest, ListenerReceiveTimesOutNamingWhatItAwaited) {
     EXPECT_THAT(e.what(), HasSubstr(server.address()));
   }
   EXPECT_FALSE(server.TryReceive(milliseconds(0)).has_value());
+}
+
+// Finding 9: once a job member's signal is raised, every wait of its endpoints ends at
+// once with the signal's error, waits already in progress and later ones alike.
+TEST(NetEndpointTest, ARaisedAbortSignalEndsEveryWaitAtOnce) {
+  Context context;
+  auto abort = std::make_shared<AbortSignal>();
+  TransportOptions options;
+  options.abort = abort;
+  const std::string dead = DeadAddress(context);
+  Client client(context, dead, options, "server 7");
+  Endpoint listener(context, Endpoint::kListen, kLoopback, options, "server 2");
+  const uint64_t id = client.Submit(Lookup({1}));
+  const auto start = Clock::now();
+  std::thread raiser([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    abort->Raise(StatusCode::kNetwork, "trainer 1 is gone");
+    abort->Raise(StatusCode::kTimeout, "a later reason");  // the first one stays
+  });
+  try {
+    client.Wait(id, milliseconds(60000));
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kNetwork);
+    EXPECT_THAT(e.what(), StartsWith("trainer 1 is gone (server 7 at " + dead));
+  }
+  raiser.join();
+  EXPECT_GE(MsSince(start), 90);
+  EXPECT_LT(MsSince(start), 2000);
+  for (int i = 0; i < 2; ++i) {
+    try {
+      if (i == 0) listener.TryReceive(milliseconds(60000));
+      if (i == 1) listener.Receive(milliseconds(60000), "a LOOKUP");
+      ADD_FAILURE();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kNetwork);
+      EXPECT_THAT(e.what(), StartsWith("trainer 1 is gone (server 2 at "));
+    }
+  }
+  EXPECT_LT(MsSince(start), 2000);
+  EXPECT_EQ(abort->reason(), "trainer 1 is gone");
 }
 
 TEST(NetEndpointTest, SendingAnInvalidMessageFailsAtOnce) {

@@ -3,7 +3,7 @@
 // reproduces the single-process engine bitwise for every sharding type, a sharded
 // checkpoint restores into a new job that goes on exactly where the first stopped (and into
 // one engine, whole), and a
-// server that dies makes every trainer fail with an error naming it, within the timeout.
+// server that dies makes every other peer fail with an error naming it, within seconds.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -20,11 +20,13 @@
 #include "engine/checkpoint/sharded_checkpoint.h"
 #include "engine/cluster/coordinator.h"
 #include "engine/cluster/job_layout.h"
+#include "engine/cluster/messages.h"
 #include "engine/cluster/rendezvous.h"
 #include "engine/collective/gloo_communicator.h"
 #include "engine/config/config.h"
 #include "engine/core/status.h"
 #include "engine/engine.h"
+#include "engine/net/client.h"
 #include "engine/ps/server_role.h"
 #include "engine/ps/shard_store_file.h"
 #include "engine/shard/planner.h"
@@ -59,9 +61,8 @@ JobResult RunJob(
     int32_t servers = kServers, int32_t trainers = kTrainers) {
   net::Context context;
   const int32_t world = servers + trainers;
-  // The dead server's link to the coordinator: a killed process never says it leaves, so
-  // this outlives the coordinator (its destructor's Leave then finds nobody).
-  std::unique_ptr<cluster::CoordinatorClient> dead_client;
+  // The dead server's link to the coordinator: it outlives the coordinator, silent.
+  std::unique_ptr<net::Client> dead_link;
   cluster::Coordinator coordinator(context, world, "tcp://127.0.0.1:*", net::TransportOptions());
   JobResult result;
   std::atomic<bool> coordinator_done{false};
@@ -88,11 +89,19 @@ JobResult RunJob(
           server ? result.server_errors[rank] : result.trainer_errors[rank - servers];
       try {
         if (server && dead_server && rank == 1) {
+          // Joins (HELLO, roster) as a killed process would have, then sends nothing: no
+          // heartbeats, no answers (its listener closes).
           net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
                                  env.Transport(), "doomed server");
-          dead_client = std::make_unique<cluster::CoordinatorClient>(context, env);
-          dead_client->Rendezvous(listener.address());
-          return;  // the listener closes: this server is gone
+          dead_link = std::make_unique<net::Client>(context, env.CoordinatorEndpoint(),
+                                                    env.Transport(), "coordinator", rank);
+          cluster::Hello hello;
+          hello.set_role(cluster::ROLE_SERVER);
+          hello.set_rank(rank);
+          hello.set_world_size(world);
+          hello.set_address(listener.address());
+          dead_link->Call(cluster::MakeHello(hello), milliseconds(timeout_ms));
+          return;
         }
         if (server) {
           ps::RunEmbeddingServer(context, env, c, restore);
@@ -411,12 +420,11 @@ INSTANTIATE_TEST_SUITE_P(Types, ClusterReshard,
                            return std::string(shard::ShardingTypeShortName(info.param));
                          });
 
-// Acceptance: a server that dies makes every trainer fail with a clear error within the
-// timeout, never hang.
-TEST(ClusterFaults, DeadServerFailsEveryTrainerWithinTheTimeout) {
+// Acceptance (issue 17, finding 9): a server that dies makes every other member of the
+// job fail with an error naming it within seconds, with the default timeout of 60 s.
+TEST(ClusterFaults, DeadServerFailsEveryOtherPeerWithinSeconds) {
   const config::DlrmConfig c =
       ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", kServers);
-  constexpr int64_t kTimeoutMs = 1500;
   const auto start = std::chrono::steady_clock::now();
   const JobResult result = RunJob(
       c, "",
@@ -424,22 +432,19 @@ TEST(ClusterFaults, DeadServerFailsEveryTrainerWithinTheTimeout) {
         std::vector<float> losses;
         TrainBatches(t, c, 0, 3, 1, &losses);
       },
-      kTimeoutMs, /*dead_server=*/true);
+      cluster::kDefaultTimeoutMs, /*dead_server=*/true);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (int r = 0; r < kTrainers; ++r) {
-    std::cerr << "trainer " << r << " failed with: " << result.trainer_errors[r] << "\n";
-    EXPECT_NE(result.trainer_errors[r].find("server 1"), std::string::npos)
+  const std::string dead = "server 1 (rank 1 at tcp://";
+  for (int r = 0; r < kTrainers; ++r)
+    EXPECT_NE(result.trainer_errors[r].find(dead), std::string::npos)
         << "trainer " << r << ": " << result.trainer_errors[r];
-  }
-  // One timeout for the lookup; the trainers learn of each other's failure in the same
-  // exchange. Generous bound for a loaded CI machine.
-  EXPECT_LT(seconds, 4.0 * kTimeoutMs / 1000 + 5);
-  // The failed trainers left the job, the live server noticed they had gone and left
-  // too; the coordinator then gave up on the dead server, naming it.
-  EXPECT_NE(result.server_errors[0], "");
-  EXPECT_NE(result.coordinator_error.find("rank(s) 1 did not leave"), std::string::npos)
+  EXPECT_NE(result.server_errors[0].find(dead), std::string::npos) << result.server_errors[0];
+  EXPECT_NE(result.coordinator_error.find(dead), std::string::npos) << result.coordinator_error;
+  EXPECT_NE(result.coordinator_error.find("is gone"), std::string::npos)
       << result.coordinator_error;
+  // The liveness silence (3 s) and a beat, not the timeout; generous for a loaded machine.
+  EXPECT_LT(seconds, 10.0);
 }
 
 }  // namespace
