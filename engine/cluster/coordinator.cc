@@ -97,6 +97,7 @@ Roster Coordinator::MakeJobRoster(const JoinedPeers& joined) const {
     p->set_rank(rank);
     p->set_role(j.hello.role());
     p->set_address(AdvertisedAddress(j.hello.address(), j.request.from.address));
+    p->set_link(j.request.from.routing_id);
   }
   return roster;
 }
@@ -203,6 +204,13 @@ std::optional<int32_t> Coordinator::SenderRank(const net::Received& r) {
     endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
                          net::MessageTypeName(h.type()) + " needs a sender_rank in [0, " +
                              std::to_string(world_size_) + ")");
+    return std::nullopt;
+  }
+  if (r.from.routing_id != hello_routing_ids_[h.sender_rank()]) {
+    endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
+                         net::MessageTypeName(h.type()) + " claims rank " +
+                             std::to_string(h.sender_rank()) +
+                             " but does not come from the connection that said its HELLO");
     return std::nullopt;
   }
   return h.sender_rank();

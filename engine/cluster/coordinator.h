@@ -82,7 +82,8 @@ class Coordinator {
   void Handle(net::Received r);
   void HandleBarrier(net::Received r);
   void HandleShutdown(net::Received r);
-  // The rank a message claims, if it is a valid one; else answers an ERROR.
+  // The rank a message claims, if it is a valid one and the message came over the
+  // connection that said that rank's HELLO; else answers an ERROR.
   std::optional<int32_t> SenderRank(const net::Received& r);
   void FailBarriersWaitingFor(int32_t rank, const std::string& why);
   // Notes that `r` came from its rank's own connection (a sign of life).

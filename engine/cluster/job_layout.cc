@@ -15,6 +15,7 @@ JobLayout LayoutFromRoster(const Roster& roster, int32_t rank, const config::Dlr
         peer.role() == ROLE_SERVER ? layout.server_addresses : layout.trainer_addresses;
     if (peer.rank() == rank) layout.index = static_cast<int32_t>(list.size());
     list.push_back(peer.address());
+    if (peer.role() == ROLE_TRAINER) layout.trainer_links.push_back(peer.link());
   }
   if (layout.server_addresses.empty() || layout.trainer_addresses.empty())
     ThrowInvalid("a training job needs at least one server and one trainer; the roster has ",

@@ -17,6 +17,7 @@ namespace dlrm::cluster {
 struct JobLayout {
   std::vector<std::string> server_addresses;   // by server index
   std::vector<std::string> trainer_addresses;  // by trainer index
+  std::vector<std::string> trainer_links;      // by trainer index (PeerInfo.link)
   int32_t index = -1;                          // this process's number among its role
   shard::ShardingPlan plan;
 

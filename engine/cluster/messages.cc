@@ -37,6 +37,7 @@ std::string RosterProblem(const Roster& roster) {
       return net::EnumFieldProblem(p, PeerInfo::kRoleFieldNumber,
                                    StrCat("ROSTER peer ", i, " role"));
     if (!IsPeerRole(p.role())) return StrCat("ROSTER peer ", i, " has role ", Role_Name(p.role()));
+    if (p.link().empty()) return StrCat("ROSTER peer ", i, " has no link");
   }
   return "";
 }

@@ -17,15 +17,29 @@ const ClusterEnv& CheckedPeerEnv(const ClusterEnv& env) {
   return env;
 }
 
+net::TransportOptions NotWatching(net::TransportOptions options) {
+  options.abort = nullptr;
+  return options;
+}
+
 }  // namespace
 
+MemberTransport MakeMemberTransport(const ClusterEnv& env) {
+  MemberTransport member{std::make_shared<net::AbortSignal>(), env.Transport()};
+  member.options.routing_id = net::NewRoutingId();
+  member.options.abort = member.abort;
+  return member;
+}
+
 CoordinatorClient::CoordinatorClient(const net::Context& context, const ClusterEnv& env,
-                                     std::shared_ptr<net::AbortSignal> abort)
+                                     const MemberTransport& member)
     : env_(CheckedPeerEnv(env)),
       liveness_(LivenessFor(std::chrono::milliseconds(env.timeout_ms))),
-      abort_(abort ? std::move(abort) : std::make_shared<net::AbortSignal>()),
+      abort_(member.abort),
       // Not watching abort_: this peer still leaves after the job is over.
-      client_(context, env.CoordinatorEndpoint(), env.Transport(), "coordinator", env.rank) {
+      client_(context, env.CoordinatorEndpoint(), NotWatching(member.options), "coordinator",
+              env.rank) {
+  if (!abort_) ThrowInvalid("CoordinatorClient: the member's abort signal is null");
   RegisterMessageTypes();
 }
 

@@ -37,12 +37,26 @@
 
 namespace dlrm::cluster {
 
+// What one member of a job (a server or a trainer) gives every endpoint it opens: the
+// environment's options with one random routing id for all its connections (the roster
+// announces it as the member's link, and listeners bind the member's rank to it) and the
+// abort signal its CoordinatorClient raises when the job cannot go on.
+struct MemberTransport {
+  std::shared_ptr<net::AbortSignal> abort;
+  net::TransportOptions options;  // options.abort == abort
+};
+MemberTransport MakeMemberTransport(const ClusterEnv& env);
+
 class CoordinatorClient {
  public:
-  // kInvalidArgument if env.role is the coordinator's. `abort` (null: a signal of its
-  // own) is raised when the job cannot go on; the peer's other endpoints should hold it.
+  // kInvalidArgument if env.role is the coordinator's. `member`: the transport of the
+  // member this client belongs to (its routing id says HELLO; its abort signal is raised
+  // when the job cannot go on); the member's other endpoints should use it too.
   CoordinatorClient(const net::Context& context, const ClusterEnv& env,
-                    std::shared_ptr<net::AbortSignal> abort = nullptr);
+                    const MemberTransport& member);
+  // A member of its own (tests).
+  CoordinatorClient(const net::Context& context, const ClusterEnv& env)
+      : CoordinatorClient(context, env, MakeMemberTransport(env)) {}
   // A peer that joined and did not Leave (it failed, or its host abandoned it) leaves now,
   // best effort (waiting at most env.timeout_ms), so the coordinator learns the job is
   // ending instead of waiting for it.

@@ -30,16 +30,19 @@ void RegisterMessageTypes() {
 }
 
 NetCommunicator::NetCommunicator(const net::Context& context, net::Endpoint* listener,
-                                 const std::vector<std::string>& addresses, int32_t rank,
+                                 const std::vector<std::string>& addresses,
+                                 const std::vector<std::string>& links, int32_t rank,
                                  const net::TransportOptions& options,
                                  std::chrono::milliseconds timeout)
-    : listener_(listener), rank_(rank), timeout_(timeout) {
+    : listener_(listener), links_(links), rank_(rank), timeout_(timeout) {
   RegisterMessageTypes();
   if (listener_ == nullptr || listener_->kind() != net::Endpoint::kListen)
     ThrowInvalid("communicator: a listening endpoint is required");
   const auto size = static_cast<int32_t>(addresses.size());
   if (rank < 0 || rank >= size)
     ThrowInvalid("communicator: rank ", rank, " is outside [0, ", size, ")");
+  if (links.size() != addresses.size())
+    ThrowInvalid("communicator: ", links.size(), " links for ", size, " ranks");
   peers_.resize(size);
   for (int32_t r = 0; r < size; ++r) {
     if (r == rank) continue;
@@ -81,32 +84,47 @@ std::vector<std::string> NetCommunicator::AllGather(const std::string& contribut
             " got nothing from trainer(s) ", who, " within ", timeout_.count(),
             " ms (a trainer died, hangs, or failed before this step)");
     }
-    const net::Header& h = got->message.header;
-    const bool valid = h.type() == ALLGATHER && h.has_step() && h.has_sender_rank() &&
-                       h.sender_rank() < size && h.sender_rank() != rank_ &&
-                       got->message.payloads.size() == 1 &&
-                       got->message.payloads[0].dtype() == net::PayloadDescriptor::U8;
-    if (!valid || h.step() < number) {
-      DLRM_LOG(kWarning) << "trainer " << rank_ << ": dropped "
-                         << net::DescribeMessage(got->message) << " during all-gather #" << number;
-      continue;
-    }
-    const net::Payload& p = got->message.payloads[0];
-    std::string bytes(reinterpret_cast<const char*>(p.data<uint8_t>()),
-                      static_cast<size_t>(p.count()));
-    const int32_t from = h.sender_rank();
-    if (h.step() > number) {
-      early_[h.step()][from] = std::move(bytes);
-      continue;
-    }
-    if (have[from])
-      Throw(StatusCode::kDataLoss, "all-gather #", number, ": trainer ", from,
-            " contributed twice");
-    all[from] = std::move(bytes);
-    have[from] = true;
-    --missing;
+    if (Accept(*got, number, all, have)) --missing;
   }
   return all;
+}
+
+bool NetCommunicator::Accept(const net::Received& got, int64_t number,
+                             std::vector<std::string>& all, std::vector<bool>& have) {
+  const net::Header& h = got.message.header;
+  const bool valid = h.type() == ALLGATHER && h.has_step() && h.has_sender_rank() &&
+                     h.sender_rank() < world_size() && h.sender_rank() != rank_ &&
+                     got.message.payloads.size() == 1 &&
+                     got.message.payloads[0].dtype() == net::PayloadDescriptor::U8;
+  if (!valid) return Drop(got, number, "not an ALLGATHER contribution of another rank");
+  const int32_t from = h.sender_rank();
+  if (got.from.routing_id != links_[from])
+    return Drop(got, number, "not from the connection of the rank it names");
+  if (h.step() != number && h.step() != number + 1)
+    return Drop(got, number, "neither this all-gather's nor the next");
+  std::map<int32_t, std::string>* early = h.step() > number ? &early_[h.step()] : nullptr;
+  if (early ? early->count(from) > 0 : have[from])
+    return Drop(got, number, "a second contribution of its rank");
+  const net::Payload& p = got.message.payloads[0];
+  std::string bytes(reinterpret_cast<const char*>(p.data<uint8_t>()),
+                    static_cast<size_t>(p.count()));
+  if (early) {
+    (*early)[from] = std::move(bytes);
+    return false;
+  }
+  all[from] = std::move(bytes);
+  have[from] = true;
+  return true;
+}
+
+bool NetCommunicator::Drop(const net::Received& got, int64_t number, const char* why) {
+  ++dropped_;
+  // The first ten, then every thousandth: a flood of forgeries must not flood the log.
+  if (dropped_ <= 10 || dropped_ % 1000 == 0)
+    DLRM_LOG(kWarning) << "trainer " << rank_ << ": dropped " << net::DescribeMessage(got.message)
+                       << " during all-gather #" << number << ": " << why << " (" << dropped_
+                       << " dropped so far)";
+  return false;
 }
 
 }  // namespace dlrm::collective

@@ -1,6 +1,7 @@
 #include "engine/net/codec.h"
 
 #include <cstring>
+#include <random>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -68,6 +69,20 @@ void ValidateTransportOptions(const TransportOptions& o) {
   if (o.receive_queue_limit < 1)
     ThrowInvalid("TransportOptions.receive_queue_limit ", o.receive_queue_limit, " < 1");
   if (o.linger_ms < 0) ThrowInvalid("TransportOptions.linger_ms ", o.linger_ms, " < 0");
+  if (o.routing_id.size() > kMaxRoutingIdBytes)
+    ThrowInvalid("TransportOptions.routing_id has ", o.routing_id.size(), " bytes, more than ",
+                 kMaxRoutingIdBytes);
+  if (!o.routing_id.empty() && o.routing_id[0] == '\0')
+    ThrowInvalid("TransportOptions.routing_id starts with a zero byte (reserved by ZeroMQ)");
+}
+
+std::string NewRoutingId() {
+  std::random_device random;
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::string id(kRoutingIdBytes, '\0');
+  for (char& c : id) c = static_cast<char>(byte(random));
+  if (id[0] == '\0') id[0] = 1;
+  return id;
 }
 
 Codec::Codec(const TransportOptions& options) : options_(options) {

@@ -18,7 +18,7 @@ using Clock = std::chrono::steady_clock;
 constexpr int kReceiveBurst = 64;
 // Retry interval for a send ZeroMQ refused with EAGAIN.
 constexpr int kBlockedRetryMs = 1;
-// Rejections logged one by one before switching to one line per kLogEvery.
+// Rejections and failed sends logged one by one before switching to one line per kLogEvery.
 constexpr int64_t kLogFirst = 20;
 constexpr int64_t kLogEvery = 1000;
 
@@ -238,10 +238,15 @@ bool Endpoint::SendDue(std::deque<Outgoing>& queue) {
       sent = socket_->TrySend(out.routing_id.empty() ? nullptr : &out.routing_id, out.frames);
     } catch (const Error& e) {
       // A recipient that has gone (EHOSTUNREACH) must not stop the endpoint.
-      DLRM_LOG(kWarning) << name_ << ": could not send " << out.what << ": " << e.what();
-      std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.send_failures;
-      stats_.last_send_failure = out.what + ": " + e.what();
+      int64_t failures;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        failures = ++stats_.send_failures;
+        stats_.last_send_failure = out.what + ": " + e.what();
+      }
+      if (failures <= kLogFirst || failures % kLogEvery == 0)
+        DLRM_LOG(kWarning) << name_ << ": could not send " << out.what << ": " << e.what() << " ["
+                           << failures << " failed sends so far]";
       queue.pop_front();
       continue;
     }

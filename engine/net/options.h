@@ -31,12 +31,23 @@ struct TransportOptions {
   // On destruction, how long queued messages (delayed ones included) may still take to
   // leave before they are dropped.
   int64_t linger_ms = 1000;
+  // The identity a connecting endpoint presents to the listener (ZMQ_ROUTING_ID): what
+  // Received::from.routing_id says there. Empty: ZeroMQ picks one per connection. A job
+  // member gives all its connections one random id (NewRoutingId), announced in the
+  // roster, so that listeners accept a rank's messages only from that rank's connections.
+  // At most kMaxRoutingIdBytes, not starting with a zero byte (ZeroMQ reserves those).
+  std::string routing_id;
   // When set and raised, every wait of the endpoint fails at once with the signal's
   // error (abort.h): how a job member stops waiting on peers once the job is over.
   std::shared_ptr<const AbortSignal> abort;
 };
 
 inline constexpr size_t kMinSecretBytes = 16;
+inline constexpr size_t kMaxRoutingIdBytes = 255;
+inline constexpr size_t kRoutingIdBytes = 16;
+
+// kRoutingIdBytes random bytes (std::random_device), the first one non-zero.
+std::string NewRoutingId();
 
 // Throws kInvalidArgument naming the first field out of range.
 void ValidateTransportOptions(const TransportOptions& options);

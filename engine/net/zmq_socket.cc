@@ -76,6 +76,10 @@ ZmqSocket::ZmqSocket(const Context& context, Type type, const TransportOptions& 
     SetOption(socket_, ZMQ_SNDHWM, 0, "ZMQ_SNDHWM");
     // A reply to a peer that has gone is an error we report, not a silent drop.
     if (type == kRouter) SetOption(socket_, ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY");
+    if (type == kDealer && !options.routing_id.empty() &&
+        zmq_setsockopt(socket_, ZMQ_ROUTING_ID, options.routing_id.data(),
+                       options.routing_id.size()) != 0)
+      Throw(StatusCode::kNetwork, "zmq_setsockopt(ZMQ_ROUTING_ID): ", ZmqError());
   } catch (...) {
     zmq_close(socket_);
     throw;

@@ -13,11 +13,13 @@
 namespace dlrm::ps {
 
 EmbeddingServer::EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int32_t index,
-                                 int32_t num_trainers, std::chrono::milliseconds trainer_timeout)
+                                 std::vector<std::string> trainer_links,
+                                 std::chrono::milliseconds trainer_timeout)
     : endpoint_(endpoint),
       owner_(owner),
       index_(index),
-      num_trainers_(num_trainers),
+      trainer_links_(std::move(trainer_links)),
+      num_trainers_(static_cast<int32_t>(trainer_links_.size())),
       trainer_timeout_(trainer_timeout) {
   RegisterMessageTypes();
   if (endpoint_ == nullptr || owner_ == nullptr)
@@ -36,9 +38,9 @@ int64_t EmbeddingServer::lookups_served() const {
   return lookups_served_;
 }
 
-int64_t EmbeddingServer::updates_dropped() const {
+int64_t EmbeddingServer::messages_dropped() const {
   std::lock_guard<std::mutex> lock(parked_mu_);
-  return updates_dropped_;
+  return messages_dropped_;
 }
 
 std::string EmbeddingServer::last_drop_reason() const {
@@ -52,15 +54,24 @@ void EmbeddingServer::Serve() {
   while (!stop_ && static_cast<int32_t>(trainers_done_.size()) < num_trainers_) {
     std::optional<net::Received> r = endpoint_->TryReceive(std::chrono::milliseconds(100));
     const auto now = Clock::now();
+    const std::optional<int32_t> trainer = r ? SendingTrainer(*r) : std::nullopt;
     // The message just received counts before anyone is judged silent.
-    if (r && r->message.header.has_sender_rank() && r->message.header.sender_rank() < num_trainers_)
-      last_heard_[r->message.header.sender_rank()] = now;
+    if (trainer) last_heard_[*trainer] = now;
     for (int32_t t = 0; t < num_trainers_; ++t) {
       if (trainers_done_.count(t) == 0 && now - last_heard_[t] > trainer_timeout_)
         Throw(StatusCode::kTimeout, "server ", index_, ": trainer ", t, " has sent nothing for ",
               trainer_timeout_.count(), " ms (it died, or the network is down); giving up");
     }
     if (!r) continue;
+    if (!trainer) {
+      const std::string reason = net::DescribeMessage(r->message) +
+                                 ": not from the connection of the trainer it names (forged, or "
+                                 "a peer of another job)";
+      Drop(reason);
+      endpoint_->ReplyError(*r, StatusCode::kInvalidArgument,
+                            "server " + std::to_string(index_) + " dropped " + reason);
+      continue;
+    }
     try {
       Handle(std::move(*r));
     } catch (const Error& e) {
@@ -70,23 +81,36 @@ void EmbeddingServer::Serve() {
   }
 }
 
+std::optional<int32_t> EmbeddingServer::SendingTrainer(const net::Received& r) const {
+  const net::Header& h = r.message.header;
+  if (!h.has_sender_rank() || h.sender_rank() >= num_trainers_) return std::nullopt;
+  if (r.from.routing_id != trainer_links_[h.sender_rank()]) return std::nullopt;
+  return h.sender_rank();
+}
+
+void EmbeddingServer::Drop(const std::string& reason) {
+  int64_t dropped;
+  {
+    std::lock_guard<std::mutex> lock(parked_mu_);
+    dropped = ++messages_dropped_;
+    last_drop_reason_ = reason;
+  }
+  // The first ten, then every thousandth: a flood of forgeries must not flood the log.
+  if (dropped <= 10 || dropped % 1000 == 0)
+    DLRM_LOG(kError) << "server " << index_ << ": dropped " << reason << " (" << dropped
+                     << " dropped so far)";
+}
+
 void EmbeddingServer::Handle(net::Received r) {
   switch (r.message.header.type()) {
     case LOOKUP: HandleLookup(std::move(r)); return;
     case UPDATE: HandleUpdate(r); return;
     case FLUSH:
     case SAVE: HandleWait(std::move(r)); return;
-    case cluster::SHUTDOWN: {
-      const auto& h = r.message.header;
-      if (!h.has_sender_rank() || h.sender_rank() >= num_trainers_) {
-        endpoint_->ReplyError(r, StatusCode::kInvalidArgument,
-                              "SHUTDOWN needs the sender's trainer rank");
-        return;
-      }
-      trainers_done_.insert(h.sender_rank());
+    case cluster::SHUTDOWN:  // Serve checked the sender (SendingTrainer)
+      trainers_done_.insert(r.message.header.sender_rank());
       endpoint_->Reply(r, net::MakeMessage(cluster::SHUTDOWN));
       return;
-    }
     case cluster::HEARTBEAT:
       // Trainers' periodic heartbeats carry no request id and want no answer.
       if (r.message.header.request_id() != 0)
@@ -132,17 +156,7 @@ void EmbeddingServer::HandleUpdate(const net::Received& r) {
     owner_->AddUpdate(u.rank, u.step, u.lr, std::move(u.part));
   } catch (const Error& e) {
     // Updates are not answered, and the owner is as before (AddUpdate validates first).
-    std::string reason = "bad UPDATE (" + net::DescribeMessage(r.message) + "): " + e.what();
-    int64_t dropped;
-    {
-      std::lock_guard<std::mutex> lock(parked_mu_);
-      dropped = ++updates_dropped_;
-      last_drop_reason_ = reason;
-    }
-    // The first ten, then every thousandth: a flood of forgeries must not flood the log.
-    if (dropped <= 10 || dropped % 1000 == 0)
-      DLRM_LOG(kError) << "server " << index_ << ": dropped " << reason << " (" << dropped
-                       << " dropped so far)";
+    Drop("bad UPDATE (" + net::DescribeMessage(r.message) + "): " + e.what());
   }
 }
 

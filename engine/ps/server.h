@@ -7,9 +7,15 @@
 // so sync mode pays no polling delay. FLUSH and SAVE wait the same way.
 //
 // Whatever a peer sends, the server keeps serving: a bad request gets an ERROR naming
-// the problem, and an UPDATE that fails validation (undecodable, a rank that is not a
-// trainer, a step the consistency rule forbids, a part sent twice) is dropped, logged and
-// counted, changing nothing (issue 17: one forged message used to stop the whole job).
+// the problem, and an UPDATE that fails validation (undecodable, a step the consistency
+// rule forbids, a part sent twice) is dropped, logged and counted, changing nothing
+// (issue 17: one forged message used to stop the whole job).
+//
+// Ranks are bound to connections: a message is taken as trainer t's only when it claims
+// sender rank t and comes over trainer t's own connection (its link in the roster: the
+// ZeroMQ routing id it connects with). Anything else, of any type, is dropped, counted and
+// answered with an ERROR, so a forged UPDATE, SHUTDOWN, SAVE or LOOKUP from another
+// connection changes nothing, even without DLRM_SECRET.
 // A trainer whose own update was dropped never sees its step applied: its waits time out,
 // and the server's log names every dropped UPDATE and why.
 #pragma once
@@ -19,6 +25,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -31,9 +38,11 @@ namespace dlrm::ps {
 class EmbeddingServer {
  public:
   // Borrows endpoint (kListen) and owner. index: the server's number in the plan.
+  // trainer_links[t]: the routing id trainer t connects with (JobLayout::trainer_links).
   // trainer_timeout: how long a trainer may stay silent (trainers send heartbeats)
   // before Serve gives up on the job.
-  EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int32_t index, int32_t num_trainers,
+  EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int32_t index,
+                  std::vector<std::string> trainer_links,
                   std::chrono::milliseconds trainer_timeout);
   ~EmbeddingServer();
   EmbeddingServer(const EmbeddingServer&) = delete;
@@ -45,8 +54,9 @@ class EmbeddingServer {
   void Stop();
 
   int64_t lookups_served() const;
-  // UPDATEs dropped for failing validation, and the last one's reason ("" for none).
-  int64_t updates_dropped() const;
+  // Messages dropped (UPDATEs failing validation, messages not from their rank's
+  // connection), and the last one's reason ("" for none).
+  int64_t messages_dropped() const;
   std::string last_drop_reason() const;
 
  private:
@@ -55,6 +65,10 @@ class EmbeddingServer {
     int64_t step;
     std::vector<ShardRows> rows;
   };
+  // The trainer `r` comes from: the rank it claims, if it came over that trainer's link.
+  std::optional<int32_t> SendingTrainer(const net::Received& r) const;
+  // Counts and logs (rate-limited) a dropped message.
+  void Drop(const std::string& reason);
   void Handle(net::Received r);
   void HandleLookup(net::Received r);
   void HandleUpdate(const net::Received& r);
@@ -69,6 +83,7 @@ class EmbeddingServer {
   net::Endpoint* const endpoint_;
   ShardOwner* const owner_;
   const int32_t index_;
+  const std::vector<std::string> trainer_links_;  // by trainer
   const int32_t num_trainers_;
   const std::chrono::milliseconds trainer_timeout_;
   std::vector<std::chrono::steady_clock::time_point> last_heard_;  // by trainer
@@ -76,7 +91,7 @@ class EmbeddingServer {
   std::deque<ParkedLookup> parked_lookups_;
   std::deque<net::Received> parked_waits_;
   int64_t lookups_served_ = 0;
-  int64_t updates_dropped_ = 0;   // parked_mu_
+  int64_t messages_dropped_ = 0;  // parked_mu_
   std::string last_drop_reason_;  // parked_mu_
   std::set<int32_t> trainers_done_;
   std::atomic<bool> stop_{false};

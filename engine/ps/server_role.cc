@@ -11,7 +11,6 @@
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/core/thread_pool.h"
-#include "engine/net/abort.h"
 #include "engine/net/endpoint.h"
 #include "engine/ps/server.h"
 #include "engine/ps/shard_owner.h"
@@ -25,12 +24,11 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
   if (env.role != cluster::ROLE_SERVER)
     ThrowInvalid("RunEmbeddingServer with DLRM_ROLE=", cluster::RoleName(env.role));
   const std::string name = "server rank " + std::to_string(env.rank);
-  // Raised when the job cannot go on (a peer died): Serve's waits end at once.
-  auto abort = std::make_shared<net::AbortSignal>();
-  net::TransportOptions transport = env.Transport();
-  transport.abort = abort;
-  net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(), transport, name);
-  cluster::CoordinatorClient coordinator(context, env, abort);
+  // Its abort signal is raised when the job cannot go on (a peer died): Serve's waits end.
+  const cluster::MemberTransport member = cluster::MakeMemberTransport(env);
+  net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(), member.options,
+                         name);
+  cluster::CoordinatorClient coordinator(context, env, member);
   const cluster::Roster roster = coordinator.Rendezvous(listener.address());
   const cluster::JobLayout layout = cluster::LayoutFromRoster(roster, env.rank, config);
 
@@ -51,15 +49,15 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
   }
   ShardOwner owner(&store, layout.index, layout.num_trainers(),
                    StalenessBound(config.distributed()), applied);
-  EmbeddingServer server(&listener, &owner, layout.index, layout.num_trainers(),
+  EmbeddingServer server(&listener, &owner, layout.index, layout.trainer_links,
                          std::chrono::milliseconds(env.timeout_ms));
   DLRM_LOG(kInfo) << "server " << layout.index << " (rank " << env.rank << ") serves "
                   << store.shards().size() << " shards at " << listener.address() << " for "
                   << layout.num_trainers() << " trainers, staleness " << owner.staleness();
   server.Serve();  // on an error, ~CoordinatorClient leaves the job
   DLRM_LOG(kInfo) << "server " << layout.index << ": every trainer is done; "
-                  << server.lookups_served() << " lookups served, " << server.updates_dropped()
-                  << " bad UPDATEs dropped";
+                  << server.lookups_served() << " lookups served, " << server.messages_dropped()
+                  << " bad or forged messages dropped";
   coordinator.Leave();
 }
 

@@ -24,12 +24,6 @@ std::chrono::milliseconds AllGatherTimeout(const cluster::ClusterEnv& env) {
   return cluster::kAllGatherTimeouts * Timeout(env);
 }
 
-net::TransportOptions Watching(net::TransportOptions options,
-                               std::shared_ptr<const net::AbortSignal> abort) {
-  options.abort = std::move(abort);
-  return options;
-}
-
 }  // namespace
 
 TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
@@ -38,18 +32,17 @@ TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfi
     : config_(Validated(config)),
       env_(env),
       pool_(ResolveThreadCount(config_.num_threads())),
-      abort_(std::make_shared<net::AbortSignal>()),
-      transport_(Watching(env.Transport(), abort_)),
-      listener_(context_, net::Endpoint::kListen, env.PeerBindEndpoint(), transport_,
+      member_(cluster::MakeMemberTransport(env)),
+      listener_(context_, net::Endpoint::kListen, env.PeerBindEndpoint(), member_.options,
                 "trainer rank " + std::to_string(env.rank)),
-      coordinator_(context_, env, abort_) {
+      coordinator_(context_, env, member_) {
   if (env.role != cluster::ROLE_TRAINER)
     ThrowInvalid("TrainerRole with DLRM_ROLE=", cluster::RoleName(env.role));
   layout_ =
       cluster::LayoutFromRoster(coordinator_.Rendezvous(listener_.address()), env.rank, config_);
   comm_ = MakeCommunicator(make_communicator);
-  service_ = std::make_unique<ps::RemoteEmbeddingService>(context_, layout_.server_addresses,
-                                                          layout_.index, transport_, Timeout(env));
+  service_ = std::make_unique<ps::RemoteEmbeddingService>(
+      context_, layout_.server_addresses, layout_.index, member_.options, Timeout(env));
   trainer_ = std::make_unique<DataParallelTrainer>(config_, layout_.plan, comm_.get(),
                                                    service_.get(), &pool_);
   if (!restore_dir.empty()) Restore(restore_dir);
@@ -69,9 +62,9 @@ std::unique_ptr<collective::Communicator> TrainerRole::MakeCommunicator(
       ThrowInvalid("DLRM_COLLECTIVE=gloo and a host all-gather were both given: choose one");
     comm = factory(layout_.index, layout_.num_trainers());
   } else {
-    comm = std::make_unique<collective::NetCommunicator>(context_, &listener_,
-                                                         layout_.trainer_addresses, layout_.index,
-                                                         transport_, AllGatherTimeout(env_));
+    comm = std::make_unique<collective::NetCommunicator>(
+        context_, &listener_, layout_.trainer_addresses, layout_.trainer_links, layout_.index,
+        member_.options, AllGatherTimeout(env_));
     // Gloo listens on the address this trainer was reached at (the roster's, where a
     // wildcard bind was replaced by the address the coordinator saw).
     if (gloo)

@@ -22,7 +22,6 @@
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/metrics.h"
 #include "engine/core/thread_pool.h"
-#include "engine/net/abort.h"
 #include "engine/net/context.h"
 #include "engine/net/endpoint.h"
 #include "engine/ps/client.h"
@@ -80,9 +79,9 @@ class TrainerRole {
   const cluster::ClusterEnv env_;
   net::Context context_;
   ThreadPool pool_;
-  // Every endpoint's options: raised by coordinator_ when a peer died, ending all waits.
-  const std::shared_ptr<net::AbortSignal> abort_;
-  const net::TransportOptions transport_;
+  // Every endpoint's options: one routing id, and the signal coordinator_ raises when a
+  // peer died, ending all waits.
+  const cluster::MemberTransport member_;
   net::Endpoint listener_;
   cluster::CoordinatorClient coordinator_;
   cluster::JobLayout layout_;

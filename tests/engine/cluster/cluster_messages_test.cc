@@ -38,6 +38,7 @@ Roster ValidRoster() {
     p->set_rank(r);
     p->set_role(r == 0 ? ROLE_SERVER : ROLE_TRAINER);
     p->set_address(r == 0 ? "tcp://127.0.0.1:5000" : "");
+    p->set_link("link-" + std::to_string(r));
   }
   return roster;
 }
@@ -144,6 +145,13 @@ TEST(ClusterMessagesTest, RejectsRosterPeerWithoutRole) {
   roster.mutable_peers(1)->clear_role();
   ExpectRejected(Raw(ROSTER, roster.SerializeAsString()), DecodeRoster,
                  "ROSTER peer 1 role is missing");
+}
+
+TEST(ClusterMessagesTest, RejectsRosterPeerWithoutLink) {
+  Roster roster = ValidRoster();
+  roster.mutable_peers(0)->clear_link();
+  ExpectRejected(Raw(ROSTER, roster.SerializeAsString()), DecodeRoster,
+                 "ROSTER peer 0 has no link");
 }
 
 TEST(ClusterMessagesTest, RejectsBarrierWithoutGeneration) {

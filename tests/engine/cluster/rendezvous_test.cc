@@ -491,6 +491,40 @@ TEST(DistRendezvousTest, APeerWhoseCoordinatorIsGoneStopsAfterTheSilence) {
   EXPECT_LT(Clock::now() - destroyed, milliseconds(500));
 }
 
+// Acceptance 7 of issue 17: without DLRM_SECRET, a BARRIER or SHUTDOWN naming a rank
+// but sent over another connection than the one that said its HELLO is refused, and the
+// job goes on as if it had never been sent.
+TEST(DistRendezvousTest, MessagesNamingARankFromAnotherConnectionAreRefused) {
+  net::Context context;
+  CoordinatorThread coordinator(context, 2, milliseconds(10000));
+  std::thread other([&] {
+    cluster::CoordinatorClient c(context,
+                                 PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 0, 2));
+    c.Rendezvous("");
+    c.Barrier(milliseconds(5000));
+    c.Leave();
+  });
+  cluster::CoordinatorClient client(context,
+                                    PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 1, 2));
+  client.Rendezvous("");
+  net::Client forger(context, coordinator.address(), net::TransportOptions{}, "coordinator", 0);
+  for (net::Message m : {net::MakeMessage(cluster::SHUTDOWN), cluster::MakeBarrier(0)}) {
+    try {
+      forger.Call(m, milliseconds(5000));
+      ADD_FAILURE() << "the coordinator obeyed a forged " << net::DescribeMessage(m);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), HasSubstr("claims rank 0 but does not come from the connection"));
+    }
+  }
+  client.Barrier(milliseconds(5000));  // rank 0 neither left nor entered the barrier twice
+  other.join();
+  client.Leave();
+  coordinator.Join();
+  EXPECT_EQ(coordinator.error_, "");
+  EXPECT_TRUE(coordinator.served_);
+}
+
 TEST(DistRendezvousTest, RendezvousWithASharedSecret) {
   const std::string secret = "cluster-secret-0123456789";
   net::Context context;

@@ -96,6 +96,7 @@ std::vector<Message> Seeds() {
     p->set_rank(r);
     p->set_role(r ? cluster::ROLE_TRAINER : cluster::ROLE_SERVER);
     p->set_address("tcp://10.0.0.1:5000");
+    p->set_link("link-" + std::to_string(r));
   }
   seeds.push_back(cluster::MakeRoster(roster));
   seeds.push_back(cluster::MakeBarrier(3));

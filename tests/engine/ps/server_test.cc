@@ -1,12 +1,14 @@
 // One embedding server over a real endpoint: lookups are answered from the shards, a
 // lookup whose step needs an update in flight waits for it (sync), and every bad request
 // gets an ERROR naming the problem while the server keeps serving. A bad UPDATE is
-// dropped and counted, and changes nothing (issue 17, finding 10).
+// dropped and counted, and changes nothing (issue 17, finding 10), and so is any message
+// that does not come over its trainer's own connection (acceptance 7).
 #include "engine/ps/server.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,9 +38,16 @@ struct ServerFixture : ::testing::Test {
   net::Context context;
   net::Endpoint listener{context, net::Endpoint::kListen, "tcp://127.0.0.1:*",
                          net::TransportOptions(), "server 0"};
-  ps::EmbeddingServer server{&listener, &owner, 0, 1, milliseconds(60000)};
+  ps::EmbeddingServer server{&listener, &owner, 0, {kTrainerLink}, milliseconds(60000)};
   std::thread serving{[this] { server.Serve(); }};
-  net::Client client{context, listener.address(), net::TransportOptions(), "server 0", 0};
+  net::Client client{context, listener.address(), Linked(kTrainerLink), "server 0", 0};
+
+  static constexpr char kTrainerLink[] = "trainer-0-link";
+  static net::TransportOptions Linked(const std::string& routing_id) {
+    net::TransportOptions options;
+    options.routing_id = routing_id;
+    return options;
+  }
 
   ~ServerFixture() override {
     server.Stop();
@@ -146,10 +155,12 @@ TEST_F(ServerFixture, BadUpdatesAreDroppedAndTheJobGoesOn) {
   no_payloads.header.set_sender_rank(99);
   no_payloads.payloads.clear();
   client.endpoint().Send(no_payloads);
-  for (int i = 0; i < 100 && server.updates_dropped() < 2; ++i)
+  for (int i = 0; i < 100 && server.messages_dropped() < 2; ++i)
     std::this_thread::sleep_for(milliseconds(10));
-  EXPECT_EQ(server.updates_dropped(), 2);
-  EXPECT_NE(server.last_drop_reason().find("bad UPDATE"), std::string::npos);
+  EXPECT_EQ(server.messages_dropped(), 2);
+  // The second names a rank that is not a trainer: not its trainer's connection either.
+  EXPECT_NE(server.last_drop_reason().find("from rank 99"), std::string::npos)
+      << server.last_drop_reason();
   EXPECT_EQ(owner.applied(), 0);
   EXPECT_EQ(store.shard_table(0).row(0)[0], before);
   EXPECT_EQ(LookupError(1, Request(0, {0})), "") << "still serving";
@@ -157,6 +168,42 @@ TEST_F(ServerFixture, BadUpdatesAreDroppedAndTheJobGoesOn) {
   client.endpoint().Send(ps::EncodeUpdate(u));
   const net::Message ack = client.Call(ps::StepMessage(ps::FLUSH, 1), kWait);
   EXPECT_EQ(ack.header.type(), ps::FLUSH_ACK);
+  EXPECT_EQ(owner.applied(), 1);
+  EXPECT_NE(store.shard_table(0).row(0)[0], before);
+}
+
+// Acceptance 7 of issue 17: without DLRM_SECRET, messages naming the trainer but sent
+// over another connection (a forger's, a peer of another job) are dropped and answered
+// with an error: a forged UPDATE, SAVE, SHUTDOWN or LOOKUP changes nothing.
+TEST_F(ServerFixture, MessagesNotFromTheirTrainersConnectionAreDroppedAndChangeNothing) {
+  const float before = store.shard_table(0).row(0)[0];
+  net::Client forger{context, listener.address(), Linked("forger"), "server 0", 0};
+  ps::UpdateMessage u;
+  u.rank = 0;
+  u.step = 1;  // exactly what the trainer would send next
+  u.lr = 0.5f;
+  u.part = OneSample();
+  forger.endpoint().Send(ps::EncodeUpdate(u));
+  net::Message save = ps::StepMessage(ps::SAVE, 0);
+  save.header.set_body(::testing::TempDir() + "/forged_save");
+  for (net::Message m : {save, net::MakeMessage(cluster::SHUTDOWN), ps::StepMessage(ps::FLUSH, 0),
+                         ps::EncodeLookup(1, Request(0, {0}))}) {
+    try {
+      forger.Call(m, kWait);
+      ADD_FAILURE() << "answered a forged " << net::DescribeMessage(m);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not from the connection of the trainer it names"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(server.messages_dropped(), 5);
+  EXPECT_FALSE(std::filesystem::exists(::testing::TempDir() + "/forged_save"));
+  EXPECT_EQ(owner.applied(), 0);
+  EXPECT_EQ(store.shard_table(0).row(0)[0], before);
+  // The trainer's own update still applies; the server still serves it.
+  client.endpoint().Send(ps::EncodeUpdate(u));
+  EXPECT_EQ(client.Call(ps::StepMessage(ps::FLUSH, 1), kWait).header.type(), ps::FLUSH_ACK);
   EXPECT_EQ(owner.applied(), 1);
   EXPECT_NE(store.shard_table(0).row(0)[0], before);
 }
@@ -195,7 +242,7 @@ TEST(EmbeddingServerLiveness, ASilentTrainerEndsServeWithAnErrorNamingIt) {
   net::Context context;
   net::Endpoint listener(context, net::Endpoint::kListen, "tcp://127.0.0.1:*",
                          net::TransportOptions(), "server 0");
-  ps::EmbeddingServer server(&listener, &owner, 0, 2, milliseconds(300));
+  ps::EmbeddingServer server(&listener, &owner, 0, {"link-0", "link-1"}, milliseconds(300));
   try {
     server.Serve();
     ADD_FAILURE() << "Serve returned although no trainer ever spoke";

@@ -13,6 +13,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "tests/support/dist_checks.h"
 #include "tests/support/dist_config.h"
 #include "tests/support/dist_data.h"
+#include "tests/support/forger.h"
 
 namespace dlrm {
 namespace {
@@ -58,7 +60,8 @@ JobResult RunJob(
     const config::DlrmConfig& c, const std::string& restore, const TrainerBody& body,
     int64_t timeout_ms = 20000, bool dead_server = false,
     cluster::ClusterEnv::Collective collective = cluster::ClusterEnv::Collective::kBuiltin,
-    int32_t servers = kServers, int32_t trainers = kTrainers) {
+    int32_t servers = kServers, int32_t trainers = kTrainers,
+    std::atomic<const std::string*>* coordinator_address = nullptr) {
   net::Context context;
   const int32_t world = servers + trainers;
   // The dead server's link to the coordinator: it outlives the coordinator, silent.
@@ -75,6 +78,7 @@ JobResult RunJob(
     }
     coordinator_done = true;
   });
+  if (coordinator_address) *coordinator_address = &coordinator.address();
   result.server_errors.resize(static_cast<size_t>(servers));
   result.trainer_errors.resize(static_cast<size_t>(trainers));
   std::vector<std::thread> peers;
@@ -419,6 +423,67 @@ INSTANTIATE_TEST_SUITE_P(Types, ClusterReshard,
                          [](const auto& info) {
                            return std::string(shard::ShardingTypeShortName(info.param));
                          });
+
+// Acceptance 7 (issue 17): 10,000 forged and malformed messages sent to a running sync
+// job without DLRM_SECRET, to both servers, both trainers and the coordinator, naming real
+// ranks and steps near the job's, leave it training to the single process's result
+// bitwise: ranks are bound to their connections, and whatever fails a check is dropped.
+TEST(ClusterForgery, TenThousandForgedMessagesLeaveTheJobBitwiseAsOneProcess) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "adam", "rowwise_adagrad", kServers);
+  constexpr int64_t kSteps = 12, kForged = 10000;
+  Engine engine(c);
+  std::vector<float> want;
+  for (int64_t i = 0; i < kSteps; ++i)
+    want.push_back(engine.TrainStep(MakeTestBatch(c, i, kGlobal).view()));
+  const std::string dir = TempDir("forgery"), save_dir = TempDir("forged_save");
+  std::atomic<const std::string*> coordinator{nullptr};
+  std::atomic<int64_t> sent{0};
+  std::once_flag start_forger;
+  std::thread forger_thread;
+  net::Context forger_context;
+  auto wait_until_sent = [&](int64_t n) {
+    while (sent < n) std::this_thread::sleep_for(milliseconds(1));
+  };
+  std::vector<std::vector<float>> losses(kTrainers);
+  const JobResult result = RunJob(
+      c, "",
+      [&](train::TrainerRole& t) {
+        std::call_once(start_forger, [&] {
+          const Forger::Targets targets{*coordinator.load(), t.layout().server_addresses,
+                                        t.layout().trainer_addresses};
+          forger_thread = std::thread([&, targets] {
+            Forger forger(forger_context, targets, save_dir, /*seed=*/7);
+            while (forger.sent() < kForged) {  // spread over the job's steps
+              forger.Send(250);
+              sent = forger.sent();
+              std::this_thread::sleep_for(milliseconds(2));
+            }
+          });
+        });
+        std::vector<float>& mine = losses[t.trainer_rank()];
+        TrainBatches(t, c, 0, 4, /*lookahead=*/2, &mine);
+        wait_until_sent(kForged / 2);
+        TrainBatches(t, c, 4, 8, /*lookahead=*/2, &mine);
+        wait_until_sent(kForged);
+        TrainBatches(t, c, 8, kSteps, /*lookahead=*/2, &mine);
+        t.Checkpoint(dir);
+      },
+      20000, false, cluster::ClusterEnv::Collective::kBuiltin, kServers, kTrainers, &coordinator);
+  if (forger_thread.joinable()) forger_thread.join();
+  EXPECT_EQ(sent, kForged);
+  for (int r = 0; r < kTrainers; ++r) {
+    ASSERT_EQ(result.trainer_errors[r], "") << "trainer " << r;
+    ASSERT_EQ(losses[r].size(), want.size());
+    for (int64_t i = 0; i < kSteps; ++i)
+      EXPECT_EQ(std::memcmp(&losses[r][i], &want[i], sizeof(float)), 0)
+          << "trainer " << r << " step " << i + 1;
+  }
+  for (int s = 0; s < kServers; ++s) EXPECT_EQ(result.server_errors[s], "") << "server " << s;
+  EXPECT_EQ(result.coordinator_error, "");
+  ExpectCheckpointMatchesEngine(engine, c, dir, kSteps, "after forgery");
+  EXPECT_FALSE(std::filesystem::exists(save_dir)) << "a forged SAVE was obeyed";
+}
 
 // Acceptance (issue 17, finding 9): a server that dies makes every other member of the
 // job fail with an error naming it within seconds, with the default timeout of 60 s.
