@@ -51,13 +51,17 @@ run() {
     grep -o 'steady [0-9]* samples/s ([0-9.]* ms/step'
 }
 declare -A runs
+ratios=""  # each round's second/first: the two runs of a round share the machine's mood
 for round in $(seq 1 "$ROUNDS"); do
+  rates=()
   for variant in "${variants[@]}"; do
     line=$(run "$variant")
     rate=$(echo "$line" | awk '{print $2}')
     echo "round $round $variant: $line)"
     runs[$variant]="${runs[$variant]:-} $rate"
+    rates+=("$rate")
   done
+  ratios+=" $(awk -v b="${rates[1]}" -v a="${rates[0]}" 'BEGIN {printf "%.3f", b / a}')"
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 first=$(echo "${runs[${variants[0]}]}" | median)
@@ -65,3 +69,4 @@ second=$(echo "${runs[${variants[1]}]}" | median)
 ratio=$(awk -v b="$second" -v a="$first" 'BEGIN {printf "%.3f", b / a}')
 echo "median samples/s: ${variants[0]} $first, ${variants[1]} $second," \
   "${variants[1]}/${variants[0]} $ratio"
+echo "per-round ${variants[1]}/${variants[0]}:$ratios; median $(echo "$ratios" | median)"

@@ -39,12 +39,18 @@ if(NOT ZMQ_INCLUDE_DIR OR NOT ZMQ_LIBRARY)
   dlrm_missing("ZeroMQ" "libzmq3-dev")
 endif()
 
-# libsodium: HMAC-SHA256 message authentication (engine/net/auth.h). libzmq itself
-# already depends on it.
+# libsodium: the message tags' keys and nonces (XChaCha20, BLAKE2b; engine/net/auth.h).
+# libzmq itself already depends on it.
 find_path(SODIUM_INCLUDE_DIR sodium.h)
 find_library(SODIUM_LIBRARY NAMES sodium)
 if(NOT SODIUM_INCLUDE_DIR OR NOT SODIUM_LIBRARY)
   dlrm_missing("libsodium" "libsodium-dev")
+endif()
+
+# OpenSSL's libcrypto: its Poly1305 (AVX2) for the message tags (engine/net/auth.h).
+find_package(OpenSSL QUIET COMPONENTS Crypto)
+if(NOT OpenSSL_FOUND OR NOT TARGET OpenSSL::Crypto)
+  dlrm_missing("OpenSSL's libcrypto" "libssl-dev")
 endif()
 
 if(DLRM_BUILD_TESTS)

@@ -8,7 +8,7 @@ PACKAGES=(
   libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev
   libopenblas-dev
-  libzmq3-dev libsodium-dev  # engine/net: transport, HMAC message authentication
+  libzmq3-dev libsodium-dev libssl-dev  # engine/net: transport, message authentication
   libgloo-dev  # engine/collective: the DLRM_COLLECTIVE=gloo all-gather of the trainers
   libbenchmark-dev  # bench/: dlrm_micro_bench
   libabsl-dev  # bench/: absl::flat_hash_map, the peer of the dynamic table's id map

@@ -9,7 +9,7 @@
 //   DLRM_COORDINATOR   host:port of the coordinator (IPv6 as [addr]:port)    (required)
 //   DLRM_BIND_ADDRESS  interface to listen on, default 127.0.0.1 (loopback only); set it
 //                      (e.g. 0.0.0.0 or the host's IP) for a job that spans hosts
-//   DLRM_SECRET        shared secret (>= 16 bytes) that turns on HMAC authentication
+//   DLRM_SECRET        shared secret (>= 16 bytes) that turns on message authentication
 //   DLRM_TIMEOUT_MS    how long any process waits for a peer (rendezvous, barriers,
 //                      lookups, a server for a silent trainer; all-gathers wait
 //                      kAllGatherTimeouts of it), default 60000

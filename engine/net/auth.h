@@ -1,11 +1,12 @@
-// Message authentication with a shared secret (libsodium, which libzmq already depends
-// on) over the header bytes that precede the tag and every payload: Poly1305 under a key
-// used for one message only, the first 32 bytes of XChaCha20's keystream for a random
-// 24-byte nonce under a key derived from the secret (BLAKE2b-256 of it): the
-// ChaCha20-Poly1305 construction's MAC, about ten times HMAC-SHA256's speed here (1.6
-// GB/s against 155 MB/s on one core), so authenticating the pooled embeddings and
-// gradients of a step costs a few percent instead of doubling it (issue 17, finding 10).
-// The tag is the nonce followed by the 16-byte Poly1305 tag.
+// Message authentication with a shared secret over the header bytes that precede the
+// tag and every payload: Poly1305 under a key used for one message only, the first 32
+// bytes of XChaCha20's keystream for a random 24-byte nonce under a key derived from the
+// secret (BLAKE2b-256 of it): the ChaCha20-Poly1305 construction's MAC. libsodium (which
+// libzmq already depends on) derives the keys and nonces; OpenSSL's libcrypto computes
+// Poly1305 (6.0 GB/s on one core here with AVX2, libsodium's 2.3, HMAC-SHA256 0.155), so
+// authenticating the pooled embeddings and gradients of a step costs a few percent
+// instead of doubling it (issue 17, finding 10). The tag is the nonce followed by the
+// 16-byte Poly1305 tag.
 //
 // The tag travels in the header as its last field (Header.auth_tag, field 15): the sender
 // serializes the header without a tag, computes the tag, and appends the encoded field;

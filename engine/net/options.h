@@ -19,7 +19,7 @@ struct TransportOptions {
   int64_t max_header_bytes = int64_t{4} << 20;
   // Header frame + payload frames.
   int32_t max_frames = 1 + 1024;
-  // Shared secret for HMAC-SHA256 message tags; empty: no authentication. Every endpoint
+  // Shared secret for the message tags (auth.h); empty: no authentication. Every endpoint
   // of a cluster must use the same value (DLRM_SECRET). At least kMinSecretBytes long.
   std::string secret;
   // Added one-way propagation delay of every message this endpoint sends (benchmarks):
