@@ -33,7 +33,8 @@ if [ "${DLRM_SKIP_SANITIZER:-0}" != "1" ]; then
   echo "=== ThreadSanitizer build (the concurrency suites) ==="
   dlrm_configure_tsan "$ROOT/build/tsan"
   cmake --build "$ROOT/build/tsan" -j "$JOBS" --target concurrency_tests
-  (cd "$ROOT/build/tsan" && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  (cd "$ROOT/build/tsan" && \
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/tsan.supp \
     ctest --output-on-failure --no-tests=error -j "$JOBS" --timeout 600 -L concurrency)
 fi
 echo "=== release build ==="

@@ -2,6 +2,7 @@
 
 #include <zmq.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -27,10 +28,20 @@ class ZmqMsg {
   zmq_msg_t msg_;
 };
 
+// What keeps a zero-copy frame alive while ZeroMQ holds it. ZeroMQ hands it from the
+// sending thread to its own through lock-free pipes in uninstrumented code; the
+// release/acquire pair on `handed_over` states that ordering in a way ThreadSanitizer
+// sees (it costs nothing on x86).
+struct FrameHolder {
+  std::shared_ptr<Frame> frame;
+  std::atomic<bool> handed_over{false};
+};
+
 // ZeroMQ calls this (from its own thread) when it is done with a zero-copy frame; the
-// hint is the shared_ptr that kept the frame alive.
+// hint is the FrameHolder.
 void ReleaseFrame(void* /*data*/, void* hint) {
-  std::unique_ptr<std::shared_ptr<Frame>> holder(static_cast<std::shared_ptr<Frame>*>(hint));
+  std::unique_ptr<FrameHolder> holder(static_cast<FrameHolder*>(hint));
+  [[maybe_unused]] const bool handed_over = holder->handed_over.load(std::memory_order_acquire);
 }
 
 std::string ZmqError() { return zmq_strerror(zmq_errno()); }
@@ -120,7 +131,9 @@ bool ZmqSocket::TrySend(const std::string* routing_id,
     ZmqMsg msg;
     const Frame& f = *frames[i];
     if (f.size() >= kZeroCopyBytes) {
-      auto holder = std::make_unique<std::shared_ptr<Frame>>(frames[i]);
+      auto holder = std::make_unique<FrameHolder>();
+      holder->frame = frames[i];
+      holder->handed_over.store(true, std::memory_order_release);
       zmq_msg_close(msg.get());
       if (zmq_msg_init_data(msg.get(), const_cast<uint8_t*>(f.data()), f.size(), ReleaseFrame,
                             holder.get()) != 0) {
