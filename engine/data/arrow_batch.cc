@@ -92,13 +92,15 @@ NumberReader ReaderFor(const std::string& name, const char* format, bool ints) {
 }
 
 // Rows [0, n) of a number column into out[r * stride].
-void CopyNumbers(const Column& c, int64_t n, float* out, int64_t stride) {
+// Row r goes to out[first + r * stride] (no pointer is formed for an empty batch, whose
+// `out` may be null).
+void CopyNumbers(const Column& c, int64_t n, float* out, int64_t first, int64_t stride) {
   const NumberReader read = ReaderFor(c.name, c.schema->format, true);
   const ArrowArray& a = *c.array;
   CheckArray(c.name, *c.schema, a, 2, c.first + n);
   for (int64_t r = 0; r < n; ++r) {
     if (IsNull(a, c.first + r)) Bad(c.name, "row ", r, " is null");
-    out[r * stride] = read(a.buffers[1], a.offset + c.first + r);
+    out[first + r * stride] = read(a.buffers[1], a.offset + c.first + r);
   }
 }
 
@@ -289,11 +291,11 @@ OwnedBatch BatchFromArrow(const ArrowSchema& schema, const ArrowArray& array,
   b.num_sparse = static_cast<int32_t>(columns.sparse.size());
   b.dense.resize(static_cast<size_t>(b.batch_size) * columns.dense.size());
   for (size_t d = 0; d < columns.dense.size(); ++d)
-    CopyNumbers(Find(schema, array, columns.dense[d]), b.batch_size, b.dense.data() + d,
-                b.num_dense);
+    CopyNumbers(Find(schema, array, columns.dense[d]), b.batch_size, b.dense.data(),
+                static_cast<int64_t>(d), b.num_dense);
   if (!columns.label.empty()) {
     b.labels.resize(static_cast<size_t>(b.batch_size));
-    CopyNumbers(Find(schema, array, columns.label), b.batch_size, b.labels.data(), 1);
+    CopyNumbers(Find(schema, array, columns.label), b.batch_size, b.labels.data(), 0, 1);
   }
   ConvertSparse(schema, array, columns, &b);
   ConvertWeights(schema, array, columns, &b);

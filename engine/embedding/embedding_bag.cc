@@ -268,6 +268,9 @@ int64_t EmbeddingBagCollection<T>::SumRowGradient(int64_t s, const T* d_pooled, 
 
 // Every id occurrence of the batch keyed to its table's row and source in d_pooled, and
 // the touched rows' runs (segments) listed, in the workspace.
+// Determinism: this phase and every later one (row sums, the finite check, the update)
+// gives each task its own features, tables or rows, and each row's sum runs over its
+// occurrences in batch order, so no result depends on the thread count.
 template <typename T>
 void EmbeddingBagCollection<T>::Segment(const ValidatedBatch& batch, ThreadPool* pool,
                                         const std::vector<RowRange>* row_ranges) {

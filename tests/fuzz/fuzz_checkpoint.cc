@@ -23,8 +23,6 @@
 namespace dlrm::fuzz {
 namespace {
 
-constexpr size_t kTrailer = 4 + 8;  // CRC32C, "DLRMEND!"
-
 struct Fixture {
   std::unique_ptr<Engine> engine;
   OwnedBatch batch;
@@ -55,13 +53,6 @@ Fixture& TheFixture() {
   return *f;
 }
 
-void Seal(std::string* file) {
-  if (file->size() < kTrailer) return;
-  const size_t body = file->size() - kTrailer;
-  const uint32_t crc = Crc32c(0, file->data(), body);
-  std::memcpy(&(*file)[body], &crc, sizeof crc);
-}
-
 }  // namespace
 }  // namespace dlrm::fuzz
 
@@ -75,7 +66,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace dlrm::fuzz;
   Fixture& f = TheFixture();
   std::string file(reinterpret_cast<const char*>(data), size);
-  Seal(&file);
+  SealCheckpointFile(&file);
   const std::string path = f.dir + "/input.ckpt";
   std::ofstream(path, std::ios::binary | std::ios::trunc) << file;
   RefusedOrDone([&] { Predictions(*dlrm::Engine::FromCheckpoint(path), f.batch); });

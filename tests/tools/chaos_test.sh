@@ -25,6 +25,8 @@ fail() {
   exit 1
 }
 
+source "$(dirname "$0")/job_lib.sh"
+
 rm -rf "$WORK" && mkdir -p "$WORK"
 "$DLRM" generate --out_dir="$WORK/data" --train_samples=20000 --test_samples=500 \
   > "$WORK/generate.log" 2>&1 || fail "generate"
@@ -79,13 +81,7 @@ for k in $(seq 1 "$KILLS"); do
   job "$WORK/chaos" "$log" "${restore[@]}"
   names=(coordinator "server 0" "server 1" "trainer 0" "trainer 1")
   victim=${names[$((RANDOM % 5))]}
-  pid=""
-  for _ in $(seq 1 100); do  # launch reports each pid once it has started them all
-    pid=$(sed -n "s/^launch: $victim is pid \([0-9]*\)$/\1/p" "$log")
-    [ -n "$pid" ] && break
-    sleep 0.05
-  done
-  [ -n "$pid" ] || fail "kill $k: launch did not report the pid of $victim"
+  pid=$(pid_of "$victim" "$log") || fail "kill $k: launch did not report the pid of $victim"
   sleep "0.$(printf %03d $((RANDOM % 1000)))"
   kill -0 $job_pid 2> /dev/null || fail "kill $k: the job ended before $victim was killed"
   kill -9 "$pid" 2> /dev/null || fail "kill $k: $victim (pid $pid) was not running"

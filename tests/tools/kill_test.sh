@@ -16,13 +16,12 @@ fail() {
   exit 1
 }
 
+source "$(dirname "$0")/job_lib.sh"
+
 rm -rf "$WORK" && mkdir -p "$WORK"
 "$DLRM" generate --out_dir="$WORK/data" --train_samples=40000 --test_samples=1000 \
   > "$WORK/generate.log" 2>&1 || fail "generate"
 unset DLRM_TIMEOUT_MS
-
-# The pid `launch` reported for `name` in `log`.
-pid_of() { sed -n "s/^launch: $1 is pid \([0-9]*\)$/\1/p" "$2"; }
 
 # kill_one VICTIM PATTERN: runs a job, kills VICTIM once it has checkpointed, and checks
 # that each other process exits with status 1 within LIMIT_MS, its own error (glog's
@@ -34,15 +33,9 @@ kill_one() {
     --train="$WORK/data/train.tsv" --batch_size=256 --threads=1 --epochs=1000 \
     --checkpoint_dir="$ckpt" --checkpoint_every=20 --log_every_seconds=1000 > "$log" 2>&1 &
   local launch=$!
-  for _ in $(seq 1 600); do
-    [ -f "$ckpt/step-20/MANIFEST" ] && break
-    kill -0 $launch 2> /dev/null || fail "$victim: the job ended before its first checkpoint"
-    sleep 0.1
-  done
-  [ -f "$ckpt/step-20/MANIFEST" ] || fail "$victim: no checkpoint after 60 s"
+  await_file "$ckpt/step-20/MANIFEST" $launch "its first checkpoint ($victim's run)"
   local target
-  target=$(pid_of "$victim" "$log")
-  [ -n "$target" ] || fail "launch did not report the pid of $victim"
+  target=$(pid_of "$victim" "$log") || fail "launch did not report the pid of $victim"
   local start
   start=$(date +%s%N)
   kill -9 "$target"
@@ -54,7 +47,7 @@ kill_one() {
   for other in coordinator "server 0" "server 1" "trainer 0" "trainer 1"; do
     [ "$other" = "$victim" ] && continue
     local pid
-    pid=$(pid_of "$other" "$log")
+    pid=$(pid_of "$other" "$log") || fail "launch did not report the pid of $other"
     grep -q "^launch: $other (pid $pid) exited with status 1" "$log" \
       || fail "$victim: $other did not exit with an error of its own"
     grep -E "^E[0-9]+ [0-9:.]+ +$pid " "$log" | grep -qE "$pattern" \

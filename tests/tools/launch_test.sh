@@ -18,6 +18,8 @@ fail() {
   exit 1
 }
 
+source "$(dirname "$0")/job_lib.sh"
+
 rm -rf "$WORK" && mkdir -p "$WORK"
 "$DLRM" generate --out_dir="$WORK/data" --train_samples=40000 --test_samples=4000 \
   > "$WORK/generate.log" 2>&1 || fail "generate"
@@ -28,14 +30,8 @@ common=(--config="$CONFIG" --train="$WORK/data/train.tsv" --batch_size=256 --thr
 # 1-2. Train until a checkpoint exists, then kill server 1.
 "$DLRM" launch --trainers=2 --servers=2 -- train "${common[@]}" > "$WORK/run1.log" 2>&1 &
 launch=$!
-for _ in $(seq 1 600); do
-  [ -f "$WORK/ckpt/step-40/MANIFEST" ] && break
-  kill -0 $launch 2> /dev/null || fail "the job ended before its second checkpoint"
-  sleep 0.1
-done
-[ -f "$WORK/ckpt/step-40/MANIFEST" ] || fail "no checkpoint after 60 s"
-server=$(sed -n 's/^launch: server 1 is pid \([0-9]*\)$/\1/p' "$WORK/run1.log")
-[ -n "$server" ] || fail "launch did not report server 1's pid"
+await_file "$WORK/ckpt/step-40/MANIFEST" $launch "its second checkpoint"
+server=$(pid_of "server 1" "$WORK/run1.log") || fail "launch did not report server 1's pid"
 start=$(date +%s%N)
 kill -9 "$server"
 wait $launch

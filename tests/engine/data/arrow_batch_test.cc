@@ -161,6 +161,18 @@ TEST(ArrowBatchTest, ConvertsToTheEngineLayout) {
   EXPECT_TRUE(b.weights.empty());
 }
 
+// Found by fuzz_arrow (issue 17): a record batch of no rows formed a pointer past the
+// empty dense buffer (undefined behaviour under UBSan). It is an empty batch.
+TEST(ArrowBatchTest, ARecordBatchOfNoRowsIsAnEmptyBatch) {
+  Table t;
+  t.root.Finish(0);
+  const OwnedBatch b = t.Convert(Mapping());
+  EXPECT_EQ(b.batch_size, 0);
+  EXPECT_TRUE(b.dense.empty());
+  EXPECT_TRUE(b.labels.empty());
+  EXPECT_TRUE(b.ids.empty());
+}
+
 TEST(ArrowBatchTest, WeightsFollowTheirIdsAndUnweightedFeaturesGetOnes) {
   Table t;
   ArrowColumns m = Mapping();
