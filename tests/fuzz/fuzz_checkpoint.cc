@@ -18,6 +18,7 @@
 #include "engine/config/config.h"
 #include "engine/engine.h"
 #include "tests/fuzz/fuzz_support.h"
+#include "tests/fuzz/seal_checkpoint.h"
 #include "tests/support/test_support.h"
 
 namespace dlrm::fuzz {

@@ -20,6 +20,7 @@
 #include "engine/ps/shard_store_file.h"
 #include "engine/shard/planner.h"
 #include "tests/fuzz/fuzz_support.h"
+#include "tests/fuzz/seal_checkpoint.h"
 #include "tests/support/dist_config.h"
 #include "tests/support/test_support.h"
 

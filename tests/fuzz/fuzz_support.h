@@ -11,13 +11,11 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint/checkpoint_file.h"
 #include "engine/core/status.h"
 
 namespace dlrm::fuzz {
@@ -38,17 +36,6 @@ void RefusedOrDone(const Fn& fn) {
   } catch (const std::exception& e) {
     Finding(std::string("escaped as std::exception: ") + e.what());
   }
-}
-
-// Recomputes the CRC32C trailer of a CheckpointWriter file (4 bytes of CRC, then
-// "DLRMEND!"), so that a mutation reaches the header, metadata and tensors instead of
-// being caught by the checksum alone.
-inline void SealCheckpointFile(std::string* file) {
-  constexpr size_t kTrailer = 4 + 8;
-  if (file->size() < kTrailer) return;
-  const size_t body = file->size() - kTrailer;
-  const uint32_t crc = Crc32c(0, file->data(), body);
-  std::memcpy(&(*file)[body], &crc, sizeof crc);
 }
 
 // Takes -dlrm_seeds=DIR out of the arguments and writes seeds() there as seed_<i>.
