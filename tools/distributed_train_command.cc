@@ -94,10 +94,22 @@ std::string CheckpointDir(int64_t step) {
   return FLAGS_checkpoint_dir + "/step-" + std::to_string(step);
 }
 
+int TrainJob(train::TrainerRole& job, const config::DlrmConfig& config);
+
 int TrainerMain(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
                 const std::string& restore) {
   if (FLAGS_train.empty()) ThrowInvalid("train needs --train");
   train::TrainerRole job(env, config, restore);
+  try {
+    return TrainJob(job, config);
+  } catch (const Error& e) {
+    job.LeaveFailed(e.what());  // every other process of the job learns why at once
+    throw;
+  }
+}
+
+// Trains, checkpoints and evaluates as the flags say, then finishes the job.
+int TrainJob(train::TrainerRole& job, const config::DlrmConfig& config) {
   train::DataParallelTrainer& trainer = job.trainer();
   const int32_t ranks = job.num_trainers(), rank = job.trainer_rank();
   if (FLAGS_batch_size <= 0 || FLAGS_batch_size % ranks != 0)

@@ -157,13 +157,23 @@ void Coordinator::Serve() {
     if (r) Handle(std::move(*r));
     FindDeadPeers();
   }
+  if (JobOver().empty()) return;
   if (num_dead_ > 1) {
     std::vector<int32_t> dead;
     for (int32_t p = 0; p < world_size_; ++p)
       if (dead_[p]) dead.push_back(p);
-    Throw(StatusCode::kNetwork, JobOver(), "; ranks ", RankList(dead), " died in all");
+    Throw(job_over_code_, JobOver(), "; ranks ", RankList(dead), " died in all");
   }
-  if (num_dead_ > 0) Throw(StatusCode::kNetwork, JobOver());
+  Throw(job_over_code_, JobOver());
+}
+
+void Coordinator::EndJob(int32_t rank, StatusCode code, const std::string& why) {
+  DLRM_LOG(kError) << "coordinator: " << why;
+  if (job_over_.empty()) {
+    job_over_ = why;
+    job_over_code_ = code;
+  }
+  FailBarriersWaitingFor(rank, why);
 }
 
 void Coordinator::ThrowLeaveTimeout() const {
@@ -172,7 +182,8 @@ void Coordinator::ThrowLeaveTimeout() const {
     if (!left_[r] && !dead_[r]) staying.push_back(r);
   Throw(StatusCode::kTimeout, "the job is ending but rank(s) ", RankList(staying),
         " did not leave within ", kLeaveTimeouts * timeout_.count(),
-        " ms after the first peer left (died, or abandoned the job without finishing)");
+        " ms after the first peer left (died, or abandoned the job without finishing)",
+        JobOver().empty() ? "" : "; the job ended because " + JobOver());
 }
 
 void Coordinator::Heard(const net::Received& r) {
@@ -189,12 +200,9 @@ void Coordinator::FindDeadPeers() {
     dead_[rank] = true;
     ++num_dead_;
     if (!first_left_) first_left_ = now;
-    const std::string why =
-        StrCat(PeerName(*roster_, rank), " is gone: the coordinator has heard nothing from it for ",
-               liveness_.silence.count(), " ms (its process died or its host is down)");
-    DLRM_LOG(kError) << "coordinator: " << why;
-    if (job_over_.empty()) job_over_ = why;
-    FailBarriersWaitingFor(rank, why);
+    EndJob(rank, StatusCode::kNetwork,
+           StrCat(PeerName(*roster_, rank), " is gone: the coordinator has heard nothing from it ",
+                  "for ", liveness_.silence.count(), " ms (its process died or its host is down)"));
   }
 }
 
@@ -240,7 +248,7 @@ void Coordinator::Handle(net::Received r) {
       if (JobOver().empty()) {
         endpoint_.Reply(r, net::MakeMessage(HEARTBEAT));
       } else {
-        endpoint_.ReplyError(r, StatusCode::kNetwork, JobOver());
+        endpoint_.ReplyError(r, job_over_code_, JobOver());
       }
       return;
     default:
@@ -255,7 +263,7 @@ void Coordinator::HandleBarrier(net::Received r) {
   const std::optional<int64_t> generation = DecodeOrReply(r, DecodeBarrier);
   if (!generation) return;
   if (!JobOver().empty()) {
-    endpoint_.ReplyError(r, StatusCode::kNetwork, JobOver());
+    endpoint_.ReplyError(r, job_over_code_, JobOver());
     return;
   }
   for (int32_t p = 0; p < world_size_; ++p) {
@@ -283,13 +291,22 @@ void Coordinator::HandleBarrier(net::Received r) {
 void Coordinator::HandleShutdown(net::Received r) {
   const std::optional<int32_t> rank = SenderRank(r);
   if (!rank) return;
-  if (!left_[*rank] && !dead_[*rank]) {  // a peer taken for dead that was only late stays dead
-    left_[*rank] = true;
-    ++num_left_;
-    if (!first_left_) first_left_ = Clock::now();
+  const std::optional<std::string> failure = DecodeOrReply(r, DecodeLeave);
+  if (!failure) return;
+  // A peer taken for dead that was only late stays dead; one that leaves twice, left.
+  if (left_[*rank] || dead_[*rank]) {
+    endpoint_.Reply(r, net::MakeMessage(SHUTDOWN));
+    return;
   }
+  left_[*rank] = true;
+  ++num_left_;
+  if (!first_left_) first_left_ = Clock::now();
   endpoint_.Reply(r, net::MakeMessage(SHUTDOWN));
-  FailBarriersWaitingFor(*rank, "rank " + std::to_string(*rank) + " has left");
+  if (!failure->empty()) {
+    EndJob(*rank, StatusCode::kCancelled, PeerName(*roster_, *rank) + " failed: " + *failure);
+  } else {
+    FailBarriersWaitingFor(*rank, "rank " + std::to_string(*rank) + " has left");
+  }
 }
 
 void Coordinator::FailBarriersWaitingFor(int32_t rank, const std::string& why) {

@@ -13,10 +13,12 @@
 // Stop() is called.
 //
 // Liveness (cluster_env.h): a peer that has not left and from whose connection nothing
-// has come for the liveness silence (peers beat every liveness beat) is dead. From then
-// on every HEARTBEAT and BARRIER is answered with a kNetwork ERROR naming the dead peer,
-// so the others stop within one beat, and Serve fails naming it once every other peer
-// has left. Only messages from the connection that said a rank's HELLO count for it.
+// has come for the liveness silence (peers beat every liveness beat) is dead; a peer that
+// leaves with a failure (SHUTDOWN with a Leave body) failed. From then on every HEARTBEAT
+// and BARRIER is answered with an ERROR naming that peer (kNetwork for a death, kCancelled
+// for a failure), so the others stop within one beat, and Serve fails the same way once
+// every other peer has left. Only messages from the connection that said a rank's HELLO
+// count for it.
 // Once one peer has left the job is ending: a live peer that has not left within
 // kLeaveTimeouts rendezvous timeouts after that is stuck (a peer that fails or is
 // abandoned leaves in ~CoordinatorClient), and Serve fails naming it rather than waiting
@@ -56,8 +58,9 @@ class Coordinator {
   Roster Rendezvous(std::chrono::milliseconds timeout);
 
   // Serves barriers until every peer has sent SHUTDOWN or died, or Stop() is called.
-  // kNetwork naming the dead peers, if any; kTimeout naming the peers still in the job
-  // when kLeaveTimeouts rendezvous timeouts have passed since the first one left.
+  // kNetwork naming a dead peer, kCancelled naming a failed one (the first); kTimeout
+  // naming the peers still in the job when kLeaveTimeouts rendezvous timeouts have passed
+  // since the first one left.
   // kFailedPrecondition before a successful Rendezvous.
   void Serve();
   // Makes Rendezvous or Serve return (from any thread) within about 100 ms.
@@ -91,6 +94,9 @@ class Coordinator {
   // Declares the peers silent for the liveness silence dead.
   void FindDeadPeers();
   [[noreturn]] void ThrowLeaveTimeout() const;
+  // Records why the job cannot go on (the first reason stays: every HEARTBEAT and
+  // BARRIER is answered with it from now on) and fails the barriers waiting for `rank`.
+  void EndJob(int32_t rank, StatusCode code, const std::string& why);
   // Why the job cannot go on: the first dead peer ("" while none).
   const std::string& JobOver() const { return job_over_; }
 
@@ -107,6 +113,7 @@ class Coordinator {
   std::vector<bool> dead_;
   int32_t num_dead_ = 0;
   std::string job_over_;
+  StatusCode job_over_code_ = StatusCode::kOk;
   std::chrono::milliseconds timeout_{0};  // the rendezvous timeout, also the leave deadline
   std::optional<std::chrono::steady_clock::time_point> first_left_;
   // Barrier generation -> the peers waiting in it, by rank.

@@ -99,6 +99,23 @@ Roster DecodeRoster(const net::Message& message) {
   return DecodeBody<Roster>(message, ROSTER, RosterProblem);
 }
 
+net::Message MakeLeave(const std::string& failure) {
+  net::Message m = Make(SHUTDOWN);
+  if (failure.empty()) return m;
+  Leave leave;
+  leave.set_failure(failure);
+  net::SetBody(leave, &m);
+  return m;
+}
+
+std::string DecodeLeave(const net::Message& message) {
+  ExpectType(message, SHUTDOWN);
+  if (!message.header.has_body()) return "";
+  Leave leave;
+  net::ParseBody(message, &leave);
+  return leave.failure();
+}
+
 net::Message MakeBarrier(int64_t generation) {
   if (generation < 0) ThrowInvalid("cannot send BARRIER: generation ", generation, " is negative");
   net::Message m = Make(BARRIER);

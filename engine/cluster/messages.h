@@ -6,10 +6,12 @@
 //   HELLO     body Hello: role SERVER or TRAINER, rank >= 0, world_size >= 1
 //   ROSTER    body Roster: world_size >= 1 peers, peers[i].rank == i, SERVER or TRAINER
 //   BARRIER   step = the generation
-//   SHUTDOWN, HEARTBEAT  nothing but the header
+//   SHUTDOWN  to the coordinator: no body, or a Leave body (a failure)
+//   HEARTBEAT nothing but the header
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "engine/cluster/cluster.pb.h"
 #include "engine/net/message.h"
@@ -25,6 +27,11 @@ Hello DecodeHello(const net::Message& message);
 
 net::Message MakeRoster(const Roster& roster);
 Roster DecodeRoster(const net::Message& message);
+
+// SHUTDOWN of a peer that leaves the job: `failure` empty when it is done, else its error.
+net::Message MakeLeave(const std::string& failure);
+// The failure a SHUTDOWN reports ("" for a peer that is done).
+std::string DecodeLeave(const net::Message& message);
 
 net::Message MakeBarrier(int64_t generation);
 // The generation.

@@ -46,8 +46,12 @@ CoordinatorClient::CoordinatorClient(const net::Context& context, const ClusterE
 CoordinatorClient::~CoordinatorClient() {
   StopBeating();
   if (!joined_ || left_ || coordinator_gone_) return;
+  LeaveFailed("it ended without finishing (an error, or its host gave up; its log says which)");
+}
+
+void CoordinatorClient::LeaveFailed(const std::string& failure) {
   try {
-    Leave();
+    SendLeave(failure);
   } catch (const Error& e) {
     DLRM_LOG(kWarning) << RoleName(env_.role) << " rank " << env_.rank
                        << ": could not tell the coordinator it leaves: " << e.what();
@@ -93,9 +97,11 @@ bool CoordinatorClient::Beat() {
                          liveness_.silence.count(), " ms (its process died or its host is down)"));
     return false;
   }
-  if (reply.header.type() != net::ERROR) return true;
-  abort_->Raise(static_cast<StatusCode>(reply.header.error_code()), reply.header.error_message());
-  return false;
+  // The job is over (a peer died or failed). Beating goes on until this peer leaves, so
+  // that the coordinator can tell a peer still winding down from a dead one.
+  if (reply.header.type() == net::ERROR)
+    abort_->Raise(static_cast<StatusCode>(reply.header.error_code()), reply.header.error_message());
+  return true;
 }
 
 Roster CoordinatorClient::Rendezvous(const std::string& address) {
@@ -136,11 +142,14 @@ void CoordinatorClient::Barrier(std::chrono::milliseconds timeout) {
           net::DescribeMessage(reply));
 }
 
-void CoordinatorClient::Leave() {
+void CoordinatorClient::Leave() { SendLeave(""); }
+
+void CoordinatorClient::SendLeave(const std::string& failure) {
+  if (left_) return;
   left_ = true;  // tried once: the destructor does not try again
   StopBeating();
   if (coordinator_gone_) Throw(StatusCode::kNetwork, "cannot leave the job: ", abort_->reason());
-  net::Message reply = client_.Call(net::MakeMessage(SHUTDOWN), liveness_.silence);
+  net::Message reply = client_.Call(MakeLeave(failure), liveness_.silence);
   if (reply.header.type() != SHUTDOWN)
     Throw(StatusCode::kNetwork, "the coordinator answered SHUTDOWN with ",
           net::DescribeMessage(reply));

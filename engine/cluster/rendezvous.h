@@ -57,9 +57,9 @@ class CoordinatorClient {
   // A member of its own (tests).
   CoordinatorClient(const net::Context& context, const ClusterEnv& env)
       : CoordinatorClient(context, env, MakeMemberTransport(env)) {}
-  // A peer that joined and did not Leave (it failed, or its host abandoned it) leaves now,
-  // best effort (waiting at most env.timeout_ms), so the coordinator learns the job is
-  // ending instead of waiting for it.
+  // A peer that joined and did not leave (it failed, or its host abandoned it) leaves now
+  // as failed (LeaveFailed), best effort, so the coordinator ends the job at once instead
+  // of waiting for it.
   ~CoordinatorClient();
   CoordinatorClient(const CoordinatorClient&) = delete;
   CoordinatorClient& operator=(const CoordinatorClient&) = delete;
@@ -78,6 +78,10 @@ class CoordinatorClient {
   // Tells the coordinator this peer is done (SHUTDOWN) and waits for its acknowledgment
   // (at most the liveness silence). kNetwork without trying when the coordinator is gone.
   void Leave();
+  // Leaves because this peer failed with `failure`: the coordinator tells every other
+  // peer at once (their waits end naming this peer and the failure). Best effort: logs
+  // instead of throwing. The destructor does it for a peer that joined and never left.
+  void LeaveFailed(const std::string& failure);
 
   const std::shared_ptr<net::AbortSignal>& abort_signal() const { return abort_; }
 
@@ -85,8 +89,10 @@ class CoordinatorClient {
   void StartBeating();
   void StopBeating();
   void BeatLoop();
-  // One heartbeat; false (the signal raised) when the job is over.
+  // One heartbeat (raising the signal when the job is over); false when the coordinator
+  // is gone.
   bool Beat();
+  void SendLeave(const std::string& failure);
 
   const ClusterEnv env_;
   const Liveness liveness_;

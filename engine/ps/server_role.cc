@@ -54,7 +54,12 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
   DLRM_LOG(kInfo) << "server " << layout.index << " (rank " << env.rank << ") serves "
                   << store.shards().size() << " shards at " << listener.address() << " for "
                   << layout.num_trainers() << " trainers, staleness " << owner.staleness();
-  server.Serve();  // on an error, ~CoordinatorClient leaves the job
+  try {
+    server.Serve();
+  } catch (const Error& e) {
+    coordinator.LeaveFailed(e.what());  // every other peer learns why at once
+    throw;
+  }
   DLRM_LOG(kInfo) << "server " << layout.index << ": every trainer is done; "
                   << server.lookups_served() << " lookups served, " << server.messages_dropped()
                   << " bad or forged messages dropped";

@@ -61,11 +61,15 @@ class TrainerRole {
   // manifest). Returns when the checkpoint is complete.
   void Checkpoint(const std::string& dir);
   // Collective: waits for every update, tells the servers this trainer is done and
-  // leaves the job. The destructor only leaves the coordinator: a trainer that fails just
-  // goes, and the servers notice by their own timeouts. Once the coordinator reports a
+  // leaves the job. The destructor of a trainer that did not finish leaves as failed
+  // (CoordinatorClient::LeaveFailed), which ends the job. Once the coordinator reports a
   // dead peer (or is gone itself), every call that waits on a peer fails at once with
   // kNetwork naming it (cluster_env.h Liveness).
   void Finish();
+  // Leaves the job because this trainer failed with `failure` (a host's own error): the
+  // coordinator tells every other process at once. Best effort; the destructor does it
+  // with a generic reason for a trainer that neither finished nor left.
+  void LeaveFailed(const std::string& failure) { coordinator_.LeaveFailed(failure); }
 
  private:
   static const config::DlrmConfig& Validated(const config::DlrmConfig& config);

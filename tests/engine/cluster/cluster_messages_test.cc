@@ -154,6 +154,14 @@ TEST(ClusterMessagesTest, RejectsRosterPeerWithoutLink) {
                  "ROSTER peer 0 has no link");
 }
 
+TEST(ClusterMessagesTest, ALeaveCarriesItsFailureAndAPlainShutdownNone) {
+  EXPECT_EQ(DecodeLeave(MakeLeave("")), "");
+  EXPECT_FALSE(MakeLeave("").header.has_body());
+  EXPECT_EQ(DecodeLeave(MakeLeave("out of memory")), "out of memory");
+  EXPECT_EQ(DecodeLeave(net::MakeMessage(SHUTDOWN)), "");
+  ExpectRejected(Raw(SHUTDOWN, "\xff\xff"), DecodeLeave, "is not a valid dlrm.cluster.Leave");
+}
+
 TEST(ClusterMessagesTest, RejectsBarrierWithoutGeneration) {
   ExpectRejected(net::MakeMessage(BARRIER), DecodeBarrier, "BARRIER has no step (its generation)");
 }

@@ -468,6 +468,46 @@ TEST(DistRendezvousTest, APeerThatFallsSilentIsTakenForDeadAndTheOthersAreTold) 
   EXPECT_THAT(coordinator.error_, HasSubstr("trainer 0 (rank 2) is gone"));
 }
 
+// Finding 9: a peer that fails (here: ends without leaving) is reported to every other
+// peer within a beat, with its reason, and the coordinator fails naming it.
+TEST(DistRendezvousTest, APeerThatFailsIsReportedToTheOthersWithinABeat) {
+  net::Context context;
+  const auto timeout = milliseconds(1500);
+  CoordinatorThread coordinator(context, 3, timeout);
+  cluster::CoordinatorClient client(
+      context, PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 0, 3, timeout.count()));
+  std::thread failing([&] {
+    cluster::CoordinatorClient c(
+        context, PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 1, 3, timeout.count()));
+    c.Rendezvous("");
+    c.LeaveFailed("its data file is unreadable");
+  });
+  std::thread abandoning([&] {
+    cluster::CoordinatorClient c(
+        context, PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 2, 3, timeout.count()));
+    c.Rendezvous("");
+    failing.join();
+  });  // ends without leaving: its destructor leaves as failed
+  client.Rendezvous("");
+  abandoning.join();
+  const auto left = Clock::now();
+  while (!client.abort_signal()->raised()) std::this_thread::sleep_for(milliseconds(5));
+  EXPECT_LT(Clock::now() - left, 4 * cluster::LivenessFor(timeout).beat);
+  EXPECT_EQ(client.abort_signal()->reason(),
+            "trainer 0 (rank 1) failed: its data file is unreadable");
+  try {
+    client.Barrier(milliseconds(5000));
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kCancelled);
+    EXPECT_THAT(e.what(), HasSubstr("trainer 0 (rank 1) failed: its data file is unreadable"));
+  }
+  client.Leave();
+  coordinator.Join();
+  EXPECT_EQ(coordinator.code_, StatusCode::kCancelled);
+  EXPECT_EQ(coordinator.error_, "trainer 0 (rank 1) failed: its data file is unreadable");
+}
+
 // Finding 9: a coordinator that is gone is noticed by every peer after the silence, and
 // the peer then neither waits for it nor tries to leave.
 TEST(DistRendezvousTest, APeerWhoseCoordinatorIsGoneStopsAfterTheSilence) {
