@@ -6,6 +6,16 @@
 #include <sstream>
 
 namespace dlrm::net {
+namespace {
+
+// libprotobuf creates UnknownFieldSet's default instance on first use, behind a static
+// guard whose fast path ThreadSanitizer cannot see (the library is not instrumented), so
+// two I/O threads decoding their first unknown enum value at once looked like a race.
+// Created while the program starts, before any thread, it is ordered before every read.
+[[maybe_unused]] const google::protobuf::UnknownFieldSet& kNoUnknownFields =
+    google::protobuf::UnknownFieldSet::default_instance();
+
+}  // namespace
 
 int64_t DTypeSize(DType dtype) {
   switch (dtype) {
