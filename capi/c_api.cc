@@ -72,6 +72,18 @@ dlrm_status CreateWith(dlrm_engine** out,
   });
 }
 
+// The engine's table precision for a DLRM_EXPORT_* value.
+dlrm::config::TableConfig::Precision ExportPrecision(int32_t quantize) {
+  switch (quantize) {
+    case DLRM_EXPORT_FP32: return dlrm::config::TableConfig::FP32;
+    case DLRM_EXPORT_INT8: return dlrm::config::TableConfig::INT8;
+    case DLRM_EXPORT_INT4: return dlrm::config::TableConfig::INT4;
+    default: break;
+  }
+  dlrm::ThrowInvalid("quantize must be DLRM_EXPORT_FP32 (0), DLRM_EXPORT_INT8 (1) or ",
+                     "DLRM_EXPORT_INT4 (2), got ", quantize);
+}
+
 }  // namespace
 
 extern "C" {
@@ -293,6 +305,14 @@ DLRM_API dlrm_status dlrm_engine_save(dlrm_engine* engine, const char* path) {
     dlrm::Engine& e = EngineOf(engine);
     RequireNotNull(path, "path");
     e.Save(path);
+  });
+}
+
+DLRM_API dlrm_status dlrm_engine_export(dlrm_engine* engine, const char* path, int32_t quantize) {
+  return Guard([&] {
+    dlrm::Engine& e = EngineOf(engine);
+    RequireNotNull(path, "path");
+    e.Export(path, ExportPrecision(quantize));
   });
 }
 

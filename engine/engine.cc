@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <mutex>
 #include <random>
@@ -17,6 +18,7 @@
 #include "engine/core/metrics.h"
 #include "engine/core/status.h"
 #include "engine/dense/loss.h"
+#include "engine/embedding/quantized_row.h"
 #include "engine/embedding/sparse_optimizer.h"
 #include "engine/model/dlrm_model.h"
 #include "engine/optim/dense_optimizer.h"
@@ -74,6 +76,17 @@ float ReadLearningRate(const CheckpointReader& reader, const std::string& path,
   return static_cast<float>(v);
 }
 
+// kFailedPrecondition naming the first quantized table (a serving model's, read-only):
+// `what` needs FP32 rows.
+void RequireFp32Tables(const config::ModelConfig& model, const char* what) {
+  for (int t = 0; t < model.tables_size(); ++t)
+    if (IsQuantized(model.tables(t).precision()))
+      Throw(StatusCode::kFailedPrecondition, "model.tables[", t, "] (\"", model.tables(t).name(),
+            "\") has precision ", PrecisionName(model.tables(t).precision()),
+            " (a quantized serving table, read-only): ", what,
+            " needs FP32 tables; use the checkpoint the model was exported from");
+}
+
 // The device that computes (train/backend.h); kFailedPrecondition naming the cause when
 // the configured device cannot be used here.
 std::unique_ptr<train::Backend> MakeBackend(const config::DlrmConfig& config,
@@ -127,6 +140,7 @@ std::unique_ptr<Engine::State> Engine::NewState() const {
 }
 
 float Engine::TrainStep(const BatchView& batch) {
+  RequireFp32Tables(config_.model(), "training");
   DrainAsyncSteps();
   std::unique_lock<WriterPreferringMutex> lock(mu_);
   const State& s = *state_;
@@ -136,6 +150,7 @@ float Engine::TrainStep(const BatchView& batch) {
 }
 
 int64_t Engine::SubmitTrainStep(const BatchView& batch) {
+  RequireFp32Tables(config_.model(), "training");
   ValidatedBatch valid;
   {
     std::shared_lock<WriterPreferringMutex> lock(mu_);
@@ -306,7 +321,7 @@ TableStats Engine::GetTableStats(const std::string& table) const {
   const auto& weights = s.model.tables()[static_cast<size_t>(t)];
   TableStats stats;
   stats.capacity = stats.size = weights.num_rows();
-  auto bytes = static_cast<int64_t>(weights.data().size() * sizeof(float));
+  int64_t bytes = weights.memory_bytes();
   for (const auto& [name, buffer] : s.sparse_optimizer->StateBuffers(t))
     bytes += static_cast<int64_t>(buffer->size() * sizeof(float));
   const config::TableConfig& tc = config_.model().tables(t);
@@ -341,7 +356,8 @@ std::vector<ParameterInfo> Engine::Parameters() const {
 
 namespace {
 
-// The storage of a named parameter inside a state, or {nullptr, 0}.
+// The storage of a named parameter inside a state, or {nullptr, 0}. Not for a table
+// TableNamed finds stored apart (StoredApart).
 template <typename StateT>
 std::pair<float*, int64_t> FindParameter(StateT& s, const std::string& name) {
   for (const DenseParamInfo& info : s.model.dense_param_infos())
@@ -353,39 +369,46 @@ std::pair<float*, int64_t> FindParameter(StateT& s, const std::string& name) {
   Throw(StatusCode::kNotFound, "no parameter named \"", name, "\"");
 }
 
-}  // namespace
-
-namespace {
-
-// The index of the SSD table whose weights are parameter `name`, or -1.
-int SsdTableNamed(const config::ModelConfig& model, const std::string& name) {
+// The index of the table whose weights are parameter `name`, or -1.
+int TableNamed(const config::ModelConfig& model, const std::string& name) {
   for (int t = 0; t < model.tables_size(); ++t)
-    if (model.tables(t).has_ssd() &&
-        checkpoint::EmbeddingWeightName(model.tables(t).name()) == name)
-      return t;
+    if (checkpoint::EmbeddingWeightName(model.tables(t).name()) == name) return t;
   return -1;
+}
+
+// Whether a table's parameter is not the floats the model holds: an SSD table's rows are
+// on disk (the model holds a cache), a quantized table's are codes.
+bool StoredApart(const config::TableConfig& table) {
+  return table.has_ssd() || IsQuantized(table.precision());
 }
 
 }  // namespace
 
 void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity) const {
   std::shared_lock<WriterPreferringMutex> lock(mu_);
-  // An SSD table's parameter is its full rows, not the cache the model holds.
-  const int ssd = SsdTableNamed(config_.model(), name);
+  const int t = TableNamed(config_.model(), name);
+  const config::TableConfig* apart =
+      t >= 0 && StoredApart(config_.model().tables(t)) ? &config_.model().tables(t) : nullptr;
   const auto [data, size] =
-      ssd >= 0 ? std::pair<float*, int64_t>(nullptr, config_.model().tables(ssd).num_rows() *
-                                                         config_.model().tables(ssd).dim())
-               : FindParameter(*state_, name);
+      apart ? std::pair<float*, int64_t>(nullptr, apart->num_rows() * apart->dim())
+            : FindParameter(*state_, name);
   if (out == nullptr) ThrowInvalid("output buffer is NULL");
   if (capacity < size)
     ThrowInvalid("output buffer holds ", capacity, " values but parameter \"", name, "\" has ",
                  size);
-  if (ssd >= 0) {
+  if (apart && apart->has_ssd()) {
     std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
-    return ReadSsdTable(ssd, out);
+    return ReadSsdTable(t, out);
   }
+  if (apart) return DequantizeTable(state_->model.tables()[static_cast<size_t>(t)], out);
   state_->backend->PullState();
   std::copy(data, data + size, out);
+}
+
+void Engine::DequantizeTable(const EmbeddingTable<float>& table, float* out) const {
+  ParallelFor(pool_.get(), table.num_rows(), [&](int64_t r) {
+    DequantizeRow(table.code_row(r), table.dim(), table.precision(), out + r * table.dim());
+  });
 }
 
 void Engine::ReadSsdTable(int32_t t, float* out) const {
@@ -399,9 +422,14 @@ void Engine::ReadSsdTable(int32_t t, float* out) const {
 
 void Engine::WriteParameter(const std::string& name, const float* values, int64_t count) {
   std::unique_lock<WriterPreferringMutex> lock(mu_);
-  if (SsdTableNamed(config_.model(), name) >= 0)
+  const int t = TableNamed(config_.model(), name);
+  if (t >= 0 && config_.model().tables(t).has_ssd())
     Throw(StatusCode::kFailedPrecondition, "parameter \"", name,
           "\" is an SSD table's: its rows are written by training steps and checkpoints only");
+  if (t >= 0 && StoredApart(config_.model().tables(t)))
+    Throw(StatusCode::kFailedPrecondition, "parameter \"", name, "\" is a table of precision ",
+          PrecisionName(config_.model().tables(t).precision()),
+          " (a quantized serving table): its rows are read-only");
   const auto [data, size] = FindParameter(*state_, name);
   if (values == nullptr) ThrowInvalid("values is NULL");
   if (count != size)
@@ -415,6 +443,7 @@ void Engine::WriteParameter(const std::string& name, const float* values, int64_
 }
 
 void Engine::Save(const std::string& path) const {
+  RequireFp32Tables(config_.model(), "Save (a training checkpoint)");
   DrainAsyncSteps();  // save the state after every submitted step
   std::shared_lock<WriterPreferringMutex> lock(mu_);
   // StateBuffers() hands out mutable pointers; under the reader lock we only read them.
@@ -497,12 +526,36 @@ bool IsServingModel(const CheckpointReader& reader) {
 }
 
 // The config of a serving model: every table in memory (an SSD table's rows are exported
-// whole), nothing on disk.
-config::DlrmConfig ServingConfig(const config::DlrmConfig& config) {
+// whole), nothing on disk; FP32 tables of precision `quantize` when that is INT8 or INT4.
+// A model with quantized tables cannot train, so its sparse optimizer is SGD (no state
+// is allocated for its rows).
+config::DlrmConfig ServingConfig(const config::DlrmConfig& config,
+                                 config::TableConfig::Precision quantize) {
   config::DlrmConfig serving = config;
-  for (config::TableConfig& table : *serving.mutable_model()->mutable_tables()) table.clear_ssd();
+  bool quantized = false;
+  for (config::TableConfig& table : *serving.mutable_model()->mutable_tables()) {
+    table.clear_ssd();
+    if (table.precision() == config::TableConfig::FP32) table.set_precision(quantize);
+    quantized = quantized || IsQuantized(table.precision());
+  }
   serving.clear_ssd_dir();
+  if (quantized) serving.mutable_sparse_optimizer()->mutable_sgd();
   return serving;
+}
+
+// kInvalidArgument unless quantize is FP32 (as the tables are), INT8 or INT4;
+// kFailedPrecondition when a table is already quantized to another precision.
+void CheckExportPrecision(const config::ModelConfig& model,
+                          config::TableConfig::Precision quantize) {
+  if (!config::TableConfig::Precision_IsValid(quantize))
+    ThrowInvalid("export: quantize must be FP32, INT8 or INT4, got ", static_cast<int>(quantize));
+  for (int t = 0; t < model.tables_size(); ++t) {
+    const config::TableConfig::Precision p = model.tables(t).precision();
+    if (IsQuantized(p) && quantize != config::TableConfig::FP32 && quantize != p)
+      Throw(StatusCode::kFailedPrecondition, "export: model.tables[", t, "] (\"",
+            model.tables(t).name(), "\") is already ", PrecisionName(p),
+            "; it cannot be exported as ", PrecisionName(quantize));
+  }
 }
 
 }  // namespace
@@ -545,6 +598,7 @@ std::unique_ptr<Engine> Engine::FromCheckpoint(const std::string& path, const st
 }
 
 void Engine::LoadSharded(const std::string& dir, const checkpoint::CheckpointManifest& manifest) {
+  RequireFp32Tables(config_.model(), "restoring a sharded checkpoint");
   std::unique_ptr<State> staged = NewState();
   State& s = *staged;
   s.step = checkpoint::LoadDenseState(&s.model, s.dense_optimizer.get(),
@@ -571,6 +625,7 @@ void Engine::CheckCheckpointFits(const CheckpointReader& reader, const std::stri
 }
 
 void Engine::LoadFrom(const CheckpointReader& reader, const std::string& path) {
+  RequireFp32Tables(config_.model(), "restoring a training checkpoint");
   CheckCheckpointFits(reader, path);
   // Stage everything in a fresh state; swap only when all of it was read.
   std::unique_ptr<State> staged = NewState();
@@ -611,35 +666,32 @@ void Engine::LoadSsdRows(const CheckpointReader& reader, const std::string& path
   staged->dynamic_tables.RestoreStore(dir.string(), std::move(stored));
 }
 
-void Engine::Export(const std::string& path) const {
+// What an export's writer borrows until WriteAtomic: SSD tables' rows read whole, and the
+// codes of tables quantized for the export.
+struct Engine::ServingTables {
+  std::deque<std::vector<float>> rows;
+  std::deque<std::vector<uint8_t>> codes;
+};
+
+void Engine::Export(const std::string& path, config::TableConfig::Precision quantize) const {
+  CheckExportPrecision(config_.model(), quantize);
   DrainAsyncSteps();
   std::shared_lock<WriterPreferringMutex> lock(mu_);
   std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
   State& s = *state_;  // only read (StateBuffers and the SSD tables' reads are not const)
   s.backend->PullState();
+  const config::DlrmConfig serving = ServingConfig(config_, quantize);
   CheckpointWriter writer;
   writer.SetMetadata("format", checkpoint::kServingFormat);
-  writer.SetMetadata("config", ConfigToText(ServingConfig(config_)));
+  writer.SetMetadata("config", ConfigToText(serving));
   checkpoint::WriteStep(s.step, &writer);
   checkpoint::AddDenseParams(s.model, &writer);
-  std::vector<std::vector<float>> ssd_rows;  // borrowed by the writer
+  ServingTables owned;
+  for (int t = 0; t < serving.model().tables_size(); ++t)
+    AddServingTable(t, serving.model().tables(t).precision(), &owned, &writer);
   std::vector<std::vector<int64_t>> ids, rows;
-  ssd_rows.reserve(s.model.tables().size());
   ids.reserve(s.model.tables().size());
   rows.reserve(s.model.tables().size());
-  for (size_t t = 0; t < s.model.tables().size(); ++t) {
-    const auto& table = s.model.tables()[t];
-    const config::TableConfig& tc = config_.model().tables(static_cast<int>(t));
-    if (!tc.has_ssd()) {
-      checkpoint::AddEmbedding(table.name(), table, {}, &writer);
-    } else {
-      ssd_rows.emplace_back(static_cast<size_t>(tc.num_rows() * tc.dim()));
-      ReadSsdTable(static_cast<int32_t>(t), ssd_rows.back().data());
-      writer.AddTensor(checkpoint::EmbeddingWeightName(table.name()), checkpoint::kF32,
-                       {tc.num_rows(), tc.dim()}, ssd_rows.back().data(),
-                       ssd_rows.back().size() * sizeof(float));
-    }
-  }
   for (const int32_t t : s.dynamic_tables.table_indices()) {
     ids.emplace_back();
     rows.emplace_back();
@@ -653,13 +705,45 @@ void Engine::Export(const std::string& path) const {
   writer.WriteAtomic(path);
 }
 
+void Engine::AddServingTable(int32_t t, config::TableConfig::Precision precision,
+                             ServingTables* owned, CheckpointWriter* writer) const {
+  const EmbeddingTable<float>& table = state_->model.tables()[static_cast<size_t>(t)];
+  const config::TableConfig& tc = config_.model().tables(t);
+  if (table.quantized())  // exported as it is
+    return checkpoint::AddQuantizedEmbedding(table.name(), table.num_rows(), table.dim(),
+                                             table.precision(), table.codes().data(), writer);
+  const float* values = table.data().data();
+  if (tc.has_ssd()) {
+    owned->rows.emplace_back(static_cast<size_t>(tc.num_rows() * tc.dim()));
+    ReadSsdTable(t, owned->rows.back().data());
+    values = owned->rows.back().data();
+  }
+  if (!IsQuantized(precision))
+    return writer->AddTensor(checkpoint::EmbeddingWeightName(table.name()), checkpoint::kF32,
+                             {tc.num_rows(), tc.dim()}, values,
+                             static_cast<size_t>(tc.num_rows() * tc.dim()) * sizeof(float));
+  owned->codes.emplace_back(
+      static_cast<size_t>(tc.num_rows() * StoredRowBytes(precision, tc.dim())));
+  uint8_t* codes = owned->codes.back().data();
+  const int64_t row_bytes = StoredRowBytes(precision, tc.dim());
+  ParallelFor(pool_.get(), tc.num_rows(), [&](int64_t r) {
+    QuantizeRow(values + r * tc.dim(), tc.dim(), precision, codes + r * row_bytes);
+  });
+  checkpoint::AddQuantizedEmbedding(table.name(), tc.num_rows(), tc.dim(), precision, codes,
+                                    writer);
+}
+
 void Engine::LoadServing(const CheckpointReader& reader, const std::string& path) {
   std::unique_ptr<State> staged = NewState();
   State& s = *staged;
   s.step = checkpoint::ReadStep(reader, path);
   checkpoint::ReadDenseTensors(reader, s.model, s.model.dense_params().data(), {});
-  for (auto& table : s.model.tables())
-    checkpoint::ReadEmbedding(reader, table.name(), table, table.data().data(), {});
+  for (auto& table : s.model.tables()) {
+    if (table.quantized())
+      checkpoint::ReadQuantizedEmbedding(reader, path, table.name(), &table);
+    else
+      checkpoint::ReadEmbedding(reader, table.name(), table, table.data().data(), {});
+  }
   std::vector<DynamicRowsSnapshot> snapshots;
   for (const int32_t t : s.dynamic_tables.table_indices()) {
     const std::string& name = s.model.tables()[static_cast<size_t>(t)].name();

@@ -28,6 +28,8 @@ class CheckpointManifest;
 }  // namespace checkpoint
 class CheckpointReader;
 class CheckpointWriter;
+template <typename T>
+class EmbeddingTable;
 
 struct ParameterInfo {
   std::string name;  // "bottom_mlp.0.weight", "top_mlp.1.bias", "embedding.<table>.weight"
@@ -105,7 +107,12 @@ class Engine {
   // admission state. FromCheckpoint loads it (the Go Predictor and the C ABI's
   // create_from_checkpoint too) and predicts bitwise as this engine; training it starts the
   // optimizers afresh. Reader lock.
-  void Export(const std::string& path) const;
+  // quantize INT8 or INT4 writes the FP32 tables row-wise quantized (quantized_row.h): an
+  // engine loading that model predicts from the codes directly (not bitwise as this one)
+  // and refuses training, Save and WriteParameter. A table already quantized is written as
+  // it is (kFailedPrecondition when quantize names another quantized precision).
+  void Export(const std::string& path,
+              config::TableConfig::Precision quantize = config::TableConfig::FP32) const;
   // Restores a checkpoint written by an engine with the same model and optimizer kinds.
   // Everything is read and verified before the state is replaced.
   void Load(const std::string& path);
@@ -117,7 +124,14 @@ class Engine {
 
  private:
   struct State;
+  struct ServingTables;
   std::unique_ptr<State> NewState() const;
+  // Export's part for table t, written in `precision` (what the serving config says);
+  // what the writer borrows is kept in owned. mu_ and ssd_mu_ held.
+  void AddServingTable(int32_t t, config::TableConfig::Precision precision, ServingTables* owned,
+                       CheckpointWriter* writer) const;
+  // A quantized table's values (num_rows x dim) into out; mu_ held.
+  void DequantizeTable(const EmbeddingTable<float>& table, float* out) const;
   // kFailedPrecondition (naming the difference) unless the checkpoint is an engine
   // checkpoint of this model and optimizer kinds.
   void CheckCheckpointFits(const CheckpointReader& reader, const std::string& path) const;

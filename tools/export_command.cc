@@ -1,7 +1,8 @@
-// `dlrm export --checkpoint=CKPT --out=FILE`: the compact serving model of a training
-// checkpoint (Engine::Export): dense parameters, every table's weights and each DYNAMIC
-// table's ids and rows, without optimizer or admission state. `dlrm eval`, the C ABI's
-// dlrm_engine_create_from_checkpoint and the Go Predictor load it.
+// `dlrm export --checkpoint=CKPT --out=FILE [--quantize=int8|int4]`: the compact serving
+// model of a training checkpoint (Engine::Export): dense parameters, every table's weights
+// (row-wise quantized with --quantize) and each DYNAMIC table's ids and rows, without
+// optimizer or admission state. `dlrm eval`, the C ABI's dlrm_engine_create_from_checkpoint
+// and the Go Predictor load it.
 #include <gflags/gflags.h>
 
 #include <cstdio>
@@ -14,14 +15,27 @@
 
 DECLARE_string(checkpoint);
 DEFINE_string(out, "", "export: where to write the serving model");
+DEFINE_string(quantize, "none",
+              "export: none, int8 or int4 (row-wise quantized tables, read-only, for serving)");
 
 namespace dlrm::tools {
+namespace {
+
+config::TableConfig::Precision QuantizeFlag() {
+  if (FLAGS_quantize == "none") return config::TableConfig::FP32;
+  if (FLAGS_quantize == "int8") return config::TableConfig::INT8;
+  if (FLAGS_quantize == "int4") return config::TableConfig::INT4;
+  ThrowInvalid("--quantize must be none, int8 or int4, got \"", FLAGS_quantize, "\"");
+}
+
+}  // namespace
 
 int ExportCommand() {
   if (FLAGS_checkpoint.empty() || FLAGS_out.empty())
     ThrowInvalid("export needs --checkpoint and --out");
+  const config::TableConfig::Precision quantize = QuantizeFlag();
   const std::unique_ptr<Engine> engine = Engine::FromCheckpoint(FLAGS_checkpoint);
-  engine->Export(FLAGS_out);
+  engine->Export(FLAGS_out, quantize);
   std::printf("exported %s (step %lld) to %s: %llu bytes\n", FLAGS_checkpoint.c_str(),
               static_cast<long long>(engine->step()), FLAGS_out.c_str(),
               static_cast<unsigned long long>(std::filesystem::file_size(FLAGS_out)));

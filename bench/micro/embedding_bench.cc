@@ -1,6 +1,7 @@
 // Embedding-bag kernels on the reference models' tables and batch shapes:
 //  BM_EmbeddingForward: pooled lookup of a whole batch, the batch's rows split over the
-//    benchmark's threads as the engine splits chunks over its pool;
+//    benchmark's threads as the engine splits chunks over its pool; /int8 the same from
+//    tables of row-wise INT8 codes (issue 16's serving tables);
 //  BM_EmbeddingBackwardUpdate: the fused backward (sort by id, per-row gradient sum,
 //    optimizer update) with SGD and row-wise Adagrad on the engine's thread pool.
 // Ids are Zipf(1.2) (as `dlrm bench`) or uniform over each table, the cache-hostile case
@@ -8,7 +9,8 @@
 // Philox initialization, which takes a minute for the multihot tables and changes no
 // timing.
 //
-// Bytes processed: forward, the rows read (ids x dim x 4); backward, the pooled gradient
+// Bytes processed: forward, the rows read (ids x the row's bytes: dim x 4, or dim + 8 for
+// INT8); backward, the pooled gradient
 // read per id plus the read and write of each distinct row touched (and of its
 // accumulator for row-wise Adagrad).
 #include <benchmark/benchmark.h>
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_set>
 #include <vector>
 
@@ -26,6 +29,7 @@
 #include "engine/data/batch.h"
 #include "engine/embedding/embedding_bag.h"
 #include "engine/embedding/embedding_table.h"
+#include "engine/embedding/quantized_row.h"
 #include "engine/embedding/sparse_optimizer.h"
 #include "tools/bench_data.h"
 
@@ -54,14 +58,28 @@ struct BatchSet {
   std::vector<float> d_pooled;          // [batch_size x pooled_width]
 };
 
-std::unique_ptr<Tables> MakeTables(const config::ModelConfig& model) {
+// The pattern quantized row by row (the same values an FP32 table holds, as codes).
+void FillQuantized(EmbeddingTable<float>* table, uint64_t seed) {
+  std::vector<float> row(static_cast<size_t>(table->dim()));
+  for (int64_t r = 0; r < table->num_rows(); ++r) {
+    FillPattern(row.data(), table->dim(), 0.01f, seed + static_cast<uint64_t>(r));
+    QuantizeRow(row.data(), table->dim(), table->precision(),
+                table->codes().data() + r * table->row_bytes());
+  }
+}
+
+std::unique_ptr<Tables> MakeTables(const config::ModelConfig& model,
+                                   TablePrecision precision = config::TableConfig::FP32) {
   auto t = std::make_unique<Tables>();
   t->tables.reserve(model.tables_size());
   for (int i = 0; i < model.tables_size(); ++i) {
     const auto& tc = model.tables(i);
-    t->tables.emplace_back(tc.name(), tc.num_rows(), tc.dim());
+    t->tables.emplace_back(tc.name(), tc.num_rows(), tc.dim(), precision);
     std::vector<float>& data = t->tables.back().data();
-    FillPattern(data.data(), static_cast<int64_t>(data.size()), 0.01f, static_cast<uint64_t>(i));
+    if (IsQuantized(precision))
+      FillQuantized(&t->tables.back(), static_cast<uint64_t>(i));
+    else
+      FillPattern(data.data(), static_cast<int64_t>(data.size()), 0.01f, static_cast<uint64_t>(i));
     t->shapes.push_back({tc.num_rows(), tc.dim()});
   }
   // The same binding as DlrmModel: features' pooled columns in feature order.
@@ -92,7 +110,7 @@ std::unique_ptr<BatchSet> MakeBatches(const ReferenceModel& ref, const Tables& t
     std::unordered_set<uint64_t> seen;  // (table << 40) | row: rows < 2^40
     for (int32_t f = 0; f < vb.view.num_sparse; ++f) {
       const int32_t table = tables.specs[f].table;
-      const int64_t dim_bytes = tables.shapes[table].dim * static_cast<int64_t>(sizeof(float));
+      const int64_t dim_bytes = tables.tables[table].row_bytes();
       const int64_t begin = vb.bag_begin(f, 0), end = vb.bag_begin(f + 1, 0);
       row_bytes += (end - begin) * dim_bytes;
       for (int64_t i = begin; i < end; ++i) {
@@ -178,15 +196,22 @@ void RegisterEmbeddingBenchmarks(const std::vector<ReferenceModel>& models) {
   for (const ReferenceModel& ref : models) {
     const config::ModelConfig model = ref.config.model();
     auto tables = std::make_shared<Lazy<Tables>>([model] { return MakeTables(model); });
+    auto int8 = std::make_shared<Lazy<Tables>>(
+        [model] { return MakeTables(model, config::TableConfig::INT8); });
     for (const double zipf : {1.2, 0.0}) {
       const std::string ids = zipf > 0 ? "zipf1.2" : "uniform";
       auto batches = std::make_shared<Lazy<BatchSet>>(
           [ref, tables, zipf] { return MakeBatches(ref, tables->Get(), zipf); });
+      auto int8_batches = std::make_shared<Lazy<BatchSet>>(
+          [ref, int8, zipf] { return MakeBatches(ref, int8->Get(), zipf); });
       const std::string shape = ref.name + "/" + ids;
-      auto* fwd = benchmark::RegisterBenchmark(("BM_EmbeddingForward/" + shape).c_str(), Forward,
-                                               tables, batches);
-      fwd->UseRealTime()->Threads(1);
-      if (MaxThreads() > 1) fwd->Threads(MaxThreads());
+      for (const auto& [name, t, b] :
+           {std::tuple("BM_EmbeddingForward/", tables, batches),
+            std::tuple("BM_EmbeddingForward/int8/", int8, int8_batches)}) {
+        auto* fwd = benchmark::RegisterBenchmark((name + shape).c_str(), Forward, t, b);
+        fwd->UseRealTime()->Threads(1);
+        if (MaxThreads() > 1) fwd->Threads(MaxThreads());
+      }
       for (const Optimizer& opt : optimizers) {
         auto* bwd = benchmark::RegisterBenchmark(
             ("BM_EmbeddingBackwardUpdate/" + shape + "/" + opt.name).c_str(), BackwardUpdate,

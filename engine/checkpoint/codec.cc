@@ -134,6 +134,25 @@ void ReadEmbedding(const CheckpointReader& reader, const std::string& key,
   }
 }
 
+void AddQuantizedEmbedding(const std::string& key, int64_t num_rows, int32_t dim,
+                           config::TableConfig::Precision precision, const uint8_t* codes,
+                           CheckpointWriter* writer) {
+  const int64_t row_bytes = StoredRowBytes(precision, dim);
+  writer->AddTensor(EmbeddingWeightName(key), TensorEntry::UINT8, {num_rows, row_bytes}, codes,
+                    static_cast<size_t>(num_rows * row_bytes));
+}
+
+void ReadQuantizedEmbedding(const CheckpointReader& reader, const std::string& path,
+                            const std::string& key, EmbeddingTable<float>* table) {
+  reader.ReadTensor(EmbeddingWeightName(key), TensorEntry::UINT8,
+                    {table->num_rows(), table->row_bytes()}, table->codes().data());
+  for (int64_t r = 0; r < table->num_rows(); ++r)
+    if (!QuantizedRowIsValid(table->code_row(r), table->dim(), table->precision()))
+      Throw(StatusCode::kDataLoss, "checkpoint ", path, ": table \"", key, "\" (",
+            PrecisionName(table->precision()), ") row ", r,
+            " has a scale or bias that is not finite, or a negative scale");
+}
+
 namespace {
 
 constexpr auto kI64 = TensorEntry::INT64;

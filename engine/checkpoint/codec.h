@@ -104,6 +104,17 @@ void ReadEmbedding(const CheckpointReader& reader, const std::string& key,
                    const EmbeddingTable<float>& table, float* weights, const StateBufferList& state,
                    std::set<std::string>* expected = nullptr);
 
+// A quantized table's rows (num_rows x StoredRowBytes(precision, dim) bytes of codes,
+// quantized_row.h) as the UINT8 tensor EmbeddingWeightName(key); borrowed until
+// WriteAtomic. The precision itself is the config's (TableConfig.precision).
+void AddQuantizedEmbedding(const std::string& key, int64_t num_rows, int32_t dim,
+                           config::TableConfig::Precision precision, const uint8_t* codes,
+                           CheckpointWriter* writer);
+// Reads what AddQuantizedEmbedding wrote into table->codes(); kDataLoss naming the table
+// and the row when a row's scale or bias is not finite or its scale is negative.
+void ReadQuantizedEmbedding(const CheckpointReader& reader, const std::string& path,
+                            const std::string& key, EmbeddingTable<float>* table);
+
 // The dense parameters alone (a serving model's: AddDenseTensors without the optimizer).
 void AddDenseParams(const DlrmModel<float>& model, CheckpointWriter* writer);
 // A serving model's DYNAMIC table: its resident ids and their rows, as the tensors

@@ -83,6 +83,10 @@ void ValidateSsdTables(const config::DlrmConfig& config) {
     if (table.kind() == config::TableConfig::DYNAMIC)
       ThrowInvalid(field, ".ssd is set but ", field,
                    ".kind is DYNAMIC, which the SSD tier does not take yet (FIXED only)");
+    if (table.precision() != config::TableConfig::FP32)
+      ThrowInvalid(field, ".ssd is set but ", field, ".precision is ",
+                   config::TableConfig::Precision_Name(table.precision()),
+                   ": the SSD tier holds FP32 rows only");
     const int64_t row_bytes = RowBytes(config, table.dim());
     if (table.ssd().cache_bytes() < row_bytes)
       ThrowInvalid(field, ".ssd.cache_bytes must hold at least one row (", row_bytes,
@@ -261,6 +265,11 @@ int32_t Lookahead(const config::DistributedConfig& d) {
 void RequireFixedTables(const config::ModelConfig& model, const char* who) {
   for (int t = 0; t < model.tables_size(); ++t) {
     const config::TableConfig& table = model.tables(t);
+    if (table.precision() != config::TableConfig::FP32)
+      ThrowInvalid(Field("model.tables", t), " (\"", table.name(), "\") has precision ",
+                   config::TableConfig::Precision_Name(table.precision()),
+                   " (a quantized serving table), which ", who,
+                   " does not take; predict with it in one process on the CPU");
     const char* what = table.kind() == config::TableConfig::DYNAMIC ? "is DYNAMIC"
                        : table.has_ssd()                            ? "has ssd storage"
                                                                     : nullptr;

@@ -9,6 +9,7 @@
 #include "engine/core/prefetch.h"
 #include "engine/core/status.h"
 #include "engine/embedding/pool_bag_avx2.h"
+#include "engine/embedding/quantized_row.h"
 
 namespace dlrm {
 namespace {
@@ -119,6 +120,7 @@ void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0,
   for (int64_t b = b0; b < b1; ++b) {
     for (int32_t f = 0; f < num_features(); ++f) {
       const EmbeddingTable<T>& table = (*tables_)[features_[f].table];
+      if (table.quantized()) continue;  // pooled from its codes by id (PoolQuantizedBag)
       for (int64_t i = batch.bag_begin(f, b), end = batch.bag_end(f, b); i < end; ++i)
         rows.push_back(table.row(view.ids[i]));
     }
@@ -137,10 +139,19 @@ void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0,
     if (!features_tile_row_) std::fill(out_row, out_row + pooled_width_, T(0));
     for (int32_t f = 0; f < num_features(); ++f) {
       const FeatureBinding& fb = features_[f];
-      const int32_t dim = (*tables_)[fb.table].dim();
+      const EmbeddingTable<T>& table = (*tables_)[fb.table];
+      const int32_t dim = table.dim();
       const auto row_bytes = static_cast<int32_t>(dim * sizeof(T));
       T* out = out_row + fb.offset;
       const int64_t begin = batch.bag_begin(f, b), end = batch.bag_end(f, b);
+      if (table.quantized()) {
+        // The feature's bags of samples [b, b1) are contiguous in ids (feature-major).
+        PoolQuantizedBag(table.codes().data(), table.row_bytes(), view.ids + begin, end - begin,
+                         batch.bag_end(f, b1 - 1) - begin,
+                         view.weights ? view.weights + begin : nullptr, fb.mean, dim,
+                         table.precision(), out);
+        continue;
+      }
       if constexpr (std::is_same_v<T, float>) {
         if (avx2 && dim % 8 == 0) {
           PoolBagAvx2(rows.data() + next, end - begin,
@@ -281,6 +292,8 @@ void EmbeddingBagCollection<T>::Segment(const ValidatedBatch& batch, ThreadPool*
   const auto num_tables = static_cast<int32_t>(tables_->size());
   DLRM_INTERNAL_CHECK(row_ranges == nullptr ||
                       row_ranges->size() == static_cast<size_t>(num_tables));
+  for (const EmbeddingTable<T>& table : *tables_)  // read-only: the Engine refuses to train
+    DLRM_INTERNAL_CHECK(!table.quantized());
   if (!workspace_) workspace_ = std::make_unique<Workspace>();
   Workspace& ws = *workspace_;
   ws.segment_table.clear();

@@ -92,14 +92,25 @@ CounterRng IdRng(uint64_t seed, int32_t table_index, int64_t id) {
 }  // namespace
 
 template <typename T>
-EmbeddingTable<T>::EmbeddingTable(std::string name, int64_t num_rows, int32_t dim)
-    : name_(std::move(name)), num_rows_(num_rows), dim_(dim) {
+EmbeddingTable<T>::EmbeddingTable(std::string name, int64_t num_rows, int32_t dim,
+                                  TablePrecision precision)
+    : name_(std::move(name)), num_rows_(num_rows), dim_(dim), precision_(precision) {
   const size_t count = CheckedElementCount(name_, num_rows_, dim_);
   // Reserved (mapped, untouched) first, so the advice applies before the zero-fill faults
-  // the pages in.
-  data_.reserve(count);
-  AdviseHugePages(data_.data(), count * sizeof(T));
-  data_.resize(count);
+  // the pages in. A quantized table has fewer bytes per row than floats: the count's
+  // check covers them.
+  if (quantized())
+    Allocate(&codes_, static_cast<size_t>(num_rows_ * row_bytes()));
+  else
+    Allocate(&data_, count);
+}
+
+template <typename T>
+template <typename E>
+void EmbeddingTable<T>::Allocate(std::vector<E>* storage, size_t count) {
+  storage->reserve(count);
+  AdviseHugePages(storage->data(), count * sizeof(E));
+  storage->resize(count);
 }
 
 template <typename T>
@@ -119,10 +130,14 @@ void EmbeddingTable<T>::InitializeShard(const config::Initializer& init, uint64_
     ThrowInvalid("table '", name_, "': shard rows [", row_begin, ", ", row_begin + num_rows_,
                  ") from column ", col_begin, " do not fit a table of ", full_rows, " rows");
   const uint64_t stream = kStreamEmbeddingBase + static_cast<uint64_t>(table_index);
+  std::vector<T> values(quantized() ? static_cast<size_t>(dim_) : 0);
   WithDraw(init, full_rows, [&](auto draw) {
-    for (int64_t r = 0; r < num_rows_; ++r)
-      FillRow(row(r), dim_, CounterRng(seed, stream, static_cast<uint64_t>(row_begin + r)),
+    for (int64_t r = 0; r < num_rows_; ++r) {
+      T* target = quantized() ? values.data() : row(r);
+      FillRow(target, dim_, CounterRng(seed, stream, static_cast<uint64_t>(row_begin + r)),
               col_begin, draw);
+      if (quantized()) QuantizeRow(target, dim_, precision_, codes_.data() + r * row_bytes());
+    }
   });
 }
 
@@ -130,6 +145,7 @@ template <typename T>
 void EmbeddingTable<T>::InitializeForIds(const config::Initializer& init, uint64_t seed,
                                          int32_t table_index,
                                          const std::vector<std::pair<int64_t, int64_t>>& id_rows) {
+  DLRM_INTERNAL_CHECK(!quantized());  // admissions happen in training steps only
   WithDraw(init, num_rows_, [&](auto draw) {
     for (const auto& [id, r] : id_rows) {
       DLRM_INTERNAL_CHECK(r >= 0 && r < num_rows_);
@@ -142,6 +158,7 @@ template <typename T>
 void EmbeddingTable<T>::InitializeRows(const config::Initializer& init, uint64_t seed,
                                        int32_t table_index, int64_t full_rows,
                                        const std::vector<std::pair<int64_t, int64_t>>& row_slots) {
+  DLRM_INTERNAL_CHECK(!quantized());  // SSD tables are FP32
   const uint64_t stream = kStreamEmbeddingBase + static_cast<uint64_t>(table_index);
   WithDraw(init, full_rows, [&](auto draw) {
     for (const auto& [r, slot] : row_slots) {

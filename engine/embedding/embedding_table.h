@@ -1,6 +1,9 @@
 // One embedding table held as a dense [num_rows x dim] array in host memory: a FIXED
 // table's rows, or the rows a DYNAMIC table hands to ids (dynamic_rows.h decides which).
 // (An SSD table's DRAM cache is one too: model/ssd_tier.h decides which rows it holds.)
+// A table of precision INT8 or INT4 holds its rows as row-wise quantized codes
+// (quantized_row.h) in codes() instead of data(): read-only rows for prediction, which
+// only the pooled forward (embedding_bag.h) and the serving export read.
 // Threading: none of its own; rows are plain memory the caller partitions.
 // Errors: kInvalidArgument naming the table for a bad shape or initializer.
 #pragma once
@@ -13,13 +16,15 @@
 
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/thread_pool.h"
+#include "engine/embedding/quantized_row.h"
 
 namespace dlrm {
 
 template <typename T>
 class EmbeddingTable {
  public:
-  EmbeddingTable(std::string name, int64_t num_rows, int32_t dim);
+  EmbeddingTable(std::string name, int64_t num_rows, int32_t dim,
+                 TablePrecision precision = config::TableConfig::FP32);
 
   // Row r gets values drawn from CounterRng(seed, kStreamEmbeddingBase + table_index, r):
   // independent of thread count, sharding and the order rows are touched. DEFAULT is
@@ -32,6 +37,8 @@ class EmbeddingTable {
   // sharded model starts from exactly the single-process weights.
   void InitializeShard(const config::Initializer& init, uint64_t seed, int32_t table_index,
                        int64_t full_rows, int64_t row_begin, int32_t col_begin);
+
+  // (A quantized table's rows get those values quantized.)
 
   // A DYNAMIC table's admitted rows: row r of each (id, r) gets the values drawn from
   // (seed, table_index, id) (a stream of its own, not a FIXED row's), so an id starts from
@@ -49,6 +56,16 @@ class EmbeddingTable {
   const std::string& name() const { return name_; }
   int64_t num_rows() const { return num_rows_; }
   int32_t dim() const { return dim_; }
+  TablePrecision precision() const { return precision_; }
+  bool quantized() const { return IsQuantized(precision_); }
+  // Bytes of one stored row, and of all of them.
+  int64_t row_bytes() const { return StoredRowBytes(precision_, dim_); }
+  int64_t memory_bytes() const { return num_rows_ * row_bytes(); }
+  // A quantized table's rows, num_rows() x row_bytes() (empty for FP32; data() is empty
+  // for a quantized table).
+  std::vector<uint8_t>& codes() { return codes_; }
+  const std::vector<uint8_t>& codes() const { return codes_; }
+  const uint8_t* code_row(int64_t r) const { return codes_.data() + r * row_bytes(); }
   T* row(int64_t r) { return data_.data() + r * dim_; }
   const T* row(int64_t r) const { return data_.data() + r * dim_; }
   std::vector<T>& data() { return data_; }
@@ -58,7 +75,13 @@ class EmbeddingTable {
   std::string name_;
   int64_t num_rows_;
   int32_t dim_;
+  // storage sized to count elements, huge pages asked for before the zero-fill.
+  template <typename E>
+  static void Allocate(std::vector<E>* storage, size_t count);
+
+  TablePrecision precision_;
   std::vector<T> data_;
+  std::vector<uint8_t> codes_;
 };
 
 // Tables [0, n), table i built (allocated and initialized) by make(i), one task each on

@@ -9,6 +9,7 @@
 #include "engine/config/config.h"
 #include "engine/core/status.h"
 #include "engine/embedding/dynamic_rows.h"
+#include "engine/embedding/quantized_row.h"
 #include "engine/embedding/row_store.h"
 #include "engine/shard/cost_model.h"
 
@@ -56,6 +57,9 @@ void CheckModelFitsMemory(const config::DlrmConfig& config) {
     const auto& table = config.model().tables(t);
     const int64_t rows = ResidentRows(config, t);
     int64_t bytes = cost.MemoryBytes(rows, table.dim());
+    if (IsQuantized(table.precision()))  // codes in place of floats
+      bytes = rows * (StoredRowBytes(table.precision(), table.dim()) +
+                      SparseStateBytesPerRow(config.sparse_optimizer(), table.dim()));
     if (table.kind() == config::TableConfig::DYNAMIC)
       bytes = SaturatingAdd(bytes, static_cast<int64_t>(DynamicRows::MemoryBytesFor(
                                        DynamicRowsOptionsFor(table, config.seed(), t))));

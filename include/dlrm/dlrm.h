@@ -257,6 +257,21 @@ DLRM_API dlrm_status dlrm_engine_save(dlrm_engine* engine, const char* path);
  * engine is unchanged. Writer lock. */
 DLRM_API dlrm_status dlrm_engine_load(dlrm_engine* engine, const char* path);
 
+/* Table precisions a serving export may write (dlrm_engine_export's `quantize`). */
+enum {
+  DLRM_EXPORT_FP32 = 0, /* every table as it is */
+  DLRM_EXPORT_INT8 = 1, /* FP32 tables row-wise INT8: a byte per value, fp32 scale and bias */
+  DLRM_EXPORT_INT4 = 2  /* FP32 tables row-wise INT4: half a byte per value */
+};
+
+/* Writes a compact read-only model for serving to path atomically: the config, step, dense
+ * parameters, every table's rows (quantized as `quantize` says) and each DYNAMIC table's
+ * ids; no optimizer state. dlrm_engine_create_from_checkpoint loads it. An engine holding
+ * INT8 or INT4 tables predicts and evaluates from the codes directly and refuses
+ * train_step, train_submit, save, load and write_parameter of a table with
+ * DLRM_FAILED_PRECONDITION naming the table. Reader lock. */
+DLRM_API dlrm_status dlrm_engine_export(dlrm_engine* engine, const char* path, int32_t quantize);
+
 /* ---- Parameters as named arrays (float32, row-major) ----------------------------
  * Names: "bottom_mlp.<layer>.weight" [out x in], "bottom_mlp.<layer>.bias" [out], the same
  * for "top_mlp", and "embedding.<table>.weight" [rows x dim]. Reads take the reader lock,

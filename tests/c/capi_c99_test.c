@@ -343,6 +343,41 @@ static void test_checkpoints(dlrm_engine* e, const char* dir) {
   CHECK(other == NULL);
 }
 
+/* Serving exports: FP32 predicts bitwise as the engine, INT8 within 0.005 of it; the INT8
+ * model refuses what would write a row, naming the table, and stays as it was. */
+static void test_export(dlrm_engine* e, const char* dir) {
+  char fp32_path[512], int8_path[512];
+  float before[B], served[B], after[B], loss;
+  test_batch ref, t;
+  dlrm_engine *fp32 = NULL, *int8 = NULL;
+  int i, close = 1;
+  make_batch(&ref, 1);
+  make_batch(&t, 2);
+  predict_ref(e, &ref, before);
+  snprintf(fp32_path, sizeof fp32_path, "%s/model.serving", dir);
+  snprintf(int8_path, sizeof int8_path, "%s/model.int8.serving", dir);
+  CHECK(dlrm_engine_export(e, fp32_path, DLRM_EXPORT_FP32) == DLRM_OK);
+  CHECK(dlrm_engine_export(e, int8_path, DLRM_EXPORT_INT8) == DLRM_OK);
+  CHECK_FAILS(dlrm_engine_export(e, NULL, DLRM_EXPORT_INT8), DLRM_INVALID_ARGUMENT, "path");
+  CHECK_FAILS(dlrm_engine_export(e, int8_path, 7), DLRM_INVALID_ARGUMENT, "quantize");
+  CHECK_FAILS(dlrm_engine_export(NULL, int8_path, 0), DLRM_INVALID_ARGUMENT, "engine");
+  CHECK(dlrm_engine_create_from_checkpoint(fp32_path, &fp32) == DLRM_OK);
+  CHECK(dlrm_engine_create_from_checkpoint(int8_path, &int8) == DLRM_OK);
+  if (!fp32 || !int8) return;
+  predict_ref(fp32, &ref, served);
+  CHECK(same_floats(before, served, B));
+  predict_ref(int8, &ref, served);
+  for (i = 0; i < B; ++i) close = close && fabsf(served[i] - before[i]) < 0.005f;
+  CHECK(close);
+  CHECK_FAILS(dlrm_engine_train_step(int8, &t.batch, &loss), DLRM_FAILED_PRECONDITION,
+              "has precision INT8");
+  CHECK_FAILS(dlrm_engine_save(int8, fp32_path), DLRM_FAILED_PRECONDITION, "has precision INT8");
+  predict_ref(int8, &ref, after);
+  CHECK(same_floats(served, after, B));
+  dlrm_engine_destroy(fp32);
+  dlrm_engine_destroy(int8);
+}
+
 /* Submitted steps give bitwise the losses and predictions of synchronous steps. */
 static void test_async(void) {
   dlrm_engine *sync_engine = NULL, *async_engine = NULL;
@@ -683,6 +718,7 @@ int main(int argc, char** argv) {
   test_train_predict_eval(e);
   test_bad_inputs(e);
   test_checkpoints(e, dir);
+  test_export(e, dir);
   test_parameters(e);
   test_table_stats();
   test_async();

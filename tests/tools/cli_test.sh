@@ -52,6 +52,27 @@ grep -q " auc=$raw_auc$" "$DIR/dynamic_eval.out" || fail "the dynamic checkpoint
 "$DLRM" eval --checkpoint="$DIR/dynamic.serving" --test="$DIR/raw/test.tsv" > "$DIR/serving_eval.out"
 grep -q " auc=$raw_auc$" "$DIR/serving_eval.out" || fail "the serving model evaluates otherwise"
 
+# Quantized serving models (issue 16): --quantize int8 writes row-wise INT8 tables that
+# evaluate within 0.001 AUC of the checkpoint from a smaller file; a bad value is refused.
+"$DLRM" export --checkpoint="$DIR/model.ckpt" --out="$DIR/fp32.serving" > /dev/null
+"$DLRM" export --checkpoint="$DIR/model.ckpt" --out="$DIR/int8.serving" --quantize=int8 \
+  > "$DIR/int8_export.out"
+grep -q "exported .* to $DIR/int8.serving: [0-9]* bytes" "$DIR/int8_export.out" ||
+  fail "export --quantize=int8 printed no size"
+[ "$(stat -c %s "$DIR/int8.serving")" -lt "$(stat -c %s "$DIR/fp32.serving")" ] ||
+  fail "the INT8 serving model is not smaller than the FP32 one"
+"$DLRM" eval --checkpoint="$DIR/int8.serving" --test="$DIR/test.tsv" > "$DIR/int8_eval.out"
+int8_auc=$(sed -n 's/^eval .* auc=\([0-9.]*\)$/\1/p' "$DIR/int8_eval.out")
+awk -v a="$auc" -v q="$int8_auc" 'BEGIN { d = a - q; exit !(q != "" && d < 0.001 && d > -0.001) }' ||
+  fail "the INT8 model's AUC $int8_auc is not within 0.001 of $auc"
+if "$DLRM" export --checkpoint="$DIR/model.ckpt" --out="$DIR/x.serving" --quantize=int3 \
+  2> "$DIR/quantize.err" > /dev/null; then
+  fail "--quantize=int3 was accepted"
+fi
+grep -q -- '--quantize must be none, int8 or int4, got "int3"' "$DIR/quantize.err" ||
+  { cat "$DIR/quantize.err"; fail "the bad --quantize is not named"; }
+[ ! -e "$DIR/x.serving" ] || fail "a refused export wrote a file"
+
 # A malformed line stops training with file:line:field...
 head -100 "$DIR/train.tsv" > "$DIR/bad.tsv"
 printf '1\t5\tx\n' >> "$DIR/bad.tsv"

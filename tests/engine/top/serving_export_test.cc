@@ -2,11 +2,16 @@
 // parameters, every table's weights, a DYNAMIC table's ids and rows; no optimizer or
 // admission state) that Engine::FromCheckpoint loads and that predicts bitwise as the
 // engine it came from, an SSD table's rows included. Damaged or misused files are refused
-// naming what is wrong.
+// naming what is wrong. Quantized exports (issue 16: INT8 / INT4 row-wise tables) predict
+// close to the FP32 model from the codes and refuse everything that would write a row.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -15,6 +20,7 @@
 #include "engine/config/config.h"
 #include "engine/core/status.h"
 #include "engine/embedding/dynamic_rows.h"
+#include "engine/embedding/quantized_row.h"
 #include "engine/engine.h"
 #include "tests/support/test_support.h"
 
@@ -142,6 +148,181 @@ TEST(ServingExport, DamagedOrMisusedFilesAreRefusedNamingWhatIsWrong) {
   ReplaceIds(path, "dynamic.t0.rows", rows);
   expect_data_loss("has " + std::to_string(good.size()) + " ids but " +
                    std::to_string(rows.size()) + " rows");
+}
+
+constexpr auto kInt8 = config::TableConfig::INT8;
+constexpr auto kInt4 = config::TableConfig::INT4;
+
+// The largest |a[i] - b[i]|.
+float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  float most = 0;
+  for (size_t i = 0; i < a.size(); ++i) most = std::max(most, std::abs(a[i] - b[i]));
+  return most;
+}
+
+TEST(ServingExport, QuantizedModelsPredictCloseToTheFp32ModelFromTheirCodes) {
+  const std::string dir = testing::TempDir("serving_export_quantized");
+  Engine engine(Config(dir));  // DYNAMIC t0 (evicting), SSD t1, Adam
+  Train(engine, 30);
+  engine.Export(dir + "/fp32.serving");
+  engine.Export(dir + "/int8.serving", kInt8);
+  engine.Export(dir + "/int4.serving", kInt4);
+  const auto fp32 = Engine::FromCheckpoint(dir + "/fp32.serving");
+  const auto int8 = Engine::FromCheckpoint(dir + "/int8.serving");
+  const auto int4 = Engine::FromCheckpoint(dir + "/int4.serving");
+  const std::vector<float> p = Predictions(*fp32), p8 = Predictions(*int8), p4 = Predictions(*int4);
+  EXPECT_NE(p8, p);  // the codes are what is pooled
+  EXPECT_LT(MaxAbsDiff(p8, p), 0.005f);
+  EXPECT_LT(MaxAbsDiff(p4, p), 0.05f);
+  EXPECT_EQ(Predictions(*int8), p8);  // and again, the same bits
+  for (const auto* served : {int8.get(), int4.get()}) {
+    for (const auto& table : served->config().model().tables())
+      EXPECT_TRUE(IsQuantized(table.precision())) << table.name();
+    EXPECT_TRUE(served->config().sparse_optimizer().has_sgd());  // no state for the rows
+  }
+  // dim 4: 4 + 8 bytes a row (INT4: 2 + 8) in place of 16.
+  EXPECT_EQ(int8->GetTableStats("t1").memory_bytes, 25 * 12);
+  EXPECT_EQ(int4->GetTableStats("t1").memory_bytes, 25 * 10);
+  EXPECT_LT(std::filesystem::file_size(dir + "/int8.serving"),
+            std::filesystem::file_size(dir + "/fp32.serving"));
+}
+
+TEST(ServingExport, AQuantizedTablesParameterIsItsCodesValues) {
+  const std::string dir = testing::TempDir("serving_export_quantized_read");
+  Engine engine(Config(dir));
+  Train(engine, 10);
+  engine.Export(dir + "/int8.serving", kInt8);
+  const auto int8 = Engine::FromCheckpoint(dir + "/int8.serving");
+  const auto fp32 = testing::ParameterValues(engine);
+  const auto values = testing::ParameterValues(*int8);
+  for (const char* name : {"embedding.t0.weight", "embedding.t1.weight"}) {
+    const std::vector<float>& want = fp32.at(name);
+    const std::vector<float>& got = values.at(name);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    for (size_t r = 0; r * 4 < want.size(); ++r) {  // within half a step of its row's range
+      const auto row = want.begin() + static_cast<std::ptrdiff_t>(r * 4);
+      const auto [lo, hi] = std::minmax_element(row, row + 4);
+      for (size_t k = 0; k < 4; ++k)
+        EXPECT_NEAR(got[r * 4 + k], want[r * 4 + k], (*hi - *lo) / 255 / 2 * 1.001f + 1e-7f)
+            << name << " row " << r;
+    }
+  }
+  EXPECT_EQ(values.at("top_mlp.0.weight"), fp32.at("top_mlp.0.weight"));  // dense kept
+}
+
+// The error `call` throws, which must have `code` and name `what`.
+template <typename Call>
+void ExpectRefused(Call call, StatusCode code, const std::string& what) {
+  try {
+    call();
+    FAIL() << "not refused: " << what;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr(what));
+  }
+}
+
+TEST(ServingExport, AQuantizedModelRefusesEverythingThatWritesARowAndStaysAsItWas) {
+  const std::string dir = testing::TempDir("serving_export_quantized_refused");
+  Engine engine(Config(dir));
+  Train(engine, 10);
+  engine.Save(dir + "/model.ckpt");
+  engine.Export(dir + "/int8.serving", kInt8);
+  const auto int8 = Engine::FromCheckpoint(dir + "/int8.serving");
+  const std::vector<float> before = Predictions(*int8);
+  const std::string named = "model.tables[0] (\"t0\") has precision INT8";
+  const auto batch = testing::SmallBatch(kBatch, 1);
+  ExpectRefused([&] { int8->TrainStep(batch.view()); }, StatusCode::kFailedPrecondition,
+                named + " (a quantized serving table, read-only): training");
+  ExpectRefused([&] { int8->SubmitTrainStep(batch.view()); }, StatusCode::kFailedPrecondition,
+                named);
+  ExpectRefused([&] { int8->Save(dir + "/again.ckpt"); }, StatusCode::kFailedPrecondition,
+                named + " (a quantized serving table, read-only): Save");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/again.ckpt"));
+  ExpectRefused([&] { int8->Load(dir + "/model.ckpt"); }, StatusCode::kFailedPrecondition, named);
+  const std::vector<float> row(40 * 4, 0.5f);
+  ExpectRefused([&] { int8->WriteParameter("embedding.t1.weight", row.data(), 100); },
+                StatusCode::kFailedPrecondition,
+                "parameter \"embedding.t1.weight\" is a table of precision INT8");
+  ExpectRefused([&] { int8->Export(dir + "/int4.serving", kInt4); },
+                StatusCode::kFailedPrecondition,
+                "export: model.tables[0] (\"t0\") is already INT8; it cannot be exported as INT4");
+  ExpectRefused(
+      [&] { engine.Export(dir + "/bad.serving", static_cast<config::TableConfig::Precision>(2)); },
+      StatusCode::kInvalidArgument, "export: quantize must be FP32, INT8 or INT4, got 2");
+  EXPECT_EQ(Predictions(*int8), before);
+  EXPECT_EQ(int8->step(), 10);
+  // Re-exported as it is, it keeps its codes: the same predictions.
+  int8->Export(dir + "/again.serving");
+  EXPECT_EQ(Predictions(*Engine::FromCheckpoint(dir + "/again.serving")), before);
+}
+
+// Rewrites the INT8 serving model at path with row `row` of table `key`'s scale set to
+// `scale`.
+void DamageScale(const std::string& path, const std::string& key, int64_t row, float scale) {
+  const CheckpointReader reader(path);
+  CheckpointWriter writer;
+  for (const auto& [name, value] : reader.metadata()) writer.SetMetadata(name, value);
+  for (const std::string& tensor : reader.TensorNames()) {
+    const std::vector<int64_t> shape = reader.TensorShape(tensor);
+    int64_t n = 1;
+    for (const int64_t d : shape) n *= d;
+    const bool ids = tensor.rfind("dynamic.", 0) == 0;
+    const bool codes = tensor.rfind("embedding.", 0) == 0;  // every table is INT8
+    const auto dtype = ids     ? checkpoint::TensorEntry::INT64
+                       : codes ? checkpoint::TensorEntry::UINT8
+                               : checkpoint::TensorEntry::FLOAT32;
+    std::vector<char> data(static_cast<size_t>(n * (ids ? 8 : codes ? 1 : 4)));
+    reader.ReadTensor(tensor, dtype, shape, data.data());
+    if (tensor == checkpoint::EmbeddingWeightName(key))
+      std::memcpy(data.data() + row * shape[1] + (shape[1] - 8), &scale, sizeof scale);
+    writer.AddTensorCopy(tensor, dtype, shape, data.data(), data.size());
+  }
+  writer.WriteAtomic(path);
+}
+
+TEST(ServingExport, AQuantizedRowWithABadScaleIsRefusedNamingTableAndRow) {
+  const std::string dir = testing::TempDir("serving_export_quantized_damaged");
+  Engine engine(Config(dir));
+  Train(engine, 5);
+  const std::string path = dir + "/int8.serving";
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -0.5f}) {
+    engine.Export(path, kInt8);
+    DamageScale(path, "t1", 7, bad);
+    ExpectRefused([&] { Engine::FromCheckpoint(path); }, StatusCode::kDataLoss,
+                  "table \"t1\" (INT8) row 7 has a scale or bias that is not finite");
+  }
+}
+
+TEST(ServingExport, QuantizedTablesAreRefusedWhereTheyCannotBeHeldAndCountedAsCodes) {
+  const std::string dir = testing::TempDir("serving_export_quantized_config");
+  auto expect_invalid = [](const config::DlrmConfig& c, const std::string& what) {
+    ExpectRefused([&] { Engine engine(c); }, StatusCode::kInvalidArgument, what);
+  };
+  config::DlrmConfig c = Config(dir);
+  c.mutable_model()->mutable_tables(1)->set_precision(kInt8);
+  expect_invalid(c, "model.tables[1].ssd is set but model.tables[1].precision is INT8");
+  c = ParseConfigText(testing::SmallConfigText());
+  c.mutable_model()->mutable_tables(1)->set_precision(kInt4);
+  config::DlrmConfig cuda = c;
+  cuda.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  expect_invalid(cuda,
+                 "model.tables[1] (\"t1\") has precision INT4 (a quantized serving "
+                 "table), which device.kind CUDA does not take");
+  ExpectRefused([&] { RequireFixedTables(c.model(), "distributed training (embedding shards)"); },
+                StatusCode::kInvalidArgument,
+                "has precision INT4 (a quantized serving table), which distributed training");
+  // A model whose FP32 tables exceed the memory limit fits it with INT8 tables.
+  c.mutable_model()->mutable_tables(0)->set_num_rows(1000000);  // dim 4: 16 MB in FP32
+  c.set_memory_limit_bytes(14000000);
+  ExpectRefused([&] { Engine engine(c); }, StatusCode::kResourceExhausted,
+                "the embedding tables need");
+  c.mutable_model()->mutable_tables(0)->set_precision(kInt8);  // 12 MB
+  Engine int8(c);
+  EXPECT_EQ(int8.GetTableStats("t0").memory_bytes, 1000000 * 12);
+  std::vector<float> p(kBatch);
+  int8.Predict(testing::SmallBatch(kBatch, 3).view(), p.data(), kBatch);
+  for (const float v : p) EXPECT_TRUE(v > 0 && v < 1) << v;
 }
 
 }  // namespace

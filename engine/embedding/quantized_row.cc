@@ -1,0 +1,211 @@
+#include "engine/embedding/quantized_row.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "engine/core/cpu_features.h"
+#include "engine/core/prefetch.h"
+#include "engine/core/status.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace dlrm {
+namespace {
+
+constexpr int64_t kScaleBiasBytes = 2 * sizeof(float);
+// How many rows of a bag ahead of the one being added the next is prefetched.
+constexpr int64_t kPrefetchRows = 8;
+
+// Every line of a row: rows of dim + 8 bytes start anywhere in a line, so the last byte's
+// line is asked for too (PrefetchLines steps from the first byte).
+inline void PrefetchRow(const uint8_t* row, int64_t bytes) {
+  PrefetchLines(row, static_cast<size_t>(bytes));
+  __builtin_prefetch(row + bytes - 1);
+}
+
+int64_t CodeBytes(TablePrecision precision, int32_t dim) {
+  return precision == config::TableConfig::INT4 ? (int64_t{dim} + 1) / 2 : int64_t{dim};
+}
+
+float Levels(TablePrecision precision) {
+  return precision == config::TableConfig::INT4 ? 15.0f : 255.0f;
+}
+
+void ReadScaleBias(const uint8_t* row, int32_t dim, TablePrecision precision, float* scale,
+                   float* bias) {
+  const uint8_t* tail = row + CodeBytes(precision, dim);
+  std::memcpy(scale, tail, sizeof(float));
+  std::memcpy(bias, tail + sizeof(float), sizeof(float));
+}
+
+inline int Code(const uint8_t* row, int32_t k, TablePrecision precision) {
+  if (precision == config::TableConfig::INT8) return row[k];
+  return (row[k >> 1] >> ((k & 1) * 4)) & 0xF;
+}
+
+// acc[k0, dim) += a * code_k, one column at a time (the portable loop, and the AVX2
+// kernel's tail).
+template <typename T>
+void AddScaledCodes(const uint8_t* row, int32_t k0, int32_t dim, TablePrecision precision, T a,
+                    T* acc) {
+  for (int32_t k = k0; k < dim; ++k) acc[k] += a * static_cast<T>(Code(row, k, precision));
+}
+
+#if defined(__x86_64__)
+// AVX2 without FMA: a fused multiply-add would round differently from the portable loop.
+// Columns [col, col + V * 8) of an INT8 bag, whole: acc = sum_j a_j * code_j in registers
+// and the bias term beside it, the rows in order, then acc + bias term (/ count for MEAN),
+// stored once: the portable loop's operations. Prefetches only when asked (the first
+// block).
+template <int V>
+__attribute__((target("avx2"))) void PoolInt8Block(const uint8_t* table, int64_t row_bytes,
+                                                   const int64_t* ids, int64_t count,
+                                                   int64_t available, const float* weights,
+                                                   bool mean, int32_t dim, int32_t col, float* out,
+                                                   bool prefetch) {
+  __m256 acc[V];
+  for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
+  float constant = 0;
+  for (int64_t j = 0; j < count; ++j) {
+    if (prefetch && j + kPrefetchRows < available)
+      PrefetchRow(table + ids[j + kPrefetchRows] * row_bytes, row_bytes);
+    const uint8_t* row = table + ids[j] * row_bytes;
+    float scale, bias;
+    std::memcpy(&scale, row + dim, sizeof scale);
+    std::memcpy(&bias, row + dim + sizeof scale, sizeof bias);
+    const float w = weights ? weights[j] : 1.0f;
+    constant += w * bias;
+    const __m256 a = _mm256_set1_ps(w * scale);
+    for (int v = 0; v < V; ++v) {
+      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + col + v * 8));
+      acc[v] =
+          _mm256_add_ps(acc[v], _mm256_mul_ps(a, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes))));
+    }
+  }
+  const __m256 c = _mm256_set1_ps(constant);
+  for (int v = 0; v < V; ++v) acc[v] = _mm256_add_ps(acc[v], c);
+  if (mean && count > 0) {
+    const __m256 len = _mm256_set1_ps(static_cast<float>(count));
+    for (int v = 0; v < V; ++v) acc[v] = _mm256_div_ps(acc[v], len);
+  }
+  for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + col + v * 8, acc[v]);
+}
+
+using Int8BlockKernel = void (*)(const uint8_t*, int64_t, const int64_t*, int64_t, int64_t,
+                                 const float*, bool, int32_t, int32_t, float*, bool);
+constexpr int32_t kBlockVectors = 8;  // 64 columns: 8 accumulators
+constexpr Int8BlockKernel kInt8Blocks[kBlockVectors + 1] = {
+    nullptr,          PoolInt8Block<1>, PoolInt8Block<2>, PoolInt8Block<3>, PoolInt8Block<4>,
+    PoolInt8Block<5>, PoolInt8Block<6>, PoolInt8Block<7>, PoolInt8Block<8>};
+
+// out[0, k) = an INT8 bag's pooled values for the k = dim - dim % 8 columns it returns;
+// the caller finishes the rest with the portable loop.
+int32_t PoolInt8Avx2(const uint8_t* table, int64_t row_bytes, const int64_t* ids, int64_t count,
+                     int64_t available, const float* weights, bool mean, int32_t dim, float* out) {
+  const int32_t vectors = dim / 8;
+  for (int32_t v0 = 0; v0 < vectors; v0 += kBlockVectors) {
+    const int32_t v = std::min(vectors - v0, kBlockVectors);
+    kInt8Blocks[v](table, row_bytes, ids, count, available, weights, mean, dim, v0 * 8, out,
+                   v0 == 0);
+  }
+  return vectors * 8;
+}
+#endif
+
+}  // namespace
+
+bool IsQuantized(TablePrecision precision) {
+  return precision == config::TableConfig::INT8 || precision == config::TableConfig::INT4;
+}
+
+const char* PrecisionName(TablePrecision precision) {
+  return config::TableConfig::Precision_Name(precision).c_str();
+}
+
+int64_t StoredRowBytes(TablePrecision precision, int32_t dim) {
+  if (!IsQuantized(precision)) return int64_t{dim} * static_cast<int64_t>(sizeof(float));
+  return CodeBytes(precision, dim) + kScaleBiasBytes;
+}
+
+template <typename T>
+void QuantizeRow(const T* row, int32_t dim, TablePrecision precision, uint8_t* out) {
+  DLRM_INTERNAL_CHECK(IsQuantized(precision) && dim > 0);
+  float lo = static_cast<float>(row[0]), hi = lo;
+  for (int32_t k = 1; k < dim; ++k) {
+    lo = std::min(lo, static_cast<float>(row[k]));
+    hi = std::max(hi, static_cast<float>(row[k]));
+  }
+  const float levels = Levels(precision);
+  const float scale = (hi - lo) / levels;
+  std::memset(out, 0, static_cast<size_t>(CodeBytes(precision, dim)));
+  for (int32_t k = 0; scale > 0 && k < dim; ++k) {
+    const float q = std::floor((static_cast<float>(row[k]) - lo) / scale + 0.5f);
+    const auto code = static_cast<uint8_t>(std::clamp(q, 0.0f, levels));
+    if (precision == config::TableConfig::INT8)
+      out[k] = code;
+    else
+      out[k >> 1] = static_cast<uint8_t>(out[k >> 1] | (code << ((k & 1) * 4)));
+  }
+  uint8_t* tail = out + CodeBytes(precision, dim);
+  std::memcpy(tail, &scale, sizeof(float));
+  std::memcpy(tail + sizeof(float), &lo, sizeof(float));
+}
+
+template <typename T>
+void DequantizeRow(const uint8_t* row, int32_t dim, TablePrecision precision, T* out) {
+  float scale, bias;
+  ReadScaleBias(row, dim, precision, &scale, &bias);
+  for (int32_t k = 0; k < dim; ++k)
+    out[k] = static_cast<T>(scale * static_cast<float>(Code(row, k, precision)) + bias);
+}
+
+bool QuantizedRowIsValid(const uint8_t* row, int32_t dim, TablePrecision precision) {
+  float scale, bias;
+  ReadScaleBias(row, dim, precision, &scale, &bias);
+  return std::isfinite(scale) && std::isfinite(bias) && scale >= 0;
+}
+
+template <typename T>
+void PoolQuantizedBag(const uint8_t* table, int64_t row_bytes, const int64_t* ids, int64_t count,
+                      int64_t available, const float* weights, bool mean, int32_t dim,
+                      TablePrecision precision, T* out) {
+  int32_t k0 = 0;  // columns [0, k0) pooled by the AVX2 kernel
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float>)
+    if (precision == config::TableConfig::INT8 && CpuHasAvx2Fma())
+      k0 = PoolInt8Avx2(table, row_bytes, ids, count, available, weights, mean, dim, out);
+#endif
+  if (k0 == dim) return;
+  std::fill(out + k0, out + dim, T(0));
+  T constant = 0;
+  for (int64_t j = 0; j < count; ++j) {
+    if (k0 == 0 && j + kPrefetchRows < available)
+      PrefetchRow(table + ids[j + kPrefetchRows] * row_bytes, row_bytes);
+    const uint8_t* row = table + ids[j] * row_bytes;
+    float scale, bias;
+    ReadScaleBias(row, dim, precision, &scale, &bias);
+    const T w = weights ? static_cast<T>(weights[j]) : T(1);
+    constant += w * static_cast<T>(bias);
+    AddScaledCodes(row, k0, dim, precision, w * static_cast<T>(scale), out);
+  }
+  for (int32_t k = k0; k < dim; ++k) out[k] += constant;
+  if (mean && count > 0) {
+    const auto len = static_cast<T>(count);
+    for (int32_t k = k0; k < dim; ++k) out[k] /= len;
+  }
+}
+
+#define DLRM_QUANTIZED_ROW(T)                                                                  \
+  template void QuantizeRow<T>(const T*, int32_t, TablePrecision, uint8_t*);                   \
+  template void DequantizeRow<T>(const uint8_t*, int32_t, TablePrecision, T*);                 \
+  template void PoolQuantizedBag<T>(const uint8_t*, int64_t, const int64_t*, int64_t, int64_t, \
+                                    const float*, bool, int32_t, TablePrecision, T*);
+DLRM_QUANTIZED_ROW(float)
+DLRM_QUANTIZED_ROW(double)
+#undef DLRM_QUANTIZED_ROW
+
+}  // namespace dlrm

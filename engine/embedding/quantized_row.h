@@ -1,0 +1,55 @@
+// Row-wise quantized embedding rows (TableConfig.precision INT8 / INT4): the serving
+// format `dlrm export --quantize` writes and the predict path pools from directly.
+//
+// Layout of one row of dim values: the codes (INT8: dim bytes; INT4: ceil(dim / 2) bytes,
+// value 2k in the low nibble of byte k, 2k + 1 in the high one), then the row's scale and
+// bias as little-endian fp32 (unaligned: read with memcpy). Value k is
+// scale * code_k + bias, where bias is the row's minimum and scale (max - min) / 255
+// (INT8) or / 15 (INT4), as FBGEMM's fused row-wise formats.
+//
+// Determinism: every function is a pure function of its arguments; the AVX2 pooling
+// kernel adds in the portable loop's order without fused multiply-adds, so both give the
+// same bits on any machine.
+// Threading: none; rows are plain memory the caller partitions.
+// Errors: none thrown; callers pass a quantized precision and rows of StoredRowBytes.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/config/dlrm.pb.h"
+
+namespace dlrm {
+
+using TablePrecision = config::TableConfig::Precision;
+
+// Whether rows of this precision are quantized codes (INT8, INT4) rather than floats.
+bool IsQuantized(TablePrecision precision);
+// The name the config uses ("INT8").
+const char* PrecisionName(TablePrecision precision);
+// Bytes of one stored row: dim * 4 for FP32, the layout above for INT8 / INT4.
+int64_t StoredRowBytes(TablePrecision precision, int32_t dim);
+
+// out[0, StoredRowBytes) = row[0, dim) quantized. row must be finite.
+template <typename T>
+void QuantizeRow(const T* row, int32_t dim, TablePrecision precision, uint8_t* out);
+// out[0, dim) = the values a quantized row stands for.
+template <typename T>
+void DequantizeRow(const uint8_t* row, int32_t dim, TablePrecision precision, T* out);
+// Whether a stored row's scale and bias are finite and its scale >= 0 (what QuantizeRow
+// writes); a damaged file's row is refused before it is used.
+bool QuantizedRowIsValid(const uint8_t* row, int32_t dim, TablePrecision precision);
+
+// out[0, dim) = the bag of rows ids[0, count) of `table` (rows of row_bytes bytes): the
+// sum over j of w_j * value(row ids[j]) (w_j = 1 without weights), divided by count if
+// mean and count > 0. The sum is formed as
+//   acc_k = sum_j (w_j * scale_j) * code_jk, then acc_k + sum_j (w_j * bias_j),
+// row by row from zero, multiplications and additions rounded separately. While adding
+// row j it prefetches row ids[j + 8] when that index is below `available` (the ids after
+// this bag that the same pass reads next: the feature's next bags). The ids must be rows
+// of the table.
+template <typename T>
+void PoolQuantizedBag(const uint8_t* table, int64_t row_bytes, const int64_t* ids, int64_t count,
+                      int64_t available, const float* weights, bool mean, int32_t dim,
+                      TablePrecision precision, T* out);
+
+}  // namespace dlrm
