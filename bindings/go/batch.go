@@ -82,3 +82,13 @@ const (
 	LRSparse LRTarget = 2 // the sparse (embedding) optimizer
 	LRAll    LRTarget = 3 // both
 )
+
+// ExportPrecision is the table precision Engine.Export writes.
+type ExportPrecision int32
+
+// Export precisions; the values are those of the C ABI.
+const (
+	ExportFP32 ExportPrecision = 0 // every table as it is
+	ExportINT8 ExportPrecision = 1 // FP32 tables row-wise INT8: a byte per value, fp32 scale, bias
+	ExportINT4 ExportPrecision = 2 // FP32 tables row-wise INT4: half a byte per value
+)

@@ -74,6 +74,10 @@ static dlrm_status go_save(dlrm_engine* e, const char* path, char** msg) {
 	return go_check(dlrm_engine_save(e, path), msg);
 }
 
+static dlrm_status go_export(dlrm_engine* e, const char* path, int32_t quantize, char** msg) {
+	return go_check(dlrm_engine_export(e, path, quantize), msg);
+}
+
 static dlrm_status go_load(dlrm_engine* e, const char* path, char** msg) {
 	return go_check(dlrm_engine_load(e, path), msg);
 }
@@ -133,6 +137,9 @@ var (
 	_ = [1]struct{}{}[C.DLRM_FAILED_PRECONDITION-FailedPrecondition]
 	_ = [1]struct{}{}[C.DLRM_RESOURCE_EXHAUSTED-ResourceExhausted]
 	_ = [1]struct{}{}[C.DLRM_LR_ALL-LRAll]
+	_ = [1]struct{}{}[C.DLRM_EXPORT_FP32-ExportFP32]
+	_ = [1]struct{}{}[C.DLRM_EXPORT_INT8-ExportINT8]
+	_ = [1]struct{}{}[C.DLRM_EXPORT_INT4-ExportINT4]
 )
 
 // abiErr is non-nil when the loaded library's ABI differs from ABIVersion.
@@ -409,7 +416,7 @@ func (h *handle) config() (string, error) {
 	return C.GoString(out), nil
 }
 
-// withPath runs a save or load on path.
+// withPath runs a save, export or load on path.
 func (h *handle) withPath(path string,
 	fn func(*C.dlrm_engine, *C.char, **C.char) C.dlrm_status) error {
 	e, err := h.acquire()
@@ -429,6 +436,12 @@ func (h *handle) withPath(path string,
 func (h *handle) save(path string) error {
 	return h.withPath(path, func(e *C.dlrm_engine, p *C.char, msg **C.char) C.dlrm_status {
 		return C.go_save(e, p, msg)
+	})
+}
+
+func (h *handle) export(path string, quantize ExportPrecision) error {
+	return h.withPath(path, func(e *C.dlrm_engine, p *C.char, msg **C.char) C.dlrm_status {
+		return C.go_export(e, p, C.int32_t(quantize), msg)
 	})
 }
 

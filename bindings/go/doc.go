@@ -8,7 +8,9 @@
 //
 // An Engine trains, evaluates, predicts and checkpoints a model. A Predictor is a
 // read-only view of a checkpoint for serving: it has no training methods and its Predict
-// may be called from many goroutines at once.
+// may be called from many goroutines at once. Engine.Export writes a serving model
+// without optimizer state, its tables FP32 or row-wise quantized to INT8 or INT4, that
+// both load; a quantized one predicts but cannot be trained, saved or loaded into.
 //
 // A multi-process job (a coordinator, embedding servers and data-parallel trainers, told
 // their parts by the DLRM_* settings) is run with RunRole, for the coordinator and the

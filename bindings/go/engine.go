@@ -141,6 +141,20 @@ func (e *Engine) Save(path string) error {
 	return err
 }
 
+// Export writes a compact read-only model for serving to path atomically: the config,
+// step, dense parameters, every table's rows (quantized as quantize says) and each
+// DYNAMIC table's ids, without optimizer state. NewEngineFromCheckpoint and
+// OpenPredictor load it. An engine loaded from an ExportINT8 or ExportINT4 file predicts
+// and evaluates from the codes directly but refuses TrainStep, SubmitTrainStep, Save,
+// Load and WriteParameter of a table with an error matching ErrFailedPrecondition that
+// names the table. Another quantize value is an error matching ErrInvalidArgument. It
+// runs concurrently with Predict (reader lock).
+func (e *Engine) Export(path string, quantize ExportPrecision) error {
+	err := e.h.export(path, quantize)
+	runtime.KeepAlive(e)
+	return err
+}
+
 // Load restores a checkpoint written by an engine with the same model and optimizer
 // kinds. On failure (e.g. DataLoss for a corrupted file) the engine is unchanged.
 func (e *Engine) Load(path string) error {

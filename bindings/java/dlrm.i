@@ -6,9 +6,9 @@
  * Only what that layer needs is wrapped:
  *
  *  - from include/dlrm/dlrm.h: the constants (status codes, ABI version, learning-rate
- *    targets), dlrm_version, dlrm_abi_version, dlrm_status_name, dlrm_engine_destroy and
- *    the dlrm_eval_result and dlrm_table_stats structs, all taken from the header itself so
- *    they cannot drift;
+ *    targets, export precisions), dlrm_version, dlrm_abi_version, dlrm_status_name,
+ *    dlrm_engine_destroy and the dlrm_eval_result and dlrm_table_stats structs, all taken
+ *    from the header itself so they cannot drift;
  *  - small jdlrm_* helpers (%inline below) that build a dlrm_batch on the stack, turn
  *    out-parameters into return values and turn a failing dlrm_status into a Java
  *    ai.dlrm.DlrmException thrown from the same native call, so the thread-local
@@ -1109,6 +1109,12 @@ void jdlrm_save(JNIEnv* jenv, dlrm_engine* engine, const char* path) {
 void jdlrm_load(JNIEnv* jenv, dlrm_engine* engine, const char* path) {
   if (jdlrm_pending(jenv)) return;
   jdlrm_check(jenv, dlrm_engine_load(engine, path));
+}
+
+/* quantize: DLRM_EXPORT_FP32, DLRM_EXPORT_INT8 or DLRM_EXPORT_INT4. */
+void jdlrm_export(JNIEnv* jenv, dlrm_engine* engine, const char* path, int32_t quantize) {
+  if (jdlrm_pending(jenv)) return;
+  jdlrm_check(jenv, dlrm_engine_export(engine, path, quantize));
 }
 
 int64_t jdlrm_parameter_count(JNIEnv* jenv, dlrm_engine* engine) {

@@ -26,6 +26,8 @@ ABI_VERSION = 1
 MAX_PARAMETER_DIMS = 8
 #: ``DLRM_LR_*`` targets of dlrm_engine_set_learning_rate.
 LR_DENSE, LR_SPARSE, LR_ALL = 1, 2, 3
+#: ``DLRM_EXPORT_*`` table precisions of dlrm_engine_export.
+EXPORT_FP32, EXPORT_INT8, EXPORT_INT4 = 0, 1, 2
 
 _BUNDLED_DIR = Path(__file__).resolve().parent / "_lib"
 
@@ -174,6 +176,7 @@ _PROTOTYPES: Sequence[Tuple[str, object, List[object]]] = (
     ("dlrm_engine_get_config", _status, [_engine_p, _char_pp]),
     ("dlrm_engine_save", _status, [_engine_p, ctypes.c_char_p]),
     ("dlrm_engine_load", _status, [_engine_p, ctypes.c_char_p]),
+    ("dlrm_engine_export", _status, [_engine_p, ctypes.c_char_p, ctypes.c_int32]),
     ("dlrm_engine_parameter_count", _status, [_engine_p, c_int64_p]),
     ("dlrm_engine_parameter_name", _status, [_engine_p, ctypes.c_int64, _char_pp]),
     ("dlrm_engine_parameter_shape", _status,

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 PathLike = Union[str, "os.PathLike[str]"]
 
 _LR_TARGETS = {"all": _native.LR_ALL, "dense": _native.LR_DENSE, "sparse": _native.LR_SPARSE}
+_EXPORT_PRECISIONS = {"fp32": _native.EXPORT_FP32, "int8": _native.EXPORT_INT8,
+                      "int4": _native.EXPORT_INT4}
 
 
 class EvalResult(NamedTuple):
@@ -308,6 +310,23 @@ class Engine:
         """Restores a checkpoint of the same model; on failure the engine is unchanged."""
         with self._use() as h:
             _native.check(_native.lib.dlrm_engine_load(h, _path_bytes(path)))
+
+    def export(self, path: PathLike, quantize: str = "fp32") -> None:
+        """Writes a compact read-only model for serving, atomically; takes the reader lock.
+
+        It holds the config, step, dense parameters, every table's rows and each DYNAMIC
+        table's ids, but no optimizer state; :meth:`from_checkpoint` loads it. ``quantize``
+        is "fp32" (tables as they are), "int8" or "int4" (FP32 tables row-wise quantized).
+        A quantized engine predicts and evaluates, but train_step, train_submit, save, load
+        and set_parameter of a table raise DlrmError FAILED_PRECONDITION naming the table.
+        """
+        try:
+            code = _EXPORT_PRECISIONS[quantize]
+        except (KeyError, TypeError):
+            raise ValueError(f"quantize must be one of {sorted(_EXPORT_PRECISIONS)}, "
+                             f"got {quantize!r}")
+        with self._use() as h:
+            _native.check(_native.lib.dlrm_engine_export(h, _path_bytes(path), code))
 
     # ---- parameters -------------------------------------------------------------------
     def parameter_names(self) -> List[str]:

@@ -121,6 +121,56 @@ def test_from_checkpoint_on_device(engine, rng, tmp_path):
         dlrm.Engine.from_checkpoint(path, device=0)  # type: ignore[arg-type]
 
 
+def test_export_fp32_is_bitwise_and_int8_is_close_and_smaller(engine, rng, tmp_path):
+    batch = make_batch(rng, batch_size=32, weights=True)
+    trained(engine, rng, steps=5)
+    expected = engine.predict(batch)
+    fp32_path, int8_path = tmp_path / "fp32.model", tmp_path / "int8.model"
+    engine.export(fp32_path)  # quantize="fp32"; os.PathLike and str both work
+    engine.export(str(int8_path), quantize="int8")
+    with dlrm.Engine.from_checkpoint(fp32_path) as fp32:
+        assert fp32.step == 5
+        assert np.array_equal(fp32.predict(batch), expected)
+        assert same_bits(fp32.predict(batch), expected)
+    with dlrm.Engine.from_checkpoint(int8_path) as int8:
+        assert int8.step == 5
+        got = int8.predict(batch)
+    assert np.max(np.abs(got - expected)) <= 0.005
+    assert not np.array_equal(got, expected)
+    assert int8_path.stat().st_size < fp32_path.stat().st_size
+
+
+def test_int8_export_refuses_training_and_keeps_predictions(engine, rng, tmp_path, batch):
+    trained(engine, rng, steps=3)
+    path = tmp_path / "int8.model"
+    engine.export(path, quantize="int8")
+    with dlrm.Engine.from_checkpoint(path) as served:
+        before = served.predict(batch)
+        with pytest.raises(dlrm.DlrmError) as info:
+            served.train_step(batch)
+        assert info.value.status == dlrm.StatusCode.FAILED_PRECONDITION
+        assert "has precision INT8" in info.value.message
+        assert served.step == 3
+        assert same_bits(served.predict(batch), before)
+        for refused in (lambda: served.save(tmp_path / "x.ckpt"),
+                        lambda: served.set_parameter("embedding.t0.weight",
+                                                     np.zeros((50, 4), np.float32))):
+            with pytest.raises(dlrm.DlrmError, match="precision INT8") as info:
+                refused()
+            assert info.value.status == dlrm.StatusCode.FAILED_PRECONDITION
+        assert same_bits(served.predict(batch), before)
+
+
+def test_export_rejects_unknown_quantize(engine, tmp_path):
+    path = tmp_path / "model.int3"
+    with pytest.raises(ValueError, match=r"quantize must be one of \['fp32', 'int4', 'int8'\], "
+                                         r"got 'int3'"):
+        engine.export(path, quantize="int3")
+    with pytest.raises(ValueError, match="quantize"):
+        engine.export(path, quantize=8)  # type: ignore[arg-type]
+    assert not path.exists()
+
+
 def test_from_file_and_config(tmp_path, batch):
     path = tmp_path / "model.pbtxt"
     path.write_text(SMALL_CONFIG)
@@ -162,7 +212,8 @@ def test_close_is_idempotent_and_guards_every_call(batch, tmp_path):
     calls = [
         lambda: e.train_step(batch), lambda: e.predict(batch), lambda: e.evaluate([batch]),
         lambda: e.step, lambda: e.config, lambda: e.save(tmp_path / "x"),
-        lambda: e.load(tmp_path / "x"), lambda: e.set_learning_rate(0.1),
+        lambda: e.load(tmp_path / "x"), lambda: e.export(tmp_path / "x"),
+        lambda: e.set_learning_rate(0.1),
         e.parameter_names, lambda: e.parameter_shape("top_mlp.0.weight"),
         lambda: e.get_parameter("top_mlp.0.weight"), e.state_dict,
         lambda: e.load_state_dict({}), lambda: e.__enter__(),

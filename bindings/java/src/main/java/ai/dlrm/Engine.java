@@ -26,7 +26,7 @@ import java.util.function.Function;
  * unreachable, by a {@link Cleaner}, but only whenever the collector gets to it.
  *
  * <p>Thread safety: all methods may be called from any thread. Predictions, evaluation,
- * saving and the getters of one engine run concurrently; training steps, {@link
+ * saving, exporting and the getters of one engine run concurrently; training steps, {@link
  * #setLearningRate}, {@link #load} and {@link #writeParameter} serialize with everything else
  * (the library's reader/writer lock). {@link #close} waits for calls in flight, because the
  * native handle must never be destroyed under a running call; calls after it throw {@link
@@ -105,7 +105,8 @@ public final class Engine implements AutoCloseable {
 
   /**
    * An engine restored from a checkpoint written by {@link #save}, which stores the config:
-   * same parameters, optimizer state, step and learning rates.
+   * same parameters, optimizer state, step and learning rates. Also loads a serving model
+   * written by {@link #export(Path, ExportPrecision)}.
    *
    * @throws DlrmException {@code IO} if the file cannot be read, {@code DATA_LOSS} if it is
    *     truncated or corrupted
@@ -244,6 +245,36 @@ public final class Engine implements AutoCloseable {
   public void save(Path checkpoint) {
     byte[] path = Utf8.path(checkpoint, "checkpoint");
     run(pointer -> DlrmNative.jdlrm_save(pointer, path));
+  }
+
+  /**
+   * Writes a serving model with every table as it is: {@link #export(Path, ExportPrecision)}
+   * with {@link ExportPrecision#FP32}.
+   */
+  public void export(Path path) {
+    export(path, ExportPrecision.FP32);
+  }
+
+  /**
+   * Writes a compact read-only model for serving, atomically: the config, step, dense
+   * parameters, every table's rows (row-wise quantized as {@code quantize} says) and the ids
+   * of each DYNAMIC table; no optimizer state. {@link #fromCheckpoint(Path)} loads it. An
+   * engine loaded from an {@link ExportPrecision#INT8} or {@link ExportPrecision#INT4} model
+   * predicts and evaluates from the codes directly, but its {@link #trainStep}, {@link
+   * #submitTrainStep}, {@link #save}, {@link #load} and {@link #writeParameter} of a table
+   * throw {@link DlrmException} with {@link StatusCode#FAILED_PRECONDITION} naming the table
+   * ({@code model.tables[0] ("t0") has precision INT8}). Runs concurrently with predictions
+   * (reader lock).
+   *
+   * @throws NullPointerException if {@code path} or {@code quantize} is null
+   * @throws DlrmException {@code IO} if the file cannot be written, {@code
+   *     FAILED_PRECONDITION} naming the table to export an already quantized table at the
+   *     other quantized precision (with {@code FP32} it is written as it is)
+   */
+  public void export(Path path, ExportPrecision quantize) {
+    byte[] cPath = Utf8.path(path, "path");
+    Objects.requireNonNull(quantize, "quantize");
+    run(pointer -> DlrmNative.jdlrm_export(pointer, cPath, quantize.code));
   }
 
   /**

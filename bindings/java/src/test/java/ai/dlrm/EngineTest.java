@@ -147,6 +147,7 @@ public class EngineTest {
         () -> engine.step(),
         () -> engine.config(),
         () -> engine.save(path),
+        () -> engine.export(path, ExportPrecision.INT8),
         () -> engine.load(path),
         () -> engine.parameterNames(),
         () -> engine.parameterShape("bottom_mlp.0.weight"),
