@@ -98,6 +98,10 @@ std::unique_ptr<train::Backend> MakeBackend(const config::DlrmConfig& config,
     ThrowInvalid(
         "model.interaction is DCN, which device.kind CUDA does not take yet; train it "
         "on the CPU");
+  if (config.model().dot_self_interaction())
+    ThrowInvalid(
+        "model.dot_self_interaction is set, which device.kind CUDA does not take yet; train "
+        "it on the CPU");
 #if DLRM_HAVE_CUDA
   return cuda::MakeCudaBackend(config.device().ordinal(), state, config, pool);
 #else

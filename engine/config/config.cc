@@ -110,6 +110,8 @@ void ValidateMlp(const std::string& field, const config::ModelConfig& model, boo
 
 // The cross network's width is the concatenation's: the bottom output plus every feature's dim.
 void ValidateDcn(const config::ModelConfig& model) {
+  if (model.dot_self_interaction() && model.interaction() != config::ModelConfig::DOT)
+    ThrowInvalid("model.dot_self_interaction is set but model.interaction is not DOT");
   if (model.interaction() != config::ModelConfig::DCN) {
     if (model.has_dcn()) ThrowInvalid("model.dcn is set but model.interaction is not DCN");
     return;

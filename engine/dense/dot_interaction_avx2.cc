@@ -27,13 +27,15 @@ DLRM_AVX2 inline const float* Z(const float* x, const float* pooled, int d, int 
 }  // namespace
 
 DLRM_AVX2 void DotInteractionForwardAvx2(const float* x, const float* pooled, int num_features,
-                                         int d, float* out) {
-  for (int i = 1; i <= num_features; ++i) {
+                                         int d, bool self, float* out) {
+  const int diagonal = self ? 1 : 0;
+  for (int i = 1 - diagonal; i <= num_features; ++i) {
     const float* zi = Z(x, pooled, d, i);
+    const int row = i + diagonal;  // pairs (i, 0..row-1)
     // Eight pairs (i, j..j+7) at a time; a short last group reuses z_0 in its spare lanes
     // and stores only the lanes it owns.
-    for (int j = 0; j < i; j += 8) {
-      const int count = std::min(8, i - j);
+    for (int j = 0; j < row; j += 8) {
+      const int count = std::min(8, row - j);
       const float* zj[8];
       for (int l = 0; l < 8; ++l) zj[l] = Z(x, pooled, d, l < count ? j + l : 0);
       __m256 acc[8];
@@ -57,14 +59,19 @@ DLRM_AVX2 void DotInteractionForwardAvx2(const float* x, const float* pooled, in
 }
 
 DLRM_AVX2 void DotInteractionBackwardAvx2(const float* x, const float* pooled, const float* g,
-                                          int num_features, int d, float* dx, float* dpooled,
-                                          float* scratch) {
-  // The symmetric coefficient matrix M (zero diagonal): dz_i = sum_j M[i][j] z_j.
+                                          int num_features, int d, bool self, float* dx,
+                                          float* dpooled, float* scratch) {
+  // The symmetric coefficient matrix M: dz_i = sum_j M[i][j] z_j; its diagonal is zero, or
+  // 2 g_(i,i) with self (g's row i ends with (i, i)).
   const int n = num_features + 1;
   float* m = scratch;
   for (int i = 0; i < n; ++i) {
     m[i * n + i] = 0.0f;
     for (int j = 0; j < i; ++j) m[i * n + j] = m[j * n + i] = *g++;
+    if (self) {
+      const float gii = *g++;
+      m[i * n + i] = gii + gii;
+    }
   }
   for (int i = 0; i < n; ++i) {
     const float* mi = m + i * n;
@@ -95,9 +102,9 @@ DLRM_AVX2 void DotInteractionBackwardAvx2(const float* x, const float* pooled, c
 #else  // not x86-64: never called (CpuHasAvx2Fma() is false), defined so the code links.
 
 namespace dlrm {
-void DotInteractionForwardAvx2(const float*, const float*, int, int, float*) {}
-void DotInteractionBackwardAvx2(const float*, const float*, const float*, int, int, float*, float*,
-                                float*) {}
+void DotInteractionForwardAvx2(const float*, const float*, int, int, bool, float*) {}
+void DotInteractionBackwardAvx2(const float*, const float*, const float*, int, int, bool, float*,
+                                float*, float*) {}
 }  // namespace dlrm
 
 #endif

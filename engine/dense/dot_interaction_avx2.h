@@ -8,14 +8,17 @@
 
 namespace dlrm {
 
-// out[p] = <z_i, z_j> for the pairs (i in 1..F, j < i) in row order: F(F+1)/2 values.
+// out[p] = <z_i, z_j> for the pairs (i in 1..F, j < i) in row order: F(F+1)/2 values;
+// with self, the pairs (i in 0..F, j <= i): (F+1)(F+2)/2 values.
 void DotInteractionForwardAvx2(const float* x, const float* pooled, int num_features, int d,
-                               float* out);
+                               bool self, float* out);
 
-// Given g, the gradient of those F(F+1)/2 outputs: dz_i = sum_j g_(i,j) z_j over j != i
-// (g symmetric). dx [d] += dz_0 (dx holds the pass-through gradient on entry);
-// dpooled [F * d] = dz_1..F (overwritten). scratch holds (F + 1)^2 floats.
+// Given g, the gradient of those outputs: dz_i = sum_j g_(i,j) z_j over j != i (g
+// symmetric), plus 2 g_(i,i) z_i with self. dx [d] += dz_0 (dx holds the pass-through
+// gradient on entry); dpooled [F * d] = dz_1..F (overwritten). scratch holds (F + 1)^2
+// floats.
 void DotInteractionBackwardAvx2(const float* x, const float* pooled, const float* g,
-                                int num_features, int d, float* dx, float* dpooled, float* scratch);
+                                int num_features, int d, bool self, float* dx, float* dpooled,
+                                float* scratch);
 
 }  // namespace dlrm

@@ -28,11 +28,16 @@ void Axpy(T scale, const T* v, int d, T* acc) {
 
 template <typename T>
 Interaction<T>::Interaction(config::ModelConfig::Interaction kind, int bottom_dim,
-                            std::vector<int> feature_dims)
-    : kind_(kind), bottom_dim_(bottom_dim), dims_(std::move(feature_dims)) {
+                            std::vector<int> feature_dims, bool self_interaction)
+    : kind_(kind),
+      self_(self_interaction),
+      bottom_dim_(bottom_dim),
+      dims_(std::move(feature_dims)) {
   if (kind_ != config::ModelConfig::DOT && kind_ != config::ModelConfig::CAT) {
     ThrowInvalid("interaction: unsupported kind ", static_cast<int>(kind_));
   }
+  if (self_ && kind_ != config::ModelConfig::DOT)
+    ThrowInvalid("interaction: self_interaction is for DOT only");
   if (bottom_dim_ <= 0) {
     ThrowInvalid("interaction: bottom MLP output dim must be > 0, got ", bottom_dim_);
   }
@@ -50,8 +55,8 @@ Interaction<T>::Interaction(config::ModelConfig::Interaction kind, int bottom_di
     offsets_.push_back(pooled_width_);
     pooled_width_ += dims_[f];
   }
-  const int num_features = static_cast<int>(dims_.size());
-  out_dim_ = kind_ == config::ModelConfig::DOT ? bottom_dim_ + num_features * (num_features + 1) / 2
+  const int vectors = static_cast<int>(dims_.size()) + (self_ ? 1 : 0);
+  out_dim_ = kind_ == config::ModelConfig::DOT ? bottom_dim_ + vectors * (vectors + 1) / 2
                                                : bottom_dim_ + pooled_width_;
   use_avx2_ = std::is_same<T, float>::value && kind_ == config::ModelConfig::DOT &&
               bottom_dim_ % 8 == 0 && CpuHasAvx2Fma();
@@ -72,14 +77,15 @@ void Interaction<T>::Forward(const T* x, const T* pooled, int64_t n, T* out) con
     }
     if constexpr (std::is_same<T, float>::value) {
       if (use_avx2_) {
-        DotInteractionForwardAvx2(xr, pr, num_features, d, o);
+        DotInteractionForwardAvx2(xr, pr, num_features, d, self_, o);
         continue;
       }
     }
-    // z_0 = x, z_i = e_i; pairs (i, j) with j < i, row by row.
+    // z_0 = x, z_i = e_i; pairs (i, j) with j < i (j <= i with self), row by row.
     auto z = [&](int i) { return i == 0 ? xr : pr + offsets_[i - 1]; };
-    for (int i = 1; i <= num_features; ++i) {
-      for (int j = 0; j < i; ++j) *o++ = Dot(z(i), z(j), d);
+    const int diagonal = self_ ? 1 : 0;
+    for (int i = 1 - diagonal; i <= num_features; ++i) {
+      for (int j = 0; j < i + diagonal; ++j) *o++ = Dot(z(i), z(j), d);
     }
   }
 }
@@ -105,16 +111,18 @@ void Interaction<T>::Backward(const T* x, const T* pooled, const T* dout, int64_
     }
     if constexpr (std::is_same<T, float>::value) {
       if (use_avx2_) {
-        DotInteractionBackwardAvx2(xr, pr, g, num_features, d, dxr, dpr, scratch.data());
+        DotInteractionBackwardAvx2(xr, pr, g, num_features, d, self_, dxr, dpr, scratch.data());
         continue;
       }
     }
     std::fill(dpr, dpr + pooled_width_, T(0));
     auto z = [&](int i) { return i == 0 ? xr : pr + offsets_[i - 1]; };
     auto dz = [&](int i) { return i == 0 ? dxr : dpr + offsets_[i - 1]; };
-    // d<z_i, z_j> / dz_i = z_j and vice versa; accumulated in the forward's pair order.
-    for (int i = 1; i <= num_features; ++i) {
-      for (int j = 0; j < i; ++j) {
+    // d<z_i, z_j> / dz_i = z_j and vice versa (both for i == j: 2 z_i); accumulated in the
+    // forward's pair order.
+    const int diagonal = self_ ? 1 : 0;
+    for (int i = 1 - diagonal; i <= num_features; ++i) {
+      for (int j = 0; j < i + diagonal; ++j) {
         const T gij = *g++;
         Axpy(gij, z(j), d, dz(i));
         Axpy(gij, z(i), d, dz(j));

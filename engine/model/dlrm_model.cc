@@ -81,7 +81,8 @@ DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool, bool
   bottom_ = std::make_unique<Mlp<T>>(num_dense_, bottom_sizes, /*relu_last=*/true, 0);
   const bool dcn = model.interaction() == config::ModelConfig::DCN;
   interaction_ = std::make_unique<Interaction<T>>(
-      dcn ? config::ModelConfig::CAT : model.interaction(), bottom_->out_dim(), feature_dims);
+      dcn ? config::ModelConfig::CAT : model.interaction(), bottom_->out_dim(), feature_dims,
+      model.dot_self_interaction());
   // Parameters: bottom MLP, cross network, top MLP. Each draws from its own streams, so a
   // model without a cross network has the values it always had.
   size_t top_offset = bottom_->num_params();

@@ -148,9 +148,10 @@ TEST_P(MlpGradcheckTest, ThreeLayers) {
 INSTANTIATE_TEST_SUITE_P(ReluLast, MlpGradcheckTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Relu" : "Linear"; });
 
-void CheckInteraction(config::ModelConfig::Interaction kind, int d, std::vector<int> dims) {
+void CheckInteraction(config::ModelConfig::Interaction kind, int d, std::vector<int> dims,
+                      bool self = false) {
   const int64_t n = 3;
-  const Interaction<double> inter(kind, d, dims);
+  const Interaction<double> inter(kind, d, dims, self);
   auto x = Random(n * d, 9);
   auto pooled = Random(n * inter.pooled_width(), 10);
   const auto r = Random(n * inter.out_dim(), 11);
@@ -167,6 +168,10 @@ void CheckInteraction(config::ModelConfig::Interaction kind, int d, std::vector<
 
 TEST(DenseGradcheckTest, InteractionDot) {
   CheckInteraction(config::ModelConfig::DOT, 3, {3, 3, 3});
+}
+
+TEST(DenseGradcheckTest, InteractionDotWithSelfInteraction) {
+  CheckInteraction(config::ModelConfig::DOT, 3, {3, 3, 3}, true);
 }
 
 TEST(DenseGradcheckTest, InteractionCatUnequalDims) {

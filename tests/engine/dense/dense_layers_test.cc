@@ -381,6 +381,22 @@ TEST(InteractionTest, DotBackwardHandComputed) {
   EXPECT_THAT(dpooled, ElementsAre(2, 4));
 }
 
+TEST(InteractionTest, DotWithSelfInteractionHandComputed) {
+  const Interaction<double> dot(config::ModelConfig::DOT, 2, {2}, true);
+  EXPECT_EQ(dot.out_dim(), 5);  // 2 + 2*3/2: (x, x), (e1, x), (e1, e1)
+  const std::vector<double> x = {1, 2}, pooled = {3, 4};
+  std::vector<double> out(5);
+  dot.Forward(x.data(), pooled.data(), 1, out.data());
+  EXPECT_THAT(out, ElementsAre(1, 2, 5, 11, 25));
+  const std::vector<double> dout = {0.5, -1, 2, 3, -1};
+  std::vector<double> dx(2, 99), dpooled(2, 99);
+  dot.Backward(x.data(), pooled.data(), dout.data(), 1, dx.data(), dpooled.data());
+  // dx = dout[:2] + 2 * 2 x + 3 e1 = [0.5 + 4 + 9, -1 + 8 + 12]; de1 = 3 x + 2 * -1 e1
+  EXPECT_THAT(dx, ElementsAre(13.5, 19));
+  EXPECT_THAT(dpooled, ElementsAre(3 - 6, 6 - 8));
+  EXPECT_THROW(Interaction<double>(config::ModelConfig::CAT, 2, {2}, true), Error);
+}
+
 TEST(InteractionTest, CatHandComputedWithUnequalDims) {
   const Interaction<float> cat(config::ModelConfig::CAT, 2, {3, 1});
   EXPECT_EQ(cat.out_dim(), 6);
@@ -499,39 +515,42 @@ TEST(InteractionTest, Avx2KernelsMatchDefinition) {
   if (!CpuHasAvx2Fma()) GTEST_SKIP() << "this CPU has no AVX2 + FMA";
   for (int d : {8, 16, 24}) {
     for (int features : {1, 8, 13, 26}) {
-      const auto x = RandomVector<float>(d, 90), pooled = RandomVector<float>(features * d, 91);
-      const int pairs = features * (features + 1) / 2;
-      const auto g = RandomVector<float>(pairs, 92);
-      auto z = [&](int i) { return i == 0 ? x.data() : pooled.data() + (i - 1) * d; };
-      std::vector<float> out(pairs + 1, -7.0f);  // one guard value past the end
-      DotInteractionForwardAvx2(x.data(), pooled.data(), features, d, out.data());
-      int p = 0;
-      for (int i = 1; i <= features; ++i) {
-        for (int j = 0; j < i; ++j, ++p) {
-          double want = 0;
-          for (int k = 0; k < d; ++k) want += double(z(i)[k]) * z(j)[k];
-          ASSERT_NEAR(out[p], want, 1e-5) << "pair (" << i << ", " << j << ") d " << d;
-        }
-      }
-      EXPECT_EQ(out[pairs], -7.0f) << "wrote past the pairs";
-
-      std::vector<float> dx(d, 0.5f), dp(features * d, 99.0f);
-      std::vector<float> scratch((features + 1) * (features + 1));
-      DotInteractionBackwardAvx2(x.data(), pooled.data(), g.data(), features, d, dx.data(),
-                                 dp.data(), scratch.data());
-      std::vector<double> want((features + 1) * d, 0.0);
-      for (int k = 0; k < d; ++k) want[k] = 0.5;  // dx's pass-through part is kept
-      p = 0;
-      for (int i = 1; i <= features; ++i) {
-        for (int j = 0; j < i; ++j, ++p) {
-          for (int k = 0; k < d; ++k) {
-            want[i * d + k] += double(g[p]) * z(j)[k];
-            want[j * d + k] += double(g[p]) * z(i)[k];
+      for (const int diagonal : {0, 1}) {  // self-interaction: the pairs (i, i) too
+        const auto x = RandomVector<float>(d, 90), pooled = RandomVector<float>(features * d, 91);
+        const int vectors = features + diagonal;
+        const int pairs = vectors * (vectors + 1) / 2;
+        const auto g = RandomVector<float>(pairs, 92);
+        auto z = [&](int i) { return i == 0 ? x.data() : pooled.data() + (i - 1) * d; };
+        std::vector<float> out(pairs + 1, -7.0f);  // one guard value past the end
+        DotInteractionForwardAvx2(x.data(), pooled.data(), features, d, diagonal == 1, out.data());
+        int p = 0;
+        for (int i = 1 - diagonal; i <= features; ++i) {
+          for (int j = 0; j < i + diagonal; ++j, ++p) {
+            double want = 0;
+            for (int k = 0; k < d; ++k) want += double(z(i)[k]) * z(j)[k];
+            ASSERT_NEAR(out[p], want, 1e-5) << "pair (" << i << ", " << j << ") d " << d;
           }
         }
+        EXPECT_EQ(out[pairs], -7.0f) << "wrote past the pairs";
+
+        std::vector<float> dx(d, 0.5f), dp(features * d, 99.0f);
+        std::vector<float> scratch((features + 1) * (features + 1));
+        DotInteractionBackwardAvx2(x.data(), pooled.data(), g.data(), features, d, diagonal == 1,
+                                   dx.data(), dp.data(), scratch.data());
+        std::vector<double> want((features + 1) * d, 0.0);
+        for (int k = 0; k < d; ++k) want[k] = 0.5;  // dx's pass-through part is kept
+        p = 0;
+        for (int i = 1 - diagonal; i <= features; ++i) {
+          for (int j = 0; j < i + diagonal; ++j, ++p) {
+            for (int k = 0; k < d; ++k) {
+              want[i * d + k] += double(g[p]) * z(j)[k];
+              want[j * d + k] += double(g[p]) * z(i)[k];
+            }
+          }
+        }
+        for (int k = 0; k < d; ++k) ASSERT_NEAR(dx[k], want[k], 1e-5) << "dx " << k;
+        for (int k = 0; k < features * d; ++k) ASSERT_NEAR(dp[k], want[d + k], 1e-5) << "dp " << k;
       }
-      for (int k = 0; k < d; ++k) ASSERT_NEAR(dx[k], want[k], 1e-5) << "dx " << k;
-      for (int k = 0; k < features * d; ++k) ASSERT_NEAR(dp[k], want[d + k], 1e-5) << "dp " << k;
     }
   }
 }

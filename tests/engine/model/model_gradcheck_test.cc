@@ -108,6 +108,12 @@ TEST(ModelGradcheckTest, DotInteractionWeightedBags) {
   CheckModel(testing::SmallConfigText(), true);
 }
 
+TEST(ModelGradcheckTest, DotInteractionWithSelfInteraction) {
+  std::string text = testing::SmallConfigText();
+  text.insert(text.find("bottom_mlp"), "dot_self_interaction: true\n  ");
+  CheckModel(text, true);
+}
+
 TEST(ModelGradcheckTest, CatInteraction) {
   std::string text = testing::SmallConfigText();
   text.replace(text.find("layer_sizes: 8 layer_sizes: 4 }"), 31, "layer_sizes: 8 layer_sizes: 5 }");

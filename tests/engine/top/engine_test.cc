@@ -160,6 +160,58 @@ TEST(EngineTest, DcnModelIsDeterministicAndResumes) {
                  "model.dcn.num_layers must be in [1, 64]");
 }
 
+// DOT with self-interaction (issue 16, the DLRM paper's optional term): bitwise the same at
+// 1, 2 and 4 threads (the AVX2 DOT kernels with the diagonal), with 4 more top-MLP inputs
+// than without (x and this model's 3 features, each with itself); refused with CAT and on
+// CUDA, naming the field.
+TEST(EngineTest, DotSelfInteractionIsDeterministicAndRefusedWhereItDoesNotApply) {
+  const auto config = [](int threads, bool self) {
+    std::string text = testing::SmallConfigText(kOptimizerSets[1], threads);
+    if (self) text.insert(text.find("bottom_mlp"), "dot_self_interaction: true\n  ");
+    return ParseConfigText(text);
+  };
+  std::vector<uint32_t> reference;
+  std::map<std::string, std::vector<float>> reference_params;
+  for (const int threads : {1, 2, 4}) {
+    Engine engine(config(threads, true));
+    const auto losses = TrainLosses(engine, 8);
+    if (reference.empty()) {
+      reference = losses, reference_params = Snapshot(engine);
+      continue;
+    }
+    EXPECT_EQ(losses, reference) << threads << " threads";
+    EXPECT_TRUE(BitwiseEqual(Snapshot(engine), reference_params)) << threads << " threads";
+  }
+  Engine plain(config(1, false));
+  const auto width = [](const Engine& e) {
+    for (const ParameterInfo& p : e.Parameters())
+      if (p.name == "top_mlp.0.weight") return p.shape[1];
+    return int64_t{-1};
+  };
+  EXPECT_EQ(width(Engine(config(1, true))), width(plain) + 4);
+  EXPECT_NE(TrainLosses(plain, 8), reference);
+
+  config::DlrmConfig cat = config(1, true);
+  cat.mutable_model()->set_interaction(config::ModelConfig::CAT);
+  try {
+    Engine engine(cat);
+    ADD_FAILURE() << "self-interaction with CAT was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("model.dot_self_interaction is set but model.interaction is "
+                                    "not DOT"));
+  }
+  config::DlrmConfig cuda = config(1, true);
+  cuda.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  try {
+    Engine engine(cuda);
+    ADD_FAILURE() << "self-interaction on CUDA was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("model.dot_self_interaction is set, which device.kind CUDA"));
+  }
+}
+
 // device.kind CUDA where it cannot be used (built without CUDA, no driver or device,
 // cuBLASLt missing) is refused naming the cause, never a crash and never CPU training
 // behind a CUDA config; where it can, the engine trains there (cuda_backend_test compares
