@@ -36,7 +36,7 @@ Coordinator::Coordinator(const net::Context& context, int32_t world_size,
                          const std::string& bind_address, const net::TransportOptions& options)
     : world_size_(CheckedWorldSize(world_size)),
       endpoint_(context, net::Endpoint::kListen, bind_address, options, "coordinator"),
-      hello_routing_ids_(world_size),
+      hello_links_(std::vector<std::string>(static_cast<size_t>(world_size))),
       left_(world_size, false),
       dead_(world_size, false) {
   RegisterMessageTypes();
@@ -127,7 +127,7 @@ void Coordinator::HandleDuringRendezvous(net::Received r, JoinedPeers& joined, i
   const bool again = joined[rank].has_value();
   joined[rank] = Joined{std::move(r), std::move(*hello)};
   if (again) return;
-  hello_routing_ids_[rank] = joined[rank]->request.from.routing_id;
+  hello_links_.Set(rank, joined[rank]->request.from.routing_id);
   registered_ = ++count;
 }
 
@@ -187,10 +187,7 @@ void Coordinator::ThrowLeaveTimeout() const {
 }
 
 void Coordinator::Heard(const net::Received& r) {
-  const net::Header& h = r.message.header;
-  if (!h.has_sender_rank() || h.sender_rank() >= world_size_) return;
-  const int32_t rank = h.sender_rank();
-  if (r.from.routing_id == hello_routing_ids_[rank]) last_heard_[rank] = Clock::now();
+  if (const std::optional<int32_t> rank = hello_links_.RankOf(r)) last_heard_[*rank] = Clock::now();
 }
 
 void Coordinator::FindDeadPeers() {
@@ -208,20 +205,19 @@ void Coordinator::FindDeadPeers() {
 
 std::optional<int32_t> Coordinator::SenderRank(const net::Received& r) {
   const net::Header& h = r.message.header;
-  if (!h.has_sender_rank() || h.sender_rank() >= world_size_) {
+  if (!hello_links_.NamesARank(r)) {
     endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
                          net::MessageTypeName(h.type()) + " needs a sender_rank in [0, " +
                              std::to_string(world_size_) + ")");
     return std::nullopt;
   }
-  if (r.from.routing_id != hello_routing_ids_[h.sender_rank()]) {
+  const std::optional<int32_t> rank = hello_links_.RankOf(r);
+  if (!rank)
     endpoint_.ReplyError(r, StatusCode::kInvalidArgument,
                          net::MessageTypeName(h.type()) + " claims rank " +
                              std::to_string(h.sender_rank()) +
                              " but does not come from the connection that said its HELLO");
-    return std::nullopt;
-  }
-  return h.sender_rank();
+  return rank;
 }
 
 void Coordinator::Handle(net::Received r) {
@@ -232,7 +228,7 @@ void Coordinator::Handle(net::Received r) {
       const std::optional<Hello> hello = DecodeOrReply(r, DecodeHello);
       if (!hello) return;
       const int32_t rank = hello->rank();
-      if (rank < world_size_ && hello_routing_ids_[rank] == r.from.routing_id) {
+      if (rank < world_size_ && hello_links_.link(rank) == r.from.routing_id) {
         endpoint_.Reply(r, MakeRoster(*roster_));
       } else {
         endpoint_.ReplyError(r, StatusCode::kFailedPrecondition,

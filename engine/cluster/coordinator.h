@@ -105,7 +105,7 @@ class Coordinator {
   std::atomic<bool> stop_{false};
   std::atomic<int32_t> registered_{0};
   std::optional<Roster> roster_;
-  std::vector<std::string> hello_routing_ids_;  // by rank, to recognize a repeated HELLO
+  net::RankLinks hello_links_;  // each rank's HELLO connection, to recognize it again
   std::vector<bool> left_;
   int32_t num_left_ = 0;
   Liveness liveness_{};

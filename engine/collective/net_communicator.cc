@@ -97,9 +97,9 @@ bool NetCommunicator::Accept(const net::Received& got, int64_t number,
                      got.message.payloads.size() == 1 &&
                      got.message.payloads[0].dtype() == net::PayloadDescriptor::U8;
   if (!valid) return Drop(got, number, "not an ALLGATHER contribution of another rank");
-  const int32_t from = h.sender_rank();
-  if (got.from.routing_id != links_[from])
-    return Drop(got, number, "not from the connection of the rank it names");
+  const std::optional<int32_t> linked = links_.RankOf(got);
+  if (!linked) return Drop(got, number, "not from the connection of the rank it names");
+  const int32_t from = *linked;
   if (h.step() != number && h.step() != number + 1)
     return Drop(got, number, "neither this all-gather's nor the next");
   std::map<int32_t, std::string>* early = h.step() > number ? &early_[h.step()] : nullptr;
@@ -119,8 +119,7 @@ bool NetCommunicator::Accept(const net::Received& got, int64_t number,
 
 bool NetCommunicator::Drop(const net::Received& got, int64_t number, const char* why) {
   ++dropped_;
-  // The first ten, then every thousandth: a flood of forgeries must not flood the log.
-  if (dropped_ <= 10 || dropped_ % 1000 == 0)
+  if (ShouldLogOccurrence(dropped_))
     DLRM_LOG(kWarning) << "trainer " << rank_ << ": dropped " << net::DescribeMessage(got.message)
                        << " during all-gather #" << number << ": " << why << " (" << dropped_
                        << " dropped so far)";

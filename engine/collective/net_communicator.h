@@ -58,7 +58,7 @@ class NetCommunicator : public Communicator {
   bool Drop(const net::Received& got, int64_t number, const char* why);
 
   net::Endpoint* listener_;
-  const std::vector<std::string> links_;
+  const net::RankLinks links_;
   const int32_t rank_;
   const std::chrono::milliseconds timeout_;
   std::vector<std::unique_ptr<net::Endpoint>> peers_;  // by rank; null for this rank

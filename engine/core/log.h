@@ -13,6 +13,7 @@
 // message goes to the old sink or the new one, whole.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -34,6 +35,16 @@ void SetLogSink(LogSink sink, LogLevel min_level);
 
 bool LogEnabled(LogLevel level);
 void Log(LogLevel level, const char* file, int line, const std::string& message);
+
+// Whether the count-th occurrence (1-based) of a repeated event is logged: the first
+// kLogFirstOccurrences one by one, then every kLogEveryOccurrences-th. A flood of
+// rejected, dropped or failed messages (a forger, a dead peer) must not flood the log;
+// the lines that are written carry the count.
+inline constexpr int64_t kLogFirstOccurrences = 10;
+inline constexpr int64_t kLogEveryOccurrences = 1000;
+inline bool ShouldLogOccurrence(int64_t count) {
+  return count <= kLogFirstOccurrences || count % kLogEveryOccurrences == 0;
+}
 
 // One message, sent to the sink when the statement ends.
 class LogLine {

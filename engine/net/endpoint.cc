@@ -18,9 +18,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int kReceiveBurst = 64;
 // Retry interval for a send ZeroMQ refused with EAGAIN.
 constexpr int kBlockedRetryMs = 1;
-// Rejections and failed sends logged one by one before switching to one line per kLogEvery.
-constexpr int64_t kLogFirst = 20;
-constexpr int64_t kLogEvery = 1000;
 
 }  // namespace
 
@@ -244,7 +241,7 @@ bool Endpoint::SendDue(std::deque<Outgoing>& queue) {
         failures = ++stats_.send_failures;
         stats_.last_send_failure = out.what + ": " + e.what();
       }
-      if (failures <= kLogFirst || failures % kLogEvery == 0)
+      if (ShouldLogOccurrence(failures))
         DLRM_LOG(kWarning) << name_ << ": could not send " << out.what << ": " << e.what() << " ["
                            << failures << " failed sends so far]";
       queue.pop_front();
@@ -299,7 +296,7 @@ void Endpoint::Reject(const Peer& from, const std::string& reason, const Frame* 
     count = ++stats_.rejected;
     stats_.last_rejection = reason;
   }
-  if (count <= kLogFirst || count % kLogEvery == 0) {
+  if (ShouldLogOccurrence(count)) {
     DLRM_LOG(kWarning) << name_ << " (" << address_ << "): rejected a message from "
                        << (from.address.empty() ? "a peer" : from.address) << ": " << reason << " ["
                        << count << " rejected so far]";
@@ -323,6 +320,24 @@ void Endpoint::Reject(const Peer& from, const std::string& reason, const Frame* 
   } catch (const Error& e) {
     DLRM_LOG(kWarning) << name_ << ": could not answer a rejected message: " << e.what();
   }
+}
+
+void RankLinks::Set(int32_t rank, std::string link) {
+  DLRM_INTERNAL_CHECK(rank >= 0 && rank < size());
+  links_[static_cast<size_t>(rank)] = std::move(link);
+}
+
+bool RankLinks::NamesARank(const Received& r) const {
+  const Header& h = r.message.header;
+  return h.has_sender_rank() && h.sender_rank() >= 0 && h.sender_rank() < size();
+}
+
+std::optional<int32_t> RankLinks::RankOf(const Received& r) const {
+  if (!NamesARank(r)) return std::nullopt;
+  const int32_t rank = r.message.header.sender_rank();
+  const std::string& link = links_[static_cast<size_t>(rank)];
+  if (link.empty() || r.from.routing_id != link) return std::nullopt;
+  return rank;
 }
 
 }  // namespace dlrm::net

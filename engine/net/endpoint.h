@@ -31,6 +31,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "engine/net/codec.h"
 #include "engine/net/context.h"
@@ -53,6 +55,28 @@ struct Peer {
 struct Received {
   Message message;
   Peer from;
+};
+
+// Which connection speaks for each rank of a job (the roster's links: ZeroMQ routing ids,
+// by rank). A message is rank r's only when its header names sender_rank r, r is a rank,
+// and it came over r's link: what the coordinator, the embedding servers and the
+// trainers' all-gather accept. A link still unknown (empty) matches nothing.
+class RankLinks {
+ public:
+  RankLinks() = default;
+  explicit RankLinks(std::vector<std::string> links) : links_(std::move(links)) {}
+  int32_t size() const { return static_cast<int32_t>(links_.size()); }
+  // Rank r's link (r in [0, size)); empty while unknown.
+  const std::string& link(int32_t rank) const { return links_[static_cast<size_t>(rank)]; }
+  // Rank r's link from now on (r in [0, size)).
+  void Set(int32_t rank, std::string link);
+  // Whether the header names a rank in [0, size) (the codec refuses negative ranks).
+  bool NamesARank(const Received& r) const;
+  // The rank r names when it comes over that rank's link; nullopt otherwise.
+  std::optional<int32_t> RankOf(const Received& r) const;
+
+ private:
+  std::vector<std::string> links_;
 };
 
 struct EndpointStats {

@@ -19,7 +19,7 @@ EmbeddingServer::EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int
       owner_(owner),
       index_(index),
       trainer_links_(std::move(trainer_links)),
-      num_trainers_(static_cast<int32_t>(trainer_links_.size())),
+      num_trainers_(trainer_links_.size()),
       trainer_timeout_(trainer_timeout) {
   RegisterMessageTypes();
   if (endpoint_ == nullptr || owner_ == nullptr)
@@ -82,10 +82,7 @@ void EmbeddingServer::Serve() {
 }
 
 std::optional<int32_t> EmbeddingServer::SendingTrainer(const net::Received& r) const {
-  const net::Header& h = r.message.header;
-  if (!h.has_sender_rank() || h.sender_rank() >= num_trainers_) return std::nullopt;
-  if (r.from.routing_id != trainer_links_[h.sender_rank()]) return std::nullopt;
-  return h.sender_rank();
+  return trainer_links_.RankOf(r);
 }
 
 void EmbeddingServer::Drop(const std::string& reason) {
@@ -95,8 +92,7 @@ void EmbeddingServer::Drop(const std::string& reason) {
     dropped = ++messages_dropped_;
     last_drop_reason_ = reason;
   }
-  // The first ten, then every thousandth: a flood of forgeries must not flood the log.
-  if (dropped <= 10 || dropped % 1000 == 0)
+  if (ShouldLogOccurrence(dropped))
     DLRM_LOG(kError) << "server " << index_ << ": dropped " << reason << " (" << dropped
                      << " dropped so far)";
 }

@@ -83,7 +83,7 @@ class EmbeddingServer {
   net::Endpoint* const endpoint_;
   ShardOwner* const owner_;
   const int32_t index_;
-  const std::vector<std::string> trainer_links_;  // by trainer
+  const net::RankLinks trainer_links_;
   const int32_t num_trainers_;
   const std::chrono::milliseconds trainer_timeout_;
   std::vector<std::chrono::steady_clock::time_point> last_heard_;  // by trainer

@@ -3,8 +3,9 @@
 // alone teaches nothing: checkpoint_fuzz_test covers that path), so the fuzzer's edits
 // reach the header, the metadata and the tensors. Engine::FromCheckpoint and
 // Engine::Load of it must succeed or refuse it naming bad input (fuzz_support.h), and a
-// refused Load must leave the engine predicting bitwise as before. Seed: a real
-// checkpoint of the small test model after a step (Adam and Adagrad state included).
+// refused Load must leave the engine predicting bitwise as before. Seeds: a real
+// checkpoint of the small test model after a step (Adam and Adagrad state included), and
+// its serving exports with INT8 and INT4 tables (issue 16: the quantized rows' reader).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -29,7 +30,13 @@ struct Fixture {
   OwnedBatch batch;
   std::vector<float> want;  // the engine's predictions of batch
   std::string dir, clean;   // clean: the seed checkpoint's bytes
+  std::vector<std::string> seeds;  // clean, then the quantized exports' bytes
 };
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 std::vector<float> Predictions(const Engine& engine, const OwnedBatch& batch) {
   std::vector<float> out(static_cast<size_t>(batch.batch_size));
@@ -46,8 +53,12 @@ Fixture& TheFixture() {
     x->engine->TrainStep(x->batch.view());
     x->dir = testing::TempDir("fuzz_checkpoint");
     x->engine->Save(x->dir + "/clean.ckpt");
-    std::ifstream in(x->dir + "/clean.ckpt", std::ios::binary);
-    x->clean.assign(std::istreambuf_iterator<char>(in), {});
+    x->clean = FileBytes(x->dir + "/clean.ckpt");
+    x->seeds = {x->clean};
+    for (const auto precision : {config::TableConfig::INT8, config::TableConfig::INT4}) {
+      x->engine->Export(x->dir + "/seed.serving", precision);
+      x->seeds.push_back(FileBytes(x->dir + "/seed.serving"));
+    }
     x->want = Predictions(*x->engine, x->batch);
     return x;
   }();
@@ -59,7 +70,7 @@ Fixture& TheFixture() {
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   dlrm::fuzz::WriteSeedsIfAsked(
-      argc, argv, [] { return std::vector<std::string>{dlrm::fuzz::TheFixture().clean}; });
+      argc, argv, [] { return dlrm::fuzz::TheFixture().seeds; });
   return 0;
 }
 

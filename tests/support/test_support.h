@@ -1,11 +1,15 @@
 // Shared helpers for the test suites.
 #pragma once
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "engine/core/status.h"
 #include "engine/data/batch.h"
 #include "engine/engine.h"
 
@@ -29,5 +33,17 @@ std::map<std::string, std::vector<float>> ParameterValues(const Engine& engine);
 // Equal names and bit-identical values (NaN payloads and signed zeros included).
 bool BitwiseEqual(const std::map<std::string, std::vector<float>>& a,
                   const std::map<std::string, std::vector<float>>& b);
+
+// call() must throw a dlrm::Error with `code` whose message contains `needle`.
+template <typename Call>
+void ExpectError(Call call, StatusCode code, const std::string& needle) {
+  try {
+    call();
+    ADD_FAILURE() << "not refused: " << needle;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(needle));
+  }
+}
 
 }  // namespace dlrm::testing

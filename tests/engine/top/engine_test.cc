@@ -193,23 +193,12 @@ TEST(EngineTest, DotSelfInteractionIsDeterministicAndRefusedWhereItDoesNotApply)
 
   config::DlrmConfig cat = config(1, true);
   cat.mutable_model()->set_interaction(config::ModelConfig::CAT);
-  try {
-    Engine engine(cat);
-    ADD_FAILURE() << "self-interaction with CAT was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("model.dot_self_interaction is set but model.interaction is "
-                                    "not DOT"));
-  }
+  testing::ExpectError([&] { Engine engine(cat); }, StatusCode::kInvalidArgument,
+                       "model.dot_self_interaction is set but model.interaction is not DOT");
   config::DlrmConfig cuda = config(1, true);
   cuda.mutable_device()->set_kind(config::DeviceConfig::CUDA);
-  try {
-    Engine engine(cuda);
-    ADD_FAILURE() << "self-interaction on CUDA was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("model.dot_self_interaction is set, which device.kind CUDA"));
-  }
+  testing::ExpectError([&] { Engine engine(cuda); }, StatusCode::kInvalidArgument,
+                       "model.dot_self_interaction is set, which device.kind CUDA");
 }
 
 // device.kind CUDA where it cannot be used (built without CUDA, no driver or device,

@@ -210,18 +210,6 @@ TEST(ServingExport, AQuantizedTablesParameterIsItsCodesValues) {
   EXPECT_EQ(values.at("top_mlp.0.weight"), fp32.at("top_mlp.0.weight"));  // dense kept
 }
 
-// The error `call` throws, which must have `code` and name `what`.
-template <typename Call>
-void ExpectRefused(Call call, StatusCode code, const std::string& what) {
-  try {
-    call();
-    FAIL() << "not refused: " << what;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_THAT(e.what(), HasSubstr(what));
-  }
-}
-
 TEST(ServingExport, AQuantizedModelRefusesEverythingThatWritesARowAndStaysAsItWas) {
   const std::string dir = testing::TempDir("serving_export_quantized_refused");
   Engine engine(Config(dir));
@@ -232,22 +220,23 @@ TEST(ServingExport, AQuantizedModelRefusesEverythingThatWritesARowAndStaysAsItWa
   const std::vector<float> before = Predictions(*int8);
   const std::string named = "model.tables[0] (\"t0\") has precision INT8";
   const auto batch = testing::SmallBatch(kBatch, 1);
-  ExpectRefused([&] { int8->TrainStep(batch.view()); }, StatusCode::kFailedPrecondition,
-                named + " (a quantized serving table, read-only): training");
-  ExpectRefused([&] { int8->SubmitTrainStep(batch.view()); }, StatusCode::kFailedPrecondition,
-                named);
-  ExpectRefused([&] { int8->Save(dir + "/again.ckpt"); }, StatusCode::kFailedPrecondition,
-                named + " (a quantized serving table, read-only): Save");
+  testing::ExpectError([&] { int8->TrainStep(batch.view()); }, StatusCode::kFailedPrecondition,
+                       named + " (a quantized serving table, read-only): training");
+  testing::ExpectError([&] { int8->SubmitTrainStep(batch.view()); },
+                       StatusCode::kFailedPrecondition, named);
+  testing::ExpectError([&] { int8->Save(dir + "/again.ckpt"); }, StatusCode::kFailedPrecondition,
+                       named + " (a quantized serving table, read-only): Save");
   EXPECT_FALSE(std::filesystem::exists(dir + "/again.ckpt"));
-  ExpectRefused([&] { int8->Load(dir + "/model.ckpt"); }, StatusCode::kFailedPrecondition, named);
+  testing::ExpectError([&] { int8->Load(dir + "/model.ckpt"); }, StatusCode::kFailedPrecondition,
+                       named);
   const std::vector<float> row(40 * 4, 0.5f);
-  ExpectRefused([&] { int8->WriteParameter("embedding.t1.weight", row.data(), 100); },
-                StatusCode::kFailedPrecondition,
-                "parameter \"embedding.t1.weight\" is a table of precision INT8");
-  ExpectRefused([&] { int8->Export(dir + "/int4.serving", kInt4); },
-                StatusCode::kFailedPrecondition,
-                "export: model.tables[0] (\"t0\") is already INT8; it cannot be exported as INT4");
-  ExpectRefused(
+  testing::ExpectError([&] { int8->WriteParameter("embedding.t1.weight", row.data(), 100); },
+                       StatusCode::kFailedPrecondition,
+                       "parameter \"embedding.t1.weight\" is a table of precision INT8");
+  testing::ExpectError(
+      [&] { int8->Export(dir + "/int4.serving", kInt4); }, StatusCode::kFailedPrecondition,
+      "export: model.tables[0] (\"t0\") is already INT8; it cannot be exported as INT4");
+  testing::ExpectError(
       [&] { engine.Export(dir + "/bad.serving", static_cast<config::TableConfig::Precision>(2)); },
       StatusCode::kInvalidArgument, "export: quantize must be FP32, INT8 or INT4, got 2");
   EXPECT_EQ(Predictions(*int8), before);
@@ -289,15 +278,15 @@ TEST(ServingExport, AQuantizedRowWithABadScaleIsRefusedNamingTableAndRow) {
   for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -0.5f}) {
     engine.Export(path, kInt8);
     DamageScale(path, "t1", 7, bad);
-    ExpectRefused([&] { Engine::FromCheckpoint(path); }, StatusCode::kDataLoss,
-                  "table \"t1\" (INT8) row 7 has a scale or bias that is not finite");
+    testing::ExpectError([&] { Engine::FromCheckpoint(path); }, StatusCode::kDataLoss,
+                         "table \"t1\" (INT8) row 7 has a scale or bias that is not finite");
   }
 }
 
 TEST(ServingExport, QuantizedTablesAreRefusedWhereTheyCannotBeHeldAndCountedAsCodes) {
   const std::string dir = testing::TempDir("serving_export_quantized_config");
   auto expect_invalid = [](const config::DlrmConfig& c, const std::string& what) {
-    ExpectRefused([&] { Engine engine(c); }, StatusCode::kInvalidArgument, what);
+    testing::ExpectError([&] { Engine engine(c); }, StatusCode::kInvalidArgument, what);
   };
   config::DlrmConfig c = Config(dir);
   c.mutable_model()->mutable_tables(1)->set_precision(kInt8);
@@ -309,14 +298,15 @@ TEST(ServingExport, QuantizedTablesAreRefusedWhereTheyCannotBeHeldAndCountedAsCo
   expect_invalid(cuda,
                  "model.tables[1] (\"t1\") has precision INT4 (a quantized serving "
                  "table), which device.kind CUDA does not take");
-  ExpectRefused([&] { RequireFixedTables(c.model(), "distributed training (embedding shards)"); },
-                StatusCode::kInvalidArgument,
-                "has precision INT4 (a quantized serving table), which distributed training");
+  testing::ExpectError(
+      [&] { RequireFixedTables(c.model(), "distributed training (embedding shards)"); },
+      StatusCode::kInvalidArgument,
+      "has precision INT4 (a quantized serving table), which distributed training");
   // A model whose FP32 tables exceed the memory limit fits it with INT8 tables.
   c.mutable_model()->mutable_tables(0)->set_num_rows(1000000);  // dim 4: 16 MB in FP32
   c.set_memory_limit_bytes(14000000);
-  ExpectRefused([&] { Engine engine(c); }, StatusCode::kResourceExhausted,
-                "the embedding tables need");
+  testing::ExpectError([&] { Engine engine(c); }, StatusCode::kResourceExhausted,
+                       "the embedding tables need");
   c.mutable_model()->mutable_tables(0)->set_precision(kInt8);  // 12 MB
   Engine int8(c);
   EXPECT_EQ(int8.GetTableStats("t0").memory_bytes, 1000000 * 12);
