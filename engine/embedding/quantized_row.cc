@@ -56,17 +56,36 @@ void AddScaledCodes(const uint8_t* row, int32_t k0, int32_t dim, TablePrecision 
 }
 
 #if defined(__x86_64__)
+// Codes [k, k + 8) of a row as floats: INT8 one byte each; INT4 two per byte, low nibble
+// first (k even: byte k / 2 holds codes k and k + 1).
+template <int Bits>
+__attribute__((target("avx2"))) inline __m256 CodesAt(const uint8_t* row, int32_t k) {
+  if constexpr (Bits == 8) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + k));
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+  } else {
+    int32_t four;
+    std::memcpy(&four, row + k / 2, sizeof four);
+    const __m128i bytes = _mm_cvtsi32_si128(four);
+    // Each byte twice, then the low nibble from the first copy, the high from the second.
+    const __m256i both = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, bytes));
+    const __m256i nibbles = _mm256_and_si256(
+        _mm256_srlv_epi32(both, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)), _mm256_set1_epi32(0xF));
+    return _mm256_cvtepi32_ps(nibbles);
+  }
+}
+
 // AVX2 without FMA: a fused multiply-add would round differently from the portable loop.
-// Columns [col, col + V * 8) of an INT8 bag, whole: acc = sum_j a_j * code_j in registers
-// and the bias term beside it, the rows in order, then acc + bias term (/ count for MEAN),
-// stored once: the portable loop's operations. Prefetches only when asked (the first
-// block).
-template <int V>
-__attribute__((target("avx2"))) void PoolInt8Block(const uint8_t* table, int64_t row_bytes,
-                                                   const int64_t* ids, int64_t count,
-                                                   int64_t available, const float* weights,
-                                                   bool mean, int32_t dim, int32_t col, float* out,
-                                                   bool prefetch) {
+// Columns [col, col + V * 8) of an INT8 or INT4 bag, whole: acc = sum_j a_j * code_j in
+// registers and the bias term beside it, the rows in order, then acc + bias term (/ count
+// for MEAN), stored once: the portable loop's operations. Prefetches only when asked (the
+// first block).
+template <int V, int Bits>
+__attribute__((target("avx2"))) void PoolCodesBlock(const uint8_t* table, int64_t row_bytes,
+                                                    const int64_t* ids, int64_t count,
+                                                    int64_t available, const float* weights,
+                                                    bool mean, int32_t col, float* out,
+                                                    bool prefetch) {
   __m256 acc[V];
   for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
   float constant = 0;
@@ -74,17 +93,14 @@ __attribute__((target("avx2"))) void PoolInt8Block(const uint8_t* table, int64_t
     if (prefetch && j + kPrefetchRows < available)
       PrefetchRow(table + ids[j + kPrefetchRows] * row_bytes, row_bytes);
     const uint8_t* row = table + ids[j] * row_bytes;
-    float scale, bias;
-    std::memcpy(&scale, row + dim, sizeof scale);
-    std::memcpy(&bias, row + dim + sizeof scale, sizeof bias);
+    float scale, bias;  // the row's last kScaleBiasBytes
+    std::memcpy(&scale, row + row_bytes - kScaleBiasBytes, sizeof scale);
+    std::memcpy(&bias, row + row_bytes - sizeof bias, sizeof bias);
     const float w = weights ? weights[j] : 1.0f;
     constant += w * bias;
     const __m256 a = _mm256_set1_ps(w * scale);
-    for (int v = 0; v < V; ++v) {
-      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + col + v * 8));
-      acc[v] =
-          _mm256_add_ps(acc[v], _mm256_mul_ps(a, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes))));
-    }
+    for (int v = 0; v < V; ++v)
+      acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(a, CodesAt<Bits>(row, col + v * 8)));
   }
   const __m256 c = _mm256_set1_ps(constant);
   for (int v = 0; v < V; ++v) acc[v] = _mm256_add_ps(acc[v], c);
@@ -95,22 +111,31 @@ __attribute__((target("avx2"))) void PoolInt8Block(const uint8_t* table, int64_t
   for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + col + v * 8, acc[v]);
 }
 
-using Int8BlockKernel = void (*)(const uint8_t*, int64_t, const int64_t*, int64_t, int64_t,
-                                 const float*, bool, int32_t, int32_t, float*, bool);
+using CodesBlockKernel = void (*)(const uint8_t*, int64_t, const int64_t*, int64_t, int64_t,
+                                  const float*, bool, int32_t, float*, bool);
 constexpr int32_t kBlockVectors = 8;  // 64 columns: 8 accumulators
-constexpr Int8BlockKernel kInt8Blocks[kBlockVectors + 1] = {
-    nullptr,          PoolInt8Block<1>, PoolInt8Block<2>, PoolInt8Block<3>, PoolInt8Block<4>,
-    PoolInt8Block<5>, PoolInt8Block<6>, PoolInt8Block<7>, PoolInt8Block<8>};
+template <int Bits>
+constexpr CodesBlockKernel kCodesBlocks[kBlockVectors + 1] = {nullptr,
+                                                              PoolCodesBlock<1, Bits>,
+                                                              PoolCodesBlock<2, Bits>,
+                                                              PoolCodesBlock<3, Bits>,
+                                                              PoolCodesBlock<4, Bits>,
+                                                              PoolCodesBlock<5, Bits>,
+                                                              PoolCodesBlock<6, Bits>,
+                                                              PoolCodesBlock<7, Bits>,
+                                                              PoolCodesBlock<8, Bits>};
 
-// out[0, k) = an INT8 bag's pooled values for the k = dim - dim % 8 columns it returns;
-// the caller finishes the rest with the portable loop.
-int32_t PoolInt8Avx2(const uint8_t* table, int64_t row_bytes, const int64_t* ids, int64_t count,
-                     int64_t available, const float* weights, bool mean, int32_t dim, float* out) {
+// out[0, k) = a quantized bag's pooled values for the k = dim - dim % 8 columns it
+// returns; the caller finishes the rest with the portable loop.
+int32_t PoolCodesAvx2(const uint8_t* table, int64_t row_bytes, const int64_t* ids, int64_t count,
+                      int64_t available, const float* weights, bool mean, int32_t dim,
+                      TablePrecision precision, float* out) {
+  const CodesBlockKernel* blocks =
+      precision == config::TableConfig::INT8 ? kCodesBlocks<8> : kCodesBlocks<4>;
   const int32_t vectors = dim / 8;
   for (int32_t v0 = 0; v0 < vectors; v0 += kBlockVectors) {
     const int32_t v = std::min(vectors - v0, kBlockVectors);
-    kInt8Blocks[v](table, row_bytes, ids, count, available, weights, mean, dim, v0 * 8, out,
-                   v0 == 0);
+    blocks[v](table, row_bytes, ids, count, available, weights, mean, v0 * 8, out, v0 == 0);
   }
   return vectors * 8;
 }
@@ -176,8 +201,9 @@ void PoolQuantizedBag(const uint8_t* table, int64_t row_bytes, const int64_t* id
   int32_t k0 = 0;  // columns [0, k0) pooled by the AVX2 kernel
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<T, float>)
-    if (precision == config::TableConfig::INT8 && CpuHasAvx2Fma())
-      k0 = PoolInt8Avx2(table, row_bytes, ids, count, available, weights, mean, dim, out);
+    if (CpuHasAvx2Fma())
+      k0 = PoolCodesAvx2(table, row_bytes, ids, count, available, weights, mean, dim, precision,
+                         out);
 #endif
   if (k0 == dim) return;
   std::fill(out + k0, out + dim, T(0));
