@@ -622,11 +622,16 @@ void CheckpointReader::ReadTensor(const std::string& name, checkpoint::TensorEnt
   std::memcpy(dst, bytes_.data() + payload_start_ + entry.offset(), entry.num_bytes());
 }
 
-std::vector<int64_t> CheckpointReader::TensorShape(const std::string& name) const {
+const checkpoint::TensorEntry& CheckpointReader::Tensor(const std::string& name) const {
   const auto it = tensors_.find(name);
   if (it == tensors_.end())
     Throw(StatusCode::kNotFound, "checkpoint ", path_, ": no tensor '", name, "'");
-  return {it->second.shape().begin(), it->second.shape().end()};
+  return it->second;
+}
+
+std::vector<int64_t> CheckpointReader::TensorShape(const std::string& name) const {
+  const checkpoint::TensorEntry& entry = Tensor(name);
+  return {entry.shape().begin(), entry.shape().end()};
 }
 
 std::vector<std::string> CheckpointReader::TensorNames() const {

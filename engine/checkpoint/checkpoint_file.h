@@ -70,6 +70,8 @@ class CheckpointReader {
                   const std::vector<int64_t>& shape, void* dst) const;
   // The tensor's shape as the file records it; kNotFound if absent.
   std::vector<int64_t> TensorShape(const std::string& name) const;
+  // The tensor's entry (dtype, shape, bytes) as the file records it; kNotFound if absent.
+  const checkpoint::TensorEntry& Tensor(const std::string& name) const;
   std::vector<std::string> TensorNames() const;
 
  private:

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -82,30 +83,31 @@ TEST(ServingExport, PredictsBitwiseAsTheEngineItCameFrom) {
     EXPECT_EQ(name.find("optimizer"), std::string::npos) << name;
 }
 
-// Rewrites the serving model at path with tensor `name` replaced by `values` (INT64).
-void ReplaceIds(const std::string& path, const std::string& name, std::vector<int64_t> values) {
+// Rewrites the checkpoint file at path with every tensor as it was but `name`, whose bytes
+// and shape edit() changes.
+void RewriteTensor(const std::string& path, const std::string& name,
+                   const std::function<void(std::vector<char>*, std::vector<int64_t>*)>& edit) {
   const CheckpointReader reader(path);
   CheckpointWriter writer;
   for (const auto& [key, value] : reader.metadata()) writer.SetMetadata(key, value);
   for (const std::string& tensor : reader.TensorNames()) {
-    const std::vector<int64_t> shape = reader.TensorShape(tensor);
-    int64_t n = 1;
-    for (const int64_t d : shape) n *= d;
-    if (tensor.rfind("dynamic.", 0) == 0) {
-      std::vector<int64_t> data(static_cast<size_t>(n));
-      reader.ReadTensor(tensor, checkpoint::TensorEntry::INT64, shape, data.data());
-      if (tensor == name) data = values;
-      writer.AddTensorCopy(tensor, checkpoint::TensorEntry::INT64,
-                           {static_cast<int64_t>(data.size())}, data.data(),
-                           data.size() * sizeof(int64_t));
-    } else {
-      std::vector<float> data(static_cast<size_t>(n));
-      reader.ReadTensor(tensor, checkpoint::TensorEntry::FLOAT32, shape, data.data());
-      writer.AddTensorCopy(tensor, checkpoint::TensorEntry::FLOAT32, shape, data.data(),
-                           data.size() * sizeof(float));
-    }
+    const checkpoint::TensorEntry& entry = reader.Tensor(tensor);
+    std::vector<int64_t> shape(entry.shape().begin(), entry.shape().end());
+    std::vector<char> bytes(static_cast<size_t>(entry.num_bytes()));
+    reader.ReadTensor(tensor, entry.dtype(), shape, bytes.data());
+    if (tensor == name) edit(&bytes, &shape);
+    writer.AddTensorCopy(tensor, entry.dtype(), shape, bytes.data(), bytes.size());
   }
   writer.WriteAtomic(path);
+}
+
+// The serving model at path with INT64 tensor `name` replaced by `values`.
+void ReplaceIds(const std::string& path, const std::string& name, std::vector<int64_t> values) {
+  RewriteTensor(path, name, [&](std::vector<char>* bytes, std::vector<int64_t>* shape) {
+    bytes->resize(values.size() * sizeof(int64_t));
+    std::memcpy(bytes->data(), values.data(), bytes->size());
+    *shape = {static_cast<int64_t>(values.size())};
+  });
 }
 
 TEST(ServingExport, DamagedOrMisusedFilesAreRefusedNamingWhatIsWrong) {
@@ -246,28 +248,14 @@ TEST(ServingExport, AQuantizedModelRefusesEverythingThatWritesARowAndStaysAsItWa
   EXPECT_EQ(Predictions(*Engine::FromCheckpoint(dir + "/again.serving")), before);
 }
 
-// Rewrites the INT8 serving model at path with row `row` of table `key`'s scale set to
-// `scale`.
+// The INT8 serving model at path with row `row` of table `key`'s scale set to `scale`.
 void DamageScale(const std::string& path, const std::string& key, int64_t row, float scale) {
-  const CheckpointReader reader(path);
-  CheckpointWriter writer;
-  for (const auto& [name, value] : reader.metadata()) writer.SetMetadata(name, value);
-  for (const std::string& tensor : reader.TensorNames()) {
-    const std::vector<int64_t> shape = reader.TensorShape(tensor);
-    int64_t n = 1;
-    for (const int64_t d : shape) n *= d;
-    const bool ids = tensor.rfind("dynamic.", 0) == 0;
-    const bool codes = tensor.rfind("embedding.", 0) == 0;  // every table is INT8
-    const auto dtype = ids     ? checkpoint::TensorEntry::INT64
-                       : codes ? checkpoint::TensorEntry::UINT8
-                               : checkpoint::TensorEntry::FLOAT32;
-    std::vector<char> data(static_cast<size_t>(n * (ids ? 8 : codes ? 1 : 4)));
-    reader.ReadTensor(tensor, dtype, shape, data.data());
-    if (tensor == checkpoint::EmbeddingWeightName(key))
-      std::memcpy(data.data() + row * shape[1] + (shape[1] - 8), &scale, sizeof scale);
-    writer.AddTensorCopy(tensor, dtype, shape, data.data(), data.size());
-  }
-  writer.WriteAtomic(path);
+  RewriteTensor(path, checkpoint::EmbeddingWeightName(key),
+                [&](std::vector<char>* bytes, std::vector<int64_t>* shape) {
+                  const int64_t row_bytes = (*shape)[1];  // codes, scale, bias
+                  std::memcpy(bytes->data() + row * row_bytes + row_bytes - 8, &scale,
+                              sizeof scale);
+                });
 }
 
 TEST(ServingExport, AQuantizedRowWithABadScaleIsRefusedNamingTableAndRow) {
