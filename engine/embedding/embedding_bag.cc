@@ -125,59 +125,67 @@ void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0,
         rows.push_back(table.row(view.ids[i]));
     }
   }
-  const size_t num_rows = rows.size();
-  size_t next = 0;
-  auto prefetch = [&](size_t j, int32_t bytes) {
-    if (j < num_rows) PrefetchLines(rows[j], static_cast<size_t>(bytes));
-  };
-  bool avx2 = false;
-  if constexpr (std::is_same_v<T, float>) avx2 = CpuHasAvx2Fma();
+  size_t next = 0;  // rows[next]: the next FP32 row to add
   for (int64_t b = b0; b < b1; ++b) {
     T* out_row = pooled + (b - b0) * pooled_width_;
     // With tiling features each bag zeroes (portable loop) or stores (AVX2) its own columns,
     // so the row is written once rather than zeroed first.
     if (!features_tile_row_) std::fill(out_row, out_row + pooled_width_, T(0));
     for (int32_t f = 0; f < num_features(); ++f) {
-      const FeatureBinding& fb = features_[f];
-      const EmbeddingTable<T>& table = (*tables_)[fb.table];
-      const int32_t dim = table.dim();
-      const auto row_bytes = static_cast<int32_t>(dim * sizeof(T));
-      T* out = out_row + fb.offset;
-      const int64_t begin = batch.bag_begin(f, b), end = batch.bag_end(f, b);
-      if (table.quantized()) {
-        // The feature's bags of samples [b, b1) are contiguous in ids (feature-major).
-        PoolQuantizedBag(table.codes().data(), table.row_bytes(), view.ids + begin, end - begin,
-                         batch.bag_end(f, b1 - 1) - begin,
-                         view.weights ? view.weights + begin : nullptr, fb.mean, dim,
-                         table.precision(), out);
-        continue;
-      }
-      if constexpr (std::is_same_v<T, float>) {
-        if (avx2 && dim % 8 == 0) {
-          PoolBagAvx2(rows.data() + next, end - begin,
-                      view.weights ? view.weights + begin : nullptr, fb.mean, dim, out,
-                      static_cast<int64_t>(num_rows - next), kPrefetchRows);
-          next += static_cast<size_t>(end - begin);
-          continue;
-        }
-      }
-      if (features_tile_row_) std::fill(out, out + dim, T(0));
-      for (int64_t i = begin; i < end; ++i) {
-        prefetch(next + kPrefetchRows, row_bytes);
-        const T* row = rows[next++];
-        if (view.weights) {
-          const auto w = static_cast<T>(view.weights[i]);
-          for (int32_t k = 0; k < dim; ++k) out[k] += w * row[k];
-        } else {
-          for (int32_t k = 0; k < dim; ++k) out[k] += row[k];
-        }
-      }
-      if (fb.mean && end > begin) {
-        const auto len = static_cast<T>(end - begin);
-        for (int32_t k = 0; k < dim; ++k) out[k] /= len;
-      }
+      T* out = out_row + features_[f].offset;
+      if ((*tables_)[features_[f].table].quantized())
+        PoolCodes(batch, f, b, b1, out);
+      else
+        next = PoolRows(batch, f, b, rows, next, out);
     }
   }
+}
+
+template <typename T>
+void EmbeddingBagCollection<T>::PoolCodes(const ValidatedBatch& batch, int32_t f, int64_t b,
+                                          int64_t b1, T* out) const {
+  const FeatureBinding& fb = features_[f];
+  const EmbeddingTable<T>& table = (*tables_)[fb.table];
+  const int64_t begin = batch.bag_begin(f, b), end = batch.bag_end(f, b);
+  const float* weights = batch.view.weights ? batch.view.weights + begin : nullptr;
+  // The feature's bags of samples [b, b1) are contiguous in ids (feature-major).
+  PoolQuantizedBag(table.codes().data(), table.row_bytes(), batch.view.ids + begin, end - begin,
+                   batch.bag_end(f, b1 - 1) - begin, weights, fb.mean, table.dim(),
+                   table.precision(), out);
+}
+
+template <typename T>
+size_t EmbeddingBagCollection<T>::PoolRows(const ValidatedBatch& batch, int32_t f, int64_t b,
+                                           const std::vector<const T*>& rows, size_t next,
+                                           T* out) const {
+  const FeatureBinding& fb = features_[f];
+  const int32_t dim = (*tables_)[fb.table].dim();
+  const int64_t begin = batch.bag_begin(f, b), end = batch.bag_end(f, b);
+  const float* weights = batch.view.weights ? batch.view.weights + begin : nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    if (dim % 8 == 0 && CpuHasAvx2Fma()) {
+      PoolBagAvx2(rows.data() + next, end - begin, weights, fb.mean, dim, out,
+                  static_cast<int64_t>(rows.size() - next), kPrefetchRows);
+      return next + static_cast<size_t>(end - begin);
+    }
+  }
+  if (features_tile_row_) std::fill(out, out + dim, T(0));
+  for (int64_t j = 0; j < end - begin; ++j) {
+    if (next + kPrefetchRows < rows.size())
+      PrefetchLines(rows[next + kPrefetchRows], sizeof(T) * static_cast<size_t>(dim));
+    const T* row = rows[next++];
+    if (weights) {
+      const auto w = static_cast<T>(weights[j]);
+      for (int32_t k = 0; k < dim; ++k) out[k] += w * row[k];
+    } else {
+      for (int32_t k = 0; k < dim; ++k) out[k] += row[k];
+    }
+  }
+  if (fb.mean && end > begin) {
+    const auto len = static_cast<T>(end - begin);
+    for (int32_t k = 0; k < dim; ++k) out[k] /= len;
+  }
+  return next;
 }
 
 template <typename T>

@@ -77,6 +77,13 @@ class EmbeddingBagCollection {
  private:
   struct Workspace;  // the backward's index arrays, kept at their peak size across steps
 
+  // The forward of bag (f, b) into out (its columns of the pooled row): a quantized
+  // table's from its codes (the pass's samples end at b1), an FP32 table's from
+  // rows[next ..) (the first pass's row list); PoolRows returns the next unused row.
+  void PoolCodes(const ValidatedBatch& batch, int32_t f, int64_t b, int64_t b1, T* out) const;
+  size_t PoolRows(const ValidatedBatch& batch, int32_t f, int64_t b,
+                  const std::vector<const T*>& rows, size_t next, T* out) const;
+
   // The phases of the backward, each over the workspace: the occurrences' sources in
   // d_pooled, the occurrences grouped by (table, row) and sorted, the runs of one row
   // (segments) listed in table order.
