@@ -42,11 +42,16 @@ def run(*args: str) -> str:
     return subprocess.run(args, check=True, capture_output=True, text=True).stdout
 
 
-def prepare(cli: str, work: Path, train: int, test: int, threads: int) -> None:
-    """The data, the trained checkpoint and its three exports (what exists is kept)."""
+def generate(cli: str, work: Path, train: int, test: int) -> None:
+    """The demo's synthetic train.tsv and test.tsv in work (kept when they exist)."""
     if not (work / "test.tsv").exists():
         run(cli, "generate", f"--out_dir={work}", f"--train_samples={train}",
             f"--test_samples={test}")
+
+
+def prepare(cli: str, work: Path, train: int, test: int, threads: int) -> None:
+    """The data, the trained checkpoint and its three exports (what exists is kept)."""
+    generate(cli, work, train, test)
     ckpt = work / "model.ckpt"
     if not ckpt.exists():
         run(cli, "train", f"--config={ROOT / 'tools/configs/demo.pbtxt'}",

@@ -77,14 +77,15 @@ float ReadLearningRate(const CheckpointReader& reader, const std::string& path,
 }
 
 // kFailedPrecondition naming the first quantized table (a serving model's, read-only):
-// `what` needs FP32 rows.
-void RequireFp32Tables(const config::ModelConfig& model, const char* what) {
+// `what` needs trainable rows (FP32, BF16, FP16).
+void RequireTrainableTables(const config::ModelConfig& model, const char* what) {
   for (int t = 0; t < model.tables_size(); ++t)
     if (IsQuantized(model.tables(t).precision()))
       Throw(StatusCode::kFailedPrecondition, "model.tables[", t, "] (\"", model.tables(t).name(),
             "\") has precision ", PrecisionName(model.tables(t).precision()),
             " (a quantized serving table, read-only): ", what,
-            " needs FP32 tables; use the checkpoint the model was exported from");
+            " needs trainable (FP32, BF16, FP16) tables; use the checkpoint the model was "
+            "exported from");
 }
 
 // The device that computes (train/backend.h); kFailedPrecondition naming the cause when
@@ -144,7 +145,7 @@ std::unique_ptr<Engine::State> Engine::NewState() const {
 }
 
 float Engine::TrainStep(const BatchView& batch) {
-  RequireFp32Tables(config_.model(), "training");
+  RequireTrainableTables(config_.model(), "training");
   DrainAsyncSteps();
   std::unique_lock<WriterPreferringMutex> lock(mu_);
   const State& s = *state_;
@@ -154,7 +155,7 @@ float Engine::TrainStep(const BatchView& batch) {
 }
 
 int64_t Engine::SubmitTrainStep(const BatchView& batch) {
-  RequireFp32Tables(config_.model(), "training");
+  RequireTrainableTables(config_.model(), "training");
   ValidatedBatch valid;
   {
     std::shared_lock<WriterPreferringMutex> lock(mu_);
@@ -381,9 +382,10 @@ int TableNamed(const config::ModelConfig& model, const std::string& name) {
 }
 
 // Whether a table's parameter is not the floats the model holds: an SSD table's rows are
-// on disk (the model holds a cache), a quantized table's are codes.
+// on disk (the model holds a cache), a quantized table's are codes, a BF16 / FP16 one's
+// 16-bit values.
 bool StoredApart(const config::TableConfig& table) {
-  return table.has_ssd() || IsQuantized(table.precision());
+  return table.has_ssd() || table.precision() != config::TableConfig::FP32;
 }
 
 }  // namespace
@@ -404,15 +406,14 @@ void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity
     std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
     return ReadSsdTable(t, out);
   }
-  if (apart) return DequantizeTable(state_->model.tables()[static_cast<size_t>(t)], out);
+  if (apart) return ReadNarrowTable(state_->model.tables()[static_cast<size_t>(t)], out);
   state_->backend->PullState();
   std::copy(data, data + size, out);
 }
 
-void Engine::DequantizeTable(const EmbeddingTable<float>& table, float* out) const {
-  ParallelFor(pool_.get(), table.num_rows(), [&](int64_t r) {
-    DequantizeRow(table.code_row(r), table.dim(), table.precision(), out + r * table.dim());
-  });
+void Engine::ReadNarrowTable(const EmbeddingTable<float>& table, float* out) const {
+  ParallelFor(pool_.get(), table.num_rows(),
+              [&](int64_t r) { table.ReadRow(r, out + r * table.dim()); });
 }
 
 void Engine::ReadSsdTable(int32_t t, float* out) const {
@@ -430,11 +431,15 @@ void Engine::WriteParameter(const std::string& name, const float* values, int64_
   if (t >= 0 && config_.model().tables(t).has_ssd())
     Throw(StatusCode::kFailedPrecondition, "parameter \"", name,
           "\" is an SSD table's: its rows are written by training steps and checkpoints only");
-  if (t >= 0 && StoredApart(config_.model().tables(t)))
+  const config::TableConfig* table = t >= 0 ? &config_.model().tables(t) : nullptr;
+  if (table && IsQuantized(table->precision()))
     Throw(StatusCode::kFailedPrecondition, "parameter \"", name, "\" is a table of precision ",
-          PrecisionName(config_.model().tables(t).precision()),
+          PrecisionName(table->precision()),
           " (a quantized serving table): its rows are read-only");
-  const auto [data, size] = FindParameter(*state_, name);
+  const bool half = table && IsHalf(table->precision());
+  const auto [data, size] =
+      half ? std::pair<float*, int64_t>(nullptr, table->num_rows() * table->dim())
+           : FindParameter(*state_, name);
   if (values == nullptr) ThrowInvalid("values is NULL");
   if (count != size)
     ThrowInvalid("parameter \"", name, "\" has ", size, " values but ", count, " were given");
@@ -442,12 +447,24 @@ void Engine::WriteParameter(const std::string& name, const float* values, int64_
     if (!std::isfinite(values[i]))
       ThrowInvalid("values[", i, "] for parameter \"", name, "\" is not finite (", values[i], ")");
   state_->backend->PullState();  // the other parameters and the optimizer state stay
-  std::copy(values, values + count, data);
+  if (half)
+    WriteHalfTable(values, &state_->model.tables()[static_cast<size_t>(t)]);
+  else
+    std::copy(values, values + count, data);
   state_->backend->PushState();
 }
 
+void Engine::WriteHalfTable(const float* values, EmbeddingTable<float>* table) const {
+  // Narrowed to nearest: a write is a cast, not an update that stochastic rounding serves.
+  const HalfRounding nearest;
+  ParallelFor(pool_.get(), table->num_rows(), [&](int64_t r) {
+    EncodeHalfRow(values + r * table->dim(), table->dim(), table->precision(), nearest, 0, r,
+                  table->half_row(r));
+  });
+}
+
 void Engine::Save(const std::string& path) const {
-  RequireFp32Tables(config_.model(), "Save (a training checkpoint)");
+  RequireTrainableTables(config_.model(), "Save (a training checkpoint)");
   DrainAsyncSteps();  // save the state after every submitted step
   std::shared_lock<WriterPreferringMutex> lock(mu_);
   // StateBuffers() hands out mutable pointers; under the reader lock we only read them.
@@ -530,7 +547,8 @@ bool IsServingModel(const CheckpointReader& reader) {
 }
 
 // The config of a serving model: every table in memory (an SSD table's rows are exported
-// whole), nothing on disk; FP32 tables of precision `quantize` when that is INT8 or INT4.
+// whole), nothing on disk; FP32, BF16 and FP16 tables of precision `quantize` when that is
+// INT8 or INT4.
 // A model with quantized tables cannot train, so its sparse optimizer is SGD (no state
 // is allocated for its rows).
 config::DlrmConfig ServingConfig(const config::DlrmConfig& config,
@@ -539,7 +557,10 @@ config::DlrmConfig ServingConfig(const config::DlrmConfig& config,
   bool quantized = false;
   for (config::TableConfig& table : *serving.mutable_model()->mutable_tables()) {
     table.clear_ssd();
-    if (table.precision() == config::TableConfig::FP32) table.set_precision(quantize);
+    if (!IsQuantized(table.precision()) && IsQuantized(quantize)) {
+      table.set_precision(quantize);
+      table.clear_rounding();  // a BF16 / FP16 table's
+    }
     quantized = quantized || IsQuantized(table.precision());
   }
   serving.clear_ssd_dir();
@@ -551,7 +572,7 @@ config::DlrmConfig ServingConfig(const config::DlrmConfig& config,
 // kFailedPrecondition when a table is already quantized to another precision.
 void CheckExportPrecision(const config::ModelConfig& model,
                           config::TableConfig::Precision quantize) {
-  if (!config::TableConfig::Precision_IsValid(quantize))
+  if (!config::TableConfig::Precision_IsValid(quantize) || IsHalf(quantize))
     ThrowInvalid("export: quantize must be FP32, INT8 or INT4, got ", static_cast<int>(quantize));
   for (int t = 0; t < model.tables_size(); ++t) {
     const config::TableConfig::Precision p = model.tables(t).precision();
@@ -602,7 +623,7 @@ std::unique_ptr<Engine> Engine::FromCheckpoint(const std::string& path, const st
 }
 
 void Engine::LoadSharded(const std::string& dir, const checkpoint::CheckpointManifest& manifest) {
-  RequireFp32Tables(config_.model(), "restoring a sharded checkpoint");
+  RequireTrainableTables(config_.model(), "restoring a sharded checkpoint");
   std::unique_ptr<State> staged = NewState();
   State& s = *staged;
   s.step = checkpoint::LoadDenseState(&s.model, s.dense_optimizer.get(),
@@ -629,7 +650,7 @@ void Engine::CheckCheckpointFits(const CheckpointReader& reader, const std::stri
 }
 
 void Engine::LoadFrom(const CheckpointReader& reader, const std::string& path) {
-  RequireFp32Tables(config_.model(), "restoring a training checkpoint");
+  RequireTrainableTables(config_.model(), "restoring a training checkpoint");
   CheckCheckpointFits(reader, path);
   // Stage everything in a fresh state; swap only when all of it was read.
   std::unique_ptr<State> staged = NewState();
@@ -642,7 +663,7 @@ void Engine::LoadFrom(const CheckpointReader& reader, const std::string& path) {
   for (size_t t = 0; t < s.model.tables().size(); ++t) {
     auto& table = s.model.tables()[t];
     if (config_.model().tables(static_cast<int>(t)).has_ssd()) continue;  // LoadSsdRows
-    checkpoint::ReadEmbedding(reader, table.name(), table, table.data().data(),
+    checkpoint::ReadEmbedding(reader, table.name(), &table,
                               s.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)));
   }
   std::vector<DynamicRowsSnapshot> snapshots;
@@ -716,10 +737,15 @@ void Engine::AddServingTable(int32_t t, config::TableConfig::Precision precision
   if (table.quantized())  // exported as it is
     return checkpoint::AddQuantizedEmbedding(table.name(), table.num_rows(), table.dim(),
                                              table.precision(), table.codes().data(), writer);
+  if (table.half() && !IsQuantized(precision))  // exported as it is
+    return checkpoint::AddEmbedding(table.name(), table, {}, writer);
   const float* values = table.data().data();
-  if (tc.has_ssd()) {
+  if (tc.has_ssd() || table.half()) {  // the rows as floats
     owned->rows.emplace_back(static_cast<size_t>(tc.num_rows() * tc.dim()));
-    ReadSsdTable(t, owned->rows.back().data());
+    if (tc.has_ssd())
+      ReadSsdTable(t, owned->rows.back().data());
+    else
+      ReadNarrowTable(table, owned->rows.back().data());
     values = owned->rows.back().data();
   }
   if (!IsQuantized(precision))
@@ -746,7 +772,7 @@ void Engine::LoadServing(const CheckpointReader& reader, const std::string& path
     if (table.quantized())
       checkpoint::ReadQuantizedEmbedding(reader, path, table.name(), &table);
     else
-      checkpoint::ReadEmbedding(reader, table.name(), table, table.data().data(), {});
+      checkpoint::ReadEmbedding(reader, table.name(), &table, {});
   }
   std::vector<DynamicRowsSnapshot> snapshots;
   for (const int32_t t : s.dynamic_tables.table_indices()) {

@@ -107,10 +107,11 @@ class Engine {
   // admission state. FromCheckpoint loads it (the Go Predictor and the C ABI's
   // create_from_checkpoint too) and predicts bitwise as this engine; training it starts the
   // optimizers afresh. Reader lock.
-  // quantize INT8 or INT4 writes the FP32 tables row-wise quantized (quantized_row.h): an
-  // engine loading that model predicts from the codes directly (not bitwise as this one)
-  // and refuses training, Save and WriteParameter. A table already quantized is written as
-  // it is (kFailedPrecondition when quantize names another quantized precision).
+  // quantize INT8 or INT4 writes the FP32, BF16 and FP16 tables row-wise quantized
+  // (quantized_row.h): an engine loading that model predicts from the codes directly (not
+  // bitwise as this one) and refuses training, Save and WriteParameter. quantize FP32
+  // writes every table in its own precision. A table already quantized is written as it
+  // is (kFailedPrecondition when quantize names another quantized precision).
   void Export(const std::string& path,
               config::TableConfig::Precision quantize = config::TableConfig::FP32) const;
   // Restores a checkpoint written by an engine with the same model and optimizer kinds.
@@ -130,8 +131,10 @@ class Engine {
   // what the writer borrows is kept in owned. mu_ and ssd_mu_ held.
   void AddServingTable(int32_t t, config::TableConfig::Precision precision, ServingTables* owned,
                        CheckpointWriter* writer) const;
-  // A quantized table's values (num_rows x dim) into out; mu_ held.
-  void DequantizeTable(const EmbeddingTable<float>& table, float* out) const;
+  // A quantized or BF16 / FP16 table's values (num_rows x dim) into out; mu_ held.
+  void ReadNarrowTable(const EmbeddingTable<float>& table, float* out) const;
+  // A BF16 / FP16 table's rows = values (num_rows x dim) narrowed to nearest; mu_ held.
+  void WriteHalfTable(const float* values, EmbeddingTable<float>* table) const;
   // kFailedPrecondition (naming the difference) unless the checkpoint is an engine
   // checkpoint of this model and optimizer kinds.
   void CheckCheckpointFits(const CheckpointReader& reader, const std::string& path) const;

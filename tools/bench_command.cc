@@ -61,6 +61,12 @@ DEFINE_string(optimizer, "",
               "bench: replace the config's optimizers (learning rates kept): sgd, adagrad "
               "(dense and sparse Adagrad) or rowwise_adagrad (dense Adagrad, row-wise sparse); "
               "empty keeps the config's");
+DEFINE_string(table_precision, "",
+              "bench: every table's rows in fp32, bf16 or fp16 (TableConfig.precision); empty "
+              "keeps the config's");
+DEFINE_string(rounding, "",
+              "bench: with --table_precision bf16 or fp16, how updates are narrowed: nearest "
+              "or stochastic (TableConfig.rounding); empty: nearest");
 DEFINE_string(async_host, "",
               "bench: also time the asynchronous path (SubmitTrainStep/WaitTrainStep) with a "
               "host that prepares each batch for prepare_factor x the measured train time: "
@@ -227,6 +233,35 @@ void ApplyOptimizerFlag(const std::string& kind, config::DlrmConfig* config) {
   }
 }
 
+// --table_precision and --rounding: every table's rows in that precision, rounded so.
+void ApplyTablePrecisionFlags(const std::string& precision, const std::string& rounding,
+                              config::DlrmConfig* config) {
+  if (precision.empty()) {
+    if (!rounding.empty()) ThrowInvalid("--rounding needs --table_precision bf16 or fp16");
+    return;
+  }
+  std::string upper = precision;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  config::TableConfig::Precision p;
+  if (upper == "INT8" || upper == "INT4" || !config::TableConfig::Precision_Parse(upper, &p))
+    ThrowInvalid("--table_precision must be fp32, bf16 or fp16, got '", precision, "'");
+  config::TableConfig::Rounding r = config::TableConfig::NEAREST;
+  if (!rounding.empty() && rounding != "nearest") {
+    if (rounding != "stochastic")
+      ThrowInvalid("--rounding must be nearest or stochastic, got '", rounding, "'");
+    r = config::TableConfig::STOCHASTIC;
+  }
+  if (p == config::TableConfig::FP32 && !rounding.empty())
+    ThrowInvalid("--rounding needs --table_precision bf16 or fp16");
+  for (auto& table : *config->mutable_model()->mutable_tables()) {
+    table.set_precision(p);
+    if (p == config::TableConfig::FP32)
+      table.clear_rounding();
+    else
+      table.set_rounding(r);
+  }
+}
+
 // --cuda_graph and --matmul_precision, for a CUDA device only (the CPU has no graphs to
 // turn off and multiplies in fp32).
 void ApplyCudaFlags(bool graph, const std::string& precision, config::DlrmConfig* config) {
@@ -285,6 +320,7 @@ int BenchCommand() {
   config::DlrmConfig config = LoadConfigFile(FLAGS_config);
   if (FLAGS_threads >= 0) config.set_num_threads(FLAGS_threads);
   ApplyOptimizerFlag(FLAGS_optimizer, &config);
+  ApplyTablePrecisionFlags(FLAGS_table_precision, FLAGS_rounding, &config);
   for (auto& table : *config.mutable_model()->mutable_tables())
     if (FLAGS_max_rows > 0 && table.num_rows() > FLAGS_max_rows) table.set_num_rows(FLAGS_max_rows);
   if (!FLAGS_device.empty()) SetDeviceByName(FLAGS_device, "--device", config.mutable_device());
@@ -326,12 +362,15 @@ int BenchCommand() {
               : config.sparse_optimizer().has_rowwise_adagrad() ? "rowwise_adagrad"
               : config.sparse_optimizer().has_adam()            ? "adam"
                                                                 : "sgd");
+  int64_t table_bytes = 0;
+  for (const auto& table : model.tables())
+    table_bytes += engine.GetTableStats(table.name()).memory_bytes;
   std::printf(
       "model       %d dense + %d sparse features, %d tables; %lld parameters "
-      "(%lld embedding), %.2f GB fp32\n",
+      "(%lld embedding), %.2f GB fp32; tables %.2f GB with optimizer state\n",
       model.num_dense_features(), model.sparse_features_size(), model.tables_size(),
       static_cast<long long>(total_params), static_cast<long long>(embedding_params),
-      4e-9 * static_cast<double>(total_params));
+      4e-9 * static_cast<double>(total_params), 1e-9 * static_cast<double>(table_bytes));
 
   const int64_t per_window = FLAGS_steps / FLAGS_windows;
   const int64_t pool_size = std::min<int64_t>(FLAGS_pool_batches, FLAGS_warmup + FLAGS_steps);

@@ -1,16 +1,17 @@
 // Embedding-bag kernels on the reference models' tables and batch shapes:
 //  BM_EmbeddingForward: pooled lookup of a whole batch, the batch's rows split over the
 //    benchmark's threads as the engine splits chunks over its pool; /int8 the same from
-//    tables of row-wise INT8 codes (issue 16's serving tables);
+//    tables of row-wise INT8 codes (issue 16's serving tables), /bf16 from BF16 rows;
 //  BM_EmbeddingBackwardUpdate: the fused backward (sort by id, per-row gradient sum,
-//    optimizer update) with SGD and row-wise Adagrad on the engine's thread pool.
+//    optimizer update) with SGD and row-wise Adagrad on the engine's thread pool; /bf16
+//    on BF16 rows (each widened, updated, narrowed to nearest).
 // Ids are Zipf(1.2) (as `dlrm bench`) or uniform over each table, the cache-hostile case
 // to read against BM_RandomGather. Tables hold a cheap pattern instead of the engine's
 // Philox initialization, which takes a minute for the multihot tables and changes no
 // timing.
 //
-// Bytes processed: forward, the rows read (ids x the row's bytes: dim x 4, or dim + 8 for
-// INT8); backward, the pooled gradient
+// Bytes processed: forward, the rows read (ids x the row's bytes: dim x 4, dim x 2 for
+// BF16, or dim + 8 for INT8); backward, the pooled gradient
 // read per id plus the read and write of each distinct row touched (and of its
 // accumulator for row-wise Adagrad).
 #include <benchmark/benchmark.h>
@@ -29,6 +30,7 @@
 #include "engine/data/batch.h"
 #include "engine/embedding/embedding_bag.h"
 #include "engine/embedding/embedding_table.h"
+#include "engine/embedding/half_row.h"
 #include "engine/embedding/quantized_row.h"
 #include "engine/embedding/sparse_optimizer.h"
 #include "tools/bench_data.h"
@@ -58,13 +60,17 @@ struct BatchSet {
   std::vector<float> d_pooled;          // [batch_size x pooled_width]
 };
 
-// The pattern quantized row by row (the same values an FP32 table holds, as codes).
-void FillQuantized(EmbeddingTable<float>* table, uint64_t seed) {
+// The pattern row by row, quantized or narrowed (the values an FP32 table holds, as codes
+// or 16-bit values).
+void FillNarrow(EmbeddingTable<float>* table, uint64_t seed) {
   std::vector<float> row(static_cast<size_t>(table->dim()));
   for (int64_t r = 0; r < table->num_rows(); ++r) {
     FillPattern(row.data(), table->dim(), 0.01f, seed + static_cast<uint64_t>(r));
-    QuantizeRow(row.data(), table->dim(), table->precision(),
-                table->codes().data() + r * table->row_bytes());
+    if (table->half())
+      table->StoreRow(r, row.data(), 0);
+    else
+      QuantizeRow(row.data(), table->dim(), table->precision(),
+                  table->codes().data() + r * table->row_bytes());
   }
 }
 
@@ -76,8 +82,8 @@ std::unique_ptr<Tables> MakeTables(const config::ModelConfig& model,
     const auto& tc = model.tables(i);
     t->tables.emplace_back(tc.name(), tc.num_rows(), tc.dim(), precision);
     std::vector<float>& data = t->tables.back().data();
-    if (IsQuantized(precision))
-      FillQuantized(&t->tables.back(), static_cast<uint64_t>(i));
+    if (IsQuantized(precision) || IsHalf(precision))
+      FillNarrow(&t->tables.back(), static_cast<uint64_t>(i));
     else
       FillPattern(data.data(), static_cast<int64_t>(data.size()), 0.01f, static_cast<uint64_t>(i));
     t->shapes.push_back({tc.num_rows(), tc.dim()});
@@ -198,26 +204,35 @@ void RegisterEmbeddingBenchmarks(const std::vector<ReferenceModel>& models) {
     auto tables = std::make_shared<Lazy<Tables>>([model] { return MakeTables(model); });
     auto int8 = std::make_shared<Lazy<Tables>>(
         [model] { return MakeTables(model, config::TableConfig::INT8); });
+    auto bf16 = std::make_shared<Lazy<Tables>>(
+        [model] { return MakeTables(model, config::TableConfig::BF16); });
     for (const double zipf : {1.2, 0.0}) {
       const std::string ids = zipf > 0 ? "zipf1.2" : "uniform";
       auto batches = std::make_shared<Lazy<BatchSet>>(
           [ref, tables, zipf] { return MakeBatches(ref, tables->Get(), zipf); });
       auto int8_batches = std::make_shared<Lazy<BatchSet>>(
           [ref, int8, zipf] { return MakeBatches(ref, int8->Get(), zipf); });
+      auto bf16_batches = std::make_shared<Lazy<BatchSet>>(
+          [ref, bf16, zipf] { return MakeBatches(ref, bf16->Get(), zipf); });
       const std::string shape = ref.name + "/" + ids;
       for (const auto& [name, t, b] :
            {std::tuple("BM_EmbeddingForward/", tables, batches),
-            std::tuple("BM_EmbeddingForward/int8/", int8, int8_batches)}) {
+            std::tuple("BM_EmbeddingForward/int8/", int8, int8_batches),
+            std::tuple("BM_EmbeddingForward/bf16/", bf16, bf16_batches)}) {
         auto* fwd = benchmark::RegisterBenchmark((name + shape).c_str(), Forward, t, b);
         fwd->UseRealTime()->Threads(1);
         if (MaxThreads() > 1) fwd->Threads(MaxThreads());
       }
       for (const Optimizer& opt : optimizers) {
-        auto* bwd = benchmark::RegisterBenchmark(
-            ("BM_EmbeddingBackwardUpdate/" + shape + "/" + opt.name).c_str(), BackwardUpdate,
-            tables, batches, opt.config, opt.state_bytes_per_row);
-        bwd->UseRealTime()->ArgName("pool_threads")->Arg(1);
-        if (MaxThreads() > 1) bwd->Arg(MaxThreads());
+        for (const auto& [name, t, b] :
+             {std::tuple("BM_EmbeddingBackwardUpdate/", tables, batches),
+              std::tuple("BM_EmbeddingBackwardUpdate/bf16/", bf16, bf16_batches)}) {
+          auto* bwd =
+              benchmark::RegisterBenchmark((name + shape + "/" + opt.name).c_str(), BackwardUpdate,
+                                           t, b, opt.config, opt.state_bytes_per_row);
+          bwd->UseRealTime()->ArgName("pool_threads")->Arg(1);
+          if (MaxThreads() > 1) bwd->Arg(MaxThreads());
+        }
       }
     }
   }

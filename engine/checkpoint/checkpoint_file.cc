@@ -72,6 +72,8 @@ size_t DTypeSize(checkpoint::TensorEntry::DType dtype) {
     case checkpoint::TensorEntry::UINT32: return 4;
     case checkpoint::TensorEntry::FLOAT64:
     case checkpoint::TensorEntry::INT64: return 8;
+    case checkpoint::TensorEntry::BFLOAT16:
+    case checkpoint::TensorEntry::FLOAT16: return 2;
     case checkpoint::TensorEntry::UINT8: return 1;
   }
   return 0;

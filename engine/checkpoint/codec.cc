@@ -114,10 +114,34 @@ void ReadDenseTensors(const CheckpointReader& reader, const DlrmModel<float>& mo
   }
 }
 
+namespace {
+
+// The dtype a BF16 / FP16 table's rows are stored as.
+TensorEntry::DType HalfDType(const EmbeddingTable<float>& table) {
+  return table.precision() == config::TableConfig::BF16 ? TensorEntry::BFLOAT16
+                                                        : TensorEntry::FLOAT16;
+}
+
+// A table's sparse optimizer state, each buffer already sized.
+void ReadSparseState(const CheckpointReader& reader, const std::string& key,
+                     const StateBufferList& state, std::set<std::string>* expected) {
+  for (const auto& [state_name, buffer] : state) {
+    const std::string name = SparseStateName(key, state_name);
+    if (expected) expected->insert(name);
+    reader.ReadTensor(name, kF32, {static_cast<int64_t>(buffer->size())}, buffer->data());
+  }
+}
+
+}  // namespace
+
 void AddEmbedding(const std::string& key, const EmbeddingTable<float>& table,
                   const StateBufferList& state, CheckpointWriter* writer) {
-  writer->AddTensor(EmbeddingWeightName(key), kF32, {table.num_rows(), table.dim()},
-                    table.data().data(), table.data().size() * sizeof(float));
+  if (table.half())
+    writer->AddTensor(EmbeddingWeightName(key), HalfDType(table), {table.num_rows(), table.dim()},
+                      table.halves().data(), table.halves().size() * sizeof(uint16_t));
+  else
+    writer->AddTensor(EmbeddingWeightName(key), kF32, {table.num_rows(), table.dim()},
+                      table.data().data(), table.data().size() * sizeof(float));
   for (const auto& [name, buffer] : state) AddVector(SparseStateName(key, name), *buffer, writer);
 }
 
@@ -127,11 +151,19 @@ void ReadEmbedding(const CheckpointReader& reader, const std::string& key,
   const std::string weight_name = EmbeddingWeightName(key);
   if (expected) expected->insert(weight_name);
   reader.ReadTensor(weight_name, kF32, {table.num_rows(), table.dim()}, weights);
-  for (const auto& [state_name, buffer] : state) {
-    const std::string name = SparseStateName(key, state_name);
-    if (expected) expected->insert(name);
-    reader.ReadTensor(name, kF32, {static_cast<int64_t>(buffer->size())}, buffer->data());
-  }
+  ReadSparseState(reader, key, state, expected);
+}
+
+void ReadEmbedding(const CheckpointReader& reader, const std::string& key,
+                   EmbeddingTable<float>* table, const StateBufferList& state,
+                   std::set<std::string>* expected) {
+  if (!table->half())
+    return ReadEmbedding(reader, key, *table, table->data().data(), state, expected);
+  const std::string weight_name = EmbeddingWeightName(key);
+  if (expected) expected->insert(weight_name);
+  reader.ReadTensor(weight_name, HalfDType(*table), {table->num_rows(), table->dim()},
+                    table->halves().data());
+  ReadSparseState(reader, key, state, expected);
 }
 
 void AddQuantizedEmbedding(const std::string& key, int64_t num_rows, int32_t dim,

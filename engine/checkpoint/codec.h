@@ -95,13 +95,18 @@ void ReadDenseTensors(const CheckpointReader& reader, const DlrmModel<float>& mo
                       const StateBufferList& state, std::set<std::string>* expected = nullptr);
 
 // A table, or a shard of one, named by `key` ("t0", "t0.rows_0_40.cols_0_8"), and its sparse
-// optimizer state (the optimizer's StateBuffers(table) list).
+// optimizer state (the optimizer's StateBuffers(table) list). A BF16 / FP16 table's rows
+// are a BFLOAT16 / FLOAT16 tensor, an FP32 table's a FLOAT32 one.
 void AddEmbedding(const std::string& key, const EmbeddingTable<float>& table,
                   const StateBufferList& state, CheckpointWriter* writer);
 // Reads what AddEmbedding wrote into weights (table's rows x dim) and state (each already
 // sized); records every name read in expected when given.
 void ReadEmbedding(const CheckpointReader& reader, const std::string& key,
                    const EmbeddingTable<float>& table, float* weights, const StateBufferList& state,
+                   std::set<std::string>* expected = nullptr);
+// The same into the table's own rows, whatever their precision (FP32, BF16, FP16).
+void ReadEmbedding(const CheckpointReader& reader, const std::string& key,
+                   EmbeddingTable<float>* table, const StateBufferList& state,
                    std::set<std::string>* expected = nullptr);
 
 // A quantized table's rows (num_rows x StoredRowBytes(precision, dim) bytes of codes,

@@ -72,6 +72,19 @@ void ValidateDynamicTable(const std::string& field, const config::TableConfig& t
                  d.admit_probability());
 }
 
+// rounding narrows BF16 / FP16 rows only; 16-bit rows are FIXED tables' (yet).
+void ValidateTablePrecision(const std::string& field, const config::TableConfig& table) {
+  const bool half = table.precision() == config::TableConfig::BF16 ||
+                    table.precision() == config::TableConfig::FP16;
+  const char* precision = config::TableConfig::Precision_Name(table.precision()).c_str();
+  if (table.has_rounding() && !half)
+    ThrowInvalid(field, ".rounding is set but ", field, ".precision is ", precision,
+                 ": rounding applies to BF16 and FP16 tables only");
+  if (half && table.kind() == config::TableConfig::DYNAMIC)
+    ThrowInvalid(field, ".precision is ", precision, " but ", field,
+                 ".kind is DYNAMIC, which holds FP32 rows only (yet)");
+}
+
 // An SSD table's cache must hold a row; its optimizer decides a row's bytes, so this runs
 // after the model's own checks.
 void ValidateSsdTables(const config::DlrmConfig& config) {
@@ -148,6 +161,7 @@ void ValidateModel(const config::ModelConfig& model) {
                    " overflows");
     ValidateInitializer(field + ".initializer", table.initializer());
     ValidateDynamicTable(field, table);
+    ValidateTablePrecision(field, table);
   }
   if (model.sparse_features_size() == 0)
     ThrowInvalid("model.sparse_features must list at least one feature");
@@ -267,11 +281,14 @@ int32_t Lookahead(const config::DistributedConfig& d) {
 void RequireFixedTables(const config::ModelConfig& model, const char* who) {
   for (int t = 0; t < model.tables_size(); ++t) {
     const config::TableConfig& table = model.tables(t);
+    const char* kinds = table.precision() == config::TableConfig::INT8 ||
+                                table.precision() == config::TableConfig::INT4
+                            ? " (a quantized serving table), which "
+                            : " (16-bit rows), which ";
     if (table.precision() != config::TableConfig::FP32)
       ThrowInvalid(Field("model.tables", t), " (\"", table.name(), "\") has precision ",
-                   config::TableConfig::Precision_Name(table.precision()),
-                   " (a quantized serving table), which ", who,
-                   " does not take; predict with it in one process on the CPU");
+                   config::TableConfig::Precision_Name(table.precision()), kinds, who,
+                   " does not take yet; use it in one process on the CPU");
     const char* what = table.kind() == config::TableConfig::DYNAMIC ? "is DYNAMIC"
                        : table.has_ssd()                            ? "has ssd storage"
                                                                     : nullptr;

@@ -66,6 +66,7 @@ enum RngStream : uint64_t {
   kStreamSynthetic = 3ull << 40,      // data generator
   kStreamDynamicBase = 4ull << 40,    // + table index (| the id's top bits): dynamic rows
   kStreamAdmission = 5ull << 40,      // + table index: dynamic tables' admission draws
+  kStreamRoundingBase = 6ull << 40,   // + table index: BF16 / FP16 stochastic rounding
 };
 
 }  // namespace dlrm

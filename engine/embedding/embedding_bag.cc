@@ -8,6 +8,7 @@
 #include "engine/core/cpu_features.h"
 #include "engine/core/prefetch.h"
 #include "engine/core/status.h"
+#include "engine/embedding/half_row.h"
 #include "engine/embedding/pool_bag_avx2.h"
 #include "engine/embedding/quantized_row.h"
 
@@ -70,6 +71,15 @@ void SortById(Touch* data, Touch* scratch, int64_t n, int key_bits) {
   if (src != data) std::copy(src, src + n, data);
 }
 
+// Row id of a table as T values the optimizer can read and update: the table's own
+// (FP32), else the row widened into `widened` (BF16 / FP16; StoreRow narrows it back).
+template <typename Table, typename T>
+auto RowValues(Table& table, int64_t id, T* widened) -> decltype(table.row(id)) {
+  if (!table.half()) return table.row(id);
+  table.ReadRow(id, widened);
+  return widened;
+}
+
 }  // namespace
 
 template <typename T>
@@ -104,7 +114,7 @@ EmbeddingBagCollection<T>::EmbeddingBagCollection(std::vector<EmbeddingTable<T>>
 
 template <typename T>
 void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0, int64_t b1,
-                                        T* pooled, std::vector<const T*>* scratch) const {
+                                        T* pooled, std::vector<const void*>* scratch) const {
   const BatchView& view = batch.view;
   DLRM_INTERNAL_CHECK(view.num_sparse == num_features());
   DLRM_INTERNAL_CHECK(batch.offsets.size() ==
@@ -114,66 +124,59 @@ void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0,
   // kPrefetchRows ahead while one is added. Rows of large tables are cache (and TLB)
   // misses at random addresses; a steady distance keeps a few in flight without
   // flooding the core's miss buffers as a whole sample's worth would.
-  std::vector<const T*> local;
-  std::vector<const T*>& rows = scratch ? *scratch : local;
+  std::vector<const void*> local;
+  std::vector<const void*>& rows = scratch ? *scratch : local;
   rows.clear();
   for (int64_t b = b0; b < b1; ++b) {
     for (int32_t f = 0; f < num_features(); ++f) {
       const EmbeddingTable<T>& table = (*tables_)[features_[f].table];
-      if (table.quantized()) continue;  // pooled from its codes by id (PoolQuantizedBag)
       for (int64_t i = batch.bag_begin(f, b), end = batch.bag_end(f, b); i < end; ++i)
-        rows.push_back(table.row(view.ids[i]));
+        rows.push_back(table.row_address(view.ids[i]));
     }
   }
-  size_t next = 0;  // rows[next]: the next FP32 row to add
+  size_t next = 0;  // rows[next]: the next row to add
   for (int64_t b = b0; b < b1; ++b) {
     T* out_row = pooled + (b - b0) * pooled_width_;
     // With tiling features each bag zeroes (portable loop) or stores (AVX2) its own columns,
     // so the row is written once rather than zeroed first.
     if (!features_tile_row_) std::fill(out_row, out_row + pooled_width_, T(0));
-    for (int32_t f = 0; f < num_features(); ++f) {
-      T* out = out_row + features_[f].offset;
-      if ((*tables_)[features_[f].table].quantized())
-        PoolCodes(batch, f, b, b1, out);
-      else
-        next = PoolRows(batch, f, b, rows, next, out);
-    }
+    for (int32_t f = 0; f < num_features(); ++f)
+      next = PoolBag(batch, f, b, rows, next, out_row + features_[f].offset);
   }
 }
 
 template <typename T>
-void EmbeddingBagCollection<T>::PoolCodes(const ValidatedBatch& batch, int32_t f, int64_t b,
-                                          int64_t b1, T* out) const {
+size_t EmbeddingBagCollection<T>::PoolBag(const ValidatedBatch& batch, int32_t f, int64_t b,
+                                          const std::vector<const void*>& rows, size_t next,
+                                          T* out) const {
   const FeatureBinding& fb = features_[f];
   const EmbeddingTable<T>& table = (*tables_)[fb.table];
-  const int64_t begin = batch.bag_begin(f, b), end = batch.bag_end(f, b);
+  const int64_t begin = batch.bag_begin(f, b), count = batch.bag_end(f, b) - begin;
   const float* weights = batch.view.weights ? batch.view.weights + begin : nullptr;
-  // The feature's bags of samples [b, b1) are contiguous in ids (feature-major).
-  PoolQuantizedBag(table.codes().data(), table.row_bytes(), batch.view.ids + begin, end - begin,
-                   batch.bag_end(f, b1 - 1) - begin, weights, fb.mean, table.dim(),
-                   table.precision(), out);
+  const void* const* bag = rows.data() + next;
+  const auto available = static_cast<int64_t>(rows.size() - next);
+  if (table.quantized())
+    PoolQuantizedBag(bag, count, available, weights, fb.mean, table.dim(), table.precision(), out);
+  else if (table.half())
+    PoolHalfBag(bag, count, available, weights, fb.mean, table.dim(), table.precision(), out);
+  else
+    PoolFloatRows(bag, count, available, weights, fb.mean, table.dim(), out);
+  return next + static_cast<size_t>(count);
 }
 
 template <typename T>
-size_t EmbeddingBagCollection<T>::PoolRows(const ValidatedBatch& batch, int32_t f, int64_t b,
-                                           const std::vector<const T*>& rows, size_t next,
-                                           T* out) const {
-  const FeatureBinding& fb = features_[f];
-  const int32_t dim = (*tables_)[fb.table].dim();
-  const int64_t begin = batch.bag_begin(f, b), end = batch.bag_end(f, b);
-  const float* weights = batch.view.weights ? batch.view.weights + begin : nullptr;
+void EmbeddingBagCollection<T>::PoolFloatRows(const void* const* rows, int64_t count,
+                                              int64_t available, const float* weights, bool mean,
+                                              int32_t dim, T* out) const {
   if constexpr (std::is_same_v<T, float>) {
-    if (dim % 8 == 0 && CpuHasAvx2Fma()) {
-      PoolBagAvx2(rows.data() + next, end - begin, weights, fb.mean, dim, out,
-                  static_cast<int64_t>(rows.size() - next), kPrefetchRows);
-      return next + static_cast<size_t>(end - begin);
-    }
+    if (dim % 8 == 0 && CpuHasAvx2Fma())
+      return PoolBagAvx2(rows, count, weights, mean, dim, out, available, kPrefetchRows);
   }
   if (features_tile_row_) std::fill(out, out + dim, T(0));
-  for (int64_t j = 0; j < end - begin; ++j) {
-    if (next + kPrefetchRows < rows.size())
-      PrefetchLines(rows[next + kPrefetchRows], sizeof(T) * static_cast<size_t>(dim));
-    const T* row = rows[next++];
+  for (int64_t j = 0; j < count; ++j) {
+    if (j + kPrefetchRows < available)
+      PrefetchLines(rows[j + kPrefetchRows], sizeof(T) * static_cast<size_t>(dim));
+    const T* row = static_cast<const T*>(rows[j]);
     if (weights) {
       const auto w = static_cast<T>(weights[j]);
       for (int32_t k = 0; k < dim; ++k) out[k] += w * row[k];
@@ -181,11 +184,10 @@ size_t EmbeddingBagCollection<T>::PoolRows(const ValidatedBatch& batch, int32_t 
       for (int32_t k = 0; k < dim; ++k) out[k] += row[k];
     }
   }
-  if (fb.mean && end > begin) {
-    const auto len = static_cast<T>(end - begin);
+  if (mean && count > 0) {
+    const auto len = static_cast<T>(count);
     for (int32_t k = 0; k < dim; ++k) out[k] /= len;
   }
-  return next;
 }
 
 template <typename T>
@@ -235,6 +237,7 @@ bool EmbeddingBagCollection<T>::UpdateIsFinite(const ValidatedBatch& batch, cons
   std::vector<char> finite(static_cast<size_t>(parts), 1);
   ParallelFor(pool, parts, [&](int64_t p) {
     std::vector<T> scratch(ws.grads_kept ? 0 : static_cast<size_t>(ws.max_dim));
+    std::vector<T> widened(static_cast<size_t>(ws.max_dim));
     const int64_t s1 = SplitBegin(num_segments, parts, p + 1);
     for (int64_t s = SplitBegin(num_segments, parts, p); s < s1; ++s) {
       if (s + kPrefetchRows < s1) PrefetchSegment(s + kPrefetchRows, optimizer, has_state);
@@ -242,7 +245,8 @@ bool EmbeddingBagCollection<T>::UpdateIsFinite(const ValidatedBatch& batch, cons
       const EmbeddingTable<T>& table = (*tables_)[t];
       T* grad = ws.grads_kept ? ws.kept_grads.data() + ws.grad_begin[s] : scratch.data();
       const int64_t id = SumRowGradient(s, d_pooled, grad);
-      if (!optimizer.RowUpdateIsFinite(t, id, table.row(id), grad, table.dim(), lr, step)) {
+      const T* weights = RowValues(table, id, widened.data());
+      if (!optimizer.RowUpdateIsFinite(t, id, weights, grad, table.dim(), lr, step)) {
         finite[static_cast<size_t>(p)] = 0;
         return;
       }
@@ -261,7 +265,8 @@ void EmbeddingBagCollection<T>::PrefetchSegment(int64_t s, const SparseOptimizer
   const int32_t table = ws.segment_table[s];
   const int64_t id = ws.touches[ws.segment_begin[s]].id;
   const EmbeddingTable<T>& rows = (*tables_)[table];
-  PrefetchLines(rows.row(id), sizeof(T) * rows.dim());
+  const size_t value_bytes = rows.half() ? sizeof(uint16_t) : sizeof(T);
+  PrefetchLines(rows.row_address(id), value_bytes * static_cast<size_t>(rows.dim()));
   if (has_state) optimizer.PrefetchState(table, id);
 }
 
@@ -416,6 +421,7 @@ void EmbeddingBagCollection<T>::ApplyUpdate(const T* d_pooled, SparseOptimizer<T
   const bool has_state = optimizer.HasRowState();
   auto update_segments = [&](int64_t s0, int64_t s1) {
     std::vector<T> scratch(ws.grads_kept ? 0 : static_cast<size_t>(ws.max_dim));
+    std::vector<T> widened(static_cast<size_t>(ws.max_dim));
     for (int64_t s = s0; s < s1; ++s) {
       if (s + kPrefetchRows < s1) PrefetchSegment(s + kPrefetchRows, optimizer, has_state);
       const int32_t t = ws.segment_table[s];
@@ -423,7 +429,9 @@ void EmbeddingBagCollection<T>::ApplyUpdate(const T* d_pooled, SparseOptimizer<T
       const T* grad = ws.grads_kept ? ws.kept_grads.data() + ws.grad_begin[s] : scratch.data();
       const int64_t id = ws.grads_kept ? ws.touches[ws.segment_begin[s]].id
                                        : SumRowGradient(s, d_pooled, scratch.data());
-      optimizer.UpdateRow(t, id, table.row(id), grad, table.dim(), lr, step);
+      T* weights = RowValues(table, id, widened.data());
+      optimizer.UpdateRow(t, id, weights, grad, table.dim(), lr, step);
+      if (table.half()) table.StoreRow(id, weights, step);
     }
   };
   ParallelForRanges(pool, num_segments, SegmentParts(num_segments, pool), update_segments);

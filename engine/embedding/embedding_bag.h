@@ -46,10 +46,11 @@ class EmbeddingBagCollection {
   int32_t num_features() const { return static_cast<int32_t>(features_.size()); }
 
   // pooled [(b1 - b0) x pooled_width] for samples [b0, b1) of the batch:
-  // sum (or mean) over the bag of weight_i * table.row(id_i). scratch (optional, reused by
+  // sum (or mean) over the bag of weight_i * the values of table row id_i (widened from a
+  // BF16 / FP16 row, dequantized from an INT8 / INT4 one). scratch (optional, reused by
   // the caller across calls) holds the rows' addresses.
   void Forward(const ValidatedBatch& batch, int64_t b0, int64_t b1, T* pooled,
-               std::vector<const T*>* scratch = nullptr) const;
+               std::vector<const void*>* scratch = nullptr) const;
 
   // d_pooled [B x pooled_width] is the loss gradient for the whole batch. Sums each
   // touched row's gradient in (id, position) order and calls optimizer.UpdateRow once per
@@ -77,12 +78,14 @@ class EmbeddingBagCollection {
  private:
   struct Workspace;  // the backward's index arrays, kept at their peak size across steps
 
-  // The forward of bag (f, b) into out (its columns of the pooled row): a quantized
-  // table's from its codes (the pass's samples end at b1), an FP32 table's from
-  // rows[next ..) (the first pass's row list); PoolRows returns the next unused row.
-  void PoolCodes(const ValidatedBatch& batch, int32_t f, int64_t b, int64_t b1, T* out) const;
-  size_t PoolRows(const ValidatedBatch& batch, int32_t f, int64_t b,
-                  const std::vector<const T*>& rows, size_t next, T* out) const;
+  // The forward of bag (f, b) into out (its columns of the pooled row) from rows[next ..)
+  // (the first pass's row addresses, in the order they are pooled, so each kernel can ask
+  // for the row a few ahead, whichever table it is in); returns the next unused row.
+  size_t PoolBag(const ValidatedBatch& batch, int32_t f, int64_t b,
+                 const std::vector<const void*>& rows, size_t next, T* out) const;
+  // PoolBag of an FP32 table's bag of `count` rows.
+  void PoolFloatRows(const void* const* rows, int64_t count, int64_t available,
+                     const float* weights, bool mean, int32_t dim, T* out) const;
 
   // The phases of the backward, each over the workspace: the occurrences' sources in
   // d_pooled, the occurrences grouped by (table, row) and sorted, the runs of one row

@@ -93,16 +93,33 @@ CounterRng IdRng(uint64_t seed, int32_t table_index, int64_t id) {
 
 template <typename T>
 EmbeddingTable<T>::EmbeddingTable(std::string name, int64_t num_rows, int32_t dim,
-                                  TablePrecision precision)
+                                  TablePrecision precision, TableRounding rounding)
     : name_(std::move(name)), num_rows_(num_rows), dim_(dim), precision_(precision) {
+  rounding_.mode = rounding;
   const size_t count = CheckedElementCount(name_, num_rows_, dim_);
   // Reserved (mapped, untouched) first, so the advice applies before the zero-fill faults
   // the pages in. A quantized table has fewer bytes per row than floats: the count's
   // check covers them.
   if (quantized())
     Allocate(&codes_, static_cast<size_t>(num_rows_ * row_bytes()));
+  else if (half())
+    Allocate(&halves_, count);
   else
     Allocate(&data_, count);
+}
+
+template <typename T>
+void EmbeddingTable<T>::ReadRow(int64_t r, T* out) const {
+  if (quantized()) return DequantizeRow(code_row(r), dim_, precision_, out);
+  if (half()) return DecodeHalfRow(half_row(r), dim_, precision_, out);
+  std::copy(row(r), row(r) + dim_, out);
+}
+
+template <typename T>
+void EmbeddingTable<T>::StoreRow(int64_t r, const T* values, int64_t step) {
+  DLRM_INTERNAL_CHECK(!quantized());  // read-only rows
+  if (half()) return EncodeHalfRow(values, dim_, precision_, rounding_, step, r, half_row(r));
+  std::copy(values, values + dim_, row(r));
 }
 
 template <typename T>
@@ -130,13 +147,18 @@ void EmbeddingTable<T>::InitializeShard(const config::Initializer& init, uint64_
     ThrowInvalid("table '", name_, "': shard rows [", row_begin, ", ", row_begin + num_rows_,
                  ") from column ", col_begin, " do not fit a table of ", full_rows, " rows");
   const uint64_t stream = kStreamEmbeddingBase + static_cast<uint64_t>(table_index);
-  std::vector<T> values(quantized() ? static_cast<size_t>(dim_) : 0);
+  rounding_.seed = seed;
+  rounding_.table = table_index;
+  const bool narrow = quantized() || half();  // drawn into values, then stored narrowed
+  std::vector<T> values(narrow ? static_cast<size_t>(dim_) : 0);
+  const HalfRounding nearest{config::TableConfig::NEAREST, seed, table_index};
   WithDraw(init, full_rows, [&](auto draw) {
     for (int64_t r = 0; r < num_rows_; ++r) {
-      T* target = quantized() ? values.data() : row(r);
+      T* target = narrow ? values.data() : row(r);
       FillRow(target, dim_, CounterRng(seed, stream, static_cast<uint64_t>(row_begin + r)),
               col_begin, draw);
       if (quantized()) QuantizeRow(target, dim_, precision_, codes_.data() + r * row_bytes());
+      if (half()) EncodeHalfRow(target, dim_, precision_, nearest, 0, r, half_row(r));
     }
   });
 }
@@ -145,7 +167,7 @@ template <typename T>
 void EmbeddingTable<T>::InitializeForIds(const config::Initializer& init, uint64_t seed,
                                          int32_t table_index,
                                          const std::vector<std::pair<int64_t, int64_t>>& id_rows) {
-  DLRM_INTERNAL_CHECK(!quantized());  // admissions happen in training steps only
+  DLRM_INTERNAL_CHECK(!quantized() && !half());  // DYNAMIC tables are FP32
   WithDraw(init, num_rows_, [&](auto draw) {
     for (const auto& [id, r] : id_rows) {
       DLRM_INTERNAL_CHECK(r >= 0 && r < num_rows_);
@@ -158,7 +180,7 @@ template <typename T>
 void EmbeddingTable<T>::InitializeRows(const config::Initializer& init, uint64_t seed,
                                        int32_t table_index, int64_t full_rows,
                                        const std::vector<std::pair<int64_t, int64_t>>& row_slots) {
-  DLRM_INTERNAL_CHECK(!quantized());  // SSD tables are FP32
+  DLRM_INTERNAL_CHECK(!quantized() && !half());  // SSD tables are FP32
   const uint64_t stream = kStreamEmbeddingBase + static_cast<uint64_t>(table_index);
   WithDraw(init, full_rows, [&](auto draw) {
     for (const auto& [r, slot] : row_slots) {

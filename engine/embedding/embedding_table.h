@@ -1,9 +1,12 @@
 // One embedding table held as a dense [num_rows x dim] array in host memory: a FIXED
 // table's rows, or the rows a DYNAMIC table hands to ids (dynamic_rows.h decides which).
 // (An SSD table's DRAM cache is one too: model/ssd_tier.h decides which rows it holds.)
-// A table of precision INT8 or INT4 holds its rows as row-wise quantized codes
-// (quantized_row.h) in codes() instead of data(): read-only rows for prediction, which
-// only the pooled forward (embedding_bag.h) and the serving export read.
+// A table of precision BF16 or FP16 holds its rows as 16-bit floats (half_row.h) in
+// halves() instead of data(): the pooled forward widens them, training reads a row with
+// ReadRow and stores the updated one with StoreRow. A table of precision INT8 or INT4
+// holds its rows as row-wise quantized codes (quantized_row.h) in codes(): read-only
+// rows for prediction, which only the pooled forward (embedding_bag.h), ReadRow and the
+// serving export read.
 // Threading: none of its own; rows are plain memory the caller partitions.
 // Errors: kInvalidArgument naming the table for a bad shape or initializer.
 #pragma once
@@ -16,6 +19,7 @@
 
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/thread_pool.h"
+#include "engine/embedding/half_row.h"
 #include "engine/embedding/quantized_row.h"
 
 namespace dlrm {
@@ -23,12 +27,16 @@ namespace dlrm {
 template <typename T>
 class EmbeddingTable {
  public:
+  // rounding: how StoreRow narrows a BF16 / FP16 table's rows (ignored for the others).
   EmbeddingTable(std::string name, int64_t num_rows, int32_t dim,
-                 TablePrecision precision = config::TableConfig::FP32);
+                 TablePrecision precision = config::TableConfig::FP32,
+                 TableRounding rounding = config::TableConfig::NEAREST);
 
   // Row r gets values drawn from CounterRng(seed, kStreamEmbeddingBase + table_index, r):
   // independent of thread count, sharding and the order rows are touched. DEFAULT is
-  // uniform(-1/sqrt(num_rows), 1/sqrt(num_rows)) as the DLRM reference.
+  // uniform(-1/sqrt(num_rows), 1/sqrt(num_rows)) as the DLRM reference. A BF16 / FP16
+  // table stores them rounded to nearest, and (seed, table_index) becomes the key of its
+  // stochastic rounding.
   void Initialize(const config::Initializer& init, uint64_t seed, int32_t table_index);
 
   // For a shard of a larger table: this object holds rows [row_begin, row_begin +
@@ -58,6 +66,11 @@ class EmbeddingTable {
   int32_t dim() const { return dim_; }
   TablePrecision precision() const { return precision_; }
   bool quantized() const { return IsQuantized(precision_); }
+  bool half() const { return IsHalf(precision_); }
+  // Whether rows are stored narrower than T (quantized or 16-bit): the pooled forward
+  // reads them by id, not through row().
+  bool narrow() const { return quantized() || half(); }
+  const HalfRounding& rounding() const { return rounding_; }
   // Bytes of one stored row, and of all of them.
   int64_t row_bytes() const { return StoredRowBytes(precision_, dim_); }
   int64_t memory_bytes() const { return num_rows_ * row_bytes(); }
@@ -66,6 +79,22 @@ class EmbeddingTable {
   std::vector<uint8_t>& codes() { return codes_; }
   const std::vector<uint8_t>& codes() const { return codes_; }
   const uint8_t* code_row(int64_t r) const { return codes_.data() + r * row_bytes(); }
+  // A BF16 / FP16 table's rows, num_rows() x dim() (empty for the other precisions).
+  std::vector<uint16_t>& halves() { return halves_; }
+  const std::vector<uint16_t>& halves() const { return halves_; }
+  uint16_t* half_row(int64_t r) { return halves_.data() + r * dim_; }
+  const uint16_t* half_row(int64_t r) const { return halves_.data() + r * dim_; }
+  // Where row r is stored, whatever the precision (row(), half_row() or code_row()).
+  const void* row_address(int64_t r) const {
+    if (quantized()) return code_row(r);
+    if (half()) return half_row(r);
+    return row(r);
+  }
+  // out[0, dim) = row r's values, whatever the precision.
+  void ReadRow(int64_t r, T* out) const;
+  // Row r = values[0, dim): copied (FP32), or narrowed as rounding() says with the random
+  // bits of (step, r) (BF16 / FP16). Not for a quantized table.
+  void StoreRow(int64_t r, const T* values, int64_t step);
   T* row(int64_t r) { return data_.data() + r * dim_; }
   const T* row(int64_t r) const { return data_.data() + r * dim_; }
   std::vector<T>& data() { return data_; }
@@ -80,8 +109,10 @@ class EmbeddingTable {
   static void Allocate(std::vector<E>* storage, size_t count);
 
   TablePrecision precision_;
+  HalfRounding rounding_;
   std::vector<T> data_;
   std::vector<uint8_t> codes_;
+  std::vector<uint16_t> halves_;
 };
 
 // Tables [0, n), table i built (allocated and initialized) by make(i), one task each on

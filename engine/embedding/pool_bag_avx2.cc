@@ -17,7 +17,7 @@ constexpr int32_t kBlockVectors = 8;  // 64 columns: 8 accumulators, half the re
 
 // Columns [col, col + V * 8) of the bag; prefetches only when asked (the first block).
 template <int V>
-DLRM_AVX2_NO_FMA void PoolBlock(const float* const* rows, int64_t count, const float* weights,
+DLRM_AVX2_NO_FMA void PoolBlock(const void* const* rows, int64_t count, const float* weights,
                                 bool mean, int32_t dim, int32_t col, float* out, int64_t available,
                                 int64_t distance, bool prefetch) {
   __m256 acc[V];
@@ -25,7 +25,7 @@ DLRM_AVX2_NO_FMA void PoolBlock(const float* const* rows, int64_t count, const f
   for (int64_t j = 0; j < count; ++j) {
     if (prefetch && j + distance < available)
       PrefetchLines(rows[j + distance], sizeof(float) * static_cast<size_t>(dim));
-    const float* row = rows[j] + col;
+    const float* row = static_cast<const float*>(rows[j]) + col;
     if (weights) {
       const __m256 w = _mm256_set1_ps(weights[j]);
       for (int v = 0; v < V; ++v)
@@ -41,7 +41,7 @@ DLRM_AVX2_NO_FMA void PoolBlock(const float* const* rows, int64_t count, const f
   for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + col + v * kLanes, acc[v]);
 }
 
-using BlockKernel = void (*)(const float* const*, int64_t, const float*, bool, int32_t, int32_t,
+using BlockKernel = void (*)(const void* const*, int64_t, const float*, bool, int32_t, int32_t,
                              float*, int64_t, int64_t, bool);
 constexpr BlockKernel kBlockKernels[kBlockVectors + 1] = {nullptr,      PoolBlock<1>, PoolBlock<2>,
                                                           PoolBlock<3>, PoolBlock<4>, PoolBlock<5>,
@@ -49,7 +49,7 @@ constexpr BlockKernel kBlockKernels[kBlockVectors + 1] = {nullptr,      PoolBloc
 
 }  // namespace
 
-void PoolBagAvx2(const float* const* rows, int64_t count, const float* weights, bool mean,
+void PoolBagAvx2(const void* const* rows, int64_t count, const float* weights, bool mean,
                  int32_t dim, float* out, int64_t available, int64_t prefetch_distance) {
   const int32_t vectors = dim / kLanes;
   for (int32_t v0 = 0; v0 < vectors; v0 += kBlockVectors) {
@@ -67,7 +67,7 @@ void PoolBagAvx2(const float* const* rows, int64_t count, const float* weights, 
 
 namespace dlrm {
 
-void PoolBagAvx2(const float* const*, int64_t, const float*, bool, int32_t, float*, int64_t,
+void PoolBagAvx2(const void* const*, int64_t, const float*, bool, int32_t, float*, int64_t,
                  int64_t) {
   DLRM_INTERNAL_CHECK(false && "PoolBagAvx2 on a CPU without AVX2");
 }

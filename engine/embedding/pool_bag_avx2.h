@@ -11,11 +11,11 @@
 
 namespace dlrm {
 
-// out[0, dim) = sum over j < count of w_j * rows[j][0, dim) (w_j = 1 if weights is NULL),
-// divided by count if mean and count > 0. While adding row j it prefetches
-// rows[j + prefetch_distance] when that index is below `available` (the rows after this
-// bag belong to the next bags of the same pass).
-void PoolBagAvx2(const float* const* rows, int64_t count, const float* weights, bool mean,
+// out[0, dim) = sum over j < count of w_j * rows[j][0, dim) (rows of floats) (w_j = 1 if weights is
+// NULL), divided by count if mean and count > 0. While adding row j it prefetches rows[j +
+// prefetch_distance] when that index is below `available` (the rows after this bag belong to the
+// next bags of the same pass).
+void PoolBagAvx2(const void* const* rows, int64_t count, const float* weights, bool mean,
                  int32_t dim, float* out, int64_t available, int64_t prefetch_distance);
 
 }  // namespace dlrm

@@ -20,13 +20,6 @@ constexpr int64_t kScaleBiasBytes = 2 * sizeof(float);
 // How many rows of a bag ahead of the one being added the next is prefetched.
 constexpr int64_t kPrefetchRows = 8;
 
-// Every line of a row: rows of dim + 8 bytes start anywhere in a line, so the last byte's
-// line is asked for too (PrefetchLines steps from the first byte).
-inline void PrefetchRow(const uint8_t* row, int64_t bytes) {
-  PrefetchLines(row, static_cast<size_t>(bytes));
-  __builtin_prefetch(row + bytes - 1);
-}
-
 int64_t CodeBytes(TablePrecision precision, int32_t dim) {
   return precision == config::TableConfig::INT4 ? (int64_t{dim} + 1) / 2 : int64_t{dim};
 }
@@ -81,18 +74,17 @@ __attribute__((target("avx2"))) inline __m256 CodesAt(const uint8_t* row, int32_
 // for MEAN), stored once: the portable loop's operations. Prefetches only when asked (the
 // first block).
 template <int V, int Bits>
-__attribute__((target("avx2"))) void PoolCodesBlock(const uint8_t* table, int64_t row_bytes,
-                                                    const int64_t* ids, int64_t count,
-                                                    int64_t available, const float* weights,
-                                                    bool mean, int32_t col, float* out,
-                                                    bool prefetch) {
+__attribute__((target("avx2"))) void PoolCodesBlock(const void* const* rows, int64_t row_bytes,
+                                                    int64_t count, int64_t available,
+                                                    const float* weights, bool mean, int32_t col,
+                                                    float* out, bool prefetch) {
   __m256 acc[V];
   for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
   float constant = 0;
   for (int64_t j = 0; j < count; ++j) {
     if (prefetch && j + kPrefetchRows < available)
-      PrefetchRow(table + ids[j + kPrefetchRows] * row_bytes, row_bytes);
-    const uint8_t* row = table + ids[j] * row_bytes;
+      PrefetchLines(rows[j + kPrefetchRows], static_cast<size_t>(row_bytes));
+    const auto* row = static_cast<const uint8_t*>(rows[j]);
     float scale, bias;  // the row's last kScaleBiasBytes
     std::memcpy(&scale, row + row_bytes - kScaleBiasBytes, sizeof scale);
     std::memcpy(&bias, row + row_bytes - sizeof bias, sizeof bias);
@@ -111,8 +103,8 @@ __attribute__((target("avx2"))) void PoolCodesBlock(const uint8_t* table, int64_
   for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + col + v * 8, acc[v]);
 }
 
-using CodesBlockKernel = void (*)(const uint8_t*, int64_t, const int64_t*, int64_t, int64_t,
-                                  const float*, bool, int32_t, float*, bool);
+using CodesBlockKernel = void (*)(const void* const*, int64_t, int64_t, int64_t, const float*, bool,
+                                  int32_t, float*, bool);
 constexpr int32_t kBlockVectors = 8;  // 64 columns: 8 accumulators
 template <int Bits>
 constexpr CodesBlockKernel kCodesBlocks[kBlockVectors + 1] = {nullptr,
@@ -127,15 +119,16 @@ constexpr CodesBlockKernel kCodesBlocks[kBlockVectors + 1] = {nullptr,
 
 // out[0, k) = a quantized bag's pooled values for the k = dim - dim % 8 columns it
 // returns; the caller finishes the rest with the portable loop.
-int32_t PoolCodesAvx2(const uint8_t* table, int64_t row_bytes, const int64_t* ids, int64_t count,
-                      int64_t available, const float* weights, bool mean, int32_t dim,
-                      TablePrecision precision, float* out) {
+int32_t PoolCodesAvx2(const void* const* rows, int64_t count, int64_t available,
+                      const float* weights, bool mean, int32_t dim, TablePrecision precision,
+                      float* out) {
+  const int64_t row_bytes = StoredRowBytes(precision, dim);
   const CodesBlockKernel* blocks =
       precision == config::TableConfig::INT8 ? kCodesBlocks<8> : kCodesBlocks<4>;
   const int32_t vectors = dim / 8;
   for (int32_t v0 = 0; v0 < vectors; v0 += kBlockVectors) {
     const int32_t v = std::min(vectors - v0, kBlockVectors);
-    blocks[v](table, row_bytes, ids, count, available, weights, mean, v0 * 8, out, v0 == 0);
+    blocks[v](rows, row_bytes, count, available, weights, mean, v0 * 8, out, v0 == 0);
   }
   return vectors * 8;
 }
@@ -152,8 +145,10 @@ const char* PrecisionName(TablePrecision precision) {
 }
 
 int64_t StoredRowBytes(TablePrecision precision, int32_t dim) {
-  if (!IsQuantized(precision)) return int64_t{dim} * static_cast<int64_t>(sizeof(float));
-  return CodeBytes(precision, dim) + kScaleBiasBytes;
+  if (IsQuantized(precision)) return CodeBytes(precision, dim) + kScaleBiasBytes;
+  const bool half =
+      precision == config::TableConfig::BF16 || precision == config::TableConfig::FP16;
+  return int64_t{dim} * (half ? 2 : static_cast<int64_t>(sizeof(float)));
 }
 
 template <typename T>
@@ -195,23 +190,22 @@ bool QuantizedRowIsValid(const uint8_t* row, int32_t dim, TablePrecision precisi
 }
 
 template <typename T>
-void PoolQuantizedBag(const uint8_t* table, int64_t row_bytes, const int64_t* ids, int64_t count,
-                      int64_t available, const float* weights, bool mean, int32_t dim,
-                      TablePrecision precision, T* out) {
+void PoolQuantizedBag(const void* const* rows, int64_t count, int64_t available,
+                      const float* weights, bool mean, int32_t dim, TablePrecision precision,
+                      T* out) {
   int32_t k0 = 0;  // columns [0, k0) pooled by the AVX2 kernel
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<T, float>)
     if (CpuHasAvx2Fma())
-      k0 = PoolCodesAvx2(table, row_bytes, ids, count, available, weights, mean, dim, precision,
-                         out);
+      k0 = PoolCodesAvx2(rows, count, available, weights, mean, dim, precision, out);
 #endif
   if (k0 == dim) return;
   std::fill(out + k0, out + dim, T(0));
+  const auto row_bytes = static_cast<size_t>(StoredRowBytes(precision, dim));
   T constant = 0;
   for (int64_t j = 0; j < count; ++j) {
-    if (k0 == 0 && j + kPrefetchRows < available)
-      PrefetchRow(table + ids[j + kPrefetchRows] * row_bytes, row_bytes);
-    const uint8_t* row = table + ids[j] * row_bytes;
+    if (k0 == 0 && j + kPrefetchRows < available) PrefetchLines(rows[j + kPrefetchRows], row_bytes);
+    const auto* row = static_cast<const uint8_t*>(rows[j]);
     float scale, bias;
     ReadScaleBias(row, dim, precision, &scale, &bias);
     const T w = weights ? static_cast<T>(weights[j]) : T(1);
@@ -225,11 +219,11 @@ void PoolQuantizedBag(const uint8_t* table, int64_t row_bytes, const int64_t* id
   }
 }
 
-#define DLRM_QUANTIZED_ROW(T)                                                                  \
-  template void QuantizeRow<T>(const T*, int32_t, TablePrecision, uint8_t*);                   \
-  template void DequantizeRow<T>(const uint8_t*, int32_t, TablePrecision, T*);                 \
-  template void PoolQuantizedBag<T>(const uint8_t*, int64_t, const int64_t*, int64_t, int64_t, \
-                                    const float*, bool, int32_t, TablePrecision, T*);
+#define DLRM_QUANTIZED_ROW(T)                                                                 \
+  template void QuantizeRow<T>(const T*, int32_t, TablePrecision, uint8_t*);                  \
+  template void DequantizeRow<T>(const uint8_t*, int32_t, TablePrecision, T*);                \
+  template void PoolQuantizedBag<T>(const void* const*, int64_t, int64_t, const float*, bool, \
+                                    int32_t, TablePrecision, T*);
 DLRM_QUANTIZED_ROW(float)
 DLRM_QUANTIZED_ROW(double)
 #undef DLRM_QUANTIZED_ROW

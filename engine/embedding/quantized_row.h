@@ -26,7 +26,8 @@ using TablePrecision = config::TableConfig::Precision;
 bool IsQuantized(TablePrecision precision);
 // The name the config uses ("INT8").
 const char* PrecisionName(TablePrecision precision);
-// Bytes of one stored row: dim * 4 for FP32, the layout above for INT8 / INT4.
+// Bytes of one stored row: dim * 4 for FP32, dim * 2 for BF16 / FP16 (half_row.h), the
+// layout above for INT8 / INT4.
 int64_t StoredRowBytes(TablePrecision precision, int32_t dim);
 
 // out[0, StoredRowBytes) = row[0, dim) quantized. row must be finite.
@@ -39,17 +40,16 @@ void DequantizeRow(const uint8_t* row, int32_t dim, TablePrecision precision, T*
 // writes); a damaged file's row is refused before it is used.
 bool QuantizedRowIsValid(const uint8_t* row, int32_t dim, TablePrecision precision);
 
-// out[0, dim) = the bag of rows ids[0, count) of `table` (rows of row_bytes bytes): the
-// sum over j of w_j * value(row ids[j]) (w_j = 1 without weights), divided by count if
-// mean and count > 0. The sum is formed as
+// out[0, dim) = the bag of quantized rows rows[0, count) (each StoredRowBytes bytes): the
+// sum over j of w_j * value(rows[j]) (w_j = 1 without weights), divided by count if mean
+// and count > 0. The sum is formed as
 //   acc_k = sum_j (w_j * scale_j) * code_jk, then acc_k + sum_j (w_j * bias_j),
 // row by row from zero, multiplications and additions rounded separately. While adding
-// row j it prefetches row ids[j + 8] when that index is below `available` (the ids after
-// this bag that the same pass reads next: the feature's next bags). The ids must be rows
-// of the table.
+// row j it prefetches rows[j + 8] when that index is below `available` (the rows the
+// same pass reads next, of any table).
 template <typename T>
-void PoolQuantizedBag(const uint8_t* table, int64_t row_bytes, const int64_t* ids, int64_t count,
-                      int64_t available, const float* weights, bool mean, int32_t dim,
-                      TablePrecision precision, T* out);
+void PoolQuantizedBag(const void* const* rows, int64_t count, int64_t available,
+                      const float* weights, bool mean, int32_t dim, TablePrecision precision,
+                      T* out);
 
 }  // namespace dlrm

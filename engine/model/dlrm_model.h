@@ -110,7 +110,7 @@ class DlrmModel {
   struct ChunkBuffers {
     std::vector<T> dense_in, bottom_acts, inter_out, cross_acts, top_acts;
     std::vector<T> dlogits, d_top_in, d_inter, dx, scratch;
-    std::vector<const T*> embedding_rows;
+    std::vector<const void*> embedding_rows;
   };
   // Rows per chunk of PredictLogits (at least reduction_chunk_rows).
   static constexpr int64_t kPredictChunkRows = 256;

@@ -57,7 +57,7 @@ void CheckModelFitsMemory(const config::DlrmConfig& config) {
     const auto& table = config.model().tables(t);
     const int64_t rows = ResidentRows(config, t);
     int64_t bytes = cost.MemoryBytes(rows, table.dim());
-    if (IsQuantized(table.precision()))  // codes in place of floats
+    if (table.precision() != config::TableConfig::FP32)  // codes or 16-bit values
       bytes = rows * (StoredRowBytes(table.precision(), table.dim()) +
                       SparseStateBytesPerRow(config.sparse_optimizer(), table.dim()));
     if (table.kind() == config::TableConfig::DYNAMIC)

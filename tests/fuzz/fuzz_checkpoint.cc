@@ -5,7 +5,8 @@
 // Engine::Load of it must succeed or refuse it naming bad input (fuzz_support.h), and a
 // refused Load must leave the engine predicting bitwise as before. Seeds: a real
 // checkpoint of the small test model after a step (Adam and Adagrad state included), and
-// its serving exports with INT8 and INT4 tables (issue 16: the quantized rows' reader).
+// its serving exports with INT8 and INT4 tables (issue 16: the quantized rows' reader), and
+// a checkpoint of the same model with BF16 tables (BFLOAT16 tensors).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -28,9 +29,9 @@ namespace {
 struct Fixture {
   std::unique_ptr<Engine> engine;
   OwnedBatch batch;
-  std::vector<float> want;  // the engine's predictions of batch
-  std::string dir, clean;   // clean: the seed checkpoint's bytes
-  std::vector<std::string> seeds;  // clean, then the quantized exports' bytes
+  std::vector<float> want;         // the engine's predictions of batch
+  std::string dir, clean;          // clean: the seed checkpoint's bytes
+  std::vector<std::string> seeds;  // clean, the quantized exports', a BF16 checkpoint
 };
 
 std::string FileBytes(const std::string& path) {
@@ -59,6 +60,15 @@ Fixture& TheFixture() {
       x->engine->Export(x->dir + "/seed.serving", precision);
       x->seeds.push_back(FileBytes(x->dir + "/seed.serving"));
     }
+    config::DlrmConfig half = x->engine->config();
+    for (config::TableConfig& table : *half.mutable_model()->mutable_tables()) {
+      table.set_precision(config::TableConfig::BF16);
+      table.set_rounding(config::TableConfig::STOCHASTIC);
+    }
+    Engine half_engine(half);
+    half_engine.TrainStep(x->batch.view());
+    half_engine.Save(x->dir + "/half.ckpt");
+    x->seeds.push_back(FileBytes(x->dir + "/half.ckpt"));
     x->want = Predictions(*x->engine, x->batch);
     return x;
   }();
@@ -69,8 +79,7 @@ Fixture& TheFixture() {
 }  // namespace dlrm::fuzz
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  dlrm::fuzz::WriteSeedsIfAsked(
-      argc, argv, [] { return dlrm::fuzz::TheFixture().seeds; });
+  dlrm::fuzz::WriteSeedsIfAsked(argc, argv, [] { return dlrm::fuzz::TheFixture().seeds; });
   return 0;
 }
 

@@ -115,6 +115,12 @@ struct Fixture {
       for (float& v : acc) v /= static_cast<float>(ids.size());
     return acc;
   }
+  // The addresses of rows ids, as the pooled forward lists them.
+  std::vector<const void*> Rows(const std::vector<int64_t>& ids) const {
+    std::vector<const void*> rows;
+    for (const int64_t id : ids) rows.push_back(table.data() + id * row_bytes);
+    return rows;
+  }
   static constexpr int64_t kRows = 50;
   TablePrecision precision;
   int32_t dim;
@@ -133,16 +139,14 @@ TEST(QuantizedRow, PooledBagsHaveTheDocumentedSumsBits) {
         for (const bool mean : {false, true}) {
           const float* w = weighted ? weights.data() : nullptr;
           std::vector<float> out(static_cast<size_t>(dim), 99.0f);
-          PoolQuantizedBag(f.table.data(), f.row_bytes, ids.data(),
-                           static_cast<int64_t>(ids.size()), static_cast<int64_t>(ids.size()), w,
-                           mean, dim, precision, out.data());
+          PoolQuantizedBag(f.Rows(ids).data(), static_cast<int64_t>(ids.size()),
+                           static_cast<int64_t>(ids.size()), w, mean, dim, precision, out.data());
           EXPECT_EQ(out, f.Expected(ids, w, mean)) << PrecisionName(precision) << " dim " << dim
                                                    << " weighted " << weighted << " mean " << mean;
         }
       }
       std::vector<float> empty(static_cast<size_t>(dim), 5.0f);
-      PoolQuantizedBag(f.table.data(), f.row_bytes, ids.data(), 0, 0, nullptr, true, dim, precision,
-                       empty.data());
+      PoolQuantizedBag(f.Rows(ids).data(), 0, 0, nullptr, true, dim, precision, empty.data());
       EXPECT_EQ(empty, std::vector<float>(static_cast<size_t>(dim), 0.0f));
     }
   }
@@ -152,8 +156,7 @@ TEST(QuantizedRow, PooledBagsAreCloseToTheDequantizedRowsSum) {
   const Fixture f(kInt8, 16);
   const std::vector<int64_t> ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   std::vector<float> out(16), sum(16, 0.0f), row(16);
-  PoolQuantizedBag(f.table.data(), f.row_bytes, ids.data(), 10, 10, nullptr, false, 16, kInt8,
-                   out.data());
+  PoolQuantizedBag(f.Rows(ids).data(), 10, 10, nullptr, false, 16, kInt8, out.data());
   for (const int64_t id : ids) {
     DequantizeRow(f.table.data() + id * f.row_bytes, 16, kInt8, row.data());
     for (int k = 0; k < 16; ++k) sum[k] += row[k];

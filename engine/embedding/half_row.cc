@@ -1,0 +1,349 @@
+#include "engine/embedding/half_row.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "engine/core/cpu_features.h"
+#include "engine/core/philox.h"
+#include "engine/core/prefetch.h"
+#include "engine/core/status.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace dlrm {
+namespace {
+
+// How many rows of a bag ahead of the one being added the next is prefetched.
+constexpr int64_t kPrefetchRows = 8;
+// Columns that share one Philox call's 128 random bits (16 each).
+constexpr int32_t kBlock = 8;
+constexpr uint32_t kFp16MaxFinite = 0x7BFF, kBf16MaxFinite = 0x7F7F;
+
+uint32_t BitsOf(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+float FloatOfBits(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+float Bf16Widen(uint16_t h) { return FloatOfBits(static_cast<uint32_t>(h) << 16); }
+
+float Fp16Widen(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  if (e == 0x1F)  // infinity, or NaN made quiet (as F16C widens)
+    return FloatOfBits(sign | 0x7F800000u | (m << 13) | (m != 0 ? 0x400000u : 0u));
+  if (e == 0) {  // zero or subnormal: m * 2^-24, exact
+    const float magnitude = std::ldexp(static_cast<float>(m), -24);
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  return FloatOfBits(sign | ((e + 112) << 23) | (m << 13));
+}
+
+// BF16: the top 16 bits of x after adding `increment` to it (0x7FFF plus the kept part's
+// lowest bit to round to nearest even, a random 16 bits to round stochastically).
+uint16_t Bf16Narrow(float x, bool stochastic, uint16_t random) {
+  const uint32_t u = BitsOf(x), a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  if (a == 0x7F800000u) return static_cast<uint16_t>(u >> 16);
+  const uint32_t increment = stochastic ? random : 0x7FFFu + ((u >> 16) & 1u);
+  uint32_t r = (u + increment) >> 16;
+  if ((r & 0x7FFFu) == 0x7F80u) r = ((u >> 16) & 0x8000u) | kBf16MaxFinite;
+  return static_cast<uint16_t>(r);
+}
+
+// Whether the dropped bits `rem` (of `shift` bits) carry the kept ones `base` up.
+bool RoundsUp(uint64_t base, uint64_t rem, int shift, bool stochastic, uint16_t random) {
+  if (stochastic) {
+    const uint64_t top16 = shift >= 16 ? rem >> (shift - 16) : rem << (16 - shift);
+    return top16 + random >= 0x10000u;
+  }
+  const uint64_t half = uint64_t{1} << (shift - 1);
+  return rem > half || (rem == half && (base & 1u) != 0);
+}
+
+uint16_t Fp16Narrow(float x, bool stochastic, uint16_t random) {
+  const uint32_t u = BitsOf(x), a = u & 0x7FFFFFFFu;
+  const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  if (a > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
+  if (a == 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u);
+  const int e = static_cast<int>(a >> 23) - 127;
+  if (e >= 16) return static_cast<uint16_t>(sign | kFp16MaxFinite);
+  // Below 2^-40 even 16 random bits cannot reach the smallest subnormal (2^-24).
+  if (e < -40) return sign;
+  uint64_t base, rem;
+  int shift;
+  if (e >= -14) {  // a normal FP16: 13 mantissa bits dropped
+    shift = 13;
+    base = (static_cast<uint64_t>(e + 15) << 10) | ((a & 0x7FFFFFu) >> 13);
+    rem = a & 0x1FFFu;
+  } else {  // a subnormal one: the significand with its leading 1, shifted further
+    shift = -1 - e;
+    const uint64_t m = (a & 0x7FFFFFu) | 0x800000u;
+    base = m >> shift;
+    rem = m & ((uint64_t{1} << shift) - 1);
+  }
+  uint64_t r = base + (RoundsUp(base, rem, shift, stochastic, random) ? 1u : 0u);
+  if (r >= 0x7C00u) r = kFp16MaxFinite;  // a carry past the largest finite value
+  return static_cast<uint16_t>(sign | r);
+}
+
+uint16_t Narrow(float x, TablePrecision precision, bool stochastic, uint16_t random) {
+  return precision == config::TableConfig::BF16 ? Bf16Narrow(x, stochastic, random)
+                                                : Fp16Narrow(x, stochastic, random);
+}
+
+// The random bits of columns [k0, k0 + 8) (k0 a multiple of 8): one Philox call.
+std::array<uint16_t, kBlock> RandomBlock(const HalfRounding& rounding, int64_t step, int64_t row,
+                                         int32_t k0) {
+  const uint64_t key =
+      rounding.seed ^
+      ((kStreamRoundingBase + static_cast<uint64_t>(rounding.table)) * 0x9E3779B97F4A7C15ULL);
+  const auto words =
+      Philox4x32(key, static_cast<uint64_t>(step),
+                 (static_cast<uint64_t>(row) << 16) ^ static_cast<uint64_t>(k0 / kBlock));
+  std::array<uint16_t, kBlock> bits;
+  for (int32_t i = 0; i < kBlock; ++i)
+    bits[static_cast<size_t>(i)] =
+        static_cast<uint16_t>(words[static_cast<size_t>(i / 2)] >> ((i & 1) * 16));
+  return bits;
+}
+
+#if defined(__x86_64__)
+#define DLRM_F16C_TARGET __attribute__((target("avx2,f16c")))
+
+template <bool kBf16>
+DLRM_F16C_TARGET inline __m256 Widen8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (kBf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  return _mm256_cvtph_ps(h);
+}
+
+// Bf16Narrow of 8 values with 8 increments.
+DLRM_F16C_TARGET inline __m128i NarrowBf16x8(__m256 x, __m256i increment) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
+  const __m256i inf = _mm256_cmpeq_epi32(a, _mm256_set1_epi32(0x7F800000));
+  const __m256i high = _mm256_srli_epi32(u, 16);
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, increment), 16);
+  const __m256i past =
+      _mm256_andnot_si256(inf, _mm256_cmpeq_epi32(_mm256_and_si256(r, _mm256_set1_epi32(0x7FFF)),
+                                                  _mm256_set1_epi32(0x7F80)));
+  const __m256i largest = _mm256_or_si256(_mm256_and_si256(high, _mm256_set1_epi32(0x8000)),
+                                          _mm256_set1_epi32(static_cast<int>(kBf16MaxFinite)));
+  r = _mm256_blendv_epi8(r, largest, past);
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(high, _mm256_set1_epi32(0x40)), nan);
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+  return _mm256_castsi256_si128(packed);
+}
+
+DLRM_F16C_TARGET inline __m256i NearestEvenIncrement(__m256 x) {
+  const __m256i lowest_kept =
+      _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 16), _mm256_set1_epi32(1));
+  return _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lowest_kept);
+}
+
+// Fp16Narrow to nearest of 8 values: finite values past the largest are held at it
+// first, so F16C's rounding never reaches infinity; NaN and infinities pass unchanged.
+DLRM_F16C_TARGET inline __m128i NarrowFp16x8(__m256 x) {
+  const __m256 sign = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN)));
+  const __m256 a = _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN)), x);
+  const __m256 past = _mm256_and_ps(_mm256_cmp_ps(a, _mm256_set1_ps(65504.0f), _CMP_GT_OQ),
+                                    _mm256_cmp_ps(a, _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
+  const __m256 held = _mm256_blendv_ps(x, _mm256_or_ps(sign, _mm256_set1_ps(65504.0f)), past);
+  return _mm256_cvtps_ph(held, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+// The first dim - dim % 8 columns; returns how many.
+DLRM_F16C_TARGET int32_t DecodeAvx2(const uint16_t* row, int32_t dim, TablePrecision precision,
+                                    float* out) {
+  const int32_t end = dim - dim % kBlock;
+  const bool bf16 = precision == config::TableConfig::BF16;
+  for (int32_t k = 0; k < end; k += kBlock)
+    _mm256_storeu_ps(out + k, bf16 ? Widen8<true>(row + k) : Widen8<false>(row + k));
+  return end;
+}
+
+DLRM_F16C_TARGET int32_t EncodeAvx2(const float* values, int32_t dim, TablePrecision precision,
+                                    const HalfRounding& rounding, int64_t step, int64_t row,
+                                    uint16_t* out) {
+  const bool bf16 = precision == config::TableConfig::BF16;
+  const bool stochastic = rounding.mode == config::TableConfig::STOCHASTIC;
+  if (stochastic && !bf16) return 0;  // FP16's stochastic rounding: the portable loop
+  const int32_t end = dim - dim % kBlock;
+  for (int32_t k = 0; k < end; k += kBlock) {
+    const __m256 x = _mm256_loadu_ps(values + k);
+    __m128i h;
+    if (stochastic) {
+      const std::array<uint16_t, kBlock> bits = RandomBlock(rounding, step, row, k);
+      const __m128i random = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bits.data()));
+      h = NarrowBf16x8(x, _mm256_cvtepu16_epi32(random));
+    } else {
+      h = bf16 ? NarrowBf16x8(x, NearestEvenIncrement(x)) : NarrowFp16x8(x);
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), h);
+  }
+  return end;
+}
+
+// Columns [col, col + V * 8) of a bag, whole: acc = sum_j w_j * row_j in registers (a
+// product, then a sum: no fused multiply-add, as the portable loop), / count for MEAN,
+// stored once. Prefetches only when asked (the first block).
+template <int V, bool kBf16>
+DLRM_F16C_TARGET void PoolHalfBlock(const void* const* rows, int32_t dim, int64_t count,
+                                    int64_t available, const float* weights, bool mean, int32_t col,
+                                    float* out, bool prefetch) {
+  __m256 acc[V];
+  for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
+  const auto row_bytes = static_cast<size_t>(dim) * sizeof(uint16_t);
+  for (int64_t j = 0; j < count; ++j) {
+    if (prefetch && j + kPrefetchRows < available)
+      PrefetchLines(rows[j + kPrefetchRows], row_bytes);
+    const uint16_t* row = static_cast<const uint16_t*>(rows[j]) + col;
+    const __m256 w = _mm256_set1_ps(weights ? weights[j] : 1.0f);
+    for (int v = 0; v < V; ++v)
+      acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(w, Widen8<kBf16>(row + v * 8)));
+  }
+  if (mean && count > 0) {
+    const __m256 len = _mm256_set1_ps(static_cast<float>(count));
+    for (int v = 0; v < V; ++v) acc[v] = _mm256_div_ps(acc[v], len);
+  }
+  for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + col + v * 8, acc[v]);
+}
+
+using HalfBlockKernel = void (*)(const void* const*, int32_t, int64_t, int64_t, const float*, bool,
+                                 int32_t, float*, bool);
+constexpr int32_t kBlockVectors = 8;  // 64 columns: 8 accumulators
+template <bool kBf16>
+constexpr HalfBlockKernel kHalfBlocks[kBlockVectors + 1] = {nullptr,
+                                                            PoolHalfBlock<1, kBf16>,
+                                                            PoolHalfBlock<2, kBf16>,
+                                                            PoolHalfBlock<3, kBf16>,
+                                                            PoolHalfBlock<4, kBf16>,
+                                                            PoolHalfBlock<5, kBf16>,
+                                                            PoolHalfBlock<6, kBf16>,
+                                                            PoolHalfBlock<7, kBf16>,
+                                                            PoolHalfBlock<8, kBf16>};
+
+// out[0, k) = the bag's pooled values for the k = dim - dim % 8 columns it returns.
+int32_t PoolHalfAvx2(const void* const* rows, int64_t count, int64_t available,
+                     const float* weights, bool mean, int32_t dim, TablePrecision precision,
+                     float* out) {
+  const HalfBlockKernel* blocks =
+      precision == config::TableConfig::BF16 ? kHalfBlocks<true> : kHalfBlocks<false>;
+  const int32_t vectors = dim / kBlock;
+  for (int32_t v0 = 0; v0 < vectors; v0 += kBlockVectors) {
+    const int32_t v = std::min(vectors - v0, kBlockVectors);
+    blocks[v](rows, dim, count, available, weights, mean, v0 * kBlock, out, v0 == 0);
+  }
+  return vectors * kBlock;
+}
+#undef DLRM_F16C_TARGET
+#endif
+
+// Whether the AVX2 + F16C kernels run here (and DLRM_MAX_ISA allows AVX2).
+bool UseF16c() {
+#if defined(__x86_64__)
+  static const bool f16c = CpuHasAvx2Fma() && __builtin_cpu_supports("f16c");
+  return f16c;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool IsHalf(TablePrecision precision) {
+  return precision == config::TableConfig::BF16 || precision == config::TableConfig::FP16;
+}
+
+float FloatFromHalf(uint16_t h, TablePrecision precision) {
+  return precision == config::TableConfig::BF16 ? Bf16Widen(h) : Fp16Widen(h);
+}
+
+uint16_t HalfFromFloat(float x, TablePrecision precision) { return Narrow(x, precision, false, 0); }
+
+uint16_t HalfFromFloatStochastic(float x, uint16_t random, TablePrecision precision) {
+  return Narrow(x, precision, true, random);
+}
+
+uint16_t RoundingBits(const HalfRounding& rounding, int64_t step, int64_t row, int32_t k) {
+  return RandomBlock(rounding, step, row, k - k % kBlock)[static_cast<size_t>(k % kBlock)];
+}
+
+template <typename T>
+void DecodeHalfRow(const uint16_t* row, int32_t dim, TablePrecision precision, T* out) {
+  DLRM_INTERNAL_CHECK(IsHalf(precision));
+  int32_t k0 = 0;
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float>)
+    if (UseF16c()) k0 = DecodeAvx2(row, dim, precision, out);
+#endif
+  for (int32_t k = k0; k < dim; ++k) out[k] = static_cast<T>(FloatFromHalf(row[k], precision));
+}
+
+template <typename T>
+void EncodeHalfRow(const T* values, int32_t dim, TablePrecision precision,
+                   const HalfRounding& rounding, int64_t step, int64_t row, uint16_t* out) {
+  DLRM_INTERNAL_CHECK(IsHalf(precision));
+  int32_t k0 = 0;  // columns [0, k0) narrowed by the AVX2 kernel, a multiple of 8
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float>)
+    if (UseF16c()) k0 = EncodeAvx2(values, dim, precision, rounding, step, row, out);
+#endif
+  const bool stochastic = rounding.mode == config::TableConfig::STOCHASTIC;
+  for (int32_t b = k0; b < dim; b += kBlock) {
+    std::array<uint16_t, kBlock> bits{};
+    if (stochastic) bits = RandomBlock(rounding, step, row, b);
+    for (int32_t k = b; k < std::min(b + kBlock, dim); ++k)
+      out[k] = Narrow(static_cast<float>(values[k]), precision, stochastic,
+                      bits[static_cast<size_t>(k - b)]);
+  }
+}
+
+template <typename T>
+void PoolHalfBag(const void* const* rows, int64_t count, int64_t available, const float* weights,
+                 bool mean, int32_t dim, TablePrecision precision, T* out) {
+  int32_t k0 = 0;  // columns [0, k0) pooled by the AVX2 kernel
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float>)
+    if (UseF16c()) k0 = PoolHalfAvx2(rows, count, available, weights, mean, dim, precision, out);
+#endif
+  if (k0 == dim) return;
+  std::fill(out + k0, out + dim, T(0));
+  for (int64_t j = 0; j < count; ++j) {
+    if (k0 == 0 && j + kPrefetchRows < available)
+      PrefetchLines(rows[j + kPrefetchRows], static_cast<size_t>(dim) * sizeof(uint16_t));
+    const auto* row = static_cast<const uint16_t*>(rows[j]);
+    const T w = weights ? static_cast<T>(weights[j]) : T(1);
+    for (int32_t k = k0; k < dim; ++k)
+      out[k] += w * static_cast<T>(FloatFromHalf(row[k], precision));
+  }
+  if (mean && count > 0) {
+    const auto len = static_cast<T>(count);
+    for (int32_t k = k0; k < dim; ++k) out[k] /= len;
+  }
+}
+
+#define DLRM_HALF_ROW(T)                                                                          \
+  template void DecodeHalfRow<T>(const uint16_t*, int32_t, TablePrecision, T*);                   \
+  template void EncodeHalfRow<T>(const T*, int32_t, TablePrecision, const HalfRounding&, int64_t, \
+                                 int64_t, uint16_t*);                                             \
+  template void PoolHalfBag<T>(const void* const*, int64_t, int64_t, const float*, bool, int32_t, \
+                               TablePrecision, T*);
+DLRM_HALF_ROW(float)
+DLRM_HALF_ROW(double)
+#undef DLRM_HALF_ROW
+
+}  // namespace dlrm
