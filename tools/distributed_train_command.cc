@@ -182,6 +182,14 @@ int TrainJob(train::TrainerRole& job, const config::DlrmConfig& config) {
                   static_cast<long long>(FLAGS_warmup_steps));
     std::printf("\n");
     if (dropped > 0) std::printf("left out %lld short batches\n", static_cast<long long>(dropped));
+    const train::DataParallelTrainer::WireBytes& wire = trainer.wire_bytes();
+    if (wire.steps > 0)
+      std::printf(
+          "wire (%s): trainer 0 sent %.0f and received %.0f payload bytes per step\n",
+          config::DistributedConfig::WirePrecision_Name(config.distributed().wire_precision())
+              .c_str(),
+          static_cast<double>(wire.sent) / static_cast<double>(wire.steps),
+          static_cast<double>(wire.received) / static_cast<double>(wire.steps));
     std::fflush(stdout);
   }
   if (!FLAGS_checkpoint_dir.empty() &&

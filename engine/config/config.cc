@@ -278,6 +278,14 @@ int32_t Lookahead(const config::DistributedConfig& d) {
   return static_cast<int32_t>(std::clamp<int64_t>(StalenessBound(d), 1, 64));
 }
 
+config::TableConfig::Precision WireValuePrecision(const config::DistributedConfig& d) {
+  switch (d.wire_precision()) {
+    case config::DistributedConfig::BF16: return config::TableConfig::BF16;
+    case config::DistributedConfig::FP16: return config::TableConfig::FP16;
+    default: return config::TableConfig::FP32;
+  }
+}
+
 void RequireFixedTables(const config::ModelConfig& model, const char* who) {
   for (int t = 0; t < model.tables_size(); ++t) {
     const config::TableConfig& table = model.tables(t);

@@ -38,6 +38,10 @@ bool IsValidLearningRate(double lr);
 // The most rows a DYNAMIC table may give ids (its id index's capacity).
 inline constexpr int64_t kMaxDynamicTableRows = int64_t{1} << 40;
 
+// DistributedConfig.wire_precision as the precision of the values that travel: FP32,
+// BF16 or FP16 (half_row.h's formats).
+config::TableConfig::Precision WireValuePrecision(const config::DistributedConfig& d);
+
 // For the parts that take only FIXED tables held in memory (the CUDA backend, embedding
 // servers): kInvalidArgument "model.tables[i] ("name") is DYNAMIC (or: has ssd storage),
 // which <who> does not take yet".

@@ -10,6 +10,10 @@
 // the same bits everywhere, and a benchmark can measure a kernel against what it replaced.
 #pragma once
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <cstdlib>
 #include <cstring>
 
@@ -84,5 +88,18 @@ inline IsaLevel CpuIsaLevel() {
 
 inline bool CpuHasAvx2Fma() { return CpuIsaLevel() != IsaLevel::kPortable; }
 inline bool CpuHasAvx512() { return CpuIsaLevel() == IsaLevel::kAvx512; }
+// AVX2 kernels that also convert 16-bit floats (F16C: every AVX2 CPU has it, asked
+// through cpuid because GCC and clang name it differently in __builtin_cpu_supports).
+inline bool CpuHasAvx2F16c() {
+#if defined(__x86_64__)
+  static const bool f16c = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  }();
+  return CpuHasAvx2Fma() && f16c;
+#else
+  return false;
+#endif
+}
 
 }  // namespace dlrm

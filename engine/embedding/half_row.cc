@@ -253,14 +253,7 @@ int32_t PoolHalfAvx2(const void* const* rows, int64_t count, int64_t available,
 #endif
 
 // Whether the AVX2 + F16C kernels run here (and DLRM_MAX_ISA allows AVX2).
-bool UseF16c() {
-#if defined(__x86_64__)
-  static const bool f16c = CpuHasAvx2Fma() && __builtin_cpu_supports("f16c");
-  return f16c;
-#else
-  return false;
-#endif
-}
+bool UseF16c() { return CpuHasAvx2F16c(); }
 
 }  // namespace
 
@@ -333,6 +326,35 @@ void PoolHalfBag(const void* const* rows, int64_t count, int64_t available, cons
   if (mean && count > 0) {
     const auto len = static_cast<T>(count);
     for (int32_t k = k0; k < dim; ++k) out[k] /= len;
+  }
+}
+
+namespace {
+
+// Arrays in pieces the row kernels take (their dim is an int32_t).
+constexpr int64_t kPiece = int64_t{1} << 16;
+
+}  // namespace
+
+void NarrowValues(const float* values, int64_t n, TablePrecision precision, uint16_t* out) {
+  const HalfRounding nearest;
+  for (int64_t i = 0; i < n; i += kPiece)
+    EncodeHalfRow(values + i, static_cast<int32_t>(std::min(kPiece, n - i)), precision, nearest, 0,
+                  0, out + i);
+}
+
+void WidenValues(const uint16_t* values, int64_t n, TablePrecision precision, float* out) {
+  for (int64_t i = 0; i < n; i += kPiece)
+    DecodeHalfRow(values + i, static_cast<int32_t>(std::min(kPiece, n - i)), precision, out + i);
+}
+
+void RoundToHalf(float* values, int64_t n, TablePrecision precision) {
+  std::array<uint16_t, kBlock * 64> narrow;
+  const auto piece = static_cast<int64_t>(narrow.size());
+  for (int64_t i = 0; i < n; i += piece) {
+    const int64_t m = std::min(piece, n - i);
+    NarrowValues(values + i, m, precision, narrow.data());
+    WidenValues(narrow.data(), m, precision, values + i);
   }
 }
 

@@ -59,6 +59,13 @@ template <typename T>
 void EncodeHalfRow(const T* values, int32_t dim, TablePrecision precision,
                    const HalfRounding& rounding, int64_t step, int64_t row, uint16_t* out);
 
+// Arrays of any length (compressed communication, DistributedConfig.wire_precision):
+// values narrowed to nearest into out, widened back, or rounded in place (each value
+// replaced by its narrowed value widened: what a 16-bit wire delivers).
+void NarrowValues(const float* values, int64_t n, TablePrecision precision, uint16_t* out);
+void WidenValues(const uint16_t* values, int64_t n, TablePrecision precision, float* out);
+void RoundToHalf(float* values, int64_t n, TablePrecision precision);
+
 // out[0, dim) = the bag of 16-bit rows rows[0, count) (dim values each): the sum over j of
 // w_j * value(rows[j]) (w_j = 1 without weights), row by row from zero, each product and
 // sum rounded to T, divided by count if mean and count > 0. While adding row j it

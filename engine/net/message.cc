@@ -24,6 +24,7 @@ int64_t DTypeSize(DType dtype) {
     case PayloadDescriptor::I32: return 4;
     case PayloadDescriptor::I64: return 8;
     case PayloadDescriptor::U8: return 1;
+    case PayloadDescriptor::U16: return 2;
     default: return 0;
   }
 }

@@ -40,6 +40,7 @@ DLRM_NET_DTYPE_OF(double, F64);
 DLRM_NET_DTYPE_OF(int32_t, I32);
 DLRM_NET_DTYPE_OF(int64_t, I64);
 DLRM_NET_DTYPE_OF(uint8_t, U8);
+DLRM_NET_DTYPE_OF(uint16_t, U16);
 #undef DLRM_NET_DTYPE_OF
 
 // One raw array. The storage comes from operator new, so it is aligned for every dtype

@@ -13,8 +13,8 @@ namespace {
 class RemoteLookup : public PendingLookup {
  public:
   RemoteLookup(net::Client* server, uint64_t id, std::vector<ShardRows> request,
-               std::chrono::milliseconds timeout)
-      : server_(server), id_(id), request_(std::move(request)), timeout_(timeout) {}
+               std::chrono::milliseconds timeout, config::TableConfig::Precision wire)
+      : server_(server), id_(id), request_(std::move(request)), timeout_(timeout), wire_(wire) {}
   // Not waited for (a step that failed before using it): drop the answer when it comes.
   ~RemoteLookup() override {
     if (!waited_) server_->Abandon(id_);
@@ -24,7 +24,7 @@ class RemoteLookup : public PendingLookup {
     waited_ = true;
     const net::Message reply = server_->Wait(id_, timeout_);
     try {
-      DecodeLookupReply(reply, &request_);
+      DecodeLookupReply(reply, &request_, wire_);
     } catch (const Error& e) {
       Throw(e.code(), server_->endpoint().name(), ": ", e.what());
     }
@@ -36,6 +36,7 @@ class RemoteLookup : public PendingLookup {
   uint64_t id_;
   std::vector<ShardRows> request_;
   std::chrono::milliseconds timeout_;
+  config::TableConfig::Precision wire_;
   bool waited_ = false;
 };
 
@@ -44,8 +45,9 @@ class RemoteLookup : public PendingLookup {
 RemoteEmbeddingService::RemoteEmbeddingService(const net::Context& context,
                                                const std::vector<std::string>& server_addresses,
                                                int32_t rank, const net::TransportOptions& options,
-                                               std::chrono::milliseconds timeout)
-    : rank_(rank), timeout_(timeout) {
+                                               std::chrono::milliseconds timeout,
+                                               config::TableConfig::Precision wire)
+    : rank_(rank), timeout_(timeout), wire_(wire) {
   RegisterMessageTypes();
   if (rank_ < 0) ThrowInvalid("remote embedding service: rank must be >= 0, got ", rank);
   for (size_t i = 0; i < server_addresses.size(); ++i)
@@ -91,7 +93,7 @@ std::unique_ptr<PendingLookup> RemoteEmbeddingService::SubmitLookup(
   net::Client& server = At(owner);
   if (step < 1) ThrowInvalid("embedding service: lookup for step ", step, " (steps start at 1)");
   const uint64_t id = server.Submit(EncodeLookup(step, request));
-  return std::make_unique<RemoteLookup>(&server, id, std::move(request), timeout_);
+  return std::make_unique<RemoteLookup>(&server, id, std::move(request), timeout_, wire_);
 }
 
 void RemoteEmbeddingService::Update(int32_t owner, int32_t rank, int64_t step, float lr,
@@ -104,6 +106,7 @@ void RemoteEmbeddingService::Update(int32_t owner, int32_t rank, int64_t step, f
   u.step = step;
   u.lr = lr;
   u.part = std::move(part);
+  u.wire = wire_;
   server.endpoint().Send(EncodeUpdate(u));
 }
 

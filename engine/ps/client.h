@@ -26,10 +26,12 @@ namespace dlrm::ps {
 class RemoteEmbeddingService : public EmbeddingService {
  public:
   // server_addresses[i]: where server i listens. rank: this trainer's index among the
-  // trainers (the rank its update parts carry).
+  // trainers (the rank its update parts carry). wire: the precision rows and gradients
+  // travel in (WireValuePrecision of the job's DistributedConfig).
   RemoteEmbeddingService(const net::Context& context,
                          const std::vector<std::string>& server_addresses, int32_t rank,
-                         const net::TransportOptions& options, std::chrono::milliseconds timeout);
+                         const net::TransportOptions& options, std::chrono::milliseconds timeout,
+                         config::TableConfig::Precision wire = config::TableConfig::FP32);
   ~RemoteEmbeddingService() override;
 
   std::unique_ptr<PendingLookup> SubmitLookup(int32_t owner, int64_t step,
@@ -55,6 +57,7 @@ class RemoteEmbeddingService : public EmbeddingService {
 
   const int32_t rank_;
   const std::chrono::milliseconds timeout_;
+  const config::TableConfig::Precision wire_;
   std::vector<std::unique_ptr<net::Client>> servers_;
   std::mutex heartbeat_mu_;
   std::condition_variable heartbeat_cv_;

@@ -2,6 +2,7 @@
 
 #include "engine/core/byte_codec.h"
 #include "engine/core/status.h"
+#include "engine/embedding/half_row.h"
 
 namespace dlrm::ps {
 
@@ -30,17 +31,39 @@ std::vector<FeatureUpdate> ConcatenateRanks(const std::vector<std::vector<Featur
   return global;
 }
 
-std::string EncodeFeatureUpdates(const std::vector<FeatureUpdate>& updates) {
+std::string EncodeFeatureUpdates(const std::vector<FeatureUpdate>& updates,
+                                 config::TableConfig::Precision wire) {
+  DLRM_INTERNAL_CHECK(wire == config::TableConfig::FP32 || IsHalf(wire));
   ByteWriter out;
   out.Put<uint64_t>(updates.size());
+  out.Put<uint8_t>(static_cast<uint8_t>(wire));
+  std::vector<uint16_t> narrow;
   for (const FeatureUpdate& u : updates) {
     out.Put<int32_t>(u.feature);
     out.PutArray(u.lengths);
     out.PutArray(u.ids);
     out.PutArray(u.weights);
-    out.PutArray(u.d_pooled);
+    if (wire == config::TableConfig::FP32) {
+      out.PutArray(u.d_pooled);
+      continue;
+    }
+    narrow.resize(u.d_pooled.size());
+    NarrowValues(u.d_pooled.data(), static_cast<int64_t>(u.d_pooled.size()), wire, narrow.data());
+    out.PutArray(narrow);
   }
   return std::move(out).Take();
+}
+
+int64_t FeatureUpdatesBytes(const std::vector<FeatureUpdate>& updates,
+                            config::TableConfig::Precision wire) {
+  const int64_t value_bytes = IsHalf(wire) ? 2 : 4;
+  int64_t bytes = sizeof(uint64_t) + sizeof(uint8_t);  // count, wire precision
+  for (const FeatureUpdate& u : updates)
+    bytes += static_cast<int64_t>(
+                 sizeof(int32_t) + 4 * sizeof(uint64_t) + u.lengths.size() * sizeof(int32_t) +
+                 u.ids.size() * sizeof(int64_t) + u.weights.size() * sizeof(float)) +
+             static_cast<int64_t>(u.d_pooled.size()) * value_bytes;
+  return bytes;
 }
 
 std::vector<FeatureUpdate> DecodeFeatureUpdates(const std::string& bytes) {
@@ -50,13 +73,24 @@ std::vector<FeatureUpdate> DecodeFeatureUpdates(const std::string& bytes) {
   if (count > bytes.size() / 36)
     Throw(StatusCode::kDataLoss, "feature updates: count ", count, " exceeds what ", bytes.size(),
           " bytes can hold");
+  const auto wire = static_cast<config::TableConfig::Precision>(in.Get<uint8_t>("wire precision"));
+  if (wire != config::TableConfig::FP32 && !IsHalf(wire))
+    Throw(StatusCode::kDataLoss, "feature updates: wire precision ", static_cast<int>(wire),
+          " is not FP32 (0), BF16 (1) or FP16 (2)");
   std::vector<FeatureUpdate> updates(static_cast<size_t>(count));
+  std::vector<uint16_t> narrow;
   for (FeatureUpdate& u : updates) {
     u.feature = in.Get<int32_t>("feature");
     in.GetArray("lengths", &u.lengths);
     in.GetArray("ids", &u.ids);
     in.GetArray("weights", &u.weights);
-    in.GetArray("d_pooled", &u.d_pooled);
+    if (wire == config::TableConfig::FP32) {
+      in.GetArray("d_pooled", &u.d_pooled);
+      continue;
+    }
+    in.GetArray("d_pooled", &narrow);
+    u.d_pooled.resize(narrow.size());
+    WidenValues(narrow.data(), static_cast<int64_t>(narrow.size()), wire, u.d_pooled.data());
   }
   in.ExpectEnd();
   return updates;

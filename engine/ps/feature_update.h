@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/config/dlrm.pb.h"
+
 namespace dlrm::ps {
 
 struct FeatureUpdate {
@@ -23,10 +25,16 @@ struct FeatureUpdate {
 // same features in the same order; throws kInvalidArgument otherwise.
 std::vector<FeatureUpdate> ConcatenateRanks(const std::vector<std::vector<FeatureUpdate>>& parts);
 
-// A flat little-endian encoding, for collectives and messages. DecodeFeatureUpdates
-// checks every count against the bytes present (a short or inflated buffer is rejected
-// with kDataLoss naming the field) and never allocates more than the input could hold.
-std::string EncodeFeatureUpdates(const std::vector<FeatureUpdate>& updates);
+// A flat little-endian encoding, for collectives and messages. d_pooled travels in
+// `wire` (FP32, or BF16 / FP16: 16 bits a value, narrowed to nearest; the encoding says
+// which). DecodeFeatureUpdates checks every count against the bytes present (a short or
+// inflated buffer is rejected with kDataLoss naming the field) and never allocates more
+// than the input could hold.
+std::string EncodeFeatureUpdates(const std::vector<FeatureUpdate>& updates,
+                                 config::TableConfig::Precision wire = config::TableConfig::FP32);
 std::vector<FeatureUpdate> DecodeFeatureUpdates(const std::string& bytes);
+// The size of EncodeFeatureUpdates(updates, wire), without encoding.
+int64_t FeatureUpdatesBytes(const std::vector<FeatureUpdate>& updates,
+                            config::TableConfig::Precision wire);
 
 }  // namespace dlrm::ps

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "engine/core/status.h"
+#include "engine/embedding/half_row.h"
 
 namespace dlrm::ps {
 namespace {
@@ -86,7 +87,8 @@ std::vector<ShardRows> DecodeLookup(const net::Message& message) {
   return request;
 }
 
-net::Message EncodeLookupReply(const std::vector<ShardRows>& answered) {
+net::Message EncodeLookupReply(const std::vector<ShardRows>& answered,
+                               config::TableConfig::Precision wire) {
   net::Message m = Make(LOOKUP_REPLY);
   std::vector<int64_t> counts;
   size_t total = 0;
@@ -94,16 +96,29 @@ net::Message EncodeLookupReply(const std::vector<ShardRows>& answered) {
     counts.push_back(static_cast<int64_t>(r.rows.size()));
     total += r.rows.size();
   }
+  m.payloads.push_back(net::Payload::Copy(counts));
+  if (IsHalf(wire)) {
+    net::Payload rows = net::Payload::Zeros<uint16_t>(static_cast<int64_t>(total));
+    uint16_t* out = rows.mutable_data<uint16_t>();
+    for (const ShardRows& r : answered) {
+      NarrowValues(r.rows.data(), static_cast<int64_t>(r.rows.size()), wire, out);
+      out += r.rows.size();
+    }
+    m.payloads.push_back(std::move(rows));
+    return m;
+  }
   net::Payload rows = net::Payload::Zeros<float>(static_cast<int64_t>(total));
   float* out = rows.mutable_data<float>();
   for (const ShardRows& r : answered) out = std::copy(r.rows.begin(), r.rows.end(), out);
-  m.payloads.push_back(net::Payload::Copy(counts));
   m.payloads.push_back(std::move(rows));
   return m;
 }
 
-void DecodeLookupReply(const net::Message& reply, std::vector<ShardRows>* request) {
-  ExpectPayloads(reply, {net::PayloadDescriptor::I64, net::PayloadDescriptor::F32});
+void DecodeLookupReply(const net::Message& reply, std::vector<ShardRows>* request,
+                       config::TableConfig::Precision wire) {
+  const bool half = IsHalf(wire);
+  ExpectPayloads(reply, {net::PayloadDescriptor::I64,
+                         half ? net::PayloadDescriptor::U16 : net::PayloadDescriptor::F32});
   const net::Payload& counts = reply.payloads[0];
   const net::Payload& rows = reply.payloads[1];
   if (counts.count() != static_cast<int64_t>(request->size()))
@@ -115,7 +130,13 @@ void DecodeLookupReply(const net::Message& reply, std::vector<ShardRows>* reques
     if (n < 0 || n > rows.count() - at)
       Throw(StatusCode::kDataLoss, "LOOKUP_REPLY request ", i, " claims ", n, " values but ",
             rows.count() - at, " remain");
-    (*request)[i].rows.assign(rows.data<float>() + at, rows.data<float>() + at + n);
+    std::vector<float>& values = (*request)[i].rows;
+    if (half) {
+      values.resize(static_cast<size_t>(n));
+      WidenValues(rows.data<uint16_t>() + at, n, wire, values.data());
+    } else {
+      values.assign(rows.data<float>() + at, rows.data<float>() + at + n);
+    }
     at += n;
   }
   if (at != rows.count())
@@ -127,7 +148,7 @@ net::Message EncodeUpdate(const UpdateMessage& update) {
   net::Message m = Make(UPDATE);
   m.header.set_step(update.step);
   m.header.set_sender_rank(update.rank);
-  const std::string bytes = EncodeFeatureUpdates(update.part);
+  const std::string bytes = EncodeFeatureUpdates(update.part, update.wire);
   m.payloads.push_back(net::Payload::Copy(&update.lr, 1));
   m.payloads.push_back(net::Payload::Copy(reinterpret_cast<const uint8_t*>(bytes.data()),
                                           static_cast<int64_t>(bytes.size())));

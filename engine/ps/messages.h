@@ -3,7 +3,8 @@
 // reads against the frames present and throws kDataLoss naming the rule a message broke.
 //
 //   LOOKUP        step; [I32 shard per request] [I64 ids per request] [I64 all ids]
-//   LOOKUP_REPLY  [I64 values per request] [F32 all rows, request after request]
+//   LOOKUP_REPLY  [I64 values per request] [F32 all rows, request after request; U16 with a
+//                 16-bit wire precision: the rows narrowed to nearest]
 //   UPDATE        step, sender_rank; [F32 learning rate] [U8 EncodeFeatureUpdates]
 //   FLUSH / SAVE  step (SAVE: the checkpoint directory in body); answered by the ACKs
 #pragma once
@@ -28,15 +29,20 @@ void RegisterMessageTypes();
 net::Message EncodeLookup(int64_t step, const std::vector<ShardRows>& request);
 std::vector<ShardRows> DecodeLookup(const net::Message& message);
 
-net::Message EncodeLookupReply(const std::vector<ShardRows>& answered);
-// Fills request[i].rows from the reply to `request`.
-void DecodeLookupReply(const net::Message& reply, std::vector<ShardRows>* request);
+// wire: the job's DistributedConfig.wire_precision (WireValuePrecision): FP32, BF16, FP16.
+net::Message EncodeLookupReply(const std::vector<ShardRows>& answered,
+                               config::TableConfig::Precision wire = config::TableConfig::FP32);
+// Fills request[i].rows from the reply to `request` (kDataLoss when its rows are not in
+// `wire`).
+void DecodeLookupReply(const net::Message& reply, std::vector<ShardRows>* request,
+                       config::TableConfig::Precision wire = config::TableConfig::FP32);
 
 struct UpdateMessage {
   int32_t rank = 0;
   int64_t step = 0;
   float lr = 0;
   std::vector<FeatureUpdate> part;
+  config::TableConfig::Precision wire = config::TableConfig::FP32;  // of part's d_pooled
 };
 net::Message EncodeUpdate(const UpdateMessage& update);
 UpdateMessage DecodeUpdate(const net::Message& message);

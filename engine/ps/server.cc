@@ -14,13 +14,15 @@ namespace dlrm::ps {
 
 EmbeddingServer::EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int32_t index,
                                  std::vector<std::string> trainer_links,
-                                 std::chrono::milliseconds trainer_timeout)
+                                 std::chrono::milliseconds trainer_timeout,
+                                 config::TableConfig::Precision wire)
     : endpoint_(endpoint),
       owner_(owner),
       index_(index),
       trainer_links_(std::move(trainer_links)),
       num_trainers_(trainer_links_.size()),
-      trainer_timeout_(trainer_timeout) {
+      trainer_timeout_(trainer_timeout),
+      wire_(wire) {
   RegisterMessageTypes();
   if (endpoint_ == nullptr || owner_ == nullptr)
     ThrowInvalid("embedding server: endpoint and owner are required");
@@ -138,7 +140,7 @@ bool EmbeddingServer::TryAnswer(ParkedLookup& lookup) {
   try {
     if (!owner_->Servable(lookup.step)) return false;
     owner_->ReadRows(lookup.step, &lookup.rows);
-    endpoint_->Reply(lookup.request, EncodeLookupReply(lookup.rows));
+    endpoint_->Reply(lookup.request, EncodeLookupReply(lookup.rows, wire_));
     ++lookups_served_;
   } catch (const Error& e) {
     endpoint_->ReplyError(lookup.request, e.code(), e.what());

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/config/dlrm.pb.h"
 #include "engine/net/endpoint.h"
 #include "engine/ps/shard_owner.h"
 
@@ -40,10 +41,11 @@ class EmbeddingServer {
   // Borrows endpoint (kListen) and owner. index: the server's number in the plan.
   // trainer_links[t]: the routing id trainer t connects with (JobLayout::trainer_links).
   // trainer_timeout: how long a trainer may stay silent (trainers send heartbeats)
-  // before Serve gives up on the job.
+  // before Serve gives up on the job. wire: the precision rows are answered in
+  // (WireValuePrecision of the job's DistributedConfig).
   EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int32_t index,
-                  std::vector<std::string> trainer_links,
-                  std::chrono::milliseconds trainer_timeout);
+                  std::vector<std::string> trainer_links, std::chrono::milliseconds trainer_timeout,
+                  config::TableConfig::Precision wire = config::TableConfig::FP32);
   ~EmbeddingServer();
   EmbeddingServer(const EmbeddingServer&) = delete;
   EmbeddingServer& operator=(const EmbeddingServer&) = delete;
@@ -86,6 +88,7 @@ class EmbeddingServer {
   const net::RankLinks trainer_links_;
   const int32_t num_trainers_;
   const std::chrono::milliseconds trainer_timeout_;
+  const config::TableConfig::Precision wire_;
   std::vector<std::chrono::steady_clock::time_point> last_heard_;  // by trainer
   mutable std::mutex parked_mu_;
   std::deque<ParkedLookup> parked_lookups_;

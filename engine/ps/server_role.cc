@@ -50,7 +50,8 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
   ShardOwner owner(&store, layout.index, layout.num_trainers(),
                    StalenessBound(config.distributed()), applied);
   EmbeddingServer server(&listener, &owner, layout.index, layout.trainer_links,
-                         std::chrono::milliseconds(env.timeout_ms));
+                         std::chrono::milliseconds(env.timeout_ms),
+                         WireValuePrecision(config.distributed()));
   DLRM_LOG(kInfo) << "server " << layout.index << " (rank " << env.rank << ") serves "
                   << store.shards().size() << " shards at " << listener.address() << " for "
                   << layout.num_trainers() << " trainers, staleness " << owner.staleness();

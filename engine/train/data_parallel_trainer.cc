@@ -12,6 +12,7 @@
 #include "engine/core/tree_reduce.h"
 #include "engine/dense/loss.h"
 #include "engine/embedding/embedding_bag.h"
+#include "engine/embedding/half_row.h"
 #include "engine/train/step.h"
 
 namespace dlrm::train {
@@ -33,7 +34,7 @@ struct DataParallelTrainer::Contribution {
 };
 
 std::string DataParallelTrainer::Encode(const Contribution& c, const std::vector<float>& dense_grad,
-                                        std::string buffer) {
+                                        std::string buffer) const {
   ByteWriter out(std::move(buffer));
   out.Reserve(64 + c.error.size() + dense_grad.size() * sizeof(float) + c.replica_update.size());
   out.Put<int64_t>(c.samples);
@@ -42,13 +43,20 @@ std::string DataParallelTrainer::Encode(const Contribution& c, const std::vector
   if (c.error_code == 0) {
     out.Put<double>(c.loss_sum);
     out.Put<uint8_t>(c.finite ? 1 : 0);
-    out.PutArray(dense_grad);
+    if (IsHalf(wire_)) {  // already rounded (ComputePart): narrowing loses nothing
+      std::vector<uint16_t> narrow(dense_grad.size());
+      NarrowValues(dense_grad.data(), static_cast<int64_t>(dense_grad.size()), wire_,
+                   narrow.data());
+      out.PutArray(narrow);
+    } else {
+      out.PutArray(dense_grad);
+    }
     out.PutString(c.replica_update);
   }
   return std::move(out).Take();
 }
 
-void DataParallelTrainer::Decode(const std::string& bytes, Contribution* c) {
+void DataParallelTrainer::Decode(const std::string& bytes, Contribution* c) const {
   ByteReader in(bytes, "trainer exchange");
   c->samples = in.Get<int64_t>("samples");
   c->error_code = in.Get<int32_t>("error code");
@@ -56,7 +64,14 @@ void DataParallelTrainer::Decode(const std::string& bytes, Contribution* c) {
   if (c->error_code == 0) {
     c->loss_sum = in.Get<double>("loss");
     c->finite = in.Get<uint8_t>("finite flag") == 1;
-    in.GetArray("dense gradient", &c->dense_grad);
+    if (IsHalf(wire_)) {
+      std::vector<uint16_t> narrow;
+      in.GetArray("dense gradient", &narrow);
+      c->dense_grad.resize(narrow.size());
+      WidenValues(narrow.data(), static_cast<int64_t>(narrow.size()), wire_, c->dense_grad.data());
+    } else {
+      in.GetArray("dense gradient", &c->dense_grad);
+    }
     c->replica_update = in.GetString("replica update");
   }
   in.ExpectEnd();
@@ -86,6 +101,7 @@ DataParallelTrainer::DataParallelTrainer(const config::DlrmConfig& config,
                                          collective::Communicator* comm,
                                          ps::EmbeddingService* service, ThreadPool* pool)
     : config_(config),
+      wire_(WireValuePrecision(config.distributed())),
       comm_(comm),
       service_(service),
       pool_(pool),
@@ -212,7 +228,7 @@ ValidatedBatch DataParallelTrainer::GatherRows(Prepared& p) {
   // Served tables: the answers to the lookups submitted when the part was queued.
   for (size_t s = 0; s < p.lookups.size(); ++s) {
     if (!p.lookups[s]) continue;
-    const std::vector<ps::ShardRows> answers = p.lookups[s]->Wait();
+    std::vector<ps::ShardRows> answers = p.lookups[s]->Wait();
     p.lookups[s].reset();
     const std::vector<Prepared::Placement>& where = p.placements[s];
     if (answers.size() != where.size())
@@ -223,6 +239,10 @@ ValidatedBatch DataParallelTrainer::GatherRows(Prepared& p) {
       if (answers[i].rows.size() != static_cast<size_t>(where[i].count) * width)
         Throw(StatusCode::kDataLoss, "server ", s, " answered ", answers[i].rows.size(),
               " values for ", where[i].count, " rows of width ", width);
+      // As a 16-bit wire delivers them (a server's answer already is; an in-process
+      // service's is not): every trainer sees the same rows either way.
+      if (IsHalf(wire_))
+        RoundToHalf(answers[i].rows.data(), static_cast<int64_t>(answers[i].rows.size()), wire_);
       place(where[i], answers[i].rows);
     }
   }
@@ -319,13 +339,19 @@ DataParallelTrainer::Contribution DataParallelTrainer::ComputePart(Prepared& p) 
   mine.samples = p.batch.batch_size;
   try {
     const ValidatedBatch local = GatherRows(p);
+    CountLookupBytes(p);
     const EmbeddingBagCollection<float> bags(&fetched_, model_.feature_bindings(),
                                              model_.pooled_width());
     mine.loss_sum = model_.ForwardBackwardPart(local, mine.samples * comm_->world_size(), bags,
                                                &dense_grad_, &d_pooled_, pool_);
+    if (IsHalf(wire_)) {  // this rank's own gradients, as the others will see them
+      RoundToHalf(d_pooled_.data(), static_cast<int64_t>(d_pooled_.size()), wire_);
+      RoundToHalf(dense_grad_.data(), static_cast<int64_t>(dense_grad_.size()), wire_);
+    }
     mine.finite = AllFinite(d_pooled_);
     if (!replicas_.features().empty())
-      mine.replica_update = ps::EncodeFeatureUpdates(UpdatesFor(replicas_.features(), p.validated));
+      mine.replica_update =
+          ps::EncodeFeatureUpdates(UpdatesFor(replicas_.features(), p.validated), wire_);
   } catch (const Error& e) {
     mine.error_code = static_cast<int32_t>(e.code());
     mine.error = e.what();
@@ -340,6 +366,13 @@ std::vector<DataParallelTrainer::Contribution>& DataParallelTrainer::Exchange(Co
   send_buffer_ = std::move(bytes);
   if (static_cast<int32_t>(all.size()) != ranks)
     Throw(StatusCode::kDataLoss, "sync step: ", all.size(), " contributions for ", ranks, " ranks");
+  for (int32_t r = 0; r < ranks; ++r) {
+    const auto size = static_cast<int64_t>(all[r].size());
+    if (r == comm_->rank())
+      wire_bytes_.sent += size * (ranks - 1);
+    else
+      wire_bytes_.received += size;
+  }
   // Into last step's buffers (no per-step allocation of the gradients); this rank's own
   // contribution is taken as it is, not decoded from its bytes.
   exchange_.resize(ranks);
@@ -437,10 +470,21 @@ void DataParallelTrainer::ApplyUpdates(const Prepared& p,
   UpdateDense(*dense_optimizer_, model_.dense_params(), by_rank[0].dense_grad.data(), rates, pool_);
   for (int32_t owner = 0; owner < static_cast<int32_t>(server_features_.size()); ++owner) {
     if (server_features_[owner].empty()) continue;
-    service_->Update(owner, comm_->rank(), rates.t, rates.sparse_lr,
-                     UpdatesFor(server_features_[owner], p.validated));
+    std::vector<ps::FeatureUpdate> part = UpdatesFor(server_features_[owner], p.validated);
+    wire_bytes_.sent += ps::FeatureUpdatesBytes(part, wire_);
+    service_->Update(owner, comm_->rank(), rates.t, rates.sparse_lr, std::move(part));
   }
   step_ = rates.t;
+  ++wire_bytes_.steps;
+}
+
+void DataParallelTrainer::CountLookupBytes(const Prepared& p) {
+  const int64_t value_bytes = IsHalf(wire_) ? 2 : 4;
+  for (const std::vector<Prepared::Placement>& server : p.placements)
+    for (const Prepared::Placement& where : server) {
+      wire_bytes_.sent += where.count * static_cast<int64_t>(sizeof(int64_t));
+      wire_bytes_.received += where.count * (where.col_end - where.col_begin) * value_bytes;
+    }
 }
 
 void DataParallelTrainer::Flush() { service_->WaitUntilApplied(step_); }

@@ -74,6 +74,16 @@ class DataParallelTrainer {
                          std::vector<double>* probabilities, std::vector<float>* labels);
 
   int64_t step() const { return step_; }
+  // What this trainer's training steps sent and received (compressed communication is
+  // measured by it): the lookups' ids and answered rows, the update parts sent to
+  // servers, and its all-gather contribution to each other trainer and theirs to it.
+  // Payload bytes, without message headers; evaluation and prediction are not counted.
+  struct WireBytes {
+    int64_t steps = 0;
+    int64_t sent = 0;
+    int64_t received = 0;
+  };
+  const WireBytes& wire_bytes() const { return wire_bytes_; }
   const DlrmModel<float>& model() const { return model_; }
   const ps::EmbeddingShardStore& replicas() const { return replicas_; }
 
@@ -87,9 +97,12 @@ class DataParallelTrainer {
  private:
   struct Prepared;      // a part with its lookups in flight
   struct Contribution;  // what a rank puts into a step's exchange
-  static std::string Encode(const Contribution& c, const std::vector<float>& dense_grad,
-                            std::string buffer);
-  static void Decode(const std::string& bytes, Contribution* c);
+  // Adds a training part's lookups (ids sent, rows answered) to wire_bytes_.
+  void CountLookupBytes(const Prepared& p);
+  // A contribution's bytes (the dense gradient in wire_), and back.
+  std::string Encode(const Contribution& c, const std::vector<float>& dense_grad,
+                     std::string buffer) const;
+  void Decode(const std::string& bytes, Contribution* c) const;
   // Validates `part` (labels if `training`) and submits its lookups for `step`.
   std::unique_ptr<Prepared> Prepare(const BatchView& part, int64_t step, bool training);
   void SubmitLookups(Prepared& p);
@@ -111,6 +124,9 @@ class DataParallelTrainer {
   void ApplyUpdates(const Prepared& p, const std::vector<Contribution>& by_rank);
 
   const config::DlrmConfig config_;
+  // The precision served rows, embedding gradients and dense gradients travel in
+  // (DistributedConfig.wire_precision): FP32, or BF16 / FP16, rounded where they are made.
+  const config::TableConfig::Precision wire_;
   collective::Communicator* comm_;
   ps::EmbeddingService* service_;
   ThreadPool* pool_;
@@ -128,6 +144,7 @@ class DataParallelTrainer {
   std::vector<float> dense_grad_, d_pooled_;
   std::vector<Contribution> exchange_;  // by rank
   std::string send_buffer_;
+  WireBytes wire_bytes_;
 };
 
 }  // namespace dlrm::train

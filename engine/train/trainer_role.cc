@@ -42,7 +42,8 @@ TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfi
       cluster::LayoutFromRoster(coordinator_.Rendezvous(listener_.address()), env.rank, config_);
   comm_ = MakeCommunicator(make_communicator);
   service_ = std::make_unique<ps::RemoteEmbeddingService>(
-      context_, layout_.server_addresses, layout_.index, member_.options, Timeout(env));
+      context_, layout_.server_addresses, layout_.index, member_.options, Timeout(env),
+      WireValuePrecision(config_.distributed()));
   trainer_ = std::make_unique<DataParallelTrainer>(config_, layout_.plan, comm_.get(),
                                                    service_.get(), &pool_);
   if (!restore_dir.empty()) Restore(restore_dir);

@@ -4,7 +4,8 @@
 // frames: a count byte, then per frame a 4-byte little-endian length and that many bytes
 // (cut at the input's end). Every input decodes or is refused naming bad input
 // (fuzz_support.h). Seeds: each message type the servers and the coordinator receive,
-// encoded by the senders' own encoders.
+// encoded by the senders' own encoders (LOOKUP_REPLY and UPDATE also with 16-bit values,
+// issue 16's wire_precision).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -57,11 +58,14 @@ std::vector<std::string> Seeds() {
   messages.push_back(ps::EncodeLookup(4, request));
   for (ps::ShardRows& r : request) r.rows.assign(r.ids.size() * 2, 0.5f);
   messages.push_back(ps::EncodeLookupReply(request));
+  messages.push_back(ps::EncodeLookupReply(request, config::TableConfig::BF16));
   ps::UpdateMessage update;
   update.rank = 1;
   update.step = 4;
   update.lr = 0.1f;
   update.part.push_back({0, {1, 2}, {5, 6, 7}, {}, {0.1f, 0.2f, 0.3f, 0.4f}});
+  messages.push_back(ps::EncodeUpdate(update));
+  update.wire = config::TableConfig::FP16;  // 16-bit gradients
   messages.push_back(ps::EncodeUpdate(update));
   messages.push_back(ps::StepMessage(ps::SAVE, 9, "/tmp/x"));
   cluster::Hello hello;
@@ -78,10 +82,12 @@ std::vector<std::string> Seeds() {
 // Every layer's decoder on an accepted message: each one answers or refuses it.
 void DecodeAsEveryType(const net::Message& m) {
   RefusedOrDone([&] { ps::DecodeLookup(m); });
-  RefusedOrDone([&] {
-    std::vector<ps::ShardRows> request = {{0, {1, 2, 3}, {}}, {1, {7}, {}}};
-    ps::DecodeLookupReply(m, &request);
-  });
+  for (auto wire : {config::TableConfig::FP32, config::TableConfig::BF16}) {
+    RefusedOrDone([&] {
+      std::vector<ps::ShardRows> request = {{0, {1, 2, 3}, {}}, {1, {7}, {}}};
+      ps::DecodeLookupReply(m, &request, wire);
+    });
+  }
   RefusedOrDone([&] { ps::DecodeUpdate(m); });
   RefusedOrDone([&] { ps::RequiredStep(m); });
   RefusedOrDone([&] { cluster::DecodeHello(m); });

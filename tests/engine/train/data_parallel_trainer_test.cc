@@ -144,6 +144,51 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, DataParallelTrainerTest, ::testing::ValuesIn(
                                   info.param.dense + "_" + info.param.sparse;
                          });
 
+// Compressed communication (wire_precision BF16 / FP16): served rows, embedding gradients
+// (to servers and, for DATA_PARALLEL tables, between trainers) and dense gradients are
+// rounded where they are made, so both trainers hold the same dense parameters bitwise,
+// a second cluster repeats the run bitwise, and the losses stay close to (not equal to)
+// FP32 training's.
+TEST(DataParallelTrainerWire, SixteenBitWiresAreDeterministicAndCloseToFp32) {
+  for (Type type : {config::ShardingConfig::ROW_WISE, config::ShardingConfig::DATA_PARALLEL}) {
+    for (auto wire : {config::DistributedConfig::BF16, config::DistributedConfig::FP16}) {
+      config::DlrmConfig c = ShardedTestConfig(type, "adam", "rowwise_adagrad", kServers);
+      Cluster exact(c);
+      c.mutable_distributed()->set_wire_precision(wire);
+      Engine engine(c);
+      Cluster first(c), second(c);
+      bool any_differs = false;
+      for (int64_t step = 0; step < 5; ++step) {
+        const OwnedBatch global = MakeBatch(c, step);
+        const float want = engine.TrainStep(global.view());
+        const std::vector<OwnedBatch> parts = {Part(global, 0, kPart),
+                                               Part(global, kPart, kGlobal)};
+        std::vector<std::string> errors;
+        const std::vector<float> a = first.Step(parts, &errors);
+        ASSERT_EQ(errors, std::vector<std::string>(kTrainers, ""));
+        const std::vector<float> b = second.Step(parts, &errors);
+        EXPECT_EQ(a, b) << "step " << step;
+        exact.Step(parts, &errors);
+        EXPECT_EQ(a[0], a[1]);
+        EXPECT_NEAR(a[0], want, 2e-3) << "step " << step;
+        any_differs = any_differs || a[0] != want;
+      }
+      EXPECT_TRUE(any_differs) << "the 16-bit wire changed nothing";
+      // The float data travels in half the bytes; ids and counts do not shrink.
+      const auto& half = first.trainers[0]->wire_bytes();
+      const auto& full = exact.trainers[0]->wire_bytes();
+      EXPECT_EQ(half.steps, 5);
+      EXPECT_LT(half.sent, full.sent * 0.8) << half.sent << " vs " << full.sent;
+      EXPECT_LT(half.received, full.received * 0.8) << half.received << " vs " << full.received;
+      EXPECT_GT(half.received, full.received / 2);
+      EXPECT_EQ(first.trainers[0]->model().dense_params(),
+                first.trainers[1]->model().dense_params());
+      EXPECT_EQ(first.trainers[0]->model().dense_params(),
+                second.trainers[0]->model().dense_params());
+    }
+  }
+}
+
 // A bad part on one trainer fails the step on both with the same message, and nothing
 // changes anywhere: the next good step still matches the engine.
 TEST(DataParallelTrainerErrors, BadPartFailsEveryRankAndChangesNothing) {

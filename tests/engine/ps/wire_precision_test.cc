@@ -1,0 +1,97 @@
+// Compressed communication (issue 16, DistributedConfig.wire_precision): embedding
+// gradients and served rows travel in 16 bits, narrowed to nearest, in about half the
+// bytes; a decoder refuses data in another precision than the job's, naming it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/core/status.h"
+#include "engine/embedding/half_row.h"
+#include "engine/ps/feature_update.h"
+#include "engine/ps/messages.h"
+#include "tests/support/test_support.h"
+
+namespace dlrm {
+namespace {
+
+constexpr auto kFp32 = config::TableConfig::FP32;
+
+std::vector<float> Values(size_t n, double phase) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(std::sin(phase + 0.37 * static_cast<double>(i))) * 1e-3f;
+  return v;
+}
+
+std::vector<ps::FeatureUpdate> Updates() {
+  ps::FeatureUpdate a;
+  a.feature = 2;
+  a.lengths = {2, 0, 1};
+  a.ids = {7, 3, 9};
+  a.weights = {0.5f, 1.0f, 2.0f};
+  a.d_pooled = Values(3 * 16, 0.1);
+  ps::FeatureUpdate b;
+  b.feature = 5;
+  b.lengths = {1, 1, 1};
+  b.ids = {0, 0, 4};
+  b.d_pooled = Values(3 * 16, 2.0);
+  return {a, b};
+}
+
+TEST(WirePrecision, FeatureUpdatesTravelIn16BitsNarrowedToNearest) {
+  const std::vector<ps::FeatureUpdate> updates = Updates();
+  const std::string fp32 = ps::EncodeFeatureUpdates(updates);
+  for (auto wire : {config::TableConfig::BF16, config::TableConfig::FP16}) {
+    const std::string half = ps::EncodeFeatureUpdates(updates, wire);
+    // 96 gradient values: 192 bytes fewer, all else as it was.
+    EXPECT_EQ(fp32.size() - half.size(), 96u * 2);
+    const std::vector<ps::FeatureUpdate> back = ps::DecodeFeatureUpdates(half);
+    ASSERT_EQ(back.size(), updates.size());
+    for (size_t i = 0; i < updates.size(); ++i) {
+      EXPECT_EQ(back[i].feature, updates[i].feature);
+      EXPECT_EQ(back[i].ids, updates[i].ids);
+      EXPECT_EQ(back[i].weights, updates[i].weights);
+      std::vector<float> want = updates[i].d_pooled;
+      RoundToHalf(want.data(), static_cast<int64_t>(want.size()), wire);
+      EXPECT_EQ(back[i].d_pooled, want);
+      EXPECT_NE(back[i].d_pooled, updates[i].d_pooled);
+    }
+  }
+  EXPECT_EQ(ps::DecodeFeatureUpdates(fp32)[1].d_pooled, updates[1].d_pooled);
+}
+
+TEST(WirePrecision, AnUnknownWirePrecisionIsDataLoss) {
+  std::string bytes = ps::EncodeFeatureUpdates(Updates());
+  bytes[8] = 7;  // after the u64 count
+  testing::ExpectError([&] { ps::DecodeFeatureUpdates(bytes); }, StatusCode::kDataLoss,
+                       "wire precision 7 is not FP32 (0), BF16 (1) or FP16 (2)");
+}
+
+TEST(WirePrecision, LookupRepliesCarryRowsIn16BitsAndRefuseAnotherPrecision) {
+  std::vector<ps::ShardRows> answered(2);
+  answered[0].rows = Values(32, 0.3);
+  answered[1].rows = Values(16, 1.3);
+  const net::Message fp32 = ps::EncodeLookupReply(answered);
+  for (auto wire : {config::TableConfig::BF16, config::TableConfig::FP16}) {
+    const net::Message half = ps::EncodeLookupReply(answered, wire);
+    EXPECT_EQ(half.payloads[1].count(), 48);
+    EXPECT_EQ(half.payloads[1].dtype(), net::PayloadDescriptor::U16);
+    std::vector<ps::ShardRows> request(2);
+    ps::DecodeLookupReply(half, &request, wire);
+    for (size_t i = 0; i < request.size(); ++i) {
+      std::vector<float> want = answered[i].rows;
+      RoundToHalf(want.data(), static_cast<int64_t>(want.size()), wire);
+      EXPECT_EQ(request[i].rows, want);
+    }
+    testing::ExpectError([&] { ps::DecodeLookupReply(fp32, &request, wire); },
+                         StatusCode::kDataLoss, "LOOKUP_REPLY payload 1 is F32, expected U16");
+    testing::ExpectError([&] { ps::DecodeLookupReply(half, &request, kFp32); },
+                         StatusCode::kDataLoss, "LOOKUP_REPLY payload 1 is U16, expected F32");
+  }
+}
+
+}  // namespace
+}  // namespace dlrm
