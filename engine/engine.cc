@@ -456,10 +456,8 @@ void Engine::WriteParameter(const std::string& name, const float* values, int64_
 
 void Engine::WriteHalfTable(const float* values, EmbeddingTable<float>* table) const {
   // Narrowed to nearest: a write is a cast, not an update that stochastic rounding serves.
-  const HalfRounding nearest;
   ParallelFor(pool_.get(), table->num_rows(), [&](int64_t r) {
-    EncodeHalfRow(values + r * table->dim(), table->dim(), table->precision(), nearest, 0, r,
-                  table->half_row(r));
+    NarrowValues(values + r * table->dim(), table->dim(), table->precision(), table->half_row(r));
   });
 }
 
