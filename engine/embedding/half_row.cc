@@ -10,6 +10,7 @@
 #include "engine/core/philox.h"
 #include "engine/core/prefetch.h"
 #include "engine/core/status.h"
+#include "engine/embedding/column_blocks.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -222,32 +223,16 @@ DLRM_F16C_TARGET void PoolHalfBlock(const void* const* rows, int32_t dim, int64_
   for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + col + v * 8, acc[v]);
 }
 
-using HalfBlockKernel = void (*)(const void* const*, int32_t, int64_t, int64_t, const float*, bool,
-                                 int32_t, float*, bool);
-constexpr int32_t kBlockVectors = 8;  // 64 columns: 8 accumulators
-template <bool kBf16>
-constexpr HalfBlockKernel kHalfBlocks[kBlockVectors + 1] = {nullptr,
-                                                            PoolHalfBlock<1, kBf16>,
-                                                            PoolHalfBlock<2, kBf16>,
-                                                            PoolHalfBlock<3, kBf16>,
-                                                            PoolHalfBlock<4, kBf16>,
-                                                            PoolHalfBlock<5, kBf16>,
-                                                            PoolHalfBlock<6, kBf16>,
-                                                            PoolHalfBlock<7, kBf16>,
-                                                            PoolHalfBlock<8, kBf16>};
-
 // out[0, k) = the bag's pooled values for the k = dim - dim % 8 columns it returns.
 int32_t PoolHalfAvx2(const void* const* rows, int64_t count, int64_t available,
                      const float* weights, bool mean, int32_t dim, TablePrecision precision,
                      float* out) {
-  const HalfBlockKernel* blocks =
-      precision == config::TableConfig::BF16 ? kHalfBlocks<true> : kHalfBlocks<false>;
-  const int32_t vectors = dim / kBlock;
-  for (int32_t v0 = 0; v0 < vectors; v0 += kBlockVectors) {
-    const int32_t v = std::min(vectors - v0, kBlockVectors);
-    blocks[v](rows, dim, count, available, weights, mean, v0 * kBlock, out, v0 == 0);
-  }
-  return vectors * kBlock;
+  const bool bf16 = precision == config::TableConfig::BF16;
+  return ForEachColumnBlock(dim, [&](auto vectors, int32_t col, bool first) {
+    constexpr int V = decltype(vectors)::value;
+    (bf16 ? PoolHalfBlock<V, true> : PoolHalfBlock<V, false>)(rows, dim, count, available, weights,
+                                                              mean, col, out, first);
+  });
 }
 #undef DLRM_F16C_TARGET
 #endif

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "engine/core/prefetch.h"
+#include "engine/embedding/column_blocks.h"
 
 // AVX2 without FMA: a fused multiply-add would round a weighted row differently from the
 // portable loop.
@@ -11,9 +12,6 @@
 
 namespace dlrm {
 namespace {
-
-constexpr int32_t kLanes = 8;
-constexpr int32_t kBlockVectors = 8;  // 64 columns: 8 accumulators, half the registers
 
 // Columns [col, col + V * 8) of the bag; prefetches only when asked (the first block).
 template <int V>
@@ -41,22 +39,14 @@ DLRM_AVX2_NO_FMA void PoolBlock(const void* const* rows, int64_t count, const fl
   for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + col + v * kLanes, acc[v]);
 }
 
-using BlockKernel = void (*)(const void* const*, int64_t, const float*, bool, int32_t, int32_t,
-                             float*, int64_t, int64_t, bool);
-constexpr BlockKernel kBlockKernels[kBlockVectors + 1] = {nullptr,      PoolBlock<1>, PoolBlock<2>,
-                                                          PoolBlock<3>, PoolBlock<4>, PoolBlock<5>,
-                                                          PoolBlock<6>, PoolBlock<7>, PoolBlock<8>};
-
 }  // namespace
 
 void PoolBagAvx2(const void* const* rows, int64_t count, const float* weights, bool mean,
                  int32_t dim, float* out, int64_t available, int64_t prefetch_distance) {
-  const int32_t vectors = dim / kLanes;
-  for (int32_t v0 = 0; v0 < vectors; v0 += kBlockVectors) {
-    const int32_t v = vectors - v0 < kBlockVectors ? vectors - v0 : kBlockVectors;
-    kBlockKernels[v](rows, count, weights, mean, dim, v0 * kLanes, out, available,
-                     prefetch_distance, v0 == 0);
-  }
+  ForEachColumnBlock(dim, [&](auto vectors, int32_t col, bool first) {
+    PoolBlock<decltype(vectors)::value>(rows, count, weights, mean, dim, col, out, available,
+                                        prefetch_distance, first);
+  });
 }
 
 }  // namespace dlrm

@@ -8,6 +8,7 @@
 #include "engine/core/cpu_features.h"
 #include "engine/core/prefetch.h"
 #include "engine/core/status.h"
+#include "engine/embedding/column_blocks.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -103,34 +104,18 @@ __attribute__((target("avx2"))) void PoolCodesBlock(const void* const* rows, int
   for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + col + v * 8, acc[v]);
 }
 
-using CodesBlockKernel = void (*)(const void* const*, int64_t, int64_t, int64_t, const float*, bool,
-                                  int32_t, float*, bool);
-constexpr int32_t kBlockVectors = 8;  // 64 columns: 8 accumulators
-template <int Bits>
-constexpr CodesBlockKernel kCodesBlocks[kBlockVectors + 1] = {nullptr,
-                                                              PoolCodesBlock<1, Bits>,
-                                                              PoolCodesBlock<2, Bits>,
-                                                              PoolCodesBlock<3, Bits>,
-                                                              PoolCodesBlock<4, Bits>,
-                                                              PoolCodesBlock<5, Bits>,
-                                                              PoolCodesBlock<6, Bits>,
-                                                              PoolCodesBlock<7, Bits>,
-                                                              PoolCodesBlock<8, Bits>};
-
 // out[0, k) = a quantized bag's pooled values for the k = dim - dim % 8 columns it
 // returns; the caller finishes the rest with the portable loop.
 int32_t PoolCodesAvx2(const void* const* rows, int64_t count, int64_t available,
                       const float* weights, bool mean, int32_t dim, TablePrecision precision,
                       float* out) {
   const int64_t row_bytes = StoredRowBytes(precision, dim);
-  const CodesBlockKernel* blocks =
-      precision == config::TableConfig::INT8 ? kCodesBlocks<8> : kCodesBlocks<4>;
-  const int32_t vectors = dim / 8;
-  for (int32_t v0 = 0; v0 < vectors; v0 += kBlockVectors) {
-    const int32_t v = std::min(vectors - v0, kBlockVectors);
-    blocks[v](rows, row_bytes, count, available, weights, mean, v0 * 8, out, v0 == 0);
-  }
-  return vectors * 8;
+  const bool int8 = precision == config::TableConfig::INT8;
+  return ForEachColumnBlock(dim, [&](auto vectors, int32_t col, bool first) {
+    constexpr int V = decltype(vectors)::value;
+    (int8 ? PoolCodesBlock<V, 8> : PoolCodesBlock<V, 4>)(rows, row_bytes, count, available, weights,
+                                                         mean, col, out, first);
+  });
 }
 #endif
 
