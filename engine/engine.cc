@@ -76,16 +76,11 @@ float ReadLearningRate(const CheckpointReader& reader, const std::string& path,
   return static_cast<float>(v);
 }
 
-// kFailedPrecondition naming the first quantized table (a serving model's, read-only):
-// `what` needs trainable rows (FP32, BF16, FP16).
-void RequireTrainableTables(const config::ModelConfig& model, const char* what) {
+// The index of the model's first quantized table, or -1.
+int32_t FirstQuantizedTable(const config::ModelConfig& model) {
   for (int t = 0; t < model.tables_size(); ++t)
-    if (IsQuantized(model.tables(t).precision()))
-      Throw(StatusCode::kFailedPrecondition, "model.tables[", t, "] (\"", model.tables(t).name(),
-            "\") has precision ", PrecisionName(model.tables(t).precision()),
-            " (a quantized serving table, read-only): ", what,
-            " needs trainable (FP32, BF16, FP16) tables; use the checkpoint the model was "
-            "exported from");
+    if (IsQuantized(model.tables(t).precision())) return t;
+  return -1;
 }
 
 // The device that computes (train/backend.h); kFailedPrecondition naming the cause when
@@ -131,6 +126,7 @@ struct Engine::State : train::ModelState {
 Engine::Engine(const config::DlrmConfig& config) : config_(config) {
   CheckMaxIsa();
   ValidateConfig(config_);
+  quantized_table_ = FirstQuantizedTable(config_.model());
   train::CheckModelFitsMemory(config_);  // before a table is allocated
   pool_ = std::make_unique<ThreadPool>(ResolveThreadCount(config_.num_threads()));
   state_ = NewState();
@@ -140,12 +136,22 @@ Engine::~Engine() {
   async_.reset();  // runs what is still queued while the state is alive
 }
 
+void Engine::RequireTrainableTables(const char* what) const {
+  if (quantized_table_ < 0) return;
+  const config::TableConfig& table = config_.model().tables(quantized_table_);
+  Throw(StatusCode::kFailedPrecondition, "model.tables[", quantized_table_, "] (\"", table.name(),
+        "\") has precision ", PrecisionName(table.precision()),
+        " (a quantized serving table, read-only): ", what,
+        " needs trainable (FP32, BF16, FP16) tables; use the checkpoint the model was exported "
+        "from");
+}
+
 std::unique_ptr<Engine::State> Engine::NewState() const {
   return std::make_unique<State>(config_, pool_.get());
 }
 
 float Engine::TrainStep(const BatchView& batch) {
-  RequireTrainableTables(config_.model(), "training");
+  RequireTrainableTables("training");
   DrainAsyncSteps();
   std::unique_lock<WriterPreferringMutex> lock(mu_);
   const State& s = *state_;
@@ -155,7 +161,7 @@ float Engine::TrainStep(const BatchView& batch) {
 }
 
 int64_t Engine::SubmitTrainStep(const BatchView& batch) {
-  RequireTrainableTables(config_.model(), "training");
+  RequireTrainableTables("training");
   ValidatedBatch valid;
   {
     std::shared_lock<WriterPreferringMutex> lock(mu_);
@@ -462,7 +468,7 @@ void Engine::WriteHalfTable(const float* values, EmbeddingTable<float>* table) c
 }
 
 void Engine::Save(const std::string& path) const {
-  RequireTrainableTables(config_.model(), "Save (a training checkpoint)");
+  RequireTrainableTables("Save (a training checkpoint)");
   DrainAsyncSteps();  // save the state after every submitted step
   std::shared_lock<WriterPreferringMutex> lock(mu_);
   // StateBuffers() hands out mutable pointers; under the reader lock we only read them.
@@ -621,7 +627,7 @@ std::unique_ptr<Engine> Engine::FromCheckpoint(const std::string& path, const st
 }
 
 void Engine::LoadSharded(const std::string& dir, const checkpoint::CheckpointManifest& manifest) {
-  RequireTrainableTables(config_.model(), "restoring a sharded checkpoint");
+  RequireTrainableTables("restoring a sharded checkpoint");
   std::unique_ptr<State> staged = NewState();
   State& s = *staged;
   s.step = checkpoint::LoadDenseState(&s.model, s.dense_optimizer.get(),
@@ -648,7 +654,7 @@ void Engine::CheckCheckpointFits(const CheckpointReader& reader, const std::stri
 }
 
 void Engine::LoadFrom(const CheckpointReader& reader, const std::string& path) {
-  RequireTrainableTables(config_.model(), "restoring a training checkpoint");
+  RequireTrainableTables("restoring a training checkpoint");
   CheckCheckpointFits(reader, path);
   // Stage everything in a fresh state; swap only when all of it was read.
   std::unique_ptr<State> staged = NewState();

@@ -158,12 +158,16 @@ class Engine {
   void ReadSsdTable(int32_t t, float* out) const;
   // LoadFrom's part for SSD tables, into the staged state.
   void LoadSsdRows(const CheckpointReader& reader, const std::string& path, State* staged) const;
+  // kFailedPrecondition naming the model's first quantized table (a serving model's,
+  // read-only), found once at construction: `what` needs trainable rows.
+  void RequireTrainableTables(const char* what) const;
   // Runs every queued asynchronous step (so mutations apply after them, in order).
   void DrainAsyncSteps() const;
   // The asynchronous step queue, created by the first call.
   AsyncStepQueue* AsyncQueue();
 
   config::DlrmConfig config_;
+  int32_t quantized_table_ = -1;  // the first quantized (read-only) table, or -1
   std::unique_ptr<ThreadPool> pool_;
   mutable WriterPreferringMutex mu_;
   // With SSD tables, what mu_'s readers do to the caches (prediction brings rows in, a

@@ -29,9 +29,9 @@ float Levels(TablePrecision precision) {
   return precision == config::TableConfig::INT4 ? 15.0f : 255.0f;
 }
 
-void ReadScaleBias(const uint8_t* row, int32_t dim, TablePrecision precision, float* scale,
-                   float* bias) {
-  const uint8_t* tail = row + CodeBytes(precision, dim);
+// A stored row's scale and bias: its last kScaleBiasBytes (row_bytes = StoredRowBytes).
+inline void ReadScaleBias(const uint8_t* row, int64_t row_bytes, float* scale, float* bias) {
+  const uint8_t* tail = row + row_bytes - kScaleBiasBytes;
   std::memcpy(scale, tail, sizeof(float));
   std::memcpy(bias, tail + sizeof(float), sizeof(float));
 }
@@ -86,9 +86,8 @@ __attribute__((target("avx2"))) void PoolCodesBlock(const void* const* rows, int
     if (prefetch && j + kPrefetchRows < available)
       PrefetchLines(rows[j + kPrefetchRows], static_cast<size_t>(row_bytes));
     const auto* row = static_cast<const uint8_t*>(rows[j]);
-    float scale, bias;  // the row's last kScaleBiasBytes
-    std::memcpy(&scale, row + row_bytes - kScaleBiasBytes, sizeof scale);
-    std::memcpy(&bias, row + row_bytes - sizeof bias, sizeof bias);
+    float scale, bias;
+    ReadScaleBias(row, row_bytes, &scale, &bias);
     const float w = weights ? weights[j] : 1.0f;
     constant += w * bias;
     const __m256 a = _mm256_set1_ps(w * scale);
@@ -163,14 +162,14 @@ void QuantizeRow(const T* row, int32_t dim, TablePrecision precision, uint8_t* o
 template <typename T>
 void DequantizeRow(const uint8_t* row, int32_t dim, TablePrecision precision, T* out) {
   float scale, bias;
-  ReadScaleBias(row, dim, precision, &scale, &bias);
+  ReadScaleBias(row, StoredRowBytes(precision, dim), &scale, &bias);
   for (int32_t k = 0; k < dim; ++k)
     out[k] = static_cast<T>(scale * static_cast<float>(Code(row, k, precision)) + bias);
 }
 
 bool QuantizedRowIsValid(const uint8_t* row, int32_t dim, TablePrecision precision) {
   float scale, bias;
-  ReadScaleBias(row, dim, precision, &scale, &bias);
+  ReadScaleBias(row, StoredRowBytes(precision, dim), &scale, &bias);
   return std::isfinite(scale) && std::isfinite(bias) && scale >= 0;
 }
 
@@ -186,13 +185,14 @@ void PoolQuantizedBag(const void* const* rows, int64_t count, int64_t available,
 #endif
   if (k0 == dim) return;
   std::fill(out + k0, out + dim, T(0));
-  const auto row_bytes = static_cast<size_t>(StoredRowBytes(precision, dim));
+  const int64_t row_bytes = StoredRowBytes(precision, dim);
   T constant = 0;
   for (int64_t j = 0; j < count; ++j) {
-    if (k0 == 0 && j + kPrefetchRows < available) PrefetchLines(rows[j + kPrefetchRows], row_bytes);
+    if (k0 == 0 && j + kPrefetchRows < available)
+      PrefetchLines(rows[j + kPrefetchRows], static_cast<size_t>(row_bytes));
     const auto* row = static_cast<const uint8_t*>(rows[j]);
     float scale, bias;
-    ReadScaleBias(row, dim, precision, &scale, &bias);
+    ReadScaleBias(row, row_bytes, &scale, &bias);
     const T w = weights ? static_cast<T>(weights[j]) : T(1);
     constant += w * static_cast<T>(bias);
     AddScaledCodes(row, k0, dim, precision, w * static_cast<T>(scale), out);
