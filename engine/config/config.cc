@@ -74,8 +74,7 @@ void ValidateDynamicTable(const std::string& field, const config::TableConfig& t
 
 // rounding narrows BF16 / FP16 rows only; 16-bit rows are FIXED tables' (yet).
 void ValidateTablePrecision(const std::string& field, const config::TableConfig& table) {
-  const bool half = table.precision() == config::TableConfig::BF16 ||
-                    table.precision() == config::TableConfig::FP16;
+  const bool half = IsHalf(table.precision());
   const char* precision = config::TableConfig::Precision_Name(table.precision()).c_str();
   if (table.has_rounding() && !half)
     ThrowInvalid(field, ".rounding is set but ", field, ".precision is ", precision,
@@ -278,6 +277,14 @@ int32_t Lookahead(const config::DistributedConfig& d) {
   return static_cast<int32_t>(std::clamp<int64_t>(StalenessBound(d), 1, 64));
 }
 
+bool IsQuantized(config::TableConfig::Precision precision) {
+  return precision == config::TableConfig::INT8 || precision == config::TableConfig::INT4;
+}
+
+bool IsHalf(config::TableConfig::Precision precision) {
+  return precision == config::TableConfig::BF16 || precision == config::TableConfig::FP16;
+}
+
 config::TableConfig::Precision WireValuePrecision(const config::DistributedConfig& d) {
   switch (d.wire_precision()) {
     case config::DistributedConfig::BF16: return config::TableConfig::BF16;
@@ -289,10 +296,8 @@ config::TableConfig::Precision WireValuePrecision(const config::DistributedConfi
 void RequireFixedTables(const config::ModelConfig& model, const char* who) {
   for (int t = 0; t < model.tables_size(); ++t) {
     const config::TableConfig& table = model.tables(t);
-    const char* kinds = table.precision() == config::TableConfig::INT8 ||
-                                table.precision() == config::TableConfig::INT4
-                            ? " (a quantized serving table), which "
-                            : " (16-bit rows), which ";
+    const char* kinds = IsQuantized(table.precision()) ? " (a quantized serving table), which "
+                                                       : " (16-bit rows), which ";
     if (table.precision() != config::TableConfig::FP32)
       ThrowInvalid(Field("model.tables", t), " (\"", table.name(), "\") has precision ",
                    config::TableConfig::Precision_Name(table.precision()), kinds, who,

@@ -47,6 +47,11 @@ config::TableConfig::Precision WireValuePrecision(const config::DistributedConfi
 // which <who> does not take yet".
 void RequireFixedTables(const config::ModelConfig& model, const char* who);
 
+// TableConfig.precision's kinds: row-wise quantized codes (INT8, INT4, read-only serving
+// rows) and 16-bit floats (BF16, FP16, trainable).
+bool IsQuantized(config::TableConfig::Precision precision);
+bool IsHalf(config::TableConfig::Precision precision);
+
 // Bytes of sparse optimizer state per row of a table of `dim` (0 for SGD).
 int64_t SparseStateBytesPerRow(const config::SparseOptimizerConfig& optimizer, int32_t dim);
 // Bytes a row of a table of `dim` takes in host memory: weights and optimizer state.

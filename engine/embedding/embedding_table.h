@@ -67,9 +67,6 @@ class EmbeddingTable {
   TablePrecision precision() const { return precision_; }
   bool quantized() const { return IsQuantized(precision_); }
   bool half() const { return IsHalf(precision_); }
-  // Whether rows are stored narrower than T (quantized or 16-bit): the pooled forward
-  // reads them by id, not through row().
-  bool narrow() const { return quantized() || half(); }
   const HalfRounding& rounding() const { return rounding_; }
   // Bytes of one stored row, and of all of them.
   int64_t row_bytes() const { return StoredRowBytes(precision_, dim_); }

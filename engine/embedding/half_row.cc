@@ -242,10 +242,6 @@ bool UseF16c() { return CpuHasAvx2F16c(); }
 
 }  // namespace
 
-bool IsHalf(TablePrecision precision) {
-  return precision == config::TableConfig::BF16 || precision == config::TableConfig::FP16;
-}
-
 float FloatFromHalf(uint16_t h, TablePrecision precision) {
   return precision == config::TableConfig::BF16 ? Bf16Widen(h) : Fp16Widen(h);
 }

@@ -26,9 +26,6 @@ namespace dlrm {
 
 using TableRounding = config::TableConfig::Rounding;
 
-// Whether rows of this precision are 16-bit floats (BF16, FP16).
-bool IsHalf(TablePrecision precision);
-
 // One value, exactly widened / narrowed to nearest (ties to even) as above.
 float FloatFromHalf(uint16_t h, TablePrecision precision);
 uint16_t HalfFromFloat(float x, TablePrecision precision);

@@ -120,19 +120,13 @@ int32_t PoolCodesAvx2(const void* const* rows, int64_t count, int64_t available,
 
 }  // namespace
 
-bool IsQuantized(TablePrecision precision) {
-  return precision == config::TableConfig::INT8 || precision == config::TableConfig::INT4;
-}
-
 const char* PrecisionName(TablePrecision precision) {
   return config::TableConfig::Precision_Name(precision).c_str();
 }
 
 int64_t StoredRowBytes(TablePrecision precision, int32_t dim) {
   if (IsQuantized(precision)) return CodeBytes(precision, dim) + kScaleBiasBytes;
-  const bool half =
-      precision == config::TableConfig::BF16 || precision == config::TableConfig::FP16;
-  return int64_t{dim} * (half ? 2 : static_cast<int64_t>(sizeof(float)));
+  return int64_t{dim} * (IsHalf(precision) ? 2 : static_cast<int64_t>(sizeof(float)));
 }
 
 template <typename T>

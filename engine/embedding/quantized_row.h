@@ -16,14 +16,13 @@
 
 #include <cstdint>
 
+#include "engine/config/config.h"  // IsQuantized, IsHalf
 #include "engine/config/dlrm.pb.h"
 
 namespace dlrm {
 
 using TablePrecision = config::TableConfig::Precision;
 
-// Whether rows of this precision are quantized codes (INT8, INT4) rather than floats.
-bool IsQuantized(TablePrecision precision);
 // The name the config uses ("INT8").
 const char* PrecisionName(TablePrecision precision);
 // Bytes of one stored row: dim * 4 for FP32, dim * 2 for BF16 / FP16 (half_row.h), the

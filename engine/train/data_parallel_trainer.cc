@@ -34,7 +34,7 @@ struct DataParallelTrainer::Contribution {
 };
 
 std::string DataParallelTrainer::Encode(const Contribution& c, const std::vector<float>& dense_grad,
-                                        std::string buffer) const {
+                                        std::string buffer) {
   ByteWriter out(std::move(buffer));
   out.Reserve(64 + c.error.size() + dense_grad.size() * sizeof(float) + c.replica_update.size());
   out.Put<int64_t>(c.samples);
@@ -44,10 +44,10 @@ std::string DataParallelTrainer::Encode(const Contribution& c, const std::vector
     out.Put<double>(c.loss_sum);
     out.Put<uint8_t>(c.finite ? 1 : 0);
     if (IsHalf(wire_)) {  // already rounded (ComputePart): narrowing loses nothing
-      std::vector<uint16_t> narrow(dense_grad.size());
+      wire_values_.resize(dense_grad.size());
       NarrowValues(dense_grad.data(), static_cast<int64_t>(dense_grad.size()), wire_,
-                   narrow.data());
-      out.PutArray(narrow);
+                   wire_values_.data());
+      out.PutArray(wire_values_);
     } else {
       out.PutArray(dense_grad);
     }
@@ -56,7 +56,7 @@ std::string DataParallelTrainer::Encode(const Contribution& c, const std::vector
   return std::move(out).Take();
 }
 
-void DataParallelTrainer::Decode(const std::string& bytes, Contribution* c) const {
+void DataParallelTrainer::Decode(const std::string& bytes, Contribution* c) {
   ByteReader in(bytes, "trainer exchange");
   c->samples = in.Get<int64_t>("samples");
   c->error_code = in.Get<int32_t>("error code");
@@ -65,10 +65,10 @@ void DataParallelTrainer::Decode(const std::string& bytes, Contribution* c) cons
     c->loss_sum = in.Get<double>("loss");
     c->finite = in.Get<uint8_t>("finite flag") == 1;
     if (IsHalf(wire_)) {
-      std::vector<uint16_t> narrow;
-      in.GetArray("dense gradient", &narrow);
-      c->dense_grad.resize(narrow.size());
-      WidenValues(narrow.data(), static_cast<int64_t>(narrow.size()), wire_, c->dense_grad.data());
+      in.GetArray("dense gradient", &wire_values_);
+      c->dense_grad.resize(wire_values_.size());
+      WidenValues(wire_values_.data(), static_cast<int64_t>(wire_values_.size()), wire_,
+                  c->dense_grad.data());
     } else {
       in.GetArray("dense gradient", &c->dense_grad);
     }

@@ -99,10 +99,11 @@ class DataParallelTrainer {
   struct Contribution;  // what a rank puts into a step's exchange
   // Adds a training part's lookups (ids sent, rows answered) to wire_bytes_.
   void CountLookupBytes(const Prepared& p);
-  // A contribution's bytes (the dense gradient in wire_), and back.
+  // A contribution's bytes (the dense gradient in wire_, narrowed through wire_values_),
+  // and back.
   std::string Encode(const Contribution& c, const std::vector<float>& dense_grad,
-                     std::string buffer) const;
-  void Decode(const std::string& bytes, Contribution* c) const;
+                     std::string buffer);
+  void Decode(const std::string& bytes, Contribution* c);
   // Validates `part` (labels if `training`) and submits its lookups for `step`.
   std::unique_ptr<Prepared> Prepare(const BatchView& part, int64_t step, bool training);
   void SubmitLookups(Prepared& p);
@@ -144,6 +145,7 @@ class DataParallelTrainer {
   std::vector<float> dense_grad_, d_pooled_;
   std::vector<Contribution> exchange_;  // by rank
   std::string send_buffer_;
+  std::vector<uint16_t> wire_values_;  // a 16-bit wire's dense gradient
   WireBytes wire_bytes_;
 };
 
