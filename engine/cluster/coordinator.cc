@@ -4,6 +4,7 @@
 #include <sstream>
 #include <utility>
 
+#include "engine/cluster/job_config.h"
 #include "engine/cluster/roster.h"
 #include "engine/core/log.h"
 
@@ -14,6 +15,9 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kPollInterval{100};
+// The most of a config difference an ERROR carries (a whole other model can differ in
+// hundreds of fields; the first ones say what is wrong).
+constexpr size_t kMaxConfigReport = 2000;
 
 std::string RankList(const std::vector<int32_t>& ranks) {
   std::ostringstream os;
@@ -143,6 +147,23 @@ std::string Coordinator::AdmissionProblem(const Hello& hello, const net::Receive
     return StrCat("rank ", hello.rank(), " is already taken by a ", RoleName(slot->hello.role()),
                   " (address '", slot->hello.address(), "', connected from ",
                   slot->request.from.address, "); is DLRM_RANK set twice?");
+  return ConfigProblem(hello, joined);
+}
+
+std::string Coordinator::ConfigProblem(const Hello& hello, const JoinedPeers& joined) const {
+  if (!hello.has_job_config()) return "";
+  for (int32_t rank = 0; rank < world_size_; ++rank) {
+    const std::optional<Joined>& peer = joined[rank];
+    if (!peer || rank == hello.rank() || !peer->hello.has_job_config()) continue;
+    std::string diff = JobConfigDifference(peer->hello.job_config(), hello.job_config());
+    if (diff.empty()) return "";  // the admitted peers' configs agree with each other
+    if (diff.size() > kMaxConfigReport) diff = diff.substr(0, kMaxConfigReport) + "...";
+    return StrCat("the config of ", RoleName(hello.role()), " rank ", hello.rank(),
+                  " differs from that of ", RoleName(peer->hello.role()), " rank ", rank,
+                  " (every peer of a job needs the same model, optimizers, seed, sharding "
+                  "and distributed settings; rank ",
+                  rank, "'s value first):\n", diff);
+  }
   return "";
 }
 

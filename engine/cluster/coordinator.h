@@ -1,11 +1,12 @@
 // The coordinator of a multi-process job: rendezvous, then barriers.
 //
 // Rendezvous: every peer (server or trainer, ranks [0, world_size)) sends HELLO with its
-// role, rank, world size and the address it accepts connections on. A HELLO that cannot
-// be admitted (rank out of range or already taken, another world size) is answered at
-// once with an ERROR naming the problem and does not count. When all ranks are in, each
-// HELLO is answered with the ROSTER. A wildcard bind address (0.0.0.0) in a HELLO is
-// replaced by the IP the peer's connection came from (roster.h).
+// role, rank, world size, the address it accepts connections on and its job config
+// (job_config.h). A HELLO that cannot be admitted (rank out of range or already taken,
+// another world size, a job config that differs from an admitted peer's) is answered at
+// once with an ERROR naming the problem (the config's differing fields) and does not count. When
+// all ranks are in, each HELLO is answered with the ROSTER. A wildcard bind address (0.0.0.0) in a
+// HELLO is replaced by the IP the peer's connection came from (roster.h).
 //
 // Then Serve answers BARRIER (released when all world_size peers reached the same
 // generation; an ERROR if a peer has left, since it can never complete), HEARTBEAT
@@ -77,6 +78,8 @@ class Coordinator {
   // The HELLO's problem with this job (world size, rank), or "" when it can be admitted.
   std::string AdmissionProblem(const Hello& hello, const net::Received& r,
                                const JoinedPeers& joined) const;
+  // How the HELLO's job config differs from the admitted peers' (job_config.h), or "".
+  std::string ConfigProblem(const Hello& hello, const JoinedPeers& joined) const;
   Roster MakeJobRoster(const JoinedPeers& joined) const;
   // The message decoded by `decode`, or nullopt after answering the sender with its ERROR.
   template <typename Decode>

@@ -104,12 +104,13 @@ bool CoordinatorClient::Beat() {
   return true;
 }
 
-Roster CoordinatorClient::Rendezvous(const std::string& address) {
+Roster CoordinatorClient::Rendezvous(const std::string& address, const std::string& job_config) {
   Hello hello;
   hello.set_role(env_.role);
   hello.set_rank(env_.rank);
   hello.set_world_size(env_.world_size);
   hello.set_address(address);
+  if (!job_config.empty()) hello.set_job_config(job_config);
   net::Message reply;
   try {
     reply = client_.Call(MakeHello(hello), std::chrono::milliseconds(env_.timeout_ms));

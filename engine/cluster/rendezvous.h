@@ -64,10 +64,12 @@ class CoordinatorClient {
   CoordinatorClient(const CoordinatorClient&) = delete;
   CoordinatorClient& operator=(const CoordinatorClient&) = delete;
 
-  // HELLO with `address` (where this peer accepts connections; empty if nowhere), then
-  // the roster. The coordinator's ERROR (e.g. rank already taken) is thrown with its
-  // code and text; kTimeout after env.timeout_ms if the coordinator does not answer.
-  Roster Rendezvous(const std::string& address);
+  // HELLO with `address` (where this peer accepts connections; empty if nowhere) and
+  // `job_config` (JobConfigOf this peer's config; empty: not compared), then the roster.
+  // The coordinator's ERROR (e.g. rank already taken, a config that differs from an
+  // admitted peer's) is thrown with its code and text; kTimeout after env.timeout_ms if
+  // the coordinator does not answer.
+  Roster Rendezvous(const std::string& address, const std::string& job_config = "");
 
   // Returns when every peer has entered the same barrier (the k-th call of each peer
   // meets the k-th call of the others). kTimeout after env.timeout_ms or `timeout`;

@@ -5,6 +5,7 @@
 
 #include "engine/checkpoint/sharded_checkpoint.h"
 #include "engine/cluster/coordinator.h"
+#include "engine/cluster/job_config.h"
 #include "engine/cluster/job_layout.h"
 #include "engine/cluster/rendezvous.h"
 #include "engine/config/config.h"
@@ -29,7 +30,8 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
   net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(), member.options,
                          name);
   cluster::CoordinatorClient coordinator(context, env, member);
-  const cluster::Roster roster = coordinator.Rendezvous(listener.address());
+  const cluster::Roster roster =
+      coordinator.Rendezvous(listener.address(), cluster::JobConfigOf(config));
   const cluster::JobLayout layout = cluster::LayoutFromRoster(roster, env.rank, config);
 
   ThreadPool pool(ResolveThreadCount(config.num_threads()));

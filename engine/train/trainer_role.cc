@@ -4,6 +4,7 @@
 #include <system_error>
 
 #include "engine/checkpoint/sharded_checkpoint.h"
+#include "engine/cluster/job_config.h"
 #include "engine/cluster/roster.h"
 #include "engine/collective/gloo_communicator.h"
 #include "engine/collective/net_communicator.h"
@@ -38,8 +39,9 @@ TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfi
       coordinator_(context_, env, member_) {
   if (env.role != cluster::ROLE_TRAINER)
     ThrowInvalid("TrainerRole with DLRM_ROLE=", cluster::RoleName(env.role));
-  layout_ =
-      cluster::LayoutFromRoster(coordinator_.Rendezvous(listener_.address()), env.rank, config_);
+  layout_ = cluster::LayoutFromRoster(
+      coordinator_.Rendezvous(listener_.address(), cluster::JobConfigOf(config_)), env.rank,
+      config_);
   comm_ = MakeCommunicator(make_communicator);
   service_ = std::make_unique<ps::RemoteEmbeddingService>(
       context_, layout_.server_addresses, layout_.index, member_.options, Timeout(env),

@@ -1,7 +1,8 @@
 // Rendezvous and barriers through the coordinator, with threads as peers on loopback:
 // a full job, duplicate and out-of-range ranks, a world-size mismatch, a missing
 // coordinator, a coordinator that gives up on a missing peer, a peer that starts first,
-// barriers that cannot complete, peers and a coordinator that die, and authentication.
+// barriers that cannot complete, peers and a coordinator that die, authentication, and
+// peers whose configs differ.
 #include "engine/cluster/rendezvous.h"
 
 #include <arpa/inet.h>
@@ -21,10 +22,12 @@
 #include <vector>
 
 #include "engine/cluster/coordinator.h"
+#include "engine/cluster/job_config.h"
 #include "engine/cluster/messages.h"
 #include "engine/cluster/roster.h"
 #include "engine/core/status.h"
 #include "engine/net/client.h"
+#include "tests/support/dist_config.h"
 #include "tests/support/dist_data.h"
 
 namespace dlrm {
@@ -223,6 +226,68 @@ TEST(DistRendezvousTest, OutOfRangeRankAndWrongWorldSizeAreRejected) {
   // A peer refuses to start with a rank outside its own world.
   cluster::ClusterEnv bad = PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 2, 2);
   EXPECT_THROW(cluster::CoordinatorClient(context, bad), Error);
+}
+
+// A peer whose config is another job's (here a learning rate and the wire precision) is
+// refused at rendezvous naming the fields, and the job forms without it; per-process
+// fields (threads, device, memory limit, SSD directory and cache) may differ.
+TEST(DistRendezvousTest, APeerWithAnotherJobsConfigIsRefusedNamingTheFields) {
+  const config::DlrmConfig job =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "rowwise_adagrad", 1);
+  config::DlrmConfig other = job;
+  other.mutable_sparse_optimizer()->set_learning_rate(0.5f);
+  other.mutable_distributed()->set_wire_precision(config::DistributedConfig::BF16);
+  config::DlrmConfig same = job;
+  same.set_num_threads(7);
+  same.set_memory_limit_bytes(int64_t{1} << 30);
+  same.set_ssd_dir("/elsewhere");
+  same.mutable_device()->set_ordinal(1);
+  same.mutable_distributed()->set_wire_precision(config::DistributedConfig::FP32);  // default
+  net::Context context;
+  CoordinatorThread coordinator(context, 2, milliseconds(10000));
+  std::optional<cluster::Roster> roster0;
+  std::thread first([&] {
+    cluster::CoordinatorClient client(context,
+                                      PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 0, 2));
+    roster0 = client.Rendezvous("tcp://127.0.0.1:1111", cluster::JobConfigOf(job));
+  });
+  const auto deadline = Clock::now() + milliseconds(5000);
+  while (coordinator.peers_registered() < 1 && Clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(2));
+  cluster::CoordinatorClient refused(context,
+                                     PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 1, 2));
+  try {
+    refused.Rendezvous("", cluster::JobConfigOf(other));
+    ADD_FAILURE() << "a peer with another config joined";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("the config of trainer rank 1 differs from that of server "
+                                    "rank 0"));
+    EXPECT_THAT(e.what(), HasSubstr("sparse_optimizer.learning_rate: 0.05 -> 0.5"));
+    EXPECT_THAT(e.what(), HasSubstr("distributed.wire_precision"));
+  }
+  EXPECT_EQ(coordinator.peers_registered(), 1);
+  cluster::CoordinatorClient second(context,
+                                    PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 1, 2));
+  const cluster::Roster roster1 = second.Rendezvous("", cluster::JobConfigOf(same));
+  first.join();
+  ASSERT_TRUE(roster0.has_value());
+  EXPECT_EQ(roster0->SerializeAsString(), roster1.SerializeAsString());
+}
+
+TEST(DistRendezvousTest, JobConfigsCompareByValue) {
+  config::DlrmConfig job = ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "sgd", 2);
+  job.mutable_model()->mutable_tables(1)->mutable_ssd()->set_cache_bytes(1 << 20);
+  config::DlrmConfig cache = job;
+  cache.mutable_model()->mutable_tables(1)->mutable_ssd()->set_cache_bytes(1 << 24);
+  EXPECT_EQ(cluster::JobConfigOf(cache), cluster::JobConfigOf(job));
+  config::DlrmConfig dim = job;
+  dim.mutable_model()->mutable_tables(0)->set_dim(16);
+  EXPECT_THAT(cluster::JobConfigDifference(cluster::JobConfigOf(job), cluster::JobConfigOf(dim)),
+              HasSubstr("model.tables[0].dim: 8 -> 16"));
+  EXPECT_EQ(cluster::JobConfigDifference(cluster::JobConfigOf(job), cluster::JobConfigOf(job)), "");
+  EXPECT_THAT(cluster::JobConfigDifference(cluster::JobConfigOf(job), "\xff\xff"),
+              HasSubstr("job_config does not parse"));
 }
 
 // What the cluster's decoders refuse reaches the coordinator's loop (the transport does

@@ -1,0 +1,40 @@
+#include "engine/cluster/job_config.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/util/message_differencer.h>
+
+namespace dlrm::cluster {
+
+std::string JobConfigOf(const config::DlrmConfig& config) {
+  config::DlrmConfig job = config;
+  job.clear_num_threads();
+  job.clear_device();
+  job.clear_memory_limit_bytes();
+  job.clear_ssd_dir();
+  for (config::TableConfig& table : *job.mutable_model()->mutable_tables())
+    if (table.has_ssd()) table.mutable_ssd()->clear_cache_bytes();
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);  // map fields in key order
+    job.SerializeToCodedStream(&coded);
+  }
+  return bytes;
+}
+
+std::string JobConfigDifference(const std::string& admitted, const std::string& joining) {
+  if (admitted == joining) return "";
+  config::DlrmConfig a, b;
+  if (!a.ParseFromString(admitted)) return "the admitted peer's job_config does not parse";
+  if (!b.ParseFromString(joining)) return "job_config does not parse";
+  std::string report;
+  google::protobuf::util::MessageDifferencer differ;
+  differ.ReportDifferencesToString(&report);
+  // A field set to its default is the field unset: `seed: 0` is no seed.
+  differ.set_message_field_comparison(google::protobuf::util::MessageDifferencer::EQUIVALENT);
+  return differ.Compare(a, b) ? "" : report;
+}
+
+}  // namespace dlrm::cluster
