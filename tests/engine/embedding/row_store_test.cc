@@ -114,6 +114,37 @@ TEST(RowStoreTest, AWriteReplacesAndEraseRemoves) {
   EXPECT_FALSE(found[1]);
 }
 
+// A scan sees rows still in the (hash) memtable and rows flushed to table files as one
+// id-ordered table, each row's last write, other tables' rows left out.
+TEST(RowStoreTest, AScanIsInIdOrderAcrossMemtableAndFiles) {
+  const std::string dir = testing::TempDir("row_store_scan");
+  RowStore store(At(dir + "/db"));
+  std::vector<int64_t> ids = SomeIds(600);
+  std::reverse(ids.begin(), ids.end());  // written out of order
+  const auto half = static_cast<int64_t>(ids.size() / 2), n = static_cast<int64_t>(ids.size());
+  const std::vector<float> rows = RandomRows(n, 7), newer = RandomRows(half, 8);
+  store.Write(3, ids.data(), half, rows.data(), kWidth);
+  store.CopyTo(dir + "/copy");  // flushes the memtable: the first half is in a table file
+  store.Write(3, ids.data() + half, n - half, rows.data() + half * kWidth, kWidth);
+  store.Write(3, ids.data(), half / 2, newer.data(), kWidth);  // in both, the memtable's wins
+  store.Write(4, ids.data(), 1, rows.data(), kWidth);
+  std::vector<int64_t> order;
+  std::vector<float> seen;
+  store.ForEach(3, kWidth, [&](int64_t id, const float* row) {
+    order.push_back(id);
+    seen.insert(seen.end(), row, row + kWidth);
+  });
+  std::vector<int64_t> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(order, sorted);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto at = static_cast<size_t>(std::lower_bound(sorted.begin(), sorted.end(), ids[i]) -
+                                        sorted.begin());
+    const float* want = i < half / 2 ? newer.data() + i * kWidth : rows.data() + i * kWidth;
+    EXPECT_EQ(std::memcmp(seen.data() + at * kWidth, want, kWidth * sizeof(float)), 0) << i;
+  }
+}
+
 // A copy holds what was written before it, and later writes to the original do not
 // reach it: what a checkpoint of an SSD table is built on.
 TEST(RowStoreTest, ACopyIsTheStateWhenItWasTaken) {
