@@ -94,6 +94,23 @@ class CoordinatorThread {
   std::thread thread_;
 };
 
+// Rank 0 of a world of 2, a server listening at tcp://127.0.0.1:1111, says HELLO (with
+// `job_config`) on a thread of its own, which *roster receives; returns once the
+// coordinator has admitted it, so that the next peer is the second.
+std::thread JoinRankZeroFirst(const net::Context& context, const CoordinatorThread& coordinator,
+                              std::optional<cluster::Roster>* roster,
+                              const std::string& job_config = "") {
+  std::thread first([&context, &coordinator, roster, job_config] {
+    cluster::CoordinatorClient client(context,
+                                      PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 0, 2));
+    *roster = client.Rendezvous("tcp://127.0.0.1:1111", job_config);
+  });
+  const auto deadline = Clock::now() + milliseconds(5000);
+  while (coordinator.peers_registered() < 1 && Clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(2));
+  return first;
+}
+
 TEST(DistRendezvousTest, FourPeersGetTheSameRosterThenBarrierAndLeave) {
   net::Context context;
   CoordinatorThread coordinator(context, 4, milliseconds(10000));
@@ -169,15 +186,7 @@ TEST(DistRendezvousTest, DuplicateRankIsRejectedAndTheJobStillForms) {
   net::Context context;
   CoordinatorThread coordinator(context, 2, milliseconds(10000));
   std::optional<cluster::Roster> roster0;
-  std::thread first([&] {
-    cluster::CoordinatorClient client(context,
-                                      PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 0, 2));
-    roster0 = client.Rendezvous("tcp://127.0.0.1:1111");
-  });
-  // Let rank 0 register first.
-  const auto deadline = Clock::now() + milliseconds(5000);
-  while (coordinator.peers_registered() < 1 && Clock::now() < deadline)
-    std::this_thread::sleep_for(milliseconds(2));
+  std::thread first = JoinRankZeroFirst(context, coordinator, &roster0);
   cluster::CoordinatorClient duplicate(context,
                                        PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 0, 2));
   try {
@@ -246,14 +255,7 @@ TEST(DistRendezvousTest, APeerWithAnotherJobsConfigIsRefusedNamingTheFields) {
   net::Context context;
   CoordinatorThread coordinator(context, 2, milliseconds(10000));
   std::optional<cluster::Roster> roster0;
-  std::thread first([&] {
-    cluster::CoordinatorClient client(context,
-                                      PeerEnv(coordinator.address(), cluster::ROLE_SERVER, 0, 2));
-    roster0 = client.Rendezvous("tcp://127.0.0.1:1111", cluster::JobConfigOf(job));
-  });
-  const auto deadline = Clock::now() + milliseconds(5000);
-  while (coordinator.peers_registered() < 1 && Clock::now() < deadline)
-    std::this_thread::sleep_for(milliseconds(2));
+  std::thread first = JoinRankZeroFirst(context, coordinator, &roster0, cluster::JobConfigOf(job));
   cluster::CoordinatorClient refused(context,
                                      PeerEnv(coordinator.address(), cluster::ROLE_TRAINER, 1, 2));
   try {
