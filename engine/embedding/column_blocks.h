@@ -1,13 +1,18 @@
 // The column blocking the AVX2 pooling kernels share (pool_bag_avx2.cc, quantized_row.cc,
 // half_row.cc): a bag's first dim - dim % 8 columns in blocks of up to 8 vectors of 8
 // floats (64 columns, 8 accumulators: half the registers), each block a kernel
-// instantiated for its vector count so that its accumulators stay in registers.
+// instantiated for its vector count so that its accumulators stay in registers, and the
+// block's common end (StoreBlock).
 // Threading and errors: none; a pure dispatch.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace dlrm {
 
@@ -36,5 +41,19 @@ int32_t ForEachColumnBlock(int32_t dim, Block block) {
   }
   return vectors * kLanes;
 }
+
+#if defined(__x86_64__)
+// A block's end: its V sums divided by count for MEAN (a bag with values), stored at
+// out[col, col + V * 8).
+template <int V>
+__attribute__((target("avx2"))) inline void StoreBlock(__m256 (&acc)[V], bool mean, int64_t count,
+                                                       float* out, int32_t col) {
+  if (mean && count > 0) {
+    const __m256 len = _mm256_set1_ps(static_cast<float>(count));
+    for (int v = 0; v < V; ++v) acc[v] = _mm256_div_ps(acc[v], len);
+  }
+  for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + col + v * kLanes, acc[v]);
+}
+#endif
 
 }  // namespace dlrm

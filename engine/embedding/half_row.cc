@@ -216,11 +216,7 @@ DLRM_F16C_TARGET void PoolHalfBlock(const void* const* rows, int32_t dim, int64_
     for (int v = 0; v < V; ++v)
       acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(w, Widen8<kBf16>(row + v * 8)));
   }
-  if (mean && count > 0) {
-    const __m256 len = _mm256_set1_ps(static_cast<float>(count));
-    for (int v = 0; v < V; ++v) acc[v] = _mm256_div_ps(acc[v], len);
-  }
-  for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + col + v * 8, acc[v]);
+  StoreBlock(acc, mean, count, out, col);
 }
 
 // out[0, k) = the bag's pooled values for the k = dim - dim % 8 columns it returns.

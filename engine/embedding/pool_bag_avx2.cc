@@ -32,11 +32,7 @@ DLRM_AVX2_NO_FMA void PoolBlock(const void* const* rows, int64_t count, const fl
       for (int v = 0; v < V; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_loadu_ps(row + v * kLanes));
     }
   }
-  if (mean && count > 0) {
-    const __m256 len = _mm256_set1_ps(static_cast<float>(count));
-    for (int v = 0; v < V; ++v) acc[v] = _mm256_div_ps(acc[v], len);
-  }
-  for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + col + v * kLanes, acc[v]);
+  StoreBlock(acc, mean, count, out, col);
 }
 
 }  // namespace

@@ -96,11 +96,7 @@ __attribute__((target("avx2"))) void PoolCodesBlock(const void* const* rows, int
   }
   const __m256 c = _mm256_set1_ps(constant);
   for (int v = 0; v < V; ++v) acc[v] = _mm256_add_ps(acc[v], c);
-  if (mean && count > 0) {
-    const __m256 len = _mm256_set1_ps(static_cast<float>(count));
-    for (int v = 0; v < V; ++v) acc[v] = _mm256_div_ps(acc[v], len);
-  }
-  for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + col + v * 8, acc[v]);
+  StoreBlock(acc, mean, count, out, col);
 }
 
 // out[0, k) = a quantized bag's pooled values for the k = dim - dim % 8 columns it
