@@ -4,9 +4,10 @@
 // role, rank, world size, the address it accepts connections on and its job config
 // (job_config.h). A HELLO that cannot be admitted (rank out of range or already taken,
 // another world size, a job config that differs from an admitted peer's) is answered at
-// once with an ERROR naming the problem (the config's differing fields) and does not count. When
-// all ranks are in, each HELLO is answered with the ROSTER. A wildcard bind address (0.0.0.0) in a
-// HELLO is replaced by the IP the peer's connection came from (roster.h).
+// once with an ERROR naming the problem (a config's differing fields) and does not
+// count. When all ranks are in, each HELLO is answered with the ROSTER. A wildcard bind
+// address (0.0.0.0) in a HELLO is replaced by the IP the peer's connection came from
+// (roster.h).
 //
 // Then Serve answers BARRIER (released when all world_size peers reached the same
 // generation; an ERROR if a peer has left, since it can never complete), HEARTBEAT
@@ -75,7 +76,8 @@ class Coordinator {
   using JoinedPeers = std::vector<std::optional<Joined>>;  // by rank
 
   void HandleDuringRendezvous(net::Received r, JoinedPeers& joined, int32_t& count);
-  // The HELLO's problem with this job (world size, rank), or "" when it can be admitted.
+  // The HELLO's problem with this job (world size, rank, config), or "" when it can be
+  // admitted.
   std::string AdmissionProblem(const Hello& hello, const net::Received& r,
                                const JoinedPeers& joined) const;
   // How the HELLO's job config differs from the admitted peers' (job_config.h), or "".
