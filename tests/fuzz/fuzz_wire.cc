@@ -5,13 +5,14 @@
 // (cut at the input's end). Every input decodes or is refused naming bad input
 // (fuzz_support.h). Seeds: each message type the servers and the coordinator receive,
 // encoded by the senders' own encoders (LOOKUP_REPLY and UPDATE also with 16-bit values,
-// issue 16's wire_precision).
+// issue 16's wire_precision; HELLO also with a job config, which the coordinator compares).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "engine/cluster/job_config.h"
 #include "engine/cluster/messages.h"
 #include "engine/net/codec.h"
 #include "engine/ps/messages.h"
@@ -46,6 +47,21 @@ std::string JoinFrames(const std::vector<net::Frame>& frames) {
   return out;
 }
 
+// A small job's config: what a HELLO's job_config holds.
+const config::DlrmConfig& SeedJobConfig() {
+  static const config::DlrmConfig config = [] {
+    config::DlrmConfig c;
+    config::TableConfig* table = c.mutable_model()->add_tables();
+    table->set_name("t0");
+    table->set_num_rows(10);
+    table->set_dim(4);
+    c.mutable_sparse_optimizer()->set_learning_rate(0.1f);
+    c.set_seed(3);
+    return c;
+  }();
+  return config;
+}
+
 const net::Codec& TheCodec() {
   static const net::Codec codec{net::TransportOptions{}};
   return codec;
@@ -73,6 +89,8 @@ std::vector<std::string> Seeds() {
   hello.set_rank(0);
   hello.set_world_size(2);
   messages.push_back(cluster::MakeHello(hello));
+  hello.set_job_config(cluster::JobConfigOf(SeedJobConfig()));
+  messages.push_back(cluster::MakeHello(hello));
   messages.push_back(cluster::MakeBarrier(3));
   std::vector<std::string> seeds;
   for (net::Message& m : messages) seeds.push_back(JoinFrames(TheCodec().Encode(std::move(m))));
@@ -90,7 +108,11 @@ void DecodeAsEveryType(const net::Message& m) {
   }
   RefusedOrDone([&] { ps::DecodeUpdate(m); });
   RefusedOrDone([&] { ps::RequiredStep(m); });
-  RefusedOrDone([&] { cluster::DecodeHello(m); });
+  RefusedOrDone([&] {
+    // The coordinator compares an admitted HELLO's config bytes, whatever they hold.
+    const cluster::Hello hello = cluster::DecodeHello(m);
+    cluster::JobConfigDifference(cluster::JobConfigOf(SeedJobConfig()), hello.job_config());
+  });
   RefusedOrDone([&] { cluster::DecodeRoster(m); });
   RefusedOrDone([&] { cluster::DecodeBarrier(m); });
   RefusedOrDone([&] { net::DescribeMessage(m); });
