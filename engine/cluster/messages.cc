@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "engine/config/dlrm.pb.h"
 #include "engine/core/status.h"
 
 namespace dlrm::cluster {
@@ -21,6 +22,10 @@ std::string HelloProblem(const Hello& hello) {
   if (hello.rank() < 0) return StrCat("HELLO rank ", hello.rank(), " is negative");
   if (!hello.has_world_size()) return "HELLO world_size is missing";
   if (hello.world_size() < 1) return StrCat("HELLO world_size ", hello.world_size(), " is < 1");
+  // Checked here, so that the coordinator never admits a config it cannot compare.
+  if (hello.has_job_config() && !config::DlrmConfig().ParseFromString(hello.job_config()))
+    return StrCat("HELLO job_config (", hello.job_config().size(),
+                  " bytes) is not a valid dlrm.config.DlrmConfig");
   return "";
 }
 

@@ -3,7 +3,8 @@
 // message broke; every Make throws kInvalidArgument for a message its receiver would
 // refuse, so a sender learns of a bad message at once.
 //
-//   HELLO     body Hello: role SERVER or TRAINER, rank >= 0, world_size >= 1
+//   HELLO     body Hello: role SERVER or TRAINER, rank >= 0, world_size >= 1, job_config
+//             (when present) a DlrmConfig
 //   ROSTER    body Roster: world_size >= 1 peers, peers[i].rank == i, SERVER or TRAINER
 //   BARRIER   step = the generation
 //   SHUTDOWN  to the coordinator: no body, or a Leave body (a failure)

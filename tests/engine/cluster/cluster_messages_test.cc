@@ -123,6 +123,14 @@ TEST(ClusterMessagesTest, RejectsHelloWithoutWorldSize) {
   ExpectRejected(Raw(HELLO, h.SerializeAsString()), DecodeHello, "HELLO world_size is missing");
 }
 
+TEST(ClusterMessagesTest, RejectsHelloWhoseJobConfigIsNotAConfig) {
+  Hello h = ValidHello();
+  h.set_job_config("\xFF\xFF\xFF");
+  ExpectRejected(Raw(HELLO, h.SerializeAsString()), DecodeHello,
+                 "HELLO job_config (3 bytes) is not a valid dlrm.config.DlrmConfig");
+  EXPECT_THROW(MakeHello(h), Error);  // nor does a sender send one
+}
+
 TEST(ClusterMessagesTest, RejectsRosterWithoutBody) {
   ExpectRejected(net::MakeMessage(ROSTER), DecodeRoster, "ROSTER has no body");
 }

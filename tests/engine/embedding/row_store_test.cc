@@ -114,7 +114,7 @@ TEST(RowStoreTest, AWriteReplacesAndEraseRemoves) {
   EXPECT_FALSE(found[1]);
 }
 
-// A scan sees rows still in the (hash) memtable and rows flushed to table files as one
+// A scan sees rows still in the memtable and rows flushed to table files as one
 // id-ordered table, each row's last write, other tables' rows left out.
 TEST(RowStoreTest, AScanIsInIdOrderAcrossMemtableAndFiles) {
   const std::string dir = testing::TempDir("row_store_scan");
