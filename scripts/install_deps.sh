@@ -12,7 +12,6 @@ PACKAGES=(
   libgloo-dev  # engine/collective: the DLRM_COLLECTIVE=gloo all-gather of the trainers
   libbenchmark-dev  # bench/: dlrm_micro_bench
   libabsl-dev  # bench/: absl::flat_hash_map, the peer of the dynamic table's id map
-  librocksdb-dev  # engine/embedding: the SSD tier's row store
   openmpi-bin libopenmpi-dev  # examples/mpi: the MPI host and its 2-rank test
   binutils
   clang libclang-rt-14-dev  # the sanitizer build and tests/fuzz/'s libFuzzer harnesses

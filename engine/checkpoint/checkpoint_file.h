@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/checkpoint/checkpoint.pb.h"
+#include "engine/core/crc32c.h"  // Crc32c, the checksum of these files
 
 namespace dlrm {
 
@@ -24,9 +25,6 @@ namespace dlrm {
 // ("<path>.tmp.<pid>.<n>" whose process is gone); those of live processes stay. Best
 // effort: a directory that cannot be read is left as it is. Called by every write and read.
 void RemoveStaleTemporaries(const std::string& path);
-
-// CRC32C (Castagnoli), continuing from crc (0 to start).
-uint32_t Crc32c(uint32_t crc, const void* data, size_t num_bytes);
 
 class CheckpointWriter {
  public:

@@ -14,12 +14,6 @@ namespace dlrm {
 
 namespace fs = std::filesystem;
 
-namespace {
-// RocksDB's table files: written once, then only read or deleted, so a link is a copy.
-// Its other files (the manifest, the write-ahead log) may be appended to: copied.
-constexpr const char* kLinkedExtension = ".sst";
-}  // namespace
-
 ScratchDir::ScratchDir(const std::string& parent, const std::string& prefix) {
   std::error_code ec;
   fs::create_directories(parent, ec);
@@ -53,9 +47,10 @@ void CopyDirectoryLinking(const std::string& from, const std::string& to) {
       if (!entry.is_regular_file()) continue;
       const fs::path target = fs::path(to) / entry.path().filename();
       ec.clear();
-      if (entry.path().extension() == kLinkedExtension)
+      if (entry.path().extension() == kImmutableFileExtension)
         fs::create_hard_link(entry.path(), target, ec);
-      if (ec || entry.path().extension() != kLinkedExtension) fs::copy_file(entry.path(), target);
+      if (ec || entry.path().extension() != kImmutableFileExtension)
+        fs::copy_file(entry.path(), target);
     }
   } catch (const fs::filesystem_error& e) {
     fs::remove_all(to, ec);

@@ -28,10 +28,14 @@ class ScratchDir {
 // The system's directory for temporary files: $TMPDIR, else /tmp.
 std::string TempDirectory();
 
+// The extension of files that are never changed once written (the SSD tier's sealed row
+// segments, embedding/row_store.h): a copy may hard-link them.
+inline constexpr const char* kImmutableFileExtension = ".seg";
+
 // Copies the regular files of directory `from` into `to` (made, and must not exist),
-// hard-linking the files a RocksDB database never modifies in place (its .sst tables) where
-// the filesystem allows, so a copy of a large store is quick and takes no space. kIo naming
-// the directories when a file could not be copied; `to` is removed again then.
+// hard-linking those named kImmutableFileExtension where the filesystem allows, so a copy of a
+// large store is quick and takes no space. kIo naming the directories when a file could not be
+// copied; `to` is removed again then.
 void CopyDirectoryLinking(const std::string& from, const std::string& to);
 
 }  // namespace dlrm

@@ -1,191 +1,620 @@
 #include "engine/embedding/row_store.h"
 
-#include <rocksdb/cache.h>
-#include <rocksdb/db.h>
-#include <rocksdb/filter_policy.h>
-#include <rocksdb/options.h>
-#include <rocksdb/perf_level.h>
-#include <rocksdb/slice.h>
-#include <rocksdb/table.h>
-#include <rocksdb/utilities/checkpoint.h>
-#include <rocksdb/write_batch.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include <array>
-#include <cstdint>
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <vector>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <string_view>
+#include <utility>
 
+#include "engine/core/byte_codec.h"
+#include "engine/core/crc32c.h"
+#include "engine/core/scratch_dir.h"
+#include "engine/core/shared_mutex.h"
 #include "engine/core/status.h"
 
 namespace dlrm {
 namespace {
 
-constexpr size_t kKeyBytes = 12;  // table (4 bytes) + id (8 bytes), big-endian
-using Key = std::array<char, kKeyBytes>;
+namespace fs = std::filesystem;
 
-Key MakeKey(int32_t table, int64_t id) {
-  Key key;
-  const auto t = static_cast<uint32_t>(table);
-  // Flipping the sign bit makes the unsigned big-endian order the signed order of ids.
-  const uint64_t i = static_cast<uint64_t>(id) ^ (uint64_t{1} << 63);
-  for (int b = 0; b < 4; ++b) key[b] = static_cast<char>(t >> (24 - 8 * b));
-  for (int b = 0; b < 8; ++b) key[4 + b] = static_cast<char>(i >> (56 - 8 * b));
-  return key;
+constexpr uint64_t kSegmentMagic = 0x53574F524D524C44u;  // "DLRMROWS", little-endian
+constexpr uint64_t kIndexMagic = 0x5844495244524C44u;    // "DLRMRIDX"
+constexpr uint32_t kVersion = 1;
+constexpr int64_t kHeaderBytes = 24;  // magic, version, table, width, CRC32C
+constexpr int64_t kIdBytes = 8, kCrcBytes = 4;
+constexpr uint32_t kNowhere = UINT32_MAX;
+constexpr const char* kIndexSuffix = ".index";
+
+// An open file descriptor, closed with its owner.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+[[noreturn]] void ThrowErrno(const std::string& file, const char* what) {
+  Throw(StatusCode::kIo, "row store file ", file, ": ", what, ": ", std::strerror(errno));
 }
 
-int64_t IdOfKey(const rocksdb::Slice& key) {
-  uint64_t i = 0;
-  for (int b = 0; b < 8; ++b) i = (i << 8) | static_cast<uint8_t>(key[4 + b]);
-  return static_cast<int64_t>(i ^ (uint64_t{1} << 63));
+void WriteAll(int fd, const void* data, int64_t bytes, int64_t offset, const std::string& file) {
+  const auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd, p, static_cast<size_t>(bytes), offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) ThrowErrno(file, "write failed");
+    p += n, bytes -= n, offset += n;
+  }
 }
 
-// kIo naming the directory, or kDataLoss for a corrupt database.
-[[noreturn]] void ThrowStatus(const std::string& path, const char* what,
-                              const rocksdb::Status& status) {
-  Throw(status.IsCorruption() ? StatusCode::kDataLoss : StatusCode::kIo, "row store ", path, ": ",
-        what, ": ", status.ToString());
+// kDataLoss when the file ends first.
+void ReadAll(int fd, void* data, int64_t bytes, int64_t offset, const std::string& file) {
+  auto* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, static_cast<size_t>(bytes), offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) ThrowErrno(file, "read failed");
+    if (n == 0)
+      Throw(StatusCode::kDataLoss, "row store file ", file, " ends at byte ", offset, ", ", bytes,
+            " bytes short of a record");
+    p += n, bytes -= n, offset += n;
+  }
 }
 
-void CheckArguments(int32_t table, const int64_t* ids, int64_t n, int64_t width,
-                    const void* values) {
-  if (table < 0) ThrowInvalid("row store: table must be >= 0, got ", table);
-  if (n < 0) ThrowInvalid("row store: the number of ids must be >= 0, got ", n);
-  if (width < 1 || width > RowStore::kMaxWidth)
-    ThrowInvalid("row store: width must be in [1, ", RowStore::kMaxWidth, "], got ", width);
-  if (n > 0 && (ids == nullptr || values == nullptr))
-    ThrowInvalid("row store: ", ids == nullptr ? "ids" : "values", " is NULL");
+// A segment's header: what it holds, checksummed.
+std::string SegmentHeader(int32_t table, int64_t width) {
+  ByteWriter w;
+  w.Put<uint64_t>(kSegmentMagic);
+  w.Put<uint32_t>(kVersion);
+  w.Put<int32_t>(table);
+  w.Put<uint32_t>(static_cast<uint32_t>(width));
+  w.Put<uint32_t>(Crc32c(0, w.bytes().data(), w.bytes().size()));
+  DLRM_INTERNAL_CHECK(static_cast<int64_t>(w.bytes().size()) == kHeaderBytes);
+  return std::move(w).Take();
 }
 
-// RocksDB counts every operation in thread-local counters unless the calling thread
-// turns them off (about 6% of an SSD-tier step); nothing here reads them.
-void NoPerfCounters() {
-  thread_local const bool off = (rocksdb::SetPerfLevel(rocksdb::PerfLevel::kDisable), true);
-  (void)off;
+// The number of the digits at s[*pos...] (false: none, or more than 12).
+bool ParseNumber(const std::string& s, size_t* pos, int64_t* out) {
+  const size_t begin = *pos;
+  int64_t value = 0;
+  for (; *pos < s.size() && s[*pos] >= '0' && s[*pos] <= '9'; ++*pos) {
+    if (*pos - begin == 12) return false;
+    value = value * 10 + (s[*pos] - '0');
+  }
+  *out = value;
+  return *pos > begin;
+}
+
+// The table of a store file's name: "<table>.<segment>.seg" (segment set) or
+// "<table>.index" (segment -1); false for any other name.
+bool ParseFileName(const std::string& name, int32_t* table, int64_t* segment) {
+  size_t pos = 0;
+  int64_t number = 0;
+  if (!ParseNumber(name, &pos, &number) || number > INT32_MAX) return false;
+  *table = static_cast<int32_t>(number);
+  const std::string rest = name.substr(pos);
+  if (rest == kIndexSuffix) return *segment = -1, true;
+  pos = 1;
+  if (rest.empty() || rest[0] != '.' || !ParseNumber(rest, &pos, &number)) return false;
+  *segment = number;
+  return rest.substr(pos) == kImmutableFileExtension;
 }
 
 }  // namespace
 
-struct RowStore::Db {
-  std::unique_ptr<rocksdb::DB> db;
-  rocksdb::WriteOptions write;
+// One table's log. Locked by its own mutex: Write and CopyTo exclusively, Read shared.
+class RowStore::TableLog {
+ public:
+  TableLog(const std::string& dir, const RowStoreTable& shape, int64_t segment_bytes);
+
+  void Write(const int64_t* ids, int64_t n, const float* values);
+  int64_t Read(const int64_t* ids, int64_t n, float* values, bool* found) const;
+  void CopyTo(const std::string& dir);
+  void Load(const std::string& index_path);
+  RowStoreStats stats() const;
+
+ private:
+  struct Segment {
+    Fd fd;
+    int64_t records = 0;  // appended
+    int64_t live = 0;     // rows whose latest record is here
+    bool synced = false;  // its records are on disk (fdatasync)
+    bool in_use() const { return fd.get() >= 0; }
+  };
+
+  std::string SegmentPath(const std::string& dir, int64_t segment) const;
+  std::string IndexPath(const std::string& dir) const;
+  void CheckIds(const int64_t* ids, int64_t n) const;
+  // Records (id, row, CRC32C) of ids[i] -> values[i * width_, ...).
+  std::vector<char> Format(const int64_t* ids, int64_t n, const float* values) const;
+  // Appends m formatted records, then points their rows at them.
+  void Append(const char* records, int64_t m);
+  void OpenSegment();
+  void Point(int64_t id, uint32_t location);
+  // Reads the record at `location`, checks its CRC32C and that it is id's, into out.
+  void ReadRecord(uint32_t location, int64_t id, char* out) const;
+  void CheckRecord(const char* record, int64_t id, const std::string& file) const;
+  bool OverGarbageLimit() const;
+  void Collect(int64_t victim);
+  void WriteIndex(const std::string& path) const;
+  void ParseIndex(const std::string& path, const std::string& bytes,
+                  std::vector<std::pair<uint32_t, int64_t>>* segments);
+  void OpenSealedSegment(uint32_t id, int64_t records);
+  void CountLive(const std::string& path);
+
+  mutable WriterPreferringMutex mu_;
+  const std::string dir_;
+  const int32_t table_;
+  const int64_t rows_, width_, record_bytes_;
+  int64_t per_segment_;            // records a segment holds (an index file's may differ)
+  std::vector<uint32_t> where_;    // per row: its latest record, or kNowhere
+  std::vector<Segment> segments_;  // by number; not in_use(): free
+  std::set<int64_t> free_;         // numbers below segments_.size() not in use
+  int64_t active_ = -1;            // the open segment, or -1
+  int64_t in_use_ = 0, live_ = 0, moved_ = 0;
 };
 
-RowStore::RowStore(const RowStoreOptions& options) : path_(options.path), db_(new Db) {
-  if (path_.empty()) ThrowInvalid("row store: path is empty");
-  if (options.block_cache_bytes < 0)
-    ThrowInvalid("row store: block_cache_bytes must be >= 0, got ", options.block_cache_bytes);
-  rocksdb::Options o;
-  o.create_if_missing = true;
-  rocksdb::BlockBasedTableOptions table;
-  table.block_cache = rocksdb::NewLRUCache(static_cast<size_t>(options.block_cache_bytes));
-  // Point reads of rows: a Bloom filter per table file lets a read skip the files that
-  // do not hold its key, and a hash index inside each block finds the key without a
-  // binary search.
-  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-  table.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
-  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  // Most reads look for rows already flushed to table files: a Bloom filter over the
-  // memtable's keys spares them its skip-list search.
-  o.memtable_whole_key_filtering = true;
-  o.memtable_prefix_bloom_size_ratio = 0.05;
-  rocksdb::DB* db = nullptr;
-  const rocksdb::Status status = rocksdb::DB::Open(o, path_, &db);
-  if (!status.ok()) ThrowStatus(path_, "cannot open", status);
-  db_->db.reset(db);
-  db_->write.sync = options.sync_writes;
-  db_->write.disableWAL = !options.write_ahead_log;
+RowStore::TableLog::TableLog(const std::string& dir, const RowStoreTable& shape,
+                             int64_t segment_bytes)
+    : dir_(dir),
+      table_(shape.table),
+      rows_(shape.rows),
+      width_(shape.width),
+      record_bytes_(kIdBytes + shape.width * static_cast<int64_t>(sizeof(float)) + kCrcBytes),
+      per_segment_(std::max<int64_t>(1, (segment_bytes - kHeaderBytes) / record_bytes_)),
+      where_(static_cast<size_t>(shape.rows), kNowhere) {}
+
+std::string RowStore::TableLog::SegmentPath(const std::string& dir, int64_t segment) const {
+  return dir + "/" + std::to_string(table_) + "." + std::to_string(segment) +
+         kImmutableFileExtension;
 }
 
-RowStore::~RowStore() = default;
-
-void RowStore::Write(int32_t table, const int64_t* ids, int64_t n, const float* values,
-                     int64_t width) {
-  CheckArguments(table, ids, n, width, values);
-  NoPerfCounters();
-  rocksdb::WriteBatch batch;
-  const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
-  for (int64_t i = 0; i < n; ++i) {
-    const Key key = MakeKey(table, ids[i]);
-    batch.Put(rocksdb::Slice(key.data(), key.size()),
-              rocksdb::Slice(reinterpret_cast<const char*>(values + i * width), row_bytes));
-  }
-  const rocksdb::Status status = db_->db->Write(db_->write, &batch);
-  if (!status.ok()) ThrowStatus(path_, "write failed", status);
+std::string RowStore::TableLog::IndexPath(const std::string& dir) const {
+  return dir + "/" + std::to_string(table_) + kIndexSuffix;
 }
 
-int64_t RowStore::Read(int32_t table, const int64_t* ids, int64_t n, int64_t width, float* values,
-                       bool* found) const {
-  CheckArguments(table, ids, n, width, values);
-  if (n > 0 && found == nullptr) ThrowInvalid("row store: found is NULL");
-  NoPerfCounters();
-  std::vector<Key> keys(static_cast<size_t>(n));
-  std::vector<rocksdb::Slice> slices(static_cast<size_t>(n));
+void RowStore::TableLog::CheckIds(const int64_t* ids, int64_t n) const {
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= rows_)
+      ThrowInvalid("row store: ids[", i, "] of table ", table_, " is ", ids[i], ", outside [0, ",
+                   rows_, ")");
+}
+
+std::vector<char> RowStore::TableLog::Format(const int64_t* ids, int64_t n,
+                                             const float* values) const {
+  std::vector<char> records(static_cast<size_t>(n * record_bytes_));
+  const auto row_bytes = static_cast<size_t>(width_) * sizeof(float);
   for (int64_t i = 0; i < n; ++i) {
-    keys[i] = MakeKey(table, ids[i]);
-    slices[i] = rocksdb::Slice(keys[i].data(), keys[i].size());
+    char* r = records.data() + i * record_bytes_;
+    std::memcpy(r, &ids[i], kIdBytes);
+    std::memcpy(r + kIdBytes, values + i * width_, row_bytes);
+    const uint32_t crc = Crc32c(0, r, kIdBytes + row_bytes);
+    std::memcpy(r + kIdBytes + row_bytes, &crc, kCrcBytes);
   }
-  std::vector<rocksdb::PinnableSlice> rows(static_cast<size_t>(n));
-  std::vector<rocksdb::Status> statuses(static_cast<size_t>(n));
-  rocksdb::DB& db = *db_->db;
-  db.MultiGet(rocksdb::ReadOptions(), db.DefaultColumnFamily(), static_cast<size_t>(n),
-              slices.data(), rows.data(), statuses.data());
-  const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
+  return records;
+}
+
+void RowStore::TableLog::Write(const int64_t* ids, int64_t n, const float* values) {
+  CheckIds(ids, n);
+  const std::vector<char> records = Format(ids, n, values);
+  std::unique_lock<WriterPreferringMutex> lock(mu_);
+  // Before the write, so that a failed collection fails the Write and writes nothing.
+  while (OverGarbageLimit()) {
+    int64_t victim = -1;
+    for (int64_t s = 0; s < static_cast<int64_t>(segments_.size()); ++s)
+      if (s != active_ && segments_[s].in_use() &&
+          (victim < 0 || segments_[s].live < segments_[victim].live))
+        victim = s;
+    if (victim < 0) break;
+    Collect(victim);
+  }
+  Append(records.data(), n);
+}
+
+bool RowStore::TableLog::OverGarbageLimit() const {
+  const int64_t needed = (live_ + per_segment_ - 1) / per_segment_;
+  return in_use_ > 2 * needed + 2;
+}
+
+void RowStore::TableLog::Append(const char* records, int64_t m) {
+  std::vector<uint32_t> locations(static_cast<size_t>(m));
+  for (int64_t done = 0; done < m;) {
+    if (active_ < 0 || segments_[active_].records == per_segment_) OpenSegment();
+    Segment& s = segments_[active_];
+    const int64_t c = std::min(m - done, per_segment_ - s.records);
+    WriteAll(s.fd.get(), records + done * record_bytes_, c * record_bytes_,
+             kHeaderBytes + s.records * record_bytes_, SegmentPath(dir_, active_));
+    for (int64_t j = 0; j < c; ++j)
+      locations[done + j] = static_cast<uint32_t>(active_ * per_segment_ + s.records + j);
+    s.records += c;  // written: dead records if a later chunk fails
+    s.synced = false;
+    done += c;
+  }
+  for (int64_t j = 0; j < m; ++j) {
+    int64_t id;
+    std::memcpy(&id, records + j * record_bytes_, kIdBytes);
+    Point(id, locations[j]);
+  }
+}
+
+void RowStore::TableLog::Point(int64_t id, uint32_t location) {
+  uint32_t& at = where_[static_cast<size_t>(id)];
+  if (at == kNowhere)
+    ++live_;
+  else
+    --segments_[at / per_segment_].live;
+  at = location;
+  ++segments_[location / per_segment_].live;
+}
+
+void RowStore::TableLog::OpenSegment() {
+  const int64_t id = free_.empty() ? static_cast<int64_t>(segments_.size()) : *free_.begin();
+  if ((id + 1) * per_segment_ > kNowhere)
+    Throw(StatusCode::kResourceExhausted, "row store ", dir_, ": table ", table_,
+          " has no segment number left (", id, " segments of ", per_segment_, " records)");
+  const std::string path = SegmentPath(dir_, id);
+  ::unlink(path.c_str());  // a file of no segment in use (left by a failed write)
+  Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd.get() < 0) ThrowErrno(path, "cannot create");
+  const std::string header = SegmentHeader(table_, width_);
+  WriteAll(fd.get(), header.data(), kHeaderBytes, 0, path);
+  if (id == static_cast<int64_t>(segments_.size())) segments_.emplace_back();
+  free_.erase(id);
+  segments_[id] = Segment{std::move(fd), 0, 0, false};
+  active_ = id;
+  ++in_use_;
+}
+
+void RowStore::TableLog::CheckRecord(const char* record, int64_t id,
+                                     const std::string& file) const {
+  const int64_t payload = record_bytes_ - kCrcBytes;
+  uint32_t crc;
+  std::memcpy(&crc, record + payload, kCrcBytes);
+  int64_t stored_id;
+  std::memcpy(&stored_id, record, kIdBytes);
+  if (crc != Crc32c(0, record, static_cast<size_t>(payload)) || stored_id != id)
+    Throw(StatusCode::kDataLoss, "row store file ", file, ": the record of table ", table_, " id ",
+          id,
+          crc != Crc32c(0, record, static_cast<size_t>(payload))
+              ? " fails its checksum"
+              : " holds id " + std::to_string(stored_id));
+}
+
+void RowStore::TableLog::ReadRecord(uint32_t location, int64_t id, char* out) const {
+  const int64_t segment = location / per_segment_, record = location % per_segment_;
+  const std::string path = SegmentPath(dir_, segment);
+  ReadAll(segments_[segment].fd.get(), out, record_bytes_, kHeaderBytes + record * record_bytes_,
+          path);
+  CheckRecord(out, id, path);
+}
+
+int64_t RowStore::TableLog::Read(const int64_t* ids, int64_t n, float* values, bool* found) const {
+  CheckIds(ids, n);
+  std::vector<char> records(static_cast<size_t>(n * record_bytes_));
   int64_t hits = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    found[i] = false;
-    if (statuses[i].IsNotFound()) continue;
-    if (!statuses[i].ok()) ThrowStatus(path_, "read failed", statuses[i]);
-    if (rows[i].size() != row_bytes)
-      Throw(StatusCode::kDataLoss, "row store ", path_, ": table ", table, " id ", ids[i],
-            " has a row of ", rows[i].size(), " bytes, not ", row_bytes, " (width ", width, ")");
+  {
+    std::shared_lock<WriterPreferringMutex> lock(mu_);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t location = where_[static_cast<size_t>(ids[i])];
+      found[i] = location != kNowhere;
+      if (found[i]) ReadRecord(location, ids[i], records.data() + hits++ * record_bytes_);
+    }
   }
-  // Copied only once every row checked out: a failed Read leaves values as they were.
+  // Copied only once every record checked out: a failed Read leaves values as they were.
+  const char* record = records.data();
   for (int64_t i = 0; i < n; ++i) {
-    if (!statuses[i].ok()) continue;
-    std::memcpy(values + i * width, rows[i].data(), row_bytes);
-    found[i] = true;
-    ++hits;
+    if (!found[i]) continue;
+    std::memcpy(values + i * width_, record + kIdBytes,
+                static_cast<size_t>(width_) * sizeof(float));
+    record += record_bytes_;
   }
   return hits;
 }
 
-void RowStore::Erase(int32_t table, const int64_t* ids, int64_t n) {
-  CheckArguments(table, ids, n, 1, ids);
-  rocksdb::WriteBatch batch;
-  for (int64_t i = 0; i < n; ++i) {
-    const Key key = MakeKey(table, ids[i]);
-    batch.Delete(rocksdb::Slice(key.data(), key.size()));
+void RowStore::TableLog::Collect(int64_t victim) {
+  Segment& s = segments_[victim];
+  const std::string path = SegmentPath(dir_, victim);
+  std::vector<char> records(static_cast<size_t>(s.records * record_bytes_));
+  ReadAll(s.fd.get(), records.data(), static_cast<int64_t>(records.size()), kHeaderBytes, path);
+  int64_t kept = 0;
+  for (int64_t k = 0; k < s.records; ++k) {
+    const char* record = records.data() + k * record_bytes_;
+    int64_t id;
+    std::memcpy(&id, record, kIdBytes);
+    const auto location = static_cast<uint32_t>(victim * per_segment_ + k);
+    if (id < 0 || id >= rows_ || where_[static_cast<size_t>(id)] != location) continue;
+    CheckRecord(record, id, path);
+    std::memmove(records.data() + kept++ * record_bytes_, record,
+                 static_cast<size_t>(record_bytes_));
   }
-  const rocksdb::Status status = db_->db->Write(db_->write, &batch);
-  if (!status.ok()) ThrowStatus(path_, "erase failed", status);
+  Append(records.data(), kept);
+  DLRM_INTERNAL_CHECK(segments_[victim].live == 0);
+  segments_[victim] = Segment{};
+  ::unlink(path.c_str());  // best effort: a file left behind is only disk
+  free_.insert(victim);
+  --in_use_;
+  moved_ += kept;
 }
 
-void RowStore::CopyTo(const std::string& dir) const {
-  rocksdb::Checkpoint* raw = nullptr;
-  rocksdb::Status status = rocksdb::Checkpoint::Create(db_->db.get(), &raw);
-  const std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
-  if (status.ok()) status = checkpoint->CreateCheckpoint(dir);
-  if (!status.ok()) ThrowStatus(path_, ("cannot copy to " + dir).c_str(), status);
+RowStoreStats RowStore::TableLog::stats() const {
+  std::shared_lock<WriterPreferringMutex> lock(mu_);
+  RowStoreStats stats;
+  stats.live_rows = live_;
+  stats.segments = in_use_;
+  for (const Segment& s : segments_)
+    if (s.in_use()) stats.disk_bytes += kHeaderBytes + s.records * record_bytes_;
+  stats.moved_rows = moved_;
+  return stats;
 }
 
-void RowStore::Scan(int32_t table, int64_t width, void (*visit)(void*, int64_t, const float*),
-                    void* context) const {
-  CheckArguments(table, nullptr, 0, width, nullptr);
-  const Key first = MakeKey(table, INT64_MIN);
-  const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
-  std::unique_ptr<rocksdb::Iterator> it(db_->db->NewIterator(rocksdb::ReadOptions()));
-  std::vector<float> row(static_cast<size_t>(width));
-  for (it->Seek(rocksdb::Slice(first.data(), first.size()));
-       it->Valid() && it->key().starts_with(rocksdb::Slice(first.data(), 4)); it->Next()) {
-    const int64_t id = IdOfKey(it->key());
-    if (it->value().size() != row_bytes)
-      Throw(StatusCode::kDataLoss, "row store ", path_, ": table ", table, " id ", id,
-            " has a row of ", it->value().size(), " bytes, not ", row_bytes, " (width ", width,
-            ")");
-    std::memcpy(row.data(), it->value().data(), row_bytes);
-    visit(context, id, row.data());
+// ---- copies and loading --------------------------------------------------------------
+
+void RowStore::TableLog::CopyTo(const std::string& dir) {
+  std::unique_lock<WriterPreferringMutex> lock(mu_);
+  if (active_ >= 0 && segments_[active_].records > 0) active_ = -1;  // sealed: a copy links it
+  for (int64_t id = 0; id < static_cast<int64_t>(segments_.size()); ++id) {
+    Segment& s = segments_[id];
+    if (!s.in_use() || id == active_ || s.live == 0) continue;
+    const std::string from = SegmentPath(dir_, id), to = SegmentPath(dir, id);
+    if (!s.synced && ::fdatasync(s.fd.get()) != 0) ThrowErrno(from, "cannot sync");
+    s.synced = true;
+    std::error_code ec;
+    fs::create_hard_link(from, to, ec);
+    if (ec) fs::copy_file(from, to, ec);  // another filesystem
+    if (ec)
+      Throw(StatusCode::kIo, "row store file ", from, ": cannot copy to ", to, ": ", ec.message());
   }
-  if (!it->status().ok()) ThrowStatus(path_, "scan failed", it->status());
+  WriteIndex(IndexPath(dir));
 }
+
+void RowStore::TableLog::WriteIndex(const std::string& path) const {
+  ByteWriter w;
+  w.Put<uint64_t>(kIndexMagic);
+  w.Put<uint32_t>(kVersion);
+  w.Put<int32_t>(table_);
+  w.Put<int64_t>(width_);
+  w.Put<int64_t>(per_segment_);
+  std::vector<uint32_t> ids;
+  std::vector<int64_t> records;
+  for (int64_t id = 0; id < static_cast<int64_t>(segments_.size()); ++id)
+    if (segments_[id].in_use() && id != active_ && segments_[id].live > 0)
+      ids.push_back(static_cast<uint32_t>(id)), records.push_back(segments_[id].records);
+  w.PutArray(ids);
+  w.PutArray(records);
+  w.Put<uint64_t>(where_.size());  // where_ follows, as PutArray would write it
+  const auto where_bytes = static_cast<int64_t>(where_.size() * sizeof(uint32_t));
+  uint32_t crc = Crc32c(0, w.bytes().data(), w.bytes().size());
+  crc = Crc32c(crc, where_.data(), static_cast<size_t>(where_bytes));
+  const std::string temp = path + ".tmp";
+  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) ThrowErrno(temp, "cannot create");
+  const auto header_bytes = static_cast<int64_t>(w.bytes().size());
+  WriteAll(fd.get(), w.bytes().data(), header_bytes, 0, temp);
+  WriteAll(fd.get(), where_.data(), where_bytes, header_bytes, temp);
+  WriteAll(fd.get(), &crc, kCrcBytes, header_bytes + where_bytes, temp);
+  if (::fsync(fd.get()) != 0) ThrowErrno(temp, "cannot sync");
+  if (::rename(temp.c_str(), path.c_str()) != 0) ThrowErrno(path, "cannot rename into place");
+}
+
+void RowStore::TableLog::Load(const std::string& index_path) {
+  std::string bytes;
+  {
+    Fd fd(::open(index_path.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st;
+    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0) ThrowErrno(index_path, "cannot open");
+    bytes.resize(static_cast<size_t>(st.st_size));
+    ReadAll(fd.get(), bytes.data(), st.st_size, 0, index_path);
+  }
+  uint32_t crc = 0;
+  const auto crc_at = static_cast<int64_t>(bytes.size()) - kCrcBytes;
+  if (crc_at >= 0) std::memcpy(&crc, bytes.data() + crc_at, kCrcBytes);
+  if (crc_at < 0 || crc != Crc32c(0, bytes.data(), static_cast<size_t>(crc_at)))
+    Throw(StatusCode::kDataLoss, "row store index ", index_path, " fails its checksum");
+  bytes.resize(static_cast<size_t>(crc_at));
+  std::vector<std::pair<uint32_t, int64_t>> segments;
+  ParseIndex(index_path, bytes, &segments);
+  for (const auto& [id, records] : segments) OpenSealedSegment(id, records);
+  CountLive(index_path);
+}
+
+void RowStore::TableLog::ParseIndex(const std::string& path, const std::string& bytes,
+                                    std::vector<std::pair<uint32_t, int64_t>>* segments) {
+  const std::string context = "row store index " + path;
+  ByteReader r(bytes, context.c_str());
+  if (r.Get<uint64_t>("magic") != kIndexMagic || r.Get<uint32_t>("version") != kVersion)
+    Throw(StatusCode::kDataLoss, context, " is not a version ", kVersion, " row store index");
+  const auto table = r.Get<int32_t>("table");
+  const auto width = r.Get<int64_t>("width");
+  per_segment_ = r.Get<int64_t>("records per segment");
+  const auto ids = r.GetArray<uint32_t>("segments");
+  const auto records = r.GetArray<int64_t>("segment records");
+  r.GetArray("row locations", &where_);
+  r.ExpectEnd();
+  if (table != table_ || width != width_ || static_cast<int64_t>(where_.size()) != rows_)
+    Throw(StatusCode::kDataLoss, context, " holds table ", table, ": ", where_.size(),
+          " rows of width ", width, "; the store's table ", table_, " has ", rows_,
+          " rows of width ", width_);
+  if (per_segment_ < 1 || per_segment_ > kNowhere || ids.size() != records.size())
+    Throw(StatusCode::kDataLoss, context, " has ", per_segment_, " records per segment and ",
+          ids.size(), " segments with ", records.size(), " record counts");
+  for (size_t i = 0; i < ids.size(); ++i) segments->emplace_back(ids[i], records[i]);
+}
+
+void RowStore::TableLog::OpenSealedSegment(uint32_t id, int64_t records) {
+  const std::string path = SegmentPath(dir_, id);
+  if ((int64_t{id} + 1) * per_segment_ > kNowhere || records < 0 || records > per_segment_ ||
+      (id < segments_.size() && segments_[id].in_use()))
+    Throw(StatusCode::kDataLoss, "row store index ", IndexPath(dir_), ": segment ", id, " with ",
+          records, " records is out of range or listed twice");
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));  // sealed: never written again
+  if (fd.get() < 0 && errno == ENOENT)
+    Throw(StatusCode::kDataLoss, "row store file ", path, ": missing (its index lists it)");
+  if (fd.get() < 0) ThrowErrno(path, "cannot open");
+  std::string header(kHeaderBytes, '\0');
+  ReadAll(fd.get(), header.data(), kHeaderBytes, 0, path);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) ThrowErrno(path, "cannot stat");
+  if (header != SegmentHeader(table_, width_) ||
+      st.st_size < kHeaderBytes + records * record_bytes_)
+    Throw(StatusCode::kDataLoss, "row store file ", path, ": ",
+          header != SegmentHeader(table_, width_)
+              ? "not a segment of table " + std::to_string(table_) + " with rows of width " +
+                    std::to_string(width_)
+              : "shorter than its " + std::to_string(records) + " records");
+  if (id >= segments_.size()) segments_.resize(id + 1);
+  segments_[id] = Segment{std::move(fd), records, 0, true};
+  ++in_use_;
+}
+
+void RowStore::TableLog::CountLive(const std::string& path) {
+  for (size_t id = 0; id < where_.size(); ++id) {
+    const uint32_t location = where_[id];
+    if (location == kNowhere) continue;
+    const uint64_t segment = location / per_segment_;
+    if (segment >= segments_.size() || !segments_[segment].in_use() ||
+        static_cast<int64_t>(location % per_segment_) >= segments_[segment].records)
+      Throw(StatusCode::kDataLoss, "row store index ", path, ": id ", id, " is at record ",
+            location % per_segment_, " of segment ", segment, ", which the index does not hold");
+    ++segments_[segment].live;
+    ++live_;
+  }
+  for (int64_t id = 0; id < static_cast<int64_t>(segments_.size()); ++id)
+    if (!segments_[id].in_use()) free_.insert(id);
+}
+
+// ---- the store -------------------------------------------------------------------------
+
+namespace {
+
+void CheckOptions(const RowStoreOptions& options) {
+  if (options.path.empty()) ThrowInvalid("row store: path is empty");
+  if (options.segment_bytes < 1)
+    ThrowInvalid("row store: segment_bytes must be >= 1, got ", options.segment_bytes);
+  std::set<int32_t> seen;
+  for (size_t i = 0; i < options.tables.size(); ++i) {
+    const RowStoreTable& t = options.tables[i];
+    if (t.table < 0 || !seen.insert(t.table).second)
+      ThrowInvalid("row store: tables[", i, "].table must be >= 0 and distinct, got ", t.table);
+    if (t.rows < 0 || t.rows >= int64_t{kNowhere})
+      ThrowInvalid("row store: tables[", i, "].rows must be in [0, ", kNowhere, "), got ", t.rows);
+    if (t.width < 1 || t.width > RowStore::kMaxWidth)
+      ThrowInvalid("row store: tables[", i, "].width must be in [1, ", RowStore::kMaxWidth,
+                   "], got ", t.width);
+  }
+}
+
+// The tables of the directory's index files; kDataLoss naming a file that is not the
+// store's (or is of a table not declared).
+std::set<int32_t> IndexedTables(const std::string& dir, const std::vector<bool>& declared) {
+  std::set<int32_t> indexed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    int32_t table = -1;
+    int64_t segment = 0;
+    if (!ParseFileName(name, &table, &segment) || table >= static_cast<int32_t>(declared.size()) ||
+        !declared[static_cast<size_t>(table)])
+      Throw(StatusCode::kDataLoss, "row store ", dir, ": ", name,
+            " is not a file of this store's tables (a store of another model, or not a store)");
+    if (segment < 0) indexed.insert(table);
+  }
+  if (ec) Throw(StatusCode::kIo, "row store ", dir, ": cannot list: ", ec.message());
+  return indexed;
+}
+
+}  // namespace
+
+RowStore::RowStore(const RowStoreOptions& options) : path_(options.path) {
+  CheckOptions(options);
+  std::error_code ec;
+  fs::create_directories(path_, ec);
+  if (ec) Throw(StatusCode::kIo, "row store ", path_, ": cannot create: ", ec.message());
+  OpenTables(options);
+}
+
+void RowStore::OpenTables(const RowStoreOptions& options) {
+  std::vector<bool> declared;
+  for (const RowStoreTable& t : options.tables) {
+    const auto at = static_cast<size_t>(t.table);
+    if (at >= logs_.size()) logs_.resize(at + 1), declared.resize(at + 1, false);
+    logs_[at] = std::make_unique<TableLog>(path_, t, options.segment_bytes);
+    declared[at] = true;
+  }
+  const std::set<int32_t> indexed = IndexedTables(path_, declared);
+  for (const RowStoreTable& t : options.tables) {
+    if (indexed.count(t.table) != 0)
+      logs_[static_cast<size_t>(t.table)]->Load(path_ + "/" + std::to_string(t.table) +
+                                                kIndexSuffix);
+    else if (!fs::is_empty(path_))
+      Throw(StatusCode::kDataLoss, "row store ", path_, ": the index of table ", t.table,
+            " is missing");
+  }
+}
+
+RowStore::~RowStore() = default;
+
+RowStore::TableLog& RowStore::Log(int32_t table) const {
+  if (table < 0 || static_cast<size_t>(table) >= logs_.size() || !logs_[table])
+    ThrowInvalid("row store: table ", table, " is not one of the store's tables");
+  return *logs_[static_cast<size_t>(table)];
+}
+
+void RowStore::Write(int32_t table, const int64_t* ids, int64_t n, const float* values) {
+  TableLog& log = Log(table);
+  if (n < 0) ThrowInvalid("row store: the number of ids must be >= 0, got ", n);
+  if (n > 0 && (ids == nullptr || values == nullptr))
+    ThrowInvalid("row store: ", ids == nullptr ? "ids" : "values", " is NULL");
+  log.Write(ids, n, values);
+}
+
+int64_t RowStore::Read(int32_t table, const int64_t* ids, int64_t n, float* values,
+                       bool* found) const {
+  const TableLog& log = Log(table);
+  if (n < 0) ThrowInvalid("row store: the number of ids must be >= 0, got ", n);
+  if (n > 0 && (ids == nullptr || values == nullptr || found == nullptr))
+    ThrowInvalid("row store: ",
+                 ids == nullptr      ? "ids"
+                 : values == nullptr ? "values"
+                                     : "found",
+                 " is NULL");
+  return log.Read(ids, n, values, found);
+}
+
+void RowStore::CopyTo(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::create_directory(dir, ec) || ec)
+    Throw(StatusCode::kIo, "row store ", path_, ": cannot copy to ", dir, ": ",
+          ec ? ec.message() : std::string("it exists"));
+  try {
+    for (const auto& log : logs_)
+      if (log) log->CopyTo(dir);
+    Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (fd.get() < 0 || ::fsync(fd.get()) != 0) ThrowErrno(dir, "cannot sync the directory");
+  } catch (...) {
+    fs::remove_all(dir, ec);
+    throw;
+  }
+}
+
+RowStoreStats RowStore::stats(int32_t table) const { return Log(table).stats(); }
 
 }  // namespace dlrm

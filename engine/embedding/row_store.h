@@ -1,48 +1,72 @@
-// Embedding rows kept on disk (issue 14's SSD tier): an embedded RocksDB database, as
-// TorchRec's SSD tables use, holding for each (table, id) one row of `width` float32
-// values (the row's weights followed by its optimizer state). The DRAM cache above it
-// (not built yet) writes back the rows it evicts and reads the rows a step misses; the
-// math never sees the tier.
+// Embedding rows kept on disk (issue 14's SSD tier): per table, a log of fixed-size
+// records in segment files, as Bitcask and WiscKey keep values, and in memory an array
+// saying where each row's latest record is (4 bytes a row). A write appends; a read is one
+// pread. The DRAM cache above it (engine/model/ssd_tier.h) writes back the rows it evicts
+// and reads the rows a step misses; the math never sees the tier.
 //
-// Keys are the table index and the id, big-endian with the id's sign bit flipped, so a
-// table's rows sort by id and iterate in id order. Values are the floats' bytes; RocksDB
-// checksums its blocks and its write-ahead log. A Write is one atomic write batch, in the
-// write-ahead log before it returns, so a process killed with SIGKILL afterwards loses
-// nothing of it (with sync_writes, a machine that loses power neither; without
-// write_ahead_log, only what CopyTo flushed survives). CopyTo makes a
-// consistent copy of everything written (a RocksDB checkpoint: hard links where it can),
-// what a checkpoint of a table larger than memory is built on.
+// Files, in the store's directory (little-endian):
+//   <table>.<segment>.seg  a header ("DLRMROWS", version, table, width, CRC32C of those),
+//                          then records: the id (i64), the row's `width` floats, a CRC32C
+//                          of both. Appended to while it is its table's open segment, then
+//                          never changed (sealed), so a copy may hard-link it.
+//   <table>.index          written by CopyTo: the table's segments and their record
+//                          counts, each row's record (segment * records_per_segment +
+//                          record, a uint32; none: UINT32_MAX), a CRC32C of all of it.
+// Garbage: a row written again leaves its old record dead. When a table's segments exceed
+// twice what its live records need, plus two, the sealed segment with the fewest live
+// records is collected before the next write (its live records appended anew, its file
+// removed): the disk holds about twice the live rows at most, and a collection moves
+// fewer than half a segment's records per segment it frees.
+// Durability: a working store is scratch (the engine restores its last checkpoint, never
+// the store of a process that died). What lasts is what CopyTo copied: segments fsync'ed
+// and hard-linked, index files written whole (temporary, fsync, rename). A directory
+// opened again must be empty, missing, or such a copy.
 //
-// Ownership: owns the database; one RowStore per directory (RocksDB locks it).
-// Threading: every call may run concurrently with any other (RocksDB's guarantee); a
-// Read concurrent with a Write of the same rows sees each row before or after it.
-// Errors: kInvalidArgument naming the argument (a null pointer, a width outside
-// [1, kMaxWidth], a negative count, a negative table); kIo naming the directory and
-// RocksDB's message when the disk fails or the directory cannot be opened; kDataLoss
-// naming the table and id for a stored row of another width or a corrupt database. A
-// failed Write writes nothing.
+// Ownership: owns its directory's files and one file descriptor per segment in use.
+// Threading: every call may run concurrently with any other; a table's calls take its
+// lock (Reads shared), so a Read concurrent with a Write of the same rows sees each row
+// before or after it.
+// Errors: kInvalidArgument naming the argument (a null pointer, a negative count, a table
+// not declared, an id outside [0, rows), bad options); kIo naming the file and the OS's
+// message when the disk fails; kDataLoss naming the file (and the table and id) for a
+// record or index that fails its checksum, is cut short or disagrees with the declared
+// tables, or a file in the directory that is not the store's. A failed Write writes
+// nothing; a failed Read leaves values as they were; a failed CopyTo leaves no directory.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace dlrm {
 
+struct RowStoreTable {
+  int32_t table = 0;  // the model's table index
+  int64_t rows = 0;   // its ids are [0, rows)
+  int64_t width = 0;  // floats per row
+};
+
 struct RowStoreOptions {
-  std::string path;  // the database's directory, created when missing
-  // RocksDB's block cache: rows read recently, beside the OS page cache.
-  int64_t block_cache_bytes = int64_t{64} << 20;
-  bool sync_writes = false;  // fsync the write-ahead log at each Write
-  // false: Writes skip the write-ahead log, so what was written since the last flush
-  // (CopyTo flushes) is lost if the process dies: for a store that is scratch between
-  // checkpoints (the engine's working store), where that costs nothing.
-  bool write_ahead_log = true;
+  std::string path;  // the store's directory, created when missing
+  std::vector<RowStoreTable> tables;
+  // A segment's capacity: as many whole records as fit, at least one. Larger segments mean
+  // fewer files (and descriptors), longer collections.
+  int64_t segment_bytes = int64_t{32} << 20;
+};
+
+struct RowStoreStats {
+  int64_t live_rows = 0;   // rows stored
+  int64_t segments = 0;    // segment files in use
+  int64_t disk_bytes = 0;  // their bytes
+  int64_t moved_rows = 0;  // records garbage collection appended again, in all
 };
 
 class RowStore {
  public:
   static constexpr int64_t kMaxWidth = int64_t{1} << 20;
+  // The memory a table of `rows` rows holds (its record locations).
+  static int64_t IndexBytes(int64_t rows) { return rows * 4; }
 
   explicit RowStore(const RowStoreOptions& options);
   ~RowStore();
@@ -50,40 +74,27 @@ class RowStore {
   RowStore& operator=(const RowStore&) = delete;
 
   // Stores rows ids[i] -> values[i * width, (i + 1) * width) of `table`, replacing any
-  // stored before; all of them or none.
-  void Write(int32_t table, const int64_t* ids, int64_t n, const float* values, int64_t width);
+  // stored before (of an id given twice, the last); all of them or none.
+  void Write(int32_t table, const int64_t* ids, int64_t n, const float* values);
   // For each ids[i]: found[i] says whether it is stored, and if so its row is copied to
   // values[i * width, ...); the rows of ids not found are left as they were. Returns how
   // many were found.
-  int64_t Read(int32_t table, const int64_t* ids, int64_t n, int64_t width, float* values,
-               bool* found) const;
-  // Removes the rows (ids not stored are no error); all of them or none.
-  void Erase(int32_t table, const int64_t* ids, int64_t n);
+  int64_t Read(int32_t table, const int64_t* ids, int64_t n, float* values, bool* found) const;
   // A consistent copy of everything written so far into `dir`, which must not exist; it
-  // opens as a RowStore of its own.
-  void CopyTo(const std::string& dir) const;
-  // fn(id, row) for each stored row of `table`, in id order (width checked as in Read).
-  template <typename Fn>
-  void ForEach(int32_t table, int64_t width, Fn fn) const;
+  // opens as a RowStore of its own (of the same tables).
+  void CopyTo(const std::string& dir);
+  RowStoreStats stats(int32_t table) const;
 
   const std::string& path() const { return path_; }
 
  private:
-  struct Db;
-  // Calls visit(id, values) for each row of `table`, in id order.
-  void Scan(int32_t table, int64_t width, void (*visit)(void*, int64_t, const float*),
-            void* context) const;
+  class TableLog;
+  TableLog& Log(int32_t table) const;  // kInvalidArgument for a table not declared
+  // The declared tables' logs, loaded from their index files when the directory has them.
+  void OpenTables(const RowStoreOptions& options);
 
   std::string path_;
-  std::unique_ptr<Db> db_;
+  std::vector<std::unique_ptr<TableLog>> logs_;  // by table index; null: not declared
 };
-
-template <typename Fn>
-void RowStore::ForEach(int32_t table, int64_t width, Fn fn) const {
-  Scan(
-      table, width,
-      [](void* context, int64_t id, const float* row) { (*static_cast<Fn*>(context))(id, row); },
-      &fn);
-}
 
 }  // namespace dlrm

@@ -23,12 +23,13 @@ DynamicRowsOptions RowsOptionsFor(const config::DlrmConfig& config, int32_t tabl
   return DynamicRowsOptionsFor(table, config.seed(), table_index);
 }
 
-// The engine's working store, in `dir`: scratch between checkpoints (a process that dies
-// restores its last checkpoint, never this store), so its writes skip RocksDB's log.
-RowStoreOptions WorkingStoreOptions(const std::string& dir) {
+// The SSD tables' row store in `dir`: one log per table, of its rows and stored width.
+RowStoreOptions StoreOptions(const config::DlrmConfig& config, const std::string& dir) {
   RowStoreOptions options;
   options.path = dir + "/rows";
-  options.write_ahead_log = false;
+  for (int t = 0; t < config.model().tables_size(); ++t)
+    if (config.model().tables(t).has_ssd())
+      options.tables.push_back({t, config.model().tables(t).num_rows(), SsdRowWidth(config, t)});
   return options;
 }
 
@@ -58,7 +59,8 @@ DynamicTables::DynamicTables(const config::DlrmConfig& config) {
   if (ssd) {
     store_dir_ = std::make_unique<ScratchDir>(
         config.ssd_dir().empty() ? TempDirectory() : config.ssd_dir(), "dlrm-ssd-");
-    store_ = std::make_unique<RowStore>(WorkingStoreOptions(store_dir_->path()));
+    store_options_ = StoreOptions(config, store_dir_->path());
+    store_ = std::make_unique<RowStore>(store_options_);
   }
   tables_.reserve(static_cast<size_t>(translated));  // a Table is built in place, never moved
   for (int t = 0; t < model.tables_size(); ++t) {
@@ -377,14 +379,17 @@ void DynamicTables::RestoreStore(const std::string& dir,
   DLRM_INTERNAL_CHECK(tiers.size() == stored.size());
   auto store_dir = std::make_unique<ScratchDir>(
       std::filesystem::path(store_dir_->path()).parent_path().string(), "dlrm-ssd-");
-  CopyDirectoryLinking(dir, WorkingStoreOptions(store_dir->path()).path);
-  auto store = std::make_unique<RowStore>(WorkingStoreOptions(store_dir->path()));
+  RowStoreOptions options = store_options_;
+  options.path = store_dir->path() + "/rows";
+  CopyDirectoryLinking(dir, options.path);
+  auto store = std::make_unique<RowStore>(options);
   for (size_t i = 0; i < tiers.size(); ++i) {
     tiers[i]->RepointStore(store.get());
     tiers[i]->RestoreStored(std::move(stored[i]));  // sizes checked above: cannot throw
   }
   store_.swap(store);
   store_dir_.swap(store_dir);
+  store_options_ = std::move(options);
   store.reset();  // the old store closes before its directory goes
 }
 

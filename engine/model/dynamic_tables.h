@@ -195,6 +195,7 @@ class DynamicTables {
   // the tiers that point to it).
   std::unique_ptr<ScratchDir> store_dir_;
   std::unique_ptr<RowStore> store_;
+  RowStoreOptions store_options_;  // store_'s
   std::vector<Table> tables_;
   std::vector<int32_t> slot_of_feature_;  // per sparse feature: its table's slot, or -1
   // Per slot, the last step's (reused): ids gathered, what changed, and (undo,

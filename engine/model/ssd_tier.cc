@@ -13,6 +13,12 @@ constexpr int64_t kChunkRows = 4096;
 
 }  // namespace
 
+int64_t SsdRowWidth(const config::DlrmConfig& config, int32_t table_index) {
+  const int32_t dim = config.model().tables(table_index).dim();
+  return dim + SparseStateBytesPerRow(config.sparse_optimizer(), dim) /
+                   static_cast<int64_t>(sizeof(float));
+}
+
 SsdTier::SsdTier(const config::DlrmConfig& config, int32_t table_index, RowStore* store)
     : store_(store),
       table_index_(table_index),
@@ -21,8 +27,7 @@ SsdTier::SsdTier(const config::DlrmConfig& config, int32_t table_index, RowStore
       seed_(config.seed()),
       full_rows_(config.model().tables(table_index).num_rows()),
       dim_(config.model().tables(table_index).dim()),
-      width_(dim_ + SparseStateBytesPerRow(config.sparse_optimizer(), dim_) /
-                        static_cast<int64_t>(sizeof(float))),
+      width_(SsdRowWidth(config, table_index)),
       stored_(static_cast<size_t>((full_rows_ + 63) / 64), 0),
       dirty_(static_cast<size_t>(ResidentRows(config, table_index)), 0) {}
 
@@ -48,8 +53,7 @@ void SsdTier::WriteRows(const std::vector<std::pair<int64_t, int64_t>>& row_slot
     PackRow(*cache, state, row_slots[i].second, packed_.data() + i * static_cast<size_t>(width));
   }
   try {
-    store_->Write(table_index_, ids_.data(), static_cast<int64_t>(ids_.size()), packed_.data(),
-                  width);
+    store_->Write(table_index_, ids_.data(), static_cast<int64_t>(ids_.size()), packed_.data());
   } catch (const Error& e) {
     Rethrow(e);
   }
@@ -64,8 +68,6 @@ void SsdTier::WriteBack(const RowChanges& changes, EmbeddingTable<float>* cache,
   std::vector<std::pair<int64_t, int64_t>> dirty;
   for (const auto& [row, slot] : changes.evicted)
     if (dirty_[static_cast<size_t>(slot)] != 0) dirty.emplace_back(row, slot);
-  // In key order, each insert into RocksDB's memtable starts where the last one ended.
-  std::sort(dirty.begin(), dirty.end());
   WriteRows(dirty, cache, optimizer);
 }
 
@@ -90,7 +92,7 @@ void SsdTier::ReadStored(const std::vector<int64_t>& rows, float* values) const 
   const auto n = static_cast<int64_t>(rows.size());
   const std::unique_ptr<bool[]> found(new bool[rows.size()]);
   try {
-    if (store_->Read(table_index_, rows.data(), n, width_, values, found.get()) != n)
+    if (store_->Read(table_index_, rows.data(), n, values, found.get()) != n)
       Throw(StatusCode::kDataLoss, "a row written to the store is missing from it (",
             store_->path(), ")");
   } catch (const Error& e) {

@@ -35,6 +35,9 @@
 
 namespace dlrm {
 
+// Floats per stored row of SSD table `table_index`: its weights, then its optimizer state.
+int64_t SsdRowWidth(const config::DlrmConfig& config, int32_t table_index);
+
 class SsdTier {
  public:
   // Table `table_index` of config, which has ssd storage; rows go to *store.

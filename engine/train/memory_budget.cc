@@ -63,8 +63,8 @@ void CheckModelFitsMemory(const config::DlrmConfig& config) {
     if (table.kind() == config::TableConfig::DYNAMIC)
       bytes = SaturatingAdd(bytes, static_cast<int64_t>(DynamicRows::MemoryBytesFor(
                                        DynamicRowsOptionsFor(table, config.seed(), t))));
-    if (table.has_ssd())  // the cache with its index, and the row store's block cache
-      bytes = SsdCacheBytes(config, table.dim(), rows) + RowStoreOptions().block_cache_bytes;
+    if (table.has_ssd())  // the cache with its index, and where the store has each row
+      bytes = SsdCacheBytes(config, table.dim(), rows) + RowStore::IndexBytes(table.num_rows());
     total = SaturatingAdd(total, bytes);
     if (bytes > largest) largest = bytes, largest_table = t;
   }

@@ -253,8 +253,8 @@ TEST(SsdEngineErrors, AMissingRowsDirectoryIsDataLossAndChangesNothing) {
 // Acceptance 4: a training process killed with SIGKILL after a checkpoint (and in the
 // middle of later steps, which write rows back to its working store) restores from that
 // checkpoint exactly, and training continues as the same model held in memory. The
-// process is this binary run afresh (a forked copy of a process that already used RocksDB
-// would lack its background threads) running KilledChild below.
+// process is this binary run afresh (a forked copy of a process with threads may hold
+// their locks) running KilledChild below.
 constexpr int kSaveAt = 12;
 constexpr const char kChildVariable[] = "DLRM_TEST_SSD_CHILD";  // "<dir>:<pipe fd>"
 
