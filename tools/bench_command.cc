@@ -54,9 +54,9 @@ DEFINE_bool(cuda_graph, true,
             "bench: on a CUDA device, replay each step of a repeated batch shape as one CUDA "
             "graph (device.cuda_graph); false launches every step's kernels one by one");
 DEFINE_string(matmul_precision, "",
-              "bench: on a CUDA device, the MLPs' matmul precision (device.matmul_precision): "
-              "highest (fp32), high (TF32) or medium (bf16), as PyTorch's "
-              "set_float32_matmul_precision; empty keeps the config's");
+              "bench: the dense layers' matmul precision (device.matmul_precision): highest "
+              "(fp32), high (TF32, CUDA) or medium (bf16: CUDA, or a CPU with AVX512-BF16), as "
+              "PyTorch's set_float32_matmul_precision; empty keeps the config's");
 DEFINE_string(optimizer, "",
               "bench: replace the config's optimizers (learning rates kept): sgd, adagrad "
               "(dense and sparse Adagrad) or rowwise_adagrad (dense Adagrad, row-wise sparse); "
@@ -262,8 +262,8 @@ void ApplyTablePrecisionFlags(const std::string& precision, const std::string& r
   }
 }
 
-// --cuda_graph and --matmul_precision, for a CUDA device only (the CPU has no graphs to
-// turn off and multiplies in fp32).
+// --cuda_graph, for a CUDA device only (the CPU has no graphs to turn off), and
+// --matmul_precision (the config and the model say which precisions the device has).
 void ApplyCudaFlags(bool graph, const std::string& precision, config::DlrmConfig* config) {
   const bool cuda = config->device().kind() == config::DeviceConfig::CUDA;
   if (cuda)
@@ -277,7 +277,6 @@ void ApplyCudaFlags(bool graph, const std::string& precision, config::DlrmConfig
   config::DeviceConfig::MatmulPrecision value;
   if (!config::DeviceConfig::MatmulPrecision_Parse(name, &value))
     ThrowInvalid("--matmul_precision must be highest, high or medium, got '", precision, "'");
-  if (!cuda) ThrowInvalid("--matmul_precision needs a CUDA device (--device cuda)");
   config->mutable_device()->set_matmul_precision(value);
 }
 
@@ -345,9 +344,8 @@ int BenchCommand() {
   }
   const config::ModelConfig& model = config.model();
   const bool cuda = config.device().kind() == config::DeviceConfig::CUDA;
-  const std::string matmul = cuda ? ", matmul " + config::DeviceConfig::MatmulPrecision_Name(
-                                                      config.device().matmul_precision())
-                                  : "";
+  const std::string matmul =
+      ", matmul " + config::DeviceConfig::MatmulPrecision_Name(config.device().matmul_precision());
   std::printf("device      %s%s%s\n", engine.device().c_str(),
               !cuda                          ? ""
               : config.device().cuda_graph() ? ", CUDA graphs"

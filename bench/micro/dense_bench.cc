@@ -9,6 +9,10 @@
 //    + bias gradient), at the chunk size only (elementwise: a larger batch only repeats
 //    it). Inputs have random signs, as pre-activations do, which a branchy loop pays for.
 //  BM_DotInteractionForward / BM_DotInteractionBackward: the DOT interaction.
+//  BM_Gemm/{fp32,bf16}/MxNxK: Gemm<float> alone (x W^T, as a Linear forward) in each
+//    precision, at MLPerf DCNv2's top-MLP and cross-layer shapes on the engine's 512-row
+//    chunks; bf16 only where the CPU has AVX512-BF16 (issue 16, acceptance 4: its FLOP/s
+//    against fp32's).
 // A FLOP/s counter gives GEMM efficiency; bytes are the operands read and written once.
 #include <benchmark/benchmark.h>
 
@@ -19,6 +23,8 @@
 #include <vector>
 
 #include "bench/micro/micro_bench.h"
+#include "engine/core/cpu_features.h"
+#include "engine/dense/gemm.h"
 #include "engine/dense/interaction.h"
 #include "engine/dense/linear.h"
 
@@ -135,6 +141,31 @@ void DotBwd(benchmark::State& state, const Interaction<float>* inter, int d, int
   SetRates(state, n, kFloat * n * (2 * (d + width) + inter->out_dim()), 4 * n * pairs * d);
 }
 
+void GemmOnly(benchmark::State& state, int64_t M, int64_t N, int64_t K, GemmPrecision precision) {
+  const auto a = Pattern(M * K, 1.0f, 17), b = Pattern(N * K, 0.05f, 18);
+  std::vector<float> c(static_cast<size_t>(M * N));
+  for (auto _ : state) {
+    Gemm<float>(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N, precision);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  SetRates(state, M, kFloat * (M * K + N * K + M * N), 2 * M * N * K);
+}
+
+void RegisterGemms() {
+  const int64_t shapes[][3] = {
+      {512, 1024, 1024}, {512, 512, 1024}, {512, 1024, 512}, {512, 512, 256}};
+  for (const GemmPrecision precision : {GemmPrecision::kFp32, GemmPrecision::kBf16}) {
+    if (precision == GemmPrecision::kBf16 && !CpuHasAvx512Bf16()) continue;
+    for (const auto& [M, N, K] : shapes) {
+      const std::string name =
+          std::string("BM_Gemm/") + (precision == GemmPrecision::kBf16 ? "bf16/" : "fp32/") +
+          std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
+      benchmark::RegisterBenchmark(name.c_str(), GemmOnly, M, N, K, precision)->UseRealTime();
+    }
+  }
+}
+
 // sizes: {chunk rows, batch size}.
 void RegisterMlp(const std::string& prefix, int in, const config::MlpConfig& mlp, bool relu_last,
                  const std::vector<int64_t>& sizes) {
@@ -171,6 +202,7 @@ void RegisterMlp(const std::string& prefix, int in, const config::MlpConfig& mlp
 }  // namespace
 
 void RegisterDenseBenchmarks(const std::vector<ReferenceModel>& models) {
+  RegisterGemms();
   for (const ReferenceModel& ref : models) {
     const config::ModelConfig& model = ref.config.model();
     const std::vector<int64_t> sizes = {ref.config.reduction_chunk_rows(), ref.batch_size};

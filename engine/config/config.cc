@@ -253,10 +253,10 @@ void ValidateDevice(const config::DeviceConfig& d) {
   if (!config::DeviceConfig::MatmulPrecision_IsValid(d.matmul_precision()))
     ThrowInvalid("device.matmul_precision ", static_cast<int>(d.matmul_precision()),
                  " is not HIGHEST, HIGH or MEDIUM");
-  if (d.kind() == config::DeviceConfig::CPU && d.has_matmul_precision())
+  if (d.kind() == config::DeviceConfig::CPU && d.matmul_precision() == config::DeviceConfig::HIGH)
     ThrowInvalid(
-        "device.matmul_precision is set but device.kind is CPU (the CPU multiplies "
-        "in fp32)");
+        "device.matmul_precision HIGH (TF32) is for CUDA; the CPU multiplies fp32 (HIGHEST) "
+        "or, where it has AVX512-BF16, bf16 (MEDIUM)");
 }
 
 void ValidateDistributed(const config::DistributedConfig& d) {

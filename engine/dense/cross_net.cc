@@ -11,8 +11,13 @@
 namespace dlrm {
 
 template <typename T>
-CrossNet<T>::CrossNet(int dim, int num_layers, int rank, size_t param_offset)
-    : dim_(dim), layers_(num_layers), rank_(rank), param_offset_(param_offset) {
+CrossNet<T>::CrossNet(int dim, int num_layers, int rank, size_t param_offset,
+                      GemmPrecision precision)
+    : dim_(dim),
+      layers_(num_layers),
+      rank_(rank),
+      param_offset_(param_offset),
+      precision_(precision) {
   if (dim < 1 || dim > (1 << 20))
     ThrowInvalid("cross network: dim must be in [1, 2^20], got ", dim);
   if (num_layers < 1 || num_layers > kMaxLayers)
@@ -52,10 +57,10 @@ const T* CrossNet<T>::Forward(const T* params, const T* x0, int64_t n, T* acts) 
     T* y = h + n * r;
     T* next = y + n * d;
     if (r == 0) {
-      Gemm<T>(false, true, n, d, d, T(1), x, d, params + w_offset(l), d, T(0), y, d);
+      Gemm<T>(false, true, n, d, d, T(1), x, d, params + w_offset(l), d, T(0), y, d, precision_);
     } else {
-      Gemm<T>(false, true, n, r, d, T(1), x, d, params + v_offset(l), d, T(0), h, r);
-      Gemm<T>(false, true, n, d, r, T(1), h, r, params + u_offset(l), r, T(0), y, d);
+      Gemm<T>(false, true, n, r, d, T(1), x, d, params + v_offset(l), d, T(0), h, r, precision_);
+      Gemm<T>(false, true, n, d, r, T(1), h, r, params + u_offset(l), r, T(0), y, d, precision_);
     }
     BiasActivationForward(y, params + bias_offset(l), n, d, Activation::kNone);
     for (int64_t i = 0; i < n * d; ++i) next[i] = x0[i] * y[i] + x[i];
@@ -85,14 +90,14 @@ void CrossNet<T>::WeightsBackward(const T* params, int l, const T* x, const T* h
   const int d = dim_, r = rank_;
   std::copy(g, g + n * d, next);  // the identity path: x_{l+1} = ... + x_l
   if (r == 0) {
-    Gemm<T>(true, false, d, d, n, T(1), dy, d, x, d, T(0), grads + w_offset(l), d);
-    Gemm<T>(false, false, n, d, d, T(1), dy, d, params + w_offset(l), d, T(1), next, d);
+    Gemm<T>(true, false, d, d, n, T(1), dy, d, x, d, T(0), grads + w_offset(l), d, precision_);
+    Gemm<T>(false, false, n, d, d, T(1), dy, d, params + w_offset(l), d, T(1), next, d, precision_);
     return;
   }
-  Gemm<T>(true, false, d, r, n, T(1), dy, d, h, r, T(0), grads + u_offset(l), r);
-  Gemm<T>(false, false, n, r, d, T(1), dy, d, params + u_offset(l), r, T(0), dh, r);
-  Gemm<T>(true, false, r, d, n, T(1), dh, r, x, d, T(0), grads + v_offset(l), d);
-  Gemm<T>(false, false, n, d, r, T(1), dh, r, params + v_offset(l), d, T(1), next, d);
+  Gemm<T>(true, false, d, r, n, T(1), dy, d, h, r, T(0), grads + u_offset(l), r, precision_);
+  Gemm<T>(false, false, n, r, d, T(1), dy, d, params + u_offset(l), r, T(0), dh, r, precision_);
+  Gemm<T>(true, false, r, d, n, T(1), dh, r, x, d, T(0), grads + v_offset(l), d, precision_);
+  Gemm<T>(false, false, n, d, r, T(1), dh, r, params + v_offset(l), d, T(1), next, d, precision_);
 }
 
 template <typename T>

@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/dense/gemm.h"
+
 namespace dlrm {
 
 template <typename T>
@@ -22,7 +24,9 @@ class CrossNet {
   static constexpr int kMaxLayers = 64;
 
   // dim in [1, 2^20], num_layers in [1, kMaxLayers], rank 0 (full rank) or in [1, dim].
-  CrossNet(int dim, int num_layers, int rank, size_t param_offset);
+  // precision: what its GEMMs multiply (kBf16: the caller checked CpuHasAvx512Bf16()).
+  CrossNet(int dim, int num_layers, int rank, size_t param_offset,
+           GemmPrecision precision = GemmPrecision::kFp32);
 
   int dim() const { return dim_; }
   int num_layers() const { return layers_; }
@@ -75,6 +79,7 @@ class CrossNet {
 
   int dim_, layers_, rank_;
   size_t param_offset_;
+  GemmPrecision precision_;
 };
 
 }  // namespace dlrm

@@ -28,7 +28,12 @@ CBLAS_TRANSPOSE ToBlasTrans(bool trans) { return trans ? CblasTrans : CblasNoTra
 // why), to BLAS elsewhere; the choice is made once per process.
 void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha,
               const float* a, blasint lda, const float* b, blasint ldb, float beta, float* c,
-              blasint ldc) {
+              blasint ldc, GemmPrecision precision) {
+  if (precision == GemmPrecision::kBf16) {
+    DLRM_INTERNAL_CHECK(CpuHasAvx512Bf16());
+    SbgemmAvx512(ta == CblasTrans, tb == CblasTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   if (CpuHasAvx512()) {
     SgemmAvx512(ta == CblasTrans, tb == CblasTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
@@ -38,7 +43,8 @@ void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blas
 
 void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, double alpha,
               const double* a, blasint lda, const double* b, blasint ldb, double beta, double* c,
-              blasint ldc) {
+              blasint ldc, GemmPrecision precision) {
+  DLRM_INTERNAL_CHECK(precision == GemmPrecision::kFp32);
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -65,7 +71,8 @@ void EnsureSingleThreadedBlas() {
 
 template <typename T>
 void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc,
+          GemmPrecision precision) {
   EnsureSingleThreadedBlas();
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == T(0)) {  // C = beta * C, however A and B hold inf or NaN
@@ -80,12 +87,12 @@ void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
   if (b_ld < (trans_b ? k : n)) ThrowInvalid("Gemm: ldb ", ldb, " is below the row width");
   if (c_ld < n) ThrowInvalid("Gemm: ldc ", ldc, " is below N ", N);
   BlasGemm(ToBlasTrans(trans_a), ToBlasTrans(trans_b), m, n, k, alpha, A, a_ld, B, b_ld, beta, C,
-           c_ld);
+           c_ld, precision);
 }
 
 template void Gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                          const float*, int64_t, float, float*, int64_t);
+                          const float*, int64_t, float, float*, int64_t, GemmPrecision);
 template void Gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
-                           const double*, int64_t, double, double*, int64_t);
+                           const double*, int64_t, double, double*, int64_t, GemmPrecision);
 
 }  // namespace dlrm

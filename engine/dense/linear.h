@@ -8,14 +8,16 @@
 
 #include <cstdint>
 
+#include "engine/dense/gemm.h"
+
 namespace dlrm {
 
 enum class Activation { kNone, kRelu };
 
-// x [n x in] -> y [n x out].
+// x [n x in] -> y [n x out]. precision: what the GEMMs multiply (gemm.h; kBf16 for float).
 template <typename T>
 void LinearForward(const T* x, int64_t n, int in, int out, const T* W, const T* b, Activation act,
-                   T* y);
+                   T* y, GemmPrecision precision = GemmPrecision::kFp32);
 
 // Backward of LinearForward. y is its output (read only for kRelu). dy [n x out] holds the
 // loss gradient w.r.t. y on entry and the gradient w.r.t. the pre-activation on return.
@@ -23,7 +25,8 @@ void LinearForward(const T* x, int64_t n, int in, int out, const T* W, const T* 
 // writes its own partials); dx [n x in] = dy W unless dx is null.
 template <typename T>
 void LinearBackward(const T* x, const T* y, T* dy, int64_t n, int in, int out, const T* W,
-                    Activation act, T* dx, T* dW, T* db);
+                    Activation act, T* dx, T* dW, T* db,
+                    GemmPrecision precision = GemmPrecision::kFp32);
 
 // The element-wise halves, exposed for tests and micro-benchmarks.
 // y [n x out] = act(y + b) in place. ReLU keeps NaN (as PyTorch), so divergence shows.

@@ -11,11 +11,13 @@
 namespace dlrm {
 
 template <typename T>
-Mlp<T>::Mlp(int in_dim, std::vector<int> layer_sizes, bool relu_last, size_t param_offset)
+Mlp<T>::Mlp(int in_dim, std::vector<int> layer_sizes, bool relu_last, size_t param_offset,
+            GemmPrecision precision)
     : in_dim_(in_dim),
       sizes_(std::move(layer_sizes)),
       relu_last_(relu_last),
-      param_offset_(param_offset) {
+      param_offset_(param_offset),
+      precision_(precision) {
   if (in_dim_ <= 0) ThrowInvalid("Mlp: in_dim must be > 0, got ", in_dim_);
   if (sizes_.empty()) ThrowInvalid("Mlp: layer_sizes must not be empty");
   for (size_t l = 0; l < sizes_.size(); ++l) {
@@ -94,7 +96,7 @@ const T* Mlp<T>::Forward(const T* params, const T* x, int64_t n, T* acts) const 
   for (int l = 0; l < num_layers(); ++l) {
     const int in_w = layer_in(l), out_w = layer_out(l);
     LinearForward(input, n, in_w, out_w, params + weight_offset(l), params + bias_offset(l),
-                  activation(l), out);
+                  activation(l), out, precision_);
     input = out;
     out += n * out_w;
   }
@@ -122,7 +124,8 @@ void Mlp<T>::Backward(const T* params, const T* x, const T* acts, const T* dy, i
     const T* input = l == 0 ? x : acts_block(l - 1);
     T* grad_in = l == 0 ? dx : (grad_out == buffers[0] ? buffers[1] : buffers[0]);
     LinearBackward(input, acts_block(l), grad_out, n, in_w, out_w, params + weight_offset(l),
-                   activation(l), grad_in, grads + weight_offset(l), grads + bias_offset(l));
+                   activation(l), grad_in, grads + weight_offset(l), grads + bias_offset(l),
+                   precision_);
     grad_out = grad_in;
   }
 }

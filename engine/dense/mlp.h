@@ -19,7 +19,9 @@ class Mlp {
  public:
   // relu_last: whether the last layer is followed by ReLU (false for the top MLP's logit).
   // param_offset: where this MLP's first weight starts in the model's parameter vector.
-  Mlp(int in_dim, std::vector<int> layer_sizes, bool relu_last, size_t param_offset);
+  // precision: what its GEMMs multiply (kBf16: the caller checked CpuHasAvx512Bf16()).
+  Mlp(int in_dim, std::vector<int> layer_sizes, bool relu_last, size_t param_offset,
+      GemmPrecision precision = GemmPrecision::kFp32);
 
   int in_dim() const { return in_dim_; }
   int out_dim() const;
@@ -58,6 +60,7 @@ class Mlp {
   std::vector<int> sizes_;
   bool relu_last_;
   size_t param_offset_;
+  GemmPrecision precision_;
 };
 
 }  // namespace dlrm

@@ -10,9 +10,11 @@
 #define DLRM_AVX512 __attribute__((target("avx512f,fma")))
 
 // GCC 12's AVX-512 headers build their "undefined" pass-through operands as `__m512 x = x`,
-// which -Wmaybe-uninitialized reports once the intrinsics are inlined here.
+// which -Wmaybe-uninitialized (and, inlined into the bf16 kernel's packing,
+// -Wuninitialized) reports once the intrinsics are inlined here.
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 namespace dlrm {
@@ -31,17 +33,19 @@ static_assert(kNc % kNr == 0, "kNc must be a multiple of the register block");
 
 // Packing scratch, one per thread and reused by every call (no allocation per GEMM once
 // warm). Thread-local because the engine's pool threads each run single-threaded GEMMs.
+// T: float, or uint32_t for words of two bf16 values.
+template <typename T>
 class PackBuffer {
  public:
-  float* Get(size_t floats) {
-    if (floats + kLanes > storage_.size()) storage_.resize(floats + kLanes);
+  T* Get(size_t count) {
+    if (count + kLanes > storage_.size()) storage_.resize(count + kLanes);
     // 64-byte aligned, so packed panels load with aligned full-width loads.
     const auto address = reinterpret_cast<uintptr_t>(storage_.data());
-    return storage_.data() + ((64 - address % 64) % 64) / sizeof(float);
+    return storage_.data() + ((64 - address % 64) % 64) / sizeof(T);
   }
 
  private:
-  std::vector<float> storage_;
+  std::vector<T> storage_;
 };
 
 __mmask16 LaneMask(int64_t count) {
@@ -139,6 +143,23 @@ DLRM_AVX512 void PackB(bool trans_b, const float* B, int64_t ldb, int64_t k0, in
   }
 }
 
+// C tile [rows x cols] = alpha * acc + beta * C; beta == 0 leaves C unread.
+DLRM_AVX512 void StoreTile(const __m512 (&acc)[kMr][2], float* c, int64_t ldc, int64_t rows,
+                           int64_t cols, float alpha, float beta) {
+  const __mmask16 m0 = LaneMask(cols), m1 = LaneMask(cols - kLanes);
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  for (int r = 0; r < rows; ++r) {
+    float* row = c + r * ldc;
+    __m512 y0 = _mm512_mul_ps(acc[r][0], va), y1 = _mm512_mul_ps(acc[r][1], va);
+    if (beta != 0.0f) {
+      y0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, row), vb, y0);
+      y1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, row + kLanes), vb, y1);
+    }
+    _mm512_mask_storeu_ps(row, m0, y0);
+    _mm512_mask_storeu_ps(row + kLanes, m1, y1);
+  }
+}
+
 // C tile [rows x cols] (at most kMr x kNr) = alpha * (a_panel x b_panel) + beta * C, the
 // product summed over k ascending in registers. beta == 0 leaves C unread.
 DLRM_AVX512 void MicroKernel(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
@@ -160,17 +181,184 @@ DLRM_AVX512 void MicroKernel(int64_t kc, const float* a, const float* b, float* 
       acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
     }
   }
-  const __mmask16 m0 = LaneMask(cols), m1 = LaneMask(cols - kLanes);
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  for (int r = 0; r < rows; ++r) {
-    float* row = c + r * ldc;
-    __m512 y0 = _mm512_mul_ps(acc[r][0], va), y1 = _mm512_mul_ps(acc[r][1], va);
-    if (beta != 0.0f) {
-      y0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, row), vb, y0);
-      y1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, row + kLanes), vb, y1);
+  StoreTile(acc, c, ldc, rows, cols, alpha, beta);
+}
+
+// ---- bf16: words of two bf16 values, k even in the low half and k + 1 in the high ----
+
+#define DLRM_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16,fma")))
+
+// The bf16 words of rows k and k + 1 across 16 columns: word j = (lo[j], hi[j]), each
+// rounded to nearest even (NaN stays NaN).
+DLRM_AVX512_BF16 __m512i InterleavePairs(__m512 lo, __m512 hi) {
+  // cvtne2ps_pbh puts its second operand in elements 0-15 and its first in 16-31.
+  const __m512i halves = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(order, halves);
+}
+
+// The 16 words of 32 consecutive k values (src[0, count), zeros past it).
+DLRM_AVX512_BF16 __m512 ConsecutivePairs(const float* src, int64_t count) {
+  const __m512 lo = _mm512_maskz_loadu_ps(LaneMask(count), src);
+  const __m512 hi = _mm512_maskz_loadu_ps(LaneMask(count - kLanes), src + kLanes);
+  return reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+// Rows of `rows` values, k consecutive in each (row c at src + c * ld): 16 k-pair words
+// per 32 k, transposed so that dst[w * stride + c] is row c's word w. kc: k values left.
+DLRM_AVX512_BF16 void PackPairRows(const float* src, int64_t ld, int64_t rows, int64_t kc,
+                                   uint32_t* dst, int64_t stride, __mmask16 store_mask) {
+  for (int64_t kk = 0; kk < kc; kk += 2 * kLanes) {
+    __m512 tile[16];
+    for (int64_t c = 0; c < kLanes; ++c)
+      tile[c] = c < rows ? ConsecutivePairs(src + c * ld + kk, kc - kk) : _mm512_setzero_ps();
+    Transpose16x16(tile);
+    const int64_t words = std::min(kLanes, (kc - kk + 1) / 2);
+    for (int64_t w = 0; w < words; ++w)
+      _mm512_mask_storeu_ps(reinterpret_cast<float*>(dst + (kk / 2 + w) * stride), store_mask,
+                            tile[w]);
+  }
+}
+
+// PackA's layout in words: panel p holds, for each k pair, the kMr words of its rows.
+DLRM_AVX512_BF16 void PackABf16(bool trans_a, const float* A, int64_t lda, int64_t i0, int64_t k0,
+                                int64_t mc, int64_t kc, uint32_t* dst) {
+  const int64_t words = (kc + 1) / 2;
+  for (int64_t p = 0; p < mc; p += kMr) {
+    const int64_t rows = std::min(kMr, mc - p);
+    uint32_t* panel = dst + p * words;
+    if (!trans_a) {  // op(A)(i, k) = A[i * lda + k]: a row's k values are consecutive
+      PackPairRows(A + (i0 + p) * lda + k0, lda, rows, kc, panel, kMr, 0x0FFF);
+      continue;
     }
-    _mm512_mask_storeu_ps(row, m0, y0);
-    _mm512_mask_storeu_ps(row + kLanes, m1, y1);
+    const __mmask16 mask = LaneMask(rows);  // op(A)(i, k) = A[k * lda + i]
+    for (int64_t w = 0; w < words; ++w) {
+      const float* k_row = A + (k0 + 2 * w) * lda + i0 + p;
+      const __m512 lo = _mm512_maskz_loadu_ps(mask, k_row);
+      const __m512 hi =
+          2 * w + 1 < kc ? _mm512_maskz_loadu_ps(mask, k_row + lda) : _mm512_setzero_ps();
+      _mm512_mask_storeu_epi32(panel + w * kMr, 0x0FFF, InterleavePairs(lo, hi));
+    }
+  }
+}
+
+// PackB's layout in words: panel q holds, for each k pair, the kNr words of its columns.
+DLRM_AVX512_BF16 void PackBBf16(bool trans_b, const float* B, int64_t ldb, int64_t k0, int64_t j0,
+                                int64_t kc, int64_t nc, uint32_t* dst) {
+  const int64_t words = (kc + 1) / 2;
+  for (int64_t q = 0; q < nc; q += kNr) {
+    const int64_t cols = std::min(kNr, nc - q);
+    uint32_t* panel = dst + q * words;
+    for (int64_t half = 0; half < kNr; half += kLanes) {
+      const int64_t half_cols = std::max<int64_t>(0, std::min(kLanes, cols - half));
+      if (trans_b) {  // op(B)(k, j) = B[j * ldb + k]: a column's k values are consecutive
+        PackPairRows(B + (j0 + q + half) * ldb + k0, ldb, half_cols, kc, panel + half, kNr, 0xFFFF);
+        continue;
+      }
+      const __mmask16 mask = LaneMask(half_cols);  // op(B)(k, j) = B[k * ldb + j]
+      for (int64_t w = 0; w < words; ++w) {
+        const float* k_row = B + (k0 + 2 * w) * ldb + j0 + q + half;
+        const __m512 lo = _mm512_maskz_loadu_ps(mask, k_row);
+        const __m512 hi =
+            2 * w + 1 < kc ? _mm512_maskz_loadu_ps(mask, k_row + ldb) : _mm512_setzero_ps();
+        _mm512_store_si512(panel + w * kNr + half, InterleavePairs(lo, hi));
+      }
+    }
+  }
+}
+
+// MicroKernel over k pairs: each vdpbf16ps adds a_k b_k + a_{k+1} b_{k+1} (bf16 products,
+// fp32 sums) to a lane, in ascending pairs.
+DLRM_AVX512_BF16 void MicroKernelBf16(int64_t words, const uint32_t* a, const uint32_t* b, float* c,
+                                      int64_t ldc, int64_t rows, int64_t cols, float alpha,
+                                      float beta) {
+  __m512 acc[kMr][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < kMr; ++r) {
+    acc[r][0] = _mm512_setzero_ps();
+    acc[r][1] = _mm512_setzero_ps();
+  }
+  for (int64_t w = 0; w < words; ++w) {
+    const auto b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + w * kNr));
+    const auto b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + w * kNr + kLanes));
+    const uint32_t* aw = a + w * kMr;
+#pragma GCC unroll 12
+    for (int r = 0; r < kMr; ++r) {
+      const auto ar = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(aw[r])));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
+    }
+  }
+  StoreTile(acc, c, ldc, rows, cols, alpha, beta);
+}
+
+struct Bf16Kernel {
+  using Word = uint32_t;
+  static constexpr int64_t kPerWord = 2;
+  static void PackA(bool t, const float* A, int64_t lda, int64_t i0, int64_t k0, int64_t mc,
+                    int64_t kc, Word* dst) {
+    PackABf16(t, A, lda, i0, k0, mc, kc, dst);
+  }
+  static void PackB(bool t, const float* B, int64_t ldb, int64_t k0, int64_t j0, int64_t kc,
+                    int64_t nc, Word* dst) {
+    PackBBf16(t, B, ldb, k0, j0, kc, nc, dst);
+  }
+  static void Micro(int64_t words, const Word* a, const Word* b, float* c, int64_t ldc,
+                    int64_t rows, int64_t cols, float alpha, float beta) {
+    MicroKernelBf16(words, a, b, c, ldc, rows, cols, alpha, beta);
+  }
+};
+
+// The fp32 kernel's pieces, for BlockedGemm.
+struct Fp32Kernel {
+  using Word = float;
+  static constexpr int64_t kPerWord = 1;  // k values per packed word
+  static void PackA(bool t, const float* A, int64_t lda, int64_t i0, int64_t k0, int64_t mc,
+                    int64_t kc, Word* dst) {
+    dlrm::PackA(t, A, lda, i0, k0, mc, kc, dst);
+  }
+  static void PackB(bool t, const float* B, int64_t ldb, int64_t k0, int64_t j0, int64_t kc,
+                    int64_t nc, Word* dst) {
+    dlrm::PackB(t, B, ldb, k0, j0, kc, nc, dst);
+  }
+  static void Micro(int64_t words, const Word* a, const Word* b, float* c, int64_t ldc,
+                    int64_t rows, int64_t cols, float alpha, float beta) {
+    MicroKernel(words, a, b, c, ldc, rows, cols, alpha, beta);
+  }
+};
+
+// BLIS's loops around a kernel's packing and micro-kernel: N blocks of kNc, K blocks of
+// kGemmKc (the first applies beta, later ones add to C), M blocks of kMc.
+template <typename Kernel>
+void BlockedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc) {
+  using Word = typename Kernel::Word;
+  thread_local PackBuffer<Word> a_buffer, b_buffer;
+  for (int64_t jc = 0; jc < N; jc += kNc) {
+    const int64_t nc = std::min(kNc, N - jc);
+    const int64_t nc_padded = (nc + kNr - 1) / kNr * kNr;
+    for (int64_t pc = 0; pc < K; pc += kGemmKc) {
+      const int64_t kc = std::min(kGemmKc, K - pc);
+      const int64_t words = (kc + Kernel::kPerWord - 1) / Kernel::kPerWord;
+      const float block_beta = pc == 0 ? beta : 1.0f;
+      Word* packed_b = b_buffer.Get(static_cast<size_t>(words * nc_padded));
+      Kernel::PackB(trans_b, B, ldb, pc, jc, kc, nc, packed_b);
+      for (int64_t ic = 0; ic < M; ic += kMc) {
+        const int64_t mc = std::min(kMc, M - ic);
+        const int64_t mc_padded = (mc + kMr - 1) / kMr * kMr;
+        Word* packed_a = a_buffer.Get(static_cast<size_t>(mc_padded * words));
+        Kernel::PackA(trans_a, A, lda, ic, pc, mc, kc, packed_a);
+        for (int64_t jr = 0; jr < nc; jr += kNr) {
+          for (int64_t ir = 0; ir < mc; ir += kMr) {
+            Kernel::Micro(words, packed_a + ir * words, packed_b + jr * words,
+                          C + (ic + ir) * ldc + jc + jr, ldc, std::min(kMr, mc - ir),
+                          std::min(kNr, nc - jr), alpha, block_beta);
+          }
+        }
+      }
+    }
   }
 }
 
@@ -179,30 +367,13 @@ DLRM_AVX512 void MicroKernel(int64_t kc, const float* a, const float* b, float* 
 void SgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                  int64_t ldc) {
-  thread_local PackBuffer a_buffer, b_buffer;
-  for (int64_t jc = 0; jc < N; jc += kNc) {
-    const int64_t nc = std::min(kNc, N - jc);
-    const int64_t nc_padded = (nc + kNr - 1) / kNr * kNr;
-    for (int64_t pc = 0; pc < K; pc += kGemmKc) {
-      const int64_t kc = std::min(kGemmKc, K - pc);
-      // The first K block applies beta; later blocks add to what the first stored.
-      const float block_beta = pc == 0 ? beta : 1.0f;
-      float* packed_b = b_buffer.Get(static_cast<size_t>(kc * nc_padded));
-      PackB(trans_b, B, ldb, pc, jc, kc, nc, packed_b);
-      for (int64_t ic = 0; ic < M; ic += kMc) {
-        const int64_t mc = std::min(kMc, M - ic);
-        const int64_t mc_padded = (mc + kMr - 1) / kMr * kMr;
-        float* packed_a = a_buffer.Get(static_cast<size_t>(mc_padded * kc));
-        PackA(trans_a, A, lda, ic, pc, mc, kc, packed_a);
-        for (int64_t jr = 0; jr < nc; jr += kNr) {
-          for (int64_t ir = 0; ir < mc; ir += kMr) {
-            MicroKernel(kc, packed_a + ir * kc, packed_b + jr * kc, C + (ic + ir) * ldc + jc + jr,
-                        ldc, std::min(kMr, mc - ir), std::min(kNr, nc - jr), alpha, block_beta);
-          }
-        }
-      }
-    }
-  }
+  BlockedGemm<Fp32Kernel>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void SbgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                  int64_t ldc) {
+  BlockedGemm<Bf16Kernel>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace dlrm
@@ -215,6 +386,10 @@ namespace dlrm {
 void SgemmAvx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                  int64_t, float, float*, int64_t) {
   DLRM_INTERNAL_CHECK(false && "SgemmAvx512 on a CPU without AVX-512");
+}
+void SbgemmAvx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                  int64_t, float, float*, int64_t) {
+  DLRM_INTERNAL_CHECK(false && "SbgemmAvx512 on a CPU without AVX512-BF16");
 }
 }  // namespace dlrm
 

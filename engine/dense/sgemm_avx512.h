@@ -1,5 +1,6 @@
 // Single-precision GEMM with AVX-512, the engine's own (BLIS-style packing and a 12 x 32
-// register-blocked micro-kernel), used by Gemm<float> where the CPU has AVX-512F.
+// register-blocked micro-kernel), used by Gemm<float> where the CPU has AVX-512F; and its
+// bf16 twin (the same loops, bf16 operands) where the CPU has AVX512-BF16.
 //
 // Why not BLAS there: Debian's OpenBLAS 0.3.21 picks its kernels by CPU model, and on
 // CPUs newer than it knows (AMD Zen 4/5) it falls back to its AVX2 (Haswell) kernels,
@@ -27,5 +28,14 @@ inline constexpr int64_t kGemmKc = 256;
 void SgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                  int64_t ldc);
+
+// The same product with op(A) and op(B) rounded to bf16 (to nearest even) and multiplied by
+// AVX512-BF16's vdpbf16ps, which adds the products of k and k + 1 to an fp32 sum in one
+// step: 32 multiply-adds per instruction where the fp32 kernel's FMA does 16. Each element
+// of C is again one fixed-order sum (k pairs ascending, K blocks of kGemmKc), so the
+// determinism contract holds. Callers check CpuHasAvx512Bf16() first.
+void SbgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                  int64_t ldc);
 
 }  // namespace dlrm

@@ -1,8 +1,10 @@
 #include "engine/model/dlrm_model.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "engine/config/config.h"
+#include "engine/core/cpu_features.h"
 #include "engine/core/status.h"
 #include "engine/core/tree_reduce.h"
 #include "engine/dense/loss.h"
@@ -43,6 +45,23 @@ void AddCrossInfos(const CrossNet<T>& cross, std::vector<DenseParamInfo>* infos)
   }
 }
 
+// What the model's GEMMs multiply: bf16 where the config asks for MEDIUM on the CPU, fp32
+// otherwise (a CUDA model's host copy too). kFailedPrecondition where this CPU cannot.
+template <typename T>
+GemmPrecision CpuGemmPrecision(const config::DlrmConfig& config) {
+  const config::DeviceConfig& d = config.device();
+  if (!std::is_same_v<T, float> || d.kind() != config::DeviceConfig::CPU ||
+      d.matmul_precision() != config::DeviceConfig::MEDIUM)
+    return GemmPrecision::kFp32;
+  if (!CpuHasAvx512Bf16())
+    Throw(StatusCode::kFailedPrecondition,
+          "device.matmul_precision MEDIUM multiplies bf16, which on the CPU needs AVX512-BF16: "
+          "this CPU ",
+          ReadMaxIsa().value != nullptr ? "(capped by DLRM_MAX_ISA) " : "",
+          "lacks it; use HIGHEST (fp32)");
+  return GemmPrecision::kBf16;
+}
+
 }  // namespace
 
 template <typename T>
@@ -78,7 +97,8 @@ DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool, bool
 
   const std::vector<int> bottom_sizes(model.bottom_mlp().layer_sizes().begin(),
                                       model.bottom_mlp().layer_sizes().end());
-  bottom_ = std::make_unique<Mlp<T>>(num_dense_, bottom_sizes, /*relu_last=*/true, 0);
+  const GemmPrecision precision = CpuGemmPrecision<T>(config);
+  bottom_ = std::make_unique<Mlp<T>>(num_dense_, bottom_sizes, /*relu_last=*/true, 0, precision);
   const bool dcn = model.interaction() == config::ModelConfig::DCN;
   interaction_ = std::make_unique<Interaction<T>>(
       dcn ? config::ModelConfig::CAT : model.interaction(), bottom_->out_dim(), feature_dims,
@@ -88,13 +108,13 @@ DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool, bool
   size_t top_offset = bottom_->num_params();
   if (dcn) {
     cross_ = std::make_unique<CrossNet<T>>(interaction_->out_dim(), model.dcn().num_layers(),
-                                           model.dcn().rank(), top_offset);
+                                           model.dcn().rank(), top_offset, precision);
     top_offset += cross_->num_params();
   }
   const std::vector<int> top_sizes(model.top_mlp().layer_sizes().begin(),
                                    model.top_mlp().layer_sizes().end());
-  top_ =
-      std::make_unique<Mlp<T>>(interaction_->out_dim(), top_sizes, /*relu_last=*/false, top_offset);
+  top_ = std::make_unique<Mlp<T>>(interaction_->out_dim(), top_sizes, /*relu_last=*/false,
+                                  top_offset, precision);
 
   dense_params_.assign(top_offset + top_->num_params(), T(0));
   bottom_->Initialize(dense_params_.data(), config.seed(), 0);

@@ -245,8 +245,12 @@ TEST(ConfigTest, RejectsDeviceErrors) {
   c.mutable_device()->set_cuda_graph(true);
   ExpectInvalid(c, "device.cuda_graph", "device.kind is CPU");
   c = Valid();
-  c.mutable_device()->set_matmul_precision(config::DeviceConfig::HIGHEST);
-  ExpectInvalid(c, "device.matmul_precision", "device.kind is CPU");
+  c.mutable_device()->set_matmul_precision(config::DeviceConfig::HIGH);
+  ExpectInvalid(c, "device.matmul_precision HIGH (TF32) is for CUDA", "bf16 (MEDIUM)");
+  for (const auto cpu : {config::DeviceConfig::HIGHEST, config::DeviceConfig::MEDIUM}) {
+    c.mutable_device()->set_matmul_precision(cpu);  // MEDIUM: whether the CPU can, the model's
+    EXPECT_NO_THROW(ValidateConfig(c));
+  }
   EXPECT_THROW(ParseConfigText("device { kind: TPU }"), Error);
 }
 

@@ -1,7 +1,8 @@
-// The AVX-512 single-precision GEMM (engine/dense/sgemm_avx512.h): values against a double
-// reference over shapes at every blocking edge, its documented summation order bit for
-// bit, and independence of a row's result from the call's shape (what chunked training
-// relies on). Skipped on CPUs without AVX-512F, where Gemm<float> never calls it.
+// The AVX-512 GEMMs (engine/dense/sgemm_avx512.h), fp32 and bf16: values against a double
+// reference (of the bf16-rounded operands for bf16) over shapes at every blocking edge, the
+// fp32 kernel's documented summation order bit for bit, and independence of a row's result
+// from the call's shape (what chunked training relies on). Skipped on CPUs without
+// AVX-512F (AVX512-BF16 for the bf16 kernel), where Gemm<float> never calls them.
 
 #include "engine/dense/sgemm_avx512.h"
 
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -50,9 +52,18 @@ float OpB(const Operands& o, int64_t k, int64_t j) {
   return o.tb ? o.B[j * o.ldb + k] : o.B[k * o.ldb + j];
 }
 
-void Multiply(Operands& o, float alpha, float beta) {
-  SgemmAvx512(o.ta, o.tb, o.M, o.N, o.K, alpha, o.A.data(), o.lda, o.B.data(), o.ldb, beta,
-              o.C.data(), o.ldc);
+// x rounded to the nearest bf16, ties to even (what the bf16 kernel multiplies).
+float RoundToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;  // finite x only
+  std::memcpy(&x, &bits, sizeof bits);
+  return x;
+}
+
+void Multiply(Operands& o, float alpha, float beta, bool bf16 = false) {
+  (bf16 ? SbgemmAvx512 : SgemmAvx512)(o.ta, o.tb, o.M, o.N, o.K, alpha, o.A.data(), o.lda,
+                                      o.B.data(), o.ldb, beta, o.C.data(), o.ldc);
 }
 
 std::string Shape(const Operands& o) {
@@ -67,7 +78,20 @@ class SgemmAvx512Test : public ::testing::Test {
   }
 };
 
-TEST_F(SgemmAvx512Test, MatchesDoubleReferenceAtEveryBlockingEdge) {
+// Both kernels: GetParam() is true for bf16.
+class AnyGemmAvx512Test : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (!(GetParam() ? CpuHasAvx512Bf16() : CpuHasAvx512()))
+      GTEST_SKIP() << "this CPU has no AVX-512F/AVX512-BF16 (or DLRM_MAX_ISA caps it)";
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Kernels, AnyGemmAvx512Test, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Bf16" : "Fp32"; });
+
+TEST_P(AnyGemmAvx512Test, MatchesDoubleReferenceAtEveryBlockingEdge) {
+  const bool bf16 = GetParam();
+  const auto op = [bf16](float x) { return bf16 ? RoundToBf16(x) : x; };
   // 12 x 32 register block, 16 lanes, kGemmKc = 256, 192-row A blocks.
   const int64_t sizes[] = {1, 11, 12, 13, 16, 17, 31, 32, 33, 191, 193};
   const int64_t depths[] = {1, 15, 16, 17, 255, 256, 257, 520};
@@ -82,7 +106,7 @@ TEST_F(SgemmAvx512Test, MatchesDoubleReferenceAtEveryBlockingEdge) {
             const float alpha = seed % 2 ? 1.0f : -0.5f;
             const float beta = seed % 3 == 0 ? 0.0f : (seed % 3 == 1 ? 1.0f : 0.25f);
             const std::vector<float> before = o.C;
-            Multiply(o, alpha, beta);
+            Multiply(o, alpha, beta, bf16);
             for (int64_t i = 0; i < M; ++i) {
               for (int64_t j = 0; j < o.ldc; ++j) {
                 const float got = o.C[i * o.ldc + j];
@@ -91,7 +115,7 @@ TEST_F(SgemmAvx512Test, MatchesDoubleReferenceAtEveryBlockingEdge) {
                   continue;
                 }
                 double sum = 0;
-                for (int64_t k = 0; k < K; ++k) sum += double(OpA(o, i, k)) * OpB(o, k, j);
+                for (int64_t k = 0; k < K; ++k) sum += double(op(OpA(o, i, k))) * op(OpB(o, k, j));
                 const double want = alpha * sum + beta * double(before[i * o.ldc + j]);
                 ASSERT_NEAR(got, want, 2e-6 * K + 1e-6)
                     << Shape(o) << " at (" << i << ", " << j << ")";
@@ -130,13 +154,14 @@ TEST_F(SgemmAvx512Test, SumsInTheDocumentedOrderBitForBit) {
   }
 }
 
-TEST_F(SgemmAvx512Test, RowsDoNotDependOnTheCallsShape) {
+TEST_P(AnyGemmAvx512Test, RowsDoNotDependOnTheCallsShape) {
+  const bool bf16 = GetParam();
   // One row computed alone, or at any position of a larger M, or in a narrower N: same
   // bits. Chunked training and prediction (any chunk size, any thread) rely on this.
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       Operands whole = MakeOperands(ta, tb, 203, 77, 300, 50 + ta + 2 * tb);
-      Multiply(whole, 1.0f, 0.0f);
+      Multiply(whole, 1.0f, 0.0f, bf16);
       for (int64_t row : {0, 11, 12, 100, 202}) {
         Operands single = whole;
         single.M = 1;
@@ -147,14 +172,14 @@ TEST_F(SgemmAvx512Test, RowsDoNotDependOnTheCallsShape) {
           single.A.assign(whole.A.begin() + row * whole.lda,
                           whole.A.begin() + (row + 1) * whole.lda);
         }
-        Multiply(single, 1.0f, 0.0f);
+        Multiply(single, 1.0f, 0.0f, bf16);
         for (int64_t j = 0; j < whole.N; ++j)
           ASSERT_EQ(single.C[j], whole.C[row * whole.ldc + j]) << Shape(whole) << " row " << row;
       }
       Operands narrow = whole;
       narrow.N = 40;  // the first 40 columns only
       narrow.C.assign(narrow.C.size(), 0.0f);
-      Multiply(narrow, 1.0f, 0.0f);
+      Multiply(narrow, 1.0f, 0.0f, bf16);
       for (int64_t i = 0; i < whole.M; ++i) {
         for (int64_t j = 0; j < narrow.N; ++j)
           ASSERT_EQ(narrow.C[i * narrow.ldc + j], whole.C[i * whole.ldc + j]) << Shape(whole);
@@ -163,23 +188,44 @@ TEST_F(SgemmAvx512Test, RowsDoNotDependOnTheCallsShape) {
   }
 }
 
-TEST_F(SgemmAvx512Test, BetaZeroOverwritesNaNInC) {
+TEST_P(AnyGemmAvx512Test, BetaZeroOverwritesNaNInC) {
   Operands o = MakeOperands(false, true, 14, 33, 20, 77);
   o.C.assign(o.C.size(), std::numeric_limits<float>::quiet_NaN());
-  Multiply(o, 1.0f, 0.0f);
+  Multiply(o, 1.0f, 0.0f, GetParam());
   for (int64_t i = 0; i < o.M; ++i) {
     for (int64_t j = 0; j < o.N; ++j) ASSERT_FALSE(std::isnan(o.C[i * o.ldc + j])) << i << "," << j;
   }
 }
 
-TEST_F(SgemmAvx512Test, GemmFloatUsesThisKernel) {
+TEST_P(AnyGemmAvx512Test, GemmFloatUsesThisKernel) {
   // Gemm<float> dispatches here on this CPU: same bits as a direct call.
   Operands direct = MakeOperands(true, false, 40, 50, 60, 90);
   Operands through = direct;
-  Multiply(direct, 1.0f, 0.0f);
+  Multiply(direct, 1.0f, 0.0f, GetParam());
   Gemm<float>(true, false, 40, 50, 60, 1.0f, through.A.data(), through.lda, through.B.data(),
-              through.ldb, 0.0f, through.C.data(), through.ldc);
+              through.ldb, 0.0f, through.C.data(), through.ldc,
+              GetParam() ? GemmPrecision::kBf16 : GemmPrecision::kFp32);
   EXPECT_EQ(direct.C, through.C);
+}
+
+// A bf16 product differs from the fp32 one by the operands' rounding (8 significant bits):
+// close, not equal, and the same bits on every call.
+TEST(SbgemmAvx512Test, IsNearFp32AndRepeatsBitwise) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "this CPU has no AVX512-BF16 (or DLRM_MAX_ISA caps it)";
+  Operands fp32 = MakeOperands(false, true, 64, 96, 512, 123);
+  Operands bf16 = fp32, again = fp32;
+  Multiply(fp32, 1.0f, 0.0f);
+  Multiply(bf16, 1.0f, 0.0f, true);
+  Multiply(again, 1.0f, 0.0f, true);
+  EXPECT_EQ(bf16.C, again.C);
+  double worst = 0;
+  for (int64_t i = 0; i < fp32.M; ++i) {
+    for (int64_t j = 0; j < fp32.N; ++j)
+      worst =
+          std::max(worst, std::abs(double(bf16.C[i * fp32.ldc + j]) - fp32.C[i * fp32.ldc + j]));
+  }
+  EXPECT_GT(worst, 0.0);  // it did round
+  EXPECT_LT(worst, 0.1);  // 512 products of [-1, 1] values, each off by < 2^-8 relative
 }
 
 }  // namespace
