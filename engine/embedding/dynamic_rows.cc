@@ -8,6 +8,7 @@
 
 #include "engine/config/config.h"
 #include "engine/core/philox.h"
+#include "engine/core/radix_sort.h"
 #include "engine/core/status.h"
 
 namespace dlrm {
@@ -170,7 +171,8 @@ void DynamicRows::Undo(const DynamicRowsUndo& undo) {
 // distinct_ = the step's (id, occurrences), ascending id.
 void DynamicRows::Distinguish(const int64_t* ids, int64_t n) {
   sorted_.assign(ids, ids + n);
-  std::sort(sorted_.begin(), sorted_.end());
+  scratch_.resize(sorted_.size());
+  RadixSort(sorted_.data(), scratch_.data(), n, 64, [](int64_t id) { return SignedKey(id); });
   distinct_.clear();
   for (size_t i = 0; i < sorted_.size();) {
     size_t j = i + 1;

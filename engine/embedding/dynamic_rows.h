@@ -196,6 +196,7 @@ class DynamicRows {
   // Per step, reused.
   Distinct distinct_;
   std::vector<int64_t> sorted_;
+  std::vector<int64_t> scratch_;     // Distinguish's radix sort's
   std::vector<int64_t> found_;       // the distinct ids' rows (TouchAndCount)
   Distinct to_admit_;                // (id, occurrences)
   DynamicRowsUndo* undo_ = nullptr;  // during a Resolve that records

@@ -7,6 +7,7 @@
 
 #include "engine/core/cpu_features.h"
 #include "engine/core/prefetch.h"
+#include "engine/core/radix_sort.h"
 #include "engine/core/status.h"
 #include "engine/embedding/half_row.h"
 #include "engine/embedding/pool_bag_avx2.h"
@@ -44,31 +45,6 @@ int KeyBits(int64_t num_rows) {
   int bits = 0;
   while (bits < 64 && (max_id >> bits) != 0) ++bits;
   return bits;
-}
-
-// Stable LSD radix sort by id, ids in [0, 2^key_bits). Stability keeps equal ids in
-// position order, which is what makes the gradient sums deterministic. scratch holds n.
-void SortById(Touch* data, Touch* scratch, int64_t n, int key_bits) {
-  constexpr int kDigitBits = 8;
-  constexpr size_t kBuckets = size_t{1} << kDigitBits;
-  Touch* src = data;
-  Touch* dst = scratch;
-  for (int shift = 0; shift < key_bits; shift += kDigitBits) {
-    std::array<int64_t, kBuckets + 1> start{};
-    for (int64_t i = 0; i < n; ++i) {
-      const auto digit = (static_cast<uint64_t>(src[i].id) >> shift) & (kBuckets - 1);
-      ++start[digit + 1];
-    }
-    // A digit shared by every id (small tables, high bits) needs no pass.
-    if (std::find(start.begin() + 1, start.end(), n) != start.end()) continue;
-    for (size_t d = 1; d <= kBuckets; ++d) start[d] += start[d - 1];
-    for (int64_t i = 0; i < n; ++i) {
-      const auto digit = (static_cast<uint64_t>(src[i].id) >> shift) & (kBuckets - 1);
-      dst[start[digit]++] = src[i];
-    }
-    std::swap(src, dst);
-  }
-  if (src != data) std::copy(src, src + n, data);
 }
 
 // Row id of a table as T values the optimizer can read and update: the table's own
@@ -376,8 +352,11 @@ void EmbeddingBagCollection<T>::GroupByRow(const ValidatedBatch& batch, ThreadPo
     }
     // Only [begin, next) holds touches of this table's rows (fewer for a shard).
     ws.table_end[t] = next;
-    SortById(ws.touches.data() + begin, ws.scratch.data() + begin, next - begin,
-             KeyBits((*tables_)[t].num_rows()));
+    // Stable: equal ids stay in position order, which makes the gradient sums
+    // deterministic.
+    RadixSort(ws.touches.data() + begin, ws.scratch.data() + begin, next - begin,
+              KeyBits((*tables_)[t].num_rows()),
+              [](const Touch& touch) { return static_cast<uint64_t>(touch.id); });
     for (int64_t j = begin; j < next; ++j) {
       if (j == begin || ws.touches[j].id != ws.touches[j - 1].id) segments.push_back(j);
     }

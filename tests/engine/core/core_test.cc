@@ -3,17 +3,20 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "engine/core/cpu_features.h"
 #include "engine/core/finite.h"
 #include "engine/core/metrics.h"
 #include "engine/core/philox.h"
+#include "engine/core/radix_sort.h"
 #include "engine/core/status.h"
 #include "engine/core/thread_pool.h"
 #include "engine/core/tree_reduce.h"
@@ -55,6 +58,38 @@ TEST(CpuFeaturesTest, MaxIsaCapsTheLevelOnlyWhenNamed) {
 }
 
 // Known-answer vectors of Philox4x32-10 from the Random123 distribution (kat_vectors).
+// RadixSort orders as std::stable_sort does: signed ids through SignedKey (negatives and
+// the extremes included), narrow keys whose high digits every key shares (passes skipped),
+// equal keys in their input order; and an empty or one-element input is left alone.
+TEST(RadixSortTest, OrdersAsAStableSortForSignedAndNarrowKeys) {
+  const CounterRng rng(3, 1, 0);
+  std::vector<std::pair<int64_t, int>> wide, narrow;
+  for (int i = 0; i < 5000; ++i) {
+    const auto bits = static_cast<uint64_t>(rng.Uniform(2 * i) * 4294967296.0) << 32 |
+                      static_cast<uint64_t>(rng.Uniform(2 * i + 1) * 4294967296.0);
+    wide.emplace_back(static_cast<int64_t>(bits) >> (i % 3 == 0 ? 40 : 0), i);
+    narrow.emplace_back(static_cast<int64_t>(bits % 1000), i);  // many equal keys
+  }
+  wide.emplace_back(std::numeric_limits<int64_t>::min(), -1);
+  wide.emplace_back(std::numeric_limits<int64_t>::max(), -2);
+  const auto by_id = [](const auto& a, const auto& b) { return a.first < b.first; };
+  for (auto* v : {&wide, &narrow}) {
+    auto want = *v;
+    std::stable_sort(want.begin(), want.end(), by_id);
+    std::vector<std::pair<int64_t, int>> scratch(v->size());
+    const bool signed_ids = v == &wide;
+    RadixSort(v->data(), scratch.data(), static_cast<int64_t>(v->size()), signed_ids ? 64 : 10,
+              [signed_ids](const std::pair<int64_t, int>& e) {
+                return signed_ids ? SignedKey(e.first) : static_cast<uint64_t>(e.first);
+              });
+    EXPECT_EQ(*v, want);
+  }
+  std::vector<int64_t> one = {7}, none;
+  RadixSort(one.data(), none.data(), 1, 64, SignedKey);
+  RadixSort(none.data(), none.data(), 0, 64, SignedKey);
+  EXPECT_EQ(one, std::vector<int64_t>{7});
+}
+
 TEST(PhiloxTest, MatchesRandom123KnownAnswers) {
   EXPECT_EQ(Philox4x32(0, 0, 0),
             (std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
