@@ -9,6 +9,11 @@
 #   bench/compare.sh --rounds 1 --models small --optimizers sgd
 #   bench/compare.sh --rounds 1 --models mlperf_dcnv2 --optimizers adagrad
 #   bench/compare.sh --curve 200                       # and the loss curves side by side
+#   bench/compare.sh --matmul_precision medium         # bf16 products on both sides
+#
+# --matmul_precision: the engine's device.matmul_precision (medium: bf16 GEMMs, on a CPU
+# with AVX512-BF16) and PyTorch's peer (on the CPU, medium runs forward and loss under
+# torch.autocast(bfloat16)). Default highest: fp32 on both sides.
 #
 # Optimizers: sgd (SGD everywhere); adagrad (engine: dense and sparse Adagrad; PyTorch:
 # torch.optim.Adagrad on dense and sparse gradients); rowwise_adagrad (engine: dense
@@ -28,6 +33,7 @@ dlrm="$root/build/bench/dlrm"
 python=""
 curve=0
 steps=""
+precision=highest
 
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
@@ -40,6 +46,7 @@ while [[ $# -gt 0 ]]; do
     --python) python=$2; shift 2 ;;
     --curve) curve=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --matmul_precision) precision=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "compare.sh: unknown argument '$1'" >&2; usage 2 ;;
   esac
@@ -83,7 +90,7 @@ for round in $(seq 1 "$rounds"); do
     model_steps=${steps:-$model_steps}
     config="$root/bench/configs/$model.pbtxt"
     common=(--batch_size "$batch" --bag_size "$bag" --max_rows "$max_rows" --steps "$model_steps"
-            --windows 4 --warmup 3)
+            --windows 4 --warmup 3 --matmul_precision "$precision")
     for opt in $optimizers; do
       out=$("$dlrm" bench --config "$config" --threads "$threads" --optimizer "$opt" "${common[@]}")
       e_train=$(field train <<< "$out"); e_predict=$(field predict <<< "$out")
