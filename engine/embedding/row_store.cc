@@ -92,7 +92,8 @@ std::string SegmentHeader(int32_t table, int64_t width) {
   return std::move(w).Take();
 }
 
-// The number of the digits at s[*pos...] (false: none, or more than 12).
+// The number of the digits at s[*pos...] (false: none, more than 12, or a leading zero:
+// the store writes each number one way).
 bool ParseNumber(const std::string& s, size_t* pos, int64_t* out) {
   const size_t begin = *pos;
   int64_t value = 0;
@@ -101,7 +102,7 @@ bool ParseNumber(const std::string& s, size_t* pos, int64_t* out) {
     value = value * 10 + (s[*pos] - '0');
   }
   *out = value;
-  return *pos > begin;
+  return *pos > begin && (*pos - begin == 1 || s[begin] != '0');
 }
 
 // The table of a store file's name: "<table>.<segment>.seg" (segment set) or
@@ -511,8 +512,8 @@ namespace {
 
 void CheckOptions(const RowStoreOptions& options) {
   if (options.path.empty()) ThrowInvalid("row store: path is empty");
-  if (options.segment_bytes < 1)
-    ThrowInvalid("row store: segment_bytes must be >= 1, got ", options.segment_bytes);
+  if (options.segment_bytes < 1 || options.segment_bytes > int64_t{1} << 31)
+    ThrowInvalid("row store: segment_bytes must be in [1, 2^31], got ", options.segment_bytes);
   std::set<int32_t> seen;
   for (size_t i = 0; i < options.tables.size(); ++i) {
     const RowStoreTable& t = options.tables[i];

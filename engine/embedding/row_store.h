@@ -80,8 +80,10 @@ class RowStore {
   // values[i * width, ...); the rows of ids not found are left as they were. Returns how
   // many were found.
   int64_t Read(int32_t table, const int64_t* ids, int64_t n, float* values, bool* found) const;
-  // A consistent copy of everything written so far into `dir`, which must not exist; it
-  // opens as a RowStore of its own (of the same tables).
+  // A copy of everything written so far into `dir`, which must not exist; it opens as a
+  // RowStore of its own (of the same tables). Each table's copy is consistent; with
+  // writes to other tables running meanwhile, each is its table's state when its turn
+  // came (the engine copies between steps, when nothing writes).
   void CopyTo(const std::string& dir);
   RowStoreStats stats(int32_t table) const;
 

@@ -267,6 +267,8 @@ TEST(RowStoreTest, BadCallsAndOptionsAreRefusedNamingWhatIsWrong) {
   o.tables[1].table = 0;
   ExpectError([&] { RowStore bad(o); }, S::kInvalidArgument,
               "tables[1].table must be >= 0 and distinct");
+  ExpectError([&] { RowStore bad(At(dir + "/other", 0)); }, S::kInvalidArgument,
+              "segment_bytes must be in [1, 2^31], got 0");
   std::ofstream(dir + "/file") << "x";
   ExpectError([&] { RowStore other(At(dir + "/file")); }, S::kIo, dir + "/file");
 }
@@ -333,6 +335,13 @@ TEST(RowStoreTest, DamagedFilesAndAnotherStoreAreRefusedNamingTheFile) {
             "foreign", [&](const std::string& d) { std::ofstream(d + "/CURRENT") << "x"; })));
       },
       S::kDataLoss, "CURRENT is not a file of this store's tables");
+  ExpectError(
+      [&] {
+        RowStore s(At(damaged("zero", [&](const std::string& d) {
+          fs::rename(d + "/2.index", d + "/02.index");  // another spelling of table 2
+        })));
+      },
+      S::kDataLoss, "02.index is not a file of this store's tables");
   RowStoreOptions wider = At(dir + "/good");
   wider.tables[0].width = kWidth + 1;
   ExpectError(
