@@ -143,6 +143,15 @@ DLRM_AVX512 void PackB(bool trans_b, const float* B, int64_t ldb, int64_t k0, in
   }
 }
 
+// The accumulator block, zeroed.
+DLRM_AVX512 void ZeroTile(__m512 (&acc)[kMr][2]) {
+#pragma GCC unroll 12
+  for (int r = 0; r < kMr; ++r) {
+    acc[r][0] = _mm512_setzero_ps();
+    acc[r][1] = _mm512_setzero_ps();
+  }
+}
+
 // C tile [rows x cols] = alpha * acc + beta * C; beta == 0 leaves C unread.
 DLRM_AVX512 void StoreTile(const __m512 (&acc)[kMr][2], float* c, int64_t ldc, int64_t rows,
                            int64_t cols, float alpha, float beta) {
@@ -165,11 +174,7 @@ DLRM_AVX512 void StoreTile(const __m512 (&acc)[kMr][2], float* c, int64_t ldc, i
 DLRM_AVX512 void MicroKernel(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
                              int64_t rows, int64_t cols, float alpha, float beta) {
   __m512 acc[kMr][2];
-#pragma GCC unroll 12
-  for (int r = 0; r < kMr; ++r) {
-    acc[r][0] = _mm512_setzero_ps();
-    acc[r][1] = _mm512_setzero_ps();
-  }
+  ZeroTile(acc);
   for (int64_t k = 0; k < kc; ++k) {
     const __m512 b0 = _mm512_load_ps(b + k * kNr);
     const __m512 b1 = _mm512_load_ps(b + k * kNr + kLanes);
@@ -274,11 +279,7 @@ DLRM_AVX512_BF16 void MicroKernelBf16(int64_t words, const uint32_t* a, const ui
                                       int64_t ldc, int64_t rows, int64_t cols, float alpha,
                                       float beta) {
   __m512 acc[kMr][2];
-#pragma GCC unroll 12
-  for (int r = 0; r < kMr; ++r) {
-    acc[r][0] = _mm512_setzero_ps();
-    acc[r][1] = _mm512_setzero_ps();
-  }
+  ZeroTile(acc);
   for (int64_t w = 0; w < words; ++w) {
     const auto b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + w * kNr));
     const auto b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + w * kNr + kLanes));
