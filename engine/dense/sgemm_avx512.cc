@@ -226,6 +226,20 @@ DLRM_AVX512_BF16 void PackPairRows(const float* src, int64_t ld, int64_t rows, i
   }
 }
 
+// Rows k of `count` consecutive values (row k at src + k * ld, kc rows): word w of column
+// c = (row 2w, row 2w + 1) of c, stored at dst[w * stride + c] under store_mask.
+DLRM_AVX512_BF16 void PackPairColumns(const float* src, int64_t ld, int64_t count, int64_t kc,
+                                      uint32_t* dst, int64_t stride, __mmask16 store_mask) {
+  const __mmask16 mask = LaneMask(count);
+  for (int64_t w = 0; w < (kc + 1) / 2; ++w) {
+    const float* k_row = src + 2 * w * ld;
+    const __m512 lo = _mm512_maskz_loadu_ps(mask, k_row);
+    const __m512 hi =
+        2 * w + 1 < kc ? _mm512_maskz_loadu_ps(mask, k_row + ld) : _mm512_setzero_ps();
+    _mm512_mask_storeu_epi32(dst + w * stride, store_mask, InterleavePairs(lo, hi));
+  }
+}
+
 // PackA's layout in words: panel p holds, for each k pair, the kMr words of its rows.
 DLRM_AVX512_BF16 void PackABf16(bool trans_a, const float* A, int64_t lda, int64_t i0, int64_t k0,
                                 int64_t mc, int64_t kc, uint32_t* dst) {
@@ -237,14 +251,8 @@ DLRM_AVX512_BF16 void PackABf16(bool trans_a, const float* A, int64_t lda, int64
       PackPairRows(A + (i0 + p) * lda + k0, lda, rows, kc, panel, kMr, 0x0FFF);
       continue;
     }
-    const __mmask16 mask = LaneMask(rows);  // op(A)(i, k) = A[k * lda + i]
-    for (int64_t w = 0; w < words; ++w) {
-      const float* k_row = A + (k0 + 2 * w) * lda + i0 + p;
-      const __m512 lo = _mm512_maskz_loadu_ps(mask, k_row);
-      const __m512 hi =
-          2 * w + 1 < kc ? _mm512_maskz_loadu_ps(mask, k_row + lda) : _mm512_setzero_ps();
-      _mm512_mask_storeu_epi32(panel + w * kMr, 0x0FFF, InterleavePairs(lo, hi));
-    }
+    // op(A)(i, k) = A[k * lda + i]: a k row's values of the panel's rows are consecutive
+    PackPairColumns(A + k0 * lda + i0 + p, lda, rows, kc, panel, kMr, 0x0FFF);
   }
 }
 
@@ -261,14 +269,8 @@ DLRM_AVX512_BF16 void PackBBf16(bool trans_b, const float* B, int64_t ldb, int64
         PackPairRows(B + (j0 + q + half) * ldb + k0, ldb, half_cols, kc, panel + half, kNr, 0xFFFF);
         continue;
       }
-      const __mmask16 mask = LaneMask(half_cols);  // op(B)(k, j) = B[k * ldb + j]
-      for (int64_t w = 0; w < words; ++w) {
-        const float* k_row = B + (k0 + 2 * w) * ldb + j0 + q + half;
-        const __m512 lo = _mm512_maskz_loadu_ps(mask, k_row);
-        const __m512 hi =
-            2 * w + 1 < kc ? _mm512_maskz_loadu_ps(mask, k_row + ldb) : _mm512_setzero_ps();
-        _mm512_store_si512(panel + w * kNr + half, InterleavePairs(lo, hi));
-      }
+      // op(B)(k, j) = B[k * ldb + j]: a k row's values of the panel's columns are consecutive
+      PackPairColumns(B + k0 * ldb + j0 + q + half, ldb, half_cols, kc, panel + half, kNr, 0xFFFF);
     }
   }
 }
