@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "engine/config/config.h"
 #include "engine/core/status.h"
 
 namespace dlrm::checkpoint {
@@ -311,9 +312,11 @@ ConfigFit CompareConfigs(const config::DlrmConfig& saved, const config::DlrmConf
                          std::string* model_diff) {
   google::protobuf::util::MessageDifferencer differ;
   differ.ReportDifferencesToString(model_diff);
-  // An SSD table's cache budget is memory, not state: a checkpoint loads under any.
-  differ.IgnoreField(config::SsdStorageConfig::descriptor()->FindFieldByName("cache_bytes"));
-  if (!differ.Compare(saved.model(), config.model())) return ConfigFit::kOtherModel;
+  // Memory and placement (an SSD table's cache budget) are not state: a checkpoint loads
+  // under any.
+  if (!differ.Compare(WithoutPerProcessFields(saved).model(),
+                      WithoutPerProcessFields(config).model()))
+    return ConfigFit::kOtherModel;
   if (saved.dense_optimizer().kind_case() != config.dense_optimizer().kind_case() ||
       saved.sparse_optimizer().kind_case() != config.sparse_optimizer().kind_case())
     return ConfigFit::kOtherOptimizerKinds;

@@ -4,16 +4,12 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/util/message_differencer.h>
 
+#include "engine/config/config.h"
+
 namespace dlrm::cluster {
 
 std::string JobConfigOf(const config::DlrmConfig& config) {
-  config::DlrmConfig job = config;
-  job.clear_num_threads();
-  job.clear_device();
-  job.clear_memory_limit_bytes();
-  job.clear_ssd_dir();
-  for (config::TableConfig& table : *job.mutable_model()->mutable_tables())
-    if (table.has_ssd()) table.mutable_ssd()->clear_cache_bytes();
+  const config::DlrmConfig job = WithoutPerProcessFields(config);
   std::string bytes;
   {
     google::protobuf::io::StringOutputStream stream(&bytes);

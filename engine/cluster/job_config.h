@@ -5,9 +5,8 @@
 // learning rate that differs trains silently different replicas) or failing later on a
 // message that does not decode.
 //
-// Per process, and so left out: num_threads, device, memory_limit_bytes, ssd_dir and an
-// SSD table's cache_bytes (memory and placement, not the model; a checkpoint loads under
-// any of them too). Everything else is the job's.
+// Per process, and so left out: what WithoutPerProcessFields (config/config.h) clears.
+// Everything else is the job's.
 //
 // Pure functions, any thread. Errors: none thrown; JobConfigDifference reports bytes
 // that do not parse as a difference.

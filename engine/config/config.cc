@@ -412,6 +412,17 @@ void SetDeviceByName(const std::string& name, const std::string& what,
   device->set_ordinal(ordinal);
 }
 
+config::DlrmConfig WithoutPerProcessFields(const config::DlrmConfig& config) {
+  config::DlrmConfig job = config;
+  job.clear_num_threads();
+  job.clear_device();
+  job.clear_memory_limit_bytes();
+  job.clear_ssd_dir();
+  for (config::TableConfig& table : *job.mutable_model()->mutable_tables())
+    if (table.has_ssd()) table.mutable_ssd()->clear_cache_bytes();
+  return job;
+}
+
 std::string ConfigToText(const config::DlrmConfig& config) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(config, &text);

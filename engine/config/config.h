@@ -20,6 +20,12 @@ void ValidateConfig(const config::DlrmConfig& config);
 
 std::string ConfigToText(const config::DlrmConfig& config);
 
+// config less what each process chooses for itself, which is memory and placement, not
+// the model: num_threads, device, memory_limit_bytes, ssd_dir and every SSD table's
+// cache_bytes. The peers of a multi-process job share the rest (cluster/job_config.h),
+// and a checkpoint loads under any values of these (checkpoint::CompareConfigs).
+config::DlrmConfig WithoutPerProcessFields(const config::DlrmConfig& config);
+
 // Sets *device from a name: "cpu", "cuda" (ordinal 0) or "cuda:N", strictly; otherwise
 // kInvalidArgument "<what> must be cpu, cuda or cuda:N, got '<name>'". A CPU device keeps
 // no CUDA setting; a CUDA one keeps its cuda_graph.
