@@ -99,6 +99,9 @@ void ValidateSsdTables(const config::DlrmConfig& config) {
       ThrowInvalid(field, ".ssd is set but ", field, ".precision is ",
                    config::TableConfig::Precision_Name(table.precision()),
                    ": the SSD tier holds FP32 rows only");
+    if (table.ssd().segment_bytes() < 1 || table.ssd().segment_bytes() > int64_t{1} << 31)
+      ThrowInvalid(field, ".ssd.segment_bytes must be in [1, 2^31], got ",
+                   table.ssd().segment_bytes());
     const int64_t row_bytes = RowBytes(config, table.dim());
     if (table.ssd().cache_bytes() < row_bytes)
       ThrowInvalid(field, ".ssd.cache_bytes must hold at least one row (", row_bytes,
@@ -419,7 +422,10 @@ config::DlrmConfig WithoutPerProcessFields(const config::DlrmConfig& config) {
   job.clear_memory_limit_bytes();
   job.clear_ssd_dir();
   for (config::TableConfig& table : *job.mutable_model()->mutable_tables())
-    if (table.has_ssd()) table.mutable_ssd()->clear_cache_bytes();
+    if (table.has_ssd()) {
+      table.mutable_ssd()->clear_cache_bytes();
+      table.mutable_ssd()->clear_segment_bytes();
+    }
   return job;
 }
 

@@ -22,7 +22,7 @@ std::string ConfigToText(const config::DlrmConfig& config);
 
 // config less what each process chooses for itself, which is memory and placement, not
 // the model: num_threads, device, memory_limit_bytes, ssd_dir and every SSD table's
-// cache_bytes. The peers of a multi-process job share the rest (cluster/job_config.h),
+// cache_bytes and segment_bytes. The peers of a multi-process job share the rest (cluster/job_config.h),
 // and a checkpoint loads under any values of these (checkpoint::CompareConfigs).
 config::DlrmConfig WithoutPerProcessFields(const config::DlrmConfig& config);
 

@@ -125,7 +125,7 @@ bool ParseFileName(const std::string& name, int32_t* table, int64_t* segment) {
 // One table's log. Locked by its own mutex: Write and CopyTo exclusively, Read shared.
 class RowStore::TableLog {
  public:
-  TableLog(const std::string& dir, const RowStoreTable& shape, int64_t segment_bytes);
+  TableLog(const std::string& dir, const RowStoreTable& shape);
 
   void Write(const int64_t* ids, int64_t n, const float* values);
   int64_t Read(const int64_t* ids, int64_t n, float* values, bool* found) const;
@@ -174,14 +174,13 @@ class RowStore::TableLog {
   int64_t in_use_ = 0, live_ = 0, moved_ = 0;
 };
 
-RowStore::TableLog::TableLog(const std::string& dir, const RowStoreTable& shape,
-                             int64_t segment_bytes)
+RowStore::TableLog::TableLog(const std::string& dir, const RowStoreTable& shape)
     : dir_(dir),
       table_(shape.table),
       rows_(shape.rows),
       width_(shape.width),
       record_bytes_(kIdBytes + shape.width * static_cast<int64_t>(sizeof(float)) + kCrcBytes),
-      per_segment_(std::max<int64_t>(1, (segment_bytes - kHeaderBytes) / record_bytes_)),
+      per_segment_(std::max<int64_t>(1, (shape.segment_bytes - kHeaderBytes) / record_bytes_)),
       where_(static_cast<size_t>(shape.rows), kNowhere) {}
 
 std::string RowStore::TableLog::SegmentPath(const std::string& dir, int64_t segment) const {
@@ -512,8 +511,6 @@ namespace {
 
 void CheckOptions(const RowStoreOptions& options) {
   if (options.path.empty()) ThrowInvalid("row store: path is empty");
-  if (options.segment_bytes < 1 || options.segment_bytes > int64_t{1} << 31)
-    ThrowInvalid("row store: segment_bytes must be in [1, 2^31], got ", options.segment_bytes);
   std::set<int32_t> seen;
   for (size_t i = 0; i < options.tables.size(); ++i) {
     const RowStoreTable& t = options.tables[i];
@@ -524,6 +521,9 @@ void CheckOptions(const RowStoreOptions& options) {
     if (t.width < 1 || t.width > RowStore::kMaxWidth)
       ThrowInvalid("row store: tables[", i, "].width must be in [1, ", RowStore::kMaxWidth,
                    "], got ", t.width);
+    if (t.segment_bytes < 1 || t.segment_bytes > int64_t{1} << 31)
+      ThrowInvalid("row store: tables[", i, "].segment_bytes must be in [1, 2^31], got ",
+                   t.segment_bytes);
   }
 }
 
@@ -561,7 +561,7 @@ void RowStore::OpenTables(const RowStoreOptions& options) {
   for (const RowStoreTable& t : options.tables) {
     const auto at = static_cast<size_t>(t.table);
     if (at >= logs_.size()) logs_.resize(at + 1), declared.resize(at + 1, false);
-    logs_[at] = std::make_unique<TableLog>(path_, t, options.segment_bytes);
+    logs_[at] = std::make_unique<TableLog>(path_, t);
     declared[at] = true;
   }
   const std::set<int32_t> indexed = IndexedTables(path_, declared);

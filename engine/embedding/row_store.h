@@ -45,14 +45,15 @@ struct RowStoreTable {
   int32_t table = 0;  // the model's table index
   int64_t rows = 0;   // its ids are [0, rows)
   int64_t width = 0;  // floats per row
+  // A new segment's capacity, in [1, 2^31]: as many whole records as fit, at least one.
+  // Larger segments mean fewer files (and descriptors), longer collections. A table
+  // loaded from a copy keeps the copy's.
+  int64_t segment_bytes = int64_t{32} << 20;
 };
 
 struct RowStoreOptions {
   std::string path;  // the store's directory, created when missing
   std::vector<RowStoreTable> tables;
-  // A segment's capacity: as many whole records as fit, at least one. Larger segments mean
-  // fewer files (and descriptors), longer collections.
-  int64_t segment_bytes = int64_t{32} << 20;
 };
 
 struct RowStoreStats {

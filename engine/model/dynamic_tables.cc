@@ -29,7 +29,8 @@ RowStoreOptions StoreOptions(const config::DlrmConfig& config, const std::string
   options.path = dir + "/rows";
   for (int t = 0; t < config.model().tables_size(); ++t)
     if (config.model().tables(t).has_ssd())
-      options.tables.push_back({t, config.model().tables(t).num_rows(), SsdRowWidth(config, t)});
+      options.tables.push_back({t, config.model().tables(t).num_rows(), SsdRowWidth(config, t),
+                                config.model().tables(t).ssd().segment_bytes()});
   return options;
 }
 

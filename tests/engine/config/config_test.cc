@@ -263,17 +263,20 @@ TEST(ConfigTest, WithoutPerProcessFieldsClearsMemoryAndPlacementOnly) {
   c.set_ssd_dir("/tmp/x");
   c.mutable_device()->set_matmul_precision(config::DeviceConfig::MEDIUM);
   c.mutable_model()->mutable_tables(0)->mutable_ssd()->set_cache_bytes(4096);
+  c.mutable_model()->mutable_tables(0)->mutable_ssd()->set_segment_bytes(1 << 20);
   const config::DlrmConfig job = WithoutPerProcessFields(c);
   EXPECT_FALSE(job.has_num_threads() || job.has_memory_limit_bytes() || job.has_ssd_dir() ||
                job.has_device());
   EXPECT_TRUE(job.model().tables(0).has_ssd());  // the table stays on the SSD tier
-  EXPECT_FALSE(job.model().tables(0).ssd().has_cache_bytes());
+  EXPECT_FALSE(job.model().tables(0).ssd().has_cache_bytes() ||
+               job.model().tables(0).ssd().has_segment_bytes());
   config::DlrmConfig back = job;  // and nothing else changed
   back.set_num_threads(3);
   back.set_memory_limit_bytes(1 << 30);
   back.set_ssd_dir("/tmp/x");
   *back.mutable_device() = c.device();
   back.mutable_model()->mutable_tables(0)->mutable_ssd()->set_cache_bytes(4096);
+  back.mutable_model()->mutable_tables(0)->mutable_ssd()->set_segment_bytes(1 << 20);
   EXPECT_EQ(back.SerializeAsString(), c.SerializeAsString());
 }
 

@@ -40,8 +40,7 @@ constexpr int64_t kHeaderBytes = 24;
 RowStoreOptions At(const std::string& path, int64_t segment_bytes = int64_t{32} << 20) {
   RowStoreOptions o;
   o.path = path;
-  o.tables = {{0, kRows, kWidth}, {2, kRows, kWidth}};
-  o.segment_bytes = segment_bytes;
+  o.tables = {{0, kRows, kWidth, segment_bytes}, {2, kRows, kWidth, segment_bytes}};
   return o;
 }
 
@@ -268,7 +267,7 @@ TEST(RowStoreTest, BadCallsAndOptionsAreRefusedNamingWhatIsWrong) {
   ExpectError([&] { RowStore bad(o); }, S::kInvalidArgument,
               "tables[1].table must be >= 0 and distinct");
   ExpectError([&] { RowStore bad(At(dir + "/other", 0)); }, S::kInvalidArgument,
-              "segment_bytes must be in [1, 2^31], got 0");
+              "tables[0].segment_bytes must be in [1, 2^31], got 0");
   std::ofstream(dir + "/file") << "x";
   ExpectError([&] { RowStore other(At(dir + "/file")); }, S::kIo, dir + "/file");
 }

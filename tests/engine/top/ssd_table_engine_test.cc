@@ -32,7 +32,8 @@ using ::testing::HasSubstr;
 constexpr int64_t kBatch = 4;  // at most 24 ids of t0 and 12 of t1 per batch
 
 // SmallConfigText's model; with `ssd`, both tables on the SSD tier with caches of
-// t0_cache and t1_cache rows, under ssd_dir.
+// t0_cache and t1_cache rows, under ssd_dir, in segments of a few rows each, so that every
+// test's training seals segments and collects garbage (and checkpoints link them).
 config::DlrmConfig Config(bool ssd, const std::string& optimizers, int threads,
                           const std::string& ssd_dir, int64_t t0_cache = 24,
                           int64_t t1_cache = 12) {
@@ -43,6 +44,7 @@ config::DlrmConfig Config(bool ssd, const std::string& optimizers, int threads,
   for (int t = 0; t < 2; ++t) {
     config::TableConfig* table = c.mutable_model()->mutable_tables(t);
     table->mutable_ssd()->set_cache_bytes(SsdCacheBytes(c, table->dim(), caches[t]));
+    table->mutable_ssd()->set_segment_bytes(256);
   }
   return c;
 }
@@ -198,6 +200,9 @@ TEST(SsdEngineErrors, BadConfigsAreRefusedNamingTheField) {
   config::DlrmConfig c = Config(true, "", 1, dir);
   c.mutable_model()->mutable_tables(0)->mutable_ssd()->set_cache_bytes(15);
   expect_invalid(c, "model.tables[0].ssd.cache_bytes must hold at least one row (16 bytes");
+  c = Config(true, "", 1, dir);
+  c.mutable_model()->mutable_tables(1)->mutable_ssd()->set_segment_bytes(0);
+  expect_invalid(c, "model.tables[1].ssd.segment_bytes must be in [1, 2^31], got 0");
   c = Config(true, "", 1, dir);
   c.mutable_model()->mutable_tables(1)->set_kind(config::TableConfig::DYNAMIC);
   expect_invalid(c, "model.tables[1].ssd is set but model.tables[1].kind is DYNAMIC");
