@@ -240,37 +240,35 @@ DLRM_AVX512_BF16 void PackPairColumns(const float* src, int64_t ld, int64_t coun
   }
 }
 
+// `count` rows or columns of op(X) from `first` on, kc values of k each, as words at
+// dst[w * stride + c]: k runs along memory (X[c * ld + k]) where k_along_rows, else
+// across rows (X[k * ld + c]).
+DLRM_AVX512_BF16 void PackPairs(bool k_along_rows, const float* X, int64_t ld, int64_t first,
+                                int64_t k0, int64_t count, int64_t kc, uint32_t* dst,
+                                int64_t stride, __mmask16 store_mask) {
+  if (k_along_rows)
+    PackPairRows(X + first * ld + k0, ld, count, kc, dst, stride, store_mask);
+  else
+    PackPairColumns(X + k0 * ld + first, ld, count, kc, dst, stride, store_mask);
+}
+
 // PackA's layout in words: panel p holds, for each k pair, the kMr words of its rows.
 DLRM_AVX512_BF16 void PackABf16(bool trans_a, const float* A, int64_t lda, int64_t i0, int64_t k0,
                                 int64_t mc, int64_t kc, uint32_t* dst) {
-  const int64_t words = (kc + 1) / 2;
-  for (int64_t p = 0; p < mc; p += kMr) {
-    const int64_t rows = std::min(kMr, mc - p);
-    uint32_t* panel = dst + p * words;
-    if (!trans_a) {  // op(A)(i, k) = A[i * lda + k]: a row's k values are consecutive
-      PackPairRows(A + (i0 + p) * lda + k0, lda, rows, kc, panel, kMr, 0x0FFF);
-      continue;
-    }
-    // op(A)(i, k) = A[k * lda + i]: a k row's values of the panel's rows are consecutive
-    PackPairColumns(A + k0 * lda + i0 + p, lda, rows, kc, panel, kMr, 0x0FFF);
-  }
+  for (int64_t p = 0; p < mc; p += kMr)  // op(A)(i, k) = A[i * lda + k] unless trans_a
+    PackPairs(!trans_a, A, lda, i0 + p, k0, std::min(kMr, mc - p), kc, dst + p * ((kc + 1) / 2),
+              kMr, 0x0FFF);
 }
 
-// PackB's layout in words: panel q holds, for each k pair, the kNr words of its columns.
+// PackB's layout in words: panel q holds, for each k pair, the kNr words of its columns,
+// packed 16 columns at a time.
 DLRM_AVX512_BF16 void PackBBf16(bool trans_b, const float* B, int64_t ldb, int64_t k0, int64_t j0,
                                 int64_t kc, int64_t nc, uint32_t* dst) {
-  const int64_t words = (kc + 1) / 2;
   for (int64_t q = 0; q < nc; q += kNr) {
-    const int64_t cols = std::min(kNr, nc - q);
-    uint32_t* panel = dst + q * words;
-    for (int64_t half = 0; half < kNr; half += kLanes) {
-      const int64_t half_cols = std::max<int64_t>(0, std::min(kLanes, cols - half));
-      if (trans_b) {  // op(B)(k, j) = B[j * ldb + k]: a column's k values are consecutive
-        PackPairRows(B + (j0 + q + half) * ldb + k0, ldb, half_cols, kc, panel + half, kNr, 0xFFFF);
-        continue;
-      }
-      // op(B)(k, j) = B[k * ldb + j]: a k row's values of the panel's columns are consecutive
-      PackPairColumns(B + k0 * ldb + j0 + q + half, ldb, half_cols, kc, panel + half, kNr, 0xFFFF);
+    for (int64_t half = 0; half < kNr; half += kLanes) {  // op(B)(k, j) = B[j * ldb + k] if trans_b
+      const int64_t cols = std::max<int64_t>(0, std::min(kLanes, nc - q - half));
+      PackPairs(trans_b, B, ldb, j0 + q + half, k0, cols, kc, dst + q * ((kc + 1) / 2) + half, kNr,
+                0xFFFF);
     }
   }
 }

@@ -1,7 +1,6 @@
 #include "engine/embedding/embedding_bag.h"
 
 #include <algorithm>
-#include <array>
 #include <type_traits>
 #include <utility>
 
