@@ -9,10 +9,10 @@
 //    + bias gradient), at the chunk size only (elementwise: a larger batch only repeats
 //    it). Inputs have random signs, as pre-activations do, which a branchy loop pays for.
 //  BM_DotInteractionForward / BM_DotInteractionBackward: the DOT interaction.
-//  BM_Gemm/{fp32,bf16}/MxNxK: Gemm<float> alone (x W^T, as a Linear forward) in each
-//    precision, at MLPerf DCNv2's top-MLP and cross-layer shapes on the engine's 512-row
-//    chunks; bf16 only where the CPU has AVX512-BF16 (issue 16, acceptance 4: its FLOP/s
-//    against fp32's).
+//  BM_Gemm/{fp32,bf16}[/tn]/MxNxK: Gemm<float> alone (x W^T, as a Linear forward; tn:
+//    dY^T X, a weight gradient) in each precision, at MLPerf DCNv2's top-MLP and
+//    cross-layer shapes on the engine's 512-row chunks; bf16 only where the CPU has
+//    AVX512-BF16 (issue 16, acceptance 4: its FLOP/s against fp32's).
 // A FLOP/s counter gives GEMM efficiency; bytes are the operands read and written once.
 #include <benchmark/benchmark.h>
 
@@ -141,11 +141,15 @@ void DotBwd(benchmark::State& state, const Interaction<float>* inter, int d, int
   SetRates(state, n, kFloat * n * (2 * (d + width) + inter->out_dim()), 4 * n * pairs * d);
 }
 
-void GemmOnly(benchmark::State& state, int64_t M, int64_t N, int64_t K, GemmPrecision precision) {
+// trans_a: C = A^T B (a Linear layer's weight gradient, dY^T X), else C = A B^T.
+void GemmOnly(benchmark::State& state, bool trans_a, int64_t M, int64_t N, int64_t K,
+              GemmPrecision precision) {
   const auto a = Pattern(M * K, 1.0f, 17), b = Pattern(N * K, 0.05f, 18);
   std::vector<float> c(static_cast<size_t>(M * N));
+  const int64_t lda = trans_a ? M : K, ldb = trans_a ? N : K;
   for (auto _ : state) {
-    Gemm<float>(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N, precision);
+    Gemm<float>(trans_a, !trans_a, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N,
+                precision);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
@@ -153,15 +157,20 @@ void GemmOnly(benchmark::State& state, int64_t M, int64_t N, int64_t K, GemmPrec
 }
 
 void RegisterGemms() {
-  const int64_t shapes[][3] = {
-      {512, 1024, 1024}, {512, 512, 1024}, {512, 1024, 512}, {512, 512, 256}};
+  // {trans_a, M, N, K}: the top MLP's and the cross layers' forwards (x W^T; 3456 = 27 x
+  // 128 is the interaction's width), then the weight gradients of the widest ones.
+  const int64_t shapes[][4] = {{0, 512, 1024, 1024}, {0, 512, 512, 1024},  {0, 512, 1024, 512},
+                               {0, 512, 512, 256},   {0, 512, 1024, 3456}, {0, 512, 512, 3456},
+                               {0, 512, 3456, 512},  {1, 1024, 3456, 512}, {1, 512, 3456, 512}};
   for (const GemmPrecision precision : {GemmPrecision::kFp32, GemmPrecision::kBf16}) {
     if (precision == GemmPrecision::kBf16 && !CpuHasAvx512Bf16()) continue;
-    for (const auto& [M, N, K] : shapes) {
-      const std::string name =
-          std::string("BM_Gemm/") + (precision == GemmPrecision::kBf16 ? "bf16/" : "fp32/") +
-          std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
-      benchmark::RegisterBenchmark(name.c_str(), GemmOnly, M, N, K, precision)->UseRealTime();
+    for (const auto& [trans_a, M, N, K] : shapes) {
+      const std::string name = std::string("BM_Gemm/") +
+                               (precision == GemmPrecision::kBf16 ? "bf16/" : "fp32/") +
+                               (trans_a != 0 ? "tn/" : "") + std::to_string(M) + "x" +
+                               std::to_string(N) + "x" + std::to_string(K);
+      benchmark::RegisterBenchmark(name.c_str(), GemmOnly, trans_a != 0, M, N, K, precision)
+          ->UseRealTime();
     }
   }
 }
