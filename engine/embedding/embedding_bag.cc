@@ -255,9 +255,18 @@ int64_t EmbeddingBagCollection<T>::SegmentParts(int64_t num_segments, ThreadPool
 template <typename T>
 int64_t EmbeddingBagCollection<T>::SumRowGradient(int64_t s, const T* d_pooled, T* grad) const {
   const Workspace& ws = *workspace_;
-  const int32_t dim = (*tables_)[ws.segment_table[s]].dim();
+  const int32_t table = ws.segment_table[s];
+  const int32_t dim = (*tables_)[table].dim();
+  // The table's occurrences run on past this segment into its next ones: their sources
+  // (random in the batch) are asked for two distances ahead, their slices of d_pooled one.
+  const int64_t table_end = ws.table_end[table];
+  const auto slice_bytes = static_cast<size_t>(dim) * sizeof(T);
   std::fill(grad, grad + dim, T(0));
   for (int64_t j = ws.segment_begin[s]; j < ws.segment_end[s]; ++j) {
+    if (j + 2 * kPrefetchRows < table_end)
+      __builtin_prefetch(&ws.sources[ws.touches[j + 2 * kPrefetchRows].pos]);
+    if (j + kPrefetchRows < table_end)
+      PrefetchLines(d_pooled + ws.sources[ws.touches[j + kPrefetchRows].pos].base, slice_bytes);
     const GradSource<T>& src = ws.sources[ws.touches[j].pos];
     const T* d = d_pooled + src.base;
     for (int32_t k = 0; k < dim; ++k) grad[k] += src.coef * d[k];
