@@ -1,7 +1,8 @@
 """Quantized serving exports against the FP32 one (issue 16, acceptance 3).
 
 Trains the demo model once on `dlrm generate` data (unless the checkpoint exists), then
-`dlrm export`s it three ways: FP32, --quantize int8 and --quantize int4. Each is loaded
+`dlrm export`s it four ways: FP32, --quantize int8, --quantize int4 and int8 with
+--dense_precision fp16 (int8+d16: the MLPs' weights in 16 bits too). Each is loaded
 through the Python binding (dlrm.Engine.from_checkpoint, the C ABI's
 create_from_checkpoint) and predicts the whole test set; prints per model the file's and
 the tables' bytes, eval AUC, the largest and mean |prediction - FP32 prediction| and
@@ -35,7 +36,9 @@ import numpy as np  # noqa: E402
 
 import dlrm  # noqa: E402
 
-MODELS = ("fp32", "int8", "int4")
+# name: (--quantize, --dense_precision); "+d16": the dense parameters in fp16 as well.
+MODELS = {"fp32": ("none", "fp32"), "int8": ("int8", "fp32"), "int4": ("int4", "fp32"),
+          "int8+d16": ("int8", "fp16")}
 
 
 def run(*args: str) -> str:
@@ -57,10 +60,9 @@ def prepare(cli: str, work: Path, train: int, test: int, threads: int) -> None:
         run(cli, "train", f"--config={ROOT / 'tools/configs/demo.pbtxt'}",
             f"--train={work / 'train.tsv'}", f"--save={ckpt}", f"--threads={threads}",
             "--log_every_seconds=100000")
-    for model in MODELS:
-        quantize = "none" if model == "fp32" else model
+    for model, (quantize, dense) in MODELS.items():
         run(cli, "export", f"--checkpoint={ckpt}", f"--out={work / model}.serving",
-            f"--quantize={quantize}")
+            f"--quantize={quantize}", f"--dense_precision={dense}")
 
 
 def large_model(cli: str, work: Path, config: Path, batch_size: int, rounds: int) -> None:
@@ -143,7 +145,7 @@ def main() -> None:
     base_rate = statistics.median(times["fp32"])
     paired = {m: statistics.median(t / f for t, f in zip(times[m], times["fp32"])) for m in MODELS}
     base_auc = engines["fp32"].evaluate(batches).auc
-    print("model  file_bytes  file/fp32  table_bytes  tables/fp32  auc       d_auc     "
+    print("model     file_bytes  file/fp32  table_bytes  tables/fp32  auc       d_auc     "
           "max|dp|   mean|dp|  predict/s   /fp32  paired")
     for m, e in engines.items():
         size = (work / f"{m}.serving").stat().st_size
@@ -151,7 +153,7 @@ def main() -> None:
         auc = e.evaluate(batches).auc
         dp = np.abs(preds[m] - preds["fp32"])
         rate = statistics.median(times[m])
-        print(f"{m:5}  {size:10d}  {size / base_size:9.3f}  {tables:11d}  "
+        print(f"{m:8}  {size:10d}  {size / base_size:9.3f}  {tables:11d}  "
               f"{tables / base_tables:11.3f}  {auc:.6f}  {auc - base_auc:+.6f}  "
               f"{dp.max():.6f}  {dp.mean():.6f}  {rate:10.0f}  {rate / base_rate:6.3f}  "
               f"{paired[m]:6.3f}")

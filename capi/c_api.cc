@@ -73,15 +73,30 @@ dlrm_status CreateWith(dlrm_engine** out,
 }
 
 // The engine's table precision for a DLRM_EXPORT_* value.
+[[noreturn]] void ThrowBadExport(int32_t quantize) {
+  dlrm::ThrowInvalid("quantize must be DLRM_EXPORT_FP32 (0), DLRM_EXPORT_INT8 (1) or ",
+                     "DLRM_EXPORT_INT4 (2), optionally OR'ed with DLRM_EXPORT_DENSE_BF16 ",
+                     "(0x100) or DLRM_EXPORT_DENSE_FP16 (0x200), got ", quantize);
+}
+
+// The tables' precision: quantize's low byte.
 dlrm::config::TableConfig::Precision ExportPrecision(int32_t quantize) {
-  switch (quantize) {
+  switch (quantize & 0xFF) {
     case DLRM_EXPORT_FP32: return dlrm::config::TableConfig::FP32;
     case DLRM_EXPORT_INT8: return dlrm::config::TableConfig::INT8;
     case DLRM_EXPORT_INT4: return dlrm::config::TableConfig::INT4;
-    default: break;
+    default: ThrowBadExport(quantize);
   }
-  dlrm::ThrowInvalid("quantize must be DLRM_EXPORT_FP32 (0), DLRM_EXPORT_INT8 (1) or ",
-                     "DLRM_EXPORT_INT4 (2), got ", quantize);
+}
+
+// The dense parameters' precision: quantize's other bits.
+dlrm::config::TableConfig::Precision ExportDensePrecision(int32_t quantize) {
+  switch (quantize & ~0xFF) {
+    case 0: return dlrm::config::TableConfig::FP32;
+    case DLRM_EXPORT_DENSE_BF16: return dlrm::config::TableConfig::BF16;
+    case DLRM_EXPORT_DENSE_FP16: return dlrm::config::TableConfig::FP16;
+    default: ThrowBadExport(quantize);
+  }
 }
 
 }  // namespace
@@ -312,7 +327,7 @@ DLRM_API dlrm_status dlrm_engine_export(dlrm_engine* engine, const char* path, i
   return Guard([&] {
     dlrm::Engine& e = EngineOf(engine);
     RequireNotNull(path, "path");
-    e.Export(path, ExportPrecision(quantize));
+    e.Export(path, ExportPrecision(quantize), ExportDensePrecision(quantize));
   });
 }
 

@@ -572,12 +572,16 @@ config::DlrmConfig ServingConfig(const config::DlrmConfig& config,
   return serving;
 }
 
-// kInvalidArgument unless quantize is FP32 (as the tables are), INT8 or INT4;
-// kFailedPrecondition when a table is already quantized to another precision.
-void CheckExportPrecision(const config::ModelConfig& model,
-                          config::TableConfig::Precision quantize) {
+// kInvalidArgument unless quantize is FP32 (as the tables are), INT8 or INT4 and dense is
+// FP32, BF16 or FP16; kFailedPrecondition when a table is already quantized to another
+// precision.
+void CheckExportPrecision(const config::ModelConfig& model, config::TableConfig::Precision quantize,
+                          config::TableConfig::Precision dense) {
   if (!config::TableConfig::Precision_IsValid(quantize) || IsHalf(quantize))
     ThrowInvalid("export: quantize must be FP32, INT8 or INT4, got ", static_cast<int>(quantize));
+  if (dense != config::TableConfig::FP32 && !IsHalf(dense))
+    ThrowInvalid("export: dense (the dense parameters' precision) must be FP32, BF16 or FP16, ",
+                 "got ", static_cast<int>(dense), " (", PrecisionName(dense), ")");
   for (int t = 0; t < model.tables_size(); ++t) {
     const config::TableConfig::Precision p = model.tables(t).precision();
     if (IsQuantized(p) && quantize != config::TableConfig::FP32 && quantize != p)
@@ -695,15 +699,17 @@ void Engine::LoadSsdRows(const CheckpointReader& reader, const std::string& path
   staged->dynamic_tables.RestoreStore(dir.string(), std::move(stored));
 }
 
-// What an export's writer borrows until WriteAtomic: SSD tables' rows read whole, and the
-// codes of tables quantized for the export.
+// What an export's writer borrows until WriteAtomic: SSD tables' rows read whole, the
+// codes of tables quantized for the export and 16-bit dense parameters.
 struct Engine::ServingTables {
   std::deque<std::vector<float>> rows;
   std::deque<std::vector<uint8_t>> codes;
+  std::deque<std::vector<uint16_t>> dense;  // 16-bit dense parameters
 };
 
-void Engine::Export(const std::string& path, config::TableConfig::Precision quantize) const {
-  CheckExportPrecision(config_.model(), quantize);
+void Engine::Export(const std::string& path, config::TableConfig::Precision quantize,
+                    config::TableConfig::Precision dense) const {
+  CheckExportPrecision(config_.model(), quantize, dense);
   DrainAsyncSteps();
   std::shared_lock<WriterPreferringMutex> lock(mu_);
   std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
@@ -714,8 +720,8 @@ void Engine::Export(const std::string& path, config::TableConfig::Precision quan
   writer.SetMetadata("format", checkpoint::kServingFormat);
   writer.SetMetadata("config", ConfigToText(serving));
   checkpoint::WriteStep(s.step, &writer);
-  checkpoint::AddDenseParams(s.model, &writer);
   ServingTables owned;
+  checkpoint::AddServingDenseParams(s.model, dense, &owned.dense, &writer);
   for (int t = 0; t < serving.model().tables_size(); ++t)
     AddServingTable(t, serving.model().tables(t).precision(), &owned, &writer);
   std::vector<std::vector<int64_t>> ids, rows;
@@ -771,7 +777,7 @@ void Engine::LoadServing(const CheckpointReader& reader, const std::string& path
   std::unique_ptr<State> staged = NewState();
   State& s = *staged;
   s.step = checkpoint::ReadStep(reader, path);
-  checkpoint::ReadDenseTensors(reader, s.model, s.model.dense_params().data(), {});
+  checkpoint::ReadServingDenseParams(reader, s.model, s.model.dense_params().data());
   for (auto& table : s.model.tables()) {
     if (table.quantized())
       checkpoint::ReadQuantizedEmbedding(reader, path, table.name(), &table);

@@ -112,8 +112,13 @@ class Engine {
   // bitwise as this one) and refuses training, Save and WriteParameter. quantize FP32
   // writes every table in its own precision. A table already quantized is written as it
   // is (kFailedPrecondition when quantize names another quantized precision).
+  // dense BF16 or FP16 writes the dense parameters (MLPs, cross network) rounded to
+  // nearest in 16 bits, half their bytes; the loading engine widens them (exactly) and
+  // predicts with those values. FP32 keeps them as they are. kInvalidArgument for any
+  // other quantize or dense, before anything is written.
   void Export(const std::string& path,
-              config::TableConfig::Precision quantize = config::TableConfig::FP32) const;
+              config::TableConfig::Precision quantize = config::TableConfig::FP32,
+              config::TableConfig::Precision dense = config::TableConfig::FP32) const;
   // Restores a checkpoint written by an engine with the same model and optimizer kinds.
   // Everything is read and verified before the state is replaced.
   void Load(const std::string& path);

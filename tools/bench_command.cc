@@ -240,11 +240,9 @@ void ApplyTablePrecisionFlags(const std::string& precision, const std::string& r
     if (!rounding.empty()) ThrowInvalid("--rounding needs --table_precision bf16 or fp16");
     return;
   }
-  std::string upper = precision;
-  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  config::TableConfig::Precision p;
-  if (upper == "INT8" || upper == "INT4" || !config::TableConfig::Precision_Parse(upper, &p))
-    ThrowInvalid("--table_precision must be fp32, bf16 or fp16, got '", precision, "'");
+  const config::TableConfig::Precision p = PrecisionFlag(
+      "--table_precision", precision,
+      {config::TableConfig::FP32, config::TableConfig::BF16, config::TableConfig::FP16});
   config::TableConfig::Rounding r = config::TableConfig::NEAREST;
   if (!rounding.empty() && rounding != "nearest") {
     if (rounding != "stochastic")

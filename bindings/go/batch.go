@@ -83,7 +83,8 @@ const (
 	LRAll    LRTarget = 3 // both
 )
 
-// ExportPrecision is the table precision Engine.Export writes.
+// ExportPrecision is what Engine.Export writes: a table precision, OR'ed with at most one
+// dense precision (ExportINT8 | ExportDenseFP16).
 type ExportPrecision int32
 
 // Export precisions; the values are those of the C ABI.
@@ -91,4 +92,8 @@ const (
 	ExportFP32 ExportPrecision = 0 // every table as it is
 	ExportINT8 ExportPrecision = 1 // FP32 tables row-wise INT8: a byte per value, fp32 scale, bias
 	ExportINT4 ExportPrecision = 2 // FP32 tables row-wise INT4: half a byte per value
+	// The dense parameters (MLPs, cross network) rounded to nearest bf16 / fp16: half their
+	// bytes; the loading engine predicts with those values. Without either they stay fp32.
+	ExportDenseBF16 ExportPrecision = 0x100
+	ExportDenseFP16 ExportPrecision = 0x200
 )

@@ -140,6 +140,8 @@ var (
 	_ = [1]struct{}{}[C.DLRM_EXPORT_FP32-ExportFP32]
 	_ = [1]struct{}{}[C.DLRM_EXPORT_INT8-ExportINT8]
 	_ = [1]struct{}{}[C.DLRM_EXPORT_INT4-ExportINT4]
+	_ = [1]struct{}{}[C.DLRM_EXPORT_DENSE_BF16-ExportDenseBF16]
+	_ = [1]struct{}{}[C.DLRM_EXPORT_DENSE_FP16-ExportDenseFP16]
 )
 
 // abiErr is non-nil when the loaded library's ABI differs from ABIVersion.

@@ -59,6 +59,31 @@ func TestExportFP32PredictsBitwiseAsTheEngine(t *testing.T) {
 	}
 }
 
+func TestExportWith16BitDenseParametersPredictsCloseFromASmallerFile(t *testing.T) {
+	e, fp32Path, _ := exportedModels(t)
+	dense16 := filepath.Join(filepath.Dir(fp32Path), "model.dense16.serving")
+	if err := e.Export(dense16, dlrm.ExportINT8|dlrm.ExportDenseFP16); err != nil {
+		t.Fatalf("Export INT8 | DenseFP16: %v", err)
+	}
+	small, err1 := os.Stat(dense16)
+	full, err2 := os.Stat(fp32Path)
+	if err1 != nil || err2 != nil || small.Size() >= full.Size() {
+		t.Fatalf("dense16 file %v (%v) not smaller than FP32's %v (%v)", small, err1, full, err2)
+	}
+	p := openPredictor(t, dense16)
+	for salt := 0; salt < 3; salt++ {
+		b := unlabeled(salt)
+		want, got := predict(t, e, b), predict(t, p, b)
+		for i := range want {
+			if d := math.Abs(float64(got[i] - want[i])); !(d < 0.005) {
+				t.Errorf("salt %d, sample %d: predicts %v, engine %v", salt, i, got[i], want[i])
+			}
+		}
+	}
+	err := e.Export(dense16, dlrm.ExportDenseBF16|dlrm.ExportDenseFP16)
+	wantError(t, err, dlrm.ErrInvalidArgument, "DLRM_EXPORT_DENSE_FP16 (0x200), got 768")
+}
+
 func TestExportINT8PredictsWithinToleranceInEngineAndPredictor(t *testing.T) {
 	e, _, int8Path := exportedModels(t)
 	served := loadExport(t, int8Path)

@@ -1111,7 +1111,8 @@ void jdlrm_load(JNIEnv* jenv, dlrm_engine* engine, const char* path) {
   jdlrm_check(jenv, dlrm_engine_load(engine, path));
 }
 
-/* quantize: DLRM_EXPORT_FP32, DLRM_EXPORT_INT8 or DLRM_EXPORT_INT4. */
+/* quantize: DLRM_EXPORT_FP32, DLRM_EXPORT_INT8 or DLRM_EXPORT_INT4, OR'ed with at most one
+ * DLRM_EXPORT_DENSE_*. */
 void jdlrm_export(JNIEnv* jenv, dlrm_engine* engine, const char* path, int32_t quantize) {
   if (jdlrm_pending(jenv)) return;
   jdlrm_check(jenv, dlrm_engine_export(engine, path, quantize));

@@ -9,6 +9,7 @@
 
 #include "engine/config/config.h"
 #include "engine/core/status.h"
+#include "engine/embedding/half_row.h"
 
 namespace dlrm::checkpoint {
 
@@ -93,6 +94,38 @@ void AddDenseParams(const DlrmModel<float>& model, CheckpointWriter* writer) {
   for (const DenseParamInfo& info : model.dense_param_infos())
     writer->AddTensor(info.name, kF32, info.shape, model.dense_params().data() + info.offset,
                       info.size * sizeof(float));
+}
+
+void AddServingDenseParams(const DlrmModel<float>& model, TablePrecision precision,
+                           std::deque<std::vector<uint16_t>>* owned, CheckpointWriter* writer) {
+  if (!IsHalf(precision)) return AddDenseParams(model, writer);
+  const TensorEntry::DType dtype =
+      precision == config::TableConfig::BF16 ? TensorEntry::BFLOAT16 : TensorEntry::FLOAT16;
+  for (const DenseParamInfo& info : model.dense_param_infos()) {
+    std::vector<uint16_t>& narrow = owned->emplace_back(info.size);
+    NarrowValues(model.dense_params().data() + info.offset, static_cast<int64_t>(info.size),
+                 precision, narrow.data());
+    writer->AddTensor(info.name, dtype, info.shape, narrow.data(),
+                      narrow.size() * sizeof(uint16_t));
+  }
+}
+
+void ReadServingDenseParams(const CheckpointReader& reader, const DlrmModel<float>& model,
+                            float* params) {
+  std::vector<uint16_t> narrow;
+  for (const DenseParamInfo& info : model.dense_param_infos()) {
+    const TensorEntry::DType dtype = reader.Tensor(info.name).dtype();
+    if (dtype != TensorEntry::BFLOAT16 && dtype != TensorEntry::FLOAT16) {
+      reader.ReadTensor(info.name, kF32, info.shape, params + info.offset);
+      continue;
+    }
+    narrow.resize(info.size);
+    reader.ReadTensor(info.name, dtype, info.shape, narrow.data());
+    WidenValues(
+        narrow.data(), static_cast<int64_t>(info.size),
+        dtype == TensorEntry::BFLOAT16 ? config::TableConfig::BF16 : config::TableConfig::FP16,
+        params + info.offset);
+  }
 }
 
 void AddDenseTensors(const DlrmModel<float>& model, DenseOptimizer<float>& optimizer,

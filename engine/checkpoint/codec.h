@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <set>
 #include <string>
 #include <utility>
@@ -27,6 +28,7 @@
 
 #include "engine/checkpoint/checkpoint_file.h"
 #include "engine/embedding/dynamic_rows.h"
+#include "engine/embedding/quantized_row.h"
 #include "engine/model/dlrm_model.h"
 #include "engine/optim/dense_optimizer.h"
 
@@ -122,6 +124,15 @@ void ReadQuantizedEmbedding(const CheckpointReader& reader, const std::string& p
 
 // The dense parameters alone (a serving model's: AddDenseTensors without the optimizer).
 void AddDenseParams(const DlrmModel<float>& model, CheckpointWriter* writer);
+// A serving model's dense parameters in `precision`: FP32 as AddDenseParams, BF16 or FP16
+// each tensor narrowed to nearest (half_row.h) into owned, which the writer borrows until
+// WriteAtomic, as a BFLOAT16 / FLOAT16 tensor of the same name and shape.
+void AddServingDenseParams(const DlrmModel<float>& model, TablePrecision precision,
+                           std::deque<std::vector<uint16_t>>* owned, CheckpointWriter* writer);
+// Reads what AddServingDenseParams wrote, in whichever of its precisions each tensor is,
+// into params (widened: exact); a tensor of another dtype is refused by ReadTensor.
+void ReadServingDenseParams(const CheckpointReader& reader, const DlrmModel<float>& model,
+                            float* params);
 // A serving model's DYNAMIC table: its resident ids and their rows, as the tensors
 // "dynamic.<key>.ids" and "dynamic.<key>.rows" (INT64, borrowed until WriteAtomic).
 void AddServingIds(const std::string& key, const std::vector<int64_t>& ids,

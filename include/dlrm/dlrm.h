@@ -257,19 +257,25 @@ DLRM_API dlrm_status dlrm_engine_save(dlrm_engine* engine, const char* path);
  * engine is unchanged. Writer lock. */
 DLRM_API dlrm_status dlrm_engine_load(dlrm_engine* engine, const char* path);
 
-/* Table precisions a serving export may write (dlrm_engine_export's `quantize`). */
+/* What a serving export writes (dlrm_engine_export's `quantize`): one table precision,
+ * OR'ed with at most one dense precision (none: the dense parameters stay fp32). */
 enum {
   DLRM_EXPORT_FP32 = 0, /* every table as it is */
   DLRM_EXPORT_INT8 = 1, /* FP32 tables row-wise INT8: a byte per value, fp32 scale and bias */
-  DLRM_EXPORT_INT4 = 2  /* FP32 tables row-wise INT4: half a byte per value */
+  DLRM_EXPORT_INT4 = 2, /* FP32 tables row-wise INT4: half a byte per value */
+  /* The dense parameters (MLPs, cross network) rounded to nearest bf16 / fp16: half their
+   * bytes; the loading engine widens them exactly and predicts with those values. */
+  DLRM_EXPORT_DENSE_BF16 = 0x100,
+  DLRM_EXPORT_DENSE_FP16 = 0x200
 };
 
 /* Writes a compact read-only model for serving to path atomically: the config, step, dense
  * parameters, every table's rows (quantized as `quantize` says) and each DYNAMIC table's
- * ids; no optimizer state. dlrm_engine_create_from_checkpoint loads it. An engine holding
- * INT8 or INT4 tables predicts and evaluates from the codes directly and refuses
- * train_step, train_submit, save, load and write_parameter of a table with
- * DLRM_FAILED_PRECONDITION naming the table. Reader lock. */
+ * ids; no optimizer state (the dense parameters in 16 bits with a DLRM_EXPORT_DENSE_*;
+ * any other bit set is DLRM_INVALID_ARGUMENT). dlrm_engine_create_from_checkpoint loads
+ * it. An engine holding INT8 or INT4 tables predicts and evaluates from the codes
+ * directly and refuses train_step, train_submit, save, load and write_parameter of a
+ * table with DLRM_FAILED_PRECONDITION naming the table. Reader lock. */
 DLRM_API dlrm_status dlrm_engine_export(dlrm_engine* engine, const char* path, int32_t quantize);
 
 /* ---- Parameters as named arrays (float32, row-major) ----------------------------

@@ -343,13 +343,14 @@ static void test_checkpoints(dlrm_engine* e, const char* dir) {
   CHECK(other == NULL);
 }
 
-/* Serving exports: FP32 predicts bitwise as the engine, INT8 within 0.005 of it; the INT8
- * model refuses what would write a row, naming the table, and stays as it was. */
+/* Serving exports: FP32 predicts bitwise as the engine, INT8 (with fp16 dense parameters
+ * too) within 0.005 of it; the INT8 model refuses what would write a row, naming the
+ * table, and stays as it was. */
 static void test_export(dlrm_engine* e, const char* dir) {
-  char fp32_path[512], int8_path[512];
+  char fp32_path[512], int8_path[512], dense_path[512];
   float before[B], served[B], after[B], loss;
   test_batch ref, t;
-  dlrm_engine *fp32 = NULL, *int8 = NULL;
+  dlrm_engine *fp32 = NULL, *int8 = NULL, *dense16 = NULL;
   int i, close = 1;
   make_batch(&ref, 1);
   make_batch(&t, 2);
@@ -361,6 +362,18 @@ static void test_export(dlrm_engine* e, const char* dir) {
   CHECK_FAILS(dlrm_engine_export(e, NULL, DLRM_EXPORT_INT8), DLRM_INVALID_ARGUMENT, "path");
   CHECK_FAILS(dlrm_engine_export(e, int8_path, 7), DLRM_INVALID_ARGUMENT, "quantize");
   CHECK_FAILS(dlrm_engine_export(NULL, int8_path, 0), DLRM_INVALID_ARGUMENT, "engine");
+  snprintf(dense_path, sizeof dense_path, "%s/model.dense16.serving", dir);
+  CHECK_FAILS(dlrm_engine_export(e, dense_path, DLRM_EXPORT_DENSE_BF16 | DLRM_EXPORT_DENSE_FP16),
+              DLRM_INVALID_ARGUMENT, "got 768");
+  CHECK_FAILS(dlrm_engine_export(e, dense_path, 0x400), DLRM_INVALID_ARGUMENT, "got 1024");
+  CHECK(dlrm_engine_export(e, dense_path, DLRM_EXPORT_INT8 | DLRM_EXPORT_DENSE_FP16) == DLRM_OK);
+  CHECK(dlrm_engine_create_from_checkpoint(dense_path, &dense16) == DLRM_OK);
+  if (dense16) {
+    predict_ref(dense16, &ref, served);
+    for (i = 0; i < B; ++i) close = close && fabsf(served[i] - before[i]) < 0.005f;
+    CHECK(close);
+    dlrm_engine_destroy(dense16);
+  }
   CHECK(dlrm_engine_create_from_checkpoint(fp32_path, &fp32) == DLRM_OK);
   CHECK(dlrm_engine_create_from_checkpoint(int8_path, &int8) == DLRM_OK);
   if (!fp32 || !int8) return;

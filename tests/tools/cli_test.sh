@@ -72,6 +72,23 @@ fi
 grep -q -- '--quantize must be none, int8 or int4, got "int3"' "$DIR/quantize.err" ||
   { cat "$DIR/quantize.err"; fail "the bad --quantize is not named"; }
 [ ! -e "$DIR/x.serving" ] || fail "a refused export wrote a file"
+# --dense_precision fp16 halves the dense parameters' bytes; its model evaluates within
+# 0.001 AUC too; a precision it cannot write is refused naming the flag.
+"$DLRM" export --checkpoint="$DIR/model.ckpt" --out="$DIR/int8d16.serving" --quantize=int8 \
+  --dense_precision=fp16 > /dev/null
+[ "$(stat -c %s "$DIR/int8d16.serving")" -lt "$(stat -c %s "$DIR/int8.serving")" ] ||
+  fail "the INT8 model with fp16 dense parameters is not smaller than the INT8 one"
+"$DLRM" eval --checkpoint="$DIR/int8d16.serving" --test="$DIR/test.tsv" > "$DIR/d16_eval.out"
+d16_auc=$(sed -n 's/^eval .* auc=\([0-9.]*\)$/\1/p' "$DIR/d16_eval.out")
+awk -v a="$auc" -v q="$d16_auc" 'BEGIN { d = a - q; exit !(q != "" && d < 0.001 && d > -0.001) }' ||
+  fail "the fp16-dense model's AUC $d16_auc is not within 0.001 of $auc"
+if "$DLRM" export --checkpoint="$DIR/model.ckpt" --out="$DIR/x.serving" \
+  --dense_precision=int8 2> "$DIR/dense.err" > /dev/null; then
+  fail "--dense_precision=int8 was accepted"
+fi
+grep -q -- "--dense_precision must be fp32, bf16 or fp16, got 'int8'" "$DIR/dense.err" ||
+  { cat "$DIR/dense.err"; fail "the bad --dense_precision is not named"; }
+[ ! -e "$DIR/x.serving" ] || fail "a refused export wrote a file"
 
 # A malformed line stops training with file:line:field...
 head -100 "$DIR/train.tsv" > "$DIR/bad.tsv"

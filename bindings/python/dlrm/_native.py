@@ -26,8 +26,9 @@ ABI_VERSION = 1
 MAX_PARAMETER_DIMS = 8
 #: ``DLRM_LR_*`` targets of dlrm_engine_set_learning_rate.
 LR_DENSE, LR_SPARSE, LR_ALL = 1, 2, 3
-#: ``DLRM_EXPORT_*`` table precisions of dlrm_engine_export.
+#: ``DLRM_EXPORT_*`` table precisions of dlrm_engine_export, and its dense precisions (OR'ed).
 EXPORT_FP32, EXPORT_INT8, EXPORT_INT4 = 0, 1, 2
+EXPORT_DENSE_BF16, EXPORT_DENSE_FP16 = 0x100, 0x200
 
 _BUNDLED_DIR = Path(__file__).resolve().parent / "_lib"
 

@@ -30,6 +30,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 _LR_TARGETS = {"all": _native.LR_ALL, "dense": _native.LR_DENSE, "sparse": _native.LR_SPARSE}
 _EXPORT_PRECISIONS = {"fp32": _native.EXPORT_FP32, "int8": _native.EXPORT_INT8,
                       "int4": _native.EXPORT_INT4}
+_EXPORT_DENSE_PRECISIONS = {"fp32": 0, "bf16": _native.EXPORT_DENSE_BF16,
+                            "fp16": _native.EXPORT_DENSE_FP16}
 
 
 class EvalResult(NamedTuple):
@@ -311,7 +313,7 @@ class Engine:
         with self._use() as h:
             _native.check(_native.lib.dlrm_engine_load(h, _path_bytes(path)))
 
-    def export(self, path: PathLike, quantize: str = "fp32") -> None:
+    def export(self, path: PathLike, quantize: str = "fp32", dense: str = "fp32") -> None:
         """Writes a compact read-only model for serving, atomically; takes the reader lock.
 
         It holds the config, step, dense parameters, every table's rows and each DYNAMIC
@@ -319,12 +321,16 @@ class Engine:
         is "fp32" (tables as they are), "int8" or "int4" (FP32 tables row-wise quantized).
         A quantized engine predicts and evaluates, but train_step, train_submit, save, load
         and set_parameter of a table raise DlrmError FAILED_PRECONDITION naming the table.
+        ``dense`` is "fp32" (the dense parameters as they are), "bf16" or "fp16" (rounded to
+        nearest: half their bytes; the loading engine predicts with those values).
         """
-        try:
-            code = _EXPORT_PRECISIONS[quantize]
-        except (KeyError, TypeError):
-            raise ValueError(f"quantize must be one of {sorted(_EXPORT_PRECISIONS)}, "
-                             f"got {quantize!r}")
+        code = 0
+        for name, value, choices in (("quantize", quantize, _EXPORT_PRECISIONS),
+                                     ("dense", dense, _EXPORT_DENSE_PRECISIONS)):
+            try:
+                code |= choices[value]
+            except (KeyError, TypeError):
+                raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
         with self._use() as h:
             _native.check(_native.lib.dlrm_engine_export(h, _path_bytes(path), code))
 

@@ -161,6 +161,37 @@ def test_int8_export_refuses_training_and_keeps_predictions(engine, rng, tmp_pat
         assert same_bits(served.predict(batch), before)
 
 
+def test_export_with_16_bit_dense_parameters_is_smaller_and_close(engine, rng, tmp_path):
+    batch = make_batch(rng, batch_size=32, weights=True)
+    trained(engine, rng, steps=5)
+    expected = engine.predict(batch)
+    fp32_path = tmp_path / "fp32.model"
+    engine.export(fp32_path)
+    dense = [n for n in engine.parameter_names() if not n.startswith("embedding.")]
+    dense_bytes = sum(4 * engine.get_parameter(n).size for n in dense)
+    for precision, dtype in (("bf16", None), ("fp16", np.float16)):
+        path = tmp_path / f"{precision}.model"
+        engine.export(path, dense=precision)
+        # Each dense value takes 2 bytes instead of 4; everything else is as it was, but for
+        # each tensor's 64-byte alignment.
+        saved = fp32_path.stat().st_size - path.stat().st_size
+        assert 0 < saved and abs(saved - dense_bytes // 2) <= 64 * len(dense)
+        with dlrm.Engine.from_checkpoint(path) as served:
+            for name in dense:
+                w = engine.get_parameter(name)
+                rounded = (w.astype(dtype).astype(np.float32) if dtype else
+                           ((w.view(np.uint32) + 0x7FFF + ((w.view(np.uint32) >> 16) & 1))
+                            & 0xFFFF0000).view(np.float32))
+                assert same_bits(served.get_parameter(name), rounded), name
+            assert np.array_equal(served.get_parameter("embedding.t0.weight"),
+                                  engine.get_parameter("embedding.t0.weight"))
+            got = served.predict(batch)
+        assert np.max(np.abs(got - expected)) <= 0.005
+    engine.export(tmp_path / "both.model", quantize="int8", dense="fp16")
+    with dlrm.Engine.from_checkpoint(tmp_path / "both.model") as served:
+        assert np.max(np.abs(served.predict(batch) - expected)) <= 0.005
+
+
 def test_export_rejects_unknown_quantize(engine, tmp_path):
     path = tmp_path / "model.int3"
     with pytest.raises(ValueError, match=r"quantize must be one of \['fp32', 'int4', 'int8'\], "
@@ -168,6 +199,9 @@ def test_export_rejects_unknown_quantize(engine, tmp_path):
         engine.export(path, quantize="int3")
     with pytest.raises(ValueError, match="quantize"):
         engine.export(path, quantize=8)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"dense must be one of \['bf16', 'fp16', 'fp32'\], "
+                                         r"got 'int8'"):
+        engine.export(path, dense="int8")
     assert not path.exists()
 
 

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "engine/config/config.h"
 #include "engine/core/status.h"
 #include "engine/embedding/dynamic_rows.h"
+#include "engine/embedding/half_row.h"
 #include "engine/embedding/quantized_row.h"
 #include "engine/engine.h"
 #include "tests/support/test_support.h"
@@ -84,9 +86,10 @@ TEST(ServingExport, PredictsBitwiseAsTheEngineItCameFrom) {
 }
 
 // Rewrites the checkpoint file at path with every tensor as it was but `name`, whose bytes
-// and shape edit() changes.
+// and shape edit() changes, stored as `dtype` when given.
 void RewriteTensor(const std::string& path, const std::string& name,
-                   const std::function<void(std::vector<char>*, std::vector<int64_t>*)>& edit) {
+                   const std::function<void(std::vector<char>*, std::vector<int64_t>*)>& edit,
+                   std::optional<checkpoint::TensorEntry::DType> dtype = std::nullopt) {
   const CheckpointReader reader(path);
   CheckpointWriter writer;
   for (const auto& [key, value] : reader.metadata()) writer.SetMetadata(key, value);
@@ -96,7 +99,8 @@ void RewriteTensor(const std::string& path, const std::string& name,
     std::vector<char> bytes(static_cast<size_t>(entry.num_bytes()));
     reader.ReadTensor(tensor, entry.dtype(), shape, bytes.data());
     if (tensor == name) edit(&bytes, &shape);
-    writer.AddTensorCopy(tensor, entry.dtype(), shape, bytes.data(), bytes.size());
+    writer.AddTensorCopy(tensor, tensor == name && dtype ? *dtype : entry.dtype(), shape,
+                         bytes.data(), bytes.size());
   }
   writer.WriteAtomic(path);
 }
@@ -187,6 +191,103 @@ TEST(ServingExport, QuantizedModelsPredictCloseToTheFp32ModelFromTheirCodes) {
   EXPECT_EQ(int4->GetTableStats("t1").memory_bytes, 25 * 10);
   EXPECT_LT(std::filesystem::file_size(dir + "/int8.serving"),
             std::filesystem::file_size(dir + "/fp32.serving"));
+}
+
+constexpr auto kFp32 = config::TableConfig::FP32;
+
+TEST(ServingExport, SixteenBitDenseParametersAreTheirRoundedValuesInHalfTheBytes) {
+  const std::string dir = testing::TempDir("serving_export_dense16");
+  Engine engine(Config(dir));
+  Train(engine, 30);
+  engine.Export(dir + "/fp32.serving");
+  const auto fp32 = Engine::FromCheckpoint(dir + "/fp32.serving");
+  const std::vector<float> p = Predictions(*fp32);
+  const auto trained = testing::ParameterValues(engine);
+  int64_t dense_values = 0;
+  for (const auto& [name, values] : trained)
+    if (name.rfind("embedding.", 0) != 0) dense_values += static_cast<int64_t>(values.size());
+  for (const auto precision : {config::TableConfig::BF16, config::TableConfig::FP16}) {
+    SCOPED_TRACE(PrecisionName(precision));
+    const std::string path = dir + "/" + PrecisionName(precision) + ".serving";
+    engine.Export(path, kFp32, precision);
+    EXPECT_EQ(CheckpointReader(path).Tensor("top_mlp.0.weight").dtype(),
+              precision == config::TableConfig::BF16 ? checkpoint::TensorEntry::BFLOAT16
+                                                     : checkpoint::TensorEntry::FLOAT16);
+    // Every dense tensor takes half its FP32 bytes; the file shrinks by about that much
+    // (tensors are 64-byte aligned).
+    const CheckpointReader narrow(path), wide(dir + "/fp32.serving");
+    int64_t halved = 0;
+    for (const auto& [name, values] : trained) {
+      if (name.rfind("embedding.", 0) == 0) continue;
+      EXPECT_EQ(2 * narrow.Tensor(name).num_bytes(), wide.Tensor(name).num_bytes()) << name;
+      halved += static_cast<int64_t>(narrow.Tensor(name).num_bytes());
+    }
+    EXPECT_EQ(halved, 2 * dense_values);
+    EXPECT_LT(std::filesystem::file_size(path), std::filesystem::file_size(dir + "/fp32.serving"));
+    const auto served = Engine::FromCheckpoint(path);
+    for (const auto& [name, values] : testing::ParameterValues(*served)) {
+      const std::vector<float>& from = trained.at(name);
+      const bool dense = name.rfind("embedding.", 0) != 0;
+      for (size_t i = 0; i < values.size(); ++i) {
+        const float want =
+            dense ? FloatFromHalf(HalfFromFloat(from[i], precision), precision) : from[i];
+        ASSERT_EQ(std::memcmp(&values[i], &want, sizeof want), 0) << name << "[" << i << "]";
+      }
+    }
+    const std::vector<float> got = Predictions(*served);
+    EXPECT_LT(MaxAbsDiff(got, p), 0.005f);
+    EXPECT_EQ(Predictions(*served), got);
+  }
+  engine.Export(dir + "/int8_fp16.serving", kInt8, config::TableConfig::FP16);
+  EXPECT_LT(MaxAbsDiff(Predictions(*Engine::FromCheckpoint(dir + "/int8_fp16.serving")), p),
+            0.005f);
+}
+
+TEST(ServingExport, ADensePrecisionItCannotWriteOrReadIsRefusedNamingIt) {
+  const std::string dir = testing::TempDir("serving_export_dense_bad");
+  Engine engine(Config(dir));
+  Train(engine, 5);
+  const std::string path = dir + "/model.serving";
+  for (const auto dense : {kInt8, static_cast<config::TableConfig::Precision>(99)}) {
+    try {
+      engine.Export(path, kFp32, dense);
+      FAIL() << "exported dense parameters as " << static_cast<int>(dense);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), HasSubstr("dense (the dense parameters' precision) must be FP32, "
+                                      "BF16 or FP16, got " +
+                                      std::to_string(static_cast<int>(dense))));
+    }
+    EXPECT_FALSE(std::filesystem::exists(path));
+  }
+  // A dense tensor of a dtype no export writes.
+  engine.Export(path, kFp32, config::TableConfig::BF16);
+  RewriteTensor(
+      path, "top_mlp.0.bias",
+      [](std::vector<char>* bytes, std::vector<int64_t>* shape) {
+        bytes->resize(static_cast<size_t>(shape->at(0)));  // a byte a value
+      },
+      checkpoint::TensorEntry::UINT8);
+  try {
+    Engine::FromCheckpoint(path);
+    FAIL() << "loaded a dense tensor of UINT8";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("tensor 'top_mlp.0.bias': expected dtype FLOAT32"));
+  }
+  // A training checkpoint's dense parameters are fp32 only; the engine stays as it was.
+  engine.Save(dir + "/model.ckpt");
+  const std::vector<float> before = Predictions(engine);
+  RewriteTensor(
+      dir + "/model.ckpt", "top_mlp.0.bias",
+      [](std::vector<char>* bytes, std::vector<int64_t>*) { bytes->resize(bytes->size() / 2); },
+      checkpoint::TensorEntry::BFLOAT16);
+  try {
+    engine.Load(dir + "/model.ckpt");
+    FAIL() << "restored 16-bit dense parameters into a training engine";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("tensor 'top_mlp.0.bias': expected dtype FLOAT32"));
+  }
+  EXPECT_EQ(Predictions(engine), before);
 }
 
 TEST(ServingExport, AQuantizedTablesParameterIsItsCodesValues) {

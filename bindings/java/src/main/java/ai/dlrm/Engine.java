@@ -272,9 +272,22 @@ public final class Engine implements AutoCloseable {
    *     other quantized precision (with {@code FP32} it is written as it is)
    */
   public void export(Path path, ExportPrecision quantize) {
+    export(path, quantize, DensePrecision.FP32);
+  }
+
+  /**
+   * {@link #export(Path, ExportPrecision)} with the dense parameters written as {@code dense}
+   * says: {@link DensePrecision#BF16} or {@link DensePrecision#FP16} rounds them to nearest in
+   * 16 bits (half their bytes), and the loading engine predicts with those values.
+   *
+   * @throws NullPointerException if {@code path}, {@code quantize} or {@code dense} is null
+   * @throws DlrmException as {@link #export(Path, ExportPrecision)}
+   */
+  public void export(Path path, ExportPrecision quantize, DensePrecision dense) {
     byte[] cPath = Utf8.path(path, "path");
     Objects.requireNonNull(quantize, "quantize");
-    run(pointer -> DlrmNative.jdlrm_export(pointer, cPath, quantize.code));
+    Objects.requireNonNull(dense, "dense");
+    run(pointer -> DlrmNative.jdlrm_export(pointer, cPath, quantize.code | dense.code));
   }
 
   /**

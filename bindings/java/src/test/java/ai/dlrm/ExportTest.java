@@ -28,6 +28,31 @@ public class ExportTest {
     assertEquals(0, ExportPrecision.FP32.code);
     assertEquals(1, ExportPrecision.INT8.code);
     assertEquals(2, ExportPrecision.INT4.code);
+    assertEquals(0, DensePrecision.FP32.code);
+    assertEquals(0x100, DensePrecision.BF16.code);
+    assertEquals(0x200, DensePrecision.FP16.code);
+  }
+
+  @Test
+  public void sixteenBitDenseParametersServeCloseInASmallerFile() throws Exception {
+    Path dir = tmp.getRoot().toPath();
+    Path fp32Path = dir.resolve("model.serving");
+    Path densePath = dir.resolve("model.dense16.serving");
+    try (Engine engine = TestData.trainedEngine(10)) {
+      float[] before = engine.predict(reference());
+      engine.export(fp32Path);
+      engine.export(densePath, ExportPrecision.INT8, DensePrecision.FP16);
+      assertThrows(NullPointerException.class,
+          () -> engine.export(densePath, ExportPrecision.INT8, null));
+      assertTrue("dense16 file " + Files.size(densePath) + " bytes, FP32 " + Files.size(fp32Path),
+          Files.size(densePath) < Files.size(fp32Path));
+      try (Engine served = Engine.fromCheckpoint(densePath)) {
+        float[] got = served.predict(reference());
+        for (int i = 0; i < before.length; i++) {
+          assertEquals("INT8 + FP16 dense prediction " + i, before[i], got[i], 0.005f);
+        }
+      }
+    }
   }
 
   @Test
