@@ -19,7 +19,8 @@
 #   gpu-bundle/all.sh               everything above in one device call: the suites, the
 #                                   forward against the copy, and small, kaggle and
 #                                   multihot at batch 8192 in fp32 and in TF32, each with
-#                                   a time limit, then PyTorch with batches copied from
+#                                   a time limit, MLPerf's DCNv2 in fp32 and bf16, then
+#                                   PyTorch with batches copied from
 #                                   host memory each step (--host_batches, as the engine);
 #                                   full logs under $OUT (or /tmp/gpu-out), a table of
 #                                   train samples/s (ours, PyTorch's) last
@@ -116,6 +117,14 @@ for precision in highest high; do
       --matmul_precision "$precision" > "$log" 2>&1
     report "$config $precision" "$log" "$log"
   done
+done
+# MLPerf's DLRM-DCNv2 (multi-hot bags, 3 low-rank cross layers; tables capped so their
+# host-side initialization fits the call) in fp32 and with bf16 GEMMs on both sides.
+for precision in highest medium; do
+  log="$out/bench_mlperf_dcnv2_$precision.log"
+  timeout 180 "$here/bench.sh" mlperf_dcnv2 --batch_size 16384 --bag_size -1 --max_rows 100000 \
+    --steps 30 --matmul_precision "$precision" > "$log" 2>&1
+  report "mlperf_dcnv2 $precision" "$log" "$log"
 done
 # The peer paying what the engine pays: each step's batch copied from pinned host memory.
 for config in small kaggle multihot; do

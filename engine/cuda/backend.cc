@@ -11,6 +11,7 @@
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/cuda/batch_staging.h"
+#include "engine/cuda/cross_net.h"
 #include "engine/cuda/dense_optimizer.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_buffer.h"
@@ -41,13 +42,14 @@ DeviceActivation ToDevice(Activation act) {
 struct Activations {
   DeviceBuffer<float> pooled, inter;
   std::vector<DeviceBuffer<float>> bottom, top;
+  CrossActivations cross;  // a DCN model's
 };
 
 // Every activation and gradient of a training step; sized by the batch's shape, so a step
 // of the shape before allocates nothing (what a CUDA graph needs).
 struct StepBuffers {
   Activations acts;
-  DeviceBuffer<float> dlogits, d_inter, d_bottom, d_pooled, scratch_a, scratch_b;
+  DeviceBuffer<float> dlogits, d_inter, d_cross, d_bottom, d_pooled, scratch_a, scratch_b;
   DeviceBuffer<double> losses, loss_sum;
   DeviceBuffer<int32_t> non_finite;  // > 0: the step diverged, the updates skip
 };
@@ -71,6 +73,8 @@ class CudaBackend final : public train::Backend {
       : s_(*state), config_(config), ordinal_(ordinal), device_(OpenDevice(ordinal)) {
     CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     linear_ = std::make_unique<LinearContext>(stream_, Precision(config.device()));
+    if (s_.model.cross_net() != nullptr)
+      cross_ = std::make_unique<DeviceCrossNet>(*s_.model.cross_net());
     staging_ = std::make_unique<BatchStaging>(stream_, pool);
     scalars_.Resize(1);
     host_scalars_.Reserve(1);
@@ -121,6 +125,8 @@ class CudaBackend final : public train::Backend {
   void Prefetch(const train::StepLookahead& ahead);
 
   const float* Forward(const DeviceBatch& in, Activations& a) const;
+  // The top MLP's input: the interaction's output, through the cross network if any.
+  const float* TopInput(Activations& a, int64_t n) const;
   const float* MlpForward(const Mlp<float>& mlp, const float* x, int64_t n,
                           std::vector<DeviceBuffer<float>>& acts) const;
   void MlpBackward(const Mlp<float>& mlp, const float* x,
@@ -143,6 +149,7 @@ class CudaBackend final : public train::Backend {
   // One stream and one cuBLASLt context: every call is serialized.
   mutable std::mutex mu_;
   std::unique_ptr<LinearContext> linear_;
+  std::unique_ptr<DeviceCrossNet> cross_;           // null unless the model is DCN
   mutable std::vector<DeviceBuffer<float>> state_;  // ForEachState's order
   mutable bool host_stale_ = false;                 // the device trained since PullState
   std::unique_ptr<BatchStaging> staging_;
@@ -357,7 +364,12 @@ const float* CudaBackend::Forward(const DeviceBatch& in, Activations& a) const {
   const InteractionShape shape = Shape();
   a.inter.Resize(static_cast<size_t>(n) * shape.out_dim());
   LaunchInteractionForward(shape, x, a.pooled.get(), n, a.inter.get(), stream_);
-  return MlpForward(s_.model.top_mlp(), a.inter.get(), n, a.top);
+  return MlpForward(s_.model.top_mlp(), TopInput(a, n), n, a.top);
+}
+
+const float* CudaBackend::TopInput(Activations& a, int64_t n) const {
+  if (!cross_) return a.inter.get();
+  return cross_->Forward(*linear_, params(), a.inter.get(), n, a.cross);
 }
 
 const float* CudaBackend::MlpForward(const Mlp<float>& mlp, const float* x, int64_t n,
@@ -403,8 +415,13 @@ void CudaBackend::Backward(const DeviceBatch& in, const float* logits) {
   LaunchBceWithLogits(logits, in.labels.get(), n, 1.0f / static_cast<float>(n), b.dlogits.get(),
                       b.losses.get(), b.loss_sum.get(), stream_);
   b.d_inter.Resize(static_cast<size_t>(n) * shape.out_dim());
-  MlpBackward(s_.model.top_mlp(), b.acts.inter.get(), b.acts.top, b.dlogits.get(), n,
-              b.d_inter.get());
+  const float* top_in = cross_ ? b.acts.cross.x.back().get() : b.acts.inter.get();
+  if (cross_) b.d_cross.Resize(static_cast<size_t>(n) * shape.out_dim());
+  MlpBackward(s_.model.top_mlp(), top_in, b.acts.top, b.dlogits.get(), n,
+              cross_ ? b.d_cross.get() : b.d_inter.get());
+  if (cross_)
+    cross_->Backward(*linear_, params(), b.acts.inter.get(), b.acts.cross, b.d_cross.get(), n,
+                     dense_grad_.get(), b.d_inter.get());
   b.d_bottom.Resize(static_cast<size_t>(n) * shape.bottom_dim);
   b.d_pooled.Resize(static_cast<size_t>(n) * shape.pooled_width);
   LaunchInteractionBackward(shape, b.acts.bottom.back().get(), b.acts.pooled.get(), b.d_inter.get(),

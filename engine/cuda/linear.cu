@@ -167,8 +167,11 @@ void LinearContext::Forward(const float* x, int64_t n, int in, int out, const fl
   // Row-major y = x W^T is column-major Y [out x n] = W^T(col-major [in x out]) X [in x n].
   Gemm g{out, n, in, CUBLAS_OP_T, CUBLAS_OP_N, W, in, x, in, y, out};
   g.bias = b;
-  g.epilogue =
-      act == DeviceActivation::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  const bool relu = act == DeviceActivation::kRelu;
+  if (b != nullptr)
+    g.epilogue = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  else
+    g.epilogue = relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT;
   Run(g);
 }
 
@@ -176,6 +179,16 @@ void LinearContext::Backward(const float* x, const float* y, float* dy, int64_t 
                              const float* W, DeviceActivation act, float* dx, float* dW,
                              float* db) {
   CheckSizes(n, in, out);
+  if (db != nullptr || act == DeviceActivation::kRelu) BiasBackward(y, dy, n, out, act, db);
+  // dW [out x in] row-major = column-major [in x out] = X [in x n] dY^T ([n x out]).
+  Run(Gemm{in, out, n, CUBLAS_OP_N, CUBLAS_OP_T, x, in, dy, out, dW, in});
+  // dx [n x in] row-major = column-major [in x n] = W (col-major [in x out]) dY [out x n].
+  if (dx != nullptr) Run(Gemm{in, n, out, CUBLAS_OP_N, CUBLAS_OP_N, W, in, dy, out, dx, in});
+}
+
+void LinearContext::BiasBackward(const float* y, float* dy, int64_t n, int out,
+                                 DeviceActivation act, float* db) {
+  DLRM_INTERNAL_CHECK(db != nullptr);  // a ReLU layer has a bias
   const int64_t chunks = (n + kBiasChunkRows - 1) / kBiasChunkRows;
   // Grown once to the largest layer; reused (ordered on the stream) by every call.
   if (bias_partials_.size() < static_cast<size_t>(chunks) * out)
@@ -186,10 +199,6 @@ void LinearContext::Backward(const float* x, const float* y, float* dy, int64_t 
       y, dy, n, out, act == DeviceActivation::kRelu ? 1 : 0, partial);
   SumPartials<<<(out + kThreads - 1) / kThreads, kThreads, 0, stream_>>>(partial, chunks, out, db);
   CheckCuda(cudaGetLastError(), "bias gradient kernels");
-  // dW [out x in] row-major = column-major [in x out] = X [in x n] dY^T ([n x out]).
-  Run(Gemm{in, out, n, CUBLAS_OP_N, CUBLAS_OP_T, x, in, dy, out, dW, in});
-  // dx [n x in] row-major = column-major [in x n] = W (col-major [in x out]) dY [out x n].
-  if (dx != nullptr) Run(Gemm{in, n, out, CUBLAS_OP_N, CUBLAS_OP_N, W, in, dy, out, dx, in});
 }
 
 }  // namespace dlrm::cuda

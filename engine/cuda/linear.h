@@ -42,13 +42,14 @@ class LinearContext {
   LinearContext(const LinearContext&) = delete;
   LinearContext& operator=(const LinearContext&) = delete;
 
-  // x [n x in] -> y [n x out].
+  // x [n x in] -> y [n x out]; b may be null (a layer without bias).
   void Forward(const float* x, int64_t n, int in, int out, const float* W, const float* b,
                DeviceActivation act, float* y);
 
   // The backward of Forward. y: its output (read for kRelu). dy [n x out]: the loss
   // gradient w.r.t. y on entry, w.r.t. the pre-activation on return. dW [out x in] and
-  // db [out] are overwritten; dx [n x in] = dy W unless dx is null.
+  // db [out] are overwritten; dx [n x in] = dy W unless dx is null. db may be null for a
+  // layer without bias and without ReLU.
   void Backward(const float* x, const float* y, float* dy, int64_t n, int in, int out,
                 const float* W, DeviceActivation act, float* dx, float* dW, float* db);
 
@@ -57,6 +58,8 @@ class LinearContext {
  private:
   struct Gemm;  // one column-major GEMM's shape and epilogue
   void Run(const Gemm& g);
+  // dy masked by the ReLU (kRelu) and db = its column sums, in a fixed order.
+  void BiasBackward(const float* y, float* dy, int64_t n, int out, DeviceActivation act, float* db);
   const cublasLtMatmulAlgo_t& AlgoFor(const Gemm& g, cublasLtMatmulDesc_t desc,
                                       cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                       cublasLtMatrixLayout_t c);

@@ -89,6 +89,46 @@ TEST(CudaBackendTest, TrainsAsTheCpuDoesFor200Steps) {
   }
 }
 
+// SmallConfigText's model with DCNv2's cross network: 2 layers of `rank` (0: full rank).
+Engine MakeDcnEngine(
+    const char* optimizers, int rank, config::DeviceConfig::Kind kind,
+    config::DeviceConfig::MatmulPrecision precision = config::DeviceConfig::HIGHEST) {
+  config::DlrmConfig config = ParseConfigText(testing::SmallConfigText(optimizers, 1, 8));
+  config.mutable_model()->set_interaction(config::ModelConfig::DCN);
+  config.mutable_model()->mutable_dcn()->set_num_layers(2);
+  config.mutable_model()->mutable_dcn()->set_rank(rank);
+  config.mutable_device()->set_matmul_precision(precision);
+  return Engine(WithDevice(config, kind));
+}
+
+TEST(CudaBackendTest, TheCrossNetworkTrainsAsTheCpuDoesFor200Steps) {
+  SKIP_WITHOUT_GPU();
+  for (const int rank : {4, 0}) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    Engine cpu = MakeDcnEngine(kOptimizers[1], rank, config::DeviceConfig::CPU);
+    Engine gpu = MakeDcnEngine(kOptimizers[1], rank, config::DeviceConfig::CUDA);
+    const OwnedBatch probe = testing::SmallBatch(64, 999, true);
+    testing::ExpectAllNear(Predict(gpu, probe), Predict(cpu, probe), 1e-5f, "initial predictions");
+    for (uint64_t s = 0; s < 200; ++s) {
+      const OwnedBatch batch = testing::SmallBatch(64, s, /*weighted=*/s % 2 == 0);
+      const float want = cpu.TrainStep(batch.view());
+      const float got = gpu.TrainStep(batch.view());
+      ASSERT_NEAR(got, want, 1e-4 * std::fabs(want)) << "step " << s;
+    }
+    const OwnedBatch test = testing::SmallBatch(256, 1000);
+    const std::vector<float> want = Predict(cpu, test), got = Predict(gpu, test);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
+    // The cross layers' own parameters moved as the CPU's did.
+    for (const ParameterInfo& p : cpu.Parameters()) {
+      if (p.name.rfind("cross.", 0) != 0) continue;
+      std::vector<float> c(p.size()), g(p.size());
+      cpu.ReadParameter(p.name, c.data(), p.size());
+      gpu.ReadParameter(p.name, g.data(), p.size());
+      testing::ExpectAllNear(g, c, 1e-4f, p.name.c_str());
+    }
+  }
+}
+
 std::vector<std::vector<float>> AllParameters(const Engine& e) {
   std::vector<std::vector<float>> all;
   for (const ParameterInfo& p : e.Parameters()) {
@@ -236,6 +276,30 @@ TEST(CudaBackendTest, ATableTooWideForTheDeviceIsRefusedNamingIt) {
     EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("table \"t1\" has dim 65536"), std::string::npos)
         << e.what();
+  }
+}
+
+TEST(CudaBackendTest, TheCrossNetworkRepeatsBitwiseInGraphsAndInBf16) {
+  SKIP_WITHOUT_GPU();
+  for (const auto precision : {config::DeviceConfig::HIGHEST, config::DeviceConfig::MEDIUM}) {
+    SCOPED_TRACE(config::DeviceConfig::MatmulPrecision_Name(precision));
+    std::vector<std::vector<float>> first;
+    std::vector<float> first_losses;
+    for (int run = 0; run < 2; ++run) {
+      Engine gpu = MakeDcnEngine(kOptimizers[1], 4, config::DeviceConfig::CUDA, precision);
+      std::vector<float> losses;
+      // Batches of one shape: the steps after the first replay a CUDA graph.
+      for (uint64_t s = 0; s < 30; ++s)
+        losses.push_back(gpu.TrainStep(FixedShapeBatch(64, s).view()));
+      for (const float loss : losses) ASSERT_TRUE(std::isfinite(loss));
+      if (run == 0) {
+        first = AllParameters(gpu);
+        first_losses = losses;
+        continue;
+      }
+      ExpectBitwise(AllParameters(gpu), first);
+      EXPECT_EQ(std::memcmp(losses.data(), first_losses.data(), losses.size() * 4), 0);
+    }
   }
 }
 
