@@ -90,10 +90,6 @@ std::unique_ptr<train::Backend> MakeBackend(const config::DlrmConfig& config,
   if (config.device().kind() == config::DeviceConfig::CPU)
     return train::MakeCpuBackend(state, pool);
   RequireFixedTables(config.model(), "device.kind CUDA");
-  if (config.model().dot_self_interaction())
-    ThrowInvalid(
-        "model.dot_self_interaction is set, which device.kind CUDA does not take yet; train "
-        "it on the CPU");
 #if DLRM_HAVE_CUDA
   return cuda::MakeCudaBackend(config.device().ordinal(), state, config, pool);
 #else

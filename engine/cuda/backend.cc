@@ -138,7 +138,7 @@ class CudaBackend final : public train::Backend {
   InteractionShape Shape() const {
     const Interaction<float>& i = s_.model.interaction();
     return {i.kind() == config::ModelConfig::DOT, i.bottom_dim(), i.num_features(),
-            i.pooled_width()};
+            i.pooled_width(), i.self_interaction()};
   }
 
   train::ModelState& s_;

@@ -19,11 +19,17 @@ size_t DotStageBytes(int d, int f) {
 }
 constexpr size_t kDotStageLimit = 48 * 1024;  // without opting in to more
 
-// One block per sample: x copied, then one thread per pair (i, j), j < i, row by row. With
-// `staged`, the sample's vectors are first copied into shared memory (rows of d + 1), so
-// that the pairs' reads of scattered vectors hit shared memory, not L1; the sums are the
-// same, in the same order.
-__global__ void DotForward(const float* x, const float* pooled, int d, int f, int out_dim,
+// Where row i of the pairs starts: row i holds (i, 0) .. (i, i - 1), and (i, i) too with
+// self (rows from 0; without self from 1).
+__device__ __forceinline__ int RowStart(int i, int self) {
+  return self ? i * (i + 1) / 2 : i * (i - 1) / 2;
+}
+
+// One block per sample: x copied, then one thread per pair (i, j), j < i (j <= i with
+// self), row by row. With `staged`, the sample's vectors are first copied into shared
+// memory (rows of d + 1), so that the pairs' reads of scattered vectors hit shared memory,
+// not L1; the sums are the same, in the same order.
+__global__ void DotForward(const float* x, const float* pooled, int d, int f, int self, int out_dim,
                            bool staged, float* out) {
   extern __shared__ float z[];
   const int64_t r = blockIdx.x;
@@ -38,11 +44,11 @@ __global__ void DotForward(const float* x, const float* pooled, int d, int f, in
     __syncthreads();
     stride = d + 1;
   }
-  const int pairs = f * (f + 1) / 2;
+  const int pairs = RowStart(f + 1, self);
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-    int i = 1;
-    while ((i + 1) * i / 2 <= p) ++i;  // pair p lies in row i: rows before hold i(i-1)/2
-    const int j = p - i * (i - 1) / 2;
+    int i = 1 - self;
+    while (RowStart(i + 1, self) <= p) ++i;  // pair p lies in row i
+    const int j = p - RowStart(i, self);
     const float* zi = staged ? z + i * stride : Z(xr, pr, i, d);
     const float* zj = staged ? z + j * stride : Z(xr, pr, j, d);
     float sum = 0.0f;
@@ -53,9 +59,10 @@ __global__ void DotForward(const float* x, const float* pooled, int d, int f, in
 
 // One block per sample, one thread per (vector m, column k): dz_m[k] = sum over the pairs
 // that hold m, in the forward's pair order, of g * the other vector's k-th value. In that
-// order the pairs holding m are (m, 0) .. (m, m - 1), then (m + 1, m) .. (f, m).
+// order the pairs holding m are (m, 0) .. (m, m - 1), with self (m, m) (whose g counts
+// twice: d<z, z> = 2z), then (m + 1, m) .. (f, m).
 __global__ void DotBackward(const float* x, const float* pooled, const float* dout, int d, int f,
-                            int out_dim, float* dx, float* dpooled) {
+                            int self, int out_dim, float* dx, float* dpooled) {
   const int64_t r = blockIdx.x;
   const float* xr = x + r * d;
   const float* pr = pooled + r * static_cast<int64_t>(f) * d;
@@ -63,10 +70,11 @@ __global__ void DotBackward(const float* x, const float* pooled, const float* do
   for (int t = threadIdx.x; t < (f + 1) * d; t += blockDim.x) {
     const int m = t / d, k = t % d;
     float acc = m == 0 ? dout[r * out_dim + k] : 0.0f;
-    const float* gm = g + m * (m - 1) / 2;  // row m of the pairs: (m, j), j < m
+    const float* gm = g + RowStart(m, self);  // row m of the pairs: (m, j), j < m (<= m)
     for (int j = 0; j < m; ++j) acc = __fadd_rn(acc, __fmul_rn(gm[j], Z(xr, pr, j, d)[k]));
+    if (self) acc = __fadd_rn(acc, __fmul_rn(__fadd_rn(gm[m], gm[m]), Z(xr, pr, m, d)[k]));
     for (int i = m + 1; i <= f; ++i)
-      acc = __fadd_rn(acc, __fmul_rn(g[i * (i - 1) / 2 + m], Z(xr, pr, i, d)[k]));
+      acc = __fadd_rn(acc, __fmul_rn(g[RowStart(i, self) + m], Z(xr, pr, i, d)[k]));
     if (m == 0)
       dx[r * d + k] = acc;
     else
@@ -129,6 +137,7 @@ void CheckShape(const InteractionShape& s, int64_t n) {
   if (s.dot && s.pooled_width != s.num_features * s.bottom_dim)
     ThrowInvalid("interaction DOT: pooled_width ", s.pooled_width, " is not num_features ",
                  s.num_features, " x bottom_dim ", s.bottom_dim);
+  if (!s.dot && s.self_interaction) ThrowInvalid("interaction CAT: self_interaction is DOT's");
   if (n > INT32_MAX) ThrowInvalid("interaction: n=", n, " is more than 2^31 - 1 blocks");
 }
 
@@ -143,7 +152,8 @@ void LaunchInteractionForward(const InteractionShape& s, const float* x, const f
     const size_t stage = DotStageBytes(s.bottom_dim, s.num_features);
     const bool staged = stage <= kDotStageLimit;
     DotForward<<<blocks, kThreads, staged ? stage : 0, stream>>>(
-        x, pooled, s.bottom_dim, s.num_features, s.out_dim(), staged, out);
+        x, pooled, s.bottom_dim, s.num_features, s.self_interaction ? 1 : 0, s.out_dim(), staged,
+        out);
   } else
     CatForward<<<blocks, kThreads, 0, stream>>>(x, pooled, s.bottom_dim, s.pooled_width,
                                                 s.out_dim(), out);
@@ -158,7 +168,8 @@ void LaunchInteractionBackward(const InteractionShape& s, const float* x, const 
   const auto blocks = static_cast<unsigned>(n);
   if (s.dot)
     DotBackward<<<blocks, kThreads, 0, stream>>>(x, pooled, dout, s.bottom_dim, s.num_features,
-                                                 s.out_dim(), dx, dpooled);
+                                                 s.self_interaction ? 1 : 0, s.out_dim(), dx,
+                                                 dpooled);
   else
     CatBackward<<<blocks, kThreads, 0, stream>>>(dout, s.bottom_dim, s.pooled_width, s.out_dim(),
                                                  dx, dpooled);

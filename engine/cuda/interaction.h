@@ -1,7 +1,7 @@
 // The feature interaction and the loss on a CUDA device, the CPU's definitions
 // (engine/dense/interaction.h, engine/dense/loss.h): DOT (z_0 = x, z_i = the i-th pooled
-// embedding, out = [x, <z_i, z_j> for i in 1..F, j < i]) and CAT (out = [x, pooled]), and
-// BCE on logits summed in double.
+// embedding, out = [x, <z_i, z_j> for i in 1..F, j < i], or with self_interaction for i in
+// 0..F, j <= i) and CAT (out = [x, pooled]), and BCE on logits summed in double.
 //
 // Determinism: every value is computed by one thread in a fixed order (a dot product over
 // k ascending; a gradient over the pairs in the forward's order; the loss sum as a fixed
@@ -23,9 +23,12 @@ struct InteractionShape {
   bool dot = true;  // DOT, else CAT
   int bottom_dim = 0;
   int num_features = 0;
-  int pooled_width = 0;  // DOT: num_features * bottom_dim
+  int pooled_width = 0;           // DOT: num_features * bottom_dim
+  bool self_interaction = false;  // DOT's pairs include (i, i): the CPU's self_interaction
   int out_dim() const {
-    return dot ? bottom_dim + num_features * (num_features + 1) / 2 : bottom_dim + pooled_width;
+    const int f = num_features;
+    if (!dot) return bottom_dim + pooled_width;
+    return bottom_dim + (self_interaction ? (f + 1) * (f + 2) / 2 : f * (f + 1) / 2);
   }
 };
 

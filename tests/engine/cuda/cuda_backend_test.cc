@@ -101,6 +101,21 @@ Engine MakeDcnEngine(
   return Engine(WithDevice(config, kind));
 }
 
+TEST(CudaBackendTest, DotWithSelfInteractionTrainsAsTheCpuDoes) {
+  SKIP_WITHOUT_GPU();
+  config::DlrmConfig config = ParseConfigText(testing::SmallConfigText(kOptimizers[1], 1, 8));
+  config.mutable_model()->set_dot_self_interaction(true);
+  Engine cpu(WithDevice(config, config::DeviceConfig::CPU));
+  Engine gpu(WithDevice(config, config::DeviceConfig::CUDA));
+  for (uint64_t s = 0; s < 100; ++s) {
+    const OwnedBatch batch = testing::SmallBatch(64, s, /*weighted=*/s % 2 == 0);
+    const float want = cpu.TrainStep(batch.view());
+    ASSERT_NEAR(gpu.TrainStep(batch.view()), want, 1e-4 * std::fabs(want)) << "step " << s;
+  }
+  const OwnedBatch test = testing::SmallBatch(256, 1000);
+  testing::ExpectAllNear(Predict(gpu, test), Predict(cpu, test), 1e-4f, "predictions");
+}
+
 TEST(CudaBackendTest, TheCrossNetworkTrainsAsTheCpuDoesFor200Steps) {
   SKIP_WITHOUT_GPU();
   for (const int rank : {4, 0}) {

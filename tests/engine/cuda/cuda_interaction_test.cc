@@ -36,12 +36,13 @@ Outputs OnDevice(const InteractionShape& s, int64_t n, const std::vector<float>&
   return {d_out.ToHost(), d_dx.ToHost(), d_dp.ToHost()};
 }
 
-void CompareInteraction(bool dot, int d, int f) {
-  SCOPED_TRACE(::testing::Message() << (dot ? "DOT" : "CAT") << " d=" << d << " f=" << f);
+void CompareInteraction(bool dot, int d, int f, bool self = false) {
+  SCOPED_TRACE(::testing::Message() << (dot ? "DOT" : "CAT") << " d=" << d << " f=" << f
+                                    << (self ? " with self-interaction" : ""));
   const int64_t n = 37;
-  const InteractionShape s{dot, d, f, f * d};
+  const InteractionShape s{dot, d, f, f * d, self};
   const Interaction<float> cpu(dot ? config::ModelConfig::DOT : config::ModelConfig::CAT, d,
-                               std::vector<int>(f, d));
+                               std::vector<int>(f, d), self);
   ASSERT_EQ(cpu.out_dim(), s.out_dim());
   const std::vector<float> x = testing::RandomFloats(n * d, 1),
                            pooled = testing::RandomFloats(n * f * d, 2),
@@ -65,6 +66,10 @@ TEST(CudaInteractionTest, MatchesTheCpuAndRepeatsBitwise) {
   CompareInteraction(true, 3, 5);
   CompareInteraction(true, 512, 26);  // past 48 KiB: DotForward reads in place, unstaged
   CompareInteraction(false, 4, 3);
+  // The pairs (i, i) too (DLRM's --arch-interaction-itself), staged and in place.
+  CompareInteraction(true, 16, 8, /*self=*/true);
+  CompareInteraction(true, 3, 5, /*self=*/true);
+  CompareInteraction(true, 512, 26, /*self=*/true);
 }
 
 TEST(CudaBceTest, MatchesTheCpuAndRepeatsBitwise) {
@@ -97,6 +102,14 @@ TEST(CudaInteractionTest, BadShapesAreRefusedNamingThem) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(e.what(), HasSubstr("pooled_width 10 is not num_features 3 x bottom_dim 4"));
+  }
+  try {
+    LaunchInteractionForward({false, 4, 3, 12, /*self_interaction=*/true}, nullptr, nullptr, 1,
+                             nullptr, nullptr);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("interaction CAT: self_interaction is DOT's"));
   }
   EXPECT_THROW(LaunchBceWithLogits(nullptr, nullptr, 0, 1.0f, nullptr, nullptr, nullptr, nullptr),
                Error);
