@@ -61,10 +61,15 @@ grep -q "exported .* to $DIR/int8.serving: [0-9]* bytes" "$DIR/int8_export.out" 
   fail "export --quantize=int8 printed no size"
 [ "$(stat -c %s "$DIR/int8.serving")" -lt "$(stat -c %s "$DIR/fp32.serving")" ] ||
   fail "the INT8 serving model is not smaller than the FP32 one"
-"$DLRM" eval --checkpoint="$DIR/int8.serving" --test="$DIR/test.tsv" > "$DIR/int8_eval.out"
-int8_auc=$(sed -n 's/^eval .* auc=\([0-9.]*\)$/\1/p' "$DIR/int8_eval.out")
-awk -v a="$auc" -v q="$int8_auc" 'BEGIN { d = a - q; exit !(q != "" && d < 0.001 && d > -0.001) }' ||
-  fail "the INT8 model's AUC $int8_auc is not within 0.001 of $auc"
+# expect_auc_close MODEL LABEL: MODEL evaluates within 0.001 AUC of the checkpoint's $auc.
+expect_auc_close() {
+  "$DLRM" eval --checkpoint="$1" --test="$DIR/test.tsv" > "$DIR/close_eval.out"
+  local got
+  got=$(sed -n 's/^eval .* auc=\([0-9.]*\)$/\1/p' "$DIR/close_eval.out")
+  awk -v a="$auc" -v q="$got" 'BEGIN { d = a - q; exit !(q != "" && d < 0.001 && d > -0.001) }' ||
+    fail "the $2 model's AUC $got is not within 0.001 of $auc"
+}
+expect_auc_close "$DIR/int8.serving" INT8
 if "$DLRM" export --checkpoint="$DIR/model.ckpt" --out="$DIR/x.serving" --quantize=int3 \
   2> "$DIR/quantize.err" > /dev/null; then
   fail "--quantize=int3 was accepted"
@@ -78,10 +83,7 @@ grep -q -- '--quantize must be none, int8 or int4, got "int3"' "$DIR/quantize.er
   --dense_precision=fp16 > /dev/null
 [ "$(stat -c %s "$DIR/int8d16.serving")" -lt "$(stat -c %s "$DIR/int8.serving")" ] ||
   fail "the INT8 model with fp16 dense parameters is not smaller than the INT8 one"
-"$DLRM" eval --checkpoint="$DIR/int8d16.serving" --test="$DIR/test.tsv" > "$DIR/d16_eval.out"
-d16_auc=$(sed -n 's/^eval .* auc=\([0-9.]*\)$/\1/p' "$DIR/d16_eval.out")
-awk -v a="$auc" -v q="$d16_auc" 'BEGIN { d = a - q; exit !(q != "" && d < 0.001 && d > -0.001) }' ||
-  fail "the fp16-dense model's AUC $d16_auc is not within 0.001 of $auc"
+expect_auc_close "$DIR/int8d16.serving" "INT8 + fp16 dense"
 if "$DLRM" export --checkpoint="$DIR/model.ckpt" --out="$DIR/x.serving" \
   --dense_precision=int8 2> "$DIR/dense.err" > /dev/null; then
   fail "--dense_precision=int8 was accepted"
