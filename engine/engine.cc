@@ -89,7 +89,7 @@ std::unique_ptr<train::Backend> MakeBackend(const config::DlrmConfig& config,
                                             train::ModelState* state, ThreadPool* pool) {
   if (config.device().kind() == config::DeviceConfig::CPU)
     return train::MakeCpuBackend(state, pool);
-  RequireFixedTables(config.model(), "device.kind CUDA");
+  RequireFixedTables(config.model(), "device.kind CUDA", /*half_rows=*/true);
 #if DLRM_HAVE_CUDA
   return cuda::MakeCudaBackend(config.device().ordinal(), state, config, pool);
 #else

@@ -296,12 +296,12 @@ config::TableConfig::Precision WireValuePrecision(const config::DistributedConfi
   }
 }
 
-void RequireFixedTables(const config::ModelConfig& model, const char* who) {
+void RequireFixedTables(const config::ModelConfig& model, const char* who, bool half_rows) {
   for (int t = 0; t < model.tables_size(); ++t) {
     const config::TableConfig& table = model.tables(t);
     const char* kinds = IsQuantized(table.precision()) ? " (a quantized serving table), which "
                                                        : " (16-bit rows), which ";
-    if (table.precision() != config::TableConfig::FP32)
+    if (table.precision() != config::TableConfig::FP32 && !(half_rows && IsHalf(table.precision())))
       ThrowInvalid(Field("model.tables", t), " (\"", table.name(), "\") has precision ",
                    config::TableConfig::Precision_Name(table.precision()), kinds, who,
                    " does not take yet; use it in one process on the CPU");

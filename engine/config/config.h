@@ -22,8 +22,9 @@ std::string ConfigToText(const config::DlrmConfig& config);
 
 // config less what each process chooses for itself, which is memory and placement, not
 // the model: num_threads, device, memory_limit_bytes, ssd_dir and every SSD table's
-// cache_bytes and segment_bytes. The peers of a multi-process job share the rest (cluster/job_config.h),
-// and a checkpoint loads under any values of these (checkpoint::CompareConfigs).
+// cache_bytes and segment_bytes. The peers of a multi-process job share the rest
+// (cluster/job_config.h), and a checkpoint loads under any values of these
+// (checkpoint::CompareConfigs).
 config::DlrmConfig WithoutPerProcessFields(const config::DlrmConfig& config);
 
 // Sets *device from a name: "cpu", "cuda" (ordinal 0) or "cuda:N", strictly; otherwise
@@ -50,8 +51,9 @@ config::TableConfig::Precision WireValuePrecision(const config::DistributedConfi
 
 // For the parts that take only FIXED tables held in memory (the CUDA backend, embedding
 // servers): kInvalidArgument "model.tables[i] ("name") is DYNAMIC (or: has ssd storage),
-// which <who> does not take yet".
-void RequireFixedTables(const config::ModelConfig& model, const char* who);
+// which <who> does not take yet"; the same for a quantized table, and for a BF16 / FP16
+// one unless half_rows (the CUDA backend trains them).
+void RequireFixedTables(const config::ModelConfig& model, const char* who, bool half_rows = false);
 
 // TableConfig.precision's kinds: row-wise quantized codes (INT8, INT4, read-only serving
 // rows) and 16-bit floats (BF16, FP16, trainable).

@@ -9,11 +9,19 @@
 #include <cmath>
 #include <cstdint>
 
+// Functions CUDA code calls on the device too (compiled by nvcc: __host__ __device__).
+#if defined(__CUDACC__)
+#define DLRM_HOST_DEVICE __host__ __device__
+#else
+#define DLRM_HOST_DEVICE
+#endif
+
 namespace dlrm {
 
-// Returns 4 independent 32-bit random words for the 128-bit counter (c_hi, c_lo) under
-// the 64-bit key.
-inline std::array<uint32_t, 4> Philox4x32(uint64_t key, uint64_t c_hi, uint64_t c_lo) {
+// out = 4 independent 32-bit random words for the 128-bit counter (c_hi, c_lo) under the
+// 64-bit key; the one definition the CPU and the GPU share.
+DLRM_HOST_DEVICE inline void Philox4x32Words(uint64_t key, uint64_t c_hi, uint64_t c_lo,
+                                             uint32_t out[4]) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   uint32_t c0 = static_cast<uint32_t>(c_lo), c1 = static_cast<uint32_t>(c_lo >> 32);
@@ -31,7 +39,17 @@ inline std::array<uint32_t, 4> Philox4x32(uint64_t key, uint64_t c_hi, uint64_t 
     k0 += kW0;
     k1 += kW1;
   }
-  return {c0, c1, c2, c3};
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}
+
+// Philox4x32Words as an array.
+inline std::array<uint32_t, 4> Philox4x32(uint64_t key, uint64_t c_hi, uint64_t c_lo) {
+  std::array<uint32_t, 4> words;
+  Philox4x32Words(key, c_hi, c_lo, words.data());
+  return words;
 }
 
 // Uniform in the open interval (0, 1), from the top 24 bits (exact in float and double).

@@ -21,6 +21,7 @@
 #include "engine/cuda/linear.h"
 #include "engine/cuda/pooled_embedding.h"
 #include "engine/cuda/step_graph.h"
+#include "engine/embedding/half_bits.h"
 #include "engine/train/step.h"
 
 namespace dlrm::cuda {
@@ -32,6 +33,12 @@ MatmulPrecision Precision(const config::DeviceConfig& d) {
     case config::DeviceConfig::MEDIUM: return MatmulPrecision::kMedium;
     default: return MatmulPrecision::kHighest;
   }
+}
+
+// The kernels' code for a table's rows: 0 FP32, 1 BF16, 2 FP16.
+int32_t HalfKind(const EmbeddingTable<float>& table) {
+  if (!table.half()) return 0;
+  return table.precision() == config::TableConfig::BF16 ? 1 : 2;
 }
 
 DeviceActivation ToDevice(Activation act) {
@@ -151,7 +158,10 @@ class CudaBackend final : public train::Backend {
   std::unique_ptr<LinearContext> linear_;
   std::unique_ptr<DeviceCrossNet> cross_;           // null unless the model is DCN
   mutable std::vector<DeviceBuffer<float>> state_;  // ForEachState's order
-  mutable bool host_stale_ = false;                 // the device trained since PullState
+  // A BF16 / FP16 table's rows, by table index (empty for FP32 tables, whose rows are in
+  // state_); copied with state_ by PullState and PushState.
+  mutable std::vector<DeviceBuffer<uint16_t>> halves_;
+  mutable bool host_stale_ = false;  // the device trained since PullState
   std::unique_ptr<BatchStaging> staging_;
   StepBuffers buf_;
   mutable Activations predict_acts_;  // PredictLogits' (its batch: staging's predict slot)
@@ -218,8 +228,9 @@ void CudaBackend::BuildFeatureArgs() {
   std::vector<FeatureSpec> specs;
   std::vector<SparseFeatureArgs> features;
   for (const FeatureBinding& f : s_.model.feature_bindings()) {
-    specs.push_back({state_[TableSlot(f.table)].get(), s_.model.tables()[f.table].dim(), f.offset,
-                     f.mean ? 1 : 0});
+    const auto& table = s_.model.tables()[f.table];
+    specs.push_back({state_[TableSlot(f.table)].get(), table.dim(), f.offset, f.mean ? 1 : 0,
+                     halves_[f.table].get(), HalfKind(table)});
     features.push_back({f.table, f.offset, f.mean ? 1 : 0});
   }
   std::vector<SparseTableArgs> tables;
@@ -229,7 +240,10 @@ void CudaBackend::BuildFeatureArgs() {
     const auto& table = s_.model.tables()[i];
     tables.push_back({state_[slot].get(), table.num_rows(), table.dim(),
                       states > 0 ? state_[slot + 1].get() : nullptr,
-                      states > 1 ? state_[slot + 2].get() : nullptr});
+                      states > 1 ? state_[slot + 2].get() : nullptr, halves_[i].get(),
+                      HalfKind(table),
+                      table.rounding().mode == config::TableConfig::STOCHASTIC ? 1 : 0,
+                      half_bits::RoundingKey(table.rounding().seed, table.rounding().table)});
     max_dim_ = std::max(max_dim_, table.dim());
   }
   feature_specs_.Upload(specs, stream_);
@@ -331,6 +345,10 @@ void CudaBackend::PullState() const {
   ForEachState([&](DeviceBuffer<float>& device, std::vector<float>& host) {
     device.Download(host.data(), host.size(), stream_);
   });
+  for (size_t t = 0; t < halves_.size(); ++t) {
+    std::vector<uint16_t>& host = s_.model.tables()[t].halves();
+    halves_[t].Download(host.data(), host.size(), stream_);
+  }
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   host_stale_ = false;
 }
@@ -341,6 +359,9 @@ void CudaBackend::PushState() {
   // Same sizes every time: the arrays (and the graphs and arguments naming them) stay put.
   ForEachState(
       [&](DeviceBuffer<float>& device, std::vector<float>& host) { device.Upload(host, stream_); });
+  halves_.resize(s_.model.tables().size());
+  for (size_t t = 0; t < halves_.size(); ++t)
+    halves_[t].Upload(s_.model.tables()[t].halves(), stream_);
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   host_stale_ = false;
 }

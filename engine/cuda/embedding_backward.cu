@@ -7,6 +7,7 @@
 #include "engine/core/status.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/embedding_backward.h"
+#include "engine/embedding/half_bits.h"
 
 namespace dlrm::cuda {
 namespace {
@@ -43,19 +44,17 @@ __device__ float SquaredNorm(const float* g, int dim) {
                    __fadd_rn(__fadd_rn(part[1], part[5]), __fadd_rn(part[3], part[7])));
 }
 
-__device__ void UpdateElement(const SparseStepArgs& o, const SparseTableArgs& t, int64_t row, int k,
-                              float g, float rowwise_denom) {
-  const int64_t at = row * t.dim + k;
-  float* w = t.weights + at;
+// The element's value updated by the optimizer (its state updated in place).
+__device__ float UpdatedValue(const SparseStepArgs& o, const SparseTableArgs& t, int64_t at,
+                              float w, float g, float rowwise_denom) {
   switch (o.kind) {
-    case kSgd: *w = __fsub_rn(*w, __fmul_rn(o.lr, g)); break;
+    case kSgd: return __fsub_rn(w, __fmul_rn(o.lr, g));
     case kAdagrad: {
       const float s = __fadd_rn(t.state0[at], __fmul_rn(g, g));
       t.state0[at] = s;
-      *w = __fsub_rn(*w, __fdiv_rn(__fmul_rn(o.lr, g), __fadd_rn(__fsqrt_rn(s), o.eps)));
-      break;
+      return __fsub_rn(w, __fdiv_rn(__fmul_rn(o.lr, g), __fadd_rn(__fsqrt_rn(s), o.eps)));
     }
-    case kRowwise: *w = __fsub_rn(*w, __fdiv_rn(__fmul_rn(o.lr, g), rowwise_denom)); break;
+    case kRowwise: return __fsub_rn(w, __fdiv_rn(__fmul_rn(o.lr, g), rowwise_denom));
     default: {  // Adam
       const float m =
           __fadd_rn(__fmul_rn(o.beta1, t.state0[at]), __fmul_rn(__fsub_rn(1.0f, o.beta1), g));
@@ -64,9 +63,25 @@ __device__ void UpdateElement(const SparseStepArgs& o, const SparseTableArgs& t,
       t.state0[at] = m;
       t.state1[at] = v;
       const float denom = __fadd_rn(__fsqrt_rn(__fdiv_rn(v, o.bias2)), o.eps);
-      *w = __fsub_rn(*w, __fdiv_rn(__fmul_rn(o.lr, __fdiv_rn(m, o.bias1)), denom));
+      return __fsub_rn(w, __fdiv_rn(__fmul_rn(o.lr, __fdiv_rn(m, o.bias1)), denom));
     }
   }
+}
+
+// Element k of `row` updated: an FP32 row in place; a 16-bit one widened, updated and
+// narrowed as the CPU's StoreRow does (the same random bits when stochastic).
+__device__ void UpdateElement(const SparseStepArgs& o, const SparseTableArgs& t, int64_t row, int k,
+                              float g, float rowwise_denom) {
+  const int64_t at = row * t.dim + k;
+  if (t.half == 0) {
+    t.weights[at] = UpdatedValue(o, t, at, t.weights[at], g, rowwise_denom);
+    return;
+  }
+  const bool bf16 = t.half == 1;
+  const float w = UpdatedValue(o, t, at, half_bits::Widen(t.halves[at], bf16), g, rowwise_denom);
+  const uint16_t random =
+      t.stochastic != 0 ? half_bits::RoundingWord(t.rounding_key, o.step, row, k) : 0;
+  t.halves[at] = half_bits::Narrow(w, bf16, t.stochastic != 0, random);
 }
 
 constexpr int kUnroll = 8;  // occurrences whose d_pooled loads are in flight together
@@ -294,6 +309,7 @@ SparseStepArgs MakeSparseStepArgs(const config::SparseOptimizerConfig& c, float 
   SparseStepArgs o;
   o.kind = kSgd;
   o.lr = lr;
+  o.step = step;
   switch (c.kind_case()) {
     case config::SparseOptimizerConfig::kAdagrad:
       o.kind = kAdagrad;

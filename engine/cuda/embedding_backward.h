@@ -42,13 +42,19 @@ struct SparseFeatureArgs {
 };
 
 struct SparseTableArgs {
-  float* weights = nullptr;  // [num_rows x dim]
+  float* weights = nullptr;  // [num_rows x dim] (FP32 rows)
   int64_t num_rows = 0;
   int32_t dim = 0;
   // The optimizer's state, as the CPU names it: Adagrad sum_sq [rows x dim]; row-wise
   // Adagrad row_sum_sq [rows]; Adam exp_avg, exp_avg_sq [rows x dim]; SGD none.
   float* state0 = nullptr;
   float* state1 = nullptr;
+  // A BF16 / FP16 table (half 1 / 2; 0: FP32): its rows [num_rows x dim], updated in fp32
+  // and narrowed as its rounding says (stochastic: with half_bits::RoundingWord's bits).
+  uint16_t* halves = nullptr;
+  int32_t half = 0;
+  int32_t stochastic = 0;
+  uint64_t rounding_key = 0;  // half_bits::RoundingKey(seed, table index)
 };
 
 struct EmbeddingBackwardArgs {
@@ -71,6 +77,7 @@ struct EmbeddingBackwardArgs {
 struct SparseStepArgs {
   int32_t kind = 0;  // SGD, Adagrad, row-wise Adagrad, Adam (embedding_backward.cu)
   float lr = 0, eps = 0, beta1 = 0, beta2 = 0, bias1 = 1, bias2 = 1;
+  int64_t step = 1;  // the 1-based step: stochastic rounding's counter
 };
 // `optimizer`'s kind and scalars at learning rate `lr` and 1-based `step`
 // (kInvalidArgument if < 1).

@@ -3,6 +3,7 @@
 #include "engine/core/status.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/pooled_embedding.h"
+#include "engine/embedding/half_bits.h"
 
 namespace dlrm::cuda {
 namespace {
@@ -25,6 +26,22 @@ __device__ __forceinline__ float4 Accumulate4(float4 acc, float4 v, const float*
   return acc;
 }
 
+// Row id's columns [c, c + 4) (dim % 4 == 0: 16-byte aligned as floats, 8 as halves).
+__device__ __forceinline__ float4 Load4(const FeatureSpec& f, int64_t id, int32_t c) {
+  if (f.half == 0) return *reinterpret_cast<const float4*>(f.table + id * f.dim + c);
+  const uint2 h = *reinterpret_cast<const uint2*>(f.halves + id * f.dim + c);
+  const bool bf16 = f.half == 1;
+  return make_float4(half_bits::Widen(static_cast<uint16_t>(h.x), bf16),
+                     half_bits::Widen(static_cast<uint16_t>(h.x >> 16), bf16),
+                     half_bits::Widen(static_cast<uint16_t>(h.y), bf16),
+                     half_bits::Widen(static_cast<uint16_t>(h.y >> 16), bf16));
+}
+
+__device__ __forceinline__ float Load1(const FeatureSpec& f, int64_t id, int32_t c) {
+  if (f.half == 0) return f.table[id * f.dim + c];
+  return half_bits::Widen(f.halves[id * f.dim + c], f.half == 1);
+}
+
 // Columns [c, c + 4) of one bag, read as float4 (dim % 4 == 0). The loads of kUnroll rows
 // are issued before their sums, which stay in id order.
 __device__ float4 SumBagVec4(const FeatureSpec& f, const int64_t* ids, const float* weights,
@@ -34,15 +51,13 @@ __device__ float4 SumBagVec4(const FeatureSpec& f, const int64_t* ids, const flo
   for (; i + kUnroll <= end; i += kUnroll) {
     float4 v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      v[u] = *reinterpret_cast<const float4*>(f.table + ids[i + u] * f.dim + c);
+    for (int u = 0; u < kUnroll; ++u) v[u] = Load4(f, ids[i + u], c);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
       acc = Accumulate4(acc, v[u], weights != nullptr ? weights + i + u : nullptr);
   }
   for (; i < end; ++i)
-    acc = Accumulate4(acc, *reinterpret_cast<const float4*>(f.table + ids[i] * f.dim + c),
-                      weights != nullptr ? weights + i : nullptr);
+    acc = Accumulate4(acc, Load4(f, ids[i], c), weights != nullptr ? weights + i : nullptr);
   return acc;
 }
 
@@ -70,8 +85,7 @@ __device__ void PoolBagScalar(const FeatureSpec& f, const int64_t* ids, const fl
   for (int32_t c = lane; c < f.dim; c += kWarp) {
     float acc = 0.f;
     for (int64_t i = begin; i < end; ++i)
-      acc =
-          Accumulate(acc, f.table[ids[i] * f.dim + c], weights != nullptr ? weights + i : nullptr);
+      acc = Accumulate(acc, Load1(f, ids[i], c), weights != nullptr ? weights + i : nullptr);
     if (f.mean != 0 && end > begin) acc = __fdiv_rn(acc, static_cast<float>(end - begin));
     out[c] = acc;
   }

@@ -19,10 +19,12 @@ namespace dlrm::cuda {
 // One sparse feature: which table it reads and where its pooled vector goes in a row of
 // the output.
 struct FeatureSpec {
-  const float* table = nullptr;  // [rows x dim], row-major
+  const float* table = nullptr;  // [rows x dim], row-major (FP32 rows)
   int32_t dim = 0;
-  int32_t out_offset = 0;  // first column of this feature in an output row
-  int32_t mean = 0;        // 1: MEAN pooling, 0: SUM
+  int32_t out_offset = 0;            // first column of this feature in an output row
+  int32_t mean = 0;                  // 1: MEAN pooling, 0: SUM
+  const uint16_t* halves = nullptr;  // [rows x dim] of a BF16 / FP16 table (half != 0)
+  int32_t half = 0;                  // 0: FP32 rows, 1: BF16, 2: FP16 (widened exactly)
 };
 
 struct PooledForwardArgs {

@@ -2,15 +2,14 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstring>
 #include <type_traits>
 
 #include "engine/core/cpu_features.h"
-#include "engine/core/philox.h"
 #include "engine/core/prefetch.h"
 #include "engine/core/status.h"
 #include "engine/embedding/column_blocks.h"
+#include "engine/embedding/half_bits.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -22,101 +21,19 @@ namespace {
 // How many rows of a bag ahead of the one being added the next is prefetched.
 constexpr int64_t kPrefetchRows = 8;
 // Columns that share one Philox call's 128 random bits (16 each).
-constexpr int32_t kBlock = 8;
-constexpr uint32_t kFp16MaxFinite = 0x7BFF, kBf16MaxFinite = 0x7F7F;
-
-uint32_t BitsOf(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-
-float FloatOfBits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
-
-float Bf16Widen(uint16_t h) { return FloatOfBits(static_cast<uint32_t>(h) << 16); }
-
-float Fp16Widen(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-  if (e == 0x1F)  // infinity, or NaN made quiet (as F16C widens)
-    return FloatOfBits(sign | 0x7F800000u | (m << 13) | (m != 0 ? 0x400000u : 0u));
-  if (e == 0) {  // zero or subnormal: m * 2^-24, exact
-    const float magnitude = std::ldexp(static_cast<float>(m), -24);
-    return sign != 0 ? -magnitude : magnitude;
-  }
-  return FloatOfBits(sign | ((e + 112) << 23) | (m << 13));
-}
-
-// BF16: the top 16 bits of x after adding `increment` to it (0x7FFF plus the kept part's
-// lowest bit to round to nearest even, a random 16 bits to round stochastically).
-uint16_t Bf16Narrow(float x, bool stochastic, uint16_t random) {
-  const uint32_t u = BitsOf(x), a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  if (a == 0x7F800000u) return static_cast<uint16_t>(u >> 16);
-  const uint32_t increment = stochastic ? random : 0x7FFFu + ((u >> 16) & 1u);
-  uint32_t r = (u + increment) >> 16;
-  if ((r & 0x7FFFu) == 0x7F80u) r = ((u >> 16) & 0x8000u) | kBf16MaxFinite;
-  return static_cast<uint16_t>(r);
-}
-
-// Whether the dropped bits `rem` (of `shift` bits) carry the kept ones `base` up.
-bool RoundsUp(uint64_t base, uint64_t rem, int shift, bool stochastic, uint16_t random) {
-  if (stochastic) {
-    const uint64_t top16 = shift >= 16 ? rem >> (shift - 16) : rem << (16 - shift);
-    return top16 + random >= 0x10000u;
-  }
-  const uint64_t half = uint64_t{1} << (shift - 1);
-  return rem > half || (rem == half && (base & 1u) != 0);
-}
-
-uint16_t Fp16Narrow(float x, bool stochastic, uint16_t random) {
-  const uint32_t u = BitsOf(x), a = u & 0x7FFFFFFFu;
-  const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  if (a > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
-  if (a == 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u);
-  const int e = static_cast<int>(a >> 23) - 127;
-  if (e >= 16) return static_cast<uint16_t>(sign | kFp16MaxFinite);
-  // Below 2^-40 even 16 random bits cannot reach the smallest subnormal (2^-24).
-  if (e < -40) return sign;
-  uint64_t base, rem;
-  int shift;
-  if (e >= -14) {  // a normal FP16: 13 mantissa bits dropped
-    shift = 13;
-    base = (static_cast<uint64_t>(e + 15) << 10) | ((a & 0x7FFFFFu) >> 13);
-    rem = a & 0x1FFFu;
-  } else {  // a subnormal one: the significand with its leading 1, shifted further
-    shift = -1 - e;
-    const uint64_t m = (a & 0x7FFFFFu) | 0x800000u;
-    base = m >> shift;
-    rem = m & ((uint64_t{1} << shift) - 1);
-  }
-  uint64_t r = base + (RoundsUp(base, rem, shift, stochastic, random) ? 1u : 0u);
-  if (r >= 0x7C00u) r = kFp16MaxFinite;  // a carry past the largest finite value
-  return static_cast<uint16_t>(sign | r);
-}
+constexpr int32_t kBlock = half_bits::kRandomBlock;
+using half_bits::kBf16MaxFinite;
 
 uint16_t Narrow(float x, TablePrecision precision, bool stochastic, uint16_t random) {
-  return precision == config::TableConfig::BF16 ? Bf16Narrow(x, stochastic, random)
-                                                : Fp16Narrow(x, stochastic, random);
+  return half_bits::Narrow(x, precision == config::TableConfig::BF16, stochastic, random);
 }
 
 // The random bits of columns [k0, k0 + 8) (k0 a multiple of 8): one Philox call.
 std::array<uint16_t, kBlock> RandomBlock(const HalfRounding& rounding, int64_t step, int64_t row,
                                          int32_t k0) {
-  const uint64_t key =
-      rounding.seed ^
-      ((kStreamRoundingBase + static_cast<uint64_t>(rounding.table)) * 0x9E3779B97F4A7C15ULL);
-  const auto words =
-      Philox4x32(key, static_cast<uint64_t>(step),
-                 (static_cast<uint64_t>(row) << 16) ^ static_cast<uint64_t>(k0 / kBlock));
   std::array<uint16_t, kBlock> bits;
-  for (int32_t i = 0; i < kBlock; ++i)
-    bits[static_cast<size_t>(i)] =
-        static_cast<uint16_t>(words[static_cast<size_t>(i / 2)] >> ((i & 1) * 16));
+  half_bits::RoundingWords(half_bits::RoundingKey(rounding.seed, rounding.table), step, row, k0,
+                           bits.data());
   return bits;
 }
 
@@ -239,7 +156,7 @@ bool UseF16c() { return CpuHasAvx2F16c(); }
 }  // namespace
 
 float FloatFromHalf(uint16_t h, TablePrecision precision) {
-  return precision == config::TableConfig::BF16 ? Bf16Widen(h) : Fp16Widen(h);
+  return half_bits::Widen(h, precision == config::TableConfig::BF16);
 }
 
 uint16_t HalfFromFloat(float x, TablePrecision precision) { return Narrow(x, precision, false, 0); }

@@ -187,9 +187,16 @@ TEST(HalfTables, RefusedWhereTheyCannotBeHeldNamingTheField) {
   c.mutable_model()->mutable_tables(1)->mutable_ssd()->set_cache_bytes(1 << 20);
   c.set_ssd_dir(testing::TempDir("half_tables_ssd"));
   refused(c, "model.tables[1].ssd is set but model.tables[1].precision is FP16");
+  // Embedding servers do not hold 16-bit rows yet; the CUDA backend does (half_rows).
   c = Config(config::TableConfig::BF16, config::TableConfig::NEAREST);
-  c.mutable_device()->set_kind(config::DeviceConfig::CUDA);
-  refused(c, "model.tables[0] (\"t0\") has precision BF16 (16-bit rows), which device.kind CUDA");
+  testing::ExpectError([&] { RequireFixedTables(c.model(), "embedding servers"); },
+                       StatusCode::kInvalidArgument,
+                       "model.tables[0] (\"t0\") has precision BF16 (16-bit rows), which "
+                       "embedding servers does not take yet");
+  RequireFixedTables(c.model(), "device.kind CUDA", /*half_rows=*/true);
+  c.mutable_model()->mutable_tables(0)->set_precision(config::TableConfig::INT8);
+  testing::ExpectError([&] { RequireFixedTables(c.model(), "device.kind CUDA", true); },
+                       StatusCode::kInvalidArgument, "(a quantized serving table)");
 }
 
 }  // namespace
