@@ -314,6 +314,7 @@ DLRM_AVX512_BF16 void MicroKernelBf16(int64_t words, const uint32_t* a, const ui
 struct Bf16Kernel {
   using Word = uint32_t;
   static constexpr int64_t kPerWord = 2;
+  static constexpr int64_t kKc = kSbgemmKc;
   static void PackA(bool t, const float* A, int64_t lda, int64_t i0, int64_t k0, int64_t mc,
                     int64_t kc, Word* dst) {
     PackABf16(t, A, lda, i0, k0, mc, kc, dst);
@@ -332,6 +333,7 @@ struct Bf16Kernel {
 struct Fp32Kernel {
   using Word = float;
   static constexpr int64_t kPerWord = 1;  // k values per packed word
+  static constexpr int64_t kKc = kGemmKc;  // k values per K block
   static void PackA(bool t, const float* A, int64_t lda, int64_t i0, int64_t k0, int64_t mc,
                     int64_t kc, Word* dst) {
     dlrm::PackA(t, A, lda, i0, k0, mc, kc, dst);
@@ -357,8 +359,8 @@ void BlockedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
   for (int64_t jc = 0; jc < N; jc += kNc) {
     const int64_t nc = std::min(kNc, N - jc);
     const int64_t nc_padded = (nc + kNr - 1) / kNr * kNr;
-    for (int64_t pc = 0; pc < K; pc += kGemmKc) {
-      const int64_t kc = std::min(kGemmKc, K - pc);
+    for (int64_t pc = 0; pc < K; pc += Kernel::kKc) {
+      const int64_t kc = std::min(Kernel::kKc, K - pc);
       const int64_t words = (kc + Kernel::kPerWord - 1) / Kernel::kPerWord;
       const float block_beta = pc == 0 ? beta : 1.0f;
       Word* packed_b = b_buffer.Get(static_cast<size_t>(words * nc_padded));

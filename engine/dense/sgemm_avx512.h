@@ -21,6 +21,9 @@ namespace dlrm {
 // The K block: a sum over k in [b * kGemmKc, (b + 1) * kGemmKc) is formed in a register,
 // then added to C (so K <= kGemmKc gives one rounding per k and one store).
 inline constexpr int64_t kGemmKc = 256;
+// SbgemmAvx512's K block: as many packed words (two k values each) as kGemmKc, so its B
+// panel fills L1 as the fp32 kernel's does.
+inline constexpr int64_t kSbgemmKc = 2 * kGemmKc;
 
 // C[M x N] = alpha * op(A) * op(B) + beta * C, all row-major, as cblas_sgemm with
 // CblasRowMajor. beta == 0 never reads C (NaN there is overwritten). Callers check
@@ -32,7 +35,7 @@ void SgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 // The same product with op(A) and op(B) rounded to bf16 (to nearest even) and multiplied by
 // AVX512-BF16's vdpbf16ps, which adds the products of k and k + 1 to an fp32 sum in one
 // step: 32 multiply-adds per instruction where the fp32 kernel's FMA does 16. Each element
-// of C is again one fixed-order sum (k pairs ascending, K blocks of kGemmKc), so the
+// of C is again one fixed-order sum (k pairs ascending, K blocks of kSbgemmKc), so the
 // determinism contract holds. Callers check CpuHasAvx512Bf16() first.
 void SbgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,

@@ -92,9 +92,10 @@ INSTANTIATE_TEST_SUITE_P(Kernels, AnyGemmAvx512Test, ::testing::Values(false, tr
 TEST_P(AnyGemmAvx512Test, MatchesDoubleReferenceAtEveryBlockingEdge) {
   const bool bf16 = GetParam();
   const auto op = [bf16](float x) { return bf16 ? RoundToBf16(x) : x; };
-  // 12 x 32 register block, 16 lanes, kGemmKc = 256, 192-row A blocks.
+  // 12 x 32 register block, 16 lanes, K blocks of kGemmKc = 256 (bf16: kSbgemmKc = 512),
+  // 192-row A blocks.
   const int64_t sizes[] = {1, 11, 12, 13, 16, 17, 31, 32, 33, 191, 193};
-  const int64_t depths[] = {1, 15, 16, 17, 255, 256, 257, 520};
+  const int64_t depths[] = {1, 15, 16, 17, 255, 256, 257, 511, 512, 513, 1040};
   uint64_t seed = 0;
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
