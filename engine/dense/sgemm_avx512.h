@@ -36,7 +36,10 @@ void SgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 // AVX512-BF16's vdpbf16ps, which adds the products of k and k + 1 to an fp32 sum in one
 // step: 32 multiply-adds per instruction where the fp32 kernel's FMA does 16. Each element
 // of C is again one fixed-order sum (k pairs ascending, K blocks of kSbgemmKc), so the
-// determinism contract holds. Callers check CpuHasAvx512Bf16() first.
+// determinism contract holds. vdpbf16ps ignores MXCSR: it takes subnormal bf16 operands
+// as zero and flushes subnormal results to zero, on every CPU alike (so bf16 products
+// of values below 2^-126 vanish; the fp32 kernel keeps them). Callers check
+// CpuHasAvx512Bf16() first.
 void SbgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                   int64_t ldc);
