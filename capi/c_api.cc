@@ -72,14 +72,14 @@ dlrm_status CreateWith(dlrm_engine** out,
   });
 }
 
-// The engine's table precision for a DLRM_EXPORT_* value.
+// INVALID_ARGUMENT for a dlrm_engine_export `quantize` that is no DLRM_EXPORT_* value.
 [[noreturn]] void ThrowBadExport(int32_t quantize) {
   dlrm::ThrowInvalid("quantize must be DLRM_EXPORT_FP32 (0), DLRM_EXPORT_INT8 (1) or ",
                      "DLRM_EXPORT_INT4 (2), optionally OR'ed with DLRM_EXPORT_DENSE_BF16 ",
                      "(0x100) or DLRM_EXPORT_DENSE_FP16 (0x200), got ", quantize);
 }
 
-// The tables' precision: quantize's low byte.
+// The engine's table precision for quantize's low byte (a DLRM_EXPORT_* table value).
 dlrm::config::TableConfig::Precision ExportPrecision(int32_t quantize) {
   switch (quantize & 0xFF) {
     case DLRM_EXPORT_FP32: return dlrm::config::TableConfig::FP32;

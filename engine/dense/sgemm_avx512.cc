@@ -332,7 +332,7 @@ struct Bf16Kernel {
 // The fp32 kernel's pieces, for BlockedGemm.
 struct Fp32Kernel {
   using Word = float;
-  static constexpr int64_t kPerWord = 1;  // k values per packed word
+  static constexpr int64_t kPerWord = 1;   // k values per packed word
   static constexpr int64_t kKc = kGemmKc;  // k values per K block
   static void PackA(bool t, const float* A, int64_t lda, int64_t i0, int64_t k0, int64_t mc,
                     int64_t kc, Word* dst) {
