@@ -166,7 +166,8 @@ uint16_t HalfFromFloatStochastic(float x, uint16_t random, TablePrecision precis
 }
 
 uint16_t RoundingBits(const HalfRounding& rounding, int64_t step, int64_t row, int32_t k) {
-  return RandomBlock(rounding, step, row, k - k % kBlock)[static_cast<size_t>(k % kBlock)];
+  return half_bits::RoundingWord(half_bits::RoundingKey(rounding.seed, rounding.table), step, row,
+                                 k);
 }
 
 template <typename T>
