@@ -8,7 +8,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned Blocks(int64_t count) { return static_cast<unsigned>((count + kThreads - 1) / kThreads); }
+unsigned Blocks(int64_t count) { return GridBlocks(count, kThreads); }
 
 // out[i] = x0[i] * y[i] + x[i]: a layer's output.
 __global__ void CrossMix(const float* x0, const float* y, const float* x, int64_t count,

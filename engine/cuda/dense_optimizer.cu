@@ -71,7 +71,7 @@ void SetAdamArgs(const config::AdamConfig& c, float lr, int64_t step, DenseStepA
   a->l2_decay = c.decoupled_weight_decay() ? 0.0f : c.weight_decay();
 }
 
-unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+unsigned Blocks(int64_t n) { return GridBlocks(n, kThreads); }
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace dlrm::cuda {
@@ -36,5 +37,10 @@ DeviceInfo OpenDevice(int ordinal);
 // kInternal naming `what` and the runtime's message unless `status` is cudaSuccess (an int,
 // so this header needs no CUDA include).
 void CheckCuda(int status, const char* what);
+
+// The blocks of `threads` threads a launch of one thread per item needs for `count` items.
+inline unsigned GridBlocks(int64_t count, int threads) {
+  return static_cast<unsigned>((count + threads - 1) / threads);
+}
 
 }  // namespace dlrm::cuda

@@ -416,7 +416,7 @@ void EmbeddingBackward::Run(const EmbeddingBackwardArgs& args, const SparseStepA
   const int64_t n = args.num_ids;
   if (n == 0) return;
   const int64_t bags = args.num_features * args.batch_size;
-  KeyOccurrences<<<static_cast<unsigned>((bags + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+  KeyOccurrences<<<GridBlocks(bags, kThreads), kThreads, 0, stream>>>(
       args, keys_.get(), positions_.get(), bases_.get(), coefs_.get());
   CheckCuda(cudaGetLastError(), "embedding backward: keys");
   SortAndSegment(n, EndBit(args), stream);

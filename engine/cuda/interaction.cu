@@ -179,7 +179,7 @@ void LaunchInteractionBackward(const InteractionShape& s, const float* x, const 
 void LaunchBceWithLogits(const float* logits, const float* labels, int64_t n, float grad_scale,
                          float* dlogits, double* losses, double* loss_sum, cudaStream_t stream) {
   if (n < 1) ThrowInvalid("BCE: n must be >= 1, got ", n);
-  const auto blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
+  const unsigned blocks = GridBlocks(n, kThreads);
   BcePerSample<<<blocks, kThreads, 0, stream>>>(logits, labels, n, grad_scale, dlogits, losses);
   SumInTree<<<1, kThreads, 0, stream>>>(losses, n, loss_sum);
   CheckCuda(cudaGetLastError(), "BCE kernels");

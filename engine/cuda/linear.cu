@@ -194,10 +194,10 @@ void LinearContext::BiasBackward(const float* y, float* dy, int64_t n, int out,
   if (bias_partials_.size() < static_cast<size_t>(chunks) * out)
     bias_partials_.Resize(static_cast<size_t>(chunks) * out);
   float* partial = bias_partials_.get();
-  const dim3 grid((out + kThreads - 1) / kThreads, static_cast<unsigned>(chunks));
+  const dim3 grid(GridBlocks(out, kThreads), static_cast<unsigned>(chunks));
   ReluMaskPartialColumnSums<<<grid, kThreads, 0, stream_>>>(
       y, dy, n, out, act == DeviceActivation::kRelu ? 1 : 0, partial);
-  SumPartials<<<(out + kThreads - 1) / kThreads, kThreads, 0, stream_>>>(partial, chunks, out, db);
+  SumPartials<<<GridBlocks(out, kThreads), kThreads, 0, stream_>>>(partial, chunks, out, db);
   CheckCuda(cudaGetLastError(), "bias gradient kernels");
 }
 
