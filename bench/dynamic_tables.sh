@@ -5,9 +5,10 @@
 # invocation on one machine:
 #   fixed  tools/configs/demo.pbtxt on the indexed data;
 #   full   every table DYNAMIC with capacity = the fixed table's rows (LRU) on raw ids;
-#   half   every table DYNAMIC with half those rows, LFU eviction, on raw ids.
+#   half   every table DYNAMIC with half those rows, LFU eviction, on raw ids;
+#   half_bf16  half with BF16 rows (stochastic rounding; issue 16).
 # Prints each run's samples/s, eval AUC and (dynamic runs) hit rate, admissions and
-# evictions, then the AUC differences full - fixed and half - fixed.
+# evictions, then the AUC differences full - fixed, half - fixed and half_bf16 - half.
 # usage: bench/dynamic_tables.sh [--build DIR] [--train N] [--test M] [--threads T]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,8 @@ awk '/tables \{ name:/ {
        sub(/num_rows: [0-9]+/, "num_rows: " int((rows + 1) / 2))
        sub(/dim: 16 }/, "dim: 16 kind: DYNAMIC dynamic { eviction: LFU } }") } { print }' \
   tools/configs/demo.pbtxt > "$WORK/half.pbtxt"
+sed 's/kind: DYNAMIC/kind: DYNAMIC precision: BF16 rounding: STOCHASTIC/' "$WORK/half.pbtxt" \
+  > "$WORK/half_bf16.pbtxt"
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "data: $TRAIN training and $TEST test samples (dlrm generate; raw ids: --raw_ids)"
@@ -52,6 +55,8 @@ run() {  # name config data
 run fixed tools/configs/demo.pbtxt indexed
 run full "$WORK/full.pbtxt" raw
 run half "$WORK/half.pbtxt" raw
-awk -v f="${auc[fixed]}" -v d="${auc[full]}" -v h="${auc[half]}" 'BEGIN {
+run half_bf16 "$WORK/half_bf16.pbtxt" raw
+awk -v f="${auc[fixed]}" -v d="${auc[full]}" -v h="${auc[half]}" -v b="${auc[half_bf16]}" 'BEGIN {
   printf "auc full - fixed = %+.6f (acceptance: within 0.002)\n", d - f
-  printf "auc half - fixed = %+.6f\n", h - f }'
+  printf "auc half - fixed = %+.6f\n", h - f
+  printf "auc half_bf16 - half = %+.6f\n", b - h }'

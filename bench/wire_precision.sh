@@ -1,9 +1,10 @@
 #!/bin/bash
 # Compressed communication (issue 16, acceptance 5): the demo model trained by a
 # multi-process sync job (dlrm launch, 2 trainers + 2 embedding servers, one thread each)
-# once per DistributedConfig.wire_precision (FP32, BF16, FP16) on the same data; prints
-# each run's eval AUC, the payload bytes trainer 0 sent and received per step (the
-# lookups' ids and rows, the update parts, the trainers' all-gather) and samples/s.
+# once per DistributedConfig.wire_precision (FP32, BF16, FP16) on the same data, and once
+# more with BF16 tables on the servers (and a BF16 wire); prints each run's eval AUC, the
+# payload bytes trainer 0 sent and received per step (the lookups' ids and rows, the
+# update parts, the trainers' all-gather), samples/s, and the servers' planned memory.
 # usage: bench/wire_precision.sh [--build DIR] [--batch B] [--train N] [--test N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,13 +27,17 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "machine: $(nproc) cores; 2 trainers + 2 servers, 1 thread each; global batch $BATCH;" \
   "$TRAIN training samples, one pass"
-for wire in FP32 BF16 FP16; do
-  { cat tools/configs/demo.pbtxt; echo "distributed { wire_precision: $wire }"; } > "$work/$wire.pbtxt"
+# tables/wire precisions of each run
+for run in FP32/FP32 FP32/BF16 FP32/FP16 BF16/BF16; do
+  tables=${run%/*} wire=${run#*/} config="$work/${run/\//_}.pbtxt"
+  { sed "s/dim: 16 }/dim: 16 precision: $tables }/" tools/configs/demo.pbtxt
+    echo "distributed { wire_precision: $wire }"; } > "$config"
+  memory=$("$DLRM" plan --config="$config" --servers=2 | grep -o 'servers: total memory [0-9.]* [KMG]*i*B')
   out=$(DLRM_TIMEOUT_MS=120000 "$DLRM" launch --trainers=2 --servers=2 -- train \
-    --config="$work/$wire.pbtxt" --train="$DATA/train.tsv" --test="$DATA/test.tsv" \
+    --config="$config" --train="$DATA/train.tsv" --test="$DATA/test.tsv" \
     --batch_size="$BATCH" --threads=1 --mode=sync --log_every_seconds=100000 2>&1)
   auc=$(echo "$out" | grep -o 'auc=[0-9.]*' | head -1)
   bytes=$(echo "$out" | grep -o 'sent [0-9]* and received [0-9]*' | head -1)
   rate=$(echo "$out" | grep -o '[0-9]* samples/s' | head -1)
-  echo "$wire: $auc; trainer 0 $bytes payload bytes per step; $rate"
+  echo "tables $tables, wire $wire: $auc; trainer 0 $bytes payload bytes per step; $rate; $memory"
 done

@@ -89,7 +89,7 @@ std::unique_ptr<train::Backend> MakeBackend(const config::DlrmConfig& config,
                                             train::ModelState* state, ThreadPool* pool) {
   if (config.device().kind() == config::DeviceConfig::CPU)
     return train::MakeCpuBackend(state, pool);
-  RequireFixedTables(config.model(), "device.kind CUDA", /*half_rows=*/true);
+  RequireFixedTables(config.model(), "device.kind CUDA");
 #if DLRM_HAVE_CUDA
   return cuda::MakeCudaBackend(config.device().ordinal(), state, config, pool);
 #else
@@ -454,9 +454,8 @@ void Engine::WriteParameter(const std::string& name, const float* values, int64_
 
 void Engine::WriteHalfTable(const float* values, EmbeddingTable<float>* table) const {
   // Narrowed to nearest: a write is a cast, not an update that stochastic rounding serves.
-  ParallelFor(pool_.get(), table->num_rows(), [&](int64_t r) {
-    NarrowValues(values + r * table->dim(), table->dim(), table->precision(), table->half_row(r));
-  });
+  ParallelFor(pool_.get(), table->num_rows(),
+              [&](int64_t r) { table->WriteRow(r, values + r * table->dim()); });
 }
 
 void Engine::Save(const std::string& path) const {

@@ -150,12 +150,6 @@ void ReadDenseTensors(const CheckpointReader& reader, const DlrmModel<float>& mo
 
 namespace {
 
-// The dtype a BF16 / FP16 table's rows are stored as.
-TensorEntry::DType HalfDType(const EmbeddingTable<float>& table) {
-  return table.precision() == config::TableConfig::BF16 ? TensorEntry::BFLOAT16
-                                                        : TensorEntry::FLOAT16;
-}
-
 // A table's sparse optimizer state, each buffer already sized.
 void ReadSparseState(const CheckpointReader& reader, const std::string& key,
                      const StateBufferList& state, std::set<std::string>* expected) {
@@ -168,10 +162,17 @@ void ReadSparseState(const CheckpointReader& reader, const std::string& key,
 
 }  // namespace
 
+TensorEntry::DType RowsDType(const EmbeddingTable<float>& table) {
+  DLRM_INTERNAL_CHECK(!table.quantized());
+  if (!table.half()) return kF32;
+  return table.precision() == config::TableConfig::BF16 ? TensorEntry::BFLOAT16
+                                                        : TensorEntry::FLOAT16;
+}
+
 void AddEmbedding(const std::string& key, const EmbeddingTable<float>& table,
                   const StateBufferList& state, CheckpointWriter* writer) {
   if (table.half())
-    writer->AddTensor(EmbeddingWeightName(key), HalfDType(table), {table.num_rows(), table.dim()},
+    writer->AddTensor(EmbeddingWeightName(key), RowsDType(table), {table.num_rows(), table.dim()},
                       table.halves().data(), table.halves().size() * sizeof(uint16_t));
   else
     writer->AddTensor(EmbeddingWeightName(key), kF32, {table.num_rows(), table.dim()},
@@ -195,7 +196,7 @@ void ReadEmbedding(const CheckpointReader& reader, const std::string& key,
     return ReadEmbedding(reader, key, *table, table->data().data(), state, expected);
   const std::string weight_name = EmbeddingWeightName(key);
   if (expected) expected->insert(weight_name);
-  reader.ReadTensor(weight_name, HalfDType(*table), {table->num_rows(), table->dim()},
+  reader.ReadTensor(weight_name, RowsDType(*table), {table->num_rows(), table->dim()},
                     table->halves().data());
   ReadSparseState(reader, key, state, expected);
 }

@@ -101,6 +101,8 @@ void ReadDenseTensors(const CheckpointReader& reader, const DlrmModel<float>& mo
 // are a BFLOAT16 / FLOAT16 tensor, an FP32 table's a FLOAT32 one.
 void AddEmbedding(const std::string& key, const EmbeddingTable<float>& table,
                   const StateBufferList& state, CheckpointWriter* writer);
+// The dtype AddEmbedding stores the rows of `table` (FP32, BF16 or FP16) as.
+TensorEntry::DType RowsDType(const EmbeddingTable<float>& table);
 // Reads what AddEmbedding wrote into weights (table's rows x dim) and state (each already
 // sized); records every name read in expected when given.
 void ReadEmbedding(const CheckpointReader& reader, const std::string& key,

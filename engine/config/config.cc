@@ -72,16 +72,13 @@ void ValidateDynamicTable(const std::string& field, const config::TableConfig& t
                  d.admit_probability());
 }
 
-// rounding narrows BF16 / FP16 rows only; 16-bit rows are FIXED tables' (yet).
+// rounding narrows BF16 / FP16 rows only (FIXED and DYNAMIC tables'; SSD tables refuse
+// them in ValidateSsdTables).
 void ValidateTablePrecision(const std::string& field, const config::TableConfig& table) {
-  const bool half = IsHalf(table.precision());
   const char* precision = config::TableConfig::Precision_Name(table.precision()).c_str();
-  if (table.has_rounding() && !half)
+  if (table.has_rounding() && !IsHalf(table.precision()))
     ThrowInvalid(field, ".rounding is set but ", field, ".precision is ", precision,
                  ": rounding applies to BF16 and FP16 tables only");
-  if (half && table.kind() == config::TableConfig::DYNAMIC)
-    ThrowInvalid(field, ".precision is ", precision, " but ", field,
-                 ".kind is DYNAMIC, which holds FP32 rows only (yet)");
 }
 
 // An SSD table's cache must hold a row; its optimizer decides a row's bytes, so this runs
@@ -288,6 +285,11 @@ bool IsHalf(config::TableConfig::Precision precision) {
   return precision == config::TableConfig::BF16 || precision == config::TableConfig::FP16;
 }
 
+int64_t ValueBytes(config::TableConfig::Precision precision) {
+  DLRM_INTERNAL_CHECK(!IsQuantized(precision));
+  return IsHalf(precision) ? 2 : 4;
+}
+
 config::TableConfig::Precision WireValuePrecision(const config::DistributedConfig& d) {
   switch (d.wire_precision()) {
     case config::DistributedConfig::BF16: return config::TableConfig::BF16;
@@ -296,15 +298,21 @@ config::TableConfig::Precision WireValuePrecision(const config::DistributedConfi
   }
 }
 
-void RequireFixedTables(const config::ModelConfig& model, const char* who, bool half_rows) {
+void RequireTrainableRows(const config::ModelConfig& model, const char* who) {
   for (int t = 0; t < model.tables_size(); ++t) {
     const config::TableConfig& table = model.tables(t);
-    const char* kinds = IsQuantized(table.precision()) ? " (a quantized serving table), which "
-                                                       : " (16-bit rows), which ";
-    if (table.precision() != config::TableConfig::FP32 && !(half_rows && IsHalf(table.precision())))
+    if (IsQuantized(table.precision()))
       ThrowInvalid(Field("model.tables", t), " (\"", table.name(), "\") has precision ",
-                   config::TableConfig::Precision_Name(table.precision()), kinds, who,
+                   config::TableConfig::Precision_Name(table.precision()),
+                   " (a quantized serving table), which ", who,
                    " does not take yet; use it in one process on the CPU");
+  }
+}
+
+void RequireFixedTables(const config::ModelConfig& model, const char* who) {
+  RequireTrainableRows(model, who);
+  for (int t = 0; t < model.tables_size(); ++t) {
+    const config::TableConfig& table = model.tables(t);
     const char* what = table.kind() == config::TableConfig::DYNAMIC ? "is DYNAMIC"
                        : table.has_ssd()                            ? "has ssd storage"
                                                                     : nullptr;

@@ -49,16 +49,22 @@ inline constexpr int64_t kMaxDynamicTableRows = int64_t{1} << 40;
 // BF16 or FP16 (half_row.h's formats).
 config::TableConfig::Precision WireValuePrecision(const config::DistributedConfig& d);
 
+// For the parts that train (or plan) tables: kInvalidArgument "model.tables[i] ("name")
+// has precision INT8 (a quantized serving table), which <who> does not take yet" for a
+// quantized table. FP32, BF16 and FP16 rows are taken.
+void RequireTrainableRows(const config::ModelConfig& model, const char* who);
 // For the parts that take only FIXED tables held in memory (the CUDA backend, embedding
-// servers): kInvalidArgument "model.tables[i] ("name") is DYNAMIC (or: has ssd storage),
-// which <who> does not take yet"; the same for a quantized table, and for a BF16 / FP16
-// one unless half_rows (the CUDA backend trains them).
-void RequireFixedTables(const config::ModelConfig& model, const char* who, bool half_rows = false);
+// servers): RequireTrainableRows, and kInvalidArgument "model.tables[i] ("name") is
+// DYNAMIC (or: has ssd storage), which <who> does not take yet".
+void RequireFixedTables(const config::ModelConfig& model, const char* who);
 
 // TableConfig.precision's kinds: row-wise quantized codes (INT8, INT4, read-only serving
 // rows) and 16-bit floats (BF16, FP16, trainable).
 bool IsQuantized(config::TableConfig::Precision precision);
 bool IsHalf(config::TableConfig::Precision precision);
+// Bytes of one value of an FP32, BF16 or FP16 table's rows (4, 2, 2); a quantized table's
+// rows are StoredRowBytes (engine/embedding/quantized_row.h).
+int64_t ValueBytes(config::TableConfig::Precision precision);
 
 // Bytes of sparse optimizer state per row of a table of `dim` (0 for SGD).
 int64_t SparseStateBytesPerRow(const config::SparseOptimizerConfig& optimizer, int32_t dim);

@@ -238,6 +238,8 @@ void CudaBackend::BuildFeatureArgs() {
     const size_t slot = TableSlot(i);
     const size_t states = s_.sparse_optimizer->StateBuffers(static_cast<int32_t>(i)).size();
     const auto& table = s_.model.tables()[i];
+    // Whole tables: the kernels draw row r's bits for row r.
+    DLRM_INTERNAL_CHECK(table.rounding().row_begin == 0 && table.rounding().col_begin == 0);
     tables.push_back({state_[slot].get(), table.num_rows(), table.dim(),
                       states > 0 ? state_[slot + 1].get() : nullptr,
                       states > 1 ? state_[slot + 2].get() : nullptr, halves_[i].get(),

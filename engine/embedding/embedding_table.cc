@@ -116,10 +116,29 @@ void EmbeddingTable<T>::ReadRow(int64_t r, T* out) const {
 }
 
 template <typename T>
+void EmbeddingTable<T>::WriteRow(int64_t r, const T* values) {
+  DLRM_INTERNAL_CHECK(!quantized());  // read-only rows
+  if (half()) {
+    const HalfRounding nearest{config::TableConfig::NEAREST, rounding_.seed, rounding_.table};
+    return EncodeHalfRow(values, dim_, precision_, nearest, 0, r, half_row(r));
+  }
+  std::copy(values, values + dim_, row(r));
+}
+
+template <typename T>
 void EmbeddingTable<T>::StoreRow(int64_t r, const T* values, int64_t step) {
   DLRM_INTERNAL_CHECK(!quantized());  // read-only rows
   if (half()) return EncodeHalfRow(values, dim_, precision_, rounding_, step, r, half_row(r));
   std::copy(values, values + dim_, row(r));
+}
+
+template <typename T>
+void EmbeddingTable<T>::SwapRows(EmbeddingTable* other) {
+  DLRM_INTERNAL_CHECK(other != nullptr && other->num_rows_ == num_rows_ && other->dim_ == dim_ &&
+                      other->precision_ == precision_);
+  data_.swap(other->data_);
+  codes_.swap(other->codes_);
+  halves_.swap(other->halves_);
 }
 
 template <typename T>
@@ -149,16 +168,17 @@ void EmbeddingTable<T>::InitializeShard(const config::Initializer& init, uint64_
   const uint64_t stream = kStreamEmbeddingBase + static_cast<uint64_t>(table_index);
   rounding_.seed = seed;
   rounding_.table = table_index;
+  rounding_.row_begin = row_begin;
+  rounding_.col_begin = col_begin;
   const bool narrow = quantized() || half();  // drawn into values, then stored narrowed
   std::vector<T> values(narrow ? static_cast<size_t>(dim_) : 0);
-  const HalfRounding nearest{config::TableConfig::NEAREST, seed, table_index};
   WithDraw(init, full_rows, [&](auto draw) {
     for (int64_t r = 0; r < num_rows_; ++r) {
       T* target = narrow ? values.data() : row(r);
       FillRow(target, dim_, CounterRng(seed, stream, static_cast<uint64_t>(row_begin + r)),
               col_begin, draw);
       if (quantized()) QuantizeRow(target, dim_, precision_, codes_.data() + r * row_bytes());
-      if (half()) EncodeHalfRow(target, dim_, precision_, nearest, 0, r, half_row(r));
+      if (half()) WriteRow(r, values.data());
     }
   });
 }
@@ -167,11 +187,13 @@ template <typename T>
 void EmbeddingTable<T>::InitializeForIds(const config::Initializer& init, uint64_t seed,
                                          int32_t table_index,
                                          const std::vector<std::pair<int64_t, int64_t>>& id_rows) {
-  DLRM_INTERNAL_CHECK(!quantized() && !half());  // DYNAMIC tables are FP32
+  DLRM_INTERNAL_CHECK(!quantized());  // DYNAMIC tables train: FP32, BF16 or FP16 rows
+  std::vector<T> values(half() ? static_cast<size_t>(dim_) : 0);  // drawn, then narrowed
   WithDraw(init, num_rows_, [&](auto draw) {
     for (const auto& [id, r] : id_rows) {
       DLRM_INTERNAL_CHECK(r >= 0 && r < num_rows_);
-      FillRow(row(r), dim_, IdRng(seed, table_index, id), 0, draw);
+      FillRow(half() ? values.data() : row(r), dim_, IdRng(seed, table_index, id), 0, draw);
+      if (half()) WriteRow(r, values.data());
     }
   });
 }

@@ -42,16 +42,18 @@ class EmbeddingTable {
   // For a shard of a larger table: this object holds rows [row_begin, row_begin +
   // num_rows()) x columns [col_begin, col_begin + dim()) of table `table_index`, which has
   // full_rows rows. Every value equals the full table's at the same (row, column), so a
-  // sharded model starts from exactly the single-process weights.
+  // sharded model starts from exactly the single-process weights; a BF16 / FP16 shard's
+  // stochastic rounding draws the full table's bits for the same (row, column) too.
   void InitializeShard(const config::Initializer& init, uint64_t seed, int32_t table_index,
                        int64_t full_rows, int64_t row_begin, int32_t col_begin);
 
   // (A quantized table's rows get those values quantized.)
 
   // A DYNAMIC table's admitted rows: row r of each (id, r) gets the values drawn from
-  // (seed, table_index, id) (a stream of its own, not a FIXED row's), so an id starts from
-  // the same values whichever row it lands in and whenever it is admitted again. The
-  // initializer must have passed Initialize's checks; rows must be in [0, num_rows()).
+  // (seed, table_index, id) (a stream of its own, not a FIXED row's; BF16 / FP16 rows
+  // store them rounded to nearest), so an id starts from the same values whichever row it
+  // lands in and whenever it is admitted again. The initializer must have passed
+  // Initialize's checks; rows must be in [0, num_rows()).
   void InitializeForIds(const config::Initializer& init, uint64_t seed, int32_t table_index,
                         const std::vector<std::pair<int64_t, int64_t>>& id_rows);
 
@@ -90,8 +92,16 @@ class EmbeddingTable {
   // out[0, dim) = row r's values, whatever the precision.
   void ReadRow(int64_t r, T* out) const;
   // Row r = values[0, dim): copied (FP32), or narrowed as rounding() says with the random
-  // bits of (step, r) (BF16 / FP16). Not for a quantized table.
+  // bits of (step, r) (BF16 / FP16): an update's store. Not for a quantized table.
   void StoreRow(int64_t r, const T* values, int64_t step);
+  // Row r = values[0, dim) copied, or narrowed to nearest: a write (initial values, a
+  // parameter written from outside, a saved row put back), not an update; exact for what
+  // ReadRow gave. Not for a quantized table.
+  void WriteRow(int64_t r, const T* values);
+  // Exchanges the stored rows (whatever the precision) with other's, a table of the same
+  // shape and precision: a load staged in a fresh table commits by one swap. The names and
+  // rounding keys stay where they were.
+  void SwapRows(EmbeddingTable* other);
   T* row(int64_t r) { return data_.data() + r * dim_; }
   const T* row(int64_t r) const { return data_.data() + r * dim_; }
   std::vector<T>& data() { return data_; }

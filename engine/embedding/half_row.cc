@@ -28,12 +28,23 @@ uint16_t Narrow(float x, TablePrecision precision, bool stochastic, uint16_t ran
   return half_bits::Narrow(x, precision == config::TableConfig::BF16, stochastic, random);
 }
 
-// The random bits of columns [k0, k0 + 8) (k0 a multiple of 8): one Philox call.
+// The random bits of the row's columns [k0, k0 + 8) (k0 a multiple of 8): one Philox call
+// when the row's columns start on a block of the whole table's (col_begin a multiple of
+// 8, as every unsharded table's), else the two blocks they straddle.
 std::array<uint16_t, kBlock> RandomBlock(const HalfRounding& rounding, int64_t step, int64_t row,
                                          int32_t k0) {
+  const uint64_t key = half_bits::RoundingKey(rounding.seed, rounding.table);
+  const int64_t whole_row = rounding.row_begin + row;
+  const int32_t first = rounding.col_begin + k0, skip = first % kBlock;
   std::array<uint16_t, kBlock> bits;
-  half_bits::RoundingWords(half_bits::RoundingKey(rounding.seed, rounding.table), step, row, k0,
-                           bits.data());
+  if (skip == 0) {
+    half_bits::RoundingWords(key, step, whole_row, first, bits.data());
+    return bits;
+  }
+  std::array<uint16_t, 2 * kBlock> both;
+  half_bits::RoundingWords(key, step, whole_row, first - skip, both.data());
+  half_bits::RoundingWords(key, step, whole_row, first - skip + kBlock, both.data() + kBlock);
+  std::copy(both.begin() + skip, both.begin() + skip + kBlock, bits.begin());
   return bits;
 }
 
@@ -166,8 +177,8 @@ uint16_t HalfFromFloatStochastic(float x, uint16_t random, TablePrecision precis
 }
 
 uint16_t RoundingBits(const HalfRounding& rounding, int64_t step, int64_t row, int32_t k) {
-  return half_bits::RoundingWord(half_bits::RoundingKey(rounding.seed, rounding.table), step, row,
-                                 k);
+  return half_bits::RoundingWord(half_bits::RoundingKey(rounding.seed, rounding.table), step,
+                                 rounding.row_begin + row, rounding.col_begin + k);
 }
 
 template <typename T>

@@ -36,15 +36,21 @@ uint16_t HalfFromFloat(float x, TablePrecision precision);
 uint16_t HalfFromFloatStochastic(float x, uint16_t random, TablePrecision precision);
 
 // How a table's updated rows are narrowed: the mode, and the table's key for the
-// stochastic mode's random bits (the engine's seed and the table's index).
+// stochastic mode's random bits (the engine's seed and the table's index). A shard of a
+// table (an embedding server's piece) also says where its rows and columns sit in the
+// whole table, so that its row r, column k draws the bits of row row_begin + r, column
+// col_begin + k: a sharded table rounds bitwise as the one process's.
 struct HalfRounding {
   TableRounding mode = config::TableConfig::NEAREST;
   uint64_t seed = 0;
   int32_t table = 0;
+  int64_t row_begin = 0;
+  int32_t col_begin = 0;
 };
 
-// The 16 random bits column k of `row` gets at `step` under rounding's key: word k of the
-// Philox stream keyed by (seed, table), counter (step, row, k / 8). dim < 2^19, row < 2^47.
+// The 16 random bits column k of `row` gets at `step` under rounding's key: word K of the
+// Philox stream keyed by (seed, table), counter (step, R, K / 8), for the whole table's row
+// R = row_begin + row and column K = col_begin + k. Its dim < 2^19, rows < 2^47.
 uint16_t RoundingBits(const HalfRounding& rounding, int64_t step, int64_t row, int32_t k);
 
 // out[0, dim) = row[0, dim) widened.

@@ -20,7 +20,8 @@ int64_t PackedRowWidth(const EmbeddingTable<float>& table, const StateBufferList
 
 float* PackRow(const EmbeddingTable<float>& table, const StateBufferList& state, int64_t row,
                float* out) {
-  out = std::copy(table.row(row), table.row(row) + table.dim(), out);
+  table.ReadRow(row, out);  // widened where the rows are 16-bit: exact
+  out += table.dim();
   for (const auto& [name, buffer] : state) {
     const size_t w = StateWidth(*buffer, table);
     const float* from = buffer->data() + static_cast<size_t>(row) * w;
@@ -31,7 +32,7 @@ float* PackRow(const EmbeddingTable<float>& table, const StateBufferList& state,
 
 const float* UnpackRow(const float* in, const StateBufferList& state, int64_t row,
                        EmbeddingTable<float>* table) {
-  std::copy(in, in + table->dim(), table->row(row));
+  table->WriteRow(row, in);  // narrowed back where 16-bit: the row's own bits
   in += table->dim();
   for (const auto& [name, buffer] : state) {
     const size_t w = StateWidth(*buffer, *table);

@@ -1,8 +1,10 @@
 // A row's packed form, the one layout every copy of a row outside its table uses (the SSD
-// tier's store, a DYNAMIC step's saved rows): the row's dim weights, then its slice of each
-// optimizer state buffer in StateBuffers order. Each buffer holds buffer size / the table's
-// rows values per row.
-// Ownership: none kept; the caller's table, buffers and arrays. Threading: none of its own.
+// tier's store, a DYNAMIC step's saved rows): the row's dim weights (as floats, widened
+// where the table's rows are BF16 / FP16: unpacking gives the same bits back), then its
+// slice of each optimizer state buffer in StateBuffers order. Each buffer holds buffer
+// size / the table's rows values per row.
+// Ownership: none kept; the caller's table, buffers and arrays.
+// Threading: none of its own.
 // Errors: none; row must be a row of the table and in/out must hold PackedRowWidth floats.
 #pragma once
 

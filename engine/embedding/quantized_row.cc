@@ -122,7 +122,7 @@ const char* PrecisionName(TablePrecision precision) {
 
 int64_t StoredRowBytes(TablePrecision precision, int32_t dim) {
   if (IsQuantized(precision)) return CodeBytes(precision, dim) + kScaleBiasBytes;
-  return int64_t{dim} * (IsHalf(precision) ? 2 : static_cast<int64_t>(sizeof(float)));
+  return int64_t{dim} * ValueBytes(precision);
 }
 
 template <typename T>

@@ -90,7 +90,8 @@ EmbeddingShardStore::EmbeddingShardStore(const config::DlrmConfig& config,
   tables_ = BuildTables<float>(static_cast<int64_t>(shards_.size()), pool_, [&](int64_t i) {
     const Shard& s = shards_[i];
     const config::TableConfig& tc = model_.tables(s.table);
-    EmbeddingTable<float> table(tc.name(), s.row_end - s.row_begin, s.col_end - s.col_begin);
+    EmbeddingTable<float> table(tc.name(), s.row_end - s.row_begin, s.col_end - s.col_begin,
+                                tc.precision(), tc.rounding());
     table.InitializeShard(tc.initializer(), config.seed(), s.table, tc.num_rows(), s.row_begin,
                           s.col_begin);
     return table;
@@ -137,11 +138,7 @@ void EmbeddingShardStore::Lookup(int32_t shard, const int64_t* ids, int64_t n, f
             model_.tables(s.table).name(), "'");
   }
   const EmbeddingTable<float>& table = tables_[shard];
-  const int32_t dim = table.dim();
-  for (int64_t i = 0; i < n; ++i) {
-    const float* row = table.row(ids[i] - s.row_begin);
-    std::copy(row, row + dim, out + i * dim);
-  }
+  for (int64_t i = 0; i < n; ++i) table.ReadRow(ids[i] - s.row_begin, out + i * table.dim());
 }
 
 void EmbeddingShardStore::ApplyUpdate(const std::vector<FeatureUpdate>& updates, int64_t batch_size,

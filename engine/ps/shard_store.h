@@ -6,7 +6,8 @@
 // the single-process tables (EmbeddingTable::InitializeShard) and are updated by the
 // single-process code (EmbeddingBagCollection::BackwardAndUpdate) over the global batch's
 // bags in the global order, restricted to the shard's rows and columns. So in sync mode
-// every row ends up bitwise equal to single-process training, for every sharding type.
+// every row ends up bitwise equal to single-process training, for every sharding type;
+// BF16 / FP16 tables too (a shard's stochastic rounding draws the whole table's bits).
 #pragma once
 
 #include <cstdint>
@@ -61,7 +62,8 @@ class EmbeddingShardStore {
   // Features whose table has a shard here: what ApplyUpdate needs, in feature order.
   const std::vector<int32_t>& features() const { return features_; }
 
-  // out [n x shard width] = the rows of `ids` (table ids, inside the shard's rows).
+  // out [n x shard width] = the rows of `ids` (table ids, inside the shard's rows), widened
+  // to fp32 where the table's rows are 16-bit.
   // Throws kInvalidArgument / kOutOfRange naming the bad shard or id; writes nothing then.
   void Lookup(int32_t shard, const int64_t* ids, int64_t n, float* out) const;
 

@@ -33,21 +33,32 @@ std::string ShardKey(const EmbeddingShardStore& store, int32_t i) {
   return ShardKey(store.shard_table(i).name(), store.shards()[i]);
 }
 
-// Every shard's table, rows and columns, and the optimizer's state names (its kind: none
-// for SGD, sum_sq, row_sum_sq, exp_avg + exp_avg_sq).
+// Every shard's table, rows, columns and (other than FP32) its rows' precision, and the
+// optimizer's state names (its kind: none for SGD, sum_sq, row_sum_sq, exp_avg +
+// exp_avg_sq).
 Layout ShardLayout(const EmbeddingShardStore& store, SparseOptimizer<float>& optimizer) {
   const auto n = static_cast<int32_t>(store.shards().size());
   Layout layout{{"num_shards", std::to_string(n)}};
   for (int32_t i = 0; i < n; ++i) {
     const ShardLocation& s = store.shards()[i];
+    const EmbeddingTable<float>& table = store.shard_table(i);
     std::ostringstream os;
-    os << "table " << store.shard_table(i).name() << " rows [" << s.row_begin << ", " << s.row_end
-       << ") columns [" << s.col_begin << ", " << s.col_end << ")";
+    os << "table " << table.name() << " rows [" << s.row_begin << ", " << s.row_end << ") columns ["
+       << s.col_begin << ", " << s.col_end << ")";
+    if (table.half()) os << " " << PrecisionName(table.precision());
     layout.emplace_back("shard." + std::to_string(i), os.str());
   }
   // Every shard has the same state names; an empty store has no optimizer to describe.
   layout.emplace_back("optimizer_state", n > 0 ? StateNames(optimizer.StateBuffers(0)) : "-");
   return layout;
+}
+
+// An empty table of shard i's shape and precision, for a load to fill before it commits
+// (EmbeddingTable::SwapRows).
+EmbeddingTable<float> StagingTable(const EmbeddingShardStore& store, int32_t i) {
+  const EmbeddingTable<float>& live = store.shard_table(i);
+  return EmbeddingTable<float>(live.name(), live.num_rows(), live.dim(), live.precision(),
+                               live.rounding().mode);
 }
 
 void CheckStoreOwner(const EmbeddingShardStore& store, int32_t owner) {
@@ -91,22 +102,19 @@ int64_t LoadShardStore(EmbeddingShardStore* store, int32_t owner, const std::str
 
   // Stage everything; the store changes only once every tensor was read.
   const auto n = static_cast<int32_t>(store->shards().size());
-  std::vector<std::vector<float>> weights(n);
+  std::vector<EmbeddingTable<float>> rows;
   std::vector<StagedState> state;
+  rows.reserve(n);
   state.reserve(n);
   std::set<std::string> expected;
   for (int32_t i = 0; i < n; ++i) {
-    const EmbeddingTable<float>& table = store->shard_table(i);
-    weights[i].resize(table.data().size());
+    EmbeddingTable<float>& staged_rows = rows.emplace_back(StagingTable(*store, i));
     const StagedState& staged = state.emplace_back(optimizer.StateBuffers(i));
-    ReadEmbedding(reader, ShardKey(*store, i), table, weights[i].data(), staged.list(), &expected);
+    ReadEmbedding(reader, ShardKey(*store, i), &staged_rows, staged.list(), &expected);
   }
   CheckNoOtherTensors(reader, path, expected, "shard store");
-
-  // Copies, not swaps: the live buffers keep their allocation (and any page advice).
   for (int32_t i = 0; i < n; ++i) {
-    std::vector<float>& live = store->mutable_shard_table(i).data();
-    std::copy(weights[i].begin(), weights[i].end(), live.begin());
+    store->mutable_shard_table(i).SwapRows(&rows[i]);
     state[i].Commit();
   }
   return step;
@@ -144,8 +152,9 @@ class SavedFiles {
 // Copies the overlap of saved piece `from` (values[rows x from_width]) into shard `to`
 // (out[rows x to_width]). A width equal to the columns is per element, 1 per row (a
 // row-wise state, only ever on whole rows: CheckShardColumns).
-void CopyOverlap(const ShardLocation& from, const float* values, int64_t from_width,
-                 const ShardLocation& to, float* out, int64_t to_width) {
+template <typename E>
+void CopyOverlap(const ShardLocation& from, const E* values, int64_t from_width,
+                 const ShardLocation& to, E* out, int64_t to_width) {
   const int64_t r0 = std::max(from.row_begin, to.row_begin);
   const int64_t r1 = std::min(from.row_end, to.row_end);
   const int64_t c0 = to_width == 1 ? 0 : std::max(from.col_begin, to.col_begin);
@@ -163,34 +172,44 @@ bool Overlap(const ShardLocation& a, const ShardLocation& b) {
          a.col_begin < b.col_end && b.col_begin < a.col_end;
 }
 
-int64_t Cells(const ShardLocation& s) {
-  return (s.row_end - s.row_begin) * (s.col_end - s.col_begin);
+// Saved piece `piece`'s tensor `name` (piece rows x width values of E, stored as dtype in
+// `shape`) read into values, and its overlap with shard `to` copied into out (to_width a
+// row).
+template <typename E>
+void CopyPiece(const CheckpointReader& reader, const std::string& name, TensorEntry::DType dtype,
+               const std::vector<int64_t>& shape, const ShardLocation& piece, int64_t width,
+               const ShardLocation& to, E* out, int64_t to_width, std::vector<E>* values) {
+  values->resize(static_cast<size_t>((piece.row_end - piece.row_begin) * width));
+  reader.ReadTensor(name, dtype, shape, values->data());
+  CopyOverlap(piece, values->data(), width, to, out, to_width);
 }
 
-// Shard i of store assembled from the saved pieces into weights and staged state.
+// Shard i of store assembled from the saved pieces into the staged rows and state.
 void CutShard(const EmbeddingShardStore& store, int32_t i, const std::vector<ShardLocation>& saved,
-              SavedFiles* files, float* weights, const StateBufferList& state) {
+              SavedFiles* files, EmbeddingTable<float>* rows_out, const StateBufferList& state) {
   const ShardLocation& shard = store.shards()[static_cast<size_t>(i)];
   const std::string& table = store.shard_table(i).name();
   const int64_t rows = shard.row_end - shard.row_begin, cols = shard.col_end - shard.col_begin;
   int64_t covered = 0;
   std::vector<float> values;
+  std::vector<uint16_t> halves;  // a BF16 / FP16 table's piece
   for (const ShardLocation& piece : saved) {
     if (!Overlap(piece, shard)) continue;
     const CheckpointReader& reader = files->Of(piece.owner);
-    const std::string key = ShardKey(table, piece);
+    const std::string key = ShardKey(table, piece), weight = EmbeddingWeightName(key);
     const int64_t piece_rows = piece.row_end - piece.row_begin;
-    values.resize(static_cast<size_t>(Cells(piece)));
-    reader.ReadTensor(EmbeddingWeightName(key), kF32, {piece_rows, piece.col_end - piece.col_begin},
-                      values.data());
-    CopyOverlap(piece, values.data(), piece.col_end - piece.col_begin, shard, weights, cols);
+    const int64_t piece_cols = piece.col_end - piece.col_begin;
+    if (rows_out->half())
+      CopyPiece(reader, weight, RowsDType(*rows_out), {piece_rows, piece_cols}, piece, piece_cols,
+                shard, rows_out->halves().data(), cols, &halves);
+    else
+      CopyPiece(reader, weight, kF32, {piece_rows, piece_cols}, piece, piece_cols, shard,
+                rows_out->data().data(), cols, &values);
     for (const auto& [name, buffer] : state) {
       const int64_t width = static_cast<int64_t>(buffer->size()) / rows;
-      const int64_t piece_width = width == 1 ? 1 : piece.col_end - piece.col_begin;
-      values.resize(static_cast<size_t>(piece_rows * piece_width));
-      reader.ReadTensor(SparseStateName(key, name), kF32, {piece_rows * piece_width},
-                        values.data());
-      CopyOverlap(piece, values.data(), piece_width, shard, buffer->data(), width);
+      const int64_t piece_width = width == 1 ? 1 : piece_cols;
+      CopyPiece(reader, SparseStateName(key, name), kF32, {piece_rows * piece_width}, piece,
+                piece_width, shard, buffer->data(), width, &values);
     }
     covered +=
         (std::min(piece.row_end, shard.row_end) - std::max(piece.row_begin, shard.row_begin)) *
@@ -212,18 +231,18 @@ int64_t LoadReshardedStore(EmbeddingShardStore* store, const std::string& dir,
   SavedFiles files(dir, manifest.step());
   SparseOptimizer<float>& optimizer = store->optimizer();
   const auto n = static_cast<int32_t>(store->shards().size());
-  std::vector<std::vector<float>> weights(static_cast<size_t>(n));
+  std::vector<EmbeddingTable<float>> rows;
   std::vector<StagedState> state;
+  rows.reserve(static_cast<size_t>(n));
   state.reserve(static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i) {
-    weights[i].resize(store->shard_table(i).data().size());
+    EmbeddingTable<float>& staged_rows = rows.emplace_back(StagingTable(*store, i));
     const StagedState& staged = state.emplace_back(optimizer.StateBuffers(i));
-    CutShard(*store, i, saved[static_cast<size_t>(store->shards()[i].table)], &files,
-             weights[i].data(), staged.list());
+    CutShard(*store, i, saved[static_cast<size_t>(store->shards()[i].table)], &files, &staged_rows,
+             staged.list());
   }
   for (int32_t i = 0; i < n; ++i) {
-    std::vector<float>& live = store->mutable_shard_table(i).data();
-    std::copy(weights[i].begin(), weights[i].end(), live.begin());
+    store->mutable_shard_table(i).SwapRows(&rows[i]);
     state[i].Commit();
   }
   return manifest.step();
@@ -262,12 +281,10 @@ int64_t LoadWholeTables(const std::string& dir, const checkpoint::CheckpointMani
   DLRM_INTERNAL_CHECK(static_cast<int32_t>(tables->size()) == config.model().tables_size());
   EmbeddingShardStore store(config, WholeTablePlan(config.model()), /*owner=*/0);
   const int64_t step = LoadReshardedStore(&store, dir, manifest, config.model());
-  // Nothing can fail from here: the loaded vectors change places with the caller's.
+  // Nothing can fail from here: the loaded rows change places with the caller's.
   for (int32_t t = 0; t < config.model().tables_size(); ++t) {
     DLRM_INTERNAL_CHECK(store.shards()[static_cast<size_t>(t)].table == t);
-    std::vector<float>& whole = (*tables)[static_cast<size_t>(t)].data();
-    DLRM_INTERNAL_CHECK(whole.size() == store.shard_table(t).data().size());
-    whole.swap(store.mutable_shard_table(t).data());
+    (*tables)[static_cast<size_t>(t)].SwapRows(&store.mutable_shard_table(t));
     const auto mine = optimizer->StateBuffers(t);
     const auto loaded = store.optimizer().StateBuffers(t);
     DLRM_INTERNAL_CHECK(mine.size() == loaded.size());

@@ -17,6 +17,7 @@ std::vector<TableProfile> ProfileTables(const config::ModelConfig& model) {
     tables[t].index = t;
     tables[t].num_rows = table.num_rows();
     tables[t].dim = table.dim();
+    tables[t].precision = table.precision();
     by_name.emplace(table.name(), t);
   }
   for (const config::SparseFeatureConfig& feature : model.sparse_features()) {
@@ -38,10 +39,10 @@ int64_t CostModel::StateBytesPerRow(int32_t cols) const {
   return SparseStateBytesPerRow(sparse_optimizer_, cols);
 }
 
-int64_t CostModel::MemoryBytes(int64_t rows, int32_t cols) const {
+int64_t CostModel::MemoryBytes(const TableProfile& table, int64_t rows, int32_t cols) const {
   // ValidateConfig bounds num_rows * dim * 16, and weights + state are at most 12 bytes per
   // element, so this cannot overflow.
-  return rows * (int64_t{cols} * 4 + StateBytesPerRow(cols));
+  return rows * (int64_t{cols} * ValueBytes(table.precision) + StateBytesPerRow(cols));
 }
 
 double CostModel::Load(const TableProfile& table, int64_t rows, int32_t cols) const {

@@ -17,6 +17,7 @@ struct TableProfile {
   int32_t index = 0;  // into model.tables
   int64_t num_rows = 0;
   int32_t dim = 0;
+  config::TableConfig::Precision precision = config::TableConfig::FP32;  // FP32, BF16 or FP16
   // Mean ids per bag of each feature that reads the table (features may share a table).
   std::vector<double> pooling_factors;
 };
@@ -34,8 +35,9 @@ class CostModel {
   // block), 2 x cols x 4 for Adam.
   int64_t StateBytesPerRow(int32_t cols) const;
 
-  // fp32 weights + optimizer state of a rows x cols shard.
-  int64_t MemoryBytes(int64_t rows, int32_t cols) const;
+  // Weights (4 or 2 bytes a value: the table's precision) + optimizer state of a rows x
+  // cols shard of `table`.
+  int64_t MemoryBytes(const TableProfile& table, int64_t rows, int32_t cols) const;
 
   // Seconds per step for the server owning `rows` rows (any contiguous range: ids are
   // assumed uniform over rows) x `cols` columns of `table`. Per feature of pooling P, with

@@ -86,8 +86,9 @@ class SplitChooser {
     split.type = type;
     split.parts = parts;
     split.max_load = load(big);
-    split.max_memory = by_rows ? cost_.MemoryBytes(big, table.dim)
-                               : cost_.MemoryBytes(table.num_rows, static_cast<int32_t>(big));
+    split.max_memory = by_rows
+                           ? cost_.MemoryBytes(table, big, table.dim)
+                           : cost_.MemoryBytes(table, table.num_rows, static_cast<int32_t>(big));
     split.total_load = static_cast<double>(rem) * split.max_load +
                        (small > 0 ? static_cast<double>(parts - rem) * load(small) : 0.0);
     return split;
@@ -208,7 +209,7 @@ Served SplitTables(const std::vector<TableProfile>& tables, const std::vector<bo
       }
       const int64_t rows = piece.row_end - piece.row_begin;
       const int32_t cols = piece.col_end - piece.col_begin;
-      unit.shards.push_back({cost.Load(table, rows, cols), cost.MemoryBytes(rows, cols)});
+      unit.shards.push_back({cost.Load(table, rows, cols), cost.MemoryBytes(table, rows, cols)});
       pieces.push_back(piece);
     }
     served.units.push_back(std::move(unit));
@@ -247,6 +248,7 @@ const char* ShardingTypeShortName(config::ShardingConfig::Type type) {
 
 ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers) {
   ValidateConfig(config);
+  RequireTrainableRows(config.model(), "the sharding planner");
   if (num_servers < 1 || num_servers > kMaxServers)
     ThrowInvalid("num_servers must be in [1, ", kMaxServers, "], got ", num_servers);
   const config::ModelConfig& model = config.model();
@@ -268,7 +270,7 @@ ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers)
   double served_load = 0, served_memory = 0, replicated_memory = 0;
   for (int t = 0; t < num_tables; ++t) {
     const TableProfile& table = tables[t];
-    const int64_t memory = table_memory[t] = cost.MemoryBytes(table.num_rows, table.dim);
+    const int64_t memory = table_memory[t] = cost.MemoryBytes(table, table.num_rows, table.dim);
     const uint32_t dp = Bit(ShardingConfig::DATA_PARALLEL);
     replicated[t] =
         (allowed[t] & dp) && (allowed[t] == dp || memory <= options.data_parallel_max_bytes());
@@ -349,7 +351,7 @@ ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers)
       shard->set_row_end(table.num_rows);
       shard->set_col_begin(0);
       shard->set_col_end(table.dim);
-      shard->set_memory_bytes(cost.MemoryBytes(table.num_rows, table.dim));
+      shard->set_memory_bytes(cost.MemoryBytes(table, table.num_rows, table.dim));
       shard->set_load(cost.DataParallelLoad(table));
       trainer_memory += shard->memory_bytes();
       trainer_load += shard->load();

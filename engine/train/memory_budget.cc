@@ -51,15 +51,16 @@ void CheckModelFitsMemory(const config::DlrmConfig& config) {
   if (limit == 0) limit = MachineMemoryBytes(&source);
   if (limit == 0) return;  // nothing known to hold it to
   const shard::CostModel cost(config);
+  const std::vector<shard::TableProfile> profiles = shard::ProfileTables(config.model());
   int64_t total = 0, largest = -1;
   int largest_table = 0;
   for (int t = 0; t < config.model().tables_size(); ++t) {
     const auto& table = config.model().tables(t);
     const int64_t rows = ResidentRows(config, t);
-    int64_t bytes = cost.MemoryBytes(rows, table.dim());
-    if (table.precision() != config::TableConfig::FP32)  // codes or 16-bit values
-      bytes = rows * (StoredRowBytes(table.precision(), table.dim()) +
-                      SparseStateBytesPerRow(config.sparse_optimizer(), table.dim()));
+    int64_t bytes = IsQuantized(table.precision())  // codes with their scale and bias
+                        ? rows * (StoredRowBytes(table.precision(), table.dim()) +
+                                  cost.StateBytesPerRow(table.dim()))
+                        : cost.MemoryBytes(profiles[static_cast<size_t>(t)], rows, table.dim());
     if (table.kind() == config::TableConfig::DYNAMIC)
       bytes = SaturatingAdd(bytes, static_cast<int64_t>(DynamicRows::MemoryBytesFor(
                                        DynamicRowsOptionsFor(table, config.seed(), t))));

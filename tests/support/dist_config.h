@@ -57,4 +57,17 @@ inline config::DlrmConfig ShardedTestConfig(config::ShardingConfig::Type type,
   return c;
 }
 
+// c with every table's rows in `precision`: FP32 (c unchanged), or BF16 / FP16 rounded
+// stochastically (the mode whose random bits a shard must draw as the whole table does).
+inline config::DlrmConfig WithTablePrecision(config::DlrmConfig c,
+                                             config::TableConfig::Precision precision) {
+  if (precision == config::TableConfig::FP32) return c;
+  for (auto& table : *c.mutable_model()->mutable_tables()) {
+    table.set_precision(precision);
+    table.set_rounding(config::TableConfig::STOCHASTIC);
+  }
+  ValidateConfig(c);
+  return c;
+}
+
 }  // namespace dlrm::testing

@@ -140,6 +140,41 @@ TEST(HalfRow, StochasticRoundingIsUnbiasedAndAPureFunctionOfItsKey) {
   EXPECT_EQ(changed, 5);
 }
 
+// A shard of rows [row_begin, ...) x columns [col_begin, ...) of a table rounds its row r,
+// column k with the whole table's bits for (row_begin + r, col_begin + k), at every
+// column offset (those inside a block of 8 columns straddle two Philox calls), in both
+// the vector kernel's blocks and the tail.
+TEST(HalfRow, AShardRoundsWithTheWholeTablesBits) {
+  constexpr int32_t kWholeDim = 45;
+  const HalfRounding whole{config::TableConfig::STOCHASTIC, 17, 3};
+  std::vector<float> values(kWholeDim);
+  for (int32_t k = 0; k < kWholeDim; ++k)
+    values[k] =
+        1.0f + static_cast<float>(Philox4x32(6, 0, static_cast<uint64_t>(k))[0] >> 8) * 0x1p-24f;
+  for (TablePrecision p : {kBf16, kFp16}) {
+    for (const int64_t row : {int64_t{0}, int64_t{7}, int64_t{1} << 40}) {
+      std::vector<uint16_t> want(kWholeDim);
+      EncodeHalfRow(values.data(), kWholeDim, p, whole, 9, row, want.data());
+      for (int32_t col_begin = 0; col_begin < 17; ++col_begin) {
+        const int64_t row_begin = row / 2;
+        HalfRounding shard = whole;
+        shard.row_begin = row_begin;
+        shard.col_begin = col_begin;
+        const int32_t dim = kWholeDim - col_begin;
+        std::vector<uint16_t> got(static_cast<size_t>(dim));
+        EncodeHalfRow(values.data() + col_begin, dim, p, shard, 9, row - row_begin, got.data());
+        for (int32_t k = 0; k < dim; ++k) {
+          ASSERT_EQ(got[k], want[col_begin + k])
+              << config::TableConfig::Precision_Name(p) << " row " << row << " col_begin "
+              << col_begin << " column " << k;
+          ASSERT_EQ(RoundingBits(shard, 9, row - row_begin, k),
+                    RoundingBits(whole, 9, row, col_begin + k));
+        }
+      }
+    }
+  }
+}
+
 TEST(HalfRow, StochasticFp16SubnormalsRoundUpByTheirFraction) {
   // 2^-26 is a quarter of FP16's smallest subnormal: up (to 2^-24) a quarter of the time.
   const float x = std::ldexp(1.0f, -26);

@@ -69,12 +69,14 @@ void Train(const config::DlrmConfig& c, ps::EmbeddingShardStore* store, int64_t 
   }
 }
 
-// Every value a store holds (rows, then optimizer state, shard by shard), for bitwise
-// comparisons.
+// Every value a store holds (rows, widened where 16-bit, then optimizer state, shard by
+// shard), for bitwise comparisons.
 std::vector<std::vector<float>> Snapshot(ps::EmbeddingShardStore& store) {
   std::vector<std::vector<float>> out;
   for (int32_t i = 0; i < static_cast<int32_t>(store.shards().size()); ++i) {
-    out.push_back(store.shard_table(i).data());
+    const EmbeddingTable<float>& table = store.shard_table(i);
+    std::vector<float>& rows = out.emplace_back(table.num_rows() * table.dim());
+    for (int64_t r = 0; r < table.num_rows(); ++r) table.ReadRow(r, rows.data() + r * table.dim());
     for (const auto& [name, buffer] : store.optimizer().StateBuffers(i)) out.push_back(*buffer);
   }
   return out;
@@ -186,17 +188,24 @@ struct Case {
   Type type;
   std::string optimizer;
   int32_t owner;
+  config::TableConfig::Precision precision = config::TableConfig::FP32;
 };
 
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << shard::ShardingTypeShortName(c.type) << "/" << c.optimizer << " owner " << c.owner;
+std::string CaseName(const Case& c) {
+  std::string name = std::string(shard::ShardingTypeShortName(c.type)) + "_" + c.optimizer;
+  if (c.precision != config::TableConfig::FP32)
+    name += "_" + config::TableConfig::Precision_Name(c.precision);
+  return name;
 }
+
+void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c) << " owner " << c.owner; }
 
 class ShardStoreCheckpointTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ShardStoreCheckpointTest, RoundTripIsBitwiseAndResumesIdentically) {
   const Case& p = GetParam();
-  const config::DlrmConfig c = ShardedTestConfig(p.type, "sgd", p.optimizer, kServers);
+  const config::DlrmConfig c =
+      WithTablePrecision(ShardedTestConfig(p.type, "sgd", p.optimizer, kServers), p.precision);
   const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
   ps::EmbeddingShardStore saved(c, plan, p.owner);
   ASSERT_FALSE(saved.shards().empty());
@@ -218,16 +227,15 @@ TEST_P(ShardStoreCheckpointTest, RoundTripIsBitwiseAndResumesIdentically) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, ShardStoreCheckpointTest,
-    ::testing::Values(Case{config::ShardingConfig::ROW_WISE, "rowwise_adagrad", 0},
-                      Case{config::ShardingConfig::ROW_WISE, "adam", 1},
-                      Case{config::ShardingConfig::COLUMN_WISE, "adam", 0},
-                      Case{config::ShardingConfig::TABLE_ROW_WISE, "adagrad", 1},
-                      Case{config::ShardingConfig::DATA_PARALLEL, "rowwise_adagrad",
-                           ps::kTrainerReplica}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      return std::string(shard::ShardingTypeShortName(info.param.type)) + "_" +
-             info.param.optimizer;
-    });
+    ::testing::Values(
+        Case{config::ShardingConfig::ROW_WISE, "rowwise_adagrad", 0},
+        Case{config::ShardingConfig::ROW_WISE, "adam", 1},
+        Case{config::ShardingConfig::COLUMN_WISE, "adam", 0},
+        Case{config::ShardingConfig::TABLE_ROW_WISE, "adagrad", 1},
+        Case{config::ShardingConfig::DATA_PARALLEL, "rowwise_adagrad", ps::kTrainerReplica},
+        Case{config::ShardingConfig::COLUMN_WISE, "adagrad", 1, config::TableConfig::BF16},
+        Case{config::ShardingConfig::ROW_WISE, "rowwise_adagrad", 0, config::TableConfig::FP16}),
+    [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
 
 // A trained store of server 0 and its file, and a second store that loads must not change.
 struct StoreErrorsTest : ::testing::Test {
@@ -280,6 +288,17 @@ TEST_F(StoreErrorsTest, FileOfAnotherOptimizerIsRefused) {
   ps::EmbeddingShardStore other(adam, plan, 0);
   ExpectRefused(&other, 0, path, StatusCode::kFailedPrecondition,
                 {"optimizer_state", "[row_sum_sq]", "[exp_avg, exp_avg_sq]"});
+}
+
+// FP32 rows into a store of BF16 rows (another layout: the shard's precision is named),
+// and BF16 rows into the FP32 store.
+TEST_F(StoreErrorsTest, FileOfAnotherTablePrecisionIsRefused) {
+  const config::DlrmConfig bf16 = WithTablePrecision(c, config::TableConfig::BF16);
+  ps::EmbeddingShardStore half(bf16, plan, 0);
+  ExpectRefused(&half, 0, path, StatusCode::kFailedPrecondition, {"shard.0", "BF16"});
+  ps::SaveShardStore(half, 0, 1, dir + "/bf16");
+  ps::EmbeddingShardStore target(c, plan, 0);
+  ExpectRefused(&target, 0, dir + "/bf16", StatusCode::kFailedPrecondition, {"shard.0", "BF16"});
 }
 
 TEST_F(StoreErrorsTest, FileOfAnotherKindIsRefused) {

@@ -147,7 +147,7 @@ TEST(CostModelTest, MemoryPerOptimizerMatchesHandNumbers) {
   for (const auto& [optimizer, bytes] : cases) {
     config::DlrmConfig config = Model({"t:1000:64"}, optimizer);
     const CostModel cost(config);
-    EXPECT_EQ(cost.MemoryBytes(1000, 64), bytes) << optimizer;
+    EXPECT_EQ(cost.MemoryBytes(ProfileTables(config.model())[0], 1000, 64), bytes) << optimizer;
     Force(&config, "t", config::ShardingConfig::TABLE_WISE);
     const ShardingPlan plan = PlanSharding(config, 1);
     ASSERT_EQ(plan.shards_size(), 1);
@@ -155,11 +155,31 @@ TEST(CostModelTest, MemoryPerOptimizerMatchesHandNumbers) {
     EXPECT_EQ(plan.servers(0).memory_bytes(), bytes) << optimizer;
   }
   // A column block keeps its own row-wise accumulator; Adagrad state follows the columns.
-  EXPECT_EQ(
-      CostModel(Model({"t:10:64"}, "sparse_optimizer { rowwise_adagrad {} }")).MemoryBytes(10, 16),
-      10 * (16 * 4 + 4));
-  EXPECT_EQ(CostModel(Model({"t:10:64"}, "sparse_optimizer { adagrad {} }")).MemoryBytes(10, 16),
-            10 * 16 * 8);
+  const auto block_bytes = [](const std::string& optimizer) {
+    const config::DlrmConfig config = Model({"t:10:64"}, optimizer);
+    return CostModel(config).MemoryBytes(ProfileTables(config.model())[0], 10, 16);
+  };
+  EXPECT_EQ(block_bytes("sparse_optimizer { rowwise_adagrad {} }"), 10 * (16 * 4 + 4));
+  EXPECT_EQ(block_bytes("sparse_optimizer { adagrad {} }"), 10 * 16 * 8);
+}
+
+// BF16 / FP16 rows are 2 bytes a value on a server too; their optimizer state stays fp32.
+TEST(CostModelTest, SixteenBitTablesCostTwoBytesAValue) {
+  for (const auto precision : {config::TableConfig::BF16, config::TableConfig::FP16}) {
+    config::DlrmConfig config = Model({"t:1000:64"}, "sparse_optimizer { adagrad {} }");
+    config.mutable_model()->mutable_tables(0)->set_precision(precision);
+    const std::vector<TableProfile> profiles = ProfileTables(config.model());
+    EXPECT_EQ(CostModel(config).MemoryBytes(profiles[0], 1000, 64), 128000 + 256000);
+    Force(&config, "t", config::ShardingConfig::TABLE_WISE);
+    const ShardingPlan plan = PlanSharding(config, 1);
+    ASSERT_EQ(plan.shards_size(), 1);
+    EXPECT_EQ(plan.shards(0).memory_bytes(), 128000 + 256000);
+  }
+  // A quantized serving table is not planned: refused naming it.
+  config::DlrmConfig int8 = Model({"t:1000:64"});
+  int8.mutable_model()->mutable_tables(0)->set_precision(config::TableConfig::INT8);
+  EXPECT_THAT(ErrorOf(int8, 2, StatusCode::kInvalidArgument),
+              HasSubstr("model.tables[0] (\"t\") has precision INT8 (a quantized serving table)"));
 }
 
 TEST(CostModelTest, LoadMatchesHandNumbers) {

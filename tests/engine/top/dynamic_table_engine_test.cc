@@ -36,13 +36,31 @@ void Replace(std::string* text, const std::string& from, const std::string& to) 
   text->replace(at, from.size(), to);
 }
 
-// SmallConfigText's model with its two tables replaced ("" keeps one).
+// What a parameterized suite varies: the optimizers, and the tables' row precision (text
+// put in every table: "" for FP32, or "precision: BF16 rounding: STOCHASTIC").
+struct Variant {
+  const char* name;
+  const char* optimizers;
+  const char* rows;
+};
+
+// SmallConfigText's model with its two tables replaced ("" keeps one), every table's rows
+// as `rows` says.
 std::string ConfigText(const std::string& t0, const std::string& t1,
-                       const std::string& optimizers = "", int threads = 1) {
+                       const std::string& optimizers = "", int threads = 1,
+                       const std::string& rows = "") {
   std::string text = testing::SmallConfigText(optimizers, threads);
   if (!t0.empty()) Replace(&text, kFixedT0, t0);
   if (!t1.empty()) Replace(&text, kFixedT1, t1);
+  for (size_t at = text.find("tables { "); at != std::string::npos && !rows.empty();
+       at = text.find("tables { ", at + 1))
+    text.insert(at + 9, rows + " ");
   return text;
+}
+
+std::string ConfigText(const std::string& t0, const std::string& t1, const Variant& v,
+                       int threads) {
+  return ConfigText(t0, t1, v.optimizers, threads, v.rows);
 }
 
 // SmallBatch with each id of a DYNAMIC table replaced by its raw id (features 0 and 2
@@ -96,20 +114,24 @@ bool SameStats(const TableStats& a, const TableStats& b) {
          a.counts.rejected == b.counts.rejected && a.memory_bytes == b.memory_bytes;
 }
 
-class DynamicEngineTest : public ::testing::TestWithParam<const char*> {};
+class DynamicEngineTest : public ::testing::TestWithParam<Variant> {};
 
 // With a row for every id and rows that start equal (ZEROS), a DYNAMIC table is the FIXED
 // table with its rows permuted: the same losses bit for bit, the same dense parameters,
-// and the same rows in another order.
+// and the same rows in another order. (16-bit rows round to nearest here: stochastic
+// rounding's bits follow the row index, which the permutation changes.)
 TEST_P(DynamicEngineTest, RoomForEveryIdTrainsAsTheFixedTable) {
   const std::string zeros = " dim: 4 initializer { kind: ZEROS } }";
-  Engine fixed(
-      ParseConfigText(ConfigText(R"(tables { name: "t0" num_rows: 40)" + zeros,
-                                 R"(tables { name: "t1" num_rows: 25)" + zeros, GetParam(), 2)));
+  std::string rows = GetParam().rows;
+  if (const size_t at = rows.find("STOCHASTIC"); at != std::string::npos)
+    rows.replace(at, 10, "NEAREST");
+  Engine fixed(ParseConfigText(ConfigText(R"(tables { name: "t0" num_rows: 40)" + zeros,
+                                          R"(tables { name: "t1" num_rows: 25)" + zeros,
+                                          GetParam().optimizers, 2, rows)));
   Engine dynamic(ParseConfigText(ConfigText(
       R"(tables { name: "t0" num_rows: 40 kind: DYNAMIC)" + zeros,
       R"(tables { name: "t1" num_rows: 25 kind: DYNAMIC dynamic { eviction: LFU })" + zeros,
-      GetParam(), 2)));
+      GetParam().optimizers, 2, rows)));
   EXPECT_EQ(Train(dynamic, 12), Train(fixed, 12));
   const auto a = Params(fixed), b = Params(dynamic);
   for (const auto& [name, values] : a) {
@@ -253,13 +275,52 @@ TEST_P(DynamicEngineTest, ADivergedStepTakesItsAdmissionsAndEvictionsBack) {
   EXPECT_TRUE(BitwiseEqual(Params(failed), Params(control)));
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, DynamicEngineTest,
-                         ::testing::Values("",
-                                           "sparse_optimizer { learning_rate: 0.05 adam {} }\n"
-                                           "dense_optimizer { adagrad {} }"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.index == 0 ? "Sgd" : "AdamAdagrad");
+// The FP32 suites with two optimizer sets, and 16-bit rows (issue 16): BF16 rounded
+// stochastically (the diverged step's rows come back as their own bits), FP16 to nearest.
+constexpr char kAdamAdagrad[] =
+    "sparse_optimizer { learning_rate: 0.05 adam {} }\ndense_optimizer { adagrad {} }";
+INSTANTIATE_TEST_SUITE_P(Variants, DynamicEngineTest,
+                         ::testing::Values(Variant{"Sgd", "", ""},
+                                           Variant{"AdamAdagrad", kAdamAdagrad, ""},
+                                           Variant{"Bf16Stochastic", kAdamAdagrad,
+                                                   "precision: BF16 rounding: STOCHASTIC"},
+                                           Variant{"Fp16Nearest", "", "precision: FP16"}),
+                         [](const ::testing::TestParamInfo<Variant>& info) {
+                           return std::string(info.param.name);
                          });
+
+// BF16 rows in a DYNAMIC table: half the weights' bytes, every stored value a bf16 value
+// (its low 16 bits zero once widened), and after admissions, evictions and updates within
+// bf16's rounding of what the FP32 table learns from the same batches.
+TEST(DynamicEngineTest, Bf16RowsHalveTheWeightsAndTrainCloseToFp32) {
+  Engine fp32(ParseConfigText(ConfigText(kEvictingT0, kEvictingT1)));
+  Engine bf16(ParseConfigText(
+      ConfigText(kEvictingT0, kEvictingT1, "", 1, "precision: BF16 rounding: STOCHASTIC")));
+  const std::vector<uint32_t> a = Train(fp32, 8), b = Train(bf16, 8);
+  for (int t = 0; t < 2; ++t) {
+    const std::string& name = fp32.config().model().tables(t).name();
+    const TableStats wide = fp32.GetTableStats(name), narrow = bf16.GetTableStats(name);
+    EXPECT_EQ(wide.counts.admitted, narrow.counts.admitted) << name;
+    EXPECT_GT(narrow.counts.evicted, 0) << name;
+    // Every row's weights (the default row's too), dim 4.
+    const int64_t weights = fp32.config().model().tables(t).num_rows() * 4 * 4;
+    EXPECT_EQ(wide.memory_bytes - narrow.memory_bytes, weights / 2) << name;
+  }
+  for (int s = 0; s < 8; ++s) {
+    float la, lb;
+    std::memcpy(&la, &a[static_cast<size_t>(s)], sizeof la);
+    std::memcpy(&lb, &b[static_cast<size_t>(s)], sizeof lb);
+    EXPECT_NEAR(lb, la, 0.02 * std::abs(la)) << "step " << s;
+  }
+  for (const auto& [name, values] : Params(bf16)) {
+    if (name.rfind("embedding.", 0) != 0) continue;
+    for (size_t i = 0; i < values.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &values[i], sizeof bits);
+      ASSERT_EQ(bits & 0xFFFF, 0u) << name << "[" << i << "] is not a bf16 value";
+    }
+  }
+}
 
 // Prediction looks ids up and admits nothing; an id without a row is left out of its bag
 // (ZERO), so a bag of unseen ids predicts as an empty bag.

@@ -180,23 +180,18 @@ TEST(HalfTables, RefusedWhereTheyCannotBeHeldNamingTheField) {
   config::DlrmConfig c = Config(config::TableConfig::FP32, config::TableConfig::NEAREST);
   c.mutable_model()->mutable_tables(1)->set_rounding(config::TableConfig::STOCHASTIC);
   refused(c, "model.tables[1].rounding is set but model.tables[1].precision is FP32");
-  c = Config(config::TableConfig::BF16, config::TableConfig::NEAREST);
-  c.mutable_model()->mutable_tables(0)->set_kind(config::TableConfig::DYNAMIC);
-  refused(c, "model.tables[0].precision is BF16 but model.tables[0].kind is DYNAMIC");
   c = Config(config::TableConfig::FP16, config::TableConfig::NEAREST);
   c.mutable_model()->mutable_tables(1)->mutable_ssd()->set_cache_bytes(1 << 20);
   c.set_ssd_dir(testing::TempDir("half_tables_ssd"));
   refused(c, "model.tables[1].ssd is set but model.tables[1].precision is FP16");
-  // Embedding servers do not hold 16-bit rows yet; the CUDA backend does (half_rows).
+  // Embedding servers and the CUDA backend hold 16-bit rows, not quantized serving ones.
   c = Config(config::TableConfig::BF16, config::TableConfig::NEAREST);
+  RequireFixedTables(c.model(), "embedding servers");
+  c.mutable_model()->mutable_tables(0)->set_precision(config::TableConfig::INT8);
   testing::ExpectError([&] { RequireFixedTables(c.model(), "embedding servers"); },
                        StatusCode::kInvalidArgument,
-                       "model.tables[0] (\"t0\") has precision BF16 (16-bit rows), which "
-                       "embedding servers does not take yet");
-  RequireFixedTables(c.model(), "device.kind CUDA", /*half_rows=*/true);
-  c.mutable_model()->mutable_tables(0)->set_precision(config::TableConfig::INT8);
-  testing::ExpectError([&] { RequireFixedTables(c.model(), "device.kind CUDA", true); },
-                       StatusCode::kInvalidArgument, "(a quantized serving table)");
+                       "model.tables[0] (\"t0\") has precision INT8 (a quantized serving table), "
+                       "which embedding servers does not take yet");
 }
 
 }  // namespace

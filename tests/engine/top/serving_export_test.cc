@@ -85,6 +85,30 @@ TEST(ServingExport, PredictsBitwiseAsTheEngineItCameFrom) {
     EXPECT_EQ(name.find("optimizer"), std::string::npos) << name;
 }
 
+// A DYNAMIC table of BF16 rows (stochastic rounding) is exported with its rows as they are
+// (a BFLOAT16 tensor beside its ids) and predicts bitwise as the engine; a checkpoint of it
+// resumes bitwise.
+TEST(ServingExport, ADynamicBf16TableKeepsItsSixteenBitRows) {
+  const std::string dir = testing::TempDir("serving_export_bf16");
+  config::DlrmConfig c = Config(dir);
+  c.mutable_model()->mutable_tables(0)->set_precision(config::TableConfig::BF16);
+  c.mutable_model()->mutable_tables(0)->set_rounding(config::TableConfig::STOCHASTIC);
+  Engine engine(c);
+  Train(engine, 30);
+  ASSERT_GT(engine.GetTableStats("t0").counts.evicted, 0);
+  engine.Export(dir + "/model.serving");
+  EXPECT_EQ(CheckpointReader(dir + "/model.serving").Tensor("embedding.t0.weight").dtype(),
+            checkpoint::TensorEntry::BFLOAT16);
+  const auto served = Engine::FromCheckpoint(dir + "/model.serving");
+  EXPECT_EQ(Predictions(*served), Predictions(engine));
+  engine.Save(dir + "/model.ckpt");
+  const auto resumed = Engine::FromCheckpoint(dir + "/model.ckpt");
+  Train(engine, 5);
+  Train(*resumed, 5);
+  EXPECT_TRUE(
+      testing::BitwiseEqual(testing::ParameterValues(*resumed), testing::ParameterValues(engine)));
+}
+
 // Rewrites the checkpoint file at path with every tensor as it was but `name`, whose bytes
 // and shape edit() changes, stored as `dtype` when given.
 void RewriteTensor(const std::string& path, const std::string& name,

@@ -99,17 +99,34 @@ void ExpectSameParameters(const Engine& engine, const Cluster& cluster, const co
 struct Case {
   Type type;
   std::string dense, sparse;
+  // Every table's rows: FP32, or 16-bit rounded stochastically (each shard must draw the
+  // whole table's random bits; COLUMN_WISE's second block starts at column 4, inside a
+  // block of 8 columns that share one Philox call).
+  config::TableConfig::Precision precision = config::TableConfig::FP32;
 };
+
+std::string CaseName(const Case& c) {
+  std::string name =
+      std::string(shard::ShardingTypeShortName(c.type)) + "_" + c.dense + "_" + c.sparse;
+  if (c.precision != config::TableConfig::FP32)
+    name += "_" + config::TableConfig::Precision_Name(c.precision);
+  return name;
+}
+
+void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
+
+config::DlrmConfig CaseConfig(const Case& c) {
+  return WithTablePrecision(ShardedTestConfig(c.type, c.dense, c.sparse, kServers), c.precision);
+}
 
 class DataParallelTrainerTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DataParallelTrainerTest, TwoTrainersTwoServersEqualOneProcessBitwise) {
   const Case& param = GetParam();
-  const config::DlrmConfig c = ShardedTestConfig(param.type, param.dense, param.sparse, kServers);
+  const config::DlrmConfig c = CaseConfig(param);
   Engine engine(c);
   Cluster cluster(c);
-  const std::string name = std::string(shard::ShardingTypeShortName(param.type)) + "/" +
-                           param.dense + "+" + param.sparse;
+  const std::string name = CaseName(param);
   for (int64_t step = 0; step < 5; ++step) {
     const OwnedBatch global = MakeBatch(c, step);
     const float want = engine.TrainStep(global.view());
@@ -132,16 +149,19 @@ std::vector<Case> AllCases() {
                     config::ShardingConfig::DATA_PARALLEL}) {
     cases.push_back({type, "sgd", "sgd"});
     cases.push_back({type, "adagrad", "adagrad"});
-    cases.push_back(
-        {type, "adam", type == config::ShardingConfig::COLUMN_WISE ? "adam" : "rowwise_adagrad"});
+    const std::string last =
+        type == config::ShardingConfig::COLUMN_WISE ? "adam" : "rowwise_adagrad";
+    cases.push_back({type, "adam", last});
+    cases.push_back({type, "adam", last, config::TableConfig::BF16});
   }
+  cases.push_back(
+      {config::ShardingConfig::COLUMN_WISE, "sgd", "adagrad", config::TableConfig::FP16});
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, DataParallelTrainerTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           return std::string(shard::ShardingTypeShortName(info.param.type)) + "_" +
-                                  info.param.dense + "_" + info.param.sparse;
+                           return CaseName(info.param);
                          });
 
 // Compressed communication (wire_precision BF16 / FP16): served rows, embedding gradients

@@ -213,13 +213,15 @@ void TrainBatches(train::TrainerRole& t, const config::DlrmConfig& c, int64_t fi
 }
 
 // Trains 4 steps with 2 trainers and 2 servers and expects the single-process run's
-// losses, dense parameters and embedding rows bitwise.
-void ExpectSyncJobEqualsOneProcess(config::ShardingConfig::Type type,
-                                   cluster::ClusterEnv::Collective collective) {
+// losses, dense parameters and embedding rows bitwise (every table's rows in `precision`).
+void ExpectSyncJobEqualsOneProcess(
+    config::ShardingConfig::Type type, cluster::ClusterEnv::Collective collective,
+    config::TableConfig::Precision precision = config::TableConfig::FP32) {
   const bool cw = type == config::ShardingConfig::COLUMN_WISE;
-  const config::DlrmConfig c =
-      ShardedTestConfig(type, "adam", cw ? "adagrad" : "rowwise_adagrad", kServers);
-  const std::string name = shard::ShardingTypeShortName(type);
+  const config::DlrmConfig c = WithTablePrecision(
+      ShardedTestConfig(type, "adam", cw ? "adagrad" : "rowwise_adagrad", kServers), precision);
+  const std::string name = std::string(shard::ShardingTypeShortName(type)) + "_" +
+                           config::TableConfig::Precision_Name(precision);
   constexpr int64_t kSteps = 4;
   Engine engine(c);
   std::vector<float> want;
@@ -253,6 +255,21 @@ class ClusterTest : public ::testing::TestWithParam<config::ShardingConfig::Type
 // run bitwise (losses, dense parameters, every embedding row), for each sharding type.
 TEST_P(ClusterTest, SyncOverLoopbackEqualsOneProcessBitwise) {
   ExpectSyncJobEqualsOneProcess(GetParam(), cluster::ClusterEnv::Collective::kBuiltin);
+}
+
+// BF16 / FP16 tables on the embedding servers and the trainers' replicas: rows stored in 16
+// bits, rounded stochastically with the whole table's bits in every shard, so the job
+// still reproduces the one process bitwise; its checkpoint loads into one engine whole.
+TEST(ClusterHalfTables, SixteenBitRowsOnServersEqualOneProcessBitwise) {
+  ExpectSyncJobEqualsOneProcess(config::ShardingConfig::COLUMN_WISE,
+                                cluster::ClusterEnv::Collective::kBuiltin,
+                                config::TableConfig::BF16);
+  ExpectSyncJobEqualsOneProcess(config::ShardingConfig::TABLE_ROW_WISE,
+                                cluster::ClusterEnv::Collective::kBuiltin,
+                                config::TableConfig::FP16);
+  ExpectSyncJobEqualsOneProcess(config::ShardingConfig::DATA_PARALLEL,
+                                cluster::ClusterEnv::Collective::kBuiltin,
+                                config::TableConfig::BF16);
 }
 
 // The same with the trainers' all-gather over Gloo (DLRM_COLLECTIVE=gloo).
@@ -370,11 +387,27 @@ TEST(ClusterCheckpoint, OneEngineRefusesAnIncompleteOrDamagedDirectory) {
 // servers and 1 trainer, and that job's onto 1 server and 4 trainers: each shard is cut
 // from the saved pieces (another plan: row ranges, column blocks and replicas move), and
 // every job continues bitwise as the single process does from the same step.
-class ClusterReshard : public ::testing::TestWithParam<config::ShardingConfig::Type> {};
+// (And with BF16 rows, column-wise: the pieces are cut as 16-bit values.)
+struct ReshardCase {
+  config::ShardingConfig::Type type;
+  config::TableConfig::Precision precision = config::TableConfig::FP32;
+};
+
+std::string ReshardName(const ReshardCase& c) {
+  std::string name = shard::ShardingTypeShortName(c.type);
+  if (c.precision != config::TableConfig::FP32)
+    name += "_" + config::TableConfig::Precision_Name(c.precision);
+  return name;
+}
+
+void PrintTo(const ReshardCase& c, std::ostream* os) { *os << ReshardName(c); }
+
+class ClusterReshard : public ::testing::TestWithParam<ReshardCase> {};
 
 TEST_P(ClusterReshard, ACheckpointRestoresOntoOtherServerAndTrainerCounts) {
   const auto config_for = [&](int32_t servers) {
-    return ShardedTestConfig(GetParam(), "adagrad", "adam", servers);
+    return WithTablePrecision(ShardedTestConfig(GetParam().type, "adagrad", "adam", servers),
+                              GetParam().precision);
   };
   Engine engine(config_for(kServers));  // advanced with each job: its reference
   std::vector<float> want;
@@ -390,8 +423,7 @@ TEST_P(ClusterReshard, ACheckpointRestoresOntoOtherServerAndTrainerCounts) {
       want.push_back(engine.TrainStep(MakeTestBatch(c, i, kGlobal).view()));
     // Per sharding type: ctest runs the instances side by side.
     const std::string dir =
-        TempDir(std::string("reshard_") + shard::ShardingTypeShortName(GetParam()) + "_" +
-                std::to_string(job.servers));
+        TempDir("reshard_" + ReshardName(GetParam()) + "_" + std::to_string(job.servers));
     std::vector<std::vector<float>> losses(static_cast<size_t>(job.trainers));
     const JobResult result = RunJob(
         c, previous,
@@ -416,13 +448,13 @@ TEST_P(ClusterReshard, ACheckpointRestoresOntoOtherServerAndTrainerCounts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, ClusterReshard,
-                         ::testing::Values(config::ShardingConfig::ROW_WISE,
-                                           config::ShardingConfig::COLUMN_WISE,
-                                           config::ShardingConfig::TABLE_ROW_WISE,
-                                           config::ShardingConfig::DATA_PARALLEL),
-                         [](const auto& info) {
-                           return std::string(shard::ShardingTypeShortName(info.param));
-                         });
+                         ::testing::Values(ReshardCase{config::ShardingConfig::ROW_WISE},
+                                           ReshardCase{config::ShardingConfig::COLUMN_WISE},
+                                           ReshardCase{config::ShardingConfig::TABLE_ROW_WISE},
+                                           ReshardCase{config::ShardingConfig::DATA_PARALLEL},
+                                           ReshardCase{config::ShardingConfig::COLUMN_WISE,
+                                                       config::TableConfig::BF16}),
+                         [](const auto& info) { return ReshardName(info.param); });
 
 // Acceptance 7 (issue 17): 10,000 forged and malformed messages sent to a running sync
 // job without DLRM_SECRET, to both servers, both trainers and the coordinator, naming real
