@@ -9,12 +9,15 @@
 #           disk at every step (a short run cannot fill the large caches).
 # Prints each run's train samples/s, peak RSS and (SSD) cache hit rate and evictions, then
 # the ratios ssd / dram and stress / dram, and ssd's peak RSS against budget + 1 GiB.
+# --precision BF16 (or FP16) holds every table's rows in 16 bits (issue 16), in DRAM and
+# on the SSD tier alike.
 # usage: bench/ssd_tier.sh [--build DIR] [--tables N] [--rows R] [--dim D] [--budget_mb M]
 #                          [--stress_mb M] [--steps S] [--batch_size B] [--zipf Z]
+#                          [--precision FP32|BF16|FP16]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=build/release TABLES=8 ROWS=16777216 DIM=16 BUDGET_MB=2048 STRESS_MB=16 STEPS=200
-BATCH=2048 ZIPF=1.2
+BATCH=2048 ZIPF=1.2 PRECISION=FP32
 while [ $# -gt 0 ]; do
   case $1 in
     --build) BUILD=$2; shift 2 ;;
@@ -26,6 +29,7 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --batch_size) BATCH=$2; shift 2 ;;
     --zipf) ZIPF=$2; shift 2 ;;
+    --precision) PRECISION=$2; shift 2 ;;
     *) echo "unknown argument $1"; exit 2 ;;
   esac
 done
@@ -39,7 +43,7 @@ config() {  # cache bytes per table, or 0 for DRAM
   for t in $(seq 0 $((TABLES - 1))); do
     local ssd=""
     [ "$1" -gt 0 ] && ssd=" ssd { cache_bytes: $1 }"
-    echo "  tables { name: \"t$t\" num_rows: $ROWS dim: $DIM$ssd }"
+    echo "  tables { name: \"t$t\" num_rows: $ROWS dim: $DIM precision: $PRECISION$ssd }"
   done
   for t in $(seq 0 $((TABLES - 1))); do echo "  sparse_features { name: \"f$t\" table: \"t$t\" }"; done
   echo "  bottom_mlp { layer_sizes: 64 layer_sizes: $DIM }"
@@ -64,7 +68,8 @@ run() {  # name
   echo "$1: train samples/s ${rate[$1]}, peak_rss ${rss[$1]} GB" \
     "$(echo "$out" | grep '^ssd tables' || true)"
 }
-echo "rows: $TABLES tables x $ROWS x $DIM fp32 = $((TABLES * ROWS * DIM * 4 / 1048576)) MiB;" \
+bytes=4; [ "$PRECISION" = FP32 ] || bytes=2
+echo "rows: $TABLES tables x $ROWS x $DIM $PRECISION = $((TABLES * ROWS * DIM * bytes / 1048576)) MiB;" \
   "ssd budget $BUDGET_MB MiB, stress budget $STRESS_MB MiB; store in $WORK/ssd"
 run dram
 run ssd

@@ -691,11 +691,12 @@ void Engine::LoadSsdRows(const CheckpointReader& reader, const std::string& path
 }
 
 // What an export's writer borrows until WriteAtomic: SSD tables' rows read whole, the
-// codes of tables quantized for the export and 16-bit dense parameters.
+// codes of tables quantized for the export and 16-bit values (dense parameters, a BF16 /
+// FP16 SSD table's rows).
 struct Engine::ServingTables {
   std::deque<std::vector<float>> rows;
   std::deque<std::vector<uint8_t>> codes;
-  std::deque<std::vector<uint16_t>> dense;  // 16-bit dense parameters
+  std::deque<std::vector<uint16_t>> halves;
 };
 
 void Engine::Export(const std::string& path, config::TableConfig::Precision quantize,
@@ -712,7 +713,7 @@ void Engine::Export(const std::string& path, config::TableConfig::Precision quan
   writer.SetMetadata("config", ConfigToText(serving));
   checkpoint::WriteStep(s.step, &writer);
   ServingTables owned;
-  checkpoint::AddServingDenseParams(s.model, dense, &owned.dense, &writer);
+  checkpoint::AddServingDenseParams(s.model, dense, &owned.halves, &writer);
   for (int t = 0; t < serving.model().tables_size(); ++t)
     AddServingTable(t, serving.model().tables(t).precision(), &owned, &writer);
   std::vector<std::vector<int64_t>> ids, rows;
@@ -738,21 +739,29 @@ void Engine::AddServingTable(int32_t t, config::TableConfig::Precision precision
   if (table.quantized())  // exported as it is
     return checkpoint::AddQuantizedEmbedding(table.name(), table.num_rows(), table.dim(),
                                              table.precision(), table.codes().data(), writer);
-  if (table.half() && !IsQuantized(precision))  // exported as it is
+  if (table.half() && !tc.has_ssd() && !IsQuantized(precision))  // exported as it is
     return checkpoint::AddEmbedding(table.name(), table, {}, writer);
   const float* values = table.data().data();
+  const int64_t count = tc.num_rows() * tc.dim();
   if (tc.has_ssd() || table.half()) {  // the rows as floats
-    owned->rows.emplace_back(static_cast<size_t>(tc.num_rows() * tc.dim()));
+    owned->rows.emplace_back(static_cast<size_t>(count));
     if (tc.has_ssd())
       ReadSsdTable(t, owned->rows.back().data());
     else
       ReadNarrowTable(table, owned->rows.back().data());
     values = owned->rows.back().data();
   }
+  if (table.half() && !IsQuantized(precision)) {  // an SSD table's 16-bit rows, read whole
+    std::vector<uint16_t>& halves = owned->halves.emplace_back(static_cast<size_t>(count));
+    NarrowValues(values, count, table.precision(), halves.data());  // exact: widened values
+    return writer->AddTensor(checkpoint::EmbeddingWeightName(table.name()),
+                             checkpoint::RowsDType(table), {tc.num_rows(), tc.dim()}, halves.data(),
+                             halves.size() * sizeof(uint16_t));
+  }
   if (!IsQuantized(precision))
     return writer->AddTensor(checkpoint::EmbeddingWeightName(table.name()), checkpoint::kF32,
                              {tc.num_rows(), tc.dim()}, values,
-                             static_cast<size_t>(tc.num_rows() * tc.dim()) * sizeof(float));
+                             static_cast<size_t>(count) * sizeof(float));
   owned->codes.emplace_back(
       static_cast<size_t>(tc.num_rows() * StoredRowBytes(precision, tc.dim())));
   uint8_t* codes = owned->codes.back().data();

@@ -92,14 +92,18 @@ void ValidateSsdTables(const config::DlrmConfig& config) {
     if (table.kind() == config::TableConfig::DYNAMIC)
       ThrowInvalid(field, ".ssd is set but ", field,
                    ".kind is DYNAMIC, which the SSD tier does not take yet (FIXED only)");
-    if (table.precision() != config::TableConfig::FP32)
+    if (IsQuantized(table.precision()))
       ThrowInvalid(field, ".ssd is set but ", field, ".precision is ",
                    config::TableConfig::Precision_Name(table.precision()),
-                   ": the SSD tier holds FP32 rows only");
+                   ": the SSD tier holds FP32, BF16 and FP16 rows");
+    if (table.rounding() == config::TableConfig::STOCHASTIC)
+      ThrowInvalid(field, ".ssd is set but ", field,
+                   ".rounding is STOCHASTIC: an SSD table's updates round to nearest (yet; "
+                   "its rows move between cache slots, which would key their random bits)");
     if (table.ssd().segment_bytes() < 1 || table.ssd().segment_bytes() > int64_t{1} << 31)
       ThrowInvalid(field, ".ssd.segment_bytes must be in [1, 2^31], got ",
                    table.ssd().segment_bytes());
-    const int64_t row_bytes = RowBytes(config, table.dim());
+    const int64_t row_bytes = RowBytes(config, table);
     if (table.ssd().cache_bytes() < row_bytes)
       ThrowInvalid(field, ".ssd.cache_bytes must hold at least one row (", row_bytes,
                    " bytes of weights and optimizer state), got ", table.ssd().cache_bytes());
@@ -331,8 +335,9 @@ int64_t SparseStateBytesPerRow(const config::SparseOptimizerConfig& optimizer, i
   }
 }
 
-int64_t RowBytes(const config::DlrmConfig& config, int32_t dim) {
-  return int64_t{dim} * 4 + SparseStateBytesPerRow(config.sparse_optimizer(), dim);
+int64_t RowBytes(const config::DlrmConfig& config, const config::TableConfig& table) {
+  return int64_t{table.dim()} * ValueBytes(table.precision()) +
+         SparseStateBytesPerRow(config.sparse_optimizer(), table.dim());
 }
 
 int FindTable(const config::ModelConfig& model, const std::string& name) {

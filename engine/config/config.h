@@ -68,8 +68,9 @@ int64_t ValueBytes(config::TableConfig::Precision precision);
 
 // Bytes of sparse optimizer state per row of a table of `dim` (0 for SGD).
 int64_t SparseStateBytesPerRow(const config::SparseOptimizerConfig& optimizer, int32_t dim);
-// Bytes a row of a table of `dim` takes in host memory: weights and optimizer state.
-int64_t RowBytes(const config::DlrmConfig& config, int32_t dim);
+// Bytes a row of `table` (FP32, BF16 or FP16) takes in host memory: its weights and
+// config's optimizer state.
+int64_t RowBytes(const config::DlrmConfig& config, const config::TableConfig& table);
 
 // Index of the table with this name, or -1.
 int FindTable(const config::ModelConfig& model, const std::string& name);

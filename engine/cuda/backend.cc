@@ -50,6 +50,9 @@ struct Activations {
   DeviceBuffer<float> pooled, inter;
   std::vector<DeviceBuffer<float>> bottom, top;
   CrossActivations cross;  // a DCN model's
+  // The top MLP's input, as the forward decided (TopInput): inter, or the cross network's
+  // output. Device memory of this struct; the backward reads it.
+  const float* top_in = nullptr;
 };
 
 // Every activation and gradient of a training step; sized by the batch's shape, so a step
@@ -387,7 +390,8 @@ const float* CudaBackend::Forward(const DeviceBatch& in, Activations& a) const {
   const InteractionShape shape = Shape();
   a.inter.Resize(static_cast<size_t>(n) * shape.out_dim());
   LaunchInteractionForward(shape, x, a.pooled.get(), n, a.inter.get(), stream_);
-  return MlpForward(s_.model.top_mlp(), TopInput(a, n), n, a.top);
+  a.top_in = TopInput(a, n);
+  return MlpForward(s_.model.top_mlp(), a.top_in, n, a.top);
 }
 
 const float* CudaBackend::TopInput(Activations& a, int64_t n) const {
@@ -438,9 +442,8 @@ void CudaBackend::Backward(const DeviceBatch& in, const float* logits) {
   LaunchBceWithLogits(logits, in.labels.get(), n, 1.0f / static_cast<float>(n), b.dlogits.get(),
                       b.losses.get(), b.loss_sum.get(), stream_);
   b.d_inter.Resize(static_cast<size_t>(n) * shape.out_dim());
-  const float* top_in = cross_ ? b.acts.cross.x.back().get() : b.acts.inter.get();
   if (cross_) b.d_cross.Resize(static_cast<size_t>(n) * shape.out_dim());
-  MlpBackward(s_.model.top_mlp(), top_in, b.acts.top, b.dlogits.get(), n,
+  MlpBackward(s_.model.top_mlp(), b.acts.top_in, b.acts.top, b.dlogits.get(), n,
               cross_ ? b.d_cross.get() : b.d_inter.get());
   if (cross_)
     cross_->Backward(*linear_, params(), b.acts.inter.get(), b.acts.cross, b.d_cross.get(), n,

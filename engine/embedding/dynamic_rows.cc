@@ -61,8 +61,8 @@ DynamicRowsOptions SsdCacheOptionsFor(int64_t cache_rows) {
   return o;
 }
 
-int64_t SsdCacheBytes(const config::DlrmConfig& config, int32_t dim, int64_t rows) {
-  return rows * RowBytes(config, dim) +
+int64_t SsdCacheBytes(const config::DlrmConfig& config, int table_index, int64_t rows) {
+  return rows * RowBytes(config, config.model().tables(table_index)) +
          static_cast<int64_t>(DynamicRows::MemoryBytesFor(SsdCacheOptionsFor(rows)));
 }
 
@@ -71,8 +71,8 @@ int64_t ResidentRows(const config::DlrmConfig& config, int table_index) {
   if (!table.has_ssd()) return table.num_rows();
   const int64_t budget = table.ssd().cache_bytes();
   // SsdCacheBytes grows with rows (the index in steps of powers of two).
-  auto bytes = [&](int64_t rows) { return SsdCacheBytes(config, table.dim(), rows); };
-  int64_t lo = 1, hi = std::min(table.num_rows(), budget / RowBytes(config, table.dim()));
+  auto bytes = [&](int64_t rows) { return SsdCacheBytes(config, table_index, rows); };
+  int64_t lo = 1, hi = std::min(table.num_rows(), budget / RowBytes(config, table));
   while (lo < hi) {  // the most rows whose bytes fit the budget
     const int64_t mid = lo + (hi - lo + 1) / 2;
     if (bytes(mid) <= budget)

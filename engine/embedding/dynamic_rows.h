@@ -69,9 +69,10 @@ DynamicRowsOptions SsdCacheOptionsFor(int64_t cache_rows);
 // state and the cache's own index (a DynamicRows of SsdCacheOptionsFor), in
 // [1, num_rows].
 int64_t ResidentRows(const config::DlrmConfig& config, int table_index);
-// The bytes an SSD table's cache of `rows` slots takes, rows of `dim` of config's
-// optimizer and the cache's index: the cache_bytes that gives exactly `rows` slots.
-int64_t SsdCacheBytes(const config::DlrmConfig& config, int32_t dim, int64_t rows);
+// The bytes the cache of `rows` slots of table `table_index` of config takes (its rows'
+// weights at the table's precision, config's optimizer state, the cache's index): the
+// ssd.cache_bytes that gives exactly `rows` slots.
+int64_t SsdCacheBytes(const config::DlrmConfig& config, int table_index, int64_t rows);
 
 struct DynamicRowsStats {
   int64_t lookups = 0;   // id occurrences resolved

@@ -202,12 +202,15 @@ template <typename T>
 void EmbeddingTable<T>::InitializeRows(const config::Initializer& init, uint64_t seed,
                                        int32_t table_index, int64_t full_rows,
                                        const std::vector<std::pair<int64_t, int64_t>>& row_slots) {
-  DLRM_INTERNAL_CHECK(!quantized() && !half());  // SSD tables are FP32
+  DLRM_INTERNAL_CHECK(!quantized());  // SSD tables train: FP32, BF16 or FP16 rows
   const uint64_t stream = kStreamEmbeddingBase + static_cast<uint64_t>(table_index);
+  std::vector<T> values(half() ? static_cast<size_t>(dim_) : 0);  // drawn, then narrowed
   WithDraw(init, full_rows, [&](auto draw) {
     for (const auto& [r, slot] : row_slots) {
       DLRM_INTERNAL_CHECK(slot >= 0 && slot < num_rows_ && r >= 0 && r < full_rows);
-      FillRow(row(slot), dim_, CounterRng(seed, stream, static_cast<uint64_t>(r)), 0, draw);
+      FillRow(half() ? values.data() : row(slot), dim_,
+              CounterRng(seed, stream, static_cast<uint64_t>(r)), 0, draw);
+      if (half()) WriteRow(slot, values.data());
     }
   });
 }

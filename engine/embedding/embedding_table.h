@@ -58,8 +58,9 @@ class EmbeddingTable {
                         const std::vector<std::pair<int64_t, int64_t>>& id_rows);
 
   // An SSD table's cache (issue 14): slot s of each (row, s) gets the values Initialize
-  // gives row `row` of the full table of full_rows rows, so a row first used in the cache
-  // starts exactly as in a table held whole in memory. The initializer must have passed
+  // gives row `row` of the full table of full_rows rows (16-bit rows rounded to nearest as
+  // there), so a row first used in the cache starts exactly as in a table held whole in
+  // memory. The initializer must have passed
   // Initialize's checks; slots must be in [0, num_rows()).
   void InitializeRows(const config::Initializer& init, uint64_t seed, int32_t table_index,
                       int64_t full_rows, const std::vector<std::pair<int64_t, int64_t>>& row_slots);

@@ -1,8 +1,8 @@
 // A row's packed form, the one layout every copy of a row outside its table uses (the SSD
-// tier's store, a DYNAMIC step's saved rows): the row's dim weights (as floats, widened
-// where the table's rows are BF16 / FP16: unpacking gives the same bits back), then its
-// slice of each optimizer state buffer in StateBuffers order. Each buffer holds buffer
-// size / the table's rows values per row.
+// tier's store, a DYNAMIC step's saved rows), in floats: the row's weights as stored (dim
+// floats, or a BF16 / FP16 row's dim 16-bit words two to a float, the last one's upper
+// half zero), then its slice of each optimizer state buffer in StateBuffers order. Each
+// buffer holds buffer size / the table's rows values per row.
 // Ownership: none kept; the caller's table, buffers and arrays.
 // Threading: none of its own.
 // Errors: none; row must be a row of the table and in/out must hold PackedRowWidth floats.
@@ -19,8 +19,13 @@ namespace dlrm {
 
 using StateBufferList = std::vector<std::pair<std::string, std::vector<float>*>>;
 
+// Floats a packed row's weights take: dim, or (dim + 1) / 2 for BF16 / FP16 rows.
+int64_t PackedWeightWidth(TablePrecision precision, int32_t dim);
 // Floats in one packed row of table with these optimizer state buffers.
 int64_t PackedRowWidth(const EmbeddingTable<float>& table, const StateBufferList& state);
+// out[0, dim) = the weights of packed row `in` of a table of this precision and dim, as
+// floats (widened where 16-bit).
+void PackedWeights(const float* in, TablePrecision precision, int32_t dim, float* out);
 // Copies row's weights and state into out; returns the end of what it wrote.
 float* PackRow(const EmbeddingTable<float>& table, const StateBufferList& state, int64_t row,
                float* out);

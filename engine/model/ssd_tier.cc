@@ -14,9 +14,10 @@ constexpr int64_t kChunkRows = 4096;
 }  // namespace
 
 int64_t SsdRowWidth(const config::DlrmConfig& config, int32_t table_index) {
-  const int32_t dim = config.model().tables(table_index).dim();
-  return dim + SparseStateBytesPerRow(config.sparse_optimizer(), dim) /
-                   static_cast<int64_t>(sizeof(float));
+  const config::TableConfig& table = config.model().tables(table_index);
+  return PackedWeightWidth(table.precision(), table.dim()) +
+         SparseStateBytesPerRow(config.sparse_optimizer(), table.dim()) /
+             static_cast<int64_t>(sizeof(float));
 }
 
 SsdTier::SsdTier(const config::DlrmConfig& config, int32_t table_index, RowStore* store)
@@ -27,6 +28,7 @@ SsdTier::SsdTier(const config::DlrmConfig& config, int32_t table_index, RowStore
       seed_(config.seed()),
       full_rows_(config.model().tables(table_index).num_rows()),
       dim_(config.model().tables(table_index).dim()),
+      precision_(config.model().tables(table_index).precision()),
       width_(SsdRowWidth(config, table_index)),
       stored_(static_cast<size_t>((full_rows_ + 63) / 64), 0),
       dirty_(static_cast<size_t>(ResidentRows(config, table_index)), 0) {}
@@ -174,7 +176,7 @@ void SsdTier::ReadRows(const DynamicRows& map, const EmbeddingTable<float>& cach
   for (int64_t i = 0; i < n; ++i) {
     const int64_t slot = slots[static_cast<size_t>(i)], row = first + i;
     if (slot != DynamicRows::kNoRow)
-      std::copy(cache.row(slot), cache.row(slot) + dim_, out + i * dim_);
+      cache.ReadRow(slot, out + i * dim_);
     else if (stored(row))
       read.push_back(row);
     else
@@ -184,18 +186,17 @@ void SsdTier::ReadRows(const DynamicRows& map, const EmbeddingTable<float>& cach
     std::vector<float> values(read.size() * static_cast<size_t>(width_));
     ReadStored(read, values.data());
     for (size_t j = 0; j < read.size(); ++j)
-      std::copy_n(values.data() + j * static_cast<size_t>(width_), dim_,
-                  out + (read[j] - first) * dim_);
+      PackedWeights(values.data() + j * static_cast<size_t>(width_), precision_, dim_,
+                    out + (read[j] - first) * dim_);
   }
   if (fresh.empty()) return;
-  EmbeddingTable<float> scratch(name_, static_cast<int64_t>(fresh.size()), dim_);
+  EmbeddingTable<float> scratch(name_, static_cast<int64_t>(fresh.size()), dim_, precision_);
   std::vector<std::pair<int64_t, int64_t>> row_slots;
   for (size_t j = 0; j < fresh.size(); ++j)
     row_slots.emplace_back(fresh[j].first, static_cast<int64_t>(j));
   scratch.InitializeRows(initializer_, seed_, table_index_, full_rows_, row_slots);
   for (size_t j = 0; j < fresh.size(); ++j)
-    std::copy(scratch.row(static_cast<int64_t>(j)), scratch.row(static_cast<int64_t>(j)) + dim_,
-              out + fresh[j].second * dim_);
+    scratch.ReadRow(static_cast<int64_t>(j), out + fresh[j].second * dim_);
 }
 
 void SsdTier::RestoreStored(std::vector<uint64_t> words) {

@@ -35,7 +35,8 @@
 
 namespace dlrm {
 
-// Floats per stored row of SSD table `table_index`: its weights, then its optimizer state.
+// Floats per stored row of SSD table `table_index`: its packed weights (packed_row.h), then
+// its optimizer state.
 int64_t SsdRowWidth(const config::DlrmConfig& config, int32_t table_index);
 
 class SsdTier {
@@ -100,6 +101,7 @@ class SsdTier {
   uint64_t seed_;
   int64_t full_rows_;
   int32_t dim_;
+  TablePrecision precision_;      // FP32, BF16 or FP16 (rounded to nearest)
   int64_t width_;                 // floats per stored row: weights, then optimizer state
   std::vector<uint64_t> stored_;  // a bit per row of the table
   std::vector<uint8_t> dirty_;    // per slot

@@ -65,7 +65,7 @@ void CheckModelFitsMemory(const config::DlrmConfig& config) {
       bytes = SaturatingAdd(bytes, static_cast<int64_t>(DynamicRows::MemoryBytesFor(
                                        DynamicRowsOptionsFor(table, config.seed(), t))));
     if (table.has_ssd())  // the cache with its index, and where the store has each row
-      bytes = SsdCacheBytes(config, table.dim(), rows) + RowStore::IndexBytes(table.num_rows());
+      bytes = SsdCacheBytes(config, t, rows) + RowStore::IndexBytes(table.num_rows());
     total = SaturatingAdd(total, bytes);
     if (bytes > largest) largest = bytes, largest_table = t;
   }

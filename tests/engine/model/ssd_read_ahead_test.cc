@@ -21,7 +21,7 @@ namespace {
 config::DlrmConfig Config(const std::string& dir) {
   config::DlrmConfig c = ParseConfigText(testing::SmallConfigText("sparse_optimizer { adam {} }"));
   config::TableConfig* t1 = c.mutable_model()->mutable_tables(1);
-  t1->mutable_ssd()->set_cache_bytes(SsdCacheBytes(c, t1->dim(), 8));
+  t1->mutable_ssd()->set_cache_bytes(SsdCacheBytes(c, 1, 8));
   c.set_ssd_dir(dir);
   return c;
 }

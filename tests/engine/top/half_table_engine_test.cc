@@ -180,10 +180,16 @@ TEST(HalfTables, RefusedWhereTheyCannotBeHeldNamingTheField) {
   config::DlrmConfig c = Config(config::TableConfig::FP32, config::TableConfig::NEAREST);
   c.mutable_model()->mutable_tables(1)->set_rounding(config::TableConfig::STOCHASTIC);
   refused(c, "model.tables[1].rounding is set but model.tables[1].precision is FP32");
-  c = Config(config::TableConfig::FP16, config::TableConfig::NEAREST);
+  // SSD tables take 16-bit rows rounded to nearest, not stochastically, and no codes.
+  c = Config(config::TableConfig::FP16, config::TableConfig::STOCHASTIC);
   c.mutable_model()->mutable_tables(1)->mutable_ssd()->set_cache_bytes(1 << 20);
   c.set_ssd_dir(testing::TempDir("half_tables_ssd"));
-  refused(c, "model.tables[1].ssd is set but model.tables[1].precision is FP16");
+  refused(c, "model.tables[1].ssd is set but model.tables[1].rounding is STOCHASTIC");
+  c.mutable_model()->mutable_tables(1)->clear_rounding();
+  c.mutable_model()->mutable_tables(1)->set_precision(config::TableConfig::INT8);
+  refused(c,
+          "model.tables[1].ssd is set but model.tables[1].precision is INT8: the SSD tier "
+          "holds FP32, BF16 and FP16 rows");
   // Embedding servers and the CUDA backend hold 16-bit rows, not quantized serving ones.
   c = Config(config::TableConfig::BF16, config::TableConfig::NEAREST);
   RequireFixedTables(c.model(), "embedding servers");

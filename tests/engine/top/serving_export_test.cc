@@ -43,7 +43,7 @@ config::DlrmConfig Config(const std::string& dir) {
   t0->set_num_rows(30);
   t0->set_kind(config::TableConfig::DYNAMIC);
   config::TableConfig* t1 = c.mutable_model()->mutable_tables(1);
-  t1->mutable_ssd()->set_cache_bytes(SsdCacheBytes(c, t1->dim(), 12));
+  t1->mutable_ssd()->set_cache_bytes(SsdCacheBytes(c, 1, 12));
   c.set_ssd_dir(dir);
   return c;
 }
@@ -85,20 +85,25 @@ TEST(ServingExport, PredictsBitwiseAsTheEngineItCameFrom) {
     EXPECT_EQ(name.find("optimizer"), std::string::npos) << name;
 }
 
-// A DYNAMIC table of BF16 rows (stochastic rounding) is exported with its rows as they are
-// (a BFLOAT16 tensor beside its ids) and predicts bitwise as the engine; a checkpoint of it
+// A DYNAMIC table of BF16 rows (stochastic rounding) and an SSD table of BF16 rows (read
+// whole from its store) are exported with their rows in 16 bits (BFLOAT16 tensors, the
+// DYNAMIC one's beside its ids) and predict bitwise as the engine; a checkpoint of them
 // resumes bitwise.
-TEST(ServingExport, ADynamicBf16TableKeepsItsSixteenBitRows) {
+TEST(ServingExport, SixteenBitDynamicAndSsdTablesKeepTheirRows) {
   const std::string dir = testing::TempDir("serving_export_bf16");
   config::DlrmConfig c = Config(dir);
   c.mutable_model()->mutable_tables(0)->set_precision(config::TableConfig::BF16);
   c.mutable_model()->mutable_tables(0)->set_rounding(config::TableConfig::STOCHASTIC);
+  c.mutable_model()->mutable_tables(1)->set_precision(config::TableConfig::BF16);
+  c.mutable_model()->mutable_tables(1)->mutable_ssd()->set_cache_bytes(SsdCacheBytes(c, 1, 12));
   Engine engine(c);
   Train(engine, 30);
   ASSERT_GT(engine.GetTableStats("t0").counts.evicted, 0);
+  ASSERT_GT(engine.GetTableStats("t1").counts.evicted, 0);
   engine.Export(dir + "/model.serving");
-  EXPECT_EQ(CheckpointReader(dir + "/model.serving").Tensor("embedding.t0.weight").dtype(),
-            checkpoint::TensorEntry::BFLOAT16);
+  const CheckpointReader reader(dir + "/model.serving");
+  for (const char* name : {"embedding.t0.weight", "embedding.t1.weight"})
+    EXPECT_EQ(reader.Tensor(name).dtype(), checkpoint::TensorEntry::BFLOAT16) << name;
   const auto served = Engine::FromCheckpoint(dir + "/model.serving");
   EXPECT_EQ(Predictions(*served), Predictions(engine));
   engine.Save(dir + "/model.ckpt");
