@@ -96,10 +96,6 @@ void ValidateSsdTables(const config::DlrmConfig& config) {
       ThrowInvalid(field, ".ssd is set but ", field, ".precision is ",
                    config::TableConfig::Precision_Name(table.precision()),
                    ": the SSD tier holds FP32, BF16 and FP16 rows");
-    if (table.rounding() == config::TableConfig::STOCHASTIC)
-      ThrowInvalid(field, ".ssd is set but ", field,
-                   ".rounding is STOCHASTIC: an SSD table's updates round to nearest (yet; "
-                   "its rows move between cache slots, which would key their random bits)");
     if (table.ssd().segment_bytes() < 1 || table.ssd().segment_bytes() > int64_t{1} << 31)
       ThrowInvalid(field, ".ssd.segment_bytes must be in [1, 2^31], got ",
                    table.ssd().segment_bytes());

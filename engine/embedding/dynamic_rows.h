@@ -155,6 +155,9 @@ class DynamicRows {
   // A resident row's last step and occurrence count.
   int64_t last_step(int64_t row) const { return last_step_[static_cast<size_t>(row)]; }
   int64_t count(int64_t row) const { return count_[static_cast<size_t>(row)]; }
+  // The id each row holds, indexed by row (a row holding none has a stale value). Valid
+  // until the next call that changes the rows (Resolve, Restore, Undo).
+  const int64_t* ids_of_rows() const { return id_of_row_.data(); }
   // fn(id, row) for every resident id, least recently used first.
   template <typename Fn>
   void ForEachByRecency(Fn fn) const {

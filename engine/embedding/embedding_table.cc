@@ -128,7 +128,10 @@ void EmbeddingTable<T>::WriteRow(int64_t r, const T* values) {
 template <typename T>
 void EmbeddingTable<T>::StoreRow(int64_t r, const T* values, int64_t step) {
   DLRM_INTERNAL_CHECK(!quantized());  // read-only rows
-  if (half()) return EncodeHalfRow(values, dim_, precision_, rounding_, step, r, half_row(r));
+  if (half()) {
+    const int64_t key_row = rounding_rows_ != nullptr ? rounding_rows_[r] : r;
+    return EncodeHalfRow(values, dim_, precision_, rounding_, step, key_row, half_row(r));
+  }
   std::copy(values, values + dim_, row(r));
 }
 
@@ -166,8 +169,7 @@ void EmbeddingTable<T>::InitializeShard(const config::Initializer& init, uint64_
     ThrowInvalid("table '", name_, "': shard rows [", row_begin, ", ", row_begin + num_rows_,
                  ") from column ", col_begin, " do not fit a table of ", full_rows, " rows");
   const uint64_t stream = kStreamEmbeddingBase + static_cast<uint64_t>(table_index);
-  rounding_.seed = seed;
-  rounding_.table = table_index;
+  SetRoundingKey(seed, table_index);
   rounding_.row_begin = row_begin;
   rounding_.col_begin = col_begin;
   const bool narrow = quantized() || half();  // drawn into values, then stored narrowed

@@ -99,6 +99,17 @@ class EmbeddingTable {
   // parameter written from outside, a saved row put back), not an update; exact for what
   // ReadRow gave. Not for a quantized table.
   void WriteRow(int64_t r, const T* values);
+  // The key of the stochastic rounding's bits: the engine's seed and model table
+  // `table_index` (Initialize and InitializeShard set it; an SSD table's cache, whose rows
+  // come in later, is given it when made).
+  void SetRoundingKey(uint64_t seed, int32_t table_index) {
+    rounding_.seed = seed;
+    rounding_.table = table_index;
+  }
+  // For an SSD table's cache: slot s's stochastic rounding draws the bits of table row
+  // rows[s] (the row it holds), not of row s, so the cache rounds as the whole table
+  // would. rows must outlive the next StoreRow; null: each row draws its own bits.
+  void KeyRoundingBy(const int64_t* rows) { rounding_rows_ = rows; }
   // Exchanges the stored rows (whatever the precision) with other's, a table of the same
   // shape and precision: a load staged in a fresh table commits by one swap. The names and
   // rounding keys stay where they were.
@@ -118,6 +129,7 @@ class EmbeddingTable {
 
   TablePrecision precision_;
   HalfRounding rounding_;
+  const int64_t* rounding_rows_ = nullptr;  // KeyRoundingBy's
   std::vector<T> data_;
   std::vector<uint8_t> codes_;
   std::vector<uint16_t> halves_;

@@ -73,7 +73,10 @@ DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool, bool
     // An SSD table holds its cache here, whose rows are filled when rows come in.
     EmbeddingTable<T> table(tc.name(), ResidentRows(config, static_cast<int>(t)), tc.dim(),
                             tc.precision(), tc.rounding());
-    if (!tc.has_ssd()) table.Initialize(tc.initializer(), config.seed(), static_cast<int32_t>(t));
+    if (!tc.has_ssd())
+      table.Initialize(tc.initializer(), config.seed(), static_cast<int32_t>(t));
+    else
+      table.SetRoundingKey(config.seed(), static_cast<int32_t>(t));
     return table;
   });
 

@@ -158,6 +158,8 @@ void DynamicTables::ResolveTable(size_t slot, int64_t step,
   table.rows.Resolve(s.gathered.data(), static_cast<int64_t>(s.gathered.size()),
                      table.StepFor(step), step_rows_[slot].data(), &s.changes, &s.undo);
   if (table.ssd) {
+    // The cache's slots round as the table rows they hold (updates come this step).
+    (*tables)[static_cast<size_t>(table.index)].KeyRoundingBy(table.rows.ids_of_rows());
     MoveSsdRows(slot, tables, optimizer);
     table.ssd->MarkDirty(step_rows_[slot]);  // the step is about to update them
     return;

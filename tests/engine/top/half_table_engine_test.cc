@@ -180,11 +180,10 @@ TEST(HalfTables, RefusedWhereTheyCannotBeHeldNamingTheField) {
   config::DlrmConfig c = Config(config::TableConfig::FP32, config::TableConfig::NEAREST);
   c.mutable_model()->mutable_tables(1)->set_rounding(config::TableConfig::STOCHASTIC);
   refused(c, "model.tables[1].rounding is set but model.tables[1].precision is FP32");
-  // SSD tables take 16-bit rows rounded to nearest, not stochastically, and no codes.
-  c = Config(config::TableConfig::FP16, config::TableConfig::STOCHASTIC);
+  // SSD tables take 16-bit rows, not quantized ones.
+  c = Config(config::TableConfig::FP16, config::TableConfig::NEAREST);
   c.mutable_model()->mutable_tables(1)->mutable_ssd()->set_cache_bytes(1 << 20);
   c.set_ssd_dir(testing::TempDir("half_tables_ssd"));
-  refused(c, "model.tables[1].ssd is set but model.tables[1].rounding is STOCHASTIC");
   c.mutable_model()->mutable_tables(1)->clear_rounding();
   c.mutable_model()->mutable_tables(1)->set_precision(config::TableConfig::INT8);
   refused(c,

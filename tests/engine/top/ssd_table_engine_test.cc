@@ -31,15 +31,19 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kBatch = 4;  // at most 24 ids of t0 and 12 of t1 per batch
 
-// SmallConfigText's model, both tables' rows in `precision`; with `ssd`, both tables on
-// the SSD tier with caches of t0_cache and t1_cache rows, under ssd_dir, in segments of a
-// few rows each, so that every test's training seals segments and collects garbage (and
-// checkpoints link them).
+// SmallConfigText's model, both tables' rows in `precision` (16-bit ones rounded as
+// `rounding` says); with `ssd`, both tables on the SSD tier with caches of t0_cache and
+// t1_cache rows, under ssd_dir, in segments of a few rows each, so that every test's
+// training seals segments and collects garbage (and checkpoints link them).
 config::DlrmConfig Config(bool ssd, const std::string& optimizers, int threads,
                           const std::string& ssd_dir, int64_t t0_cache = 24, int64_t t1_cache = 12,
-                          config::TableConfig::Precision precision = config::TableConfig::FP32) {
+                          config::TableConfig::Precision precision = config::TableConfig::FP32,
+                          config::TableConfig::Rounding rounding = config::TableConfig::NEAREST) {
   config::DlrmConfig c = ParseConfigText(testing::SmallConfigText(optimizers, threads));
-  for (int t = 0; t < 2; ++t) c.mutable_model()->mutable_tables(t)->set_precision(precision);
+  for (int t = 0; t < 2; ++t) {
+    c.mutable_model()->mutable_tables(t)->set_precision(precision);
+    if (IsHalf(precision)) c.mutable_model()->mutable_tables(t)->set_rounding(rounding);
+  }
   if (!ssd) return c;
   c.set_ssd_dir(ssd_dir);
   const int64_t caches[2] = {t0_cache, t1_cache};
@@ -81,8 +85,10 @@ struct Case {
   const char* name;
   const char* optimizers;
   int threads;
-  // 16-bit rows round to nearest: the one rounding an SSD table takes.
+  // 16-bit rows: stochastic rounding draws the bits of the table row a cache slot holds,
+  // so the cache rounds as the table held in memory.
   config::TableConfig::Precision precision = config::TableConfig::FP32;
+  config::TableConfig::Rounding rounding = config::TableConfig::NEAREST;
 };
 void PrintTo(const Case& c, std::ostream* out) { *out << c.name; }
 
@@ -95,8 +101,8 @@ class SsdEngineTest : public ::testing::TestWithParam<Case> {
 // and reads rows back every few steps, and nothing of it shows in the math.
 TEST_P(SsdEngineTest, TrainsBitwiseAsTheTableHeldInMemory) {
   const Case& c = GetParam();
-  Engine dram(Config(false, c.optimizers, c.threads, dir_, 24, 12, c.precision));
-  Engine ssd(Config(true, c.optimizers, c.threads, dir_, 24, 12, c.precision));
+  Engine dram(Config(false, c.optimizers, c.threads, dir_, 24, 12, c.precision, c.rounding));
+  Engine ssd(Config(true, c.optimizers, c.threads, dir_, 24, 12, c.precision, c.rounding));
   EXPECT_EQ(Train(ssd, 40), Train(dram, 40));
   EXPECT_TRUE(BitwiseEqual(testing::ParameterValues(ssd), testing::ParameterValues(dram)));
   EXPECT_EQ(PredictMany(ssd), PredictMany(dram));
@@ -115,8 +121,8 @@ TEST_P(SsdEngineTest, TrainsBitwiseAsTheTableHeldInMemory) {
 // step computes (the prefetch stage); the math stays the DRAM table's.
 TEST_P(SsdEngineTest, AsynchronousStepsReadingAheadTrainAsInMemory) {
   const Case& c = GetParam();
-  Engine dram(Config(false, c.optimizers, c.threads, dir_, 24, 12, c.precision));
-  Engine ssd(Config(true, c.optimizers, c.threads, dir_, 24, 12, c.precision));
+  Engine dram(Config(false, c.optimizers, c.threads, dir_, 24, 12, c.precision, c.rounding));
+  Engine ssd(Config(true, c.optimizers, c.threads, dir_, 24, 12, c.precision, c.rounding));
   std::vector<OwnedBatch> batches;
   for (uint64_t salt = 0; salt < 30; ++salt)
     batches.push_back(testing::SmallBatch(kBatch, salt, salt % 3 == 1));
@@ -134,7 +140,7 @@ TEST_P(SsdEngineTest, AsynchronousStepsReadingAheadTrainAsInMemory) {
 TEST_P(SsdEngineTest, CheckpointResumesBitwise) {
   const Case& c = GetParam();
   const std::string path = dir_ + "/model.ckpt";
-  Engine a(Config(true, c.optimizers, c.threads, dir_, 24, 12, c.precision));
+  Engine a(Config(true, c.optimizers, c.threads, dir_, 24, 12, c.precision, c.rounding));
   Train(a, 15);
   a.Save(path);
   const auto saved = testing::ParameterValues(a);
@@ -145,10 +151,11 @@ TEST_P(SsdEngineTest, CheckpointResumesBitwise) {
     rows_dirs += entry.path().filename().string().rfind("model.ckpt.rows-", 0) == 0;
   EXPECT_EQ(rows_dirs, 1);
 
-  Engine first(Config(true, c.optimizers, c.threads, dir_, 30, 20, c.precision));
+  Engine first(Config(true, c.optimizers, c.threads, dir_, 30, 20, c.precision, c.rounding));
   Train(first, 15);
   first.Save(path);
-  Engine b(Config(true, c.optimizers, c.threads, dir_, 30, 16, c.precision));  // another cache size
+  Engine b(Config(true, c.optimizers, c.threads, dir_, 30, 16, c.precision,
+                  c.rounding));  // another cache size
   b.Load(path);
   EXPECT_TRUE(BitwiseEqual(testing::ParameterValues(b), saved));
   EXPECT_EQ(Train(b, 10, 15), after);
@@ -159,13 +166,13 @@ TEST_P(SsdEngineTest, CheckpointResumesBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, SsdEngineTest,
-    ::testing::Values(Case{"Sgd", "", 1}, Case{"SgdTwoThreads", "", 2},
-                      Case{"Adam", "sparse_optimizer { learning_rate: 0.05 adam {} }", 2},
-                      Case{"RowwiseAdagrad",
-                           "sparse_optimizer { learning_rate: 0.1 rowwise_adagrad {} }", 1},
-                      Case{"Bf16", "", 2, config::TableConfig::BF16},
-                      Case{"Fp16Adam", "sparse_optimizer { learning_rate: 0.05 adam {} }", 1,
-                           config::TableConfig::FP16}),
+    ::testing::Values(
+        Case{"Sgd", "", 1}, Case{"SgdTwoThreads", "", 2},
+        Case{"Adam", "sparse_optimizer { learning_rate: 0.05 adam {} }", 2},
+        Case{"RowwiseAdagrad", "sparse_optimizer { learning_rate: 0.1 rowwise_adagrad {} }", 1},
+        Case{"Bf16Stochastic", "", 2, config::TableConfig::BF16, config::TableConfig::STOCHASTIC},
+        Case{"Fp16Adam", "sparse_optimizer { learning_rate: 0.05 adam {} }", 1,
+             config::TableConfig::FP16}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // A batch with more distinct rows of a table than its cache holds is refused naming the

@@ -36,6 +36,7 @@
 #include "tests/support/dist_config.h"
 #include "tests/support/dist_data.h"
 #include "tests/support/forger.h"
+#include "tests/support/test_support.h"
 
 namespace dlrm {
 namespace {
@@ -134,9 +135,12 @@ JobResult RunJob(
   return result;
 }
 
+// A path of this process's own (the shared TempDir: under DLRM_TEST_TMPDIR, with the pid,
+// so that two runs of the suite on one machine never share a job's files), absent: the
+// job makes it, and the forgery test checks that nothing did.
 std::string TempDir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/dist_cluster_" + name;
-  std::filesystem::remove_all(dir);
+  const std::string dir = testing::TempDir("dist_cluster_" + name);
+  std::filesystem::remove(dir);
   return dir;
 }
 
