@@ -28,7 +28,6 @@ SsdTier::SsdTier(const config::DlrmConfig& config, int32_t table_index, RowStore
       seed_(config.seed()),
       full_rows_(config.model().tables(table_index).num_rows()),
       dim_(config.model().tables(table_index).dim()),
-      precision_(config.model().tables(table_index).precision()),
       width_(SsdRowWidth(config, table_index)),
       stored_(static_cast<size_t>((full_rows_ + 63) / 64), 0),
       dirty_(static_cast<size_t>(ResidentRows(config, table_index)), 0) {}
@@ -186,11 +185,11 @@ void SsdTier::ReadRows(const DynamicRows& map, const EmbeddingTable<float>& cach
     std::vector<float> values(read.size() * static_cast<size_t>(width_));
     ReadStored(read, values.data());
     for (size_t j = 0; j < read.size(); ++j)
-      PackedWeights(values.data() + j * static_cast<size_t>(width_), precision_, dim_,
+      PackedWeights(values.data() + j * static_cast<size_t>(width_), cache.precision(), dim_,
                     out + (read[j] - first) * dim_);
   }
   if (fresh.empty()) return;
-  EmbeddingTable<float> scratch(name_, static_cast<int64_t>(fresh.size()), dim_, precision_);
+  EmbeddingTable<float> scratch(name_, static_cast<int64_t>(fresh.size()), dim_, cache.precision());
   std::vector<std::pair<int64_t, int64_t>> row_slots;
   for (size_t j = 0; j < fresh.size(); ++j)
     row_slots.emplace_back(fresh[j].first, static_cast<int64_t>(j));

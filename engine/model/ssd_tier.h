@@ -101,7 +101,6 @@ class SsdTier {
   uint64_t seed_;
   int64_t full_rows_;
   int32_t dim_;
-  TablePrecision precision_;      // FP32, BF16 or FP16 (rounded to nearest)
   int64_t width_;                 // floats per stored row: weights, then optimizer state
   std::vector<uint64_t> stored_;  // a bit per row of the table
   std::vector<uint8_t> dirty_;    // per slot
