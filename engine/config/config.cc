@@ -72,8 +72,8 @@ void ValidateDynamicTable(const std::string& field, const config::TableConfig& t
                  d.admit_probability());
 }
 
-// rounding narrows BF16 / FP16 rows only (FIXED and DYNAMIC tables'; SSD tables refuse
-// them in ValidateSsdTables).
+// rounding narrows BF16 / FP16 rows only (of any table kind; ValidateSsdTables refuses
+// quantized SSD tables).
 void ValidateTablePrecision(const std::string& field, const config::TableConfig& table) {
   const char* precision = config::TableConfig::Precision_Name(table.precision()).c_str();
   if (table.has_rounding() && !IsHalf(table.precision()))
