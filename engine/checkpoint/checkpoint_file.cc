@@ -16,6 +16,7 @@
 #include <sstream>
 #include <utility>
 
+#include "engine/core/file_descriptor.h"
 #include "engine/core/status.h"
 
 namespace dlrm {
@@ -114,28 +115,6 @@ int WriteFully(int fd, const char* data, size_t n) {
   }
   return 0;
 }
-
-// An fd that closes itself; the owner of the fd may close it early to see close()'s error.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-
-  int get() const { return fd_; }
-  // Returns 0 or the errno of close().
-  int Close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc == 0 ? 0 : errno;
-  }
-
- private:
-  int fd_;
-};
 
 // ---- temporary files ------------------------------------------------------------------
 // A write goes to "<path>.tmp.<pid>.<n>", n counting the process's writes, created with

@@ -16,6 +16,8 @@
 
 #include "engine/core/byte_codec.h"
 #include "engine/core/crc32c.h"
+#include "engine/core/file_descriptor.h"
+#include "engine/core/open_file_cache.h"
 #include "engine/core/scratch_dir.h"
 #include "engine/core/shared_mutex.h"
 #include "engine/core/status.h"
@@ -32,25 +34,6 @@ constexpr int64_t kHeaderBytes = 24;  // magic, version, table, width, CRC32C
 constexpr int64_t kIdBytes = 8, kCrcBytes = 4;
 constexpr uint32_t kNowhere = UINT32_MAX;
 constexpr const char* kIndexSuffix = ".index";
-
-// An open file descriptor, closed with its owner.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
 
 [[noreturn]] void ThrowErrno(const std::string& file, const char* what) {
   Throw(StatusCode::kIo, "row store file ", file, ": ", what, ": ", std::strerror(errno));
@@ -125,7 +108,8 @@ bool ParseFileName(const std::string& name, int32_t* table, int64_t* segment) {
 // One table's log. Locked by its own mutex: Write and CopyTo exclusively, Read shared.
 class RowStore::TableLog {
  public:
-  TableLog(const std::string& dir, const RowStoreTable& shape);
+  // `files`: the store's open segments (borrowed), shared by its tables.
+  TableLog(const std::string& dir, const RowStoreTable& shape, OpenFileCache* files);
 
   void Write(const int64_t* ids, int64_t n, const float* values);
   int64_t Read(const int64_t* ids, int64_t n, float* values, bool* found) const;
@@ -135,15 +119,23 @@ class RowStore::TableLog {
 
  private:
   struct Segment {
-    Fd fd;
+    bool used = false;    // a file of this table; false: the number is free
     int64_t records = 0;  // appended
     int64_t live = 0;     // rows whose latest record is here
     bool synced = false;  // its records are on disk (fdatasync)
-    bool in_use() const { return fd.get() >= 0; }
+    bool in_use() const { return used; }
   };
 
   std::string SegmentPath(const std::string& dir, int64_t segment) const;
   std::string IndexPath(const std::string& dir) const;
+  // The descriptor to read (or sync) segment s by: the open segment's own, else the
+  // store's cache's (opened read-only on a miss).
+  OpenFileCache::Handle SegmentFile(int64_t s) const;
+  uint64_t CacheKey(int64_t s) const {
+    return static_cast<uint64_t>(table_) << 32 | static_cast<uint64_t>(s);
+  }
+  // Seals the open segment (if any): its own descriptor is closed, reads go to the cache.
+  void SealActive();
   void CheckIds(const int64_t* ids, int64_t n) const;
   // Records (id, row, CRC32C) of ids[i] -> values[i * width_, ...).
   std::vector<char> Format(const int64_t* ids, int64_t n, const float* values) const;
@@ -164,6 +156,7 @@ class RowStore::TableLog {
 
   mutable WriterPreferringMutex mu_;
   const std::string dir_;
+  OpenFileCache* const files_;
   const int32_t table_;
   const int64_t rows_, width_, record_bytes_;
   int64_t per_segment_;            // records a segment holds (an index file's may differ)
@@ -171,11 +164,16 @@ class RowStore::TableLog {
   std::vector<Segment> segments_;  // by number; not in_use(): free
   std::set<int64_t> free_;         // numbers below segments_.size() not in use
   int64_t active_ = -1;            // the open segment, or -1
+  // The open segment's descriptor (read-write; the cache's are read-only), shared so that
+  // reads take it as they take the cache's.
+  OpenFileCache::Handle active_fd_;
   int64_t in_use_ = 0, live_ = 0, moved_ = 0;
 };
 
-RowStore::TableLog::TableLog(const std::string& dir, const RowStoreTable& shape)
+RowStore::TableLog::TableLog(const std::string& dir, const RowStoreTable& shape,
+                             OpenFileCache* files)
     : dir_(dir),
+      files_(files),
       table_(shape.table),
       rows_(shape.rows),
       width_(shape.width),
@@ -190,6 +188,16 @@ std::string RowStore::TableLog::SegmentPath(const std::string& dir, int64_t segm
 
 std::string RowStore::TableLog::IndexPath(const std::string& dir) const {
   return dir + "/" + std::to_string(table_) + kIndexSuffix;
+}
+
+OpenFileCache::Handle RowStore::TableLog::SegmentFile(int64_t s) const {
+  if (s == active_) return active_fd_;
+  return files_->Get(CacheKey(s), SegmentPath(dir_, s), O_RDONLY);  // sealed: never written
+}
+
+void RowStore::TableLog::SealActive() {
+  active_ = -1;
+  active_fd_.reset();
 }
 
 void RowStore::TableLog::CheckIds(const int64_t* ids, int64_t n) const {
@@ -241,7 +249,7 @@ void RowStore::TableLog::Append(const char* records, int64_t m) {
     if (active_ < 0 || segments_[active_].records == per_segment_) OpenSegment();
     Segment& s = segments_[active_];
     const int64_t c = std::min(m - done, per_segment_ - s.records);
-    WriteAll(s.fd.get(), records + done * record_bytes_, c * record_bytes_,
+    WriteAll(active_fd_->get(), records + done * record_bytes_, c * record_bytes_,
              kHeaderBytes + s.records * record_bytes_, SegmentPath(dir_, active_));
     for (int64_t j = 0; j < c; ++j)
       locations[done + j] = static_cast<uint32_t>(active_ * per_segment_ + s.records + j);
@@ -274,14 +282,15 @@ void RowStore::TableLog::OpenSegment() {
           " has no segment number left (", id, " segments of ", per_segment_, " records)");
   const std::string path = SegmentPath(dir_, id);
   ::unlink(path.c_str());  // a file of no segment in use (left by a failed write)
-  Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  FileDescriptor fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (fd.get() < 0) ThrowErrno(path, "cannot create");
   const std::string header = SegmentHeader(table_, width_);
   WriteAll(fd.get(), header.data(), kHeaderBytes, 0, path);
   if (id == static_cast<int64_t>(segments_.size())) segments_.emplace_back();
   free_.erase(id);
-  segments_[id] = Segment{std::move(fd), 0, 0, false};
+  segments_[id] = Segment{true, 0, 0, false};
   active_ = id;
+  active_fd_ = std::make_shared<const FileDescriptor>(std::move(fd));
   ++in_use_;
 }
 
@@ -303,7 +312,7 @@ void RowStore::TableLog::CheckRecord(const char* record, int64_t id,
 void RowStore::TableLog::ReadRecord(uint32_t location, int64_t id, char* out) const {
   const int64_t segment = location / per_segment_, record = location % per_segment_;
   const std::string path = SegmentPath(dir_, segment);
-  ReadAll(segments_[segment].fd.get(), out, record_bytes_, kHeaderBytes + record * record_bytes_,
+  ReadAll(SegmentFile(segment)->get(), out, record_bytes_, kHeaderBytes + record * record_bytes_,
           path);
   CheckRecord(out, id, path);
 }
@@ -338,7 +347,8 @@ void RowStore::TableLog::Collect(int64_t victim) {
   Segment& s = segments_[victim];
   const std::string path = SegmentPath(dir_, victim);
   std::vector<char> records(static_cast<size_t>(s.records * record_bytes_));
-  ReadAll(s.fd.get(), records.data(), static_cast<int64_t>(records.size()), kHeaderBytes, path);
+  ReadAll(SegmentFile(victim)->get(), records.data(), static_cast<int64_t>(records.size()),
+          kHeaderBytes, path);
   int64_t kept = 0;
   for (int64_t k = 0; k < s.records; ++k) {
     const char* record = records.data() + k * record_bytes_;
@@ -353,6 +363,7 @@ void RowStore::TableLog::Collect(int64_t victim) {
   Append(records.data(), kept);
   DLRM_INTERNAL_CHECK(segments_[victim].live == 0);
   segments_[victim] = Segment{};
+  files_->Erase(CacheKey(victim));
   ::unlink(path.c_str());  // best effort: a file left behind is only disk
   free_.insert(victim);
   --in_use_;
@@ -374,12 +385,12 @@ RowStoreStats RowStore::TableLog::stats() const {
 
 void RowStore::TableLog::CopyTo(const std::string& dir) {
   std::unique_lock<WriterPreferringMutex> lock(mu_);
-  if (active_ >= 0 && segments_[active_].records > 0) active_ = -1;  // sealed: a copy links it
+  if (active_ >= 0 && segments_[active_].records > 0) SealActive();  // a copy links it
   for (int64_t id = 0; id < static_cast<int64_t>(segments_.size()); ++id) {
     Segment& s = segments_[id];
     if (!s.in_use() || id == active_ || s.live == 0) continue;
     const std::string from = SegmentPath(dir_, id), to = SegmentPath(dir, id);
-    if (!s.synced && ::fdatasync(s.fd.get()) != 0) ThrowErrno(from, "cannot sync");
+    if (!s.synced && ::fdatasync(SegmentFile(id)->get()) != 0) ThrowErrno(from, "cannot sync");
     s.synced = true;
     std::error_code ec;
     fs::create_hard_link(from, to, ec);
@@ -409,7 +420,7 @@ void RowStore::TableLog::WriteIndex(const std::string& path) const {
   uint32_t crc = Crc32c(0, w.bytes().data(), w.bytes().size());
   crc = Crc32c(crc, where_.data(), static_cast<size_t>(where_bytes));
   const std::string temp = path + ".tmp";
-  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  FileDescriptor fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) ThrowErrno(temp, "cannot create");
   const auto header_bytes = static_cast<int64_t>(w.bytes().size());
   WriteAll(fd.get(), w.bytes().data(), header_bytes, 0, temp);
@@ -422,7 +433,7 @@ void RowStore::TableLog::WriteIndex(const std::string& path) const {
 void RowStore::TableLog::Load(const std::string& index_path) {
   std::string bytes;
   {
-    Fd fd(::open(index_path.c_str(), O_RDONLY | O_CLOEXEC));
+    FileDescriptor fd(::open(index_path.c_str(), O_RDONLY | O_CLOEXEC));
     struct stat st;
     if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0) ThrowErrno(index_path, "cannot open");
     bytes.resize(static_cast<size_t>(st.st_size));
@@ -469,14 +480,13 @@ void RowStore::TableLog::OpenSealedSegment(uint32_t id, int64_t records) {
       (id < segments_.size() && segments_[id].in_use()))
     Throw(StatusCode::kDataLoss, "row store index ", IndexPath(dir_), ": segment ", id, " with ",
           records, " records is out of range or listed twice");
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));  // sealed: never written again
-  if (fd.get() < 0 && errno == ENOENT)
+  if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT)
     Throw(StatusCode::kDataLoss, "row store file ", path, ": missing (its index lists it)");
-  if (fd.get() < 0) ThrowErrno(path, "cannot open");
+  const OpenFileCache::Handle fd = SegmentFile(id);
   std::string header(kHeaderBytes, '\0');
-  ReadAll(fd.get(), header.data(), kHeaderBytes, 0, path);
+  ReadAll(fd->get(), header.data(), kHeaderBytes, 0, path);
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0) ThrowErrno(path, "cannot stat");
+  if (::fstat(fd->get(), &st) != 0) ThrowErrno(path, "cannot stat");
   if (header != SegmentHeader(table_, width_) ||
       st.st_size < kHeaderBytes + records * record_bytes_)
     Throw(StatusCode::kDataLoss, "row store file ", path, ": ",
@@ -485,7 +495,7 @@ void RowStore::TableLog::OpenSealedSegment(uint32_t id, int64_t records) {
                     std::to_string(width_)
               : "shorter than its " + std::to_string(records) + " records");
   if (id >= segments_.size()) segments_.resize(id + 1);
-  segments_[id] = Segment{std::move(fd), records, 0, true};
+  segments_[id] = Segment{true, records, 0, true};
   ++in_use_;
 }
 
@@ -511,6 +521,8 @@ namespace {
 
 void CheckOptions(const RowStoreOptions& options) {
   if (options.path.empty()) ThrowInvalid("row store: path is empty");
+  if (options.max_open_files < 0)
+    ThrowInvalid("row store: max_open_files must be >= 0, got ", options.max_open_files);
   std::set<int32_t> seen;
   for (size_t i = 0; i < options.tables.size(); ++i) {
     const RowStoreTable& t = options.tables[i];
@@ -550,6 +562,8 @@ std::set<int32_t> IndexedTables(const std::string& dir, const std::vector<bool>&
 
 RowStore::RowStore(const RowStoreOptions& options) : path_(options.path) {
   CheckOptions(options);
+  files_ = std::make_unique<OpenFileCache>(
+      options.max_open_files > 0 ? options.max_open_files : OpenFileCache::DefaultCapacity());
   std::error_code ec;
   fs::create_directories(path_, ec);
   if (ec) Throw(StatusCode::kIo, "row store ", path_, ": cannot create: ", ec.message());
@@ -561,7 +575,7 @@ void RowStore::OpenTables(const RowStoreOptions& options) {
   for (const RowStoreTable& t : options.tables) {
     const auto at = static_cast<size_t>(t.table);
     if (at >= logs_.size()) logs_.resize(at + 1), declared.resize(at + 1, false);
-    logs_[at] = std::make_unique<TableLog>(path_, t);
+    logs_[at] = std::make_unique<TableLog>(path_, t, files_.get());
     declared[at] = true;
   }
   const std::set<int32_t> indexed = IndexedTables(path_, declared);
@@ -612,7 +626,7 @@ void RowStore::CopyTo(const std::string& dir) {
   try {
     for (const auto& log : logs_)
       if (log) log->CopyTo(dir);
-    Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    FileDescriptor fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (fd.get() < 0 || ::fsync(fd.get()) != 0) ThrowErrno(dir, "cannot sync the directory");
   } catch (...) {
     fs::remove_all(dir, ec);

@@ -22,7 +22,10 @@
 // and hard-linked, index files written whole (temporary, fsync, rename). A directory
 // opened again must be empty, missing, or such a copy.
 //
-// Ownership: owns its directory's files and one file descriptor per segment in use.
+// Descriptors: each table's open segment has its own; the sealed segments a read needs
+// are opened read-only through one OpenFileCache of max_open_files for the store, so a
+// store of any number of segments stays under the process's RLIMIT_NOFILE.
+// Ownership: owns its directory's files and its descriptors.
 // Threading: every call may run concurrently with any other; a table's calls take its
 // lock (Reads shared), so a Read concurrent with a Write of the same rows sees each row
 // before or after it.
@@ -41,6 +44,8 @@
 
 namespace dlrm {
 
+class OpenFileCache;
+
 struct RowStoreTable {
   int32_t table = 0;  // the model's table index
   int64_t rows = 0;   // its ids are [0, rows)
@@ -54,6 +59,9 @@ struct RowStoreTable {
 struct RowStoreOptions {
   std::string path;  // the store's directory, created when missing
   std::vector<RowStoreTable> tables;
+  // Sealed segments held open at once, >= 0; 0: OpenFileCache::DefaultCapacity() (a
+  // quarter of RLIMIT_NOFILE). Fewer than the segments read often costs an open() a read.
+  int64_t max_open_files = 0;
 };
 
 struct RowStoreStats {
@@ -97,6 +105,7 @@ class RowStore {
   void OpenTables(const RowStoreOptions& options);
 
   std::string path_;
+  std::unique_ptr<OpenFileCache> files_;         // the sealed segments open, all tables'
   std::vector<std::unique_ptr<TableLog>> logs_;  // by table index; null: not declared
 };
 

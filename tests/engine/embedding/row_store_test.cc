@@ -12,7 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -71,6 +73,20 @@ void ExpectRows(const RowStore& store, int32_t table, const std::vector<int64_t>
   std::unique_ptr<bool[]> found(new bool[ids.size()]);
   ASSERT_EQ(store.Read(table, ids.data(), n, got.data(), found.get()), n);
   EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
+}
+
+// ExpectRows for a child process: true if every id reads back as `want`.
+bool ReadsBack(const RowStore& store, int32_t table, const std::vector<int64_t>& ids,
+               const std::vector<float>& want) {
+  std::vector<int64_t> order(ids.rbegin(), ids.rend());  // another order than written
+  std::vector<float> got(want.size());
+  std::unique_ptr<bool[]> found(new bool[ids.size()]);
+  const auto n = static_cast<int64_t>(ids.size());
+  if (store.Read(table, order.data(), n, got.data(), found.get()) != n) return false;
+  for (int64_t i = 0; i < n; ++i)
+    if (std::memcmp(&got[(n - 1 - i) * kWidth], &want[i * kWidth], kWidth * sizeof(float)) != 0)
+      return false;
+  return true;
 }
 
 TEST(RowStoreTest, RowsComeBackBitwisePerTableAndFromACopy) {
@@ -202,6 +218,90 @@ TEST(RowStoreTest, ACopySurvivesSigkillOfItsWriter) {
   RowStore copy(At(dir + "/copy"));
   for (int64_t batch = 0; batch < 300; ++batch)
     ExpectRows(copy, 0, {batch, batch + 300}, RandomRows(2, static_cast<uint64_t>(batch)));
+}
+
+// The descriptors this process holds open on files under `dir`.
+int OpenFilesUnder(const std::string& dir) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(entry.path(), ec).string();
+    if (!ec && target.compare(0, dir.size() + 1, dir + "/") == 0) ++n;
+  }
+  return n;
+}
+
+// Rows ids [0, n) of tables 0 and 2 written in chunks of 100 and read back in another
+// order; false (with a message on stderr) if any differs.
+bool WriteAndReadBack(RowStore& store, int64_t n) {
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[i] = i;
+  const std::vector<float> t0 = RandomRows(n, 7), t2 = RandomRows(n, 8);
+  for (int64_t at = 0; at < n; at += 100) {
+    store.Write(0, ids.data() + at, std::min<int64_t>(100, n - at), t0.data() + at * kWidth);
+    store.Write(2, ids.data() + at, std::min<int64_t>(100, n - at), t2.data() + at * kWidth);
+  }
+  return ReadsBack(store, 0, ids, t0) && ReadsBack(store, 2, ids, t2);
+}
+
+// A store of hundreds of segments under a limit of 64 descriptors (in a child process):
+// writes, reads, a copy and the copy's load all succeed, holding a bounded number open.
+// With one descriptor per segment the 60th segment failed with EMFILE.
+TEST(RowStoreTest, ManySegmentsStayUnderTheOpenFileLimit) {
+  const std::string dir = testing::TempDir("row_store_nofile");
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const rlimit limit{64, 64};
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(2);
+    try {
+      RowStore store(At(dir + "/db", kHeaderBytes + 10 * kRecordBytes));  // 10 rows a segment
+      if (!WriteAndReadBack(store, 3000)) _exit(3);
+      if (store.stats(0).segments != 300 || OpenFilesUnder(dir) > 16 + 2) _exit(4);
+      store.CopyTo(dir + "/copy");
+      RowStore copy(At(dir + "/copy"));
+      if (!WriteAndReadBack(copy, 3000) || OpenFilesUnder(dir) > 2 * (16 + 2)) _exit(5);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      _exit(1);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "1: an error (printed); 3: rows differ; 4, 5: too many segments or descriptors";
+}
+
+// With two sealed segments open at most, every read still finds its row: segments are
+// reopened, and a collected segment's number, reused, reads the new file (not the removed
+// one a cached descriptor would still read).
+TEST(RowStoreTest, ReadsReopenWhatTheCacheClosed) {
+  const std::string dir = testing::TempDir("row_store_reopen");
+  RowStoreOptions o = At(dir + "/db", kHeaderBytes + 10 * kRecordBytes);
+  o.max_open_files = 2;
+  RowStore store(o);
+  ASSERT_TRUE(WriteAndReadBack(store, 500));
+  EXPECT_LE(OpenFilesUnder(dir), 2 + 2);  // the cache's and each table's open segment
+  std::vector<int64_t> all(500);
+  for (int64_t i = 0; i < 500; ++i) all[i] = i;
+  std::vector<float> want = RandomRows(500, 7);  // WriteAndReadBack's table 0
+  for (int round = 0; round < 20; ++round) {     // rewrites: collections remove and reuse numbers
+    std::vector<int64_t> ids;                    // 200 distinct ids of [0, 500)
+    for (int64_t i = 0; i < 200; ++i) ids.push_back((round * 37 + i * 7) % 500);
+    const std::vector<float> rows = RandomRows(200, 50 + round);
+    store.Write(0, ids.data(), 200, rows.data());
+    for (int64_t i = 0; i < 200; ++i)
+      std::copy_n(rows.begin() + i * kWidth, kWidth, want.begin() + ids[i] * kWidth);
+    ExpectRows(store, 0, all, want);
+  }
+  // Collected (numbers reused): the garbage limit plus the 20 segments a write opens.
+  EXPECT_LE(store.stats(0).segments, 2 * 50 + 2 + 20);
+  EXPECT_LE(OpenFilesUnder(dir), 2 + 2);
+  o.max_open_files = -1;
+  ExpectError([&] { RowStore bad(o); }, StatusCode::kInvalidArgument,
+              "max_open_files must be >= 0, got -1");
 }
 
 // A write the disk refuses (here: past the file size limit, in a child process) throws
