@@ -147,9 +147,13 @@ float Engine::TrainStep(const BatchView& batch) {
   DrainAsyncSteps();
   std::unique_lock<WriterPreferringMutex> lock(mu_);
   const State& s = *state_;
-  return TrainLocked(ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(),
-                                   true, pool_.get()),
-                     {});
+  ValidatedBatch valid;
+  {
+    ScopedTimer timer(&validate_ns_);
+    valid = ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), true,
+                          pool_.get());
+  }
+  return TrainLocked(valid, {});
 }
 
 int64_t Engine::SubmitTrainStep(const BatchView& batch) {
@@ -157,6 +161,7 @@ int64_t Engine::SubmitTrainStep(const BatchView& batch) {
   ValidatedBatch valid;
   {
     std::shared_lock<WriterPreferringMutex> lock(mu_);
+    ScopedTimer timer(&validate_ns_);
     valid = ValidateBatch(batch, state_->model.num_dense_features(), state_->model.feature_specs(),
                           true, pool_.get());
   }
@@ -165,7 +170,10 @@ int64_t Engine::SubmitTrainStep(const BatchView& batch) {
   // storage where there is one; the offsets stay valid for the copy.
   std::unique_ptr<OwnedValidBatch> copy = queue->TakeSpare();
   if (!copy) copy = std::make_unique<OwnedValidBatch>();
-  copy->Refill(batch, std::move(valid.offsets), pool_.get());
+  {
+    ScopedTimer timer(&copy_ns_);
+    copy->Refill(batch, std::move(valid.offsets), pool_.get());
+  }
   return queue->Submit(std::move(copy));
 }
 
@@ -214,6 +222,7 @@ float Engine::TrainLocked(const ValidatedBatch& batch, const train::StepLookahea
   if (!s.dynamic_tables.empty()) {
     // The step's ids resolve to rows now (admissions initialize rows in the host state,
     // which a CPU backend computes on); the next batch's ids are not rows yet.
+    ScopedTimer timer(&resolve_ns_);
     rows = &s.dynamic_tables.ResolveForStep(batch, s.step, &s.model.tables(),
                                             s.sparse_optimizer.get(), pool_.get());
     ahead = {lookahead.token, nullptr, 0};
@@ -304,6 +313,16 @@ void Engine::SetLearningRate(LrTarget target, float lr) {
 float Engine::learning_rate(LrTarget target) const {
   std::shared_lock<WriterPreferringMutex> lock(mu_);
   return target == LrTarget::kSparse ? state_->sparse_lr : state_->dense_lr;
+}
+
+StepPhases Engine::step_phases() const {
+  std::shared_lock<WriterPreferringMutex> lock(mu_);
+  StepPhases out = state_->backend->Phases();
+  const auto seconds = [](const std::atomic<int64_t>& ns) { return 1e-9 * ns.load(); };
+  out.phases.insert(out.phases.begin(), {{"validate", seconds(validate_ns_)},
+                                         {"copy", seconds(copy_ns_)},
+                                         {"resolve", seconds(resolve_ns_)}});
+  return out;
 }
 
 std::string Engine::device() const {

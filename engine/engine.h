@@ -6,6 +6,7 @@
 // before any state changes, so a call that throws leaves the engine exactly as it was.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/metrics.h"
 #include "engine/core/shared_mutex.h"
+#include "engine/core/stopwatch.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/batch.h"
 #include "engine/train/backend.h"
@@ -126,6 +128,10 @@ class Engine {
   const config::DlrmConfig& config() const { return config_; }
   // Where it computes: "cpu", "cuda:0" (train/backend.h).
   std::string device() const;
+  // The host time of the training steps so far, by phase: the Engine's (batch validation,
+  // the asynchronous queue's copy of a submitted batch, DYNAMIC / SSD tables' id
+  // resolution), then the backend's (train/backend.h). Subtract two readings for a window.
+  StepPhases step_phases() const;
   int num_threads() const { return pool_->num_threads(); }
 
  private:
@@ -172,6 +178,9 @@ class Engine {
   AsyncStepQueue* AsyncQueue();
 
   config::DlrmConfig config_;
+  // step_phases' own, in nanoseconds: validation and copies run under the reader lock, on
+  // the callers' threads.
+  std::atomic<int64_t> validate_ns_{0}, copy_ns_{0}, resolve_ns_{0};
   int32_t quantized_table_ = -1;  // the first quantized (read-only) table, or -1
   std::unique_ptr<ThreadPool> pool_;
   mutable WriterPreferringMutex mu_;

@@ -25,6 +25,7 @@
 #include "engine/config/config.h"
 #include "engine/core/cpu_features.h"
 #include "engine/core/status.h"
+#include "engine/core/stopwatch.h"
 #include "engine/engine.h"
 #include "tools/bench_data.h"
 #include "tools/commands.h"
@@ -80,8 +81,6 @@ DEFINE_int32(predict_threads, 0,
 namespace dlrm::tools {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 struct WindowStats {
   double median = 0, min = 0, max = 0;
 };
@@ -128,8 +127,6 @@ double PeakRssGb() {
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<double>(usage.ru_maxrss) * 1024.0 / 1e9;  // ru_maxrss is in KiB
 }
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // CPU seconds the whole machine spent busy (user, nice, system, irq, softirq, steal) and
 // that this process used, so that the bench can say how much of the machine other
@@ -179,6 +176,23 @@ std::vector<double> TimeWindows(int windows, int64_t per_window, int64_t batch_s
     rates.push_back(static_cast<double>(per_window * batch_size) / seconds);
   }
   return rates;
+}
+
+// The train windows' host time per step by phase (Engine::step_phases), the phases of
+// no time left out.
+void PrintPhases(const StepPhases& begin, const StepPhases& end) {
+  const int64_t steps = end.steps - begin.steps;
+  if (steps <= 0 || begin.phases.size() != end.phases.size()) return;
+  std::string line;
+  for (size_t i = 0; i < end.phases.size(); ++i) {
+    const double ms = 1e3 * (end.phases[i].seconds - begin.phases[i].seconds) / steps;
+    if (ms < 0.0005) continue;
+    char part[96];
+    std::snprintf(part, sizeof part, "%s%s %.3f", line.empty() ? "" : ", ",
+                  end.phases[i].name.c_str(), ms);
+    line += part;
+  }
+  std::printf("phases      ms per train step on the host: %s\n", line.c_str());
 }
 
 // Train windows while `readers` threads call Predict in a loop: the train rates, and the
@@ -393,9 +407,11 @@ int BenchCommand() {
   for (int i = 0; i < FLAGS_warmup; ++i) loss = engine.TrainStep(view(next++));
   const CpuTimes cpu_begin = ReadCpuTimes();
   const auto timed_begin = Clock::now();
+  const StepPhases phases_begin = engine.step_phases();
   const std::vector<double> train =
       TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next,
                   [&](int64_t i) { loss = engine.TrainStep(view(i)); });
+  const StepPhases phases_end = engine.step_phases();
 
   std::vector<float> probabilities(static_cast<size_t>(FLAGS_batch_size));
   const auto predict_one = [&](int64_t i) {
@@ -426,6 +442,7 @@ int BenchCommand() {
       OtherCores(cpu_begin, ReadCpuTimes(), Seconds(Clock::now() - timed_begin));
 
   PrintRates("train", Summarize(train), FLAGS_batch_size);
+  PrintPhases(phases_begin, phases_end);
   PrintRates("predict", Summarize(predict), FLAGS_batch_size);
   if (FLAGS_predict_threads > 0) {
     double predict_rate = 0;

@@ -17,13 +17,13 @@
 #include "engine/cluster/coordinator.h"
 #include "engine/config/config.h"
 #include "engine/core/status.h"
+#include "engine/core/stopwatch.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/prefetcher.h"
 #include "engine/net/context.h"
 #include "engine/ps/server_role.h"
 #include "engine/train/trainer_role.h"
 #include "tools/commands.h"
-#include "tools/stopwatch.h"
 #include "tools/train_data.h"
 
 DECLARE_string(config);

@@ -27,6 +27,7 @@
 
 #include "engine/cluster/cluster_env.h"
 #include "engine/core/status.h"
+#include "engine/core/stopwatch.h"
 #include "tools/commands.h"
 
 DEFINE_int32(trainers, 2, "launch: number of trainer processes");
@@ -124,7 +125,6 @@ int LaunchCommand(int argc, char** argv) {
   for (int32_t t = 0; t < FLAGS_trainers; ++t)
     start("trainer " + std::to_string(t), "trainer", FLAGS_servers + t);
 
-  using Clock = std::chrono::steady_clock;
   bool failed = false;
   Clock::time_point kill_at = Clock::time_point::max();
   size_t running = children.size();

@@ -10,6 +10,7 @@
 
 #include "engine/config/config.h"
 #include "engine/core/status.h"
+#include "engine/core/stopwatch.h"
 #include "engine/shard/planner.h"
 #include "tools/commands.h"
 
@@ -101,10 +102,9 @@ int PlanCommand() {
     if (FLAGS_batch_size <= 0) ThrowInvalid("--batch_size must be > 0, got ", FLAGS_batch_size);
     config.mutable_sharding()->set_batch_size(FLAGS_batch_size);
   }
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   const shard::ShardingPlan plan = shard::PlanSharding(config, FLAGS_servers);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = SecondsSince(start);
   PrintPlan(plan, config);
   std::printf("planned %d shards in %.3f s\n", plan.shards_size(), seconds);
   if (!FLAGS_plan_out.empty()) {

@@ -11,11 +11,11 @@
 
 #include "engine/config/config.h"
 #include "engine/core/status.h"
+#include "engine/core/stopwatch.h"
 #include "engine/data/criteo_tsv.h"
 #include "engine/data/prefetcher.h"
 #include "engine/engine.h"
 #include "tools/commands.h"
-#include "tools/stopwatch.h"
 #include "tools/train_data.h"
 
 DEFINE_string(config, "", "model config (protobuf text), for train");

@@ -109,6 +109,10 @@ class CudaBackend final : public train::Backend {
   void PredictLogits(const ValidatedBatch& batch, float* logits) const override;
   void PullState() const override;
   void PushState() override;
+  StepPhases Phases() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return phases_.Read();
+  }
 
  private:
   template <typename Fn>
@@ -180,6 +184,9 @@ class CudaBackend final : public train::Backend {
   StepGraph graphs_[2];      // by staging slot
   BatchShape warm_shape_;    // the shape of the last eager step that finished enqueuing
   bool graphs_off_ = false;  // a capture failed: every step runs eagerly
+  // The host's time in TrainStep: copying the batch in (what a prefetch did not), enqueuing
+  // (or replaying) the step, copying the next batch ahead, waiting for the device.
+  PhaseTimes<4> phases_{{"stage", "enqueue", "prefetch", "wait"}};
 };
 
 // fn(device copy, host vector) for every parameter and optimizer state, in a fixed order;
@@ -261,12 +268,18 @@ double CudaBackend::TrainStep(const ValidatedBatch& batch, const train::StepRate
                               const train::StepLookahead& ahead) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+  phases_.Start();
   const DeviceBatch& in = staging_->Acquire(batch, true, ahead.token);
+  phases_.Lap(0);
   WriteScalars(rates);
   host_stale_ = true;  // from here the device may change its copy
   RunStep(in);
+  phases_.Lap(1);
   Prefetch(ahead);  // the next batch's copy overlaps this step's compute
+  phases_.Lap(2);
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  phases_.Lap(3);
+  phases_.Step();
   const StepResults r = *results_.get();
   const double loss = r.loss_sum / static_cast<double>(batch.view.batch_size);
   // On a non-finite loss or gradient the device skipped both updates: nothing changed.

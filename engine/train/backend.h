@@ -13,7 +13,7 @@
 //
 // Ownership: a Backend borrows the ModelState and pool it was made with; both outlive it.
 // Threading: TrainStep and PushState are called under the Engine's writer lock (one at a
-// time); PredictLogits and PullState under its reader lock, so they may run concurrently
+// time); PredictLogits, PullState and Phases under its reader lock, so they may run concurrently
 // with each other and a device backend synchronizes PullState itself.
 // Errors: TrainStep throws kFailedPrecondition, having updated nothing, when the loss or a
 // gradient is not finite (CheckFinite); device errors are kInternal naming the call.
@@ -24,6 +24,7 @@
 #include <string>
 
 #include "engine/config/dlrm.pb.h"
+#include "engine/core/stopwatch.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/batch.h"
 #include "engine/embedding/sparse_optimizer.h"
@@ -71,6 +72,10 @@ class Backend {
 
   // logits[0 .. batch_size).
   virtual void PredictLogits(const ValidatedBatch& batch, float* logits) const = 0;
+
+  // The host time of this backend's training steps so far, by phase (a device backend:
+  // copying the batch in, enqueuing, waiting for the device), for `dlrm bench`.
+  virtual StepPhases Phases() const = 0;
 
   // Makes the host copy current (device -> host). No-op for the CPU.
   virtual void PullState() const = 0;

@@ -23,7 +23,9 @@ class CpuBackend : public Backend {
 
   double TrainStep(const ValidatedBatch& batch, const StepRates& rates,
                    const StepLookahead& /*lookahead*/) override {
+    phases_.Start();
     const double loss = s_.model.ForwardBackward(batch, &dense_grad_, &d_pooled_, pool_);
+    phases_.Lap(0);
     CheckFinite(rates.t - 1, loss, dense_grad_, AllFinite(d_pooled_));
     // Both updates are checked before either writes: a step that fails changes nothing.
     const bool finite = DenseUpdateIsFinite(*s_.dense_optimizer, s_.model.dense_params(),
@@ -31,10 +33,15 @@ class CpuBackend : public Backend {
                         s_.model.SparseUpdateIsFinite(batch, d_pooled_, *s_.sparse_optimizer,
                                                       rates.sparse_lr, rates.t, pool_);
     if (!finite) ThrowUpdateNotFinite(rates);
+    phases_.Lap(1);
     UpdateDense(*s_.dense_optimizer, s_.model.dense_params(), dense_grad_.data(), rates, pool_);
     s_.model.ApplySparseUpdate(d_pooled_, *s_.sparse_optimizer, rates.sparse_lr, rates.t, pool_);
+    phases_.Lap(2);
+    phases_.Step();
     return loss;
   }
+
+  StepPhases Phases() const override { return phases_.Read(); }
 
   void PredictLogits(const ValidatedBatch& batch, float* logits) const override {
     s_.model.PredictLogits(batch, logits, pool_);
@@ -49,6 +56,7 @@ class CpuBackend : public Backend {
   // Reused across steps.
   std::vector<float> dense_grad_;
   std::vector<float> d_pooled_;
+  PhaseTimes<3> phases_{{"forward_backward", "finite_checks", "updates"}};
 };
 
 }  // namespace

@@ -310,6 +310,28 @@ TEST(EngineTest, AsyncStepsEqualSynchronousSteps) {
   EXPECT_EQ(async->step(), 8);
 }
 
+// step_phases (what `dlrm bench` prints): the Engine's phases, then the backend's, in step
+// order; each step counted once, synchronous or submitted; a submitted batch's copy timed.
+TEST(EngineTest, StepPhasesCountEveryStepInOrder) {
+  auto engine = MakeEngine(kOptimizerSets[0], 2);
+  std::vector<std::string> names;
+  for (const StepPhases::Phase& p : engine->step_phases().phases) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"validate", "copy", "resolve", "forward_backward",
+                                             "finite_checks", "updates"}));
+  for (int s = 0; s < 3; ++s) engine->TrainStep(testing::SmallBatch(64, s).view());
+  const StepPhases sync = engine->step_phases();
+  EXPECT_EQ(sync.steps, 3);
+  EXPECT_GT(sync.phases[0].seconds, 0);  // validate
+  EXPECT_EQ(sync.phases[1].seconds, 0);  // nothing submitted
+  EXPECT_GT(sync.phases[3].seconds, 0);  // forward_backward
+  engine->WaitTrainStep(engine->SubmitTrainStep(testing::SmallBatch(64, 3).view()));
+  const StepPhases after = engine->step_phases();
+  EXPECT_EQ(after.steps, 4);
+  EXPECT_GT(after.phases[1].seconds, 0);  // the submitted batch's copy
+  for (size_t i = 0; i < after.phases.size(); ++i)
+    EXPECT_GE(after.phases[i].seconds, sync.phases[i].seconds) << after.phases[i].name;
+}
+
 TEST(EngineTest, AsyncSubmitRejectsBadBatchesAtOnceAndMutationsWaitForQueuedSteps) {
   const std::string dir = testing::TempDir("engine_async");
   auto engine = MakeEngine(kOptimizerSets[1], 2);
