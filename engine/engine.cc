@@ -755,41 +755,49 @@ void Engine::AddServingTable(int32_t t, config::TableConfig::Precision precision
                              ServingTables* owned, CheckpointWriter* writer) const {
   const EmbeddingTable<float>& table = state_->model.tables()[static_cast<size_t>(t)];
   const config::TableConfig& tc = config_.model().tables(t);
-  if (table.quantized())  // exported as it is
+  const std::string weight = checkpoint::EmbeddingWeightName(table.name());
+  const std::vector<int64_t> shape = {tc.num_rows(), tc.dim()};
+  const int64_t count = tc.num_rows() * tc.dim();
+  if (table.quantized())  // its codes, as they are
     return checkpoint::AddQuantizedEmbedding(table.name(), table.num_rows(), table.dim(),
                                              table.precision(), table.codes().data(), writer);
-  if (table.half() && !tc.has_ssd() && !IsQuantized(precision))  // exported as it is
+  if (table.half() && !tc.has_ssd() && !IsQuantized(precision))  // its 16-bit rows
     return checkpoint::AddEmbedding(table.name(), table, {}, writer);
-  const float* values = table.data().data();
-  const int64_t count = tc.num_rows() * tc.dim();
-  if (tc.has_ssd() || table.half()) {  // the rows as floats
-    owned->rows.emplace_back(static_cast<size_t>(count));
-    if (tc.has_ssd())
-      ReadSsdTable(t, owned->rows.back().data());
-    else
-      ReadNarrowTable(table, owned->rows.back().data());
-    values = owned->rows.back().data();
-  }
-  if (table.half() && !IsQuantized(precision)) {  // an SSD table's 16-bit rows, read whole
-    std::vector<uint16_t>& halves = owned->halves.emplace_back(static_cast<size_t>(count));
-    NarrowValues(values, count, table.precision(), halves.data());  // exact: widened values
-    return writer->AddTensor(checkpoint::EmbeddingWeightName(table.name()),
-                             checkpoint::RowsDType(table), {tc.num_rows(), tc.dim()}, halves.data(),
-                             halves.size() * sizeof(uint16_t));
-  }
-  if (!IsQuantized(precision))
-    return writer->AddTensor(checkpoint::EmbeddingWeightName(table.name()), checkpoint::kF32,
-                             {tc.num_rows(), tc.dim()}, values,
+  const float* values = ServingFloats(t, owned);
+  if (IsQuantized(precision)) return AddQuantizedServingRows(t, precision, values, owned, writer);
+  if (!table.half())
+    return writer->AddTensor(weight, checkpoint::kF32, shape, values,
                              static_cast<size_t>(count) * sizeof(float));
-  owned->codes.emplace_back(
-      static_cast<size_t>(tc.num_rows() * StoredRowBytes(precision, tc.dim())));
-  uint8_t* codes = owned->codes.back().data();
+  // An SSD table's 16-bit rows, read whole as floats: narrowed back exactly.
+  std::vector<uint16_t>& halves = owned->halves.emplace_back(static_cast<size_t>(count));
+  NarrowValues(values, count, table.precision(), halves.data());
+  writer->AddTensor(weight, checkpoint::RowsDType(table), shape, halves.data(),
+                    halves.size() * sizeof(uint16_t));
+}
+
+const float* Engine::ServingFloats(int32_t t, ServingTables* owned) const {
+  const EmbeddingTable<float>& table = state_->model.tables()[static_cast<size_t>(t)];
+  const config::TableConfig& tc = config_.model().tables(t);
+  if (!tc.has_ssd() && !table.half()) return table.data().data();
+  std::vector<float>& rows =
+      owned->rows.emplace_back(static_cast<size_t>(tc.num_rows() * tc.dim()));
+  if (tc.has_ssd())
+    ReadSsdTable(t, rows.data());
+  else
+    ReadNarrowTable(table, rows.data());
+  return rows.data();
+}
+
+void Engine::AddQuantizedServingRows(int32_t t, config::TableConfig::Precision precision,
+                                     const float* values, ServingTables* owned,
+                                     CheckpointWriter* writer) const {
+  const config::TableConfig& tc = config_.model().tables(t);
   const int64_t row_bytes = StoredRowBytes(precision, tc.dim());
+  uint8_t* codes = owned->codes.emplace_back(static_cast<size_t>(tc.num_rows() * row_bytes)).data();
   ParallelFor(pool_.get(), tc.num_rows(), [&](int64_t r) {
     QuantizeRow(values + r * tc.dim(), tc.dim(), precision, codes + r * row_bytes);
   });
-  checkpoint::AddQuantizedEmbedding(table.name(), tc.num_rows(), tc.dim(), precision, codes,
-                                    writer);
+  checkpoint::AddQuantizedEmbedding(tc.name(), tc.num_rows(), tc.dim(), precision, codes, writer);
 }
 
 void Engine::LoadServing(const CheckpointReader& reader, const std::string& path) {

@@ -142,6 +142,14 @@ class Engine {
   // what the writer borrows is kept in owned. mu_ and ssd_mu_ held.
   void AddServingTable(int32_t t, config::TableConfig::Precision precision, ServingTables* owned,
                        CheckpointWriter* writer) const;
+  // Table t's rows as floats (num_rows x dim): its own FP32 rows, else read (an SSD table)
+  // or widened (16-bit rows) into a vector kept in owned. mu_ and ssd_mu_ held.
+  const float* ServingFloats(int32_t t, ServingTables* owned) const;
+  // Table t's rows `values` written quantized row-wise to `precision`, the codes kept in
+  // owned. mu_ held.
+  void AddQuantizedServingRows(int32_t t, config::TableConfig::Precision precision,
+                               const float* values, ServingTables* owned,
+                               CheckpointWriter* writer) const;
   // A quantized or BF16 / FP16 table's values (num_rows x dim) into out; mu_ held.
   void ReadNarrowTable(const EmbeddingTable<float>& table, float* out) const;
   // A BF16 / FP16 table's rows = values (num_rows x dim) narrowed to nearest; mu_ held.

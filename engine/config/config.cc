@@ -331,9 +331,13 @@ int64_t SparseStateBytesPerRow(const config::SparseOptimizerConfig& optimizer, i
   }
 }
 
+int64_t RowBytes(const config::SparseOptimizerConfig& optimizer,
+                 config::TableConfig::Precision precision, int32_t cols) {
+  return int64_t{cols} * ValueBytes(precision) + SparseStateBytesPerRow(optimizer, cols);
+}
+
 int64_t RowBytes(const config::DlrmConfig& config, const config::TableConfig& table) {
-  return int64_t{table.dim()} * ValueBytes(table.precision()) +
-         SparseStateBytesPerRow(config.sparse_optimizer(), table.dim());
+  return RowBytes(config.sparse_optimizer(), table.precision(), table.dim());
 }
 
 int FindTable(const config::ModelConfig& model, const std::string& name) {

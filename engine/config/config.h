@@ -68,8 +68,12 @@ int64_t ValueBytes(config::TableConfig::Precision precision);
 
 // Bytes of sparse optimizer state per row of a table of `dim` (0 for SGD).
 int64_t SparseStateBytesPerRow(const config::SparseOptimizerConfig& optimizer, int32_t dim);
-// Bytes a row of `table` (FP32, BF16 or FP16) takes in host memory: its weights and
-// config's optimizer state.
+// Bytes a row of `cols` values at `precision` (FP32, BF16 or FP16) takes in memory: its
+// weights and the optimizer's state. The one formula of a row's memory (the budget, the
+// SSD caches, the shard planner's cost model).
+int64_t RowBytes(const config::SparseOptimizerConfig& optimizer,
+                 config::TableConfig::Precision precision, int32_t cols);
+// RowBytes of a whole row of `table` under config's sparse optimizer.
 int64_t RowBytes(const config::DlrmConfig& config, const config::TableConfig& table);
 
 // Index of the table with this name, or -1.

@@ -78,6 +78,26 @@ void WithDraw(const config::Initializer& init, int64_t full_rows, Fill fill) {
   }
 }
 
+// Calls fill(draw_row), where draw_row(r, rng, col_begin) stores row r of `table` as the
+// initializer draws it from rng (columns from col_begin): in place for FP32 rows, else
+// drawn into a scratch row and stored narrowed (quantized, or 16-bit rounded to nearest).
+template <typename T, typename Fill>
+void WithRowDraw(EmbeddingTable<T>& table, const config::Initializer& init, int64_t full_rows,
+                 Fill fill) {
+  std::vector<T> scratch(static_cast<size_t>(table.dim()));
+  const bool narrow = table.quantized() || table.half();
+  WithDraw(init, full_rows, [&](auto draw) {
+    fill([&](int64_t r, const CounterRng& rng, int32_t col_begin) {
+      T* target = narrow ? scratch.data() : table.row(r);
+      FillRow(target, table.dim(), rng, col_begin, draw);
+      if (table.quantized())
+        QuantizeRow(target, table.dim(), table.precision(),
+                    table.codes().data() + r * table.row_bytes());
+      if (table.half()) table.WriteRow(r, target);
+    });
+  });
+}
+
 // The generator of the row a DYNAMIC table gives `id`: the stream carries the id's top 20
 // bits (above the table index and the stream's own bits), the index its low 44, so every
 // (table, id) has its own values.
@@ -172,16 +192,9 @@ void EmbeddingTable<T>::InitializeShard(const config::Initializer& init, uint64_
   SetRoundingKey(seed, table_index);
   rounding_.row_begin = row_begin;
   rounding_.col_begin = col_begin;
-  const bool narrow = quantized() || half();  // drawn into values, then stored narrowed
-  std::vector<T> values(narrow ? static_cast<size_t>(dim_) : 0);
-  WithDraw(init, full_rows, [&](auto draw) {
-    for (int64_t r = 0; r < num_rows_; ++r) {
-      T* target = narrow ? values.data() : row(r);
-      FillRow(target, dim_, CounterRng(seed, stream, static_cast<uint64_t>(row_begin + r)),
-              col_begin, draw);
-      if (quantized()) QuantizeRow(target, dim_, precision_, codes_.data() + r * row_bytes());
-      if (half()) WriteRow(r, values.data());
-    }
+  WithRowDraw(*this, init, full_rows, [&](auto draw_row) {
+    for (int64_t r = 0; r < num_rows_; ++r)
+      draw_row(r, CounterRng(seed, stream, static_cast<uint64_t>(row_begin + r)), col_begin);
   });
 }
 
@@ -190,12 +203,10 @@ void EmbeddingTable<T>::InitializeForIds(const config::Initializer& init, uint64
                                          int32_t table_index,
                                          const std::vector<std::pair<int64_t, int64_t>>& id_rows) {
   DLRM_INTERNAL_CHECK(!quantized());  // DYNAMIC tables train: FP32, BF16 or FP16 rows
-  std::vector<T> values(half() ? static_cast<size_t>(dim_) : 0);  // drawn, then narrowed
-  WithDraw(init, num_rows_, [&](auto draw) {
+  WithRowDraw(*this, init, num_rows_, [&](auto draw_row) {
     for (const auto& [id, r] : id_rows) {
       DLRM_INTERNAL_CHECK(r >= 0 && r < num_rows_);
-      FillRow(half() ? values.data() : row(r), dim_, IdRng(seed, table_index, id), 0, draw);
-      if (half()) WriteRow(r, values.data());
+      draw_row(r, IdRng(seed, table_index, id), 0);
     }
   });
 }
@@ -206,13 +217,10 @@ void EmbeddingTable<T>::InitializeRows(const config::Initializer& init, uint64_t
                                        const std::vector<std::pair<int64_t, int64_t>>& row_slots) {
   DLRM_INTERNAL_CHECK(!quantized());  // SSD tables train: FP32, BF16 or FP16 rows
   const uint64_t stream = kStreamEmbeddingBase + static_cast<uint64_t>(table_index);
-  std::vector<T> values(half() ? static_cast<size_t>(dim_) : 0);  // drawn, then narrowed
-  WithDraw(init, full_rows, [&](auto draw) {
+  WithRowDraw(*this, init, full_rows, [&](auto draw_row) {
     for (const auto& [r, slot] : row_slots) {
       DLRM_INTERNAL_CHECK(slot >= 0 && slot < num_rows_ && r >= 0 && r < full_rows);
-      FillRow(half() ? values.data() : row(slot), dim_,
-              CounterRng(seed, stream, static_cast<uint64_t>(r)), 0, draw);
-      if (half()) WriteRow(slot, values.data());
+      draw_row(slot, CounterRng(seed, stream, static_cast<uint64_t>(r)), 0);
     }
   });
 }

@@ -42,7 +42,7 @@ int64_t CostModel::StateBytesPerRow(int32_t cols) const {
 int64_t CostModel::MemoryBytes(const TableProfile& table, int64_t rows, int32_t cols) const {
   // ValidateConfig bounds num_rows * dim * 16, and weights + state are at most 12 bytes per
   // element, so this cannot overflow.
-  return rows * (int64_t{cols} * ValueBytes(table.precision) + StateBytesPerRow(cols));
+  return rows * RowBytes(sparse_optimizer_, table.precision, cols);
 }
 
 double CostModel::Load(const TableProfile& table, int64_t rows, int32_t cols) const {
