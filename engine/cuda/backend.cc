@@ -41,6 +41,12 @@ int32_t HalfKind(const EmbeddingTable<float>& table) {
   return table.precision() == config::TableConfig::BF16 ? 1 : 2;
 }
 
+// The kernels' code for a quantized table's rows: 8 (INT8), 4 (INT4), 0 (not quantized).
+int32_t QuantBits(const EmbeddingTable<float>& table) {
+  if (!table.quantized()) return 0;
+  return table.precision() == config::TableConfig::INT8 ? 8 : 4;
+}
+
 DeviceActivation ToDevice(Activation act) {
   return act == Activation::kRelu ? DeviceActivation::kRelu : DeviceActivation::kNone;
 }
@@ -168,6 +174,9 @@ class CudaBackend final : public train::Backend {
   // A BF16 / FP16 table's rows, by table index (empty for FP32 tables, whose rows are in
   // state_); copied with state_ by PullState and PushState.
   mutable std::vector<DeviceBuffer<uint16_t>> halves_;
+  // A quantized (serving, read-only) table's codes by table index (empty for the others);
+  // uploaded by PushState, never read back (nothing trains them).
+  std::vector<DeviceBuffer<uint8_t>> codes_;
   mutable bool host_stale_ = false;  // the device trained since PullState
   std::unique_ptr<BatchStaging> staging_;
   StepBuffers buf_;
@@ -240,7 +249,8 @@ void CudaBackend::BuildFeatureArgs() {
   for (const FeatureBinding& f : s_.model.feature_bindings()) {
     const auto& table = s_.model.tables()[f.table];
     specs.push_back({state_[TableSlot(f.table)].get(), table.dim(), f.offset, f.mean ? 1 : 0,
-                     halves_[f.table].get(), HalfKind(table)});
+                     halves_[f.table].get(), HalfKind(table), codes_[f.table].get(),
+                     QuantBits(table), static_cast<int32_t>(table.row_bytes())});
     features.push_back({f.table, f.offset, f.mean ? 1 : 0});
   }
   std::vector<SparseTableArgs> tables;
@@ -378,8 +388,11 @@ void CudaBackend::PushState() {
   ForEachState(
       [&](DeviceBuffer<float>& device, std::vector<float>& host) { device.Upload(host, stream_); });
   halves_.resize(s_.model.tables().size());
-  for (size_t t = 0; t < halves_.size(); ++t)
+  codes_.resize(s_.model.tables().size());
+  for (size_t t = 0; t < halves_.size(); ++t) {
     halves_[t].Upload(s_.model.tables()[t].halves(), stream_);
+    codes_[t].Upload(s_.model.tables()[t].codes(), stream_);
+  }
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   host_stale_ = false;
 }

@@ -91,6 +91,33 @@ __device__ void PoolBagScalar(const FeatureSpec& f, const int64_t* ids, const fl
   }
 }
 
+// Code k of a quantized row, as a float.
+__device__ __forceinline__ float Code(const uint8_t* row, int32_t k, int32_t bits) {
+  if (bits == 8) return static_cast<float>(row[k]);
+  return static_cast<float>((row[k >> 1] >> ((k & 1) * 4)) & 0xF);
+}
+
+// Columns lane + 32 k of a quantized table's bag, in PoolQuantizedBag's operations and
+// order (the constant, sum_j w_j * bias_j, is the same for every column).
+__device__ void PoolBagQuantized(const FeatureSpec& f, const int64_t* ids, const float* weights,
+                                 int64_t begin, int64_t end, float* out, int lane) {
+  const int32_t code_bytes = f.row_bytes - 2 * static_cast<int32_t>(sizeof(float));
+  for (int32_t c = lane; c < f.dim; c += kWarp) {
+    float acc = 0.f, constant = 0.f;
+    for (int64_t i = begin; i < end; ++i) {
+      const uint8_t* row = f.codes + ids[i] * f.row_bytes;
+      float scale_bias[2];  // after the codes, unaligned
+      memcpy(scale_bias, row + code_bytes, sizeof scale_bias);
+      const float w = weights != nullptr ? weights[i] : 1.f;
+      constant = __fadd_rn(constant, __fmul_rn(w, scale_bias[1]));
+      acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(w, scale_bias[0]), Code(row, c, f.quant_bits)));
+    }
+    acc = __fadd_rn(acc, constant);
+    if (f.mean != 0 && end > begin) acc = __fdiv_rn(acc, static_cast<float>(end - begin));
+    out[c] = acc;
+  }
+}
+
 // One warp per bag (feature f, sample b); bags are numbered feature-major like offsets.
 __global__ void PooledForwardKernel(PooledForwardArgs args) {
   const int64_t bag = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
@@ -101,7 +128,9 @@ __global__ void PooledForwardKernel(PooledForwardArgs args) {
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   float* out = args.out + b * args.out_width + spec.out_offset;
   const int64_t begin = args.offsets[bag], end = args.offsets[bag + 1];
-  if (spec.dim % 4 == 0)  // rows start 16-byte aligned: float4 loads
+  if (spec.quant_bits != 0)
+    PoolBagQuantized(spec, args.ids, args.weights, begin, end, out, lane);
+  else if (spec.dim % 4 == 0)  // rows start 16-byte aligned: float4 loads
     PoolBagVec4(spec, args.ids, args.weights, begin, end, out, lane);
   else
     PoolBagScalar(spec, args.ids, args.weights, begin, end, out, lane);

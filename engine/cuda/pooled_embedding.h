@@ -5,7 +5,10 @@
 // Bits: each output element is the bag's rows summed in id order with separate multiply
 // and add (no FMA), then divided by the bag's length for MEAN: the order and operations
 // of the CPU's portable loop (engine/embedding/embedding_bag.cc), so on the same inputs
-// the two give the same bits (tested on a device).
+// the two give the same bits (tested on a device). A quantized serving table's bag
+// (INT8 / INT4 codes, engine/embedding/quantized_row.h) is pooled from its codes as the
+// CPU's PoolQuantizedBag forms it: sum_j (w_j * scale_j) * code_jk, then plus
+// sum_j w_j * bias_j, each operation rounded separately.
 //
 // Memory: every pointer in PooledForwardArgs is device memory, borrowed for the launch;
 // ids must lie in their tables' rows (validated on the host, as the CPU path does).
@@ -25,6 +28,11 @@ struct FeatureSpec {
   int32_t mean = 0;                  // 1: MEAN pooling, 0: SUM
   const uint16_t* halves = nullptr;  // [rows x dim] of a BF16 / FP16 table (half != 0)
   int32_t half = 0;                  // 0: FP32 rows, 1: BF16, 2: FP16 (widened exactly)
+  // A quantized table's rows (quant_bits != 0): rows x row_bytes, each the codes then the
+  // row's fp32 scale and bias (StoredRowBytes).
+  const uint8_t* codes = nullptr;
+  int32_t quant_bits = 0;  // 8: INT8 codes, 4: INT4 (two a byte, low nibble first); 0: none
+  int32_t row_bytes = 0;
 };
 
 struct PooledForwardArgs {

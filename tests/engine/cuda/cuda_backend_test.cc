@@ -3,7 +3,8 @@
 // loaded and after a parameter is written (within 1e-5: the GEMMs' order is cuBLASLt's);
 // 200 training steps with SGD and with row-wise Adagrad (losses within 1e-4 relative,
 // final predictions within 1e-4); bitwise equal parameters run to run on the GPU; a
-// checkpoint trained on the GPU predicting on the CPU within 1e-5. And the step's
+// checkpoint trained on the GPU predicting on the CPU within 1e-5; a quantized serving
+// export predicting on both alike. And the step's
 // machinery: CUDA graph replays equal eager steps bitwise, the asynchronous path (which
 // copies the next batch in during a step) equals synchronous steps bitwise, and a diverged
 // step changes nothing on the device, replayed or not. Reported SKIPPED where there is no
@@ -199,6 +200,24 @@ TEST(CudaBackendTest, RepeatsBitwiseRunToRun) {
       continue;
     }
     ExpectBitwise(AllParameters(gpu), first);
+  }
+}
+
+// A serving export with INT8 / INT4 tables (what the Go Predictor loads) predicts on the
+// GPU as on the CPU: the codes are pooled on the device (bitwise, cuda_pooled_embedding_
+// test), the MLPs within cuBLASLt's rounding.
+TEST(CudaBackendTest, QuantizedServingTablesPredictAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  Engine trained = MakeEngine(kOptimizers[1], config::DeviceConfig::CPU);
+  for (uint64_t s = 0; s < 30; ++s) trained.TrainStep(testing::SmallBatch(64, s).view());
+  const OwnedBatch test = testing::SmallBatch(256, 3000, /*weighted=*/true);
+  for (const auto precision : {config::TableConfig::INT8, config::TableConfig::INT4}) {
+    SCOPED_TRACE(config::TableConfig::Precision_Name(precision));
+    const std::string path = testing::TempDir("cuda_backend") + "/serving.dlrm";
+    trained.Export(path, precision);
+    const std::unique_ptr<Engine> cpu = Engine::FromCheckpoint(path, "cpu");
+    const std::unique_ptr<Engine> gpu = Engine::FromCheckpoint(path, "cuda");
+    testing::ExpectAllNear(Predict(*gpu, test), Predict(*cpu, test), 1e-5f, "predictions");
   }
 }
 

@@ -1,18 +1,21 @@
 // The CUDA backend where there is a GPU (ctest label `gpu`; each test reports SKIPPED,
 // with the runtime's reason, where there is none): the device probe, and the one-launch
 // pooled forward against the CPU's order of operations, bitwise, over sum and mean,
-// weighted and unweighted, empty and long bags, dims with and without float4 loads.
+// weighted and unweighted, empty and long bags, dims with and without float4 loads, and
+// quantized (INT8 / INT4) serving tables.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/pooled_embedding.h"
+#include "engine/embedding/quantized_row.h"
 #include "tests/support/cuda_support.h"
 
 namespace dlrm::cuda {
@@ -136,6 +139,89 @@ TEST(CudaPooledForwardTest, EqualsTheCpuLoopBitwiseOnLongBags) {
   SKIP_WITHOUT_GPU();
   CheckForward(false, 70);
   CheckForward(true, 70);
+}
+
+// Quantized serving tables (INT8, INT4): the kernel pools from the codes as the CPU's
+// PoolQuantizedBag does, bitwise; dims odd and even (INT4's last nibble alone), sum and
+// mean, weighted or not, empty and long bags.
+void CheckQuantizedForward(TablePrecision precision, bool weighted) {
+  const std::vector<Feature> features = {{40, 16, false}, {30, 7, true}, {20, 33, false}};
+  const int64_t batch = 29;
+  const CounterRng rng(17, 5, weighted ? 1 : 0);
+  uint64_t k = 0;
+  std::vector<std::vector<uint8_t>> codes;
+  for (const Feature& f : features) {
+    const int64_t row_bytes = StoredRowBytes(precision, f.dim);
+    codes.emplace_back(static_cast<size_t>(f.rows * row_bytes));
+    std::vector<float> row(static_cast<size_t>(f.dim));
+    for (int r = 0; r < f.rows; ++r) {
+      for (float& v : row) v = static_cast<float>(rng.Normal(k++));
+      QuantizeRow(row.data(), f.dim, precision, codes.back().data() + r * row_bytes);
+    }
+  }
+  std::vector<int64_t> offsets = {0}, ids;
+  std::vector<float> weights;
+  for (const Feature& f : features)
+    for (int64_t b = 0; b < batch; ++b) {
+      const auto len = static_cast<int64_t>(rng.Uniform(k++) * (b % 5 == 0 ? 40 : 5));
+      for (int64_t i = 0; i < len; ++i) {
+        ids.push_back(static_cast<int64_t>(rng.Uniform(k++) * f.rows));
+        weights.push_back(static_cast<float>(0.25 + rng.Uniform(k++)));
+      }
+      offsets.push_back(static_cast<int64_t>(ids.size()));
+    }
+  int width = 0;
+  std::vector<float> want;
+  std::vector<std::unique_ptr<DeviceCopy<uint8_t>>> device_codes;
+  std::vector<FeatureSpec> specs;
+  for (size_t f = 0; f < features.size(); ++f) {
+    const auto row_bytes = static_cast<int32_t>(StoredRowBytes(precision, features[f].dim));
+    device_codes.push_back(std::make_unique<DeviceCopy<uint8_t>>(codes[f]));
+    specs.push_back({nullptr, features[f].dim, width, features[f].mean, nullptr, 0,
+                     device_codes.back()->get(), precision == config::TableConfig::INT8 ? 8 : 4,
+                     row_bytes});
+    width += features[f].dim;
+  }
+  want.assign(static_cast<size_t>(batch * width), -7.f);
+  int offset = 0;
+  for (size_t f = 0; f < features.size(); ++f) {
+    const int64_t row_bytes = StoredRowBytes(precision, features[f].dim);
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t begin = offsets[f * batch + b], end = offsets[f * batch + b + 1];
+      std::vector<const void*> rows;
+      for (int64_t i = begin; i < end; ++i) rows.push_back(codes[f].data() + ids[i] * row_bytes);
+      PoolQuantizedBag(rows.data(), end - begin, 0, weighted ? weights.data() + begin : nullptr,
+                       features[f].mean, features[f].dim, precision,
+                       want.data() + b * width + offset);
+    }
+    offset += features[f].dim;
+  }
+  const DeviceCopy<FeatureSpec> d_specs(specs);
+  const DeviceCopy<int64_t> d_offsets(offsets), d_ids(ids);
+  const DeviceCopy<float> d_weights(weights), d_out(std::vector<float>(batch * width, -7.f));
+  PooledForwardArgs args;
+  args.features = d_specs.get();
+  args.num_features = static_cast<int32_t>(features.size());
+  args.batch_size = batch;
+  args.offsets = d_offsets.get();
+  args.ids = d_ids.get();
+  args.weights = weighted ? d_weights.get() : nullptr;
+  args.out = d_out.get();
+  args.out_width = width;
+  LaunchPooledForward(args, nullptr);
+  CheckCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const std::vector<float> got = d_out.ToHost();
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+TEST(CudaPooledForwardTest, QuantizedTablesPoolAsTheCpuDoesBitwise) {
+  SKIP_WITHOUT_GPU();
+  for (const TablePrecision p : {config::TableConfig::INT8, config::TableConfig::INT4}) {
+    SCOPED_TRACE(config::TableConfig::Precision_Name(p));
+    CheckQuantizedForward(p, false);
+    CheckQuantizedForward(p, true);
+  }
 }
 
 TEST(CudaPooledForwardTest, NegativeSizesAreRefusedByName) {
