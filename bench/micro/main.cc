@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
     dlrm::bench::RegisterEmbeddingBenchmarks(models);
     dlrm::bench::RegisterDenseBenchmarks(models);
     dlrm::bench::RegisterIdIndexBenchmarks();
+    dlrm::bench::RegisterBatchBenchmarks(models);
     benchmark::RunSpecifiedBenchmarks();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dlrm_micro_bench: %s\n", e.what());

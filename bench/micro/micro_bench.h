@@ -37,6 +37,7 @@ void RegisterEmbeddingBenchmarks(const std::vector<ReferenceModel>& models);
 void RegisterDenseBenchmarks(const std::vector<ReferenceModel>& models);
 void RegisterGatherBenchmarks();
 void RegisterIdIndexBenchmarks();
+void RegisterBatchBenchmarks(const std::vector<ReferenceModel>& models);
 
 // Threads a multi-threaded benchmark runs with besides 1: every logical core.
 int MaxThreads();

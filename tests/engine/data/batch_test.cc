@@ -187,21 +187,25 @@ std::string ErrorOf(const BatchView& view, ThreadPool* pool) {
   }
 }
 
-// With a pool the large arrays are scanned in slices; the error still names the first bad
-// value, as the one-thread scan does, wherever the later ones lie.
+// With a pool the large arrays are scanned in slices (and the bag offsets summed in parts);
+// the error still names the first bad value, as the one-thread scan does, wherever the later
+// ones lie.
 TEST(BatchTest, APoolReportsTheFirstBadValueAsOneThreadDoes) {
   ThreadPool pool(4);
   const OwnedBatch b = testing::SmallBatch(200000, 5, /*weighted=*/true);  // ~900k ids
   ASSERT_GT(b.ids.size(), 8u << 16);
   EXPECT_EQ(ErrorOf(b.view(), &pool), "");
   const ValidatedBatch vb = ValidateBatch(b.view(), 4, kSpecs, true);
+  // The offsets, summed in parts on the pool, are the one-thread prefix sum.
+  EXPECT_EQ(ValidateBatch(b.view(), 4, kSpecs, true, &pool).offsets, vb.offsets);
   const int64_t f1 = vb.bag_begin(1, 0), f2 = vb.bag_begin(2, 0);
   const std::vector<std::pair<std::string, std::vector<size_t>>> plants = {
       {"ids",
        {static_cast<size_t>(f1 + 70000), static_cast<size_t>(f1 + 300000),
         static_cast<size_t>(f2 + 5)}},
       {"dense", {123457, 500000, 799999}},
-      {"weights", {400000, 400001, 800000}}};
+      {"weights", {400000, 400001, 800000}},
+      {"lengths", {100, 250000, 590000}}};
   for (const auto& [field, at] : plants) {
     for (size_t first = 0; first < at.size(); ++first) {
       OwnedBatch bad = b;
@@ -209,6 +213,7 @@ TEST(BatchTest, APoolReportsTheFirstBadValueAsOneThreadDoes) {
         if (field == "ids") bad.ids[at[k]] = 40;  // outside every feature's rows
         if (field == "dense") bad.dense[at[k]] = std::numeric_limits<float>::infinity();
         if (field == "weights") bad.weights[at[k]] = std::numeric_limits<float>::quiet_NaN();
+        if (field == "lengths") bad.lengths[at[k]] = -1;
       }
       const std::string alone = ErrorOf(bad.view(), nullptr);
       EXPECT_THAT(alone,
