@@ -72,6 +72,54 @@ std::vector<float> CpuPooled(const std::vector<Feature>& features,
   return out;
 }
 
+// A batch's bags, feature-major: bag (f, b) is ids[offsets[f * batch + b] ..).
+struct Bags {
+  std::vector<int64_t> offsets = {0}, ids;
+  std::vector<float> weights;  // one per id
+};
+
+// Bags of `length(b)` ids (empty ones too) drawn from rng's values k, k + 1, ...
+template <typename Length>
+Bags RandomBags(const std::vector<Feature>& features, int64_t batch, const CounterRng& rng,
+                uint64_t& k, Length length) {
+  Bags bags;
+  for (const Feature& f : features)
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t len = length(b, rng.Uniform(k++));
+      for (int64_t i = 0; i < len; ++i) {
+        bags.ids.push_back(static_cast<int64_t>(rng.Uniform(k++) * f.rows));
+        bags.weights.push_back(static_cast<float>(0.25 + rng.Uniform(k++)));
+      }
+      bags.offsets.push_back(static_cast<int64_t>(bags.ids.size()));
+    }
+  return bags;
+}
+
+// The one-launch forward of `specs` (device tables) over `bags`, [batch x width].
+std::vector<float> DeviceForward(const std::vector<FeatureSpec>& specs, const Bags& bags,
+                                 bool weighted, int64_t batch, int width) {
+  const DeviceCopy<FeatureSpec> d_specs(specs);
+  const DeviceCopy<int64_t> d_offsets(bags.offsets), d_ids(bags.ids);
+  const DeviceCopy<float> d_weights(bags.weights), d_out(std::vector<float>(batch * width, -7.f));
+  PooledForwardArgs args;
+  args.features = d_specs.get();
+  args.num_features = static_cast<int32_t>(specs.size());
+  args.batch_size = batch;
+  args.offsets = d_offsets.get();
+  args.ids = d_ids.get();
+  args.weights = weighted ? d_weights.get() : nullptr;
+  args.out = d_out.get();
+  args.out_width = width;
+  LaunchPooledForward(args, nullptr);
+  CheckCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return d_out.ToHost();
+}
+
+void ExpectBitwise(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
 // Bags of 0 .. max_len - 1 ids.
 void CheckForward(bool weighted, int max_len) {
   const std::vector<Feature> features = {{50, 16, false}, {30, 7, true}, {20, 64, true}};
@@ -83,45 +131,20 @@ void CheckForward(bool weighted, int max_len) {
     tables.emplace_back(f.rows * f.dim);
     for (float& v : tables.back()) v = static_cast<float>(rng.Normal(k++));
   }
-  std::vector<int64_t> offsets = {0}, ids;
-  std::vector<float> weights;
-  for (const Feature& f : features)
-    for (int64_t b = 0; b < batch; ++b) {
-      const auto len = static_cast<int64_t>(rng.Uniform(k++) * max_len);  // empty bags too
-      for (int64_t i = 0; i < len; ++i) {
-        ids.push_back(static_cast<int64_t>(rng.Uniform(k++) * f.rows));
-        weights.push_back(static_cast<float>(0.25 + rng.Uniform(k++)));
-      }
-      offsets.push_back(static_cast<int64_t>(ids.size()));
-    }
+  const Bags bags = RandomBags(features, batch, rng, k, [&](int64_t, double u) {
+    return static_cast<int64_t>(u * max_len);
+  });
   int width = 0;
-  std::vector<DeviceCopy<float>*> device_tables;
+  std::vector<std::unique_ptr<DeviceCopy<float>>> device_tables;
   std::vector<FeatureSpec> specs;
   for (size_t f = 0; f < features.size(); ++f) {
-    device_tables.push_back(new DeviceCopy<float>(tables[f]));
+    device_tables.push_back(std::make_unique<DeviceCopy<float>>(tables[f]));
     specs.push_back({device_tables.back()->get(), features[f].dim, width, features[f].mean});
     width += features[f].dim;
   }
-  const DeviceCopy<FeatureSpec> d_specs(specs);
-  const DeviceCopy<int64_t> d_offsets(offsets), d_ids(ids);
-  const DeviceCopy<float> d_weights(weights), d_out(std::vector<float>(batch * width, -7.f));
-  PooledForwardArgs args;
-  args.features = d_specs.get();
-  args.num_features = static_cast<int32_t>(features.size());
-  args.batch_size = batch;
-  args.offsets = d_offsets.get();
-  args.ids = d_ids.get();
-  args.weights = weighted ? d_weights.get() : nullptr;
-  args.out = d_out.get();
-  args.out_width = width;
-  LaunchPooledForward(args, nullptr);
-  CheckCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  const std::vector<float> got = d_out.ToHost();
-  const std::vector<float> want =
-      CpuPooled(features, tables, offsets, ids, weighted ? &weights : nullptr, batch, width);
-  for (DeviceCopy<float>* t : device_tables) delete t;
-  ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  ExpectBitwise(DeviceForward(specs, bags, weighted, batch, width),
+                CpuPooled(features, tables, bags.offsets, bags.ids,
+                          weighted ? &bags.weights : nullptr, batch, width));
 }
 
 TEST(CudaPooledForwardTest, EqualsTheCpuLoopBitwiseUnweighted) {
@@ -159,19 +182,10 @@ void CheckQuantizedForward(TablePrecision precision, bool weighted) {
       QuantizeRow(row.data(), f.dim, precision, codes.back().data() + r * row_bytes);
     }
   }
-  std::vector<int64_t> offsets = {0}, ids;
-  std::vector<float> weights;
-  for (const Feature& f : features)
-    for (int64_t b = 0; b < batch; ++b) {
-      const auto len = static_cast<int64_t>(rng.Uniform(k++) * (b % 5 == 0 ? 40 : 5));
-      for (int64_t i = 0; i < len; ++i) {
-        ids.push_back(static_cast<int64_t>(rng.Uniform(k++) * f.rows));
-        weights.push_back(static_cast<float>(0.25 + rng.Uniform(k++)));
-      }
-      offsets.push_back(static_cast<int64_t>(ids.size()));
-    }
+  const Bags bags = RandomBags(features, batch, rng, k, [](int64_t b, double u) {
+    return static_cast<int64_t>(u * (b % 5 == 0 ? 40 : 5));
+  });
   int width = 0;
-  std::vector<float> want;
   std::vector<std::unique_ptr<DeviceCopy<uint8_t>>> device_codes;
   std::vector<FeatureSpec> specs;
   for (size_t f = 0; f < features.size(); ++f) {
@@ -182,37 +196,20 @@ void CheckQuantizedForward(TablePrecision precision, bool weighted) {
                      row_bytes});
     width += features[f].dim;
   }
-  want.assign(static_cast<size_t>(batch * width), -7.f);
-  int offset = 0;
+  std::vector<float> want(static_cast<size_t>(batch * width), -7.f);
   for (size_t f = 0; f < features.size(); ++f) {
-    const int64_t row_bytes = StoredRowBytes(precision, features[f].dim);
+    const int64_t row_bytes = specs[f].row_bytes;
     for (int64_t b = 0; b < batch; ++b) {
-      const int64_t begin = offsets[f * batch + b], end = offsets[f * batch + b + 1];
+      const int64_t begin = bags.offsets[f * batch + b], end = bags.offsets[f * batch + b + 1];
       std::vector<const void*> rows;
-      for (int64_t i = begin; i < end; ++i) rows.push_back(codes[f].data() + ids[i] * row_bytes);
-      PoolQuantizedBag(rows.data(), end - begin, 0, weighted ? weights.data() + begin : nullptr,
-                       features[f].mean, features[f].dim, precision,
-                       want.data() + b * width + offset);
+      for (int64_t i = begin; i < end; ++i)
+        rows.push_back(codes[f].data() + bags.ids[i] * row_bytes);
+      PoolQuantizedBag(rows.data(), end - begin, 0,
+                       weighted ? bags.weights.data() + begin : nullptr, features[f].mean,
+                       features[f].dim, precision, want.data() + b * width + specs[f].out_offset);
     }
-    offset += features[f].dim;
   }
-  const DeviceCopy<FeatureSpec> d_specs(specs);
-  const DeviceCopy<int64_t> d_offsets(offsets), d_ids(ids);
-  const DeviceCopy<float> d_weights(weights), d_out(std::vector<float>(batch * width, -7.f));
-  PooledForwardArgs args;
-  args.features = d_specs.get();
-  args.num_features = static_cast<int32_t>(features.size());
-  args.batch_size = batch;
-  args.offsets = d_offsets.get();
-  args.ids = d_ids.get();
-  args.weights = weighted ? d_weights.get() : nullptr;
-  args.out = d_out.get();
-  args.out_width = width;
-  LaunchPooledForward(args, nullptr);
-  CheckCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  const std::vector<float> got = d_out.ToHost();
-  ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  ExpectBitwise(DeviceForward(specs, bags, weighted, batch, width), want);
 }
 
 TEST(CudaPooledForwardTest, QuantizedTablesPoolAsTheCpuDoesBitwise) {
