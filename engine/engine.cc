@@ -122,6 +122,13 @@ Engine::Engine(const config::DlrmConfig& config) : config_(config) {
   train::CheckModelFitsMemory(config_);  // before a table is allocated
   pool_ = std::make_unique<ThreadPool>(ResolveThreadCount(config_.num_threads()));
   state_ = NewState();
+  num_dense_ = state_->model.num_dense_features();
+  feature_specs_ = state_->model.feature_specs();
+}
+
+ValidatedBatch Engine::ValidateTrainingBatch(const BatchView& batch) const {
+  ScopedTimer timer(&validate_ns_);
+  return ValidateBatch(batch, num_dense_, feature_specs_, true, pool_.get());
 }
 
 Engine::~Engine() {
@@ -145,26 +152,15 @@ std::unique_ptr<Engine::State> Engine::NewState() const {
 float Engine::TrainStep(const BatchView& batch) {
   RequireTrainableTables("training");
   DrainAsyncSteps();
+  const ValidatedBatch valid = ValidateTrainingBatch(batch);
   std::unique_lock<WriterPreferringMutex> lock(mu_);
-  const State& s = *state_;
-  ValidatedBatch valid;
-  {
-    ScopedTimer timer(&validate_ns_);
-    valid = ValidateBatch(batch, s.model.num_dense_features(), s.model.feature_specs(), true,
-                          pool_.get());
-  }
   return TrainLocked(valid, {});
 }
 
 int64_t Engine::SubmitTrainStep(const BatchView& batch) {
   RequireTrainableTables("training");
-  ValidatedBatch valid;
-  {
-    std::shared_lock<WriterPreferringMutex> lock(mu_);
-    ScopedTimer timer(&validate_ns_);
-    valid = ValidateBatch(batch, state_->model.num_dense_features(), state_->model.feature_specs(),
-                          true, pool_.get());
-  }
+  // Without the engine's lock: the batch is checked and copied while a queued step runs.
+  ValidatedBatch valid = ValidateTrainingBatch(batch);
   AsyncStepQueue* queue = AsyncQueue();
   // The caller's memory is borrowed for this call only: copied into a finished step's
   // storage where there is one; the offsets stay valid for the copy.
@@ -260,10 +256,9 @@ void Engine::PredictValid(const ValidatedBatch& batch, float* logits) const {
 }
 
 void Engine::Predict(const BatchView& batch, float* out, int64_t capacity) const {
+  const ValidatedBatch vb =
+      ValidateBatch(batch, num_dense_, feature_specs_, false, pool_.get());  // no lock needed
   std::shared_lock<WriterPreferringMutex> lock(mu_);
-  const State& s = *state_;
-  const ValidatedBatch vb = ValidateBatch(batch, s.model.num_dense_features(),
-                                          s.model.feature_specs(), false, pool_.get());
   if (out == nullptr) ThrowInvalid("output buffer is NULL");
   if (capacity < batch.batch_size)
     ThrowInvalid("output buffer holds ", capacity, " values but batch_size is ", batch.batch_size);
@@ -274,13 +269,11 @@ void Engine::Predict(const BatchView& batch, float* out, int64_t capacity) const
 
 EvalResult Engine::Evaluate(const std::vector<BatchView>& batches) const {
   std::shared_lock<WriterPreferringMutex> lock(mu_);
-  const State& s = *state_;
   if (batches.empty()) ThrowInvalid("evaluate needs at least one batch");
   std::vector<ValidatedBatch> validated;
   for (size_t i = 0; i < batches.size(); ++i) {
     try {
-      validated.push_back(ValidateBatch(batches[i], s.model.num_dense_features(),
-                                        s.model.feature_specs(), true, pool_.get()));
+      validated.push_back(ValidateBatch(batches[i], num_dense_, feature_specs_, true, pool_.get()));
     } catch (const Error& e) {
       Throw(e.code(), "batches[", i, "]: ", e.what());
     }

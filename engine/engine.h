@@ -138,6 +138,9 @@ class Engine {
   struct State;
   struct ServingTables;
   std::unique_ptr<State> NewState() const;
+  // ValidateBatch of a training batch (labels required) against the model's features,
+  // timed as step_phases' `validate`. Needs no lock.
+  ValidatedBatch ValidateTrainingBatch(const BatchView& batch) const;
   // Export's part for table t, written in `precision` (what the serving config says);
   // what the writer borrows is kept in owned. mu_ and ssd_mu_ held.
   void AddServingTable(int32_t t, config::TableConfig::Precision precision, ServingTables* owned,
@@ -186,9 +189,13 @@ class Engine {
   AsyncStepQueue* AsyncQueue();
 
   config::DlrmConfig config_;
-  // step_phases' own, in nanoseconds: validation and copies run under the reader lock, on
-  // the callers' threads.
-  std::atomic<int64_t> validate_ns_{0}, copy_ns_{0}, resolve_ns_{0};
+  // step_phases' own, in nanoseconds: validation and copies run on the callers' threads,
+  // without the engine's lock.
+  mutable std::atomic<int64_t> validate_ns_{0}, copy_ns_{0}, resolve_ns_{0};
+  // What a batch is checked against: the config's, fixed for the engine's life (a Load
+  // takes the same model), so validation needs no lock.
+  int32_t num_dense_ = 0;
+  std::vector<SparseFeatureSpec> feature_specs_;
   int32_t quantized_table_ = -1;  // the first quantized (read-only) table, or -1
   std::unique_ptr<ThreadPool> pool_;
   mutable WriterPreferringMutex mu_;

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -74,6 +75,10 @@ DEFINE_string(async_host, "",
               "'sleep' (waits, as for I/O or a remote feature pipeline) or 'spin' (computes "
               "on a core of its own, competing with the engine's threads)");
 DEFINE_double(prepare_factor, 1.0, "bench: host preparation time / train time for --async_host");
+DEFINE_int32(async_ahead, 2,
+             "bench: --async_host's steps submitted ahead of the one waited for (1: prepare "
+             "batch i + 1 while batch i trains; 2: the engine's queue kept full, so the step "
+             "running always knows the next batch and a GPU copies it in meanwhile)");
 DEFINE_int32(predict_threads, 0,
              "bench: also time training while this many threads predict in a loop (a serving "
              "process that trains online); 0 skips it");
@@ -422,21 +427,27 @@ int BenchCommand() {
   const std::vector<double> predict =
       TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, predict_one);
 
-  // The asynchronous path with a host that prepares batch i + 1 while batch i trains:
-  // prepare, submit, then wait for the previous step (two steps in flight at most).
+  // The asynchronous path with a host that prepares batch i + async_ahead while batch i
+  // trains: prepare, submit, then wait for the step async_ahead before it.
   std::vector<double> async_rates;
   const double prepare_seconds =
       FLAGS_prepare_factor * static_cast<double>(FLAGS_batch_size) / Summarize(train).median;
   if (!FLAGS_async_host.empty()) {
-    int64_t pending = -1;
+    if (FLAGS_async_ahead < 1 || FLAGS_async_ahead > static_cast<int>(Engine::kAsyncQueueDepth))
+      ThrowInvalid("--async_ahead must be in [1, ", Engine::kAsyncQueueDepth, "], got ",
+                   FLAGS_async_ahead);
+    std::deque<int64_t> pending;
     next = 0;
     async_rates = TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, [&](int64_t i) {
       Prepare(FLAGS_async_host, prepare_seconds);
-      const int64_t ticket = engine.SubmitTrainStep(view(i));
-      if (pending >= 0) loss = engine.WaitTrainStep(pending);
-      pending = ticket;
+      pending.push_back(engine.SubmitTrainStep(view(i)));
+      if (static_cast<int>(pending.size()) > FLAGS_async_ahead) {
+        loss = engine.WaitTrainStep(pending.front());
+        pending.pop_front();
+      }
     });
-    loss = engine.WaitTrainStep(pending);  // the last step, outside the windows
+    for (; !pending.empty(); pending.pop_front())  // the last steps, outside the windows
+      loss = engine.WaitTrainStep(pending.front());
   }
   const double other_cores =
       OtherCores(cpu_begin, ReadCpuTimes(), Seconds(Clock::now() - timed_begin));
@@ -456,9 +467,10 @@ int BenchCommand() {
   if (!async_rates.empty()) {
     const WindowStats a = Summarize(async_rates);
     PrintRates("async", a, FLAGS_batch_size);
-    std::printf("async_host  %s %.2f ms per batch (%.2f x train); async / train = %.3f\n",
-                FLAGS_async_host.c_str(), 1e3 * prepare_seconds, FLAGS_prepare_factor,
-                a.median / Summarize(train).median);
+    std::printf(
+        "async_host  %s %.2f ms per batch (%.2f x train), %d ahead; async / train = %.3f\n",
+        FLAGS_async_host.c_str(), 1e3 * prepare_seconds, FLAGS_prepare_factor, FLAGS_async_ahead,
+        a.median / Summarize(train).median);
   }
   if (other_cores >= 0) {
     // Whatever else ran (or the hypervisor stole) competed with the timed steps. An idle

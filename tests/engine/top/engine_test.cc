@@ -332,6 +332,39 @@ TEST(EngineTest, StepPhasesCountEveryStepInOrder) {
     EXPECT_GE(after.phases[i].seconds, sync.phases[i].seconds) << after.phases[i].name;
 }
 
+// A submitted batch is validated and copied without the engine's lock, so a submit (and
+// its rejection of a bad batch) does not wait for the step that runs meanwhile: the next
+// batch is ready when that step ends. The steps are the SmallBatch model's at 150,000
+// samples (hundreds of milliseconds); a submit takes a few.
+TEST(EngineTest, ASubmitDoesNotWaitForTheRunningStep) {
+  auto engine = MakeEngine(kOptimizerSets[0], 1, 512);
+  const OwnedBatch big = testing::SmallBatch(150000, 1);
+  const OwnedBatch next = testing::SmallBatch(64, 2);
+  OwnedBatch bad = testing::SmallBatch(64, 3);
+  bad.labels[0] = 2.0f;
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  engine->TrainStep(big.view());
+  const auto step = Clock::now() - start;
+  const int64_t running = engine->SubmitTrainStep(big.view());
+  Clock::time_point waited;
+  std::thread waiter([&] {
+    engine->WaitTrainStep(running);
+    waited = Clock::now();
+  });
+  EXPECT_THROW(engine->SubmitTrainStep(bad.view()), Error);
+  const int64_t queued = engine->SubmitTrainStep(next.view());
+  const auto submitted = Clock::now();
+  waiter.join();
+  // Before, both submits waited for the running step's lock: they ended with it.
+  const auto ms = [](Clock::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  };
+  EXPECT_GT(ms(waited - submitted), ms(step) / 4) << "the submits waited for the running step";
+  engine->WaitTrainStep(queued);
+  EXPECT_EQ(engine->step(), 3);
+}
+
 TEST(EngineTest, AsyncSubmitRejectsBadBatchesAtOnceAndMutationsWaitForQueuedSteps) {
   const std::string dir = testing::TempDir("engine_async");
   auto engine = MakeEngine(kOptimizerSets[1], 2);
