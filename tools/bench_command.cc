@@ -310,9 +310,7 @@ void Prepare(const std::string& how, double duration) {
   }
 }
 
-}  // namespace
-
-int BenchCommand() {
+void CheckBenchFlags() {
   if (FLAGS_config.empty()) ThrowInvalid("bench needs --config");
   if (FLAGS_batch_size <= 0) ThrowInvalid("--batch_size must be > 0, got ", FLAGS_batch_size);
   if (FLAGS_bag_size < kBagsFromConfig)
@@ -328,11 +326,15 @@ int BenchCommand() {
     ThrowInvalid("--async_host must be sleep or spin, got '", FLAGS_async_host, "'");
   if (!(FLAGS_prepare_factor >= 0 && FLAGS_prepare_factor <= 100))
     ThrowInvalid("--prepare_factor must be in [0, 100], got ", FLAGS_prepare_factor);
+  if (FLAGS_async_ahead < 1 || FLAGS_async_ahead > static_cast<int>(Engine::kAsyncQueueDepth))
+    ThrowInvalid("--async_ahead must be in [1, ", Engine::kAsyncQueueDepth, "], got ",
+                 FLAGS_async_ahead);
   if (FLAGS_predict_threads < 0 || FLAGS_predict_threads > 256)
     ThrowInvalid("--predict_threads must be in [0, 256], got ", FLAGS_predict_threads);
+}
 
-  CheckMaxIsa();
-
+// --config with the flags that change it applied.
+config::DlrmConfig BenchConfig() {
   config::DlrmConfig config = LoadConfigFile(FLAGS_config);
   if (FLAGS_threads >= 0) config.set_num_threads(FLAGS_threads);
   ApplyOptimizerFlag(FLAGS_optimizer, &config);
@@ -341,19 +343,11 @@ int BenchCommand() {
     if (FLAGS_max_rows > 0 && table.num_rows() > FLAGS_max_rows) table.set_num_rows(FLAGS_max_rows);
   if (!FLAGS_device.empty()) SetDeviceByName(FLAGS_device, "--device", config.mutable_device());
   ApplyCudaFlags(FLAGS_cuda_graph, FLAGS_matmul_precision, &config);
-  std::printf("dlrm bench  %s\n", FLAGS_config.c_str());
-  std::printf("machine     %s, %u logical cores (%d usable), %s kernels%s\n", CpuModel().c_str(),
-              std::thread::hardware_concurrency(), UsableCores(), IsaLevelName(CpuIsaLevel()),
-              ReadMaxIsa().value != nullptr ? " (DLRM_MAX_ISA)" : "");
-  std::fflush(stdout);
+  return config;
+}
 
-  // Before the engine, whose tables can take a minute to initialize: bad data flags fail fast.
-  const BenchDataGenerator generator(
-      BenchDataSpecFor(config.model(), FLAGS_batch_size, FLAGS_bag_size, FLAGS_zipf, FLAGS_seed));
-  auto start = Clock::now();
-  Engine engine(config);  // validates the config, allocates and initializes every table
-  const double build_seconds = Seconds(Clock::now() - start);
-
+// The device, threads, optimizers and model lines.
+void PrintEngine(const Engine& engine, const config::DlrmConfig& config) {
   int64_t embedding_params = 0, total_params = 0;
   for (const ParameterInfo& p : engine.Parameters()) {
     total_params += p.size();
@@ -369,14 +363,8 @@ int BenchCommand() {
                                              : ", eager (no graphs)",
               matmul.c_str());
   std::printf("threads     %d\n", engine.num_threads());
-  std::printf("optimizers dense %s, sparse %s\n",
-              config.dense_optimizer().has_adagrad() ? "adagrad"
-              : config.dense_optimizer().has_adam()  ? "adam"
-                                                     : "sgd",
-              config.sparse_optimizer().has_adagrad()           ? "adagrad"
-              : config.sparse_optimizer().has_rowwise_adagrad() ? "rowwise_adagrad"
-              : config.sparse_optimizer().has_adam()            ? "adam"
-                                                                : "sgd");
+  std::printf("optimizers dense %s, sparse %s\n", OptimizerName(config.dense_optimizer()).c_str(),
+              OptimizerName(config.sparse_optimizer()).c_str());
   int64_t table_bytes = 0;
   for (const auto& table : model.tables())
     table_bytes += engine.GetTableStats(table.name()).memory_bytes;
@@ -386,12 +374,23 @@ int BenchCommand() {
       model.num_dense_features(), model.sparse_features_size(), model.tables_size(),
       static_cast<long long>(total_params), static_cast<long long>(embedding_params),
       4e-9 * static_cast<double>(total_params), 1e-9 * static_cast<double>(table_bytes));
+}
 
-  const int64_t per_window = FLAGS_steps / FLAGS_windows;
-  const int64_t pool_size = std::min<int64_t>(FLAGS_pool_batches, FLAGS_warmup + FLAGS_steps);
-  start = Clock::now();
-  const std::vector<OwnedBatch> pool = generator.Batches(pool_size, engine.num_threads());
-  const std::vector<BatchView> views = ViewsOf(pool);
+// The batches the timed loops use round robin, generated before timing.
+struct BenchBatches {
+  std::vector<OwnedBatch> owned;
+  std::vector<BatchView> views;
+  const BatchView& operator()(int64_t i) const {
+    return views[static_cast<size_t>(i) % views.size()];
+  }
+};
+
+BenchBatches MakeBatches(const BenchDataGenerator& generator, int threads) {
+  const int64_t count = std::min<int64_t>(FLAGS_pool_batches, FLAGS_warmup + FLAGS_steps);
+  const auto start = Clock::now();
+  BenchBatches b;
+  b.owned = generator.Batches(count, threads);
+  b.views = ViewsOf(b.owned);
   char ids[32] = "uniform ids";
   if (FLAGS_zipf > 0) std::snprintf(ids, sizeof ids, "zipf %g ids", FLAGS_zipf);
   std::printf(
@@ -399,78 +398,80 @@ int BenchCommand() {
       "batches (generated in %.2f s, not timed)\n",
       static_cast<long long>(FLAGS_batch_size),
       FLAGS_bag_size == kBagsFromConfig ? "per feature" : std::to_string(FLAGS_bag_size).c_str(),
-      static_cast<long long>(views[0].num_ids), ids, static_cast<long long>(pool_size),
-      Seconds(Clock::now() - start));
-  std::printf("engine      built in %.2f s\n", build_seconds);
-  std::printf("timing      warm-up %d steps; %d windows x %lld steps\n", FLAGS_warmup,
-              FLAGS_windows, static_cast<long long>(per_window));
-  std::fflush(stdout);
+      static_cast<long long>(b.views[0].num_ids), ids, static_cast<long long>(count),
+      SecondsSince(start));
+  return b;
+}
 
-  const auto view = [&](int64_t i) -> const BatchView& { return views[i % pool_size]; };
-  int64_t next = 0;
+// What the timed loops measured.
+struct BenchTimes {
+  std::vector<double> train, predict, async;  // samples/s per window
+  StepPhases phases_begin, phases_end;        // around the train windows
+  double prepare_seconds = 0;                 // --async_host's per batch
   float loss = 0;
-  for (int i = 0; i < FLAGS_warmup; ++i) loss = engine.TrainStep(view(next++));
-  const CpuTimes cpu_begin = ReadCpuTimes();
-  const auto timed_begin = Clock::now();
-  const StepPhases phases_begin = engine.step_phases();
-  const std::vector<double> train =
-      TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next,
-                  [&](int64_t i) { loss = engine.TrainStep(view(i)); });
-  const StepPhases phases_end = engine.step_phases();
+};
 
+// Warm-up steps, then the train windows (with the step phases around them).
+void TimeTrain(Engine& engine, const BenchBatches& batches, int64_t per_window, BenchTimes* t) {
+  int64_t next = 0;
+  for (int i = 0; i < FLAGS_warmup; ++i) t->loss = engine.TrainStep(batches(next++));
+  t->phases_begin = engine.step_phases();
+  t->train = TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next,
+                         [&](int64_t i) { t->loss = engine.TrainStep(batches(i)); });
+  t->phases_end = engine.step_phases();
+}
+
+void TimePredict(const Engine& engine, const BenchBatches& batches, int64_t per_window,
+                 BenchTimes* t) {
   std::vector<float> probabilities(static_cast<size_t>(FLAGS_batch_size));
   const auto predict_one = [&](int64_t i) {
-    engine.Predict(view(i), probabilities.data(), FLAGS_batch_size);
+    engine.Predict(batches(i), probabilities.data(), FLAGS_batch_size);
   };
-  next = 0;
+  int64_t next = 0;
   for (int i = 0; i < FLAGS_warmup; ++i) predict_one(next++);
-  const std::vector<double> predict =
-      TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, predict_one);
+  t->predict = TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, predict_one);
+}
 
-  // The asynchronous path with a host that prepares batch i + async_ahead while batch i
-  // trains: prepare, submit, then wait for the step async_ahead before it.
-  std::vector<double> async_rates;
-  const double prepare_seconds =
-      FLAGS_prepare_factor * static_cast<double>(FLAGS_batch_size) / Summarize(train).median;
-  if (!FLAGS_async_host.empty()) {
-    if (FLAGS_async_ahead < 1 || FLAGS_async_ahead > static_cast<int>(Engine::kAsyncQueueDepth))
-      ThrowInvalid("--async_ahead must be in [1, ", Engine::kAsyncQueueDepth, "], got ",
-                   FLAGS_async_ahead);
-    std::deque<int64_t> pending;
-    next = 0;
-    async_rates = TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, [&](int64_t i) {
-      Prepare(FLAGS_async_host, prepare_seconds);
-      pending.push_back(engine.SubmitTrainStep(view(i)));
-      if (static_cast<int>(pending.size()) > FLAGS_async_ahead) {
-        loss = engine.WaitTrainStep(pending.front());
-        pending.pop_front();
-      }
-    });
-    for (; !pending.empty(); pending.pop_front())  // the last steps, outside the windows
-      loss = engine.WaitTrainStep(pending.front());
-  }
-  const double other_cores =
-      OtherCores(cpu_begin, ReadCpuTimes(), Seconds(Clock::now() - timed_begin));
+// The asynchronous path with a host that prepares batch i + async_ahead while batch i
+// trains: prepare, submit, then wait for the step async_ahead before it.
+void TimeAsync(Engine& engine, const BenchBatches& batches, int64_t per_window, BenchTimes* t) {
+  t->prepare_seconds =
+      FLAGS_prepare_factor * static_cast<double>(FLAGS_batch_size) / Summarize(t->train).median;
+  std::deque<int64_t> pending;
+  int64_t next = 0;
+  t->async = TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, [&](int64_t i) {
+    Prepare(FLAGS_async_host, t->prepare_seconds);
+    pending.push_back(engine.SubmitTrainStep(batches(i)));
+    if (static_cast<int>(pending.size()) > FLAGS_async_ahead) {
+      t->loss = engine.WaitTrainStep(pending.front());
+      pending.pop_front();
+    }
+  });
+  for (; !pending.empty(); pending.pop_front())  // the last steps, outside the windows
+    t->loss = engine.WaitTrainStep(pending.front());
+}
 
-  PrintRates("train", Summarize(train), FLAGS_batch_size);
-  PrintPhases(phases_begin, phases_end);
-  PrintRates("predict", Summarize(predict), FLAGS_batch_size);
+void PrintTimes(Engine& engine, const BenchBatches& batches, int64_t per_window,
+                const BenchTimes& t, double other_cores) {
+  const double train = Summarize(t.train).median;
+  PrintRates("train", Summarize(t.train), FLAGS_batch_size);
+  PrintPhases(t.phases_begin, t.phases_end);
+  PrintRates("predict", Summarize(t.predict), FLAGS_batch_size);
   if (FLAGS_predict_threads > 0) {
     double predict_rate = 0;
     const WindowStats loaded = Summarize(
-        TrainUnderPredictions(engine, view, FLAGS_predict_threads, per_window, &predict_rate));
+        TrainUnderPredictions(engine, batches, FLAGS_predict_threads, per_window, &predict_rate));
     PrintRates("train+pred", loaded, FLAGS_batch_size);
     std::printf(
         "predicting  %d threads, %.0f samples/s meanwhile; loaded / unloaded train = %.3f\n",
-        FLAGS_predict_threads, predict_rate, loaded.median / Summarize(train).median);
+        FLAGS_predict_threads, predict_rate, loaded.median / train);
   }
-  if (!async_rates.empty()) {
-    const WindowStats a = Summarize(async_rates);
+  if (!t.async.empty()) {
+    const WindowStats a = Summarize(t.async);
     PrintRates("async", a, FLAGS_batch_size);
-    std::printf(
-        "async_host  %s %.2f ms per batch (%.2f x train), %d ahead; async / train = %.3f\n",
-        FLAGS_async_host.c_str(), 1e3 * prepare_seconds, FLAGS_prepare_factor, FLAGS_async_ahead,
-        a.median / Summarize(train).median);
+    std::printf("async_host  %s %.2f ms per batch (%.2f x train), %d ahead; async / train = %.3f\n",
+                FLAGS_async_host.c_str(), 1e3 * t.prepare_seconds, FLAGS_prepare_factor,
+                FLAGS_async_ahead, a.median / train);
   }
   if (other_cores >= 0) {
     // Whatever else ran (or the hypervisor stole) competed with the timed steps. An idle
@@ -479,8 +480,44 @@ int BenchCommand() {
     std::printf("background  %.2f cores used by other processes while timing%s\n", other_cores,
                 other_cores > 0.25 ? " (numbers disturbed: rerun on an idle machine)" : "");
   }
+}
+
+}  // namespace
+
+int BenchCommand() {
+  CheckBenchFlags();
+  CheckMaxIsa();
+  const config::DlrmConfig config = BenchConfig();
+  std::printf("dlrm bench  %s\n", FLAGS_config.c_str());
+  std::printf("machine     %s, %u logical cores (%d usable), %s kernels%s\n", CpuModel().c_str(),
+              std::thread::hardware_concurrency(), UsableCores(), IsaLevelName(CpuIsaLevel()),
+              ReadMaxIsa().value != nullptr ? " (DLRM_MAX_ISA)" : "");
+  std::fflush(stdout);
+
+  // Before the engine, whose tables can take a minute to initialize: bad data flags fail fast.
+  const BenchDataGenerator generator(
+      BenchDataSpecFor(config.model(), FLAGS_batch_size, FLAGS_bag_size, FLAGS_zipf, FLAGS_seed));
+  const auto start = Clock::now();
+  Engine engine(config);  // validates the config, allocates and initializes every table
+  const double build_seconds = SecondsSince(start);
+  PrintEngine(engine, config);
+  const BenchBatches batches = MakeBatches(generator, engine.num_threads());
+  const int64_t per_window = FLAGS_steps / FLAGS_windows;
+  std::printf("engine      built in %.2f s\n", build_seconds);
+  std::printf("timing      warm-up %d steps; %d windows x %lld steps\n", FLAGS_warmup,
+              FLAGS_windows, static_cast<long long>(per_window));
+  std::fflush(stdout);
+
+  const CpuTimes cpu_begin = ReadCpuTimes();
+  const auto timed_begin = Clock::now();
+  BenchTimes times;
+  TimeTrain(engine, batches, per_window, &times);
+  TimePredict(engine, batches, per_window, &times);
+  if (!FLAGS_async_host.empty()) TimeAsync(engine, batches, per_window, &times);
+  const double other_cores = OtherCores(cpu_begin, ReadCpuTimes(), SecondsSince(timed_begin));
+  PrintTimes(engine, batches, per_window, times, other_cores);
   ReportDynamicTables(engine);
-  std::printf("last_loss   %.5f\n", loss);
+  std::printf("last_loss   %.5f\n", times.loss);
   std::printf("peak_rss    %.2f GB\n", PeakRssGb());
   return 0;
 }

@@ -41,11 +41,6 @@ std::string Range(int64_t begin, int64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
 }
 
-std::string SparseOptimizerName(const config::SparseOptimizerConfig& optimizer) {
-  if (optimizer.kind_case() == config::SparseOptimizerConfig::KIND_NOT_SET) return "sgd";
-  return optimizer.GetDescriptor()->FindFieldByNumber(optimizer.kind_case())->name();
-}
-
 void PrintPlan(const shard::ShardingPlan& plan, const config::DlrmConfig& config) {
   int replicated = 0;
   for (const auto& shard : plan.shards())
@@ -54,7 +49,7 @@ void PrintPlan(const shard::ShardingPlan& plan, const config::DlrmConfig& config
       "plan: %d tables, %d servers, batch %lld, sparse optimizer %s; load = estimated ms "
       "per step\n",
       config.model().tables_size(), plan.num_servers(), static_cast<long long>(plan.batch_size()),
-      SparseOptimizerName(config.sparse_optimizer()).c_str());
+      OptimizerName(config.sparse_optimizer()).c_str());
   if (FLAGS_print_shards) {
     std::printf("%-16s %-4s %6s %-30s %-12s %12s %10s\n", "table", "type", "server", "rows",
                 "columns", "memory", "load_ms");

@@ -340,6 +340,25 @@ int64_t RowBytes(const config::DlrmConfig& config, const config::TableConfig& ta
   return RowBytes(config.sparse_optimizer(), table.precision(), table.dim());
 }
 
+namespace {
+
+// The set field of an optimizer config's `kind` oneof, by its name.
+template <typename OptimizerConfig>
+std::string KindName(const OptimizerConfig& optimizer) {
+  if (optimizer.kind_case() == OptimizerConfig::KIND_NOT_SET) return "sgd";
+  return optimizer.GetDescriptor()->FindFieldByNumber(optimizer.kind_case())->name();
+}
+
+}  // namespace
+
+std::string OptimizerName(const config::DenseOptimizerConfig& optimizer) {
+  return KindName(optimizer);
+}
+
+std::string OptimizerName(const config::SparseOptimizerConfig& optimizer) {
+  return KindName(optimizer);
+}
+
 int FindTable(const config::ModelConfig& model, const std::string& name) {
   for (int t = 0; t < model.tables_size(); ++t)
     if (model.tables(t).name() == name) return t;

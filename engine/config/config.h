@@ -76,6 +76,11 @@ int64_t RowBytes(const config::SparseOptimizerConfig& optimizer,
 // RowBytes of a whole row of `table` under config's sparse optimizer.
 int64_t RowBytes(const config::DlrmConfig& config, const config::TableConfig& table);
 
+// An optimizer's kind as the config names it: "sgd" (also when none is set), "adagrad",
+// "rowwise_adagrad", "adam".
+std::string OptimizerName(const config::DenseOptimizerConfig& optimizer);
+std::string OptimizerName(const config::SparseOptimizerConfig& optimizer);
+
 // Index of the table with this name, or -1.
 int FindTable(const config::ModelConfig& model, const std::string& name);
 
