@@ -224,6 +224,182 @@ double Imbalance(double max, double total, int32_t n) {
   return total > 0 ? max / (total / n) : 1.0;
 }
 
+// Per table: the sharding types sharding.tables allows (all where it says nothing).
+std::vector<uint32_t> AllowedTypes(const config::ModelConfig& model,
+                                   const ShardingConfig& options) {
+  std::vector<uint32_t> allowed(static_cast<size_t>(model.tables_size()), kAllTypes);
+  for (const ShardingConfig::TableOptions& entry : options.tables()) {
+    uint32_t mask = 0;
+    for (const int type : entry.allowed_types()) mask |= Bit(static_cast<Type>(type));
+    if (mask != 0) allowed[FindTable(model, entry.table())] = mask;
+  }
+  return allowed;
+}
+
+// Step 1: which tables every trainer replicates (DATA_PARALLEL), and what the rest weigh.
+struct Replication {
+  std::vector<bool> replicated;
+  std::vector<int64_t> table_memory;
+  double served_load = 0, served_memory = 0, replicated_memory = 0;
+};
+
+Replication Replicate(const std::vector<TableProfile>& tables, const std::vector<uint32_t>& allowed,
+                      const CostModel& cost, const ShardingConfig& options) {
+  Replication r;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const TableProfile& table = tables[t];
+    const int64_t memory = cost.MemoryBytes(table, table.num_rows, table.dim);
+    const uint32_t dp = Bit(ShardingConfig::DATA_PARALLEL);
+    const bool replicated =
+        (allowed[t] & dp) && (allowed[t] == dp || memory <= options.data_parallel_max_bytes());
+    r.replicated.push_back(replicated);
+    r.table_memory.push_back(memory);
+    if (replicated) {
+      r.replicated_memory += static_cast<double>(memory);
+    } else {
+      r.served_load += cost.Load(table, table.num_rows, table.dim);
+      r.served_memory += static_cast<double>(memory);
+    }
+  }
+  // Per-server and per-trainer byte counts are int64.
+  if (std::max(r.served_memory, r.replicated_memory) >= 0x1p63)
+    ThrowInvalid("model.tables need ", std::max(r.served_memory, r.replicated_memory),
+                 " bytes in total, more than 2^63");
+  return r;
+}
+
+// kResourceExhausted, naming the largest served table, when the served tables exceed what
+// the servers hold.
+void CheckServersHoldTables(const std::vector<TableProfile>& tables, const Replication& r,
+                            int64_t capacity, int32_t num_servers) {
+  if (capacity <= 0 || r.served_memory <= static_cast<double>(capacity) * num_servers) return;
+  int largest = -1;
+  for (int t = 0; t < static_cast<int>(tables.size()); ++t)
+    if (!r.replicated[t] && (largest < 0 || r.table_memory[t] > r.table_memory[largest]))
+      largest = t;
+  Throw(StatusCode::kResourceExhausted, "the served tables need ",
+        static_cast<int64_t>(r.served_memory), " bytes, more than ", num_servers,
+        " servers of sharding.server_memory_bytes = ", capacity, " hold (the largest is table \"",
+        tables[largest].name, "\", model.tables[", largest, "], of ", r.table_memory[largest],
+        " bytes)");
+}
+
+// Step 2: the served tables split into pieces and placed on servers.
+struct Layout {
+  Served served;
+  Placement placement;
+  int32_t group_size = 1;
+};
+
+// Greedy placement stays within about one piece of the mean, so under a tight
+// server_memory_bytes pieces are kept below the headroom over the mean, and cut finer
+// still when placement runs out of room; kResourceExhausted naming the table that found
+// no room after the last attempt.
+Layout SplitAndPlace(const std::vector<TableProfile>& tables, const std::vector<uint32_t>& allowed,
+                     const Replication& r, const CostModel& cost, const ShardingConfig& options,
+                     int32_t num_servers) {
+  const int64_t capacity = options.server_memory_bytes();
+  const double mean_load = r.served_load / num_servers;
+  const double mean_memory = r.served_memory / num_servers;
+  double target_memory = options.split_fraction() * mean_memory;
+  if (capacity > 0) target_memory = std::min(target_memory, std::max(1.0, capacity - mean_memory));
+  constexpr int kAttempts = 4;
+  Layout layout;
+  for (int attempt = 0; attempt < kAttempts; ++attempt, target_memory /= 4) {
+    const SplitChooser chooser(cost, options, num_servers, mean_load, mean_memory, target_memory,
+                               /*memory_first=*/attempt > 0);
+    layout.served = SplitTables(tables, r.replicated, allowed, chooser, cost);
+    PlacementOptions placement_options;
+    placement_options.num_servers = num_servers;
+    placement_options.server_memory_bytes = capacity;
+    placement_options.group_size = layout.group_size = chooser.group_size();
+    layout.placement = PlaceUnits(layout.served.units, placement_options);
+    if (layout.placement.failed_unit < 0) return layout;
+  }
+  const int u = layout.placement.failed_unit;
+  const TableProfile& table = tables[layout.served.tables[u]];
+  Throw(StatusCode::kResourceExhausted, "table \"", table.name, "\" (model.tables[", table.index,
+        "]) cannot be placed: no server has room left for its ",
+        ShardingTypeShortName(layout.served.types[u]), " shard of ",
+        layout.served.units[u].shards.front().memory_bytes,
+        " bytes under sharding.server_memory_bytes = ", capacity, " (", num_servers,
+        " servers; the served tables need ", static_cast<int64_t>(r.served_memory), " bytes)");
+}
+
+// A shard of `table` covering rows [row_begin, row_end) x columns [col_begin, col_end).
+TableShard* AddShard(ShardingPlan* plan, const TableProfile& table, Type type, const Piece& piece) {
+  TableShard* shard = plan->add_shards();
+  shard->set_table(table.name);
+  shard->set_table_index(table.index);
+  shard->set_type(type);
+  shard->set_row_begin(piece.row_begin);
+  shard->set_row_end(piece.row_end);
+  shard->set_col_begin(piece.col_begin);
+  shard->set_col_end(piece.col_end);
+  return shard;
+}
+
+// Step 3: the shards, in table order (a replicated table's one DATA_PARALLEL shard, a
+// served table's pieces on their servers), and the trainers' totals.
+void AddShards(const std::vector<TableProfile>& tables, const Replication& r, const Layout& layout,
+               const CostModel& cost, ShardingPlan* plan) {
+  int64_t trainer_memory = 0;
+  double trainer_load = 0;
+  size_t next_unit = 0;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const TableProfile& table = tables[t];
+    if (r.replicated[t]) {
+      TableShard* shard =
+          AddShard(plan, table, ShardingConfig::DATA_PARALLEL, {0, table.num_rows, 0, table.dim});
+      shard->set_memory_bytes(cost.MemoryBytes(table, table.num_rows, table.dim));
+      shard->set_load(cost.DataParallelLoad(table));
+      trainer_memory += shard->memory_bytes();
+      trainer_load += shard->load();
+      continue;
+    }
+    const size_t u = next_unit++;
+    const Type type = layout.served.types[u];
+    for (size_t i = 0; i < layout.served.pieces[u].size(); ++i) {
+      const int32_t server = layout.placement.servers[u][i];
+      TableShard* shard = AddShard(plan, table, type, layout.served.pieces[u][i]);
+      shard->set_server(server);
+      shard->set_memory_bytes(layout.served.units[u].shards[i].memory_bytes);
+      shard->set_load(layout.served.units[u].shards[i].load);
+      if (type == ShardingConfig::TABLE_ROW_WISE) shard->set_group(server / layout.group_size);
+    }
+  }
+  plan->set_trainer_memory_bytes(trainer_memory);
+  plan->set_trainer_load(trainer_load);
+}
+
+// Each server's totals over the plan's served shards, and the imbalances.
+void AddServerTotals(int32_t num_servers, ShardingPlan* plan) {
+  std::vector<double> load(num_servers, 0.0);
+  std::vector<int64_t> memory(num_servers, 0);
+  std::vector<int32_t> shards(num_servers, 0);
+  for (const TableShard& shard : plan->shards()) {
+    if (shard.type() == ShardingConfig::DATA_PARALLEL) continue;
+    load[shard.server()] += shard.load();
+    memory[shard.server()] += shard.memory_bytes();
+    ++shards[shard.server()];
+  }
+  double total_load = 0, total_memory = 0, max_load = 0;
+  int64_t max_memory = 0;
+  for (int32_t s = 0; s < num_servers; ++s) {
+    ServerTotals* totals = plan->add_servers();
+    totals->set_server(s);
+    totals->set_num_shards(shards[s]);
+    totals->set_memory_bytes(memory[s]);
+    totals->set_load(load[s]);
+    total_load += load[s];
+    total_memory += static_cast<double>(memory[s]);
+    max_load = std::max(max_load, load[s]);
+    max_memory = std::max(max_memory, memory[s]);
+  }
+  plan->set_load_imbalance(Imbalance(max_load, total_load, num_servers));
+  plan->set_memory_imbalance(Imbalance(static_cast<double>(max_memory), total_memory, num_servers));
+}
+
 }  // namespace
 
 void CheckShardColumns(const config::SparseOptimizerConfig& optimizer,
@@ -251,150 +427,21 @@ ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers)
   RequireTrainableRows(config.model(), "the sharding planner");
   if (num_servers < 1 || num_servers > kMaxServers)
     ThrowInvalid("num_servers must be in [1, ", kMaxServers, "], got ", num_servers);
-  const config::ModelConfig& model = config.model();
   const ShardingConfig& options = config.sharding();
   const CostModel cost(config);
-  const std::vector<TableProfile> tables = ProfileTables(model);
-  const int num_tables = static_cast<int>(tables.size());
-
-  std::vector<uint32_t> allowed(num_tables, kAllTypes);
-  for (const ShardingConfig::TableOptions& entry : options.tables()) {
-    uint32_t mask = 0;
-    for (const int type : entry.allowed_types()) mask |= Bit(static_cast<Type>(type));
-    if (mask != 0) allowed[FindTable(model, entry.table())] = mask;
-  }
-
+  const std::vector<TableProfile> tables = ProfileTables(config.model());
+  const std::vector<uint32_t> allowed = AllowedTypes(config.model(), options);
   // 1. Replicate what is small enough; the rest is served.
-  std::vector<bool> replicated(num_tables);
-  std::vector<int64_t> table_memory(num_tables);
-  double served_load = 0, served_memory = 0, replicated_memory = 0;
-  for (int t = 0; t < num_tables; ++t) {
-    const TableProfile& table = tables[t];
-    const int64_t memory = table_memory[t] = cost.MemoryBytes(table, table.num_rows, table.dim);
-    const uint32_t dp = Bit(ShardingConfig::DATA_PARALLEL);
-    replicated[t] =
-        (allowed[t] & dp) && (allowed[t] == dp || memory <= options.data_parallel_max_bytes());
-    if (replicated[t]) {
-      replicated_memory += static_cast<double>(memory);
-    } else {
-      served_load += cost.Load(table, table.num_rows, table.dim);
-      served_memory += static_cast<double>(memory);
-    }
-  }
-  // Per-server and per-trainer byte counts are int64.
-  if (std::max(served_memory, replicated_memory) >= 0x1p63)
-    ThrowInvalid("model.tables need ", std::max(served_memory, replicated_memory),
-                 " bytes in total, more than 2^63");
-
-  const int64_t capacity = options.server_memory_bytes();
-  if (capacity > 0 && served_memory > static_cast<double>(capacity) * num_servers) {
-    int largest = -1;
-    for (int t = 0; t < num_tables; ++t)
-      if (!replicated[t] && (largest < 0 || table_memory[t] > table_memory[largest])) largest = t;
-    Throw(StatusCode::kResourceExhausted, "the served tables need ",
-          static_cast<int64_t>(served_memory), " bytes, more than ", num_servers,
-          " servers of sharding.server_memory_bytes = ", capacity, " hold (the largest is table \"",
-          tables[largest].name, "\", model.tables[", largest, "], of ", table_memory[largest],
-          " bytes)");
-  }
-
-  // 2. Split the served tables and place the pieces. Greedy placement stays within about
-  // one piece of the mean, so under a tight server_memory_bytes pieces are kept below the
-  // headroom over the mean, and cut finer still when placement runs out of room.
-  const double mean_load = served_load / num_servers, mean_memory = served_memory / num_servers;
-  double target_memory = options.split_fraction() * mean_memory;
-  if (capacity > 0) target_memory = std::min(target_memory, std::max(1.0, capacity - mean_memory));
-  constexpr int kAttempts = 4;
-  Served served;
-  Placement placement;
-  int32_t group_size = 1;
-  for (int attempt = 0; attempt < kAttempts; ++attempt, target_memory /= 4) {
-    const SplitChooser chooser(cost, options, num_servers, mean_load, mean_memory, target_memory,
-                               /*memory_first=*/attempt > 0);
-    served = SplitTables(tables, replicated, allowed, chooser, cost);
-    PlacementOptions placement_options;
-    placement_options.num_servers = num_servers;
-    placement_options.server_memory_bytes = capacity;
-    placement_options.group_size = group_size = chooser.group_size();
-    placement = PlaceUnits(served.units, placement_options);
-    if (placement.failed_unit < 0) break;
-  }
-  if (placement.failed_unit >= 0) {
-    const int u = placement.failed_unit;
-    const TableProfile& table = tables[served.tables[u]];
-    Throw(StatusCode::kResourceExhausted, "table \"", table.name, "\" (model.tables[", table.index,
-          "]) cannot be placed: no server has room left for its ",
-          ShardingTypeShortName(served.types[u]), " shard of ",
-          served.units[u].shards.front().memory_bytes,
-          " bytes under sharding.server_memory_bytes = ", capacity, " (", num_servers,
-          " servers; the served tables need ", static_cast<int64_t>(served_memory), " bytes)");
-  }
-
+  const Replication replication = Replicate(tables, allowed, cost, options);
+  CheckServersHoldTables(tables, replication, options.server_memory_bytes(), num_servers);
+  // 2. Split the served tables and place the pieces.
+  const Layout layout = SplitAndPlace(tables, allowed, replication, cost, options, num_servers);
   // 3. The plan, in table order.
   ShardingPlan plan;
   plan.set_num_servers(num_servers);
   plan.set_batch_size(cost.batch_size());
-  std::vector<double> server_load(num_servers, 0.0);
-  std::vector<int64_t> server_memory(num_servers, 0);
-  std::vector<int32_t> server_shards(num_servers, 0);
-  int64_t trainer_memory = 0;
-  double trainer_load = 0;
-  size_t next_unit = 0;
-  for (int t = 0; t < num_tables; ++t) {
-    const TableProfile& table = tables[t];
-    if (replicated[t]) {
-      TableShard* shard = plan.add_shards();
-      shard->set_table(table.name);
-      shard->set_table_index(t);
-      shard->set_type(ShardingConfig::DATA_PARALLEL);
-      shard->set_row_begin(0);
-      shard->set_row_end(table.num_rows);
-      shard->set_col_begin(0);
-      shard->set_col_end(table.dim);
-      shard->set_memory_bytes(cost.MemoryBytes(table, table.num_rows, table.dim));
-      shard->set_load(cost.DataParallelLoad(table));
-      trainer_memory += shard->memory_bytes();
-      trainer_load += shard->load();
-      continue;
-    }
-    const size_t u = next_unit++;
-    for (size_t i = 0; i < served.pieces[u].size(); ++i) {
-      const Piece& piece = served.pieces[u][i];
-      const int32_t server = placement.servers[u][i];
-      TableShard* shard = plan.add_shards();
-      shard->set_table(table.name);
-      shard->set_table_index(t);
-      shard->set_type(served.types[u]);
-      shard->set_server(server);
-      shard->set_row_begin(piece.row_begin);
-      shard->set_row_end(piece.row_end);
-      shard->set_col_begin(piece.col_begin);
-      shard->set_col_end(piece.col_end);
-      shard->set_memory_bytes(served.units[u].shards[i].memory_bytes);
-      shard->set_load(served.units[u].shards[i].load);
-      if (served.types[u] == ShardingConfig::TABLE_ROW_WISE) shard->set_group(server / group_size);
-      server_load[server] += shard->load();
-      server_memory[server] += shard->memory_bytes();
-      ++server_shards[server];
-    }
-  }
-  double total_load = 0, total_memory = 0, max_load = 0;
-  int64_t max_memory = 0;
-  for (int32_t s = 0; s < num_servers; ++s) {
-    ServerTotals* totals = plan.add_servers();
-    totals->set_server(s);
-    totals->set_num_shards(server_shards[s]);
-    totals->set_memory_bytes(server_memory[s]);
-    totals->set_load(server_load[s]);
-    total_load += server_load[s];
-    total_memory += static_cast<double>(server_memory[s]);
-    max_load = std::max(max_load, server_load[s]);
-    max_memory = std::max(max_memory, server_memory[s]);
-  }
-  plan.set_load_imbalance(Imbalance(max_load, total_load, num_servers));
-  plan.set_memory_imbalance(Imbalance(static_cast<double>(max_memory), total_memory, num_servers));
-  plan.set_trainer_memory_bytes(trainer_memory);
-  plan.set_trainer_load(trainer_load);
+  AddShards(tables, replication, layout, cost, &plan);
+  AddServerTotals(num_servers, &plan);
   return plan;
 }
 
