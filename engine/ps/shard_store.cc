@@ -141,87 +141,105 @@ void EmbeddingShardStore::Lookup(int32_t shard, const int64_t* ids, int64_t n, f
   for (int64_t i = 0; i < n; ++i) table.ReadRow(ids[i] - s.row_begin, out + i * table.dim());
 }
 
+// One feature's update checked against this owner's model: sizes, lengths, id ranges,
+// weights (present iff `weighted`) and finite values. kInvalidArgument / kOutOfRange.
+void EmbeddingShardStore::CheckFeatureUpdate(const FeatureUpdate& u, int64_t batch_size,
+                                             bool weighted) const {
+  const int32_t f = u.feature;
+  const config::TableConfig& tc = model_.tables(TableOfFeature(model_, f));
+  if (static_cast<int64_t>(u.lengths.size()) != batch_size)
+    ThrowInvalid("update of feature ", f, ": ", u.lengths.size(), " lengths for ", batch_size,
+                 " samples");
+  int64_t total = 0;
+  for (size_t b = 0; b < u.lengths.size(); ++b) {
+    if (u.lengths[b] < 0)
+      ThrowInvalid("update of feature ", f, ": lengths[", b, "] = ", u.lengths[b], " < 0");
+    total += u.lengths[b];
+  }
+  if (total != static_cast<int64_t>(u.ids.size()))
+    ThrowInvalid("update of feature ", f, ": lengths sum to ", total, " but there are ",
+                 u.ids.size(), " ids");
+  for (size_t i = 0; i < u.ids.size(); ++i) {
+    if (u.ids[i] < 0 || u.ids[i] >= tc.num_rows())
+      Throw(StatusCode::kOutOfRange, "update of feature ", f, ": ids[", i, "] = ", u.ids[i],
+            " is outside table '", tc.name(), "' [0, ", tc.num_rows(), ")");
+  }
+  if (!u.weights.empty() && u.weights.size() != u.ids.size())
+    ThrowInvalid("update of feature ", f, ": ", u.weights.size(), " weights for ", u.ids.size(),
+                 " ids");
+  if (u.weights.empty() == weighted)
+    ThrowInvalid("update of feature ", f, ": per-id weights on some features only");
+  if (static_cast<int64_t>(u.d_pooled.size()) != batch_size * tc.dim())
+    ThrowInvalid("update of feature ", f, ": d_pooled has ", u.d_pooled.size(),
+                 " values, expected ", batch_size, " x ", tc.dim());
+  CheckFinite(u.weights, f, "weights");
+  CheckFinite(u.d_pooled, f, "d_pooled");
+}
+
+// The local batch: one sparse feature per binding (a feature once per shard of its table),
+// feature-major as every batch, and the bindings' gradient columns side by side.
+struct EmbeddingShardStore::LocalBatch {
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> ids;
+  std::vector<float> weights;
+  std::vector<float> d_pooled;  // [batch_size x the bags' pooled width]
+  ValidatedBatch batch;         // views the vectors above
+};
+
+void EmbeddingShardStore::BuildLocalBatch(const std::vector<FeatureUpdate>& updates,
+                                          int64_t batch_size, bool weighted,
+                                          LocalBatch* local) const {
+  const int32_t width = bags_->pooled_width();
+  local->d_pooled.assign(static_cast<size_t>(batch_size) * width, 0.0f);
+  int32_t offset = 0;
+  for (const Binding& b : bindings_) {
+    const FeatureUpdate& u = updates[b.feature_slot];
+    local->lengths.insert(local->lengths.end(), u.lengths.begin(), u.lengths.end());
+    local->ids.insert(local->ids.end(), u.ids.begin(), u.ids.end());
+    local->weights.insert(local->weights.end(), u.weights.begin(), u.weights.end());
+    const Shard& s = shards_[b.shard];
+    const int32_t full_dim = model_.tables(s.table).dim();
+    const int32_t cols = s.col_end - s.col_begin;
+    for (int64_t r = 0; r < batch_size; ++r) {
+      const float* src = u.d_pooled.data() + r * full_dim + s.col_begin;
+      std::copy(src, src + cols, local->d_pooled.data() + r * width + offset);
+    }
+    offset += cols;
+  }
+  ValidatedBatch& batch = local->batch;
+  batch.view.batch_size = batch_size;
+  batch.view.num_sparse = static_cast<int32_t>(bindings_.size());
+  batch.view.lengths = local->lengths.data();
+  batch.view.num_ids = static_cast<int64_t>(local->ids.size());
+  batch.view.ids = local->ids.data();
+  batch.view.weights = weighted ? local->weights.data() : nullptr;
+  batch.offsets.assign(local->lengths.size() + 1, 0);
+  for (size_t i = 0; i < local->lengths.size(); ++i)
+    batch.offsets[i + 1] = batch.offsets[i] + local->lengths[i];
+}
+
 void EmbeddingShardStore::ApplyUpdate(const std::vector<FeatureUpdate>& updates, int64_t batch_size,
                                       float lr, int64_t step) {
   if (batch_size <= 0) ThrowInvalid("update: batch_size must be > 0, got ", batch_size);
   if (updates.size() != features_.size())
     ThrowInvalid("update: ", updates.size(), " feature updates for the ", features_.size(),
                  " features this owner serves");
-  bool weighted = false;
+  const bool weighted = !updates.empty() && !updates[0].weights.empty();
   for (size_t k = 0; k < updates.size(); ++k) {
-    const FeatureUpdate& u = updates[k];
-    const int32_t f = features_[k];
-    if (u.feature != f)
-      ThrowInvalid("update ", k, " is for feature ", u.feature, ", expected feature ", f);
-    const config::TableConfig& tc = model_.tables(TableOfFeature(model_, f));
-    if (static_cast<int64_t>(u.lengths.size()) != batch_size)
-      ThrowInvalid("update of feature ", f, ": ", u.lengths.size(), " lengths for ", batch_size,
-                   " samples");
-    int64_t total = 0;
-    for (size_t b = 0; b < u.lengths.size(); ++b) {
-      if (u.lengths[b] < 0)
-        ThrowInvalid("update of feature ", f, ": lengths[", b, "] = ", u.lengths[b], " < 0");
-      total += u.lengths[b];
-    }
-    if (total != static_cast<int64_t>(u.ids.size()))
-      ThrowInvalid("update of feature ", f, ": lengths sum to ", total, " but there are ",
-                   u.ids.size(), " ids");
-    for (size_t i = 0; i < u.ids.size(); ++i) {
-      if (u.ids[i] < 0 || u.ids[i] >= tc.num_rows())
-        Throw(StatusCode::kOutOfRange, "update of feature ", f, ": ids[", i, "] = ", u.ids[i],
-              " is outside table '", tc.name(), "' [0, ", tc.num_rows(), ")");
-    }
-    if (k == 0) weighted = !u.weights.empty();
-    if (!u.weights.empty() && u.weights.size() != u.ids.size())
-      ThrowInvalid("update of feature ", f, ": ", u.weights.size(), " weights for ", u.ids.size(),
-                   " ids");
-    if (u.weights.empty() == weighted)
-      ThrowInvalid("update of feature ", f, ": per-id weights on some features only");
-    if (static_cast<int64_t>(u.d_pooled.size()) != batch_size * tc.dim())
-      ThrowInvalid("update of feature ", f, ": d_pooled has ", u.d_pooled.size(),
-                   " values, expected ", batch_size, " x ", tc.dim());
-    CheckFinite(u.weights, f, "weights");
-    CheckFinite(u.d_pooled, f, "d_pooled");
+    if (updates[k].feature != features_[k])
+      ThrowInvalid("update ", k, " is for feature ", updates[k].feature, ", expected feature ",
+                   features_[k]);
+    CheckFeatureUpdate(updates[k], batch_size, weighted);
   }
-
-  // The local batch: one sparse feature per binding (a feature once per shard of its
-  // table), feature-major as every batch; and the bindings' gradient columns side by side.
-  const int32_t width = bags_->pooled_width();
-  std::vector<int32_t> lengths;
-  std::vector<int64_t> ids;
-  std::vector<float> weights;
-  std::vector<float> d_local(static_cast<size_t>(batch_size) * width);
-  int32_t offset = 0;
-  for (const Binding& b : bindings_) {
-    const FeatureUpdate& u = updates[b.feature_slot];
-    lengths.insert(lengths.end(), u.lengths.begin(), u.lengths.end());
-    ids.insert(ids.end(), u.ids.begin(), u.ids.end());
-    weights.insert(weights.end(), u.weights.begin(), u.weights.end());
-    const Shard& s = shards_[b.shard];
-    const int32_t full_dim = model_.tables(s.table).dim();
-    const int32_t cols = s.col_end - s.col_begin;
-    for (int64_t r = 0; r < batch_size; ++r) {
-      const float* src = u.d_pooled.data() + r * full_dim + s.col_begin;
-      std::copy(src, src + cols, d_local.data() + r * width + offset);
-    }
-    offset += cols;
-  }
-  ValidatedBatch batch;
-  batch.view.batch_size = batch_size;
-  batch.view.num_sparse = static_cast<int32_t>(bindings_.size());
-  batch.view.lengths = lengths.data();
-  batch.view.num_ids = static_cast<int64_t>(ids.size());
-  batch.view.ids = ids.data();
-  batch.view.weights = weighted ? weights.data() : nullptr;
-  batch.offsets.resize(lengths.size() + 1);
-  batch.offsets[0] = 0;
-  for (size_t i = 0; i < lengths.size(); ++i) batch.offsets[i + 1] = batch.offsets[i] + lengths[i];
+  LocalBatch local;
+  BuildLocalBatch(updates, batch_size, weighted, &local);
   // Every row's update checked before any is written: a refused update changes nothing.
-  if (!bags_->UpdateIsFinite(batch, d_local.data(), *optimizer_, lr, step, pool_, &row_ranges_))
+  if (!bags_->UpdateIsFinite(local.batch, local.d_pooled.data(), *optimizer_, lr, step, pool_,
+                             &row_ranges_))
     Throw(StatusCode::kFailedPrecondition, "update of step ", step,
           ": it would make a row or its optimizer state non-finite (learning rate ", lr,
           "); no row was updated");
-  bags_->ApplyUpdate(d_local.data(), *optimizer_, lr, step, pool_);
+  bags_->ApplyUpdate(local.d_pooled.data(), *optimizer_, lr, step, pool_);
 }
 
 }  // namespace dlrm::ps

@@ -77,6 +77,12 @@ class EmbeddingShardStore {
   SparseOptimizer<float>& optimizer() { return *optimizer_; }
 
  private:
+  struct LocalBatch;
+  void CheckFeatureUpdate(const FeatureUpdate& u, int64_t batch_size, bool weighted) const;
+  // The owner's batch of this step's updates (what its bags' fused backward takes).
+  void BuildLocalBatch(const std::vector<FeatureUpdate>& updates, int64_t batch_size, bool weighted,
+                       LocalBatch* local) const;
+
   const config::ModelConfig model_;
   ThreadPool* pool_;
   std::vector<Shard> shards_;
