@@ -451,83 +451,106 @@ void CheckpointWriter::WriteAtomic(const std::string& path) const {
 
 // ---- reader -------------------------------------------------------------------------
 
-CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
-  RemoveStaleTemporaries(path_);
-  bytes_ = ReadWholeFile(path_);
-  const size_t size = bytes_.size();
-  const auto* data = reinterpret_cast<const unsigned char*>(bytes_.data());
+namespace {
 
+// Where a checkpoint file's parts lie (the format at the top of checkpoint_file.h).
+struct Framing {
+  uint64_t header_bytes = 0, payload_bytes = 0;
+};
+
+// The prefix (magic, version, header size) and the sizes the header gives, checked
+// against the file's size; kDataLoss naming what is wrong.
+Framing CheckFraming(const std::string& path, const unsigned char* data, size_t size) {
   if (size < kPrefixBytes + kTrailerBytes)
-    ThrowCorrupt(path_, "truncated: expected at least ", kPrefixBytes + kTrailerBytes,
+    ThrowCorrupt(path, "truncated: expected at least ", kPrefixBytes + kTrailerBytes,
                  " bytes, file has ", size);
   if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0)
-    ThrowCorrupt(path_, "bad magic (not a checkpoint file)");
+    ThrowCorrupt(path, "bad magic (not a checkpoint file)");
   const uint32_t version = LoadLe32(data + 8);
   if (version != kFormatVersion)
-    ThrowCorrupt(path_, "unsupported format version ", version, " (this build reads ",
+    ThrowCorrupt(path, "unsupported format version ", version, " (this build reads ",
                  kFormatVersion, ")");
-  const uint64_t header_bytes = LoadLe32(data + 12);
-  if (kPrefixBytes + header_bytes + kTrailerBytes > size)
-    ThrowCorrupt(path_, "truncated: expected at least ",
-                 kPrefixBytes + header_bytes + kTrailerBytes, " bytes for a header of ",
-                 header_bytes, " bytes, file has ", size);
-
-  if (header_bytes > static_cast<uint64_t>(std::numeric_limits<int>::max()))
-    ThrowCorrupt(path_, "header of ", header_bytes, " bytes is larger than protobuf allows");
-
-  uint64_t payload_bytes = 0;
-  switch (PeekPayloadBytes(data + kPrefixBytes, header_bytes, &payload_bytes)) {
+  Framing f;
+  f.header_bytes = LoadLe32(data + 12);
+  if (kPrefixBytes + f.header_bytes + kTrailerBytes > size)
+    ThrowCorrupt(path, "truncated: expected at least ",
+                 kPrefixBytes + f.header_bytes + kTrailerBytes, " bytes for a header of ",
+                 f.header_bytes, " bytes, file has ", size);
+  if (f.header_bytes > static_cast<uint64_t>(std::numeric_limits<int>::max()))
+    ThrowCorrupt(path, "header of ", f.header_bytes, " bytes is larger than protobuf allows");
+  switch (PeekPayloadBytes(data + kPrefixBytes, f.header_bytes, &f.payload_bytes)) {
     case PeekResult::kFound: break;
-    case PeekResult::kMissing: ThrowCorrupt(path_, "header lacks payload_bytes");
-    case PeekResult::kMalformed: ThrowCorrupt(path_, "header does not parse");
+    case PeekResult::kMissing: ThrowCorrupt(path, "header lacks payload_bytes");
+    case PeekResult::kMalformed: ThrowCorrupt(path, "header does not parse");
   }
-  const uint64_t room = size - kPrefixBytes - header_bytes - kTrailerBytes;
-  if (payload_bytes > room) {
+  const uint64_t room = size - kPrefixBytes - f.header_bytes - kTrailerBytes;
+  if (f.payload_bytes > room) {
     // A corrupt payload_bytes may be huge: name the expected size without overflowing.
     std::ostringstream expected;
-    if (payload_bytes >
-        std::numeric_limits<uint64_t>::max() - kPrefixBytes - header_bytes - kTrailerBytes) {
+    if (f.payload_bytes >
+        std::numeric_limits<uint64_t>::max() - kPrefixBytes - f.header_bytes - kTrailerBytes) {
       expected << "more than 2^64";
     } else {
-      expected << kPrefixBytes + header_bytes + payload_bytes + kTrailerBytes;
+      expected << kPrefixBytes + f.header_bytes + f.payload_bytes + kTrailerBytes;
     }
-    ThrowCorrupt(path_, "truncated: expected ", expected.str(), " bytes, file has ", size);
+    ThrowCorrupt(path, "truncated: expected ", expected.str(), " bytes, file has ", size);
   }
-  if (payload_bytes < room)
-    ThrowCorrupt(path_, "expected ", kPrefixBytes + header_bytes + payload_bytes + kTrailerBytes,
+  if (f.payload_bytes < room)
+    ThrowCorrupt(path, "expected ", kPrefixBytes + f.header_bytes + f.payload_bytes + kTrailerBytes,
                  " bytes, file has ", size, " (trailing data)");
+  return f;
+}
+
+// The end marker and the CRC32C of everything before the trailer.
+void CheckTrailer(const std::string& path, const unsigned char* data, size_t size) {
   if (std::memcmp(data + size - sizeof(kEndMarker), kEndMarker, sizeof(kEndMarker)) != 0)
-    ThrowCorrupt(path_, "bad end marker");
+    ThrowCorrupt(path, "bad end marker");
   const uint32_t stored_crc = LoadLe32(data + size - kTrailerBytes);
   const uint32_t computed_crc = Crc32c(0, data, size - kTrailerBytes);
   if (stored_crc != computed_crc) {
     std::ostringstream os;
     os << std::hex << "stored 0x" << stored_crc << ", computed 0x" << computed_crc;
-    ThrowCorrupt(path_, "checksum mismatch: ", os.str());
+    ThrowCorrupt(path, "checksum mismatch: ", os.str());
   }
+}
 
+// A tensor entry's name, dtype, shape, size and place in the payload.
+void CheckTensorEntry(const std::string& path, const checkpoint::TensorEntry& entry,
+                      uint64_t payload_bytes) {
+  const std::string& name = entry.name();
+  if (name.empty()) ThrowCorrupt(path, "a tensor has an empty name");
+  if (!entry.has_dtype() || !checkpoint::TensorEntry::DType_IsValid(entry.dtype()))
+    ThrowCorrupt(path, "tensor '", name, "': invalid dtype");
+  uint64_t expected = 0;
+  if (!TensorBytes(entry.shape(), entry.dtype(), &expected))
+    ThrowCorrupt(path, "tensor '", name, "': invalid shape ", ShapeString(entry.shape()));
+  if (entry.num_bytes() != expected)
+    ThrowCorrupt(path, "tensor '", name, "': shape ", ShapeString(entry.shape()), " of ",
+                 DTypeName(entry.dtype()), " needs ", expected, " bytes, entry says ",
+                 entry.num_bytes());
+  if (entry.offset() > payload_bytes || entry.num_bytes() > payload_bytes - entry.offset())
+    ThrowCorrupt(path, "tensor '", name, "': bytes [", entry.offset(), ", +", entry.num_bytes(),
+                 ") outside the payload of ", payload_bytes, " bytes");
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
+  RemoveStaleTemporaries(path_);
+  bytes_ = ReadWholeFile(path_);
+  const size_t size = bytes_.size();
+  const auto* data = reinterpret_cast<const unsigned char*>(bytes_.data());
+  const Framing framing = CheckFraming(path_, data, size);
+  CheckTrailer(path_, data, size);
   checkpoint::CheckpointHeader header;
-  if (!header.ParseFromArray(data + kPrefixBytes, static_cast<int>(header_bytes)))
+  if (!header.ParseFromArray(data + kPrefixBytes, static_cast<int>(framing.header_bytes)))
     ThrowCorrupt(path_, "header does not parse");
-
-  payload_start_ = kPrefixBytes + header_bytes;
+  payload_start_ = kPrefixBytes + framing.header_bytes;
   for (const checkpoint::TensorEntry& entry : header.tensors()) {
-    const std::string& name = entry.name();
-    if (name.empty()) ThrowCorrupt(path_, "a tensor has an empty name");
-    if (tensors_.count(name) != 0) ThrowCorrupt(path_, "duplicate tensor '", name, "'");
-    if (!entry.has_dtype() || !checkpoint::TensorEntry::DType_IsValid(entry.dtype()))
-      ThrowCorrupt(path_, "tensor '", name, "': invalid dtype");
-    uint64_t expected = 0;
-    if (!TensorBytes(entry.shape(), entry.dtype(), &expected))
-      ThrowCorrupt(path_, "tensor '", name, "': invalid shape ", ShapeString(entry.shape()));
-    if (entry.num_bytes() != expected)
-      ThrowCorrupt(path_, "tensor '", name, "': shape ", ShapeString(entry.shape()), " of ",
-                   DTypeName(entry.dtype()), " needs ", expected, " bytes, entry says ",
-                   entry.num_bytes());
-    if (entry.offset() > payload_bytes || entry.num_bytes() > payload_bytes - entry.offset())
-      ThrowCorrupt(path_, "tensor '", name, "': bytes [", entry.offset(), ", +", entry.num_bytes(),
-                   ") outside the payload of ", payload_bytes, " bytes");
-    tensors_.emplace(name, entry);
+    if (tensors_.count(entry.name()) != 0)  // (an empty name is never stored)
+      ThrowCorrupt(path_, "duplicate tensor '", entry.name(), "'");
+    CheckTensorEntry(path_, entry, framing.payload_bytes);
+    tensors_.emplace(entry.name(), entry);
   }
   metadata_.insert(header.metadata().begin(), header.metadata().end());
 }
