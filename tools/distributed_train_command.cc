@@ -108,100 +108,135 @@ int TrainerMain(const cluster::ClusterEnv& env, const config::DlrmConfig& config
   }
 }
 
-// Trains, checkpoints and evaluates as the flags say, then finishes the job.
-int TrainJob(train::TrainerRole& job, const config::DlrmConfig& config) {
-  train::DataParallelTrainer& trainer = job.trainer();
-  const int32_t ranks = job.num_trainers(), rank = job.trainer_rank();
-  if (FLAGS_batch_size <= 0 || FLAGS_batch_size % ranks != 0)
-    ThrowInvalid("--batch_size ", FLAGS_batch_size, " must be a positive multiple of the ", ranks,
-                 " trainers");
-  const int64_t part = FLAGS_batch_size / ranks;
-  const bool lead = rank == 0;
-  const int64_t resumed = trainer.step();
-  if (lead)
-    LOG(INFO) << "job: " << ranks << " trainers, " << job.num_servers() << " servers, mode "
-              << config::DistributedConfig::Mode_Name(config.distributed().mode())
-              << " (staleness bound " << StalenessBound(config.distributed()) << "), global batch "
-              << FLAGS_batch_size << ", lookahead " << Lookahead(config.distributed())
-              << (resumed ? ", resuming at step " : "") << (resumed ? std::to_string(resumed) : "");
-
-  auto start = Clock::now(), steady_start = start, last_log = start;
-  int64_t steps = 0, steady_steps = 0, window_steps = 0;
-  double window_loss = 0;
-  auto train_one = [&] {
-    window_loss += trainer.TrainStep();
-    ++steps;
-    ++window_steps;
-    if (steps == FLAGS_warmup_steps) steady_start = Clock::now();
-    if (steps > FLAGS_warmup_steps) ++steady_steps;
-    if (FLAGS_checkpoint_every > 0 && !FLAGS_checkpoint_dir.empty() &&
-        trainer.step() % FLAGS_checkpoint_every == 0)
-      job.Checkpoint(CheckpointDir(trainer.step()));
-    if (lead && SecondsSince(last_log) >= FLAGS_log_every_seconds) {
-      std::printf("step %lld  samples/s %.0f  loss %.5f\n", static_cast<long long>(trainer.step()),
-                  steps * FLAGS_batch_size / SecondsSince(start), window_loss / window_steps);
-      std::fflush(stdout);
-      window_loss = 0;
-      window_steps = 0;
-      last_log = Clock::now();
-    }
-  };
-
-  int64_t global_index = 0, dropped = 0;
-  const int64_t lookahead = Lookahead(config.distributed());
-  bool done = false;
-  for (int epoch = 0; epoch < FLAGS_epochs && !done; ++epoch) {
-    auto reader = std::make_shared<CriteoTsvReader>(
-        FLAGS_train, ReaderOptions(config, FLAGS_batch_size, FLAGS_skip_malformed));
-    Prefetcher prefetch([reader](OwnedBatch* b) { return reader->Next(b); }, 4);
-    OwnedBatch batch;
-    while (!done && prefetch.Next(&batch)) {
-      if (batch.batch_size != FLAGS_batch_size) {
-        ++dropped;  // trainers need equal parts: the short last batch is left out
-        continue;
-      }
-      if (global_index++ < resumed) continue;  // trained before the checkpoint
-      const OwnedBatch mine = SliceBatch(batch.view(), rank * part, (rank + 1) * part);
-      trainer.Enqueue(mine.view());
-      if (static_cast<int64_t>(trainer.queued()) > lookahead) train_one();
-      done = FLAGS_max_steps > 0 &&
-             trainer.step() + static_cast<int64_t>(trainer.queued()) >= FLAGS_max_steps;
-    }
+// One trainer's run of the job: its steps, periodic checkpoints and progress lines, and
+// the summary (lead trainer only).
+class TrainLoop {
+ public:
+  TrainLoop(train::TrainerRole& job, const config::DlrmConfig& config)
+      : job_(job),
+        trainer_(job.trainer()),
+        config_(config),
+        rank_(job.trainer_rank()),
+        lead_(rank_ == 0),
+        resumed_(trainer_.step()) {
+    const int32_t ranks = job.num_trainers();
+    if (FLAGS_batch_size <= 0 || FLAGS_batch_size % ranks != 0)
+      ThrowInvalid("--batch_size ", FLAGS_batch_size, " must be a positive multiple of the ", ranks,
+                   " trainers");
+    part_ = FLAGS_batch_size / ranks;
+    if (lead_)
+      LOG(INFO) << "job: " << ranks << " trainers, " << job.num_servers() << " servers, mode "
+                << config::DistributedConfig::Mode_Name(config.distributed().mode())
+                << " (staleness bound " << StalenessBound(config.distributed())
+                << "), global batch " << FLAGS_batch_size << ", lookahead "
+                << Lookahead(config.distributed()) << (resumed_ ? ", resuming at step " : "")
+                << (resumed_ ? std::to_string(resumed_) : "");
   }
-  while (trainer.queued() > 0) train_one();
-  const double elapsed = SecondsSince(start);
-  const double steady = SecondsSince(steady_start);
-  if (lead) {
+
+  // Every epoch's batches (from where a restored checkpoint left off), this rank's part of
+  // each queued `lookahead` steps ahead; then the queue drained.
+  void Train() {
+    const int64_t lookahead = Lookahead(config_.distributed());
+    int64_t global_index = 0;
+    bool done = false;
+    for (int epoch = 0; epoch < FLAGS_epochs && !done; ++epoch) {
+      auto reader = std::make_shared<CriteoTsvReader>(
+          FLAGS_train, ReaderOptions(config_, FLAGS_batch_size, FLAGS_skip_malformed));
+      Prefetcher prefetch([reader](OwnedBatch* b) { return reader->Next(b); }, 4);
+      OwnedBatch batch;
+      while (!done && prefetch.Next(&batch)) {
+        if (batch.batch_size != FLAGS_batch_size) {
+          ++dropped_;  // trainers need equal parts: the short last batch is left out
+          continue;
+        }
+        if (global_index++ < resumed_) continue;  // trained before the checkpoint
+        const OwnedBatch mine = SliceBatch(batch.view(), rank_ * part_, (rank_ + 1) * part_);
+        trainer_.Enqueue(mine.view());
+        if (static_cast<int64_t>(trainer_.queued()) > lookahead) TrainOne();
+        done = FLAGS_max_steps > 0 &&
+               trainer_.step() + static_cast<int64_t>(trainer_.queued()) >= FLAGS_max_steps;
+      }
+    }
+    while (trainer_.queued() > 0) TrainOne();
+  }
+
+  void PrintSummary() const {
+    if (!lead_) return;
+    const double elapsed = SecondsSince(start_), steady = SecondsSince(steady_start_);
     std::printf("trained %lld steps (to step %lld), %lld samples in %.1fs: %.0f samples/s",
-                static_cast<long long>(steps), static_cast<long long>(trainer.step()),
-                static_cast<long long>(steps * FLAGS_batch_size), elapsed,
-                steps * FLAGS_batch_size / elapsed);
-    if (steady_steps > 0)
+                static_cast<long long>(steps_), static_cast<long long>(trainer_.step()),
+                static_cast<long long>(steps_ * FLAGS_batch_size), elapsed,
+                steps_ * FLAGS_batch_size / elapsed);
+    if (steady_steps_ > 0)
       std::printf(", steady %.0f samples/s (%.2f ms/step after %lld warm-up steps)",
-                  steady_steps * FLAGS_batch_size / steady, 1000 * steady / steady_steps,
+                  steady_steps_ * FLAGS_batch_size / steady, 1000 * steady / steady_steps_,
                   static_cast<long long>(FLAGS_warmup_steps));
     std::printf("\n");
-    if (dropped > 0) std::printf("left out %lld short batches\n", static_cast<long long>(dropped));
-    const train::DataParallelTrainer::WireBytes& wire = trainer.wire_bytes();
+    if (dropped_ > 0)
+      std::printf("left out %lld short batches\n", static_cast<long long>(dropped_));
+    const train::DataParallelTrainer::WireBytes& wire = trainer_.wire_bytes();
     if (wire.steps > 0)
       std::printf(
           "wire (%s): trainer 0 sent %.0f and received %.0f payload bytes per step\n",
-          config::DistributedConfig::WirePrecision_Name(config.distributed().wire_precision())
+          config::DistributedConfig::WirePrecision_Name(config_.distributed().wire_precision())
               .c_str(),
           static_cast<double>(wire.sent) / static_cast<double>(wire.steps),
           static_cast<double>(wire.received) / static_cast<double>(wire.steps));
     std::fflush(stdout);
   }
-  if (!FLAGS_checkpoint_dir.empty() &&
-      (FLAGS_checkpoint_every <= 0 || trainer.step() % FLAGS_checkpoint_every != 0))
-    job.Checkpoint(CheckpointDir(trainer.step()));
-  if (!FLAGS_test.empty()) {
-    const std::vector<OwnedBatch> batches =
-        LoadBatches(FLAGS_test, config, FLAGS_eval_batch_size, FLAGS_skip_malformed);
-    const EvalResult result = job.Evaluate(ViewsOf(batches));
-    if (lead) ReportEval(FLAGS_test, result);
+
+  // The last checkpoint (unless the last step wrote one), the evaluation, the job's end.
+  void Finish() {
+    if (!FLAGS_checkpoint_dir.empty() &&
+        (FLAGS_checkpoint_every <= 0 || trainer_.step() % FLAGS_checkpoint_every != 0))
+      job_.Checkpoint(CheckpointDir(trainer_.step()));
+    if (!FLAGS_test.empty()) {
+      const std::vector<OwnedBatch> batches =
+          LoadBatches(FLAGS_test, config_, FLAGS_eval_batch_size, FLAGS_skip_malformed);
+      const EvalResult result = job_.Evaluate(ViewsOf(batches));
+      if (lead_) ReportEval(FLAGS_test, result);
+    }
+    job_.Finish();
   }
-  job.Finish();
+
+ private:
+  void TrainOne() {
+    window_loss_ += trainer_.TrainStep();
+    ++steps_;
+    ++window_steps_;
+    if (steps_ == FLAGS_warmup_steps) steady_start_ = Clock::now();
+    if (steps_ > FLAGS_warmup_steps) ++steady_steps_;
+    if (FLAGS_checkpoint_every > 0 && !FLAGS_checkpoint_dir.empty() &&
+        trainer_.step() % FLAGS_checkpoint_every == 0)
+      job_.Checkpoint(CheckpointDir(trainer_.step()));
+    if (lead_ && SecondsSince(last_log_) >= FLAGS_log_every_seconds) {
+      std::printf("step %lld  samples/s %.0f  loss %.5f\n", static_cast<long long>(trainer_.step()),
+                  steps_ * FLAGS_batch_size / SecondsSince(start_), window_loss_ / window_steps_);
+      std::fflush(stdout);
+      window_loss_ = 0;
+      window_steps_ = 0;
+      last_log_ = Clock::now();
+    }
+  }
+
+  train::TrainerRole& job_;
+  train::DataParallelTrainer& trainer_;
+  const config::DlrmConfig& config_;
+  const int32_t rank_;
+  const bool lead_;
+  const int64_t resumed_;  // the step a restored checkpoint left off at
+  int64_t part_ = 0;       // samples of each global batch this rank trains
+  Clock::time_point start_ = Clock::now(), steady_start_ = start_, last_log_ = start_;
+  int64_t steps_ = 0, steady_steps_ = 0, window_steps_ = 0, dropped_ = 0;
+  double window_loss_ = 0;
+};
+
+// Trains, checkpoints and evaluates as the flags say, then finishes the job.
+int TrainJob(train::TrainerRole& job, const config::DlrmConfig& config) {
+  TrainLoop loop(job, config);
+  loop.Train();
+  loop.PrintSummary();
+  loop.Finish();
   return 0;
 }
 
