@@ -80,6 +80,14 @@ DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool, bool
     return table;
   });
 
+  const std::vector<int> feature_dims = BindFeatures(model);
+  if (allocate_tables)
+    bags_ = std::make_unique<EmbeddingBagCollection<T>>(&tables_, bindings_, pooled_width_);
+  BuildDense(config, feature_dims);
+}
+
+template <typename T>
+std::vector<int> DlrmModel<T>::BindFeatures(const config::ModelConfig& model) {
   std::vector<int> feature_dims;
   int32_t pooled_width = 0;
   for (const auto& feature : model.sparse_features()) {
@@ -95,9 +103,13 @@ DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool, bool
     pooled_width += model.tables(t).dim();
   }
   pooled_width_ = pooled_width;
-  if (allocate_tables)
-    bags_ = std::make_unique<EmbeddingBagCollection<T>>(&tables_, bindings_, pooled_width);
+  return feature_dims;
+}
 
+template <typename T>
+void DlrmModel<T>::BuildDense(const config::DlrmConfig& config,
+                              const std::vector<int>& feature_dims) {
+  const config::ModelConfig& model = config.model();
   const std::vector<int> bottom_sizes(model.bottom_mlp().layer_sizes().begin(),
                                       model.bottom_mlp().layer_sizes().end());
   const GemmPrecision precision = CpuGemmPrecision<T>(config);
@@ -118,7 +130,6 @@ DlrmModel<T>::DlrmModel(const config::DlrmConfig& config, ThreadPool* pool, bool
                                    model.top_mlp().layer_sizes().end());
   top_ = std::make_unique<Mlp<T>>(interaction_->out_dim(), top_sizes, /*relu_last=*/false,
                                   top_offset, precision);
-
   dense_params_.assign(top_offset + top_->num_params(), T(0));
   bottom_->Initialize(dense_params_.data(), config.seed(), 0);
   top_->Initialize(dense_params_.data(), config.seed(), 1 << 16);

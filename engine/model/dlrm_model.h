@@ -105,6 +105,12 @@ class DlrmModel {
                      ThreadPool* pool) const;
 
  private:
+  // The constructor's parts: each sparse feature bound to its table (bindings_,
+  // feature_specs_, pooled_width_; returns the features' dims), and the dense layers with
+  // their initialized parameters.
+  std::vector<int> BindFeatures(const config::ModelConfig& model);
+  void BuildDense(const config::DlrmConfig& config, const std::vector<int>& feature_dims);
+
   // Per-chunk activations and gradients; one per concurrently running chunk, leased from
   // chunk_buffers_ so that a step allocates nothing once the pool is warm.
   struct ChunkBuffers {
