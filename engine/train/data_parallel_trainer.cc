@@ -201,6 +201,21 @@ void DataParallelTrainer::SubmitLookups(Prepared& p) {
   }
 }
 
+namespace {
+
+// rows (where.count rows of the placement's columns) into the fetched table's rows from
+// where.first on, at its columns.
+template <typename Placement>
+void PlaceRows(const Placement& where, const std::vector<float>& rows,
+               std::vector<EmbeddingTable<float>>& fetched) {
+  const int32_t width = where.col_end - where.col_begin;
+  for (int64_t i = 0; i < where.count; ++i)
+    std::copy(rows.begin() + i * width, rows.begin() + (i + 1) * width,
+              fetched[where.table].row(where.first + i) + where.col_begin);
+}
+
+}  // namespace
+
 ValidatedBatch DataParallelTrainer::GatherRows(Prepared& p) {
   const config::ModelConfig& model = config_.model();
   // Grown, never shrunk: the re-indexed ids stay below the part's distinct count, and a
@@ -211,21 +226,20 @@ ValidatedBatch DataParallelTrainer::GatherRows(Prepared& p) {
       fetched_[t] =
           EmbeddingTable<float>(model.tables(t).name(), rows + rows / 2, model.tables(t).dim());
   }
-  auto place = [&](const Prepared::Placement& where, const std::vector<float>& rows) {
-    const int32_t width = where.col_end - where.col_begin;
-    for (int64_t i = 0; i < where.count; ++i)
-      std::copy(rows.begin() + i * width, rows.begin() + (i + 1) * width,
-                fetched_[where.table].row(where.first + i) + where.col_begin);
-  };
   // Replicated tables: this rank's own copy, read now (after the previous step's update).
   std::vector<float> rows;
   for (const Prepared::Placement& where : p.replica_placements) {
     rows.resize(where.count * (where.col_end - where.col_begin));
     replicas_.Lookup(where.shard, p.distinct[where.table].data() + where.first, where.count,
                      rows.data());
-    place(where, rows);
+    PlaceRows(where, rows, fetched_);
   }
-  // Served tables: the answers to the lookups submitted when the part was queued.
+  PlaceServedRows(p);
+  return Reindexed(p);
+}
+
+// Served tables: the answers to the lookups submitted when the part was queued.
+void DataParallelTrainer::PlaceServedRows(Prepared& p) {
   for (size_t s = 0; s < p.lookups.size(); ++s) {
     if (!p.lookups[s]) continue;
     std::vector<ps::ShardRows> answers = p.lookups[s]->Wait();
@@ -243,10 +257,13 @@ ValidatedBatch DataParallelTrainer::GatherRows(Prepared& p) {
       // service's is not): every trainer sees the same rows either way.
       if (IsHalf(wire_))
         RoundToHalf(answers[i].rows.data(), static_cast<int64_t>(answers[i].rows.size()), wire_);
-      place(where[i], answers[i].rows);
+      PlaceRows(where[i], answers[i].rows, fetched_);
     }
   }
-  // The part re-indexed into the fetched rows.
+}
+
+// The part re-indexed into the fetched rows.
+ValidatedBatch DataParallelTrainer::Reindexed(const Prepared& p) {
   const BatchView& view = p.validated.view;
   const std::vector<FeatureBinding>& bindings = model_.feature_bindings();
   local_ids_.assign(view.ids, view.ids + view.num_ids);

@@ -109,6 +109,10 @@ class DataParallelTrainer {
   void SubmitLookups(Prepared& p);
   // Waits for p's rows into fetched_; returns p's batch re-indexed into them.
   ValidatedBatch GatherRows(Prepared& p);
+  // GatherRows' parts: the servers' answers placed into fetched_ (kDataLoss for an answer
+  // of another size), and p's ids re-indexed into the fetched rows (local_ids_).
+  void PlaceServedRows(Prepared& p);
+  ValidatedBatch Reindexed(const Prepared& p);
   // PredictLogits once Flush has run.
   void PredictFlushed(const BatchView& batch, float* logits);
   std::vector<ps::FeatureUpdate> UpdatesFor(const std::vector<int32_t>& features,
