@@ -89,26 +89,12 @@ std::string Describe(int status) {
   return "stopped";
 }
 
-}  // namespace
-
-int LaunchCommand(int argc, char** argv) {
-  if (argc < 2)
-    ThrowInvalid(
-        "launch needs the command to run: dlrm launch --trainers T --servers S -- "
-        "train --config ...");
-  if (FLAGS_trainers < 1 || FLAGS_servers < 1)
-    ThrowInvalid("launch needs --trainers >= 1 and --servers >= 1");
-  const int32_t world = FLAGS_trainers + FLAGS_servers;
-  if (world > cluster::kMaxWorldSize) ThrowInvalid("launch: too many processes");
-  const int port = FLAGS_coordinator_port > 0 ? FLAGS_coordinator_port : FreeLoopbackPort();
-  std::vector<std::string> args = {"dlrm"};
-  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
-
-  const int64_t timeout_ms = cluster::ParseTimeoutMs(cluster::ProcessEnvironment());
+// Starts `args` (the dlrm command line) as the job's coordinator, servers and trainers,
+// each with the job's environment and its role and rank.
+std::vector<Child> StartJob(const std::vector<std::string>& args, int port) {
   const std::map<std::string, std::string> common = {
-      {"DLRM_WORLD_SIZE", std::to_string(world)},
+      {"DLRM_WORLD_SIZE", std::to_string(FLAGS_trainers + FLAGS_servers)},
       {"DLRM_COORDINATOR", "127.0.0.1:" + std::to_string(port)}};
-
   std::vector<Child> children;
   auto start = [&](const std::string& name, const std::string& role, int32_t rank) {
     std::map<std::string, std::string> env = common;
@@ -124,7 +110,12 @@ int LaunchCommand(int argc, char** argv) {
   for (int32_t s = 0; s < FLAGS_servers; ++s) start("server " + std::to_string(s), "server", s);
   for (int32_t t = 0; t < FLAGS_trainers; ++t)
     start("trainer " + std::to_string(t), "trainer", FLAGS_servers + t);
+  return children;
+}
 
+// Waits for every child; once one fails, the others get the job's timeout (plus 10 s) to
+// notice and say why before they are killed. True if any failed.
+bool WaitForJob(std::vector<Child>& children, int64_t timeout_ms) {
   bool failed = false;
   Clock::time_point kill_at = Clock::time_point::max();
   size_t running = children.size();
@@ -137,17 +128,12 @@ int LaunchCommand(int argc, char** argv) {
         c.done = true;
         c.status = status;
         --running;
-        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok) {
-          std::fprintf(stderr, "launch: %s (pid %d) %s\n", c.name.c_str(), pid,
-                       Describe(status).c_str());
-          if (!failed) {
-            failed = true;
-            // The others get the timeout to notice and say what went wrong.
-            kill_at =
-                Clock::now() + std::chrono::milliseconds(timeout_ms) + std::chrono::seconds(10);
-          }
-        }
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+        std::fprintf(stderr, "launch: %s (pid %d) %s\n", c.name.c_str(), pid,
+                     Describe(status).c_str());
+        if (!failed)
+          kill_at = Clock::now() + std::chrono::milliseconds(timeout_ms) + std::chrono::seconds(10);
+        failed = true;
       }
       continue;
     }
@@ -161,7 +147,26 @@ int LaunchCommand(int argc, char** argv) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return failed ? 1 : 0;
+  return failed;
+}
+
+}  // namespace
+
+int LaunchCommand(int argc, char** argv) {
+  if (argc < 2)
+    ThrowInvalid(
+        "launch needs the command to run: dlrm launch --trainers T --servers S -- "
+        "train --config ...");
+  if (FLAGS_trainers < 1 || FLAGS_servers < 1)
+    ThrowInvalid("launch needs --trainers >= 1 and --servers >= 1");
+  if (FLAGS_trainers + FLAGS_servers > cluster::kMaxWorldSize)
+    ThrowInvalid("launch: too many processes");
+  const int port = FLAGS_coordinator_port > 0 ? FLAGS_coordinator_port : FreeLoopbackPort();
+  std::vector<std::string> args = {"dlrm"};
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  const int64_t timeout_ms = cluster::ParseTimeoutMs(cluster::ProcessEnvironment());
+  std::vector<Child> children = StartJob(args, port);
+  return WaitForJob(children, timeout_ms) ? 1 : 0;
 }
 
 }  // namespace dlrm::tools
