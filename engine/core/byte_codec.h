@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -50,8 +51,9 @@ class ByteWriter {
 
 class ByteReader {
  public:
-  // `bytes` is borrowed; `context` starts every error ("feature updates").
-  ByteReader(const std::string& bytes, const char* context) : bytes_(bytes), context_(context) {}
+  // `bytes` is borrowed (a string, or a file mapped into memory); `context` starts every
+  // error ("feature updates").
+  ByteReader(std::string_view bytes, const char* context) : bytes_(bytes), context_(context) {}
 
   template <typename T>
   T Get(const char* what) {
@@ -97,7 +99,7 @@ class ByteReader {
   void Need(size_t n, const char* what) const {
     if (remaining() < n) Throw(StatusCode::kDataLoss, context_, ": truncated in ", what);
   }
-  const std::string& bytes_;
+  const std::string_view bytes_;
   const char* context_;
   size_t pos_ = 0;
 };

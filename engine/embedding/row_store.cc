@@ -1,6 +1,7 @@
 #include "engine/embedding/row_store.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,6 +63,37 @@ void ReadAll(int fd, void* data, int64_t bytes, int64_t offset, const std::strin
     p += n, bytes -= n, offset += n;
   }
 }
+
+// A whole file mapped read-only (an empty file maps nothing); kIo naming it when it cannot.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) {
+    const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st;
+    if (!fd.is_open() || ::fstat(fd.get(), &st) != 0) ThrowErrno(path, "cannot open");
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ == 0) return;
+    data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (data_ == MAP_FAILED) {
+      data_ = nullptr;
+      ThrowErrno(path, "cannot map");
+    }
+  }
+  ~MappedFile() {
+    if (data_ != nullptr) ::munmap(data_, size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  std::string_view bytes() const {
+    return data_ != nullptr ? std::string_view(static_cast<const char*>(data_), size_)
+                            : std::string_view();
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
 
 // A segment's header: what it holds, checksummed.
 std::string SegmentHeader(int32_t table, int64_t width) {
@@ -149,7 +181,7 @@ class RowStore::TableLog {
   bool OverGarbageLimit() const;
   void Collect(int64_t victim);
   void WriteIndex(const std::string& path) const;
-  void ParseIndex(const std::string& path, const std::string& bytes,
+  void ParseIndex(const std::string& path, std::string_view bytes,
                   std::vector<std::pair<uint32_t, int64_t>>* segments);
   void OpenSealedSegment(uint32_t id, int64_t records);
   void CountLive(const std::string& path);
@@ -431,27 +463,22 @@ void RowStore::TableLog::WriteIndex(const std::string& path) const {
 }
 
 void RowStore::TableLog::Load(const std::string& index_path) {
-  std::string bytes;
-  {
-    FileDescriptor fd(::open(index_path.c_str(), O_RDONLY | O_CLOEXEC));
-    struct stat st;
-    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0) ThrowErrno(index_path, "cannot open");
-    bytes.resize(static_cast<size_t>(st.st_size));
-    ReadAll(fd.get(), bytes.data(), st.st_size, 0, index_path);
-  }
+  // Mapped, not read: the row locations (4 bytes a row) are copied once, into where_, and
+  // the file's pages stay the page cache's.
+  const MappedFile file(index_path);
+  const std::string_view bytes = file.bytes();
   uint32_t crc = 0;
   const auto crc_at = static_cast<int64_t>(bytes.size()) - kCrcBytes;
   if (crc_at >= 0) std::memcpy(&crc, bytes.data() + crc_at, kCrcBytes);
   if (crc_at < 0 || crc != Crc32c(0, bytes.data(), static_cast<size_t>(crc_at)))
     Throw(StatusCode::kDataLoss, "row store index ", index_path, " fails its checksum");
-  bytes.resize(static_cast<size_t>(crc_at));
   std::vector<std::pair<uint32_t, int64_t>> segments;
-  ParseIndex(index_path, bytes, &segments);
+  ParseIndex(index_path, bytes.substr(0, static_cast<size_t>(crc_at)), &segments);
   for (const auto& [id, records] : segments) OpenSealedSegment(id, records);
   CountLive(index_path);
 }
 
-void RowStore::TableLog::ParseIndex(const std::string& path, const std::string& bytes,
+void RowStore::TableLog::ParseIndex(const std::string& path, std::string_view bytes,
                                     std::vector<std::pair<uint32_t, int64_t>>* segments) {
   const std::string context = "row store index " + path;
   ByteReader r(bytes, context.c_str());

@@ -19,6 +19,7 @@
 #include "engine/ps/messages.h"
 #include "engine/shard/planner.h"
 #include "tests/support/dist_config.h"
+#include "tests/support/test_support.h"
 
 namespace dlrm {
 namespace {
@@ -185,7 +186,8 @@ TEST_F(ServerFixture, MessagesNotFromTheirTrainersConnectionAreDroppedAndChangeN
   u.part = OneSample();
   forger.endpoint().Send(ps::EncodeUpdate(u));
   net::Message save = ps::StepMessage(ps::SAVE, 0);
-  save.header.set_body(::testing::TempDir() + "/forged_save");
+  const std::string forged_save = testing::TempDir("server_forged") + "/save";
+  save.header.set_body(forged_save);
   for (net::Message m : {save, net::MakeMessage(cluster::SHUTDOWN), ps::StepMessage(ps::FLUSH, 0),
                          ps::EncodeLookup(1, Request(0, {0}))}) {
     try {
@@ -198,7 +200,7 @@ TEST_F(ServerFixture, MessagesNotFromTheirTrainersConnectionAreDroppedAndChangeN
     }
   }
   EXPECT_EQ(server.messages_dropped(), 5);
-  EXPECT_FALSE(std::filesystem::exists(::testing::TempDir() + "/forged_save"));
+  EXPECT_FALSE(std::filesystem::exists(forged_save));
   EXPECT_EQ(owner.applied(), 0);
   EXPECT_EQ(store.shard_table(0).row(0)[0], before);
   // The trainer's own update still applies; the server still serves it.
