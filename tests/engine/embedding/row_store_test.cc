@@ -304,6 +304,55 @@ TEST(RowStoreTest, ReadsReopenWhatTheCacheClosed) {
               "max_open_files must be >= 0, got -1");
 }
 
+// The data segment's size now (VmData of /proc/self/status), in bytes.
+int64_t DataBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmData:", 0) == 0) return std::stoll(line.substr(7)) * 1024;
+  return -1;
+}
+
+// Opening a copy loads each table's index (4 bytes a row) into memory once: under a data
+// limit of 1.5 indexes beyond what the process held (in a child process), a table of 50M
+// rows opens. Reading the file into a buffer and copying the locations out of it needed
+// two.
+TEST(RowStoreTest, AnIndexIsLoadedWithoutASecondCopy) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers' own mappings count against RLIMIT_DATA";
+#endif
+  const std::string dir = testing::TempDir("row_store_index_memory");
+  constexpr int64_t kBigRows = 50'000'000;
+  RowStoreOptions o;
+  o.path = dir + "/db";
+  o.tables = {{0, kBigRows, 1}};
+  {
+    RowStore store(o);
+    const int64_t ids[] = {0, kBigRows / 2, kBigRows - 1};
+    const float values[] = {1, 2, 3};
+    store.Write(0, ids, 3, values);
+    store.CopyTo(dir + "/copy");
+  }
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const auto limit = static_cast<rlim_t>(DataBytes() + RowStore::IndexBytes(kBigRows) * 3 / 2);
+    const rlimit data{limit, limit};
+    if (setrlimit(RLIMIT_DATA, &data) != 0) _exit(2);
+    try {
+      o.path = dir + "/copy";
+      RowStore copy(o);
+      _exit(copy.stats(0).live_rows == 3 ? 0 : 3);
+    } catch (...) {
+      _exit(1);
+    }
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the load ran out of memory; 3: rows lost";
+}
+
 // A write the disk refuses (here: past the file size limit, in a child process) throws
 // kIo naming the segment and writes nothing: rows written before read back, the refused
 // ones are not found.
