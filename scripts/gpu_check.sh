@@ -108,7 +108,8 @@ report() {
   torch=$(sed -n 's/^RESULT train=\([0-9.]*\).*/\1/p' "$3")
   ratio=$(awk -v a="$ours" -v b="$torch" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
   echo "$1: ours ${ours:-?} torch ${torch:-?} ratio ${ratio:-?}"
-  # Where the host's time per step went (Engine::step_phases), graph run then eager.
+  # Where the host's time per step went (Engine::step_phases): graph run (train, then
+  # async), then eager.
   [ "$2" = "$3" ] && grep '^phases' "$2" | sed 's/^phases */  phases: /'
 }
 for precision in highest high; do

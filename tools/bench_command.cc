@@ -183,9 +183,9 @@ std::vector<double> TimeWindows(int windows, int64_t per_window, int64_t batch_s
   return rates;
 }
 
-// The train windows' host time per step by phase (Engine::step_phases), the phases of
-// no time left out.
-void PrintPhases(const StepPhases& begin, const StepPhases& end) {
+// Host time per step by phase over some windows (Engine::step_phases before and after),
+// the phases of no time left out; `label` is the line's first word.
+void PrintPhases(const char* label, const StepPhases& begin, const StepPhases& end) {
   const int64_t steps = end.steps - begin.steps;
   if (steps <= 0 || begin.phases.size() != end.phases.size()) return;
   std::string line;
@@ -197,7 +197,7 @@ void PrintPhases(const StepPhases& begin, const StepPhases& end) {
                   end.phases[i].name.c_str(), ms);
     line += part;
   }
-  std::printf("phases      ms per train step on the host: %s\n", line.c_str());
+  std::printf("%-11s ms per train step on the host: %s\n", label, line.c_str());
 }
 
 // Train windows while `readers` threads call Predict in a loop: the train rates, and the
@@ -407,6 +407,7 @@ BenchBatches MakeBatches(const BenchDataGenerator& generator, int threads) {
 struct BenchTimes {
   std::vector<double> train, predict, async;  // samples/s per window
   StepPhases phases_begin, phases_end;        // around the train windows
+  StepPhases async_begin, async_end;          // around the async windows
   double prepare_seconds = 0;                 // --async_host's per batch
   float loss = 0;
 };
@@ -439,6 +440,7 @@ void TimeAsync(Engine& engine, const BenchBatches& batches, int64_t per_window, 
       FLAGS_prepare_factor * static_cast<double>(FLAGS_batch_size) / Summarize(t->train).median;
   std::deque<int64_t> pending;
   int64_t next = 0;
+  t->async_begin = engine.step_phases();
   t->async = TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, [&](int64_t i) {
     Prepare(FLAGS_async_host, t->prepare_seconds);
     pending.push_back(engine.SubmitTrainStep(batches(i)));
@@ -449,13 +451,14 @@ void TimeAsync(Engine& engine, const BenchBatches& batches, int64_t per_window, 
   });
   for (; !pending.empty(); pending.pop_front())  // the last steps, outside the windows
     t->loss = engine.WaitTrainStep(pending.front());
+  t->async_end = engine.step_phases();
 }
 
 void PrintTimes(Engine& engine, const BenchBatches& batches, int64_t per_window,
                 const BenchTimes& t, double other_cores) {
   const double train = Summarize(t.train).median;
   PrintRates("train", Summarize(t.train), FLAGS_batch_size);
-  PrintPhases(t.phases_begin, t.phases_end);
+  PrintPhases("phases", t.phases_begin, t.phases_end);
   PrintRates("predict", Summarize(t.predict), FLAGS_batch_size);
   if (FLAGS_predict_threads > 0) {
     double predict_rate = 0;
@@ -469,6 +472,7 @@ void PrintTimes(Engine& engine, const BenchBatches& batches, int64_t per_window,
   if (!t.async.empty()) {
     const WindowStats a = Summarize(t.async);
     PrintRates("async", a, FLAGS_batch_size);
+    PrintPhases("phases_async", t.async_begin, t.async_end);
     std::printf("async_host  %s %.2f ms per batch (%.2f x train), %d ahead; async / train = %.3f\n",
                 FLAGS_async_host.c_str(), 1e3 * t.prepare_seconds, FLAGS_prepare_factor,
                 FLAGS_async_ahead, a.median / train);

@@ -232,7 +232,7 @@ int OpenFilesUnder(const std::string& dir) {
 }
 
 // Rows ids [0, n) of tables 0 and 2 written in chunks of 100 and read back in another
-// order; false (with a message on stderr) if any differs.
+// order; false if any differs.
 bool WriteAndReadBack(RowStore& store, int64_t n) {
   std::vector<int64_t> ids(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) ids[i] = i;
