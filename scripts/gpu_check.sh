@@ -110,7 +110,7 @@ report() {
   echo "$1: ours ${ours:-?} torch ${torch:-?} ratio ${ratio:-?}"
   # Where the host's time per step went (Engine::step_phases): graph run (train, then
   # async), then eager.
-  [ "$2" = "$3" ] && grep '^phases' "$2" | sed 's/^phases */  phases: /'
+  [ "$2" = "$3" ] && grep '^phases' "$2" | sed 's/^\(phases[a-z_]*\) */  \1: /'
 }
 for precision in highest high; do
   for config in small kaggle multihot; do
