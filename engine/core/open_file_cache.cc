@@ -11,7 +11,7 @@
 namespace dlrm {
 
 OpenFileCache::OpenFileCache(int64_t capacity) : capacity_(capacity) {
-  DLRM_INTERNAL_CHECK(capacity >= 1);
+  DLRM_INTERNAL_CHECK(capacity >= 0);
 }
 
 int64_t OpenFileCache::DefaultCapacity() {
@@ -20,11 +20,16 @@ int64_t OpenFileCache::DefaultCapacity() {
   return std::max<int64_t>(16, static_cast<int64_t>(limit.rlim_cur / 4));
 }
 
-OpenFileCache::Handle OpenFileCache::Get(uint64_t key, const std::string& path, int flags) {
+OpenFileCache& OpenFileCache::ProcessWide() {
+  static OpenFileCache* const cache = new OpenFileCache(0);  // never destroyed
+  return *cache;
+}
+
+OpenFileCache::Handle OpenFileCache::Get(const std::string& path, int flags) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto it = by_key_.find(key);
-    if (it != by_key_.end()) {
+    const auto it = by_path_.find(path);
+    if (it != by_path_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
       return it->second->second;
     }
@@ -37,26 +42,40 @@ OpenFileCache::Handle OpenFileCache::Get(uint64_t key, const std::string& path, 
   }
   auto handle = std::make_shared<const FileDescriptor>(std::move(fd));
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = by_key_.find(key);
-  if (it != by_key_.end()) {  // another thread opened it meanwhile: keep one
+  const auto it = by_path_.find(path);
+  if (it != by_path_.end()) {  // another thread opened it meanwhile: keep one
     lru_.splice(lru_.begin(), lru_, it->second);
     return it->second->second;
   }
-  lru_.emplace_front(key, handle);
-  by_key_[key] = lru_.begin();
-  while (static_cast<int64_t>(lru_.size()) > capacity_) {
-    by_key_.erase(lru_.back().first);
+  lru_.emplace_front(path, handle);
+  by_path_[path] = lru_.begin();
+  const int64_t capacity = this->capacity();
+  while (static_cast<int64_t>(lru_.size()) > capacity) {
+    by_path_.erase(lru_.back().first);
     lru_.pop_back();  // closed once no handle holds it
   }
   return handle;
 }
 
-void OpenFileCache::Erase(uint64_t key) {
+void OpenFileCache::Erase(const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = by_key_.find(key);
-  if (it == by_key_.end()) return;
+  const auto it = by_path_.find(path);
+  if (it == by_path_.end()) return;
   lru_.erase(it->second);
-  by_key_.erase(it);
+  by_path_.erase(it);
+}
+
+void OpenFileCache::EraseUnder(const std::string& dir) {
+  const std::string prefix = dir + "/";
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = lru_.begin(); it != lru_.end();) {
+    if (it->first.compare(0, prefix.size(), prefix) != 0) {
+      ++it;
+      continue;
+    }
+    by_path_.erase(it->first);
+    it = lru_.erase(it);
+  }
 }
 
 int64_t OpenFileCache::size() const {

@@ -163,9 +163,6 @@ class RowStore::TableLog {
   // The descriptor to read (or sync) segment s by: the open segment's own, else the
   // store's cache's (opened read-only on a miss).
   OpenFileCache::Handle SegmentFile(int64_t s) const;
-  uint64_t CacheKey(int64_t s) const {
-    return static_cast<uint64_t>(table_) << 32 | static_cast<uint64_t>(s);
-  }
   // Seals the open segment (if any): its own descriptor is closed, reads go to the cache.
   void SealActive();
   void CheckIds(const int64_t* ids, int64_t n) const;
@@ -224,7 +221,7 @@ std::string RowStore::TableLog::IndexPath(const std::string& dir) const {
 
 OpenFileCache::Handle RowStore::TableLog::SegmentFile(int64_t s) const {
   if (s == active_) return active_fd_;
-  return files_->Get(CacheKey(s), SegmentPath(dir_, s), O_RDONLY);  // sealed: never written
+  return files_->Get(SegmentPath(dir_, s), O_RDONLY);  // sealed: never written again
 }
 
 void RowStore::TableLog::SealActive() {
@@ -395,7 +392,7 @@ void RowStore::TableLog::Collect(int64_t victim) {
   Append(records.data(), kept);
   DLRM_INTERNAL_CHECK(segments_[victim].live == 0);
   segments_[victim] = Segment{};
-  files_->Erase(CacheKey(victim));
+  files_->Erase(path);
   ::unlink(path.c_str());  // best effort: a file left behind is only disk
   free_.insert(victim);
   --in_use_;
@@ -589,8 +586,9 @@ std::set<int32_t> IndexedTables(const std::string& dir, const std::vector<bool>&
 
 RowStore::RowStore(const RowStoreOptions& options) : path_(options.path) {
   CheckOptions(options);
-  files_ = std::make_unique<OpenFileCache>(
-      options.max_open_files > 0 ? options.max_open_files : OpenFileCache::DefaultCapacity());
+  if (options.max_open_files > 0)
+    own_files_ = std::make_unique<OpenFileCache>(options.max_open_files);
+  files_ = own_files_ ? own_files_.get() : &OpenFileCache::ProcessWide();
   std::error_code ec;
   fs::create_directories(path_, ec);
   if (ec) Throw(StatusCode::kIo, "row store ", path_, ": cannot create: ", ec.message());
@@ -602,7 +600,7 @@ void RowStore::OpenTables(const RowStoreOptions& options) {
   for (const RowStoreTable& t : options.tables) {
     const auto at = static_cast<size_t>(t.table);
     if (at >= logs_.size()) logs_.resize(at + 1), declared.resize(at + 1, false);
-    logs_[at] = std::make_unique<TableLog>(path_, t, files_.get());
+    logs_[at] = std::make_unique<TableLog>(path_, t, files_);
     declared[at] = true;
   }
   const std::set<int32_t> indexed = IndexedTables(path_, declared);
@@ -616,7 +614,10 @@ void RowStore::OpenTables(const RowStoreOptions& options) {
   }
 }
 
-RowStore::~RowStore() = default;
+RowStore::~RowStore() {
+  logs_.clear();  // their open segments' descriptors first
+  files_->EraseUnder(path_);
+}
 
 RowStore::TableLog& RowStore::Log(int32_t table) const {
   if (table < 0 || static_cast<size_t>(table) >= logs_.size() || !logs_[table])

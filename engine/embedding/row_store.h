@@ -23,8 +23,9 @@
 // opened again must be empty, missing, or such a copy.
 //
 // Descriptors: each table's open segment has its own; the sealed segments a read needs
-// are opened read-only through one OpenFileCache of max_open_files for the store, so a
-// store of any number of segments stays under the process's RLIMIT_NOFILE.
+// are opened read-only through an OpenFileCache (the process's, shared by every store, or
+// one of max_open_files for this store), so stores of any number of segments stay under
+// the process's RLIMIT_NOFILE.
 // Ownership: owns its directory's files and its descriptors.
 // Threading: every call may run concurrently with any other; a table's calls take its
 // lock (Reads shared), so a Read concurrent with a Write of the same rows sees each row
@@ -59,8 +60,9 @@ struct RowStoreTable {
 struct RowStoreOptions {
   std::string path;  // the store's directory, created when missing
   std::vector<RowStoreTable> tables;
-  // Sealed segments held open at once, >= 0; 0: OpenFileCache::DefaultCapacity() (a
-  // quarter of RLIMIT_NOFILE). Fewer than the segments read often costs an open() a read.
+  // Sealed segments this store holds open at once, >= 0; 0: none of its own, the
+  // process-wide OpenFileCache (a quarter of RLIMIT_NOFILE for all stores together).
+  // Fewer than the segments read often costs an open() a read.
   int64_t max_open_files = 0;
 };
 
@@ -105,7 +107,8 @@ class RowStore {
   void OpenTables(const RowStoreOptions& options);
 
   std::string path_;
-  std::unique_ptr<OpenFileCache> files_;         // the sealed segments open, all tables'
+  std::unique_ptr<OpenFileCache> own_files_;     // with max_open_files > 0
+  OpenFileCache* files_ = nullptr;               // own_files_, or the process's
   std::vector<std::unique_ptr<TableLog>> logs_;  // by table index; null: not declared
 };
 

@@ -1,7 +1,7 @@
 // OpenFileCache (engine/core/open_file_cache.h): at most `capacity` files open, the least
 // recently used closed first; a handle keeps its file open after the cache dropped it;
-// Erase makes the next Get open the file anew; a file that cannot be opened is kIo naming
-// it, and the cache is unchanged.
+// Erase makes the next Get open the file anew, EraseUnder forgets a directory's files; a
+// file that cannot be opened is kIo naming it, and the cache is unchanged.
 #include "engine/core/open_file_cache.h"
 
 #include <fcntl.h>
@@ -38,9 +38,7 @@ class OpenFileCacheTest : public ::testing::Test {
     for (char c : std::string("abcd")) std::ofstream(Path(c)) << c;
   }
   std::string Path(char c) const { return dir_ + "/" + c; }
-  OpenFileCache::Handle Get(OpenFileCache& cache, char c) {
-    return cache.Get(static_cast<uint64_t>(c), Path(c), O_RDONLY);
-  }
+  OpenFileCache::Handle Get(OpenFileCache& cache, char c) { return cache.Get(Path(c), O_RDONLY); }
 
   std::string dir_;
 };
@@ -77,17 +75,17 @@ TEST_F(OpenFileCacheTest, EraseOpensTheReplacedFileAnew) {
   std::filesystem::remove(Path('a'));
   std::ofstream(Path('a')) << 'z';
   EXPECT_EQ(FirstByte(Get(cache, 'a')->get()), 'a');  // still the removed file
-  cache.Erase('a');
+  cache.Erase(Path('a'));
   EXPECT_EQ(cache.size(), 0);
   EXPECT_EQ(FirstByte(Get(cache, 'a')->get()), 'z');
-  cache.Erase('q');  // not cached: nothing
+  cache.Erase(Path('q'));  // not cached: nothing
   EXPECT_EQ(cache.size(), 1);
 }
 
 TEST_F(OpenFileCacheTest, AFileThatCannotBeOpenedIsNamedAndChangesNothing) {
   OpenFileCache cache(2);
   const int a = Get(cache, 'a')->get();
-  testing::ExpectError([&] { cache.Get('m', dir_ + "/missing", O_RDONLY); }, StatusCode::kIo,
+  testing::ExpectError([&] { cache.Get(dir_ + "/missing", O_RDONLY); }, StatusCode::kIo,
                        dir_ + "/missing: cannot open: No such file or directory");
   EXPECT_EQ(cache.size(), 1);
   EXPECT_EQ(Get(cache, 'a')->get(), a);
@@ -104,12 +102,28 @@ TEST_F(OpenFileCacheTest, ConcurrentGetsReadTheirOwnFiles) {
       for (int i = 0; i < 500; ++i) {
         const char c = "abcd"[(t + i) % 4];
         if (FirstByte(Get(cache, c)->get()) != c) ++wrong;
-        if (i % 50 == 0) cache.Erase(static_cast<uint64_t>("abcd"[t]));
+        if (i % 50 == 0) cache.Erase(Path("abcd"[t]));
       }
     });
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_LE(cache.size(), 2);
+}
+
+// A closing store drops its directory's files, and only those.
+TEST_F(OpenFileCacheTest, EraseUnderForgetsADirectorysFiles) {
+  OpenFileCache cache(8);
+  const std::string sub = dir_ + "/sub";
+  std::filesystem::create_directories(sub);
+  std::ofstream(sub + "/x") << 'x';
+  std::ofstream(dir_ + "/subway") << 'w';  // shares the prefix "sub", not the directory
+  cache.Get(sub + "/x", O_RDONLY);
+  cache.Get(dir_ + "/subway", O_RDONLY);
+  Get(cache, 'a');
+  cache.EraseUnder(sub);
+  EXPECT_EQ(cache.size(), 2);
+  cache.EraseUnder(dir_);
+  EXPECT_EQ(cache.size(), 0);
 }
 
 TEST(OpenFileCacheDefault, IsAQuarterOfTheDescriptorLimit) {
