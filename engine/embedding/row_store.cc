@@ -592,7 +592,12 @@ RowStore::RowStore(const RowStoreOptions& options) : path_(options.path) {
   std::error_code ec;
   fs::create_directories(path_, ec);
   if (ec) Throw(StatusCode::kIo, "row store ", path_, ": cannot create: ", ec.message());
-  OpenTables(options);
+  try {
+    OpenTables(options);
+  } catch (...) {
+    files_->EraseUnder(path_);  // the segments a failed load opened (no destructor runs)
+    throw;
+  }
 }
 
 void RowStore::OpenTables(const RowStoreOptions& options) {

@@ -281,7 +281,7 @@ TEST(RowStoreTest, ManySegmentsStayUnderTheOpenFileLimit) {
 // same directory, over new files, reads its own rows (not the removed files' a cached
 // descriptor would still read).
 TEST(RowStoreTest, AClosedStoresFilesLeaveTheProcessCache) {
-  const std::string dir = testing::TempDir("row_store_reopen_path") + "/db";
+  const std::string base = testing::TempDir("row_store_reopen_path"), dir = base + "/db";
   for (uint64_t salt : {1, 2}) {
     RowStore store(At(dir, kHeaderBytes + 10 * kRecordBytes));
     const std::vector<int64_t> ids = SomeIds(200);
@@ -290,6 +290,24 @@ TEST(RowStoreTest, AClosedStoresFilesLeaveTheProcessCache) {
     ExpectRows(store, 0, ids, rows);  // its sealed segments now cached
     std::filesystem::remove_all(dir);
   }
+  // A load that fails after opening segments (table 2's index is missing) drops them too:
+  // the copy, repaired with other rows, then reads those.
+  const std::vector<int64_t> ids = SomeIds(200);
+  const auto copy_of = [&](uint64_t salt, const std::string& to) {
+    RowStore store(At(dir + std::to_string(salt), kHeaderBytes + 10 * kRecordBytes));
+    const std::vector<float> rows = RandomRows(200, salt);
+    store.Write(0, ids.data(), 200, rows.data());
+    store.Write(2, ids.data(), 200, rows.data());
+    store.CopyTo(to);
+  };
+  copy_of(3, base + "/copy");
+  std::filesystem::remove(base + "/copy/2.index");
+  ExpectError([&] { RowStore bad(At(base + "/copy")); }, StatusCode::kDataLoss,
+              "the index of table 2 is missing");
+  std::filesystem::remove_all(base + "/copy");
+  copy_of(4, base + "/copy");
+  RowStore repaired(At(base + "/copy"));
+  ExpectRows(repaired, 0, ids, RandomRows(200, 4));
 }
 
 // With two sealed segments open at most, every read still finds its row: segments are
