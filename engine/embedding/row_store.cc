@@ -151,18 +151,17 @@ class RowStore::TableLog {
 
  private:
   struct Segment {
-    bool used = false;    // a file of this table; false: the number is free
+    bool in_use = false;  // a file of this table; false: the number is free
     int64_t records = 0;  // appended
     int64_t live = 0;     // rows whose latest record is here
     bool synced = false;  // its records are on disk (fdatasync)
-    bool in_use() const { return used; }
   };
 
   std::string SegmentPath(const std::string& dir, int64_t segment) const;
   std::string IndexPath(const std::string& dir) const;
-  // The descriptor to read (or sync) segment s by: the open segment's own, else the
-  // store's cache's (opened read-only on a miss).
-  OpenFileCache::Handle SegmentFile(int64_t s) const;
+  // The descriptor to read (or sync) segment s, at `path` (SegmentPath's), by: the open
+  // segment's own, else the cache's (opened read-only on a miss).
+  OpenFileCache::Handle SegmentFile(int64_t s, const std::string& path) const;
   // Seals the open segment (if any): its own descriptor is closed, reads go to the cache.
   void SealActive();
   void CheckIds(const int64_t* ids, int64_t n) const;
@@ -190,7 +189,7 @@ class RowStore::TableLog {
   const int64_t rows_, width_, record_bytes_;
   int64_t per_segment_;            // records a segment holds (an index file's may differ)
   std::vector<uint32_t> where_;    // per row: its latest record, or kNowhere
-  std::vector<Segment> segments_;  // by number; not in_use(): free
+  std::vector<Segment> segments_;  // by number; not in_use: free
   std::set<int64_t> free_;         // numbers below segments_.size() not in use
   int64_t active_ = -1;            // the open segment, or -1
   // The open segment's descriptor (read-write; the cache's are read-only), shared so that
@@ -219,9 +218,9 @@ std::string RowStore::TableLog::IndexPath(const std::string& dir) const {
   return dir + "/" + std::to_string(table_) + kIndexSuffix;
 }
 
-OpenFileCache::Handle RowStore::TableLog::SegmentFile(int64_t s) const {
+OpenFileCache::Handle RowStore::TableLog::SegmentFile(int64_t s, const std::string& path) const {
   if (s == active_) return active_fd_;
-  return files_->Get(SegmentPath(dir_, s), O_RDONLY);  // sealed: never written again
+  return files_->Get(path, O_RDONLY);  // sealed: never written again
 }
 
 void RowStore::TableLog::SealActive() {
@@ -258,7 +257,7 @@ void RowStore::TableLog::Write(const int64_t* ids, int64_t n, const float* value
   while (OverGarbageLimit()) {
     int64_t victim = -1;
     for (int64_t s = 0; s < static_cast<int64_t>(segments_.size()); ++s)
-      if (s != active_ && segments_[s].in_use() &&
+      if (s != active_ && segments_[s].in_use &&
           (victim < 0 || segments_[s].live < segments_[victim].live))
         victim = s;
     if (victim < 0) break;
@@ -341,8 +340,8 @@ void RowStore::TableLog::CheckRecord(const char* record, int64_t id,
 void RowStore::TableLog::ReadRecord(uint32_t location, int64_t id, char* out) const {
   const int64_t segment = location / per_segment_, record = location % per_segment_;
   const std::string path = SegmentPath(dir_, segment);
-  ReadAll(SegmentFile(segment)->get(), out, record_bytes_, kHeaderBytes + record * record_bytes_,
-          path);
+  ReadAll(SegmentFile(segment, path)->get(), out, record_bytes_,
+          kHeaderBytes + record * record_bytes_, path);
   CheckRecord(out, id, path);
 }
 
@@ -376,7 +375,7 @@ void RowStore::TableLog::Collect(int64_t victim) {
   Segment& s = segments_[victim];
   const std::string path = SegmentPath(dir_, victim);
   std::vector<char> records(static_cast<size_t>(s.records * record_bytes_));
-  ReadAll(SegmentFile(victim)->get(), records.data(), static_cast<int64_t>(records.size()),
+  ReadAll(SegmentFile(victim, path)->get(), records.data(), static_cast<int64_t>(records.size()),
           kHeaderBytes, path);
   int64_t kept = 0;
   for (int64_t k = 0; k < s.records; ++k) {
@@ -405,7 +404,7 @@ RowStoreStats RowStore::TableLog::stats() const {
   stats.live_rows = live_;
   stats.segments = in_use_;
   for (const Segment& s : segments_)
-    if (s.in_use()) stats.disk_bytes += kHeaderBytes + s.records * record_bytes_;
+    if (s.in_use) stats.disk_bytes += kHeaderBytes + s.records * record_bytes_;
   stats.moved_rows = moved_;
   return stats;
 }
@@ -417,9 +416,10 @@ void RowStore::TableLog::CopyTo(const std::string& dir) {
   if (active_ >= 0 && segments_[active_].records > 0) SealActive();  // a copy links it
   for (int64_t id = 0; id < static_cast<int64_t>(segments_.size()); ++id) {
     Segment& s = segments_[id];
-    if (!s.in_use() || id == active_ || s.live == 0) continue;
+    if (!s.in_use || id == active_ || s.live == 0) continue;
     const std::string from = SegmentPath(dir_, id), to = SegmentPath(dir, id);
-    if (!s.synced && ::fdatasync(SegmentFile(id)->get()) != 0) ThrowErrno(from, "cannot sync");
+    if (!s.synced && ::fdatasync(SegmentFile(id, from)->get()) != 0)
+      ThrowErrno(from, "cannot sync");
     s.synced = true;
     std::error_code ec;
     fs::create_hard_link(from, to, ec);
@@ -440,7 +440,7 @@ void RowStore::TableLog::WriteIndex(const std::string& path) const {
   std::vector<uint32_t> ids;
   std::vector<int64_t> records;
   for (int64_t id = 0; id < static_cast<int64_t>(segments_.size()); ++id)
-    if (segments_[id].in_use() && id != active_ && segments_[id].live > 0)
+    if (segments_[id].in_use && id != active_ && segments_[id].live > 0)
       ids.push_back(static_cast<uint32_t>(id)), records.push_back(segments_[id].records);
   w.PutArray(ids);
   w.PutArray(records);
@@ -501,12 +501,12 @@ void RowStore::TableLog::ParseIndex(const std::string& path, std::string_view by
 void RowStore::TableLog::OpenSealedSegment(uint32_t id, int64_t records) {
   const std::string path = SegmentPath(dir_, id);
   if ((int64_t{id} + 1) * per_segment_ > kNowhere || records < 0 || records > per_segment_ ||
-      (id < segments_.size() && segments_[id].in_use()))
+      (id < segments_.size() && segments_[id].in_use))
     Throw(StatusCode::kDataLoss, "row store index ", IndexPath(dir_), ": segment ", id, " with ",
           records, " records is out of range or listed twice");
   if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT)
     Throw(StatusCode::kDataLoss, "row store file ", path, ": missing (its index lists it)");
-  const OpenFileCache::Handle fd = SegmentFile(id);
+  const OpenFileCache::Handle fd = SegmentFile(id, path);
   std::string header(kHeaderBytes, '\0');
   ReadAll(fd->get(), header.data(), kHeaderBytes, 0, path);
   struct stat st;
@@ -528,7 +528,7 @@ void RowStore::TableLog::CountLive(const std::string& path) {
     const uint32_t location = where_[id];
     if (location == kNowhere) continue;
     const uint64_t segment = location / per_segment_;
-    if (segment >= segments_.size() || !segments_[segment].in_use() ||
+    if (segment >= segments_.size() || !segments_[segment].in_use ||
         static_cast<int64_t>(location % per_segment_) >= segments_[segment].records)
       Throw(StatusCode::kDataLoss, "row store index ", path, ": id ", id, " is at record ",
             location % per_segment_, " of segment ", segment, ", which the index does not hold");
@@ -536,7 +536,7 @@ void RowStore::TableLog::CountLive(const std::string& path) {
     ++live_;
   }
   for (int64_t id = 0; id < static_cast<int64_t>(segments_.size()); ++id)
-    if (!segments_[id].in_use()) free_.insert(id);
+    if (!segments_[id].in_use) free_.insert(id);
 }
 
 // ---- the store -------------------------------------------------------------------------
