@@ -12,6 +12,7 @@
 #include "engine/collective/host_communicator.h"
 #include "engine/config/config.h"
 #include "engine/core/status.h"
+#include "engine/device_backends.h"
 #include "engine/ps/server_role.h"
 #include "engine/train/trainer_role.h"
 
@@ -94,8 +95,8 @@ DLRM_API dlrm_status dlrm_trainer_create(const char* config_text, const char* cl
       };
     const dlrm::config::DlrmConfig config = ConfigFrom(config_text);
     const dlrm::cluster::ClusterEnv env = ClusterFrom(cluster);
-    handle->impl =
-        std::make_unique<dlrm::train::TrainerRole>(env, config, DirFrom(restore_dir), factory);
+    handle->impl = std::make_unique<dlrm::train::TrainerRole>(
+        env, config, DirFrom(restore_dir), factory, dlrm::DeviceTrainerBackends());
     *out = handle.release();  // ownership passes to the caller until dlrm_trainer_destroy
   });
 }

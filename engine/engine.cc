@@ -18,6 +18,7 @@
 #include "engine/core/metrics.h"
 #include "engine/core/status.h"
 #include "engine/dense/loss.h"
+#include "engine/device_backends.h"
 #include "engine/embedding/quantized_row.h"
 #include "engine/embedding/sparse_optimizer.h"
 #include "engine/model/dlrm_model.h"
@@ -27,9 +28,6 @@
 #include "engine/train/backend.h"
 #include "engine/train/memory_budget.h"
 #include "engine/train/step.h"
-#if DLRM_HAVE_CUDA
-#include "engine/cuda/backend.h"
-#endif
 
 namespace dlrm {
 namespace {
@@ -83,29 +81,12 @@ int32_t FirstQuantizedTable(const config::ModelConfig& model) {
   return -1;
 }
 
-// The device that computes (train/backend.h); kFailedPrecondition naming the cause when
-// the configured device cannot be used here.
-std::unique_ptr<train::Backend> MakeBackend(const config::DlrmConfig& config,
-                                            train::ModelState* state, ThreadPool* pool) {
-  if (config.device().kind() == config::DeviceConfig::CPU)
-    return train::MakeCpuBackend(state, pool);
-  RequireFixedTables(config.model(), "device.kind CUDA");
-#if DLRM_HAVE_CUDA
-  return cuda::MakeCudaBackend(config.device().ordinal(), state, config, pool);
-#else
-  (void)pool;
-  Throw(StatusCode::kFailedPrecondition,
-        "device.kind is CUDA but this libdlrm was built without CUDA (build it where nvcc is "
-        "installed, with DLRM_CUDA=AUTO or ON)");
-#endif
-}
-
 }  // namespace
 
 struct Engine::State : train::ModelState {
   State(const config::DlrmConfig& config, ThreadPool* pool)
       : train::ModelState(config, pool),
-        backend(MakeBackend(config, this, pool)),
+        backend(MakeDeviceBackend(config, this, pool)),
         dense_lr(config.dense_optimizer().learning_rate()),
         sparse_lr(config.sparse_optimizer().learning_rate()) {}
 

@@ -20,6 +20,7 @@
 #include "engine/core/stopwatch.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/prefetcher.h"
+#include "engine/device_backends.h"
 #include "engine/net/context.h"
 #include "engine/ps/server_role.h"
 #include "engine/train/trainer_role.h"
@@ -99,7 +100,7 @@ int TrainJob(train::TrainerRole& job, const config::DlrmConfig& config);
 int TrainerMain(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
                 const std::string& restore) {
   if (FLAGS_train.empty()) ThrowInvalid("train needs --train");
-  train::TrainerRole job(env, config, restore);
+  train::TrainerRole job(env, config, restore, nullptr, DeviceTrainerBackends());
   try {
     return TrainJob(job, config);
   } catch (const Error& e) {

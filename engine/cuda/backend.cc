@@ -11,14 +11,12 @@
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/cuda/batch_staging.h"
-#include "engine/cuda/cross_net.h"
+#include "engine/cuda/dense_network.h"
 #include "engine/cuda/dense_optimizer.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/embedding_backward.h"
 #include "engine/cuda/finite.h"
-#include "engine/cuda/interaction.h"
-#include "engine/cuda/linear.h"
 #include "engine/cuda/pooled_embedding.h"
 #include "engine/cuda/step_graph.h"
 #include "engine/embedding/half_bits.h"
@@ -26,14 +24,6 @@
 
 namespace dlrm::cuda {
 namespace {
-
-MatmulPrecision Precision(const config::DeviceConfig& d) {
-  switch (d.matmul_precision()) {
-    case config::DeviceConfig::HIGH: return MatmulPrecision::kHigh;
-    case config::DeviceConfig::MEDIUM: return MatmulPrecision::kMedium;
-    default: return MatmulPrecision::kHighest;
-  }
-}
 
 // The kernels' code for a table's rows: 0 FP32, 1 BF16, 2 FP16.
 int32_t HalfKind(const EmbeddingTable<float>& table) {
@@ -47,26 +37,11 @@ int32_t QuantBits(const EmbeddingTable<float>& table) {
   return table.precision() == config::TableConfig::INT8 ? 8 : 4;
 }
 
-DeviceActivation ToDevice(Activation act) {
-  return act == Activation::kRelu ? DeviceActivation::kRelu : DeviceActivation::kNone;
-}
-
-// The forward's outputs of one batch.
-struct Activations {
-  DeviceBuffer<float> pooled, inter;
-  std::vector<DeviceBuffer<float>> bottom, top;
-  CrossActivations cross;  // a DCN model's
-  // The top MLP's input, as the forward decided (TopInput): inter, or the cross network's
-  // output. Device memory of this struct; the backward reads it.
-  const float* top_in = nullptr;
-};
-
 // Every activation and gradient of a training step; sized by the batch's shape, so a step
 // of the shape before allocates nothing (what a CUDA graph needs).
 struct StepBuffers {
-  Activations acts;
-  DeviceBuffer<float> dlogits, d_inter, d_cross, d_bottom, d_pooled, scratch_a, scratch_b;
-  DeviceBuffer<double> losses, loss_sum;
+  DenseActivations acts;
+  DenseGradients grads;
   DeviceBuffer<int32_t> non_finite;  // > 0: the step diverged, the updates skip
 };
 
@@ -88,9 +63,7 @@ class CudaBackend final : public train::Backend {
               ThreadPool* pool)
       : s_(*state), config_(config), ordinal_(ordinal), device_(OpenDevice(ordinal)) {
     CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    linear_ = std::make_unique<LinearContext>(stream_, Precision(config.device()));
-    if (s_.model.cross_net() != nullptr)
-      cross_ = std::make_unique<DeviceCrossNet>(*s_.model.cross_net());
+    net_ = std::make_unique<DenseNetwork>(s_.model, stream_, PrecisionOf(config.device()));
     staging_ = std::make_unique<BatchStaging>(stream_, pool);
     scalars_.Resize(1);
     host_scalars_.Reserve(1);
@@ -104,7 +77,7 @@ class CudaBackend final : public train::Backend {
     cudaStreamSynchronize(stream_);
     for (StepGraph& g : graphs_) g.Reset();
     staging_.reset();
-    linear_.reset();
+    net_.reset();
     cudaStreamDestroy(stream_);
   }
 
@@ -144,32 +117,18 @@ class CudaBackend final : public train::Backend {
   void EnqueueStep(const DeviceBatch& in);
   void Prefetch(const train::StepLookahead& ahead);
 
-  const float* Forward(const DeviceBatch& in, Activations& a) const;
-  // The top MLP's input: the interaction's output, through the cross network if any.
-  const float* TopInput(Activations& a, int64_t n) const;
-  const float* MlpForward(const Mlp<float>& mlp, const float* x, int64_t n,
-                          std::vector<DeviceBuffer<float>>& acts) const;
-  void MlpBackward(const Mlp<float>& mlp, const float* x,
-                   const std::vector<DeviceBuffer<float>>& acts, float* dy, int64_t n, float* dx);
-  void Backward(const DeviceBatch& in, const float* logits);
   void CheckStepFinite();
   void ApplyUpdates(const DeviceBatch& in);
   EmbeddingBackwardArgs SparseArgs(const DeviceBatch& in) const;
-  InteractionShape Shape() const {
-    const Interaction<float>& i = s_.model.interaction();
-    return {i.kind() == config::ModelConfig::DOT, i.bottom_dim(), i.num_features(),
-            i.pooled_width(), i.self_interaction()};
-  }
 
   train::ModelState& s_;
   const config::DlrmConfig config_;
   const int ordinal_;
   const DeviceInfo device_;
   cudaStream_t stream_ = nullptr;
-  // One stream and one cuBLASLt context: every call is serialized.
+  // One stream and one cuBLASLt context (net_'s): every call is serialized.
   mutable std::mutex mu_;
-  std::unique_ptr<LinearContext> linear_;
-  std::unique_ptr<DeviceCrossNet> cross_;           // null unless the model is DCN
+  std::unique_ptr<DenseNetwork> net_;
   mutable std::vector<DeviceBuffer<float>> state_;  // ForEachState's order
   // A BF16 / FP16 table's rows, by table index (empty for FP32 tables, whose rows are in
   // state_); copied with state_ by PullState and PushState.
@@ -180,7 +139,7 @@ class CudaBackend final : public train::Backend {
   mutable bool host_stale_ = false;  // the device trained since PullState
   std::unique_ptr<BatchStaging> staging_;
   StepBuffers buf_;
-  mutable Activations predict_acts_;  // PredictLogits' (its batch: staging's predict slot)
+  mutable DenseActivations predict_acts_;  // PredictLogits' (its batch: staging's predict slot)
   DeviceBuffer<float> dense_grad_;
   DeviceBuffer<FeatureSpec> feature_specs_;
   DeviceBuffer<SparseFeatureArgs> sparse_features_;
@@ -341,12 +300,14 @@ bool CudaBackend::TryCapture(StepGraph& graph, const StepGraph::Key& key, const 
 }
 
 void CudaBackend::EnqueueStep(const DeviceBatch& in) {
-  const float* logits = Forward(in, buf_.acts);
-  Backward(in, logits);
+  net_->Forward(params(), feature_specs_.get(), in, buf_.acts);
+  dense_grad_.Resize(s_.model.dense_params().size());
+  net_->Backward(params(), in, 1.0f / static_cast<float>(in.shape.batch_size), buf_.acts,
+                 buf_.grads, dense_grad_.get());
   CheckStepFinite();
   ApplyUpdates(in);
   StepResults* r = results_.get();
-  CheckCuda(cudaMemcpyAsync(&r->loss_sum, buf_.loss_sum.get(), sizeof(double),
+  CheckCuda(cudaMemcpyAsync(&r->loss_sum, buf_.grads.loss_sum.get(), sizeof(double),
                             cudaMemcpyDeviceToHost, stream_),
             "cudaMemcpyAsync (loss)");
   CheckCuda(cudaMemcpyAsync(&r->non_finite, buf_.non_finite.get(), sizeof(int32_t),
@@ -359,7 +320,8 @@ void CudaBackend::PredictLogits(const ValidatedBatch& batch, float* logits) cons
   CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
   // Training's buffers stay as they are (and their graphs valid); prediction's own are
   // grown only, so a stream of batches allocates nothing once warm.
-  const float* y = Forward(staging_->AcquireForPredict(batch), predict_acts_);
+  const float* y = net_->Forward(params(), feature_specs_.get(), staging_->AcquireForPredict(batch),
+                                 predict_acts_);
   CheckCuda(cudaMemcpyAsync(logits, y, batch.view.batch_size * sizeof(float),
                             cudaMemcpyDeviceToHost, stream_),
             "cudaMemcpyAsync (logits)");
@@ -397,99 +359,15 @@ void CudaBackend::PushState() {
   host_stale_ = false;
 }
 
-const float* CudaBackend::Forward(const DeviceBatch& in, Activations& a) const {
-  const int64_t n = in.shape.batch_size;
-  a.pooled.Resize(static_cast<size_t>(n) * s_.model.pooled_width());
-  if (!s_.model.feature_bindings().empty()) {
-    PooledForwardArgs args;
-    args.features = feature_specs_.get();
-    args.num_features = static_cast<int32_t>(s_.model.feature_bindings().size());
-    args.batch_size = n;
-    args.offsets = in.offsets.get();
-    args.ids = in.ids.get();
-    args.weights = in.shape.weights ? in.weights.get() : nullptr;
-    args.out = a.pooled.get();
-    args.out_width = s_.model.pooled_width();
-    LaunchPooledForward(args, stream_);
-  }
-  const float* x = MlpForward(s_.model.bottom_mlp(), in.dense.get(), n, a.bottom);
-  const InteractionShape shape = Shape();
-  a.inter.Resize(static_cast<size_t>(n) * shape.out_dim());
-  LaunchInteractionForward(shape, x, a.pooled.get(), n, a.inter.get(), stream_);
-  a.top_in = TopInput(a, n);
-  return MlpForward(s_.model.top_mlp(), a.top_in, n, a.top);
-}
-
-const float* CudaBackend::TopInput(Activations& a, int64_t n) const {
-  if (!cross_) return a.inter.get();
-  return cross_->Forward(*linear_, params(), a.inter.get(), n, a.cross);
-}
-
-const float* CudaBackend::MlpForward(const Mlp<float>& mlp, const float* x, int64_t n,
-                                     std::vector<DeviceBuffer<float>>& acts) const {
-  acts.resize(mlp.num_layers());
-  for (int l = 0; l < mlp.num_layers(); ++l) {
-    acts[l].Resize(static_cast<size_t>(n) * mlp.layer_out(l));
-    linear_->Forward(x, n, mlp.layer_in(l), mlp.layer_out(l), params() + mlp.weight_offset(l),
-                     params() + mlp.bias_offset(l), ToDevice(mlp.activation(l)), acts[l].get());
-    x = acts[l].get();
-  }
-  return x;
-}
-
-// dy: the gradient w.r.t. the MLP's output (overwritten); dx: w.r.t. its input, or null.
-void CudaBackend::MlpBackward(const Mlp<float>& mlp, const float* x,
-                              const std::vector<DeviceBuffer<float>>& acts, float* dy, int64_t n,
-                              float* dx) {
-  float* grad = dense_grad_.get();
-  for (int l = mlp.num_layers() - 1; l >= 0; --l) {
-    const float* in = l == 0 ? x : acts[l - 1].get();
-    DeviceBuffer<float>& next = l % 2 == 0 ? buf_.scratch_a : buf_.scratch_b;
-    // Grown only: both MLPs share the scratch, so a step allocates nothing once warm.
-    if (l > 0) next.Reserve(static_cast<size_t>(n) * mlp.layer_in(l));
-    float* d_in = l == 0 ? dx : next.get();
-    linear_->Backward(in, acts[l].get(), dy, n, mlp.layer_in(l), mlp.layer_out(l),
-                      params() + mlp.weight_offset(l), ToDevice(mlp.activation(l)), d_in,
-                      grad + mlp.weight_offset(l), grad + mlp.bias_offset(l));
-    dy = d_in;
-  }
-}
-
-// The loss's backward through the whole dense graph: the loss sum, the dense gradient and
-// d_pooled on the device.
-void CudaBackend::Backward(const DeviceBatch& in, const float* logits) {
-  StepBuffers& b = buf_;
-  const int64_t n = in.shape.batch_size;
-  const InteractionShape shape = Shape();
-  dense_grad_.Resize(s_.model.dense_params().size());
-  b.dlogits.Resize(n);
-  b.losses.Resize(n);
-  b.loss_sum.Resize(1);
-  LaunchBceWithLogits(logits, in.labels.get(), n, 1.0f / static_cast<float>(n), b.dlogits.get(),
-                      b.losses.get(), b.loss_sum.get(), stream_);
-  b.d_inter.Resize(static_cast<size_t>(n) * shape.out_dim());
-  if (cross_) b.d_cross.Resize(static_cast<size_t>(n) * shape.out_dim());
-  MlpBackward(s_.model.top_mlp(), b.acts.top_in, b.acts.top, b.dlogits.get(), n,
-              cross_ ? b.d_cross.get() : b.d_inter.get());
-  if (cross_)
-    cross_->Backward(*linear_, params(), b.acts.inter.get(), b.acts.cross, b.d_cross.get(), n,
-                     dense_grad_.get(), b.d_inter.get());
-  b.d_bottom.Resize(static_cast<size_t>(n) * shape.bottom_dim);
-  b.d_pooled.Resize(static_cast<size_t>(n) * shape.pooled_width);
-  LaunchInteractionBackward(shape, b.acts.bottom.back().get(), b.acts.pooled.get(), b.d_inter.get(),
-                            n, b.d_bottom.get(), b.d_pooled.get(), stream_);
-  MlpBackward(s_.model.bottom_mlp(), in.dense.get(), b.acts.bottom, b.d_bottom.get(), n, nullptr);
-}
-
 // buf_.non_finite = how many blocks saw a NaN or infinity in the loss or a gradient.
 void CudaBackend::CheckStepFinite() {
   StepBuffers& b = buf_;
   b.non_finite.Resize(1);
   CheckCuda(cudaMemsetAsync(b.non_finite.get(), 0, sizeof(int32_t), stream_), "cudaMemsetAsync");
-  LaunchCountNonFinite(b.loss_sum.get(), 1, b.non_finite.get(), stream_);
+  LaunchCountNonFinite(b.grads.loss_sum.get(), 1, b.non_finite.get(), stream_);
   LaunchCountNonFinite(dense_grad_.get(), static_cast<int64_t>(dense_grad_.size()),
                        b.non_finite.get(), stream_);
-  LaunchCountNonFinite(b.d_pooled.get(), static_cast<int64_t>(b.d_pooled.size()),
+  LaunchCountNonFinite(b.grads.d_pooled.get(), static_cast<int64_t>(b.grads.d_pooled.size()),
                        b.non_finite.get(), stream_);
 }
 
@@ -505,7 +383,7 @@ EmbeddingBackwardArgs CudaBackend::SparseArgs(const DeviceBatch& in) const {
   a.ids = in.ids.get();
   a.weights = in.shape.weights ? in.weights.get() : nullptr;
   a.num_ids = in.shape.num_ids;
-  a.d_pooled = buf_.d_pooled.get();
+  a.d_pooled = buf_.grads.d_pooled.get();
   a.pooled_width = s_.model.pooled_width();
   a.skip = buf_.non_finite.get();
   return a;

@@ -99,7 +99,8 @@ struct DataParallelTrainer::Prepared {
 DataParallelTrainer::DataParallelTrainer(const config::DlrmConfig& config,
                                          const shard::ShardingPlan& plan,
                                          collective::Communicator* comm,
-                                         ps::EmbeddingService* service, ThreadPool* pool)
+                                         ps::EmbeddingService* service, ThreadPool* pool,
+                                         const TrainerBackendFactory& make_backend)
     : config_(config),
       wire_(WireValuePrecision(config.distributed())),
       comm_(comm),
@@ -108,6 +109,7 @@ DataParallelTrainer::DataParallelTrainer(const config::DlrmConfig& config,
       model_(config, pool, /*allocate_tables=*/false),
       dense_optimizer_(
           MakeDenseOptimizer<float>(config.dense_optimizer(), model_.dense_params().size())),
+      backend_(MakeTrainerBackend(make_backend, config, &model_, pool)),
       replicas_(config, plan, ps::kTrainerReplica, pool),
       locations_(ps::LocateShards(config.model(), plan)) {
   if (comm_ == nullptr || service_ == nullptr)
@@ -357,10 +359,8 @@ DataParallelTrainer::Contribution DataParallelTrainer::ComputePart(Prepared& p) 
   try {
     const ValidatedBatch local = GatherRows(p);
     CountLookupBytes(p);
-    const EmbeddingBagCollection<float> bags(&fetched_, model_.feature_bindings(),
-                                             model_.pooled_width());
-    mine.loss_sum = model_.ForwardBackwardPart(local, mine.samples * comm_->world_size(), bags,
-                                               &dense_grad_, &d_pooled_, pool_);
+    mine.loss_sum = backend_->ForwardBackward(local, mine.samples * comm_->world_size(), fetched_,
+                                              &dense_grad_, &d_pooled_);
     if (IsHalf(wire_)) {  // this rank's own gradients, as the others will see them
       RoundToHalf(d_pooled_.data(), static_cast<int64_t>(d_pooled_.size()), wire_);
       RoundToHalf(dense_grad_.data(), static_cast<int64_t>(dense_grad_.size()), wire_);
@@ -485,6 +485,7 @@ void DataParallelTrainer::ApplyUpdates(const Prepared& p,
     throw;
   }
   UpdateDense(*dense_optimizer_, model_.dense_params(), by_rank[0].dense_grad.data(), rates, pool_);
+  backend_->ParametersChanged();
   for (int32_t owner = 0; owner < static_cast<int32_t>(server_features_.size()); ++owner) {
     if (server_features_[owner].empty()) continue;
     std::vector<ps::FeatureUpdate> part = UpdatesFor(server_features_[owner], p.validated);
@@ -516,9 +517,7 @@ void DataParallelTrainer::PredictFlushed(const BatchView& batch, float* logits) 
   std::unique_ptr<Prepared> p = Prepare(batch, step_ + 1, /*training=*/false);
   if (!p->error.empty()) Throw(p->error_code, p->error);
   const ValidatedBatch local = GatherRows(*p);
-  const EmbeddingBagCollection<float> bags(&fetched_, model_.feature_bindings(),
-                                           model_.pooled_width());
-  model_.PredictLogits(local, bags, logits, pool_);
+  backend_->PredictLogits(local, fetched_, logits);
 }
 
 void DataParallelTrainer::AppendPredictions(const std::vector<BatchView>& batches, size_t first,

@@ -37,16 +37,18 @@
 #include "engine/ps/service.h"
 #include "engine/ps/shard_store.h"
 #include "engine/shard/plan.pb.h"
+#include "engine/train/trainer_backend.h"
 
 namespace dlrm::train {
 
 class DataParallelTrainer {
  public:
   // Borrows comm, service and pool. config must pass ValidateConfig; plan must be the
-  // plan every rank and server uses.
+  // plan every rank and server uses. make_backend makes the device side of the step for
+  // config.device() (trainer_backend.h; none: the CPU, and any other device refused).
   DataParallelTrainer(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
                       collective::Communicator* comm, ps::EmbeddingService* service,
-                      ThreadPool* pool);
+                      ThreadPool* pool, const TrainerBackendFactory& make_backend = nullptr);
   ~DataParallelTrainer();
 
   // Queues this rank's part of the next global batch and starts its row lookups. The part
@@ -85,11 +87,17 @@ class DataParallelTrainer {
   };
   const WireBytes& wire_bytes() const { return wire_bytes_; }
   const DlrmModel<float>& model() const { return model_; }
+  // "cpu", "cuda:0": the device that computes the dense forward and backward.
+  std::string device() const { return backend_->name(); }
   const ps::EmbeddingShardStore& replicas() const { return replicas_; }
 
   // For checkpoints: the dense state and the replicas, and the step to resume from.
   // set_step: kFailedPrecondition while parts are queued (their lookups name steps).
-  DlrmModel<float>& mutable_model() { return model_; }
+  // mutable_model: the caller may change the parameters (a device copies them in again).
+  DlrmModel<float>& mutable_model() {
+    backend_->ParametersChanged();
+    return model_;
+  }
   DenseOptimizer<float>& dense_optimizer() { return *dense_optimizer_; }
   ps::EmbeddingShardStore& mutable_replicas() { return replicas_; }
   void set_step(int64_t step);
@@ -137,6 +145,7 @@ class DataParallelTrainer {
   ThreadPool* pool_;
   DlrmModel<float> model_;
   std::unique_ptr<DenseOptimizer<float>> dense_optimizer_;
+  std::unique_ptr<TrainerBackend> backend_;  // computes on model_'s parameters
   ps::EmbeddingShardStore replicas_;
   std::vector<std::vector<ps::ShardLocation>> locations_;  // per table
   std::vector<std::vector<int32_t>> server_features_;      // per server: features it serves

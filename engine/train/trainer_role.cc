@@ -29,7 +29,8 @@ std::chrono::milliseconds AllGatherTimeout(const cluster::ClusterEnv& env) {
 
 TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
                          const std::string& restore_dir,
-                         const CommunicatorFactory& make_communicator)
+                         const CommunicatorFactory& make_communicator,
+                         const TrainerBackendFactory& make_backend)
     : config_(Validated(config)),
       env_(env),
       pool_(ResolveThreadCount(config_.num_threads())),
@@ -47,7 +48,7 @@ TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfi
       context_, layout_.server_addresses, layout_.index, member_.options, Timeout(env),
       WireValuePrecision(config_.distributed()));
   trainer_ = std::make_unique<DataParallelTrainer>(config_, layout_.plan, comm_.get(),
-                                                   service_.get(), &pool_);
+                                                   service_.get(), &pool_, make_backend);
   if (!restore_dir.empty()) Restore(restore_dir);
 }
 

@@ -40,9 +40,13 @@ class TrainerRole {
   // field otherwise). The role owns its transport context and its thread pool
   // (config.num_threads). restore_dir: a checkpoint to resume from (empty: start fresh).
   // make_communicator: null uses the transport (NetCommunicator, or Gloo by env).
+  // make_backend: the device side of the step for config.device() (trainer_backend.h;
+  // engine/device_backends.h has every device this libdlrm was built with); null computes
+  // on the CPU and refuses any other device.
   TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
               const std::string& restore_dir = "",
-              const CommunicatorFactory& make_communicator = nullptr);
+              const CommunicatorFactory& make_communicator = nullptr,
+              const TrainerBackendFactory& make_backend = nullptr);
   ~TrainerRole();
 
   DataParallelTrainer& trainer() { return *trainer_; }

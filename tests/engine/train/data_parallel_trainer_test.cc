@@ -4,6 +4,7 @@
 // type and several optimizer sets.
 #include "engine/train/data_parallel_trainer.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,9 +19,11 @@
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "engine/dense/loss.h"
+#include "engine/device_backends.h"
 #include "engine/engine.h"
 #include "engine/shard/planner.h"
 #include "tests/support/dist_checks.h"
+#include "tests/support/dist_cluster.h"
 #include "tests/support/dist_config.h"
 #include "tests/support/dist_data.h"
 
@@ -37,52 +40,9 @@ OwnedBatch MakeBatch(const config::DlrmConfig& c, int64_t index) {
   return MakeTestBatch(c, index, kGlobal);
 }
 
-struct Cluster {
-  shard::ShardingPlan plan;
-  std::vector<std::unique_ptr<ps::EmbeddingShardStore>> servers;
-  std::unique_ptr<ps::LocalEmbeddingService> service;
-  collective::LocalCommunicatorHub hub{kTrainers, std::chrono::seconds(20)};
-  std::vector<std::unique_ptr<collective::Communicator>> comms;
-  std::vector<std::unique_ptr<ThreadPool>> pools;
-  std::vector<std::unique_ptr<train::DataParallelTrainer>> trainers;
-
+struct Cluster : InProcessCluster {
   explicit Cluster(const config::DlrmConfig& c, int64_t staleness = 0)
-      : plan(shard::PlanSharding(c, kServers)) {
-    std::vector<ps::EmbeddingShardStore*> raw;
-    for (int s = 0; s < kServers; ++s) {
-      servers.push_back(std::make_unique<ps::EmbeddingShardStore>(c, plan, s));
-      raw.push_back(servers.back().get());
-    }
-    service = std::make_unique<ps::LocalEmbeddingService>(raw, kTrainers, staleness,
-                                                          std::chrono::seconds(20));
-    for (int r = 0; r < kTrainers; ++r) {
-      comms.push_back(hub.Rank(r));
-      pools.push_back(std::make_unique<ThreadPool>(r + 1));  // thread counts differ on purpose
-      trainers.push_back(std::make_unique<train::DataParallelTrainer>(
-          c, plan, comms.back().get(), service.get(), pools.back().get()));
-    }
-  }
-
-  // Every trainer's step on its part, concurrently; the losses by rank, or the errors.
-  std::vector<float> Step(const std::vector<OwnedBatch>& parts, std::vector<std::string>* errors,
-                          bool wait_applied = true) {
-    std::vector<float> losses(kTrainers, 0.0f);
-    errors->assign(kTrainers, "");
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kTrainers; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          losses[r] = trainers[r]->TrainStep(parts[r].view());
-        } catch (const Error& e) {
-          (*errors)[r] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    // Updates are applied in the background; parameters are compared once they landed.
-    if (wait_applied) service->WaitUntilApplied(trainers[0]->step());
-    return losses;
-  }
+      : InProcessCluster(c, kServers, kTrainers, staleness) {}
 };
 
 // Every dense parameter and embedding row of the cluster equals the engine's, bitwise.
@@ -366,6 +326,43 @@ TEST(HybridTest, NeverExceedsTheStalenessBound) {
       EXPECT_EQ(seen, bound) << "hybrid never used its slack";
     }
   }
+}
+
+// A trainer's device (trainer_backend.h): device.kind CUDA is never trained on the CPU. A
+// trainer made without device backends (a host of the train layer alone) refuses it by
+// name; with the engine's (device_backends.h) it is refused naming why no GPU can be used
+// here, or trains on the GPU where there is one (cuda_trainer_test compares it with the
+// CPU).
+TEST(DataParallelTrainerDevice, ACudaTrainerIsRefusedNamingTheCauseOrTrainsOnTheGpu) {
+  config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", kServers);
+  c.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  try {
+    Cluster cluster(c);
+    FAIL() << "a CUDA trainer was made without device backends";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition) << e.what();
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("device.kind is CUDA but this trainer was made "
+                                               "without device backends"));
+  }
+  std::unique_ptr<InProcessCluster> gpu;
+  try {
+    gpu = std::make_unique<InProcessCluster>(c, kServers, kTrainers, 0, DeviceTrainerBackends());
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition) << e.what();
+    EXPECT_THAT(e.what(), ::testing::ContainsRegex("built without CUDA|no usable CUDA device|"
+                                                   "cannot open cuBLASLt"));
+  }
+  if (gpu) {
+    EXPECT_EQ(gpu->trainers[0]->device(), "cuda:0");
+    const OwnedBatch global = MakeBatch(c, 0);
+    std::vector<std::string> errors;
+    gpu->Step({Part(global, 0, kPart), Part(global, kPart, kGlobal)}, &errors);
+    EXPECT_EQ(errors, std::vector<std::string>(kTrainers, ""));
+  }
+  c.mutable_device()->set_kind(config::DeviceConfig::CPU);
+  Cluster cpu(c);  // the same config on the CPU trains
+  EXPECT_EQ(cpu.trainers[0]->device(), "cpu");
 }
 
 }  // namespace

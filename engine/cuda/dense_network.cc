@@ -1,0 +1,113 @@
+#include "engine/cuda/dense_network.h"
+
+namespace dlrm::cuda {
+namespace {
+
+DeviceActivation ToDevice(Activation act) {
+  return act == Activation::kRelu ? DeviceActivation::kRelu : DeviceActivation::kNone;
+}
+
+}  // namespace
+
+MatmulPrecision PrecisionOf(const config::DeviceConfig& device) {
+  switch (device.matmul_precision()) {
+    case config::DeviceConfig::HIGH: return MatmulPrecision::kHigh;
+    case config::DeviceConfig::MEDIUM: return MatmulPrecision::kMedium;
+    default: return MatmulPrecision::kHighest;
+  }
+}
+
+DenseNetwork::DenseNetwork(const DlrmModel<float>& model, cudaStream_t stream,
+                           MatmulPrecision precision)
+    : model_(model), stream_(stream), linear_(stream, precision) {
+  if (model.cross_net() != nullptr) cross_ = std::make_unique<DeviceCrossNet>(*model.cross_net());
+}
+
+InteractionShape DenseNetwork::Shape() const {
+  const Interaction<float>& i = model_.interaction();
+  return {i.kind() == config::ModelConfig::DOT, i.bottom_dim(), i.num_features(), i.pooled_width(),
+          i.self_interaction()};
+}
+
+const float* DenseNetwork::Forward(const float* params, const FeatureSpec* features,
+                                   const DeviceBatch& in, DenseActivations& a) {
+  const int64_t n = in.shape.batch_size;
+  a.pooled.Resize(static_cast<size_t>(n) * model_.pooled_width());
+  if (!model_.feature_bindings().empty()) {
+    PooledForwardArgs args;
+    args.features = features;
+    args.num_features = static_cast<int32_t>(model_.feature_bindings().size());
+    args.batch_size = n;
+    args.offsets = in.offsets.get();
+    args.ids = in.ids.get();
+    args.weights = in.shape.weights ? in.weights.get() : nullptr;
+    args.out = a.pooled.get();
+    args.out_width = model_.pooled_width();
+    LaunchPooledForward(args, stream_);
+  }
+  const float* x = MlpForward(model_.bottom_mlp(), params, in.dense.get(), n, a.bottom);
+  const InteractionShape shape = Shape();
+  a.inter.Resize(static_cast<size_t>(n) * shape.out_dim());
+  LaunchInteractionForward(shape, x, a.pooled.get(), n, a.inter.get(), stream_);
+  a.top_in = TopInput(params, a, n);
+  return MlpForward(model_.top_mlp(), params, a.top_in, n, a.top);
+}
+
+const float* DenseNetwork::TopInput(const float* params, DenseActivations& a, int64_t n) {
+  if (!cross_) return a.inter.get();
+  return cross_->Forward(linear_, params, a.inter.get(), n, a.cross);
+}
+
+const float* DenseNetwork::MlpForward(const Mlp<float>& mlp, const float* params, const float* x,
+                                      int64_t n, std::vector<DeviceBuffer<float>>& acts) {
+  acts.resize(mlp.num_layers());
+  for (int l = 0; l < mlp.num_layers(); ++l) {
+    acts[l].Resize(static_cast<size_t>(n) * mlp.layer_out(l));
+    linear_.Forward(x, n, mlp.layer_in(l), mlp.layer_out(l), params + mlp.weight_offset(l),
+                    params + mlp.bias_offset(l), ToDevice(mlp.activation(l)), acts[l].get());
+    x = acts[l].get();
+  }
+  return x;
+}
+
+void DenseNetwork::MlpBackward(const Mlp<float>& mlp, const float* params, const float* x,
+                               const std::vector<DeviceBuffer<float>>& acts, float* dy, int64_t n,
+                               float* dx, DenseGradients& g, float* dense_grad) {
+  for (int l = mlp.num_layers() - 1; l >= 0; --l) {
+    const float* in = l == 0 ? x : acts[l - 1].get();
+    DeviceBuffer<float>& next = l % 2 == 0 ? g.scratch_a : g.scratch_b;
+    // Grown only: both MLPs share the scratch, so a step allocates nothing once warm.
+    if (l > 0) next.Reserve(static_cast<size_t>(n) * mlp.layer_in(l));
+    float* d_in = l == 0 ? dx : next.get();
+    linear_.Backward(in, acts[l].get(), dy, n, mlp.layer_in(l), mlp.layer_out(l),
+                     params + mlp.weight_offset(l), ToDevice(mlp.activation(l)), d_in,
+                     dense_grad + mlp.weight_offset(l), dense_grad + mlp.bias_offset(l));
+    dy = d_in;
+  }
+}
+
+void DenseNetwork::Backward(const float* params, const DeviceBatch& in, float grad_scale,
+                            const DenseActivations& a, DenseGradients& g, float* dense_grad) {
+  const int64_t n = in.shape.batch_size;
+  const InteractionShape shape = Shape();
+  g.dlogits.Resize(n);
+  g.losses.Resize(n);
+  g.loss_sum.Resize(1);
+  LaunchBceWithLogits(a.top.back().get(), in.labels.get(), n, grad_scale, g.dlogits.get(),
+                      g.losses.get(), g.loss_sum.get(), stream_);
+  g.d_inter.Resize(static_cast<size_t>(n) * shape.out_dim());
+  if (cross_) g.d_cross.Resize(static_cast<size_t>(n) * shape.out_dim());
+  MlpBackward(model_.top_mlp(), params, a.top_in, a.top, g.dlogits.get(), n,
+              cross_ ? g.d_cross.get() : g.d_inter.get(), g, dense_grad);
+  if (cross_)
+    cross_->Backward(linear_, params, a.inter.get(), a.cross, g.d_cross.get(), n, dense_grad,
+                     g.d_inter.get());
+  g.d_bottom.Resize(static_cast<size_t>(n) * shape.bottom_dim);
+  g.d_pooled.Resize(static_cast<size_t>(n) * shape.pooled_width);
+  LaunchInteractionBackward(shape, a.bottom.back().get(), a.pooled.get(), g.d_inter.get(), n,
+                            g.d_bottom.get(), g.d_pooled.get(), stream_);
+  MlpBackward(model_.bottom_mlp(), params, in.dense.get(), a.bottom, g.d_bottom.get(), n, nullptr,
+              g, dense_grad);
+}
+
+}  // namespace dlrm::cuda

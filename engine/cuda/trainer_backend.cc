@@ -1,0 +1,131 @@
+#include "engine/cuda/trainer_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/core/status.h"
+#include "engine/cuda/batch_staging.h"
+#include "engine/cuda/dense_network.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/device_buffer.h"
+
+namespace dlrm::cuda {
+namespace {
+
+class CudaTrainerBackend final : public train::TrainerBackend {
+ public:
+  CudaTrainerBackend(int ordinal, DlrmModel<float>* model, const config::DlrmConfig& config,
+                     ThreadPool* pool)
+      : model_(*model), ordinal_(ordinal), device_(OpenDevice(ordinal)) {
+    CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    net_ = std::make_unique<DenseNetwork>(model_, stream_, PrecisionOf(config.device()));
+    staging_ = std::make_unique<BatchStaging>(stream_, pool);
+    rows_.resize(config.model().tables_size());
+  }
+  ~CudaTrainerBackend() override {
+    cudaSetDevice(ordinal_);  // this thread may have another device selected
+    cudaStreamSynchronize(stream_);
+    staging_.reset();
+    net_.reset();
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda:" + std::to_string(ordinal_); }
+
+  double ForwardBackward(const ValidatedBatch& part, int64_t global_batch,
+                         std::vector<EmbeddingTable<float>>& rows, std::vector<float>* dense_grad,
+                         std::vector<float>* d_pooled) override;
+  void PredictLogits(const ValidatedBatch& batch, std::vector<EmbeddingTable<float>>& rows,
+                     float* logits) override;
+  void ParametersChanged() override { params_stale_ = true; }
+
+ private:
+  // The host's parameters (if changed) and `rows` on the device, the feature specs naming
+  // them; enqueued on stream_.
+  void CopyIn(const std::vector<EmbeddingTable<float>>& rows);
+  void CopyRowsIn(const std::vector<EmbeddingTable<float>>& rows);
+
+  DlrmModel<float>& model_;
+  const int ordinal_;
+  const DeviceInfo device_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<DenseNetwork> net_;
+  std::unique_ptr<BatchStaging> staging_;
+  DeviceBuffer<float> params_, dense_grad_;
+  bool params_stale_ = true;
+  std::vector<DeviceBuffer<float>> rows_;  // by table, grown only
+  std::vector<FeatureSpec> host_specs_;
+  DeviceBuffer<FeatureSpec> specs_;
+  DenseActivations acts_;
+  DenseGradients grads_;
+};
+
+void CudaTrainerBackend::CopyIn(const std::vector<EmbeddingTable<float>>& rows) {
+  CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+  if (params_stale_) {
+    params_.Upload(model_.dense_params(), stream_);
+    params_stale_ = false;
+  }
+  CopyRowsIn(rows);
+}
+
+void CudaTrainerBackend::CopyRowsIn(const std::vector<EmbeddingTable<float>>& rows) {
+  if (rows.size() < rows_.size())
+    ThrowInvalid(name(), ": ", rows.size(), " tables of fetched rows for a model of ",
+                 rows_.size());
+  for (size_t t = 0; t < rows_.size(); ++t) {
+    const EmbeddingTable<float>& table = rows[t];
+    if (table.half() || table.quantized())
+      ThrowInvalid(name(), ": fetched rows of table \"", table.name(), "\" are not FP32");
+    rows_[t].Reserve(table.data().size());
+    rows_[t].CopyIn(table.data().data(), table.data().size(), stream_);
+  }
+  host_specs_.clear();
+  for (const FeatureBinding& f : model_.feature_bindings())
+    host_specs_.push_back({rows_[f.table].get(), rows[f.table].dim(), f.offset, f.mean ? 1 : 0});
+  specs_.Reserve(host_specs_.size());
+  specs_.CopyIn(host_specs_.data(), host_specs_.size(), stream_);
+}
+
+double CudaTrainerBackend::ForwardBackward(const ValidatedBatch& part, int64_t global_batch,
+                                           std::vector<EmbeddingTable<float>>& rows,
+                                           std::vector<float>* dense_grad,
+                                           std::vector<float>* d_pooled) {
+  CopyIn(rows);
+  const DeviceBatch& in = staging_->Acquire(part, /*labels=*/true, /*token=*/0);
+  net_->Forward(params_.get(), specs_.get(), in, acts_);
+  dense_grad_.Resize(model_.dense_params().size());
+  net_->Backward(params_.get(), in, 1.0f / static_cast<float>(global_batch), acts_, grads_,
+                 dense_grad_.get());
+  dense_grad->resize(dense_grad_.size());
+  d_pooled->resize(grads_.d_pooled.size());
+  double loss_sum = 0;
+  dense_grad_.Download(dense_grad->data(), dense_grad->size(), stream_);
+  grads_.d_pooled.Download(d_pooled->data(), d_pooled->size(), stream_);
+  grads_.loss_sum.Download(&loss_sum, 1, stream_);
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  return loss_sum;
+}
+
+void CudaTrainerBackend::PredictLogits(const ValidatedBatch& batch,
+                                       std::vector<EmbeddingTable<float>>& rows, float* logits) {
+  CopyIn(rows);
+  const float* y =
+      net_->Forward(params_.get(), specs_.get(), staging_->AcquireForPredict(batch), acts_);
+  CheckCuda(cudaMemcpyAsync(logits, y, batch.view.batch_size * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream_),
+            "cudaMemcpyAsync (logits)");
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+}  // namespace
+
+std::unique_ptr<train::TrainerBackend> MakeCudaTrainerBackend(int ordinal, DlrmModel<float>* model,
+                                                              const config::DlrmConfig& config,
+                                                              ThreadPool* pool) {
+  return std::make_unique<CudaTrainerBackend>(ordinal, model, config, pool);
+}
+
+}  // namespace dlrm::cuda

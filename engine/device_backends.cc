@@ -1,0 +1,51 @@
+#include "engine/device_backends.h"
+
+#include "engine/config/config.h"
+#include "engine/core/status.h"
+#if DLRM_HAVE_CUDA
+#include "engine/cuda/backend.h"
+#include "engine/cuda/trainer_backend.h"
+#endif
+
+namespace dlrm {
+namespace {
+
+bool OnCpu(const config::DlrmConfig& config) {
+  return config.device().kind() == config::DeviceConfig::CPU;
+}
+
+#if !DLRM_HAVE_CUDA
+[[noreturn]] void ThrowBuiltWithoutCuda() {
+  Throw(StatusCode::kFailedPrecondition,
+        "device.kind is CUDA but this libdlrm was built without CUDA (build it where nvcc is "
+        "installed, with DLRM_CUDA=AUTO or ON)");
+}
+#endif
+
+std::unique_ptr<train::TrainerBackend> MakeTrainerBackendFor(const config::DlrmConfig& config,
+                                                             DlrmModel<float>* model,
+                                                             ThreadPool* pool) {
+  if (OnCpu(config)) return train::MakeCpuTrainerBackend(model, pool);
+#if DLRM_HAVE_CUDA
+  return cuda::MakeCudaTrainerBackend(config.device().ordinal(), model, config, pool);
+#else
+  ThrowBuiltWithoutCuda();
+#endif
+}
+
+}  // namespace
+
+std::unique_ptr<train::Backend> MakeDeviceBackend(const config::DlrmConfig& config,
+                                                  train::ModelState* state, ThreadPool* pool) {
+  if (OnCpu(config)) return train::MakeCpuBackend(state, pool);
+  RequireFixedTables(config.model(), "device.kind CUDA");
+#if DLRM_HAVE_CUDA
+  return cuda::MakeCudaBackend(config.device().ordinal(), state, config, pool);
+#else
+  ThrowBuiltWithoutCuda();
+#endif
+}
+
+train::TrainerBackendFactory DeviceTrainerBackends() { return MakeTrainerBackendFor; }
+
+}  // namespace dlrm

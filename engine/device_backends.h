@@ -1,0 +1,29 @@
+// The devices this libdlrm was built with, behind the training step's two seams: the
+// single-process Engine's Backend (train/backend.h) and a data-parallel trainer's
+// TrainerBackend (train/trainer_backend.h). The one place that maps config.device() onto
+// code: the CPU always, CUDA where cmake/Cuda.cmake built engine/cuda.
+//
+// Errors: kFailedPrecondition naming the cause when the configured device cannot be used
+// here ("built without CUDA", the CUDA runtime's reason, cuBLASLt missing), never a silent
+// CPU fallback; kInvalidArgument for an ordinal with no device.
+// Threading: the factories keep no state; what they make is as its header says.
+#pragma once
+
+#include <memory>
+
+#include "engine/config/dlrm.pb.h"
+#include "engine/core/thread_pool.h"
+#include "engine/train/backend.h"
+#include "engine/train/trainer_backend.h"
+
+namespace dlrm {
+
+// The Engine's backend for config.device(), computing on `state`.
+std::unique_ptr<train::Backend> MakeDeviceBackend(const config::DlrmConfig& config,
+                                                  train::ModelState* state, ThreadPool* pool);
+
+// What a data-parallel trainer (TrainerRole, DataParallelTrainer) is given to compute on
+// config.device().
+train::TrainerBackendFactory DeviceTrainerBackends();
+
+}  // namespace dlrm

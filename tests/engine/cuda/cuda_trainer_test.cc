@@ -1,0 +1,123 @@
+// Data-parallel trainers whose dense forward and backward run on a GPU
+// (engine/cuda/trainer_backend.h) against the same job on the CPU: two trainers on the one
+// GPU and two embedding servers, in-process (tests/support/dist_cluster.h). Losses within
+// 1e-4 relative at every step and predictions within 1e-4 after 100 steps, with SGD and with
+// Adagrad + row-wise Adagrad, table-wise and replicated (DATA_PARALLEL) tables, a DOT and a
+// DCNv2 model; both ranks hold the same dense parameters bitwise; a second GPU job repeats
+// the first bitwise. Reported SKIPPED where there is no GPU (data_parallel_trainer_test
+// covers the refusal there).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config/config.h"
+#include "engine/cuda/trainer_backend.h"
+#include "engine/device_backends.h"
+#include "tests/support/cuda_support.h"
+#include "tests/support/dist_cluster.h"
+#include "tests/support/dist_config.h"
+#include "tests/support/dist_data.h"
+
+namespace dlrm {
+namespace {
+
+using testing::InProcessCluster;
+using Type = config::ShardingConfig::Type;
+constexpr int32_t kServers = 2, kTrainers = 2;
+constexpr int64_t kPart = 32, kGlobal = kPart * kTrainers;
+
+struct Case {
+  Type type;
+  const char* dense;
+  const char* sparse;
+  bool dcn;
+};
+
+config::DlrmConfig CaseConfig(const Case& k, config::DeviceConfig::Kind device) {
+  config::DlrmConfig c = testing::ShardedTestConfig(k.type, k.dense, k.sparse, kServers);
+  if (k.dcn) {
+    c.mutable_model()->set_interaction(config::ModelConfig::DCN);
+    c.mutable_model()->mutable_dcn()->set_num_layers(2);
+    c.mutable_model()->mutable_dcn()->set_rank(4);
+  }
+  c.mutable_device()->set_kind(device);
+  ValidateConfig(c);
+  return c;
+}
+
+std::unique_ptr<InProcessCluster> MakeJob(const config::DlrmConfig& c) {
+  return std::make_unique<InProcessCluster>(c, kServers, kTrainers, 0, DeviceTrainerBackends());
+}
+
+// One step of the job on global batch `step`; its rank-0 loss (every rank's is the same).
+float Step(InProcessCluster& job, const config::DlrmConfig& c, int64_t step) {
+  const OwnedBatch global = testing::MakeTestBatch(c, step, kGlobal);
+  std::vector<std::string> errors;
+  const std::vector<float> losses =
+      job.Step({testing::Part(global, 0, kPart), testing::Part(global, kPart, kGlobal)}, &errors);
+  EXPECT_EQ(errors, std::vector<std::string>(kTrainers, ""));
+  EXPECT_EQ(losses[0], losses[1]) << "step " << step;
+  return losses[0];
+}
+
+std::vector<float> Predict(InProcessCluster& job, const config::DlrmConfig& c) {
+  const OwnedBatch batch = testing::MakeTestBatch(c, 1000, kGlobal);
+  std::vector<float> logits(kGlobal);
+  job.trainers[0]->PredictLogits(batch.view(), logits.data());
+  return logits;
+}
+
+class CudaTrainerTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaTrainerTest, TrainsAsTheCpuJobDoesAndRepeatsBitwise) {
+  SKIP_WITHOUT_GPU();
+  const config::DlrmConfig cpu_config = CaseConfig(GetParam(), config::DeviceConfig::CPU);
+  const config::DlrmConfig gpu_config = CaseConfig(GetParam(), config::DeviceConfig::CUDA);
+  std::unique_ptr<InProcessCluster> cpu = MakeJob(cpu_config);
+  std::unique_ptr<InProcessCluster> gpu = MakeJob(gpu_config), again = MakeJob(gpu_config);
+  ASSERT_EQ(gpu->trainers[1]->device(), "cuda:0");
+  for (int64_t step = 0; step < 100; ++step) {
+    const float want = Step(*cpu, cpu_config, step);
+    const float got = Step(*gpu, gpu_config, step);
+    ASSERT_NEAR(got, want, 1e-4f * std::fabs(want)) << "step " << step;
+    ASSERT_EQ(Step(*again, gpu_config, step), got) << "step " << step << ": not repeated";
+  }
+  EXPECT_EQ(gpu->trainers[0]->model().dense_params(), gpu->trainers[1]->model().dense_params())
+      << "the ranks' dense parameters differ";
+  EXPECT_EQ(gpu->trainers[0]->model().dense_params(), again->trainers[0]->model().dense_params())
+      << "a second GPU job did not repeat the first";
+  testing::ExpectAllNear(Predict(*gpu, gpu_config), Predict(*cpu, cpu_config), 1e-4f,
+                         "predictions");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Jobs, CudaTrainerTest,
+    ::testing::Values(Case{config::ShardingConfig::TABLE_WISE, "sgd", "sgd", false},
+                      Case{config::ShardingConfig::TABLE_WISE, "adagrad", "rowwise_adagrad", false},
+                      Case{config::ShardingConfig::DATA_PARALLEL, "adagrad", "rowwise_adagrad",
+                           false},
+                      Case{config::ShardingConfig::TABLE_WISE, "adagrad", "rowwise_adagrad", true}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return std::string(shard::ShardingTypeShortName(info.param.type)) + "_" + info.param.dense +
+             "_" + info.param.sparse + (info.param.dcn ? "_dcn" : "");
+    });
+
+// A trainer's ordinal with no device behind it is refused naming it, before any step.
+TEST(CudaTrainerDevice, AnOrdinalWithNoDeviceIsRefused) {
+  SKIP_WITHOUT_GPU();
+  config::DlrmConfig c = CaseConfig(Case{config::ShardingConfig::TABLE_WISE, "sgd", "sgd", false},
+                                    config::DeviceConfig::CUDA);
+  c.mutable_device()->set_ordinal(cuda::DeviceCount());
+  try {
+    MakeJob(c);
+    FAIL() << "ordinal " << c.device().ordinal() << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dlrm
