@@ -95,8 +95,8 @@ DLRM_API dlrm_status dlrm_trainer_create(const char* config_text, const char* cl
       };
     const dlrm::config::DlrmConfig config = ConfigFrom(config_text);
     const dlrm::cluster::ClusterEnv env = ClusterFrom(cluster);
-    handle->impl = std::make_unique<dlrm::train::TrainerRole>(
-        env, config, DirFrom(restore_dir), factory, dlrm::DeviceTrainerBackends());
+    handle->impl = std::make_unique<dlrm::train::TrainerRole>(env, config, DirFrom(restore_dir),
+                                                              factory, dlrm::BuiltTrainerDevices());
     *out = handle.release();  // ownership passes to the caller until dlrm_trainer_destroy
   });
 }

@@ -1,9 +1,12 @@
 #include "engine/device_backends.h"
 
+#include <utility>
+
 #include "engine/config/config.h"
 #include "engine/core/status.h"
 #if DLRM_HAVE_CUDA
 #include "engine/cuda/backend.h"
+#include "engine/cuda/nccl_communicator.h"
 #include "engine/cuda/trainer_backend.h"
 #endif
 
@@ -33,6 +36,17 @@ std::unique_ptr<train::TrainerBackend> MakeTrainerBackendFor(const config::DlrmC
 #endif
 }
 
+std::unique_ptr<collective::Communicator> MakeDeviceCommunicator(
+    std::unique_ptr<collective::Communicator> bootstrap, const config::DlrmConfig& config) {
+#if DLRM_HAVE_CUDA
+  return cuda::MakeNcclCommunicator(std::move(bootstrap), config.device().ordinal());
+#else
+  (void)bootstrap;
+  (void)config;
+  ThrowBuiltWithoutCuda();
+#endif
+}
+
 }  // namespace
 
 std::unique_ptr<train::Backend> MakeDeviceBackend(const config::DlrmConfig& config,
@@ -46,6 +60,8 @@ std::unique_ptr<train::Backend> MakeDeviceBackend(const config::DlrmConfig& conf
 #endif
 }
 
-train::TrainerBackendFactory DeviceTrainerBackends() { return MakeTrainerBackendFor; }
+train::TrainerDevices BuiltTrainerDevices() {
+  return {MakeTrainerBackendFor, MakeDeviceCommunicator};
+}
 
 }  // namespace dlrm

@@ -100,7 +100,7 @@ int TrainJob(train::TrainerRole& job, const config::DlrmConfig& config);
 int TrainerMain(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
                 const std::string& restore) {
   if (FLAGS_train.empty()) ThrowInvalid("train needs --train");
-  train::TrainerRole job(env, config, restore, nullptr, DeviceTrainerBackends());
+  train::TrainerRole job(env, config, restore, nullptr, BuiltTrainerDevices());
   try {
     return TrainJob(job, config);
   } catch (const Error& e) {

@@ -155,13 +155,15 @@ void ParseTransport(const EnvLookup& lookup, ClusterEnv* env) {
   if (std::optional<std::string> collective = lookup("DLRM_COLLECTIVE")) {
     if (*collective == "gloo") {
       env->collective = ClusterEnv::Collective::kGloo;
+    } else if (*collective == "nccl") {
+      env->collective = ClusterEnv::Collective::kNccl;
     } else if (*collective != "builtin") {
-      ThrowInvalid("DLRM_COLLECTIVE='", *collective, "' is not builtin or gloo");
+      ThrowInvalid("DLRM_COLLECTIVE='", *collective, "' is not builtin, gloo or nccl");
     }
-    if (env->collective == ClusterEnv::Collective::kGloo && !env->secret.empty())
-      ThrowInvalid(
-          "DLRM_COLLECTIVE=gloo cannot be used with DLRM_SECRET: Gloo's connections "
-          "are not authenticated (use DLRM_COLLECTIVE=builtin)");
+    if (env->collective != ClusterEnv::Collective::kBuiltin && !env->secret.empty())
+      ThrowInvalid("DLRM_COLLECTIVE=", *collective,
+                   " cannot be used with DLRM_SECRET: its connections are not authenticated "
+                   "(use DLRM_COLLECTIVE=builtin)");
   }
 }
 

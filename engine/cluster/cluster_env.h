@@ -16,8 +16,10 @@
 //   DLRM_NET_DELAY_MS  added one-way delay of every message sent, default 0: a stand-in
 //                      for a slower network in benchmarks (TransportOptions::delay_ms)
 //   DLRM_COLLECTIVE    the trainers' all-gather: builtin (default: over this transport,
-//                      authenticated with DLRM_SECRET) or gloo (gloo_communicator.h; not
-//                      authenticated, so refused together with DLRM_SECRET)
+//                      authenticated with DLRM_SECRET), gloo (gloo_communicator.h) or
+//                      nccl (cuda/nccl_communicator.h: trainers with device.kind CUDA,
+//                      bootstrapped over builtin); gloo and nccl are not authenticated,
+//                      so either is refused together with DLRM_SECRET
 //
 // Every bad value is an error naming the variable and the value (DLRM_SECRET's value is
 // never echoed, only its length). The contract is strict: a DLRM_* variable that libdlrm
@@ -74,7 +76,7 @@ struct ClusterEnv {
   std::string secret;
   int64_t timeout_ms = kDefaultTimeoutMs;
   int64_t net_delay_ms = 0;
-  enum class Collective { kBuiltin, kGloo };
+  enum class Collective { kBuiltin, kGloo, kNccl };
   Collective collective = Collective::kBuiltin;
 
   // "tcp://host:port": where peers connect to the coordinator.

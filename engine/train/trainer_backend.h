@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/collective/communicator.h"
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/thread_pool.h"
 #include "engine/data/batch.h"
@@ -66,6 +67,19 @@ std::unique_ptr<TrainerBackend> MakeCpuTrainerBackend(DlrmModel<float>* model, T
 // and refuses any other device by name, never computing on the CPU behind a CUDA config.
 using TrainerBackendFactory = std::function<std::unique_ptr<TrainerBackend>(
     const config::DlrmConfig& config, DlrmModel<float>* model, ThreadPool* pool)>;
+
+// Makes the trainers' communicator over device memory (DLRM_COLLECTIVE=nccl) for
+// config.device(), bootstrapped over `bootstrap` (the built-in one: NCCL's unique id
+// travels over it). Collective over bootstrap's ranks.
+using DeviceCommunicatorFactory = std::function<std::unique_ptr<collective::Communicator>(
+    std::unique_ptr<collective::Communicator> bootstrap, const config::DlrmConfig& config)>;
+
+// What the layer that knows the devices gives a trainer (engine/device_backends.h); a
+// member left empty refuses what needs it, naming it.
+struct TrainerDevices {
+  TrainerBackendFactory backend;
+  DeviceCommunicatorFactory communicator;
+};
 
 // factory's backend for config.device(); with no factory, the CPU's for kind CPU and
 // kFailedPrecondition naming device.kind for any other.

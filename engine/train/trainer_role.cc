@@ -30,8 +30,8 @@ std::chrono::milliseconds AllGatherTimeout(const cluster::ClusterEnv& env) {
 TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
                          const std::string& restore_dir,
                          const CommunicatorFactory& make_communicator,
-                         const TrainerBackendFactory& make_backend)
-    : config_(Validated(config)),
+                         const TrainerDevices& devices)
+    : config_(Validated(env, config)),
       env_(env),
       pool_(ResolveThreadCount(config_.num_threads())),
       member_(cluster::MakeMemberTransport(env)),
@@ -43,43 +43,61 @@ TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfi
   layout_ = cluster::LayoutFromRoster(
       coordinator_.Rendezvous(listener_.address(), cluster::JobConfigOf(config_)), env.rank,
       config_);
-  comm_ = MakeCommunicator(make_communicator);
+  comm_ = MakeCommunicator(make_communicator, devices);
   service_ = std::make_unique<ps::RemoteEmbeddingService>(
       context_, layout_.server_addresses, layout_.index, member_.options, Timeout(env),
       WireValuePrecision(config_.distributed()));
   trainer_ = std::make_unique<DataParallelTrainer>(config_, layout_.plan, comm_.get(),
-                                                   service_.get(), &pool_, make_backend);
+                                                   service_.get(), &pool_, devices.backend);
   if (!restore_dir.empty()) Restore(restore_dir);
 }
 
-const config::DlrmConfig& TrainerRole::Validated(const config::DlrmConfig& config) {
+const config::DlrmConfig& TrainerRole::Validated(const cluster::ClusterEnv& env,
+                                                 const config::DlrmConfig& config) {
   ValidateConfig(config);
+  if (env.collective == cluster::ClusterEnv::Collective::kNccl &&
+      config.device().kind() != config::DeviceConfig::CUDA)
+    ThrowInvalid(
+        "DLRM_COLLECTIVE=nccl needs device.kind CUDA (NCCL exchanges a trainer's "
+        "GPU memory), got device.kind ",
+        config::DeviceConfig::Kind_Name(config.device().kind()));
   return config;
 }
 
 std::unique_ptr<collective::Communicator> TrainerRole::MakeCommunicator(
-    const CommunicatorFactory& factory) {
-  const bool gloo = env_.collective == cluster::ClusterEnv::Collective::kGloo;
+    const CommunicatorFactory& factory, const TrainerDevices& devices) {
+  using Collective = cluster::ClusterEnv::Collective;
+  if (factory && env_.collective != Collective::kBuiltin)
+    ThrowInvalid("DLRM_COLLECTIVE=", env_.collective == Collective::kGloo ? "gloo" : "nccl",
+                 " and a host all-gather were both given: choose one");
   std::unique_ptr<collective::Communicator> comm;
   if (factory) {
-    if (gloo)
-      ThrowInvalid("DLRM_COLLECTIVE=gloo and a host all-gather were both given: choose one");
     comm = factory(layout_.index, layout_.num_trainers());
+  } else if (env_.collective == Collective::kNccl) {
+    if (!devices.communicator)
+      Throw(StatusCode::kFailedPrecondition,
+            "DLRM_COLLECTIVE=nccl but this trainer was made without device backends (a host "
+            "of the train layer alone): give it engine/device_backends.h's");
+    comm = devices.communicator(MakeHostCommunicator(), config_);
   } else {
-    comm = std::make_unique<collective::NetCommunicator>(
-        context_, &listener_, layout_.trainer_addresses, layout_.trainer_links, layout_.index,
-        member_.options, AllGatherTimeout(env_));
-    // Gloo listens on the address this trainer was reached at (the roster's, where a
-    // wildcard bind was replaced by the address the coordinator saw).
-    if (gloo)
-      comm = collective::MakeGlooCommunicator(
-          std::move(comm), cluster::EndpointHost(layout_.trainer_addresses[layout_.index]),
-          AllGatherTimeout(env_));
+    comm = MakeHostCommunicator();
   }
   if (!comm || comm->rank() != layout_.index || comm->world_size() != layout_.num_trainers())
     ThrowInvalid("the communicator is not rank ", layout_.index, " of ", layout_.num_trainers(),
                  " (this trainer's index and the trainer count)");
   return comm;
+}
+
+std::unique_ptr<collective::Communicator> TrainerRole::MakeHostCommunicator() {
+  std::unique_ptr<collective::Communicator> comm = std::make_unique<collective::NetCommunicator>(
+      context_, &listener_, layout_.trainer_addresses, layout_.trainer_links, layout_.index,
+      member_.options, AllGatherTimeout(env_));
+  if (env_.collective != cluster::ClusterEnv::Collective::kGloo) return comm;
+  // Gloo listens on the address this trainer was reached at (the roster's, where a
+  // wildcard bind was replaced by the address the coordinator saw).
+  return collective::MakeGlooCommunicator(
+      std::move(comm), cluster::EndpointHost(layout_.trainer_addresses[layout_.index]),
+      AllGatherTimeout(env_));
 }
 
 void TrainerRole::Restore(const std::string& restore_dir) {

@@ -40,13 +40,14 @@ class TrainerRole {
   // field otherwise). The role owns its transport context and its thread pool
   // (config.num_threads). restore_dir: a checkpoint to resume from (empty: start fresh).
   // make_communicator: null uses the transport (NetCommunicator, or Gloo by env).
-  // make_backend: the device side of the step for config.device() (trainer_backend.h;
-  // engine/device_backends.h has every device this libdlrm was built with); null computes
-  // on the CPU and refuses any other device.
+  // devices: the device side of the step for config.device() and the NCCL communicator
+  // of DLRM_COLLECTIVE=nccl (trainer_backend.h; engine/device_backends.h has every device
+  // this libdlrm was built with); without them the trainer computes on the CPU and
+  // refuses any other device or collective by name.
   TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
               const std::string& restore_dir = "",
               const CommunicatorFactory& make_communicator = nullptr,
-              const TrainerBackendFactory& make_backend = nullptr);
+              const TrainerDevices& devices = {});
   ~TrainerRole();
 
   DataParallelTrainer& trainer() { return *trainer_; }
@@ -76,8 +77,13 @@ class TrainerRole {
   void LeaveFailed(const std::string& failure) { coordinator_.LeaveFailed(failure); }
 
  private:
-  static const config::DlrmConfig& Validated(const config::DlrmConfig& config);
-  std::unique_ptr<collective::Communicator> MakeCommunicator(const CommunicatorFactory& factory);
+  // config, once it passed ValidateConfig and suits env (DLRM_COLLECTIVE=nccl: a GPU).
+  static const config::DlrmConfig& Validated(const cluster::ClusterEnv& env,
+                                             const config::DlrmConfig& config);
+  std::unique_ptr<collective::Communicator> MakeCommunicator(const CommunicatorFactory& factory,
+                                                             const TrainerDevices& devices);
+  // The transport's own communicator, or Gloo's over it (env_.collective).
+  std::unique_ptr<collective::Communicator> MakeHostCommunicator();
   void Restore(const std::string& restore_dir);
   // The lead trainer's part of Checkpoint: the servers' shards, the dense state, the
   // replicas and, last, the manifest.

@@ -190,18 +190,22 @@ TEST(DistEnvTest, RejectsTimeout) {
   ExpectInvalid("DLRM_NET_DELAY_MS", "-1", {"DLRM_NET_DELAY_MS=-1 is out of range [0, 60000]"});
 }
 
-TEST(DistEnvTest, CollectiveIsBuiltinOrGlooWithoutASecret) {
+TEST(DistEnvTest, CollectiveIsBuiltinGlooOrNcclWithoutASecret) {
   EXPECT_EQ(Parse(Trainer()).collective, cluster::ClusterEnv::Collective::kBuiltin);
   Vars vars = Trainer();
   vars["DLRM_COLLECTIVE"] = "gloo";
   EXPECT_EQ(Parse(vars).collective, cluster::ClusterEnv::Collective::kGloo);
+  vars["DLRM_COLLECTIVE"] = "nccl";
+  EXPECT_EQ(Parse(vars).collective, cluster::ClusterEnv::Collective::kNccl);
   vars["DLRM_COLLECTIVE"] = "builtin";
   EXPECT_EQ(Parse(vars).collective, cluster::ClusterEnv::Collective::kBuiltin);
-  ExpectInvalid("DLRM_COLLECTIVE", "mpi", {"DLRM_COLLECTIVE='mpi' is not builtin or gloo"});
+  ExpectInvalid("DLRM_COLLECTIVE", "mpi", {"DLRM_COLLECTIVE='mpi' is not builtin, gloo or nccl"});
   Vars with_secret = Trainer();
   with_secret["DLRM_SECRET"] = "a-secret-of-20-bytes";
-  ExpectInvalid("DLRM_COLLECTIVE", "gloo", {"DLRM_COLLECTIVE=gloo", "not authenticated"},
-                with_secret);
+  for (const char* unauthenticated : {"gloo", "nccl"})
+    ExpectInvalid("DLRM_COLLECTIVE", unauthenticated,
+                  {std::string("DLRM_COLLECTIVE=") + unauthenticated, "not authenticated"},
+                  with_secret);
 }
 
 TEST(DistEnvTest, EndpointHostStripsSchemePortAndBrackets) {

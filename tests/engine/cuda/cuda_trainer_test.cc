@@ -4,8 +4,10 @@
 // 1e-4 relative at every step and predictions within 1e-4 after 100 steps, with SGD and with
 // Adagrad + row-wise Adagrad, table-wise and replicated (DATA_PARALLEL) tables, a DOT and a
 // DCNv2 model; both ranks hold the same dense parameters bitwise; a second GPU job repeats
-// the first bitwise. Reported SKIPPED where there is no GPU (data_parallel_trainer_test
-// covers the refusal there).
+// the first bitwise. And a job whose one trainer exchanges over NCCL (DLRM_COLLECTIVE=nccl).
+// Reported SKIPPED where there is no GPU (data_parallel_trainer_test covers the refusal
+// there), except the NCCL job's refusal, checked here.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,10 +18,12 @@
 #include "engine/config/config.h"
 #include "engine/cuda/trainer_backend.h"
 #include "engine/device_backends.h"
+#include "engine/engine.h"
 #include "tests/support/cuda_support.h"
 #include "tests/support/dist_cluster.h"
 #include "tests/support/dist_config.h"
 #include "tests/support/dist_data.h"
+#include "tests/support/dist_job.h"
 
 namespace dlrm {
 namespace {
@@ -49,7 +53,8 @@ config::DlrmConfig CaseConfig(const Case& k, config::DeviceConfig::Kind device) 
 }
 
 std::unique_ptr<InProcessCluster> MakeJob(const config::DlrmConfig& c) {
-  return std::make_unique<InProcessCluster>(c, kServers, kTrainers, 0, DeviceTrainerBackends());
+  return std::make_unique<InProcessCluster>(c, kServers, kTrainers, 0,
+                                            BuiltTrainerDevices().backend);
 }
 
 // One step of the job on global batch `step`; its rank-0 loss (every rank's is the same).
@@ -116,6 +121,38 @@ TEST(CudaTrainerDevice, AnOrdinalWithNoDeviceIsRefused) {
     FAIL() << "ordinal " << c.device().ordinal() << " was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kInvalidArgument) << e.what();
+  }
+}
+
+// DLRM_COLLECTIVE=nccl: a trainer on a GPU exchanges through NCCL (bootstrapped over the
+// built-in all-gather). One server and one trainer, over loopback (the one GPU here: NCCL
+// takes one rank per device): the job's losses are the CPU engine's within 1e-4 relative.
+// Without a GPU the trainer is refused naming why (this half runs in CI).
+TEST(CudaTrainerNccl, OneTrainerOverNcclTrainsAsTheCpuOrIsRefusedNamingWhy) {
+  config::DlrmConfig c = testing::ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "adagrad",
+                                                    "rowwise_adagrad", 1);
+  c.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  std::vector<float> losses;
+  const testing::JobResult result = testing::RunJob(
+      c, "",
+      [&](train::TrainerRole& t) {
+        for (int64_t step = 0; step < 10; ++step)
+          losses.push_back(t.trainer().TrainStep(testing::MakeTestBatch(c, step, kGlobal).view()));
+      },
+      20000, false, cluster::ClusterEnv::Collective::kNccl, 1, 1, nullptr, BuiltTrainerDevices());
+  if (cuda::DeviceCount() == 0) {
+    EXPECT_THAT(result.trainer_errors[0],
+                ::testing::ContainsRegex("built without CUDA|no usable CUDA device|libnccl"));
+    return;
+  }
+  ASSERT_EQ(result.trainer_errors[0], "");
+  config::DlrmConfig on_cpu = c;
+  on_cpu.mutable_device()->set_kind(config::DeviceConfig::CPU);
+  Engine engine(on_cpu);
+  ASSERT_EQ(losses.size(), 10u);
+  for (int64_t step = 0; step < 10; ++step) {
+    const float want = engine.TrainStep(testing::MakeTestBatch(c, step, kGlobal).view());
+    EXPECT_NEAR(losses[step], want, 1e-4f * std::fabs(want)) << "step " << step;
   }
 }
 

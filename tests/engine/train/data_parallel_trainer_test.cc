@@ -347,7 +347,8 @@ TEST(DataParallelTrainerDevice, ACudaTrainerIsRefusedNamingTheCauseOrTrainsOnThe
   }
   std::unique_ptr<InProcessCluster> gpu;
   try {
-    gpu = std::make_unique<InProcessCluster>(c, kServers, kTrainers, 0, DeviceTrainerBackends());
+    gpu = std::make_unique<InProcessCluster>(c, kServers, kTrainers, 0,
+                                             BuiltTrainerDevices().backend);
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition) << e.what();
     EXPECT_THAT(e.what(), ::testing::ContainsRegex("built without CUDA|no usable CUDA device|"

@@ -35,6 +35,7 @@
 #include "tests/support/dist_checks.h"
 #include "tests/support/dist_config.h"
 #include "tests/support/dist_data.h"
+#include "tests/support/dist_job.h"
 #include "tests/support/forger.h"
 #include "tests/support/test_support.h"
 
@@ -46,94 +47,6 @@ using namespace ::dlrm::testing;  // the suites' shared helpers
 using std::chrono::milliseconds;
 constexpr int32_t kServers = 2, kTrainers = 2;
 constexpr int64_t kPart = 32, kGlobal = kPart * kTrainers;
-
-// What each trainer does between joining and Finish; its index is t.trainer_rank().
-using TrainerBody = std::function<void(train::TrainerRole& t)>;
-
-struct JobResult {
-  std::vector<std::string> server_errors, trainer_errors;
-  std::string coordinator_error;  // "" when every peer left
-};
-
-// Runs a job: ranks 0..servers-1 are servers, the rest trainers. `dead_server` replaces
-// server 1 by a peer that joins and then vanishes (a server that died).
-JobResult RunJob(
-    const config::DlrmConfig& c, const std::string& restore, const TrainerBody& body,
-    int64_t timeout_ms = 20000, bool dead_server = false,
-    cluster::ClusterEnv::Collective collective = cluster::ClusterEnv::Collective::kBuiltin,
-    int32_t servers = kServers, int32_t trainers = kTrainers,
-    std::atomic<const std::string*>* coordinator_address = nullptr) {
-  net::Context context;
-  const int32_t world = servers + trainers;
-  // The dead server's link to the coordinator: it outlives the coordinator, silent.
-  std::unique_ptr<net::Client> dead_link;
-  cluster::Coordinator coordinator(context, world, "tcp://127.0.0.1:*", net::TransportOptions());
-  JobResult result;
-  std::atomic<bool> coordinator_done{false};
-  std::thread coordinator_thread([&] {
-    try {
-      coordinator.Rendezvous(milliseconds(timeout_ms));
-      coordinator.Serve();
-    } catch (const Error& e) {
-      result.coordinator_error = e.what();
-    }
-    coordinator_done = true;
-  });
-  if (coordinator_address) *coordinator_address = &coordinator.address();
-  result.server_errors.resize(static_cast<size_t>(servers));
-  result.trainer_errors.resize(static_cast<size_t>(trainers));
-  std::vector<std::thread> peers;
-  for (int32_t rank = 0; rank < world; ++rank) {
-    peers.emplace_back([&, rank] {
-      const bool server = rank < servers;
-      cluster::ClusterEnv env =
-          PeerEnv(coordinator.address(), server ? cluster::ROLE_SERVER : cluster::ROLE_TRAINER,
-                  rank, world, timeout_ms);
-      env.collective = collective;
-      std::string& error =
-          server ? result.server_errors[rank] : result.trainer_errors[rank - servers];
-      try {
-        if (server && dead_server && rank == 1) {
-          // Joins (HELLO, roster) as a killed process would have, then sends nothing: no
-          // heartbeats, no answers (its listener closes).
-          net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(),
-                                 env.Transport(), "doomed server");
-          dead_link = std::make_unique<net::Client>(context, env.CoordinatorEndpoint(),
-                                                    env.Transport(), "coordinator", rank);
-          cluster::Hello hello;
-          hello.set_role(cluster::ROLE_SERVER);
-          hello.set_rank(rank);
-          hello.set_world_size(world);
-          hello.set_address(listener.address());
-          dead_link->Call(cluster::MakeHello(hello), milliseconds(timeout_ms));
-          return;
-        }
-        if (server) {
-          ps::RunEmbeddingServer(context, env, c, restore);
-        } else {
-          train::TrainerRole t(env, c, restore);
-          body(t);
-          t.Finish();
-        }
-      } catch (const Error& e) {
-        error = e.what();
-      }
-    });
-  }
-  for (auto& p : peers) p.join();
-  // The coordinator ends by itself: every peer left, or one left and the rest did not
-  // within the timeout (dead or failed peers). Stopped only when it does not.
-  const auto deadline =
-      std::chrono::steady_clock::now() + milliseconds(cluster::kLeaveTimeouts * timeout_ms + 5000);
-  while (!coordinator_done && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(milliseconds(20));
-  if (!coordinator_done) {
-    ADD_FAILURE() << "the coordinator still waits after every peer has ended";
-    coordinator.Stop();
-  }
-  coordinator_thread.join();
-  return result;
-}
 
 // A path of this process's own (the shared TempDir: under DLRM_TEST_TMPDIR, with the pid,
 // so that two runs of the suite on one machine never share a job's files), absent: the
@@ -307,6 +220,30 @@ TEST(ClusterGloo, ATrainerThatFailsFailsTheOtherWithinTheTimeout) {
       << result.trainer_errors[0];
   EXPECT_EQ(result.trainer_errors[1], "trainer 1 gives up");
   EXPECT_LT(seconds, 4.0 * kTimeoutMs / 1000 + 5);
+}
+
+// DLRM_COLLECTIVE=nccl is for trainers on GPUs: a trainer whose device is the CPU refuses
+// it by name before it joins, and one on a GPU made without device backends (a host of the
+// train layer alone) refuses it naming that, never exchanging over something else.
+TEST(ClusterNccl, RefusedNamingTheDeviceOrTheMissingBackends) {
+  config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", kServers);
+  const auto nccl = cluster::ClusterEnv::Collective::kNccl;
+  const auto nothing = [](train::TrainerRole&) { FAIL() << "a trainer joined"; };
+  JobResult result = RunJob(c, "", nothing, 1000, false, nccl);
+  for (int r = 0; r < kTrainers; ++r)
+    EXPECT_NE(result.trainer_errors[r].find("DLRM_COLLECTIVE=nccl needs device.kind CUDA (NCCL "
+                                            "exchanges a trainer's GPU memory), got device.kind "
+                                            "CPU"),
+              std::string::npos)
+        << result.trainer_errors[r];
+  c.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  result = RunJob(c, "", nothing, 2000, false, nccl);
+  for (int r = 0; r < kTrainers; ++r)
+    EXPECT_NE(result.trainer_errors[r].find("DLRM_COLLECTIVE=nccl but this trainer was made "
+                                            "without device backends"),
+              std::string::npos)
+        << result.trainer_errors[r];
 }
 
 INSTANTIATE_TEST_SUITE_P(
