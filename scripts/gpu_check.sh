@@ -21,7 +21,9 @@
 #                                   multihot at batch 8192 in fp32 and in TF32, each with
 #                                   a time limit, MLPerf's DCNv2 in fp32 and bf16, then
 #                                   PyTorch with batches copied from
-#                                   host memory each step (--host_batches, as the engine);
+#                                   host memory each step (--host_batches, as the engine),
+#                                   then a 1-server 1-trainer job (dlrm launch) with the
+#                                   trainer on the CPU, the GPU, and the GPU over NCCL;
 #                                   full logs under $OUT (or /tmp/gpu-out), a table of
 #                                   train samples/s (ours, PyTorch's) last
 set -euo pipefail
@@ -46,6 +48,7 @@ for bin in "${tests[@]/#/tests/}" dlrm bench/cuda_pooled_bench; do
     while read -r lib; do cp -L "$lib" "$BUNDLE/lib/"; done
 done
 cp -r bench/configs "$BUNDLE/configs"
+cp tools/configs/demo.pbtxt "$BUNDLE/configs/demo.pbtxt"
 cp bench/torch_reference.py "$BUNDLE/"
 cat > "$BUNDLE/env.sh" <<'ENV'
 # Sourced by run.sh and bench.sh: the bundle's libraries on the library path.
@@ -137,6 +140,22 @@ for config in small kaggle multihot; do
     --config "$here/configs/$config.pbtxt" --device cuda --batch_size 8192 --bag_size "$bag" \
     --steps 200 --host_batches) > "$log" 2>&1
   report "$config highest, torch batches from host" "$out/bench_${config}_highest.log" "$log"
+done
+# A multi-process job (dlrm launch: 1 embedding server, 1 trainer, sync) on the demo model:
+# the trainer's dense step on the CPU, on the GPU, and on the GPU exchanging over NCCL.
+data=/tmp/dlrm-job-data
+"$here/dlrm" generate --out_dir="$data" --train_samples=400000 --test_samples=8192 \
+  > "$out/job_generate.log" 2>&1
+for variant in cpu cuda nccl; do
+  device=cuda; collective=builtin
+  [ "$variant" = cpu ] && device=cpu
+  [ "$variant" = nccl ] && collective=nccl
+  log="$out/job_$variant.log"
+  (source "$here/env.sh" && DLRM_COLLECTIVE=$collective timeout 120 "$here/dlrm" launch \
+    --trainers=1 --servers=1 -- train --config="$here/configs/demo.pbtxt" \
+    --train="$data/train.tsv" --test="$data/test.tsv" --batch_size=4096 --threads=4 \
+    --device="$device" --max_steps=80 --warmup_steps=10 --log_every_seconds=1000) > "$log" 2>&1
+  echo "job $variant: exit $? $(grep -o 'steady [0-9]* samples/s ([0-9.]* ms/step' "$log" | tail -1)) $(grep -o 'auc=[0-9.]*' "$log" | tail -1)"
 done
 ALL
 chmod +x "$BUNDLE/run.sh" "$BUNDLE/bench.sh" "$BUNDLE/all.sh"

@@ -36,6 +36,7 @@ DECLARE_int32(epochs);
 DECLARE_int32(threads);
 DECLARE_double(log_every_seconds);
 DECLARE_bool(skip_malformed);
+DECLARE_string(device);
 
 DEFINE_string(mode, "", "multi-process jobs: sync or hybrid (default: the config's)");
 DEFINE_int64(staleness, 0, "multi-process jobs: hybrid's staleness bound (0: the config's)");
@@ -54,6 +55,7 @@ config::DlrmConfig JobConfig() {
   if (FLAGS_config.empty()) ThrowInvalid("train needs --config");
   config::DlrmConfig config = LoadConfigFile(FLAGS_config);
   if (FLAGS_threads >= 0) config.set_num_threads(FLAGS_threads);
+  if (!FLAGS_device.empty()) SetDeviceByName(FLAGS_device, "--device", config.mutable_device());
   config::DistributedConfig* d = config.mutable_distributed();
   if (FLAGS_mode == "sync") {
     d->set_mode(config::DistributedConfig::SYNC);

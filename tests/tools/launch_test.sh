@@ -96,4 +96,16 @@ grep -q "batch_size 255 must be a positive multiple of the 2 trainers" "$WORK/ru
 "$DLRM" launch --trainers=1 --servers=1 -- train "${common[@]}" --mode=fast \
   > "$WORK/run6.log" 2>&1 && fail "trained in mode fast"
 grep -q "mode must be sync or hybrid" "$WORK/run6.log" || fail "no message for a bad mode"
+# A trainer asked for a GPU where none can be used ends the job naming why, never trains on
+# the CPU instead (on a GPU machine it trains there: cuda_trainer_test).
+if ! command -v nvidia-smi > /dev/null; then
+  "$DLRM" launch --trainers=1 --servers=1 -- train "${common[@]}" --device=cuda \
+    --max_steps=5 > "$WORK/run7.log" 2>&1 && fail "trained on cuda without a GPU"
+  grep -Eq "FAILED_PRECONDITION: (no usable CUDA device|device.kind is CUDA but this libdlrm was built without CUDA)" \
+    "$WORK/run7.log" || fail "no message naming why cuda cannot be used"
+  DLRM_COLLECTIVE=nccl "$DLRM" launch --trainers=1 --servers=1 -- train "${common[@]}" \
+    --max_steps=5 > "$WORK/run8.log" 2>&1 && fail "DLRM_COLLECTIVE=nccl was taken by a CPU trainer"
+  grep -q "DLRM_COLLECTIVE=nccl needs device.kind CUDA" "$WORK/run8.log" \
+    || fail "no message for nccl on a CPU trainer"
+fi
 echo PASS
