@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,13 @@ struct Case {
   const char* sparse;
   bool dcn;
 };
+
+std::string CaseName(const Case& k) {
+  return std::string(shard::ShardingTypeShortName(k.type)) + "_" + k.dense + "_" + k.sparse +
+         (k.dcn ? "_dcn" : "");
+}
+
+void PrintTo(const Case& k, std::ostream* os) { *os << CaseName(k); }
 
 config::DlrmConfig CaseConfig(const Case& k, config::DeviceConfig::Kind device) {
   config::DlrmConfig c = testing::ShardedTestConfig(k.type, k.dense, k.sparse, kServers);
@@ -105,10 +113,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{config::ShardingConfig::DATA_PARALLEL, "adagrad", "rowwise_adagrad",
                            false},
                       Case{config::ShardingConfig::TABLE_WISE, "adagrad", "rowwise_adagrad", true}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      return std::string(shard::ShardingTypeShortName(info.param.type)) + "_" + info.param.dense +
-             "_" + info.param.sparse + (info.param.dcn ? "_dcn" : "");
-    });
+    [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
 
 // A trainer's ordinal with no device behind it is refused naming it, before any step.
 TEST(CudaTrainerDevice, AnOrdinalWithNoDeviceIsRefused) {
