@@ -51,11 +51,26 @@ DEFINE_int64(warmup_steps, 10, "steps left out of the reported steady-state samp
 namespace dlrm::tools {
 namespace {
 
-config::DlrmConfig JobConfig() {
+// A trainer's --device on config; cuda:local names the GPU of its DLRM_LOCAL_RANK. Servers
+// compute on the CPU whatever the flag says (the device is a field of each process).
+void ApplyDeviceFlag(const cluster::ClusterEnv& env, config::DlrmConfig* config) {
+  if (FLAGS_device.empty() || env.role != cluster::ROLE_TRAINER) return;
+  std::string device = FLAGS_device;
+  if (device == "cuda:local") {
+    if (env.local_rank < 0)
+      ThrowInvalid(
+          "--device=cuda:local needs DLRM_LOCAL_RANK (this trainer's index on its "
+          "host; dlrm launch sets it, another launcher must)");
+    device = "cuda:" + std::to_string(env.local_rank);
+  }
+  SetDeviceByName(device, "--device", config->mutable_device());
+}
+
+config::DlrmConfig JobConfig(const cluster::ClusterEnv& env) {
   if (FLAGS_config.empty()) ThrowInvalid("train needs --config");
   config::DlrmConfig config = LoadConfigFile(FLAGS_config);
   if (FLAGS_threads >= 0) config.set_num_threads(FLAGS_threads);
-  if (!FLAGS_device.empty()) SetDeviceByName(FLAGS_device, "--device", config.mutable_device());
+  ApplyDeviceFlag(env, &config);
   config::DistributedConfig* d = config.mutable_distributed();
   if (FLAGS_mode == "sync") {
     d->set_mode(config::DistributedConfig::SYNC);
@@ -255,10 +270,11 @@ int DistributedTrainCommand() {
                                   ? ""
                                   : CheckpointToRestore(FLAGS_restore);
   if (env.role != cluster::ROLE_TRAINER) {
-    ps::RunServingRole(env, JobConfig, restore);
+    const auto config = [&env] { return JobConfig(env); };
+    ps::RunServingRole(env, config, restore);
     return 0;
   }
-  return TrainerMain(env, JobConfig(), restore);
+  return TrainerMain(env, JobConfig(env), restore);
 }
 
 }  // namespace dlrm::tools

@@ -96,20 +96,24 @@ std::vector<Child> StartJob(const std::vector<std::string>& args, int port) {
       {"DLRM_WORLD_SIZE", std::to_string(FLAGS_trainers + FLAGS_servers)},
       {"DLRM_COORDINATOR", "127.0.0.1:" + std::to_string(port)}};
   std::vector<Child> children;
-  auto start = [&](const std::string& name, const std::string& role, int32_t rank) {
+  // local_rank: a trainer's index on this host (DLRM_LOCAL_RANK: its GPU for
+  // --device=cuda:local); -1 for the others.
+  auto start = [&](const std::string& name, const std::string& role, int32_t rank,
+                   int32_t local_rank) {
     std::map<std::string, std::string> env = common;
     env["DLRM_ROLE"] = role;
     if (rank >= 0) env["DLRM_RANK"] = std::to_string(rank);
+    if (local_rank >= 0) env["DLRM_LOCAL_RANK"] = std::to_string(local_rank);
     Child c;
     c.name = name;
     c.pid = Spawn(args, env);
     std::fprintf(stderr, "launch: %s is pid %d\n", name.c_str(), static_cast<int>(c.pid));
     children.push_back(c);
   };
-  start("coordinator", "coordinator", -1);
-  for (int32_t s = 0; s < FLAGS_servers; ++s) start("server " + std::to_string(s), "server", s);
+  start("coordinator", "coordinator", -1, -1);
+  for (int32_t s = 0; s < FLAGS_servers; ++s) start("server " + std::to_string(s), "server", s, -1);
   for (int32_t t = 0; t < FLAGS_trainers; ++t)
-    start("trainer " + std::to_string(t), "trainer", FLAGS_servers + t);
+    start("trainer " + std::to_string(t), "trainer", FLAGS_servers + t, t);
   return children;
 }
 

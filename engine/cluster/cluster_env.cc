@@ -118,6 +118,10 @@ void ParseMembership(const EnvLookup& lookup, ClusterEnv* env) {
         ParseIntVar("DLRM_RANK", *rank, 0, env->world_size - 1,
                     "[0, DLRM_WORLD_SIZE=" + std::to_string(env->world_size) + ")"));
   }
+  if (std::optional<std::string> local = lookup("DLRM_LOCAL_RANK"))
+    env->local_rank = static_cast<int32_t>(
+        ParseIntVar("DLRM_LOCAL_RANK", *local, 0, env->world_size - 1,
+                    "[0, DLRM_WORLD_SIZE=" + std::to_string(env->world_size) + ")"));
 }
 
 void ParseAddresses(const EnvLookup& lookup, ClusterEnv* env) {
@@ -224,8 +228,8 @@ namespace {
 
 // The contract's variables (cluster_env.h), then the others libdlrm and its scripts read.
 constexpr const char* kKnownVariables[] = {
-    "DLRM_ROLE", "DLRM_WORLD_SIZE", "DLRM_RANK", "DLRM_COORDINATOR", "DLRM_BIND_ADDRESS",
-    "DLRM_SECRET", "DLRM_TIMEOUT_MS", "DLRM_NET_DELAY_MS", "DLRM_COLLECTIVE",
+    "DLRM_ROLE", "DLRM_WORLD_SIZE", "DLRM_RANK", "DLRM_LOCAL_RANK", "DLRM_COORDINATOR",
+    "DLRM_BIND_ADDRESS", "DLRM_SECRET", "DLRM_TIMEOUT_MS", "DLRM_NET_DELAY_MS", "DLRM_COLLECTIVE",
     // engine/core/cpu_features.h
     "DLRM_MAX_ISA",
     // bindings (the library to load), scripts/*.sh, tests and benchmarks

@@ -6,6 +6,10 @@
 //                      the coordinator is not counted                         (required)
 //   DLRM_RANK          this peer's rank in [0, DLRM_WORLD_SIZE)    (required for peers;
 //                      the coordinator has no rank: if set it must still be an integer)
+//   DLRM_LOCAL_RANK    this process's index among the job's processes of its role on
+//                      its host, in [0, DLRM_WORLD_SIZE): the GPU of a trainer started
+//                      with --device=cuda:local; `dlrm launch` sets it for trainers
+//                      (optional)
 //   DLRM_COORDINATOR   host:port of the coordinator (IPv6 as [addr]:port)    (required)
 //   DLRM_BIND_ADDRESS  interface to listen on, default 127.0.0.1 (loopback only); set it
 //                      (e.g. 0.0.0.0 or the host's IP) for a job that spans hosts
@@ -68,7 +72,8 @@ Liveness LivenessFor(std::chrono::milliseconds timeout);
 
 struct ClusterEnv {
   Role role = ROLE_UNSPECIFIED;
-  int32_t rank = -1;  // -1 for the coordinator
+  int32_t rank = -1;        // -1 for the coordinator
+  int32_t local_rank = -1;  // DLRM_LOCAL_RANK; -1 when not set
   int32_t world_size = 0;
   std::string coordinator_host;  // as given ("10.0.0.5", "[::1]", "node-3")
   int32_t coordinator_port = 0;

@@ -25,14 +25,17 @@ OpenFileCache& OpenFileCache::ProcessWide() {
   return *cache;
 }
 
+OpenFileCache::Handle OpenFileCache::FindLocked(const std::string& path) {
+  const auto it = by_path_.find(path);
+  if (it == by_path_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->second;
+}
+
 OpenFileCache::Handle OpenFileCache::Get(const std::string& path, int flags) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto it = by_path_.find(path);
-    if (it != by_path_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second);
-      return it->second->second;
-    }
+    if (Handle cached = FindLocked(path)) return cached;
   }
   // Opened outside the lock: an open of a cold file does not stall other readers.
   FileDescriptor fd(::open(path.c_str(), flags | O_CLOEXEC));
@@ -42,11 +45,8 @@ OpenFileCache::Handle OpenFileCache::Get(const std::string& path, int flags) {
   }
   auto handle = std::make_shared<const FileDescriptor>(std::move(fd));
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = by_path_.find(path);
-  if (it != by_path_.end()) {  // another thread opened it meanwhile: keep one
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return it->second->second;
-  }
+  // Another thread may have opened it meanwhile: keep one.
+  if (Handle cached = FindLocked(path)) return cached;
   lru_.emplace_front(path, handle);
   by_path_[path] = lru_.begin();
   const int64_t capacity = this->capacity();

@@ -60,6 +60,8 @@ class OpenFileCache {
 
  private:
   using Lru = std::list<std::pair<std::string, Handle>>;  // most recent first
+  // The cached handle of path, made the most recent; null if none. Holds mu_.
+  Handle FindLocked(const std::string& path);
 
   const int64_t capacity_;
   mutable std::mutex mu_;

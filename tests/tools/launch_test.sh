@@ -107,5 +107,16 @@ if ! command -v nvidia-smi > /dev/null; then
     --max_steps=5 > "$WORK/run8.log" 2>&1 && fail "DLRM_COLLECTIVE=nccl was taken by a CPU trainer"
   grep -q "DLRM_COLLECTIVE=nccl needs device.kind CUDA" "$WORK/run8.log" \
     || fail "no message for nccl on a CPU trainer"
+  # cuda:local is the GPU of the trainer's DLRM_LOCAL_RANK, which dlrm launch sets ...
+  "$DLRM" launch --trainers=1 --servers=1 -- train "${common[@]}" --device=cuda:local \
+    --max_steps=5 > "$WORK/run9.log" 2>&1 && fail "trained on cuda:local without a GPU"
+  grep -Eq "FAILED_PRECONDITION: (no usable CUDA device|device.kind is CUDA but)" \
+    "$WORK/run9.log" || fail "cuda:local did not reach the device"
+  # ... and another launcher must.
+  DLRM_ROLE=trainer DLRM_RANK=1 DLRM_WORLD_SIZE=2 DLRM_COORDINATOR=127.0.0.1:1 "$DLRM" train \
+    "${common[@]}" --device=cuda:local > "$WORK/run10.log" 2>&1 \
+    && fail "cuda:local without DLRM_LOCAL_RANK was taken"
+  grep -q "device=cuda:local needs DLRM_LOCAL_RANK" "$WORK/run10.log" \
+    || fail "no message for cuda:local without DLRM_LOCAL_RANK"
 fi
 echo PASS

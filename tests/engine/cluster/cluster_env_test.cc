@@ -148,6 +148,19 @@ TEST(DistEnvTest, RejectsRank) {
   ExpectInvalid("DLRM_RANK", "", {"DLRM_RANK='' is not an integer"});
 }
 
+// DLRM_LOCAL_RANK (a trainer's GPU for --device=cuda:local) is optional; when set, it is
+// held to DLRM_RANK's range.
+TEST(DistEnvTest, LocalRankIsOptionalAndChecked) {
+  EXPECT_EQ(Parse(Trainer()).local_rank, -1);
+  Vars vars = Trainer();
+  vars["DLRM_LOCAL_RANK"] = "3";
+  EXPECT_EQ(Parse(vars).local_rank, 3);
+  ExpectInvalid("DLRM_LOCAL_RANK", "4",
+                {"DLRM_LOCAL_RANK=4 is out of range [0, DLRM_WORLD_SIZE=4)"});
+  ExpectInvalid("DLRM_LOCAL_RANK", "-1", {"DLRM_LOCAL_RANK=-1 is out of range"});
+  ExpectInvalid("DLRM_LOCAL_RANK", "gpu0", {"DLRM_LOCAL_RANK='gpu0' is not an integer"});
+}
+
 TEST(DistEnvTest, RejectsCoordinator) {
   ExpectInvalid("DLRM_COORDINATOR", std::nullopt, {"DLRM_COORDINATOR is not set", "host:port"});
   ExpectInvalid("DLRM_COORDINATOR", "node-1", {"DLRM_COORDINATOR='node-1' is not host:port"});
