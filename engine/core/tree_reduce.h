@@ -5,6 +5,7 @@
 // below, whose shape depends only on the number of chunks.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -20,12 +21,20 @@ template <typename T>
 void TreeReduceInto(const std::vector<T*>& partials, size_t count, ThreadPool* pool) {
   const size_t k = partials.size();
   if (k <= 1 || count == 0) return;
+  // The whole tree over one block of elements at a time, so the partials it adds into are
+  // still in L1 at the next level: each partial is read from memory once, not once a level
+  // (with the dense gradients of a large model, megabytes per chunk, that was a third of
+  // the reduction's traffic). The order of every element's additions is the tree's.
+  constexpr size_t kBlock = 2048;
   auto reduce_range = [&](size_t begin, size_t end) {
-    for (size_t stride = 1; stride < k; stride *= 2) {
-      for (size_t i = 0; i + stride < k; i += 2 * stride) {
-        T* dst = partials[i];
-        const T* src = partials[i + stride];
-        for (size_t e = begin; e < end; ++e) dst[e] += src[e];
+    for (size_t b0 = begin; b0 < end; b0 += kBlock) {
+      const size_t b1 = std::min(end, b0 + kBlock);
+      for (size_t stride = 1; stride < k; stride *= 2) {
+        for (size_t i = 0; i + stride < k; i += 2 * stride) {
+          T* dst = partials[i];
+          const T* src = partials[i + stride];
+          for (size_t e = b0; e < b1; ++e) dst[e] += src[e];
+        }
       }
     }
   };

@@ -265,7 +265,9 @@ double DlrmModel<T>::ForwardBackwardChunks(const ValidatedBatch& batch, T grad_s
   std::vector<T*> partials;
   for (int64_t c = 0; c < chunks; ++c) partials.push_back(chunk_grads_[c].data());
   TreeReduceInto(partials, num_params, pool);
-  dense_grad->assign(chunk_grads_[0].begin(), chunk_grads_[0].begin() + num_params);
+  // Handed over, not copied (a DCNv2 model's is 64 MB); the caller's old buffer becomes
+  // chunk 0's, which the next step overwrites.
+  dense_grad->swap(chunk_grads_[0]);
   std::vector<double*> loss_partials;
   for (auto& l : chunk_loss) loss_partials.push_back(&l);
   TreeReduceInto(loss_partials, 1, nullptr);
