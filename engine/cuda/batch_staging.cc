@@ -1,10 +1,9 @@
 #include "engine/cuda/batch_staging.h"
 
 #include <algorithm>
-#include <cstring>
 
-#include "engine/core/parallel_copy.h"
 #include "engine/cuda/device.h"
+#include "engine/cuda/host_copy.h"
 
 namespace dlrm::cuda {
 namespace {
@@ -16,10 +15,6 @@ bool Grow(DeviceBuffer<T>& buffer, size_t count) {
   buffer.Reserve(count);
   return buffer.get() != before;
 }
-
-// Values copied into pinned memory before their slice's copy to the device starts: the
-// device copies one slice while the host pins the next.
-constexpr size_t kStageChunkBytes = size_t{4} << 20;
 
 size_t DenseCount(const BatchView& v) {
   return static_cast<size_t>(v.batch_size) * static_cast<size_t>(v.num_dense);
@@ -51,16 +46,7 @@ void DeviceBatch::Reserve(const BatchView& batch, size_t num_offsets, bool with_
 template <typename T>
 void BatchStaging::Stage(PinnedBuffer<T>& pinned, DeviceBuffer<T>& device, const T* from,
                          size_t count, cudaStream_t stream) {
-  if (count == 0 || from == nullptr) return;
-  pinned.Reserve(count);
-  const size_t chunk = std::max<size_t>(1, kStageChunkBytes / sizeof(T));
-  for (size_t at = 0; at < count; at += chunk) {
-    const size_t n = std::min(chunk, count - at);
-    CopyInParallel(pool_, from + at, n, pinned.get() + at);
-    CheckCuda(cudaMemcpyAsync(device.get() + at, pinned.get() + at, n * sizeof(T),
-                              cudaMemcpyHostToDevice, stream),
-              "cudaMemcpyAsync (batch to the device)");
-  }
+  CopyToDevice(pool_, from, count, pinned, device.get(), stream);
 }
 
 BatchStaging::BatchStaging(cudaStream_t compute, ThreadPool* pool)

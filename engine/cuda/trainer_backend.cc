@@ -10,6 +10,7 @@
 #include "engine/cuda/dense_network.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/host_copy.h"
 
 namespace dlrm::cuda {
 namespace {
@@ -18,11 +19,12 @@ class CudaTrainerBackend final : public train::TrainerBackend {
  public:
   CudaTrainerBackend(int ordinal, DlrmModel<float>* model, const config::DlrmConfig& config,
                      ThreadPool* pool)
-      : model_(*model), ordinal_(ordinal), device_(OpenDevice(ordinal)) {
+      : model_(*model), pool_(pool), ordinal_(ordinal), device_(OpenDevice(ordinal)) {
     CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     net_ = std::make_unique<DenseNetwork>(model_, stream_, PrecisionOf(config.device()));
     staging_ = std::make_unique<BatchStaging>(stream_, pool);
     rows_.resize(config.model().tables_size());
+    pinned_rows_.resize(rows_.size());
   }
   ~CudaTrainerBackend() override {
     cudaSetDevice(ordinal_);  // this thread may have another device selected
@@ -43,11 +45,13 @@ class CudaTrainerBackend final : public train::TrainerBackend {
 
  private:
   // The host's parameters (if changed) and `rows` on the device, the feature specs naming
-  // them; enqueued on stream_.
+  // them; enqueued on stream_ once every table is checked (CheckRows: kInvalidArgument).
   void CopyIn(const std::vector<EmbeddingTable<float>>& rows);
+  void CheckRows(const std::vector<EmbeddingTable<float>>& rows) const;
   void CopyRowsIn(const std::vector<EmbeddingTable<float>>& rows);
 
   DlrmModel<float>& model_;
+  ThreadPool* const pool_;  // copies through the pinned buffers
   const int ordinal_;
   const DeviceInfo device_;
   cudaStream_t stream_ = nullptr;
@@ -56,6 +60,10 @@ class CudaTrainerBackend final : public train::TrainerBackend {
   DeviceBuffer<float> params_, dense_grad_;
   bool params_stale_ = true;
   std::vector<DeviceBuffer<float>> rows_;  // by table, grown only
+  // Every transfer goes through pinned memory (host_copy.h), reused call to call: each
+  // call synchronizes before it returns, so a buffer is free again at the next.
+  PinnedBuffer<float> pinned_params_, pinned_grad_, pinned_d_pooled_;
+  std::vector<PinnedBuffer<float>> pinned_rows_;  // by table
   std::vector<FeatureSpec> host_specs_;
   DeviceBuffer<FeatureSpec> specs_;
   DenseActivations acts_;
@@ -64,23 +72,33 @@ class CudaTrainerBackend final : public train::TrainerBackend {
 
 void CudaTrainerBackend::CopyIn(const std::vector<EmbeddingTable<float>>& rows) {
   CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+  CheckRows(rows);
+  // A call that threw may have left copies in flight that still read the pinned buffers.
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   if (params_stale_) {
-    params_.Upload(model_.dense_params(), stream_);
+    const std::vector<float>& params = model_.dense_params();
+    params_.Resize(params.size());
+    CopyToDevice(pool_, params.data(), params.size(), pinned_params_, params_.get(), stream_);
     params_stale_ = false;
   }
   CopyRowsIn(rows);
 }
 
-void CudaTrainerBackend::CopyRowsIn(const std::vector<EmbeddingTable<float>>& rows) {
+void CudaTrainerBackend::CheckRows(const std::vector<EmbeddingTable<float>>& rows) const {
   if (rows.size() < rows_.size())
     ThrowInvalid(name(), ": ", rows.size(), " tables of fetched rows for a model of ",
                  rows_.size());
+  for (size_t t = 0; t < rows_.size(); ++t)
+    if (rows[t].half() || rows[t].quantized())
+      ThrowInvalid(name(), ": fetched rows of table \"", rows[t].name(), "\" are not FP32");
+}
+
+void CudaTrainerBackend::CopyRowsIn(const std::vector<EmbeddingTable<float>>& rows) {
   for (size_t t = 0; t < rows_.size(); ++t) {
     const EmbeddingTable<float>& table = rows[t];
-    if (table.half() || table.quantized())
-      ThrowInvalid(name(), ": fetched rows of table \"", table.name(), "\" are not FP32");
     rows_[t].Reserve(table.data().size());
-    rows_[t].CopyIn(table.data().data(), table.data().size(), stream_);
+    CopyToDevice(pool_, table.data().data(), table.data().size(), pinned_rows_[t], rows_[t].get(),
+                 stream_);
   }
   host_specs_.clear();
   for (const FeatureBinding& f : model_.feature_bindings())
@@ -99,13 +117,15 @@ double CudaTrainerBackend::ForwardBackward(const ValidatedBatch& part, int64_t g
   dense_grad_.Resize(model_.dense_params().size());
   net_->Backward(params_.get(), in, 1.0f / static_cast<float>(global_batch), acts_, grads_,
                  dense_grad_.get());
-  dense_grad->resize(dense_grad_.size());
-  d_pooled->resize(grads_.d_pooled.size());
   double loss_sum = 0;
-  dense_grad_.Download(dense_grad->data(), dense_grad->size(), stream_);
-  grads_.d_pooled.Download(d_pooled->data(), d_pooled->size(), stream_);
+  StartCopyToHost(dense_grad_.get(), dense_grad_.size(), pinned_grad_, stream_);
+  StartCopyToHost(grads_.d_pooled.get(), grads_.d_pooled.size(), pinned_d_pooled_, stream_);
   grads_.loss_sum.Download(&loss_sum, 1, stream_);
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  dense_grad->resize(dense_grad_.size());
+  d_pooled->resize(grads_.d_pooled.size());
+  CopyFromPinned(pool_, pinned_grad_, dense_grad->size(), dense_grad->data());
+  CopyFromPinned(pool_, pinned_d_pooled_, d_pooled->size(), d_pooled->data());
   return loss_sum;
 }
 

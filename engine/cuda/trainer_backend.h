@@ -6,7 +6,8 @@
 // update or a restore), the step's fetched rows (the distinct rows of the part's ids, one
 // small FP32 table per model table) and the part itself (through pinned buffers), pools
 // every feature in one launch, runs the network (dense_network.h) with the loss scaled by
-// 1 / global_batch, and copies the dense gradient, d_pooled and the loss sum back: the
+// 1 / global_batch, and copies the dense gradient, d_pooled and the loss sum back (every
+// copy through pinned buffers the pool's threads fill and empty, host_copy.h): the
 // trainer exchanges them with the other ranks and sums them on the host as it does for a
 // CPU trainer. One host synchronization per call. The part's sizes change every step (its
 // distinct rows do), so steps run eagerly, never as a CUDA graph.
