@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -326,6 +327,99 @@ TEST(HybridTest, NeverExceedsTheStalenessBound) {
       EXPECT_EQ(seen, bound) << "hybrid never used its slack";
     }
   }
+}
+
+// A backend that computes on a copy of the dense parameters refreshed only when the trainer
+// says they changed, as a device backend does (cuda/trainer_backend.h): the trainer's side of
+// that contract, checked without a GPU. It counts the refreshes.
+class CopyingBackend final : public train::TrainerBackend {
+ public:
+  CopyingBackend(const config::DlrmConfig& c, const DlrmModel<float>* host, ThreadPool* pool,
+                 int* refreshes)
+      : host_(*host),
+        own_(c, pool, /*allocate_tables=*/false),
+        pool_(pool),
+        refreshes_(refreshes) {}
+  std::string name() const override { return "copying"; }
+  double ForwardBackward(const ValidatedBatch& part, int64_t global_batch,
+                         std::vector<EmbeddingTable<float>>& rows, std::vector<float>* dense_grad,
+                         std::vector<float>* d_pooled) override {
+    Refresh();
+    const EmbeddingBagCollection<float> bags(&rows, own_.feature_bindings(), own_.pooled_width());
+    return own_.ForwardBackwardPart(part, global_batch, bags, dense_grad, d_pooled, pool_);
+  }
+  void PredictLogits(const ValidatedBatch& batch, std::vector<EmbeddingTable<float>>& rows,
+                     float* logits) override {
+    Refresh();
+    const EmbeddingBagCollection<float> bags(&rows, own_.feature_bindings(), own_.pooled_width());
+    own_.PredictLogits(batch, bags, logits, pool_);
+  }
+  void ParametersChanged() override { stale_ = true; }
+
+ private:
+  void Refresh() {
+    if (!stale_) return;
+    own_.dense_params() = host_.dense_params();
+    stale_ = false;
+    ++*refreshes_;
+  }
+
+  const DlrmModel<float>& host_;
+  DlrmModel<float> own_;
+  ThreadPool* pool_;
+  int* refreshes_;
+  bool stale_ = true;
+};
+
+// Trainers whose backend keeps its own copy of the parameters train as one process, bitwise,
+// refreshing it once a step (after each dense update) and after a caller changed the
+// parameters (a restore); prediction sees the changed ones. With a notification missing,
+// the copy would lag a step and the losses would differ from the engine's.
+TEST(DataParallelTrainerDevice, ABackendWithItsOwnParameterCopyIsToldOfEveryChange) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "adagrad", "rowwise_adagrad", kServers);
+  int refreshes[kTrainers] = {0, 0};
+  std::atomic<int> made{0};
+  const train::TrainerBackendFactory copying = [&](const config::DlrmConfig& config,
+                                                   DlrmModel<float>* model, ThreadPool* pool) {
+    return std::make_unique<CopyingBackend>(config, model, pool, &refreshes[made++]);
+  };
+  Engine engine(c);
+  InProcessCluster cluster(c, kServers, kTrainers, 0, copying);
+  constexpr int64_t kSteps = 4;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    const OwnedBatch global = MakeBatch(c, step);
+    const float want = engine.TrainStep(global.view());
+    std::vector<std::string> errors;
+    const std::vector<float> losses =
+        cluster.Step({Part(global, 0, kPart), Part(global, kPart, kGlobal)}, &errors);
+    for (int r = 0; r < kTrainers; ++r) {
+      ASSERT_EQ(errors[r], "");
+      ASSERT_EQ(std::memcmp(&losses[r], &want, sizeof(float)), 0) << "step " << step;
+    }
+  }
+  for (int r = 0; r < kTrainers; ++r) EXPECT_EQ(refreshes[r], kSteps) << "rank " << r;
+  // A caller changes the parameters (as a restore does): predictions follow at once.
+  const OwnedBatch batch = MakeBatch(c, 99);
+  std::vector<float> before(kGlobal), after(kGlobal);
+  cluster.trainers[0]->PredictLogits(batch.view(), before.data());
+  for (float& v : cluster.trainers[0]->mutable_model().dense_params()) v *= 0.5f;
+  cluster.trainers[0]->PredictLogits(batch.view(), after.data());
+  EXPECT_NE(before, after) << "prediction used the stale copy";
+  // The engine after the same steps, its dense parameters halved alike, predicts the same.
+  std::vector<float> want(kGlobal);
+  Engine halved(c);
+  for (int64_t step = 0; step < kSteps; ++step) halved.TrainStep(MakeBatch(c, step).view());
+  for (const DenseParamInfo& p : cluster.trainers[0]->model().dense_param_infos()) {
+    std::vector<float> values(p.size);
+    halved.ReadParameter(p.name, values.data(), static_cast<int64_t>(p.size));
+    for (float& v : values) v *= 0.5f;
+    halved.WriteParameter(p.name, values.data(), static_cast<int64_t>(p.size));
+  }
+  halved.Predict(batch.view(), want.data(), kGlobal);
+  std::vector<float> got(kGlobal);
+  for (int64_t i = 0; i < kGlobal; ++i) got[i] = StableSigmoid(after[i]);
+  EXPECT_EQ(got, want);
 }
 
 // A trainer's device (trainer_backend.h): device.kind CUDA is never trained on the CPU. A
