@@ -49,7 +49,8 @@ void CrossNet<T>::Initialize(T* params, uint64_t seed, uint64_t stream_base) con
 }
 
 template <typename T>
-const T* CrossNet<T>::Forward(const T* params, const T* x0, int64_t n, T* acts) const {
+const T* CrossNet<T>::Forward(const T* params, const T* x0, int64_t n, T* acts,
+                              GemmPackCache* weights) const {
   const int d = dim_, r = rank_;
   const T* x = x0;
   for (int l = 0; l < layers_; ++l) {
@@ -57,10 +58,13 @@ const T* CrossNet<T>::Forward(const T* params, const T* x0, int64_t n, T* acts) 
     T* y = h + n * r;
     T* next = y + n * d;
     if (r == 0) {
-      Gemm<T>(false, true, n, d, d, T(1), x, d, params + w_offset(l), d, T(0), y, d, precision_);
+      Gemm<T>(false, true, n, d, d, T(1), x, d, params + w_offset(l), d, T(0), y, d, precision_,
+              weights);
     } else {
-      Gemm<T>(false, true, n, r, d, T(1), x, d, params + v_offset(l), d, T(0), h, r, precision_);
-      Gemm<T>(false, true, n, d, r, T(1), h, r, params + u_offset(l), r, T(0), y, d, precision_);
+      Gemm<T>(false, true, n, r, d, T(1), x, d, params + v_offset(l), d, T(0), h, r, precision_,
+              weights);
+      Gemm<T>(false, true, n, d, r, T(1), h, r, params + u_offset(l), r, T(0), y, d, precision_,
+              weights);
     }
     BiasActivationForward(y, params + bias_offset(l), n, d, Activation::kNone);
     for (int64_t i = 0; i < n * d; ++i) next[i] = x0[i] * y[i] + x[i];
@@ -86,23 +90,27 @@ void CrossNet<T>::ElementwiseBackward(const T* g, const T* x0, const T* y, int64
 
 template <typename T>
 void CrossNet<T>::WeightsBackward(const T* params, int l, const T* x, const T* h, const T* dy,
-                                  const T* g, int64_t n, T* grads, T* dh, T* next) const {
+                                  const T* g, int64_t n, T* grads, T* dh, T* next,
+                                  GemmPackCache* weights) const {
   const int d = dim_, r = rank_;
   std::copy(g, g + n * d, next);  // the identity path: x_{l+1} = ... + x_l
   if (r == 0) {
     Gemm<T>(true, false, d, d, n, T(1), dy, d, x, d, T(0), grads + w_offset(l), d, precision_);
-    Gemm<T>(false, false, n, d, d, T(1), dy, d, params + w_offset(l), d, T(1), next, d, precision_);
+    Gemm<T>(false, false, n, d, d, T(1), dy, d, params + w_offset(l), d, T(1), next, d, precision_,
+            weights);
     return;
   }
   Gemm<T>(true, false, d, r, n, T(1), dy, d, h, r, T(0), grads + u_offset(l), r, precision_);
-  Gemm<T>(false, false, n, r, d, T(1), dy, d, params + u_offset(l), r, T(0), dh, r, precision_);
+  Gemm<T>(false, false, n, r, d, T(1), dy, d, params + u_offset(l), r, T(0), dh, r, precision_,
+          weights);
   Gemm<T>(true, false, r, d, n, T(1), dh, r, x, d, T(0), grads + v_offset(l), d, precision_);
-  Gemm<T>(false, false, n, d, r, T(1), dh, r, params + v_offset(l), d, T(1), next, d, precision_);
+  Gemm<T>(false, false, n, d, r, T(1), dh, r, params + v_offset(l), d, T(1), next, d, precision_,
+          weights);
 }
 
 template <typename T>
 void CrossNet<T>::Backward(const T* params, const T* x0, const T* acts, const T* dout, int64_t n,
-                           T* grads, T* dx0, T* scratch) const {
+                           T* grads, T* dx0, T* scratch, GemmPackCache* weights) const {
   const int d = dim_, r = rank_;
   T* g = scratch;        // d(loss)/d(x_{l+1}) [n x d]
   T* next = g + n * d;   // d(loss)/d(x_l)
@@ -115,7 +123,7 @@ void CrossNet<T>::Backward(const T* params, const T* x0, const T* acts, const T*
     const T* y = h + n * r;
     const T* x = l == 0 ? x0 : acts + LayerOffset(l - 1, n) + n * (r + d);
     ElementwiseBackward(g, x0, y, n, dy, dx0, grads + bias_offset(l));
-    WeightsBackward(params, l, x, h, dy, g, n, grads, dh, next);
+    WeightsBackward(params, l, x, h, dy, g, n, grads, dh, next, weights);
     std::swap(g, next);
   }
   for (int64_t i = 0; i < n * d; ++i) dx0[i] += g[i];  // x0 is also the first layer's x

@@ -49,7 +49,9 @@ class CrossNet {
   void Initialize(T* params, uint64_t seed, uint64_t stream_base) const;
 
   // x0 [n x d] -> each layer's activations into acts; returns x_L [n x d] (inside acts).
-  const T* Forward(const T* params, const T* x0, int64_t n, T* acts) const;
+  // weights: where the layers' weights stay packed for the step's other chunks, or null.
+  const T* Forward(const T* params, const T* x0, int64_t n, T* acts,
+                   GemmPackCache* weights = nullptr) const;
   // Where Forward left x_L in acts, for n rows.
   const T* Output(const T* acts, int64_t n) const {
     return acts + LayerOffset(layers_ - 1, n) + static_cast<size_t>(n) * (rank_ + dim_);
@@ -58,7 +60,7 @@ class CrossNet {
   // dout [n x d] is the loss gradient w.r.t. x_L. Overwrites this network's range of
   // `grads` (absolute offsets) with the chunk's gradient and writes dx0 [n x d].
   void Backward(const T* params, const T* x0, const T* acts, const T* dout, int64_t n, T* grads,
-                T* dx0, T* scratch) const;
+                T* dx0, T* scratch, GemmPackCache* weights = nullptr) const;
 
  private:
   size_t LayerParams() const {
@@ -75,7 +77,7 @@ class CrossNet {
                            T* db) const;
   // The layer's weight gradients from dy and its input x, and next = g + dy (W or U V).
   void WeightsBackward(const T* params, int l, const T* x, const T* h, const T* dy, const T* g,
-                       int64_t n, T* grads, T* dh, T* next) const;
+                       int64_t n, T* grads, T* dh, T* next, GemmPackCache* weights) const;
 
   int dim_, layers_, rank_;
   size_t param_offset_;

@@ -25,11 +25,19 @@ blasint ToBlasInt(int64_t value, const char* name) {
 CBLAS_TRANSPOSE ToBlasTrans(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
 
 // Float GEMMs go to the engine's AVX-512 kernel where the CPU has it (sgemm_avx512.h says
-// why), to BLAS elsewhere; the choice is made once per process.
+// why), to BLAS elsewhere; the choice is made once per process. With a cache, op(B) is
+// packed there once (GemmPackCache).
 void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha,
               const float* a, blasint lda, const float* b, blasint ldb, float beta, float* c,
-              blasint ldc, GemmPrecision precision) {
-  if (precision == GemmPrecision::kBf16) {
+              blasint ldc, GemmPrecision precision, GemmPackCache* b_cache) {
+  const bool bf16 = precision == GemmPrecision::kBf16;
+  if (b_cache != nullptr && (bf16 || CpuHasAvx512())) {
+    DLRM_INTERNAL_CHECK(!bf16 || CpuHasAvx512Bf16());
+    const uint32_t* packed = b_cache->Packed(b, tb == CblasTrans, n, k, ldb, bf16);
+    GemmAvx512PackedB(bf16, ta == CblasTrans, m, n, k, alpha, a, lda, packed, beta, c, ldc);
+    return;
+  }
+  if (bf16) {
     DLRM_INTERNAL_CHECK(CpuHasAvx512Bf16());
     SbgemmAvx512(ta == CblasTrans, tb == CblasTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
@@ -43,7 +51,7 @@ void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blas
 
 void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, double alpha,
               const double* a, blasint lda, const double* b, blasint ldb, double beta, double* c,
-              blasint ldc, GemmPrecision precision) {
+              blasint ldc, GemmPrecision precision, GemmPackCache* /*b_cache: float only*/) {
   DLRM_INTERNAL_CHECK(precision == GemmPrecision::kFp32);
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
@@ -64,6 +72,51 @@ void ScaleRows(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
 
 }  // namespace
 
+struct GemmPackCache::Entry {
+  const float* b = nullptr;
+  bool trans_b = false, bf16 = false;
+  int64_t n = 0, k = 0, ldb = 0;
+  bool valid = false;
+  std::vector<uint32_t> storage;
+  uint32_t* words = nullptr;  // 64-byte aligned, inside storage
+};
+
+GemmPackCache::GemmPackCache() = default;
+GemmPackCache::~GemmPackCache() = default;
+
+void GemmPackCache::Reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& e : entries_) e->valid = false;
+}
+
+const uint32_t* GemmPackCache::Packed(const float* B, bool trans_b, int64_t N, int64_t K,
+                                      int64_t ldb, bool bf16) {
+  // Packed under the lock: only the first chunk of a step packs, and the others need the
+  // same operands next.
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry* slot = nullptr;
+  for (auto& e : entries_) {
+    const bool same = e->b == B && e->trans_b == trans_b && e->bf16 == bf16 && e->n == N &&
+                      e->k == K && e->ldb == ldb;
+    if (same && e->valid) return e->words;
+    if (same || (slot == nullptr && !e->valid)) slot = e.get();
+  }
+  if (slot == nullptr) slot = entries_.emplace_back(std::make_unique<Entry>()).get();
+  const auto words = static_cast<size_t>(PackedBAvx512Words(bf16, N, K));
+  slot->storage.resize(words + 16);
+  const auto address = reinterpret_cast<uintptr_t>(slot->storage.data());
+  slot->words = slot->storage.data() + ((64 - address % 64) % 64) / sizeof(uint32_t);
+  PackBAvx512(bf16, trans_b, N, K, B, ldb, slot->words);
+  slot->b = B;
+  slot->trans_b = trans_b;
+  slot->bf16 = bf16;
+  slot->n = N;
+  slot->k = K;
+  slot->ldb = ldb;
+  slot->valid = true;
+  return slot->words;
+}
+
 void EnsureSingleThreadedBlas() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
@@ -71,8 +124,8 @@ void EnsureSingleThreadedBlas() {
 
 template <typename T>
 void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc,
-          GemmPrecision precision) {
+          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc, GemmPrecision precision,
+          GemmPackCache* b_cache) {
   EnsureSingleThreadedBlas();
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == T(0)) {  // C = beta * C, however A and B hold inf or NaN
@@ -87,12 +140,14 @@ void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
   if (b_ld < (trans_b ? k : n)) ThrowInvalid("Gemm: ldb ", ldb, " is below the row width");
   if (c_ld < n) ThrowInvalid("Gemm: ldc ", ldc, " is below N ", N);
   BlasGemm(ToBlasTrans(trans_a), ToBlasTrans(trans_b), m, n, k, alpha, A, a_ld, B, b_ld, beta, C,
-           c_ld, precision);
+           c_ld, precision, b_cache);
 }
 
 template void Gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                          const float*, int64_t, float, float*, int64_t, GemmPrecision);
+                          const float*, int64_t, float, float*, int64_t, GemmPrecision,
+                          GemmPackCache*);
 template void Gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
-                           const double*, int64_t, double, double*, int64_t, GemmPrecision);
+                           const double*, int64_t, double, double*, int64_t, GemmPrecision,
+                           GemmPackCache*);
 
 }  // namespace dlrm

@@ -43,25 +43,26 @@ void ActivationBackwardBiasGrad(const T* y, T* dy, int64_t n, int out, Activatio
 
 template <typename T>
 void LinearForward(const T* x, int64_t n, int in, int out, const T* W, const T* b, Activation act,
-                   T* y, GemmPrecision precision) {
-  Gemm<T>(false, true, n, out, in, T(1), x, in, W, in, T(0), y, out, precision);
+                   T* y, GemmPrecision precision, GemmPackCache* weights) {
+  Gemm<T>(false, true, n, out, in, T(1), x, in, W, in, T(0), y, out, precision, weights);
   BiasActivationForward(y, b, n, out, act);
 }
 
 template <typename T>
 void LinearBackward(const T* x, const T* y, T* dy, int64_t n, int in, int out, const T* W,
-                    Activation act, T* dx, T* dW, T* db, GemmPrecision precision) {
+                    Activation act, T* dx, T* dW, T* db, GemmPrecision precision,
+                    GemmPackCache* weights) {
   ActivationBackwardBiasGrad(y, dy, n, out, act, db);
   Gemm<T>(true, false, out, in, n, T(1), dy, out, x, in, T(0), dW, in, precision);
   if (dx != nullptr)
-    Gemm<T>(false, false, n, in, out, T(1), dy, out, W, in, T(0), dx, in, precision);
+    Gemm<T>(false, false, n, in, out, T(1), dy, out, W, in, T(0), dx, in, precision, weights);
 }
 
 #define DLRM_INSTANTIATE_LINEAR(T)                                                                 \
   template void LinearForward<T>(const T*, int64_t, int, int, const T*, const T*, Activation, T*,  \
-                                 GemmPrecision);                                                   \
+                                 GemmPrecision, GemmPackCache*);                                   \
   template void LinearBackward<T>(const T*, const T*, T*, int64_t, int, int, const T*, Activation, \
-                                  T*, T*, T*, GemmPrecision);                                      \
+                                  T*, T*, T*, GemmPrecision, GemmPackCache*);                      \
   template void BiasActivationForward<T>(T*, const T*, int64_t, int, Activation);                  \
   template void ActivationBackwardBiasGrad<T>(const T*, T*, int64_t, int, Activation, T*);
 

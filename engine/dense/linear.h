@@ -15,9 +15,11 @@ namespace dlrm {
 enum class Activation { kNone, kRelu };
 
 // x [n x in] -> y [n x out]. precision: what the GEMMs multiply (gemm.h; kBf16 for float).
+// weights: where W stays packed for the other chunks of the step (gemm.h), or null.
 template <typename T>
 void LinearForward(const T* x, int64_t n, int in, int out, const T* W, const T* b, Activation act,
-                   T* y, GemmPrecision precision = GemmPrecision::kFp32);
+                   T* y, GemmPrecision precision = GemmPrecision::kFp32,
+                   GemmPackCache* weights = nullptr);
 
 // Backward of LinearForward. y is its output (read only for kRelu). dy [n x out] holds the
 // loss gradient w.r.t. y on entry and the gradient w.r.t. the pre-activation on return.
@@ -26,7 +28,8 @@ void LinearForward(const T* x, int64_t n, int in, int out, const T* W, const T* 
 template <typename T>
 void LinearBackward(const T* x, const T* y, T* dy, int64_t n, int in, int out, const T* W,
                     Activation act, T* dx, T* dW, T* db,
-                    GemmPrecision precision = GemmPrecision::kFp32);
+                    GemmPrecision precision = GemmPrecision::kFp32,
+                    GemmPackCache* weights = nullptr);
 
 // The element-wise halves, exposed for tests and micro-benchmarks.
 // y [n x out] = act(y + b) in place. ReLU keeps NaN (as PyTorch), so divergence shows.

@@ -90,13 +90,14 @@ Activation Mlp<T>::activation(int l) const {
 }
 
 template <typename T>
-const T* Mlp<T>::Forward(const T* params, const T* x, int64_t n, T* acts) const {
+const T* Mlp<T>::Forward(const T* params, const T* x, int64_t n, T* acts,
+                         GemmPackCache* weights) const {
   const T* input = x;
   T* out = acts;
   for (int l = 0; l < num_layers(); ++l) {
     const int in_w = layer_in(l), out_w = layer_out(l);
     LinearForward(input, n, in_w, out_w, params + weight_offset(l), params + bias_offset(l),
-                  activation(l), out, precision_);
+                  activation(l), out, precision_, weights);
     input = out;
     out += n * out_w;
   }
@@ -105,7 +106,7 @@ const T* Mlp<T>::Forward(const T* params, const T* x, int64_t n, T* acts) const 
 
 template <typename T>
 void Mlp<T>::Backward(const T* params, const T* x, const T* acts, const T* dy, int64_t n, T* grads,
-                      T* dx, T* scratch) const {
+                      T* dx, T* scratch, GemmPackCache* weights) const {
   const int last = num_layers() - 1;
   T* const buffers[2] = {scratch, scratch + n * (scratch_per_row() / 2)};
   // Start of layer l's activation block: n times the widths of the layers before it.
@@ -125,7 +126,7 @@ void Mlp<T>::Backward(const T* params, const T* x, const T* acts, const T* dy, i
     T* grad_in = l == 0 ? dx : (grad_out == buffers[0] ? buffers[1] : buffers[0]);
     LinearBackward(input, acts_block(l), grad_out, n, in_w, out_w, params + weight_offset(l),
                    activation(l), grad_in, grads + weight_offset(l), grads + bias_offset(l),
-                   precision_);
+                   precision_, weights);
     grad_out = grad_in;
   }
 }

@@ -47,13 +47,15 @@ class Mlp {
 
   // x [n x in] -> every layer's post-activation output into acts [n x activations_per_row],
   // layer by layer (layer l's block is [n x out_l]). Returns the last layer's block.
-  const T* Forward(const T* params, const T* x, int64_t n, T* acts) const;
+  // weights: where the layers' weights stay packed for the step's other chunks, or null.
+  const T* Forward(const T* params, const T* x, int64_t n, T* acts,
+                   GemmPackCache* weights = nullptr) const;
 
   // dy [n x out_dim] is the loss gradient w.r.t. the last output (post-activation).
   // Overwrites this MLP's range of `grads` (absolute offsets) with the chunk's gradient
   // and writes dx [n x in] unless dx is null.
   void Backward(const T* params, const T* x, const T* acts, const T* dy, int64_t n, T* grads, T* dx,
-                T* scratch) const;
+                T* scratch, GemmPackCache* weights = nullptr) const;
 
  private:
   int in_dim_;

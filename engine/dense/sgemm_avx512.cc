@@ -348,14 +348,52 @@ struct Fp32Kernel {
   }
 };
 
+// The words of op(B)'s packed block (jc, pc) for a kernel: BlockedGemm's loop order, so a
+// whole packed B is the blocks one after the other.
+template <typename Kernel>
+int64_t PackedBlockWords(int64_t N, int64_t K, int64_t jc) {
+  const int64_t nc = std::min(kNc, N - jc);
+  const int64_t nc_padded = (nc + kNr - 1) / kNr * kNr;
+  int64_t words = 0;
+  for (int64_t pc = 0; pc < K; pc += Kernel::kKc) {
+    const int64_t kc = std::min(Kernel::kKc, K - pc);
+    words += (kc + Kernel::kPerWord - 1) / Kernel::kPerWord * nc_padded;
+  }
+  return words;
+}
+
+template <typename Kernel>
+int64_t PackedBWords(int64_t N, int64_t K) {
+  int64_t words = 0;
+  for (int64_t jc = 0; jc < N; jc += kNc) words += PackedBlockWords<Kernel>(N, K, jc);
+  return words;
+}
+
+// Every block of op(B) packed, in BlockedGemm's loop order, into dst.
+template <typename Kernel>
+void PackWholeB(bool trans_b, int64_t N, int64_t K, const float* B, int64_t ldb,
+                typename Kernel::Word* dst) {
+  for (int64_t jc = 0; jc < N; jc += kNc) {
+    const int64_t nc = std::min(kNc, N - jc);
+    const int64_t nc_padded = (nc + kNr - 1) / kNr * kNr;
+    for (int64_t pc = 0; pc < K; pc += Kernel::kKc) {
+      const int64_t kc = std::min(Kernel::kKc, K - pc);
+      Kernel::PackB(trans_b, B, ldb, pc, jc, kc, nc, dst);
+      dst += (kc + Kernel::kPerWord - 1) / Kernel::kPerWord * nc_padded;
+    }
+  }
+}
+
 // BLIS's loops around a kernel's packing and micro-kernel: N blocks of kNc, K blocks of
-// kGemmKc (the first applies beta, later ones add to C), M blocks of kMc.
+// kGemmKc (the first applies beta, later ones add to C), M blocks of kMc. packed_b: op(B)
+// already packed by PackWholeB (read in the same order), or null to pack each block here.
 template <typename Kernel>
 void BlockedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                 int64_t ldc) {
+                 int64_t ldc, const typename Kernel::Word* packed_b = nullptr) {
   using Word = typename Kernel::Word;
   thread_local PackBuffer<Word> a_buffer, b_buffer;
+  const Word* next_packed = packed_b;
   for (int64_t jc = 0; jc < N; jc += kNc) {
     const int64_t nc = std::min(kNc, N - jc);
     const int64_t nc_padded = (nc + kNr - 1) / kNr * kNr;
@@ -363,8 +401,14 @@ void BlockedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
       const int64_t kc = std::min(Kernel::kKc, K - pc);
       const int64_t words = (kc + Kernel::kPerWord - 1) / Kernel::kPerWord;
       const float block_beta = pc == 0 ? beta : 1.0f;
-      Word* packed_b = b_buffer.Get(static_cast<size_t>(words * nc_padded));
-      Kernel::PackB(trans_b, B, ldb, pc, jc, kc, nc, packed_b);
+      const Word* block_b = next_packed;
+      if (packed_b != nullptr) {
+        next_packed += words * nc_padded;
+      } else {
+        Word* packed = b_buffer.Get(static_cast<size_t>(words * nc_padded));
+        Kernel::PackB(trans_b, B, ldb, pc, jc, kc, nc, packed);
+        block_b = packed;
+      }
       for (int64_t ic = 0; ic < M; ic += kMc) {
         const int64_t mc = std::min(kMc, M - ic);
         const int64_t mc_padded = (mc + kMr - 1) / kMr * kMr;
@@ -372,7 +416,7 @@ void BlockedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
         Kernel::PackA(trans_a, A, lda, ic, pc, mc, kc, packed_a);
         for (int64_t jr = 0; jr < nc; jr += kNr) {
           for (int64_t ir = 0; ir < mc; ir += kMr) {
-            Kernel::Micro(words, packed_a + ir * words, packed_b + jr * words,
+            Kernel::Micro(words, packed_a + ir * words, block_b + jr * words,
                           C + (ic + ir) * ldc + jc + jr, ldc, std::min(kMr, mc - ir),
                           std::min(kNr, nc - jr), alpha, block_beta);
           }
@@ -396,6 +440,29 @@ void SbgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   BlockedGemm<Bf16Kernel>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+int64_t PackedBAvx512Words(bool bf16, int64_t N, int64_t K) {
+  return bf16 ? PackedBWords<Bf16Kernel>(N, K) : PackedBWords<Fp32Kernel>(N, K);
+}
+
+void PackBAvx512(bool bf16, bool trans_b, int64_t N, int64_t K, const float* B, int64_t ldb,
+                 uint32_t* dst) {
+  if (bf16)
+    PackWholeB<Bf16Kernel>(trans_b, N, K, B, ldb, dst);
+  else
+    PackWholeB<Fp32Kernel>(trans_b, N, K, B, ldb, reinterpret_cast<float*>(dst));
+}
+
+void GemmAvx512PackedB(bool bf16, bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float* A, int64_t lda, const uint32_t* packed_b, float beta, float* C,
+                       int64_t ldc) {
+  if (bf16)
+    BlockedGemm<Bf16Kernel>(trans_a, false, M, N, K, alpha, A, lda, nullptr, 0, beta, C, ldc,
+                            packed_b);
+  else
+    BlockedGemm<Fp32Kernel>(trans_a, false, M, N, K, alpha, A, lda, nullptr, 0, beta, C, ldc,
+                            reinterpret_cast<const float*>(packed_b));
+}
+
 }  // namespace dlrm
 
 #else  // not x86-64: CpuHasAvx512() is false, so this is never called.
@@ -410,6 +477,14 @@ void SgemmAvx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int
 void SbgemmAvx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                   int64_t, float, float*, int64_t) {
   DLRM_INTERNAL_CHECK(false && "SbgemmAvx512 on a CPU without AVX512-BF16");
+}
+int64_t PackedBAvx512Words(bool, int64_t, int64_t) { return 0; }
+void PackBAvx512(bool, bool, int64_t, int64_t, const float*, int64_t, uint32_t*) {
+  DLRM_INTERNAL_CHECK(false && "PackBAvx512 on a CPU without AVX-512");
+}
+void GemmAvx512PackedB(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                       const uint32_t*, float, float*, int64_t) {
+  DLRM_INTERNAL_CHECK(false && "GemmAvx512PackedB on a CPU without AVX-512");
 }
 }  // namespace dlrm
 

@@ -44,4 +44,16 @@ void SbgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                   int64_t ldc);
 
+// op(B) [K x N] packed once, for several products with the same B (a layer's weights times
+// every chunk of a step): the words PackBAvx512 writes (bf16: SbgemmAvx512's layout, else
+// SgemmAvx512's; fp32 values are stored in the words' bits), and the product of an op(A)
+// with it, the same sums in the same order as the unpacked call (bitwise its result).
+// dst must hold PackedBAvx512Words(bf16, N, K) words, 64-byte aligned.
+int64_t PackedBAvx512Words(bool bf16, int64_t N, int64_t K);
+void PackBAvx512(bool bf16, bool trans_b, int64_t N, int64_t K, const float* B, int64_t ldb,
+                 uint32_t* dst);
+void GemmAvx512PackedB(bool bf16, bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float* A, int64_t lda, const uint32_t* packed_b, float beta, float* C,
+                       int64_t ldc);
+
 }  // namespace dlrm

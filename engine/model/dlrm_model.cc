@@ -161,22 +161,29 @@ void DlrmModel<T>::PoolBatch(const ValidatedBatch& batch, const EmbeddingBagColl
 
 template <typename T>
 const T* DlrmModel<T>::ForwardChunk(const ValidatedBatch& batch, const T* pooled, int64_t r0,
-                                    int64_t r1, ChunkBuffers& buf) const {
+                                    int64_t r1, ChunkBuffers& buf, GemmPackCache* weights) const {
   const int64_t n = r1 - r0;
   buf.dense_in.resize(n * num_dense_);
   const float* dense = batch.view.dense + r0 * num_dense_;
   std::copy(dense, dense + n * num_dense_, buf.dense_in.begin());
   buf.bottom_acts.resize(n * bottom_->activations_per_row());
-  const T* x =
-      bottom_->Forward(dense_params_.data(), buf.dense_in.data(), n, buf.bottom_acts.data());
+  const T* x = bottom_->Forward(dense_params_.data(), buf.dense_in.data(), n,
+                                buf.bottom_acts.data(), weights);
   buf.inter_out.resize(n * interaction_->out_dim());
   interaction_->Forward(x, pooled, n, buf.inter_out.data());
   if (cross_) {
     buf.cross_acts.resize(n * cross_->activations_per_row());
-    cross_->Forward(dense_params_.data(), buf.inter_out.data(), n, buf.cross_acts.data());
+    cross_->Forward(dense_params_.data(), buf.inter_out.data(), n, buf.cross_acts.data(), weights);
   }
   buf.top_acts.resize(n * top_->activations_per_row());
-  return top_->Forward(dense_params_.data(), TopInput(buf, n), n, buf.top_acts.data());
+  return top_->Forward(dense_params_.data(), TopInput(buf, n), n, buf.top_acts.data(), weights);
+}
+
+template <typename T>
+typename ObjectPool<GemmPackCache>::Lease DlrmModel<T>::LeaseWeights() const {
+  auto lease = packed_weights_.Acquire();
+  lease->Reset();
+  return lease;
 }
 
 template <typename T>
@@ -186,7 +193,7 @@ const T* DlrmModel<T>::TopInput(const ChunkBuffers& buf, int64_t n) const {
 
 template <typename T>
 void DlrmModel<T>::DenseBackward(const T* pooled, int64_t n, ChunkBuffers& buf, T* grads,
-                                 T* d_pooled) const {
+                                 T* d_pooled, GemmPackCache* weights) const {
   const T* params = dense_params_.data();
   size_t scratch = std::max(top_->scratch_per_row(), bottom_->scratch_per_row());
   if (cross_) scratch = std::max(scratch, cross_->scratch_per_row());
@@ -195,15 +202,15 @@ void DlrmModel<T>::DenseBackward(const T* pooled, int64_t n, ChunkBuffers& buf, 
   buf.d_top_in.resize(cross_ ? n * interaction_->out_dim() : 0);
   T* d_top_in = cross_ ? buf.d_top_in.data() : buf.d_inter.data();
   top_->Backward(params, TopInput(buf, n), buf.top_acts.data(), buf.dlogits.data(), n, grads,
-                 d_top_in, buf.scratch.data());
+                 d_top_in, buf.scratch.data(), weights);
   if (cross_)
     cross_->Backward(params, buf.inter_out.data(), buf.cross_acts.data(), d_top_in, n, grads,
-                     buf.d_inter.data(), buf.scratch.data());
+                     buf.d_inter.data(), buf.scratch.data(), weights);
   buf.dx.resize(n * bottom_->out_dim());
   const T* x = buf.bottom_acts.data() + (buf.bottom_acts.size() - n * bottom_->out_dim());
   interaction_->Backward(x, pooled, buf.d_inter.data(), n, buf.dx.data(), d_pooled);
   bottom_->Backward(params, buf.dense_in.data(), buf.bottom_acts.data(), buf.dx.data(), n, grads,
-                    nullptr, buf.scratch.data());
+                    nullptr, buf.scratch.data(), weights);
 }
 
 template <typename T>
@@ -247,18 +254,20 @@ double DlrmModel<T>::ForwardBackwardChunks(const ValidatedBatch& batch, T grad_s
   pooled.resize(static_cast<size_t>(B) * width);
   PoolBatch(batch, bags, chunk_rows_, pooled.data(), pool);
 
+  const auto packed = LeaseWeights();
+  GemmPackCache* weights = chunks > 1 ? &*packed : nullptr;
   auto run_chunk = [&](int64_t c) {
     const int64_t r0 = c * chunk_rows_, r1 = std::min(B, r0 + chunk_rows_), n = r1 - r0;
     const auto lease = chunk_buffers_.Acquire();
     ChunkBuffers& buf = *lease;
     const T* chunk_pooled = pooled.data() + r0 * width;
-    const T* logits = ForwardChunk(batch, chunk_pooled, r0, r1, buf);
+    const T* logits = ForwardChunk(batch, chunk_pooled, r0, r1, buf, weights);
     buf.dlogits.resize(n);
     chunk_loss[c] =
         BceWithLogits(logits, batch.view.labels + r0, n, grad_scale, buf.dlogits.data());
     std::vector<T>& grads = chunk_grads_[c];
     grads.resize(num_params);
-    DenseBackward(chunk_pooled, n, buf, grads.data(), d_pooled->data() + r0 * width);
+    DenseBackward(chunk_pooled, n, buf, grads.data(), d_pooled->data() + r0 * width, weights);
   };
   ParallelFor(pool, chunks, run_chunk);
 
@@ -318,10 +327,12 @@ void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch, const EmbeddingBag
   std::vector<T>& pooled = *pooled_lease;
   pooled.resize(static_cast<size_t>(B) * width);
   PoolBatch(batch, bags, rows, pooled.data(), pool);
+  const auto packed = LeaseWeights();
+  GemmPackCache* weights = chunks > 1 ? &*packed : nullptr;
   auto run_chunk = [&](int64_t c) {
     const int64_t r0 = c * rows, r1 = std::min(B, r0 + rows);
     const auto lease = chunk_buffers_.Acquire();
-    const T* out = ForwardChunk(batch, pooled.data() + r0 * width, r0, r1, *lease);
+    const T* out = ForwardChunk(batch, pooled.data() + r0 * width, r0, r1, *lease, weights);
     std::copy(out, out + (r1 - r0), logits + r0);
   };
   ParallelFor(pool, chunks, run_chunk);

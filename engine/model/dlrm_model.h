@@ -125,14 +125,19 @@ class DlrmModel {
   void PoolBatch(const ValidatedBatch& batch, const EmbeddingBagCollection<T>& bags,
                  int64_t chunk_rows, T* pooled, ThreadPool* pool) const;
   // The dense forward of rows [r0, r1) given their pooled embeddings; returns the logits.
+  // weights: the call's packed weights, shared by its chunks (null: each GEMM packs its own).
   const T* ForwardChunk(const ValidatedBatch& batch, const T* pooled, int64_t r0, int64_t r1,
-                        ChunkBuffers& buf) const;
+                        ChunkBuffers& buf, GemmPackCache* weights) const;
   // The top MLP's input of a chunk ForwardChunk computed: the cross network's output, or
   // the interaction's.
   const T* TopInput(const ChunkBuffers& buf, int64_t n) const;
   // The dense backward of a chunk from its logits' gradient (buf.dlogits): the top MLP,
   // the cross network, the interaction (d_pooled) and the bottom MLP, into grads.
-  void DenseBackward(const T* pooled, int64_t n, ChunkBuffers& buf, T* grads, T* d_pooled) const;
+  void DenseBackward(const T* pooled, int64_t n, ChunkBuffers& buf, T* grads, T* d_pooled,
+                     GemmPackCache* weights) const;
+  // A cache of packed weights for one call of `chunks` chunks, reset (the parameters may
+  // have changed since the last call); worth it only when chunks share it.
+  typename ObjectPool<GemmPackCache>::Lease LeaseWeights() const;
   // Chunked forward + backward; returns the loss sum, dense_grad the chunks' tree sum.
   double ForwardBackwardChunks(const ValidatedBatch& batch, T grad_scale,
                                const EmbeddingBagCollection<T>& bags, std::vector<T>* dense_grad,
@@ -154,6 +159,9 @@ class DlrmModel {
   std::vector<std::vector<T>> chunk_grads_;  // reused across steps
   mutable ObjectPool<ChunkBuffers> chunk_buffers_;
   mutable ObjectPool<std::vector<T>> batch_buffers_;  // a whole batch's pooled embeddings
+  // The dense layers' weights packed once per call for every chunk (gemm.h): leased per
+  // call, so concurrent predictions never share one.
+  mutable ObjectPool<GemmPackCache> packed_weights_;
 };
 
 }  // namespace dlrm

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/cpu_features.h"
@@ -207,6 +208,45 @@ TEST_P(AnyGemmAvx512Test, GemmFloatUsesThisKernel) {
               through.ldb, 0.0f, through.C.data(), through.ldc,
               GetParam() ? GemmPrecision::kBf16 : GemmPrecision::kFp32);
   EXPECT_EQ(direct.C, through.C);
+}
+
+// B packed once in a GemmPackCache and reused (a layer's weights times every chunk of a
+// step): each call's C is bitwise the uncached call's, at shapes past every blocking edge
+// (N over kNc = 2048 columns, K over the K block), with either transposition, beta 0 and 1,
+// and several A's against one packed B; after Reset a changed B is packed again.
+TEST_P(AnyGemmAvx512Test, PackedWeightsGiveTheUncachedBits) {
+  const GemmPrecision precision = GetParam() ? GemmPrecision::kBf16 : GemmPrecision::kFp32;
+  GemmPackCache cache;
+  uint64_t seed = 300;
+  for (bool tb : {false, true}) {
+    for (const auto& [N, K] : {std::pair<int64_t, int64_t>{77, 300}, {2100, 40}, {33, 1040}}) {
+      Operands first = MakeOperands(false, tb, 29, N, K, seed++);
+      for (int call = 0; call < 3; ++call) {
+        Operands plain = MakeOperands(call % 2 == 1, tb, 13 + 50 * call, N, K, seed++);
+        plain.B = first.B;  // the same weights every call
+        Operands cached = plain;
+        const float beta = call == 2 ? 1.0f : 0.0f;
+        Gemm<float>(plain.ta, tb, plain.M, N, K, 1.0f, plain.A.data(), plain.lda, plain.B.data(),
+                    plain.ldb, beta, plain.C.data(), plain.ldc, precision);
+        Gemm<float>(cached.ta, tb, cached.M, N, K, 1.0f, cached.A.data(), cached.lda,
+                    first.B.data(), cached.ldb, beta, cached.C.data(), cached.ldc, precision,
+                    &cache);
+        ASSERT_EQ(cached.C, plain.C) << Shape(plain) << " call " << call;
+      }
+    }
+  }
+  // The weights change (an update) and the cache is reset: the next call packs them anew.
+  Operands o = MakeOperands(false, true, 20, 64, 48, 900);
+  Operands stale = o;
+  Gemm<float>(false, true, o.M, o.N, o.K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, 0.0f,
+              o.C.data(), o.ldc, precision, &cache);
+  for (float& w : o.B) w *= 2.0f;
+  cache.Reset();
+  Gemm<float>(false, true, o.M, o.N, o.K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, 0.0f,
+              o.C.data(), o.ldc, precision, &cache);
+  Gemm<float>(false, true, stale.M, stale.N, stale.K, 1.0f, stale.A.data(), stale.lda, o.B.data(),
+              stale.ldb, 0.0f, stale.C.data(), stale.ldc, precision);
+  EXPECT_EQ(o.C, stale.C) << "a reset cache multiplied the old weights";
 }
 
 // A bf16 product differs from the fp32 one by the operands' rounding (8 significant bits):
