@@ -357,7 +357,10 @@ typedef struct dlrm_trainer dlrm_trainer;
  * connections to the servers and trainers, and the restore of restore_dir (NULL: a fresh
  * start). allgather: NULL uses the built-in collective over the transport; else the
  * host's (user_data is passed to it). A trainer's rank among the trainers is the order of
- * its DLRM_RANK among the trainers' ranks. */
+ * its DLRM_RANK among the trainers' ranks. With device { kind: CUDA ordinal: N } in its
+ * config the trainer's dense forward and backward run on GPU N (DLRM_FAILED_PRECONDITION
+ * naming why where no GPU can be used); allgather must then be NULL to use
+ * DLRM_COLLECTIVE=nccl. */
 DLRM_API dlrm_status dlrm_trainer_create(const char* config_text, const char* cluster,
                                          const char* restore_dir, dlrm_allgather_fn allgather,
                                          void* user_data, dlrm_trainer** out);
