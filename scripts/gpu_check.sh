@@ -93,8 +93,8 @@ shift
 BENCH
 cat > "$BUNDLE/all.sh" <<'ALL'
 #!/usr/bin/env bash
-# One device call (scripts/gpu_check.sh): suites, forward bench, the three configs in fp32
-# and TF32 against PyTorch. Logs under $OUT; a summary table last.
+# One device call (scripts/gpu_check.sh): suites, forward bench, a 1-server 1-trainer job,
+# MLPerf DCNv2, the three configs in fp32 and TF32 against PyTorch. Logs under $OUT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/gpu-out}
@@ -115,37 +115,12 @@ report() {
   # async), then eager.
   [ "$2" = "$3" ] && grep '^phases' "$2" | sed 's/^\(phases[a-z_]*\) */  \1: /'
 }
-for precision in highest high; do
-  for config in small kaggle multihot; do
-    bag=1; [ "$config" = multihot ] && bag=10
-    log="$out/bench_${config}_$precision.log"
-    timeout 150 "$here/bench.sh" "$config" --batch_size 8192 --bag_size "$bag" --steps 200 \
-      --matmul_precision "$precision" > "$log" 2>&1
-    report "$config $precision" "$log" "$log"
-  done
-done
-# MLPerf's DLRM-DCNv2 (multi-hot bags, 3 low-rank cross layers; tables capped so their
-# host-side initialization fits the call) in fp32 and with bf16 GEMMs on both sides.
-for precision in highest medium; do
-  log="$out/bench_mlperf_dcnv2_$precision.log"
-  timeout 180 "$here/bench.sh" mlperf_dcnv2 --batch_size 16384 --bag_size -1 --max_rows 100000 \
-    --steps 30 --matmul_precision "$precision" > "$log" 2>&1
-  report "mlperf_dcnv2 $precision" "$log" "$log"
-done
-# The peer paying what the engine pays: each step's batch copied from pinned host memory.
-for config in small kaggle multihot; do
-  bag=1; [ "$config" = multihot ] && bag=10
-  log="$out/torch_host_$config.log"
-  (source "$here/env.sh" && timeout 100 "$python" "$here/torch_reference.py" \
-    --config "$here/configs/$config.pbtxt" --device cuda --batch_size 8192 --bag_size "$bag" \
-    --steps 200 --host_batches) > "$log" 2>&1
-  report "$config highest, torch batches from host" "$out/bench_${config}_highest.log" "$log"
-done
+# What has not run on a GPU yet comes first, in case the call runs out of time:
 # A multi-process job (dlrm launch: 1 embedding server, 1 trainer, sync) on the demo model:
 # the trainer's dense step on the CPU, on the GPU, and on the GPU exchanging over NCCL.
 data=/tmp/dlrm-job-data
-"$here/dlrm" generate --out_dir="$data" --train_samples=400000 --test_samples=8192 \
-  > "$out/job_generate.log" 2>&1
+(source "$here/env.sh" && "$here/dlrm" generate --out_dir="$data" --train_samples=400000 \
+  --test_samples=8192) > "$out/job_generate.log" 2>&1
 for variant in cpu cuda nccl; do
   device=cuda; collective=builtin
   [ "$variant" = cpu ] && device=cpu
@@ -156,6 +131,32 @@ for variant in cpu cuda nccl; do
     --train="$data/train.tsv" --test="$data/test.tsv" --batch_size=4096 --threads=4 \
     --device="$device" --max_steps=80 --warmup_steps=10 --log_every_seconds=1000) > "$log" 2>&1
   echo "job $variant: exit $? $(grep -o 'steady [0-9]* samples/s ([0-9.]* ms/step' "$log" | tail -1)) $(grep -o 'auc=[0-9.]*' "$log" | tail -1)"
+done
+# MLPerf's DLRM-DCNv2 (multi-hot bags, 3 low-rank cross layers; tables capped so their
+# host-side initialization fits the call) in fp32 and with bf16 GEMMs on both sides.
+for precision in highest medium; do
+  log="$out/bench_mlperf_dcnv2_$precision.log"
+  timeout 180 "$here/bench.sh" mlperf_dcnv2 --batch_size 16384 --bag_size -1 --max_rows 100000 \
+    --steps 30 --matmul_precision "$precision" > "$log" 2>&1
+  report "mlperf_dcnv2 $precision" "$log" "$log"
+done
+for precision in highest high; do
+  for config in small kaggle multihot; do
+    bag=1; [ "$config" = multihot ] && bag=10
+    log="$out/bench_${config}_$precision.log"
+    timeout 150 "$here/bench.sh" "$config" --batch_size 8192 --bag_size "$bag" --steps 200 \
+      --matmul_precision "$precision" > "$log" 2>&1
+    report "$config $precision" "$log" "$log"
+  done
+done
+# The peer paying what the engine pays: each step's batch copied from pinned host memory.
+for config in small kaggle multihot; do
+  bag=1; [ "$config" = multihot ] && bag=10
+  log="$out/torch_host_$config.log"
+  (source "$here/env.sh" && timeout 100 "$python" "$here/torch_reference.py" \
+    --config "$here/configs/$config.pbtxt" --device cuda --batch_size 8192 --bag_size "$bag" \
+    --steps 200 --host_batches) > "$log" 2>&1
+  report "$config highest, torch batches from host" "$out/bench_${config}_highest.log" "$log"
 done
 ALL
 chmod +x "$BUNDLE/run.sh" "$BUNDLE/bench.sh" "$BUNDLE/all.sh"
