@@ -103,9 +103,8 @@ const uint32_t* GemmPackCache::Packed(const float* B, bool trans_b, int64_t N, i
   }
   if (slot == nullptr) slot = entries_.emplace_back(std::make_unique<Entry>()).get();
   const auto words = static_cast<size_t>(PackedBAvx512Words(bf16, N, K));
-  slot->storage.resize(words + 16);
-  const auto address = reinterpret_cast<uintptr_t>(slot->storage.data());
-  slot->words = slot->storage.data() + ((64 - address % 64) % 64) / sizeof(uint32_t);
+  slot->storage.resize(words + 64 / sizeof(uint32_t));
+  slot->words = AlignedTo64(slot->storage.data());
   PackBAvx512(bf16, trans_b, N, K, B, ldb, slot->words);
   slot->b = B;
   slot->trans_b = trans_b;

@@ -39,9 +39,7 @@ class PackBuffer {
  public:
   T* Get(size_t count) {
     if (count + kLanes > storage_.size()) storage_.resize(count + kLanes);
-    // 64-byte aligned, so packed panels load with aligned full-width loads.
-    const auto address = reinterpret_cast<uintptr_t>(storage_.data());
-    return storage_.data() + ((64 - address % 64) % 64) / sizeof(T);
+    return AlignedTo64(storage_.data());
   }
 
  private:

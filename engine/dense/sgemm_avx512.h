@@ -44,6 +44,14 @@ void SbgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                   int64_t ldc);
 
+// The first 64-byte aligned element at or after `data`: packed panels are loaded with
+// aligned full-width loads, so a packing buffer holds 64 / sizeof(T) spare elements.
+template <typename T>
+T* AlignedTo64(T* data) {
+  const auto address = reinterpret_cast<uintptr_t>(data);
+  return data + ((64 - address % 64) % 64) / sizeof(T);
+}
+
 // op(B) [K x N] packed once, for several products with the same B (a layer's weights times
 // every chunk of a step): the words PackBAvx512 writes (bf16: SbgemmAvx512's layout, else
 // SgemmAvx512's; fp32 values are stored in the words' bits), and the product of an op(A)

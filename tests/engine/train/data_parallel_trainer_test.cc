@@ -46,6 +46,22 @@ struct Cluster : InProcessCluster {
       : InProcessCluster(c, kServers, kTrainers, staleness) {}
 };
 
+// One global batch's step on the engine and on the cluster (each rank its part): every
+// rank's loss is the engine's, bitwise.
+void ExpectStepEqualsEngine(Engine& engine, InProcessCluster& cluster, const config::DlrmConfig& c,
+                            int64_t step, const std::string& where) {
+  const OwnedBatch global = MakeBatch(c, step);
+  const float want = engine.TrainStep(global.view());
+  std::vector<std::string> errors;
+  const std::vector<float> losses =
+      cluster.Step({Part(global, 0, kPart), Part(global, kPart, kGlobal)}, &errors);
+  for (int r = 0; r < kTrainers; ++r) {
+    ASSERT_EQ(errors[r], "") << where << " rank " << r;
+    ASSERT_EQ(std::memcmp(&losses[r], &want, sizeof(float)), 0)
+        << where << " step " << step << " rank " << r << ": " << losses[r] << " vs " << want;
+  }
+}
+
 // Every dense parameter and embedding row of the cluster equals the engine's, bitwise.
 void ExpectSameParameters(const Engine& engine, const Cluster& cluster, const config::DlrmConfig& c,
                           const std::string& where) {
@@ -89,16 +105,7 @@ TEST_P(DataParallelTrainerTest, TwoTrainersTwoServersEqualOneProcessBitwise) {
   Cluster cluster(c);
   const std::string name = CaseName(param);
   for (int64_t step = 0; step < 5; ++step) {
-    const OwnedBatch global = MakeBatch(c, step);
-    const float want = engine.TrainStep(global.view());
-    std::vector<std::string> errors;
-    const std::vector<float> losses =
-        cluster.Step({Part(global, 0, kPart), Part(global, kPart, kGlobal)}, &errors);
-    for (int r = 0; r < kTrainers; ++r) {
-      ASSERT_EQ(errors[r], "") << name << " rank " << r;
-      ASSERT_EQ(std::memcmp(&losses[r], &want, sizeof(float)), 0)
-          << name << " step " << step << " rank " << r << ": " << losses[r] << " vs " << want;
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectStepEqualsEngine(engine, cluster, c, step, name));
     ExpectSameParameters(engine, cluster, c, name + " step " + std::to_string(step));
   }
 }
@@ -387,17 +394,8 @@ TEST(DataParallelTrainerDevice, ABackendWithItsOwnParameterCopyIsToldOfEveryChan
   Engine engine(c);
   InProcessCluster cluster(c, kServers, kTrainers, 0, copying);
   constexpr int64_t kSteps = 4;
-  for (int64_t step = 0; step < kSteps; ++step) {
-    const OwnedBatch global = MakeBatch(c, step);
-    const float want = engine.TrainStep(global.view());
-    std::vector<std::string> errors;
-    const std::vector<float> losses =
-        cluster.Step({Part(global, 0, kPart), Part(global, kPart, kGlobal)}, &errors);
-    for (int r = 0; r < kTrainers; ++r) {
-      ASSERT_EQ(errors[r], "");
-      ASSERT_EQ(std::memcmp(&losses[r], &want, sizeof(float)), 0) << "step " << step;
-    }
-  }
+  for (int64_t step = 0; step < kSteps; ++step)
+    ASSERT_NO_FATAL_FAILURE(ExpectStepEqualsEngine(engine, cluster, c, step, "copying"));
   for (int r = 0; r < kTrainers; ++r) EXPECT_EQ(refreshes[r], kSteps) << "rank " << r;
   // A caller changes the parameters (as a restore does): predictions follow at once.
   const OwnedBatch batch = MakeBatch(c, 99);
