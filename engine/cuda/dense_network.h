@@ -65,8 +65,6 @@ class DenseNetwork {
   void Backward(const float* params, const DeviceBatch& in, float grad_scale,
                 const DenseActivations& a, DenseGradients& g, float* dense_grad);
 
-  cudaStream_t stream() const { return stream_; }
-
  private:
   InteractionShape Shape() const;
   const float* TopInput(const float* params, DenseActivations& a, int64_t n);

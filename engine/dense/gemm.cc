@@ -73,9 +73,17 @@ void ScaleRows(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
 }  // namespace
 
 struct GemmPackCache::Entry {
-  const float* b = nullptr;
-  bool trans_b = false, bf16 = false;
-  int64_t n = 0, k = 0, ldb = 0;
+  // What was packed: the operand's address, shape, transposition and precision.
+  struct Key {
+    const float* b;
+    bool trans_b, bf16;
+    int64_t n, k, ldb;
+    bool operator==(const Key& o) const {
+      return b == o.b && trans_b == o.trans_b && bf16 == o.bf16 && n == o.n && k == o.k &&
+             ldb == o.ldb;
+    }
+  };
+  Key key{};
   bool valid = false;
   std::vector<uint32_t> storage;
   uint32_t* words = nullptr;  // 64-byte aligned, inside storage
@@ -91,13 +99,13 @@ void GemmPackCache::Reset() {
 
 const uint32_t* GemmPackCache::Packed(const float* B, bool trans_b, int64_t N, int64_t K,
                                       int64_t ldb, bool bf16) {
+  const Entry::Key key{B, trans_b, bf16, N, K, ldb};
   // Packed under the lock: only the first chunk of a step packs, and the others need the
   // same operands next.
   std::lock_guard<std::mutex> lock(mu_);
   Entry* slot = nullptr;
   for (auto& e : entries_) {
-    const bool same = e->b == B && e->trans_b == trans_b && e->bf16 == bf16 && e->n == N &&
-                      e->k == K && e->ldb == ldb;
+    const bool same = e->key == key;
     if (same && e->valid) return e->words;
     if (same || (slot == nullptr && !e->valid)) slot = e.get();
   }
@@ -106,12 +114,7 @@ const uint32_t* GemmPackCache::Packed(const float* B, bool trans_b, int64_t N, i
   slot->storage.resize(words + 64 / sizeof(uint32_t));
   slot->words = AlignedTo64(slot->storage.data());
   PackBAvx512(bf16, trans_b, N, K, B, ldb, slot->words);
-  slot->b = B;
-  slot->trans_b = trans_b;
-  slot->bf16 = bf16;
-  slot->n = N;
-  slot->k = K;
-  slot->ldb = ldb;
+  slot->key = key;
   slot->valid = true;
   return slot->words;
 }

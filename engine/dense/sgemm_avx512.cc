@@ -346,44 +346,42 @@ struct Fp32Kernel {
   }
 };
 
-// The words of op(B)'s packed block (jc, pc) for a kernel: BlockedGemm's loop order, so a
-// whole packed B is the blocks one after the other.
-template <typename Kernel>
-int64_t PackedBlockWords(int64_t N, int64_t K, int64_t jc) {
-  const int64_t nc = std::min(kNc, N - jc);
-  const int64_t nc_padded = (nc + kNr - 1) / kNr * kNr;
-  int64_t words = 0;
-  for (int64_t pc = 0; pc < K; pc += Kernel::kKc) {
-    const int64_t kc = std::min(Kernel::kKc, K - pc);
-    words += (kc + Kernel::kPerWord - 1) / Kernel::kPerWord * nc_padded;
-  }
-  return words;
-}
-
-template <typename Kernel>
-int64_t PackedBWords(int64_t N, int64_t K) {
-  int64_t words = 0;
-  for (int64_t jc = 0; jc < N; jc += kNc) words += PackedBlockWords<Kernel>(N, K, jc);
-  return words;
-}
-
-// Every block of op(B) packed, in BlockedGemm's loop order, into dst.
-template <typename Kernel>
-void PackWholeB(bool trans_b, int64_t N, int64_t K, const float* B, int64_t ldb,
-                typename Kernel::Word* dst) {
+// BLIS's blocks of op(B) for a kernel, in the order every loop here visits them: N blocks
+// of kNc columns, within each K blocks of Kernel::kKc. fn(jc, pc, nc, kc, words) gets a
+// block's first column and k, its sizes, and its words when packed (k words x nc padded to
+// kNr), so a whole packed B is the blocks one after the other.
+template <typename Kernel, typename Fn>
+void ForEachBBlock(int64_t N, int64_t K, Fn fn) {
   for (int64_t jc = 0; jc < N; jc += kNc) {
     const int64_t nc = std::min(kNc, N - jc);
     const int64_t nc_padded = (nc + kNr - 1) / kNr * kNr;
     for (int64_t pc = 0; pc < K; pc += Kernel::kKc) {
       const int64_t kc = std::min(Kernel::kKc, K - pc);
-      Kernel::PackB(trans_b, B, ldb, pc, jc, kc, nc, dst);
-      dst += (kc + Kernel::kPerWord - 1) / Kernel::kPerWord * nc_padded;
+      fn(jc, pc, nc, kc, (kc + Kernel::kPerWord - 1) / Kernel::kPerWord * nc_padded);
     }
   }
 }
 
-// BLIS's loops around a kernel's packing and micro-kernel: N blocks of kNc, K blocks of
-// kGemmKc (the first applies beta, later ones add to C), M blocks of kMc. packed_b: op(B)
+template <typename Kernel>
+int64_t PackedBWords(int64_t N, int64_t K) {
+  int64_t total = 0;
+  ForEachBBlock<Kernel>(N, K,
+                        [&](int64_t, int64_t, int64_t, int64_t, int64_t words) { total += words; });
+  return total;
+}
+
+// Every block of op(B) packed, in ForEachBBlock's order, into dst.
+template <typename Kernel>
+void PackWholeB(bool trans_b, int64_t N, int64_t K, const float* B, int64_t ldb,
+                typename Kernel::Word* dst) {
+  ForEachBBlock<Kernel>(N, K, [&](int64_t jc, int64_t pc, int64_t nc, int64_t kc, int64_t words) {
+    Kernel::PackB(trans_b, B, ldb, pc, jc, kc, nc, dst);
+    dst += words;
+  });
+}
+
+// BLIS's loops around a kernel's packing and micro-kernel: ForEachBBlock's blocks (the
+// first K block applies beta, later ones add to C), then M blocks of kMc. packed_b: op(B)
 // already packed by PackWholeB (read in the same order), or null to pack each block here.
 template <typename Kernel>
 void BlockedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -392,36 +390,32 @@ void BlockedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
   using Word = typename Kernel::Word;
   thread_local PackBuffer<Word> a_buffer, b_buffer;
   const Word* next_packed = packed_b;
-  for (int64_t jc = 0; jc < N; jc += kNc) {
-    const int64_t nc = std::min(kNc, N - jc);
-    const int64_t nc_padded = (nc + kNr - 1) / kNr * kNr;
-    for (int64_t pc = 0; pc < K; pc += Kernel::kKc) {
-      const int64_t kc = std::min(Kernel::kKc, K - pc);
-      const int64_t words = (kc + Kernel::kPerWord - 1) / Kernel::kPerWord;
-      const float block_beta = pc == 0 ? beta : 1.0f;
-      const Word* block_b = next_packed;
-      if (packed_b != nullptr) {
-        next_packed += words * nc_padded;
-      } else {
-        Word* packed = b_buffer.Get(static_cast<size_t>(words * nc_padded));
-        Kernel::PackB(trans_b, B, ldb, pc, jc, kc, nc, packed);
-        block_b = packed;
-      }
-      for (int64_t ic = 0; ic < M; ic += kMc) {
-        const int64_t mc = std::min(kMc, M - ic);
-        const int64_t mc_padded = (mc + kMr - 1) / kMr * kMr;
-        Word* packed_a = a_buffer.Get(static_cast<size_t>(mc_padded * words));
-        Kernel::PackA(trans_a, A, lda, ic, pc, mc, kc, packed_a);
-        for (int64_t jr = 0; jr < nc; jr += kNr) {
-          for (int64_t ir = 0; ir < mc; ir += kMr) {
-            Kernel::Micro(words, packed_a + ir * words, block_b + jr * words,
-                          C + (ic + ir) * ldc + jc + jr, ldc, std::min(kMr, mc - ir),
-                          std::min(kNr, nc - jr), alpha, block_beta);
+  ForEachBBlock<Kernel>(
+      N, K, [&](int64_t jc, int64_t pc, int64_t nc, int64_t kc, int64_t block_words) {
+        const int64_t words = (kc + Kernel::kPerWord - 1) / Kernel::kPerWord;
+        const float block_beta = pc == 0 ? beta : 1.0f;
+        const Word* block_b = next_packed;
+        if (packed_b != nullptr) {
+          next_packed += block_words;
+        } else {
+          Word* packed = b_buffer.Get(static_cast<size_t>(block_words));
+          Kernel::PackB(trans_b, B, ldb, pc, jc, kc, nc, packed);
+          block_b = packed;
+        }
+        for (int64_t ic = 0; ic < M; ic += kMc) {
+          const int64_t mc = std::min(kMc, M - ic);
+          const int64_t mc_padded = (mc + kMr - 1) / kMr * kMr;
+          Word* packed_a = a_buffer.Get(static_cast<size_t>(mc_padded * words));
+          Kernel::PackA(trans_a, A, lda, ic, pc, mc, kc, packed_a);
+          for (int64_t jr = 0; jr < nc; jr += kNr) {
+            for (int64_t ir = 0; ir < mc; ir += kMr) {
+              Kernel::Micro(words, packed_a + ir * words, block_b + jr * words,
+                            C + (ic + ir) * ldc + jc + jr, ldc, std::min(kMr, mc - ir),
+                            std::min(kNr, nc - jr), alpha, block_beta);
+            }
           }
         }
-      }
-    }
-  }
+      });
 }
 
 }  // namespace
