@@ -1,8 +1,41 @@
 #include "engine/collective/communicator.h"
 
+#include "engine/core/byte_codec.h"
 #include "engine/core/status.h"
 
 namespace dlrm::collective {
+
+void CheckAllToAllParts(const std::vector<std::string>& to_each, int32_t world_size) {
+  if (static_cast<int32_t>(to_each.size()) != world_size)
+    ThrowInvalid("all-to-all: ", to_each.size(), " parts for ", world_size, " ranks");
+}
+
+std::vector<std::string> Communicator::AllToAll(const std::vector<std::string>& to_each) {
+  const int32_t size = world_size();
+  CheckAllToAllParts(to_each, size);
+  ByteWriter out;
+  size_t bytes = 0;
+  for (const std::string& part : to_each) bytes += sizeof(uint64_t) + part.size();
+  out.Reserve(bytes);
+  for (const std::string& part : to_each) out.PutString(part);
+  const std::vector<std::string> all = AllGather(std::move(out).Take());
+  if (static_cast<int32_t>(all.size()) != size)
+    Throw(StatusCode::kDataLoss, "all-to-all: ", all.size(), " contributions for ", size, " ranks");
+  std::vector<std::string> mine(size);
+  for (int32_t from = 0; from < size; ++from) {
+    if (from == rank()) {
+      mine[from] = to_each[from];
+      continue;
+    }
+    ByteReader in(all[from], "all-to-all contribution");
+    for (int32_t to = 0; to < size; ++to) {
+      const std::string_view part = in.GetBytes("part");
+      if (to == rank()) mine[from] = std::string(part);
+    }
+    in.ExpectEnd();
+  }
+  return mine;
+}
 
 class LocalCommunicator : public Communicator {
  public:

@@ -52,14 +52,23 @@ NetCommunicator::NetCommunicator(const net::Context& context, net::Endpoint* lis
 }
 
 std::vector<std::string> NetCommunicator::AllGather(const std::string& contribution) {
+  return Collect([&](int32_t) -> const std::string& { return contribution; });
+}
+
+std::vector<std::string> NetCommunicator::AllToAll(const std::vector<std::string>& to_each) {
+  CheckAllToAllParts(to_each, world_size());
+  return Collect([&](int32_t r) -> const std::string& { return to_each[r]; });
+}
+
+std::vector<std::string> NetCommunicator::Collect(const PartFor& part_for) {
   const int64_t number = ++number_;
   const int32_t size = world_size();
   for (int32_t r = 0; r < size; ++r)
-    if (peers_[r]) peers_[r]->Send(EncodeAllGather(number, rank_, contribution));
+    if (peers_[r]) peers_[r]->Send(EncodeAllGather(number, rank_, part_for(r)));
 
   std::vector<std::string> all(size);
   std::vector<bool> have(size, false);
-  all[rank_] = contribution;
+  all[rank_] = part_for(rank_);
   have[rank_] = true;
   int32_t missing = size - 1;
   if (auto it = early_.find(number); it != early_.end()) {
@@ -80,7 +89,7 @@ std::vector<std::string> NetCommunicator::AllGather(const std::string& contribut
       std::string who;
       for (int32_t r = 0; r < size; ++r)
         if (!have[r]) who += (who.empty() ? "" : ", ") + std::to_string(r);
-      Throw(StatusCode::kTimeout, "trainer ", rank_, ": all-gather #", number,
+      Throw(StatusCode::kTimeout, "trainer ", rank_, ": collective #", number,
             " got nothing from trainer(s) ", who, " within ", timeout_.count(),
             " ms (a trainer died, hangs, or failed before this step)");
     }

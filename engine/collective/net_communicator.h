@@ -1,6 +1,7 @@
-// The trainers' all-gather over the transport: every rank sends its contribution straight
-// to every other rank (one message latency per collective, which is what a step pays in
-// hybrid mode) and collects theirs, in rank order.
+// The trainers' collectives over the transport: every rank sends its contribution (the
+// same bytes to all for AllGather, each rank its own for AllToAll) straight to every other
+// rank (one message latency per collective, which is what a step pays in hybrid mode) and
+// collects theirs, in rank order. Both are ALLGATHER messages numbered in one sequence.
 //
 // Each rank listens on its own endpoint (the address it gave at rendezvous) and connects
 // to every other rank's. Contributions carry the collective's number, so a fast rank's
@@ -17,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,11 +47,16 @@ class NetCommunicator : public Communicator {
   int32_t rank() const override { return rank_; }
   int32_t world_size() const override { return static_cast<int32_t>(peers_.size()); }
   std::vector<std::string> AllGather(const std::string& contribution) override;
+  std::vector<std::string> AllToAll(const std::vector<std::string>& to_each) override;
 
   // Messages dropped so far (forged, stale, repeated or of another type).
   int64_t dropped() const { return dropped_; }
 
  private:
+  // One collective: part_for(r) is sent to rank r (and part_for(rank) kept); returns what
+  // every rank sent this one, in rank order.
+  using PartFor = std::function<const std::string&(int32_t rank)>;
+  std::vector<std::string> Collect(const PartFor& part_for);
   // Files a received contribution under its collective and rank; false (after logging
   // why) when it is dropped. `number`: the collective under way.
   bool Accept(const net::Received& got, int64_t number, std::vector<std::string>& all,

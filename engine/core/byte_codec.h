@@ -83,9 +83,16 @@ class ByteReader {
     GetArray(what, &values);
     return values;
   }
-  std::string GetString(const char* what) {
-    const std::vector<char> chars = GetArray<char>(what);
-    return std::string(chars.begin(), chars.end());
+  std::string GetString(const char* what) { return std::string(GetBytes(what)); }
+  // A PutString's bytes, borrowed from the reader's input (no copy).
+  std::string_view GetBytes(const char* what) {
+    const auto count = Get<uint64_t>(what);
+    if (count > remaining())
+      Throw(StatusCode::kDataLoss, context_, ": ", what, " claims ", count, " bytes but only ",
+            remaining(), " remain");
+    const std::string_view bytes = bytes_.substr(pos_, static_cast<size_t>(count));
+    pos_ += static_cast<size_t>(count);
+    return bytes;
   }
 
   size_t remaining() const { return bytes_.size() - pos_; }

@@ -229,9 +229,17 @@ double DlrmModel<T>::ForwardBackwardPart(const ValidatedBatch& batch, int64_t gl
                                          std::vector<T>* dense_grad, std::vector<T>* d_pooled,
                                          ThreadPool* pool) {
   DLRM_INTERNAL_CHECK(global_batch >= batch.view.batch_size);
-  DLRM_INTERNAL_CHECK(bags.pooled_width() == pooled_width_);
   return ForwardBackwardChunks(batch, T(1) / static_cast<T>(global_batch), bags, dense_grad,
                                d_pooled, pool);
+}
+
+template <typename T>
+double DlrmModel<T>::ForwardBackwardPooled(const ValidatedBatch& batch, int64_t global_batch,
+                                           const T* pooled, std::vector<T>* dense_grad,
+                                           std::vector<T>* d_pooled, ThreadPool* pool) {
+  DLRM_INTERNAL_CHECK(global_batch >= batch.view.batch_size);
+  return DenseChunks(batch, T(1) / static_cast<T>(global_batch), pooled, dense_grad, d_pooled,
+                     pool);
 }
 
 template <typename T>
@@ -239,28 +247,36 @@ double DlrmModel<T>::ForwardBackwardChunks(const ValidatedBatch& batch, T grad_s
                                            const EmbeddingBagCollection<T>& bags,
                                            std::vector<T>* dense_grad, std::vector<T>* d_pooled,
                                            ThreadPool* pool) {
+  DLRM_INTERNAL_CHECK(bags.pooled_width() == pooled_width_);
   const int64_t B = batch.view.batch_size;
-  const int64_t chunks = NumChunks(B, chunk_rows_);
-  const size_t num_params = dense_params_.size();
-  const int32_t width = bags.pooled_width();
-  if (static_cast<int64_t>(chunk_grads_.size()) < chunks) chunk_grads_.resize(chunks);
-  d_pooled->resize(static_cast<size_t>(B) * width);
-  std::vector<double> chunk_loss(chunks, 0.0);
   // Every lookup of the batch first, then the dense layers: interleaved with the GEMMs,
   // whose weights stream through the caches, the hot embedding rows would be evicted
   // between chunks (measured: 2-4x slower lookups on multihot).
   const auto pooled_lease = batch_buffers_.Acquire();
   std::vector<T>& pooled = *pooled_lease;
-  pooled.resize(static_cast<size_t>(B) * width);
+  pooled.resize(static_cast<size_t>(B) * pooled_width_);
   PoolBatch(batch, bags, chunk_rows_, pooled.data(), pool);
+  return DenseChunks(batch, grad_scale, pooled.data(), dense_grad, d_pooled, pool);
+}
 
+template <typename T>
+double DlrmModel<T>::DenseChunks(const ValidatedBatch& batch, T grad_scale, const T* pooled,
+                                 std::vector<T>* dense_grad, std::vector<T>* d_pooled,
+                                 ThreadPool* pool) {
+  const int64_t B = batch.view.batch_size;
+  const int64_t chunks = NumChunks(B, chunk_rows_);
+  const size_t num_params = dense_params_.size();
+  const int32_t width = pooled_width_;
+  if (static_cast<int64_t>(chunk_grads_.size()) < chunks) chunk_grads_.resize(chunks);
+  d_pooled->resize(static_cast<size_t>(B) * width);
+  std::vector<double> chunk_loss(chunks, 0.0);
   const auto packed = LeaseWeights();
   GemmPackCache* weights = chunks > 1 ? &*packed : nullptr;
   auto run_chunk = [&](int64_t c) {
     const int64_t r0 = c * chunk_rows_, r1 = std::min(B, r0 + chunk_rows_), n = r1 - r0;
     const auto lease = chunk_buffers_.Acquire();
     ChunkBuffers& buf = *lease;
-    const T* chunk_pooled = pooled.data() + r0 * width;
+    const T* chunk_pooled = pooled + r0 * width;
     const T* logits = ForwardChunk(batch, chunk_pooled, r0, r1, buf, weights);
     buf.dlogits.resize(n);
     chunk_loss[c] =
@@ -316,23 +332,27 @@ void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch, T* logits, ThreadP
 template <typename T>
 void DlrmModel<T>::PredictLogits(const ValidatedBatch& batch, const EmbeddingBagCollection<T>& bags,
                                  T* logits, ThreadPool* pool) const {
+  DLRM_INTERNAL_CHECK(bags.pooled_width() == pooled_width_);
   const int64_t B = batch.view.batch_size;
-  // Prediction sums nothing across rows, so its chunks need not be the reduction chunks;
-  // larger ones amortize the GEMMs' packing of the weights over more rows. The size
-  // depends on the config only, so predictions do not depend on the thread count.
-  const int64_t rows = std::max<int64_t>(chunk_rows_, kPredictChunkRows);
-  const int64_t chunks = NumChunks(B, rows);
-  const int32_t width = bags.pooled_width();
   const auto pooled_lease = batch_buffers_.Acquire();
   std::vector<T>& pooled = *pooled_lease;
-  pooled.resize(static_cast<size_t>(B) * width);
-  PoolBatch(batch, bags, rows, pooled.data(), pool);
+  pooled.resize(static_cast<size_t>(B) * pooled_width_);
+  PoolBatch(batch, bags, PredictChunkRows(), pooled.data(), pool);
+  PredictLogitsPooled(batch, pooled.data(), logits, pool);
+}
+
+template <typename T>
+void DlrmModel<T>::PredictLogitsPooled(const ValidatedBatch& batch, const T* pooled, T* logits,
+                                       ThreadPool* pool) const {
+  const int64_t B = batch.view.batch_size;
+  const int64_t rows = PredictChunkRows();
+  const int64_t chunks = NumChunks(B, rows);
   const auto packed = LeaseWeights();
   GemmPackCache* weights = chunks > 1 ? &*packed : nullptr;
   auto run_chunk = [&](int64_t c) {
     const int64_t r0 = c * rows, r1 = std::min(B, r0 + rows);
     const auto lease = chunk_buffers_.Acquire();
-    const T* out = ForwardChunk(batch, pooled.data() + r0 * width, r0, r1, *lease, weights);
+    const T* out = ForwardChunk(batch, pooled + r0 * pooled_width_, r0, r1, *lease, weights);
     std::copy(out, out + (r1 - r0), logits + r0);
   };
   ParallelFor(pool, chunks, run_chunk);

@@ -11,6 +11,7 @@
 // never changes a result: training is bitwise reproducible for any thread count.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -75,6 +76,13 @@ class DlrmModel {
                              const EmbeddingBagCollection<T>& bags, std::vector<T>* dense_grad,
                              std::vector<T>* d_pooled, ThreadPool* pool);
 
+  // The same with the part's embeddings already pooled: pooled [batch_size x pooled_width],
+  // in the model's column order (a trainer that receives them from their owners,
+  // train/model_parallel_trainer.h). Bitwise the call above given the same pooled values.
+  double ForwardBackwardPooled(const ValidatedBatch& batch, int64_t global_batch, const T* pooled,
+                               std::vector<T>* dense_grad, std::vector<T>* d_pooled,
+                               ThreadPool* pool);
+
   // How sparse features map onto tables and pooled columns (one binding per feature).
   const std::vector<FeatureBinding>& feature_bindings() const { return bindings_; }
   // The graph's parts, for a device backend that runs the same model (cuda/backend.h).
@@ -103,6 +111,9 @@ class DlrmModel {
   // The same with the embeddings pooled by `bags` (a trainer's fetched rows).
   void PredictLogits(const ValidatedBatch& batch, const EmbeddingBagCollection<T>& bags, T* logits,
                      ThreadPool* pool) const;
+  // The same from pooled embeddings [batch_size x pooled_width] (ForwardBackwardPooled's).
+  void PredictLogitsPooled(const ValidatedBatch& batch, const T* pooled, T* logits,
+                           ThreadPool* pool) const;
 
  private:
   // The constructor's parts: each sparse feature bound to its table (bindings_,
@@ -118,8 +129,12 @@ class DlrmModel {
     std::vector<T> dlogits, d_top_in, d_inter, dx, scratch;
     std::vector<const void*> embedding_rows;
   };
-  // Rows per chunk of PredictLogits (at least reduction_chunk_rows).
+  // Rows per chunk of PredictLogits: at least reduction_chunk_rows. Prediction sums
+  // nothing across rows, so its chunks need not be the reduction chunks; larger ones
+  // amortize the GEMMs' packing of the weights over more rows. The size depends on the
+  // config only, so predictions do not depend on the thread count.
   static constexpr int64_t kPredictChunkRows = 256;
+  int64_t PredictChunkRows() const { return std::max<int64_t>(chunk_rows_, kPredictChunkRows); }
   static int64_t NumChunks(int64_t batch_size, int64_t rows);
   // pooled [B x pooled_width] = every sample's embedding bags, in chunks on the pool.
   void PoolBatch(const ValidatedBatch& batch, const EmbeddingBagCollection<T>& bags,
@@ -138,10 +153,14 @@ class DlrmModel {
   // A cache of packed weights for one call of `chunks` chunks, reset (the parameters may
   // have changed since the last call); worth it only when chunks share it.
   typename ObjectPool<GemmPackCache>::Lease LeaseWeights() const;
-  // Chunked forward + backward; returns the loss sum, dense_grad the chunks' tree sum.
+  // Pools the batch with `bags`, then DenseChunks.
   double ForwardBackwardChunks(const ValidatedBatch& batch, T grad_scale,
                                const EmbeddingBagCollection<T>& bags, std::vector<T>* dense_grad,
                                std::vector<T>* d_pooled, ThreadPool* pool);
+  // Chunked dense forward + backward from pooled embeddings; returns the loss sum,
+  // dense_grad the chunks' tree sum.
+  double DenseChunks(const ValidatedBatch& batch, T grad_scale, const T* pooled,
+                     std::vector<T>* dense_grad, std::vector<T>* d_pooled, ThreadPool* pool);
 
   int32_t num_dense_;
   int64_t chunk_rows_;

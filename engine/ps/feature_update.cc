@@ -1,10 +1,40 @@
 #include "engine/ps/feature_update.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "engine/core/byte_codec.h"
 #include "engine/core/status.h"
 #include "engine/embedding/half_row.h"
 
 namespace dlrm::ps {
+
+std::vector<FeatureUpdate> FeatureUpdatesOf(const std::vector<int32_t>& features,
+                                            const ValidatedBatch& batch,
+                                            const std::vector<FeatureBinding>& bindings,
+                                            const config::ModelConfig& model, const float* d_pooled,
+                                            int32_t pooled_width) {
+  const BatchView& view = batch.view;
+  const int64_t samples = view.batch_size;
+  std::vector<FeatureUpdate> updates;
+  for (const int32_t f : features) {
+    const FeatureBinding& b = bindings[f];
+    const int32_t dim = model.tables(b.table).dim();
+    FeatureUpdate u;
+    u.feature = f;
+    u.lengths.assign(view.lengths + f * samples, view.lengths + (f + 1) * samples);
+    const int64_t begin = batch.bag_begin(f, 0), end = batch.bag_begin(f + 1, 0);
+    u.ids.assign(view.ids + begin, view.ids + end);
+    if (view.weights) u.weights.assign(view.weights + begin, view.weights + end);
+    u.d_pooled.resize(static_cast<size_t>(samples) * dim);
+    for (int64_t r = 0; r < samples; ++r) {
+      const float* src = d_pooled + r * pooled_width + b.offset;
+      std::copy(src, src + dim, u.d_pooled.begin() + r * dim);
+    }
+    updates.push_back(std::move(u));
+  }
+  return updates;
+}
 
 std::vector<FeatureUpdate> ConcatenateRanks(const std::vector<std::vector<FeatureUpdate>>& parts) {
   if (parts.empty()) return {};

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "engine/config/dlrm.pb.h"
+#include "engine/data/batch.h"
+#include "engine/embedding/embedding_bag.h"
 
 namespace dlrm::ps {
 
@@ -19,6 +21,15 @@ struct FeatureUpdate {
   std::vector<float> weights;    // like ids, or empty (all 1)
   std::vector<float> d_pooled;   // [samples x table dim]
 };
+
+// The updates of `features` (model.sparse_features indices) from a part's batch and the
+// gradient of its pooled rows: d_pooled [batch_size x pooled_width], feature f's columns
+// at bindings[f].offset (its table's dim wide).
+std::vector<FeatureUpdate> FeatureUpdatesOf(const std::vector<int32_t>& features,
+                                            const ValidatedBatch& batch,
+                                            const std::vector<FeatureBinding>& bindings,
+                                            const config::ModelConfig& model, const float* d_pooled,
+                                            int32_t pooled_width);
 
 // The global batch's updates from the trainers' parts, given in rank order (trainer k holds
 // the k-th run of samples): per feature, the parts concatenated. Every rank must list the

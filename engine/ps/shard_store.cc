@@ -1,5 +1,6 @@
 #include "engine/ps/shard_store.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -240,6 +241,46 @@ void EmbeddingShardStore::ApplyUpdate(const std::vector<FeatureUpdate>& updates,
           ": it would make a row or its optimizer state non-finite (learning rate ", lr,
           "); no row was updated");
   bags_->ApplyUpdate(local.d_pooled.data(), *optimizer_, lr, step, pool_);
+}
+
+void EmbeddingShardStore::RequireWholeRows(const char* what) const {
+  for (const Shard& s : shards_) {
+    const config::TableConfig& tc = model_.tables(s.table);
+    if (s.row_begin != 0 || s.row_end != tc.num_rows())
+      ThrowInvalid(what, ": table '", tc.name(), "' has a shard of rows [", s.row_begin, ", ",
+                   s.row_end, ") of ", tc.num_rows(), "; this needs whole rows");
+  }
+}
+
+ValidatedBatch EmbeddingShardStore::ValidateLocalBatch(const BatchView& batch) const {
+  RequireWholeRows("a local batch");
+  std::vector<SparseFeatureSpec> specs;
+  for (const Binding& b : bindings_) specs.push_back({b.shard, tables_[b.shard].num_rows()});
+  return ValidateBatch(batch, 0, specs, /*require_labels=*/false, pool_);
+}
+
+void EmbeddingShardStore::Pool(const ValidatedBatch& batch, float* out) const {
+  DLRM_INTERNAL_CHECK(batch.view.num_sparse == static_cast<int32_t>(bindings_.size()));
+  if (bindings_.empty()) return;
+  constexpr int64_t kRows = 256;  // samples per task
+  const int64_t B = batch.view.batch_size;
+  const int32_t width = pooled_width();
+  ParallelFor(pool_, (B + kRows - 1) / kRows, [&](int64_t c) {
+    const int64_t b0 = c * kRows, b1 = std::min(B, b0 + kRows);
+    bags_->Forward(batch, b0, b1, out + b0 * width);
+  });
+}
+
+bool EmbeddingShardStore::PooledUpdateIsFinite(const ValidatedBatch& batch, const float* d_pooled,
+                                               float lr, int64_t step) {
+  DLRM_INTERNAL_CHECK(batch.view.num_sparse == static_cast<int32_t>(bindings_.size()));
+  if (bindings_.empty()) return true;
+  return bags_->UpdateIsFinite(batch, d_pooled, *optimizer_, lr, step, pool_, &row_ranges_);
+}
+
+void EmbeddingShardStore::ApplyPooledUpdate(const float* d_pooled, float lr, int64_t step) {
+  if (bindings_.empty()) return;
+  bags_->ApplyUpdate(d_pooled, *optimizer_, lr, step, pool_);
 }
 
 }  // namespace dlrm::ps

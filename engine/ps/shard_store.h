@@ -16,6 +16,7 @@
 
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/thread_pool.h"
+#include "engine/data/batch.h"
 #include "engine/embedding/embedding_bag.h"
 #include "engine/embedding/embedding_table.h"
 #include "engine/embedding/sparse_optimizer.h"
@@ -74,10 +75,31 @@ class EmbeddingShardStore {
   void ApplyUpdate(const std::vector<FeatureUpdate>& updates, int64_t batch_size, float lr,
                    int64_t step);
 
+  // The owner's own pooling, for trainers that own their shards (the Neo layout,
+  // train/model_parallel_trainer.h): a local batch has one sparse feature per binding
+  // (each feature of features() once per shard of its table, in that order) and table ids;
+  // its pooled row is pooled_width() wide, the bindings' columns side by side. Every shard
+  // must hold whole rows (kInvalidArgument naming the table otherwise).
+  int32_t pooled_width() const { return bags_->pooled_width(); }
+  // Checks a local batch (no dense features, no labels): kInvalidArgument / kOutOfRange
+  // naming the field.
+  ValidatedBatch ValidateLocalBatch(const BatchView& batch) const;
+  // out [batch_size x pooled_width()] = the local batch's pooled vectors.
+  void Pool(const ValidatedBatch& batch, float* out) const;
+  // The fused backward + optimizer of d_pooled [batch_size x pooled_width()] over a local
+  // batch, in two halves: whether every touched row's update would be finite (nothing
+  // written), then the update, with the same batch and d_pooled and nothing else done to
+  // the store in between. The bits of ApplyUpdate given the same bags and gradients.
+  bool PooledUpdateIsFinite(const ValidatedBatch& batch, const float* d_pooled, float lr,
+                            int64_t step);
+  void ApplyPooledUpdate(const float* d_pooled, float lr, int64_t step);
+
   SparseOptimizer<float>& optimizer() { return *optimizer_; }
 
  private:
   struct LocalBatch;
+  // kInvalidArgument naming the table unless every shard holds whole rows.
+  void RequireWholeRows(const char* what) const;
   void CheckFeatureUpdate(const FeatureUpdate& u, int64_t batch_size, bool weighted) const;
   // The owner's batch of this step's updates (what its bags' fused backward takes).
   void BuildLocalBatch(const std::vector<FeatureUpdate>& updates, int64_t batch_size, bool weighted,

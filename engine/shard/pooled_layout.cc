@@ -96,8 +96,9 @@ OwnedBatch SelectFeatures(const BatchView& batch, const std::vector<int64_t>& st
 
 // kInvalidArgument naming part q unless it is a well-formed part of `num_features`
 // features and `n` samples.
-void CheckPart(const OwnedBatch& part, int32_t q, int32_t num_features, int64_t n) {
-  if (part.num_sparse != num_features || part.batch_size != n ||
+void CheckPart(const OwnedBatch& part, int32_t q, int32_t num_features) {
+  const int64_t n = std::max<int64_t>(part.batch_size, 0);
+  if (part.num_sparse != num_features || part.batch_size < 0 ||
       part.lengths.size() != static_cast<size_t>(num_features) * static_cast<size_t>(n))
     ThrowInvalid("input part from rank ", q, " has ", part.num_sparse, " features x ",
                  part.batch_size, " samples (", part.lengths.size(), " lengths); expected ",
@@ -144,18 +145,23 @@ PooledLayout::PooledLayout(const config::DlrmConfig& config, const ShardingPlan&
                    *std::adjacent_find(features.begin(), features.end()),
                    "); the pooled all-to-all needs a table's column blocks on distinct ranks");
   }
-  // Slices in feature order on every rank: the order of its pooled row and its exchange.
-  for (int32_t r = 0; r < world_size; ++r) {
-    std::stable_sort(
-        owned_slices_[r].begin(), owned_slices_[r].end(),
-        [](const PooledSlice& a, const PooledSlice& b) { return a.feature < b.feature; });
-    int32_t column = 0;
-    for (PooledSlice& s : owned_slices_[r]) {
-      s.owned_column = column;
-      column += s.width;
-    }
-    owned_width_[r] = column;
+  // Slices in feature order on every rank, the replicated ones too: the order of its
+  // pooled rows, its exchange, and an owner's store (ps/shard_store.h).
+  for (int32_t r = 0; r < world_size; ++r) owned_width_[r] = InFeatureOrder(&owned_slices_[r]);
+  local_width_ = InFeatureOrder(&local_slices_);
+  std::sort(local_features_.begin(), local_features_.end());
+}
+
+int32_t PooledLayout::InFeatureOrder(std::vector<PooledSlice>* slices) {
+  std::stable_sort(slices->begin(), slices->end(), [](const PooledSlice& a, const PooledSlice& b) {
+    return a.feature < b.feature;
+  });
+  int32_t column = 0;
+  for (PooledSlice& s : *slices) {
+    s.owned_column = column;
+    column += s.width;
   }
+  return column;
 }
 
 // Adds table t's shards to their ranks and one slice per (reading feature, shard).
@@ -180,8 +186,6 @@ void PooledLayout::AddTable(const config::ModelConfig& model, int32_t t,
       slice.width = s->col_end() - s->col_begin();
       slice.mean = feature.pooling() == config::SparseFeatureConfig::MEAN;
       if (local) {
-        slice.owned_column = local_width_;
-        local_width_ += slice.width;
         local_slices_.push_back(slice);
         local_features_.push_back(f);
       } else {
@@ -250,15 +254,15 @@ OwnedBatch PooledLayout::JoinInput(int32_t rank, const std::vector<OwnedBatch>& 
                  world_size_, " ranks");
   const auto num_features = static_cast<int32_t>(input_features_[rank].size());
   bool weighted = false;
+  OwnedBatch joined;
   for (int32_t q = 0; q < world_size_; ++q) {
-    CheckPart(parts[q], q, num_features, parts[0].batch_size);
+    CheckPart(parts[q], q, num_features);
     weighted |= !parts[q].weights.empty();
+    joined.batch_size += parts[q].batch_size;
   }
   std::vector<std::vector<int64_t>> starts;
   for (const OwnedBatch& p : parts)
     starts.push_back(FeatureStarts(p.lengths.data(), num_features, p.batch_size));
-  OwnedBatch joined;
-  joined.batch_size = parts[0].batch_size * world_size_;
   joined.num_sparse = num_features;
   for (int32_t k = 0; k < num_features; ++k)
     for (int32_t q = 0; q < world_size_; ++q)

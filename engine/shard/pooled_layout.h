@@ -73,7 +73,8 @@ class PooledLayout {
   // The model.sparse_features indices whose bags rank r needs (ascending).
   const std::vector<int32_t>& input_features(int32_t rank) const;
   // Replicated (DATA_PARALLEL) tables, which every rank pools for its own samples;
-  // owned_column is the column in local_width()'s row.
+  // owned_column is the column in local_width()'s row. Slices in feature order (slice k:
+  // feature k of LocalInput's batch).
   const std::vector<OwnedShard>& local_shards() const { return local_shards_; }
   const std::vector<PooledSlice>& local_slices() const { return local_slices_; }
   int32_t local_width() const { return local_width_; }
@@ -86,8 +87,9 @@ class PooledLayout {
   // labels). `local` must have passed ValidateBatch for the model.
   std::vector<OwnedBatch> SplitInput(const BatchView& local) const;
   // Step 1 on owner `rank`: parts from ranks 0..W-1, in rank order -> one batch of all
-  // their samples, feature-major over input_features(rank). The parts came over the
-  // network: a malformed one is kInvalidArgument naming its rank.
+  // their samples, feature-major over input_features(rank). Parts may differ in size
+  // (prediction; a training step's are equal). The parts came over the network: a
+  // malformed one is kInvalidArgument naming its rank.
   OwnedBatch JoinInput(int32_t rank, const std::vector<OwnedBatch>& parts) const;
   // The bags of the local slices' features for `local`'s samples (slice k: feature k).
   OwnedBatch LocalInput(const BatchView& local) const;
@@ -104,6 +106,8 @@ class PooledLayout {
   void AddTable(const config::ModelConfig& model, int32_t table,
                 const std::vector<const TableShard*>& shards);
   void CheckRank(int32_t rank) const;
+  // Sorts slices by feature and numbers their columns from 0; returns their width.
+  static int32_t InFeatureOrder(std::vector<PooledSlice>* slices);
   // Where each feature's ids begin in `batch`, after checking its feature count.
   std::vector<int64_t> FeatureStartsOf(const BatchView& batch) const;
 

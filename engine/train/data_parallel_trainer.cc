@@ -13,70 +13,10 @@
 #include "engine/dense/loss.h"
 #include "engine/embedding/embedding_bag.h"
 #include "engine/embedding/half_row.h"
+#include "engine/train/dense_exchange.h"
 #include "engine/train/step.h"
 
 namespace dlrm::train {
-namespace {
-
-bool IsPowerOfTwo(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
-
-}  // namespace
-
-// What a rank contributes to a step's exchange.
-struct DataParallelTrainer::Contribution {
-  int64_t samples = 0;
-  int32_t error_code = 0;  // a StatusCode; kOk: the rank trained its part
-  std::string error;
-  double loss_sum = 0;
-  bool finite = true;
-  std::vector<float> dense_grad;
-  std::string replica_update;  // EncodeFeatureUpdates of the replicated tables' features
-};
-
-std::string DataParallelTrainer::Encode(const Contribution& c, const std::vector<float>& dense_grad,
-                                        std::string buffer) {
-  ByteWriter out(std::move(buffer));
-  out.Reserve(64 + c.error.size() + dense_grad.size() * sizeof(float) + c.replica_update.size());
-  out.Put<int64_t>(c.samples);
-  out.Put<int32_t>(c.error_code);
-  out.PutString(c.error);
-  if (c.error_code == 0) {
-    out.Put<double>(c.loss_sum);
-    out.Put<uint8_t>(c.finite ? 1 : 0);
-    if (IsHalf(wire_)) {  // already rounded (ComputePart): narrowing loses nothing
-      wire_values_.resize(dense_grad.size());
-      NarrowValues(dense_grad.data(), static_cast<int64_t>(dense_grad.size()), wire_,
-                   wire_values_.data());
-      out.PutArray(wire_values_);
-    } else {
-      out.PutArray(dense_grad);
-    }
-    out.PutString(c.replica_update);
-  }
-  return std::move(out).Take();
-}
-
-void DataParallelTrainer::Decode(const std::string& bytes, Contribution* c) {
-  ByteReader in(bytes, "trainer exchange");
-  c->samples = in.Get<int64_t>("samples");
-  c->error_code = in.Get<int32_t>("error code");
-  c->error = in.GetString("error");
-  if (c->error_code == 0) {
-    c->loss_sum = in.Get<double>("loss");
-    c->finite = in.Get<uint8_t>("finite flag") == 1;
-    if (IsHalf(wire_)) {
-      in.GetArray("dense gradient", &wire_values_);
-      c->dense_grad.resize(wire_values_.size());
-      WidenValues(wire_values_.data(), static_cast<int64_t>(wire_values_.size()), wire_,
-                  c->dense_grad.data());
-    } else {
-      in.GetArray("dense gradient", &c->dense_grad);
-    }
-    c->replica_update = in.GetString("replica update");
-  }
-  in.ExpectEnd();
-}
-
 struct DataParallelTrainer::Prepared {
   OwnedBatch batch;
   ValidatedBatch validated;  // views `batch`
@@ -138,11 +78,7 @@ std::unique_ptr<DataParallelTrainer::Prepared> DataParallelTrainer::Prepare(cons
   try {
     ValidatedBatch checked =
         ValidateBatch(part, model_.num_dense_features(), model_.feature_specs(), training);
-    const int64_t rows = model_.chunk_rows();
-    if (training && (part.batch_size % rows != 0 || !IsPowerOfTwo(part.batch_size / rows)))
-      ThrowInvalid("sync training needs each trainer's part to be a power-of-two number of ",
-                   "reduction chunks (reduction_chunk_rows ", rows, " x 1, 2, 4, ...), got ",
-                   part.batch_size, " samples");
+    if (training) CheckSyncPartSize(part.batch_size, model_.chunk_rows());
     p->batch = CopyBatch(part);
     p->validated = std::move(checked);
     p->validated.view = p->batch.view();
@@ -281,27 +217,8 @@ ValidatedBatch DataParallelTrainer::Reindexed(const Prepared& p) {
 
 std::vector<ps::FeatureUpdate> DataParallelTrainer::UpdatesFor(const std::vector<int32_t>& features,
                                                                const ValidatedBatch& batch) const {
-  const BatchView& view = batch.view;
-  const int64_t samples = view.batch_size;
-  const int32_t width = model_.pooled_width();
-  std::vector<ps::FeatureUpdate> updates;
-  for (const int32_t f : features) {
-    const FeatureBinding& b = model_.feature_bindings()[f];
-    const int32_t dim = config_.model().tables(b.table).dim();
-    ps::FeatureUpdate u;
-    u.feature = f;
-    u.lengths.assign(view.lengths + f * samples, view.lengths + (f + 1) * samples);
-    const int64_t begin = batch.bag_begin(f, 0), end = batch.bag_begin(f + 1, 0);
-    u.ids.assign(view.ids + begin, view.ids + end);
-    if (view.weights) u.weights.assign(view.weights + begin, view.weights + end);
-    u.d_pooled.resize(static_cast<size_t>(samples) * dim);
-    for (int64_t r = 0; r < samples; ++r) {
-      const float* src = d_pooled_.data() + r * width + b.offset;
-      std::copy(src, src + dim, u.d_pooled.begin() + r * dim);
-    }
-    updates.push_back(std::move(u));
-  }
-  return updates;
+  return ps::FeatureUpdatesOf(features, batch, model_.feature_bindings(), config_.model(),
+                              d_pooled_.data(), model_.pooled_width());
 }
 
 void DataParallelTrainer::Enqueue(const BatchView& part) {
@@ -343,14 +260,20 @@ float DataParallelTrainer::TrainStep() {
   // 1-2. Rows, then this part's forward/backward; any failure becomes this rank's error.
   // 3. One exchange: everybody's readiness, loss and gradient subtree.
   std::vector<Contribution>& by_rank = Exchange(ComputePart(*p));
-  CheckContributions(by_rank);
-  const double loss = ReduceContributions(by_rank);
+  double loss = 0;
+  try {
+    CheckContributions(by_rank, step_ + 1, model_.dense_params().size());
+    loss = ReduceContributions(by_rank, step_, pool_);
+  } catch (const Error&) {
+    RenumberQueue();
+    throw;
+  }
   // 4. The updates: dense, the replicas' from every rank's part, then the servers'.
   ApplyUpdates(*p, by_rank);
   return static_cast<float>(loss);
 }
 
-DataParallelTrainer::Contribution DataParallelTrainer::ComputePart(Prepared& p) {
+Contribution DataParallelTrainer::ComputePart(Prepared& p) {
   Contribution mine;
   mine.error_code = static_cast<int32_t>(p.error_code);
   mine.error = p.error;
@@ -376,9 +299,11 @@ DataParallelTrainer::Contribution DataParallelTrainer::ComputePart(Prepared& p) 
   return mine;
 }
 
-std::vector<DataParallelTrainer::Contribution>& DataParallelTrainer::Exchange(Contribution mine) {
+std::vector<Contribution>& DataParallelTrainer::Exchange(Contribution mine) {
   const int32_t ranks = comm_->world_size();
-  std::string bytes = Encode(mine, dense_grad_, std::move(send_buffer_));
+  ByteWriter out(std::move(send_buffer_));
+  EncodeContribution(mine, dense_grad_, wire_, &wire_values_, &out);
+  std::string bytes = std::move(out).Take();
   const std::vector<std::string> all = comm_->AllGather(bytes);
   send_buffer_ = std::move(bytes);
   if (static_cast<int32_t>(all.size()) != ranks)
@@ -396,7 +321,9 @@ std::vector<DataParallelTrainer::Contribution>& DataParallelTrainer::Exchange(Co
   const int32_t me = comm_->rank();
   for (int32_t r = 0; r < ranks; ++r) {
     if (r != me) {
-      Decode(all[r], &exchange_[r]);
+      ByteReader in(all[r], "trainer exchange");
+      DecodeContribution(&in, wire_, &wire_values_, &exchange_[r]);
+      in.ExpectEnd();
       continue;
     }
     std::vector<float> grad_buffer = std::move(exchange_[r].dense_grad);
@@ -405,56 +332,6 @@ std::vector<DataParallelTrainer::Contribution>& DataParallelTrainer::Exchange(Co
     dense_grad_ = std::move(grad_buffer);  // recycled: the next backward overwrites it
   }
   return exchange_;
-}
-
-void DataParallelTrainer::CheckContributions(const std::vector<Contribution>& by_rank) {
-  const int64_t t = step_ + 1;
-  const auto ranks = static_cast<int32_t>(by_rank.size());
-  for (int32_t r = 0; r < ranks; ++r) {
-    const Contribution& c = by_rank[r];
-    if (c.error_code != 0) {
-      RenumberQueue();
-      Throw(static_cast<StatusCode>(c.error_code), "step ", t, ": trainer ", r,
-            "'s part: ", c.error);
-    }
-  }
-  const size_t num_params = model_.dense_params().size();
-  for (int32_t r = 0; r < ranks; ++r) {
-    const Contribution& c = by_rank[r];
-    if (c.samples != by_rank[0].samples) {
-      RenumberQueue();
-      ThrowInvalid("step ", t, ": trainer ", r, " has ", c.samples, " samples, trainer 0 has ",
-                   by_rank[0].samples, " (parts must be equal)");
-    }
-    if (c.dense_grad.size() != num_params)
-      Throw(StatusCode::kDataLoss, "sync step: trainer ", r, " sent ", c.dense_grad.size(),
-            " gradient values, expected ", num_params);
-  }
-}
-
-double DataParallelTrainer::ReduceContributions(std::vector<Contribution>& by_rank) {
-  const auto ranks = static_cast<int32_t>(by_rank.size());
-  std::vector<float*> grad_ptrs;
-  std::vector<double> losses(ranks);
-  std::vector<double*> loss_ptrs;
-  bool finite = true;
-  for (int32_t r = 0; r < ranks; ++r) {
-    grad_ptrs.push_back(by_rank[r].dense_grad.data());
-    losses[r] = by_rank[r].loss_sum;
-    loss_ptrs.push_back(&losses[r]);
-    finite &= by_rank[r].finite;
-  }
-  TreeReduceInto(grad_ptrs, model_.dense_params().size(), pool_);
-  TreeReduceInto(loss_ptrs, 1, nullptr);
-  const int64_t global_batch = by_rank[0].samples * ranks;
-  const double loss = losses[0] / static_cast<double>(global_batch);
-  try {
-    CheckFinite(step_, loss, by_rank[0].dense_grad, finite);
-  } catch (const Error&) {
-    RenumberQueue();
-    throw;
-  }
-  return loss;
 }
 
 void DataParallelTrainer::ApplyUpdates(const Prepared& p,

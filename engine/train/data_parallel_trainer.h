@@ -37,6 +37,7 @@
 #include "engine/ps/service.h"
 #include "engine/ps/shard_store.h"
 #include "engine/shard/plan.pb.h"
+#include "engine/train/dense_exchange.h"
 #include "engine/train/trainer_backend.h"
 
 namespace dlrm::train {
@@ -103,15 +104,9 @@ class DataParallelTrainer {
   void set_step(int64_t step);
 
  private:
-  struct Prepared;      // a part with its lookups in flight
-  struct Contribution;  // what a rank puts into a step's exchange
+  struct Prepared;  // a part with its lookups in flight
   // Adds a training part's lookups (ids sent, rows answered) to wire_bytes_.
   void CountLookupBytes(const Prepared& p);
-  // A contribution's bytes (the dense gradient in wire_, narrowed through wire_values_),
-  // and back.
-  std::string Encode(const Contribution& c, const std::vector<float>& dense_grad,
-                     std::string buffer);
-  void Decode(const std::string& bytes, Contribution* c);
   // Validates `part` (labels if `training`) and submits its lookups for `step`.
   std::unique_ptr<Prepared> Prepare(const BatchView& part, int64_t step, bool training);
   void SubmitLookups(Prepared& p);
@@ -127,13 +122,10 @@ class DataParallelTrainer {
                                             const ValidatedBatch& batch) const;
   // Resubmits the queued parts' lookups when the step numbers they were sent for are off.
   void RenumberQueue();
-  // The phases of TrainStep: this rank's part, the exchange (into exchange_), the checks
-  // of every rank's contribution, the fixed-tree sums (the mean loss; divergence throws),
-  // and the updates.
+  // The phases of TrainStep: this rank's part, the exchange (into exchange_; the checks
+  // and sums are dense_exchange.h's), and the updates.
   Contribution ComputePart(Prepared& p);
   std::vector<Contribution>& Exchange(Contribution mine);
-  void CheckContributions(const std::vector<Contribution>& by_rank);
-  double ReduceContributions(std::vector<Contribution>& by_rank);
   void ApplyUpdates(const Prepared& p, const std::vector<Contribution>& by_rank);
 
   const config::DlrmConfig config_;

@@ -1,0 +1,103 @@
+#include "engine/train/dense_exchange.h"
+
+#include <utility>
+
+#include "engine/core/status.h"
+#include "engine/core/tree_reduce.h"
+#include "engine/embedding/half_row.h"
+#include "engine/train/step.h"
+
+namespace dlrm::train {
+
+namespace {
+
+bool IsPowerOfTwo(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+}  // namespace
+
+void CheckSyncPartSize(int64_t samples, int64_t chunk_rows) {
+  if (samples % chunk_rows != 0 || !IsPowerOfTwo(samples / chunk_rows))
+    ThrowInvalid("sync training needs each trainer's part to be a power-of-two number of ",
+                 "reduction chunks (reduction_chunk_rows ", chunk_rows, " x 1, 2, 4, ...), got ",
+                 samples, " samples");
+}
+
+void EncodeContribution(const Contribution& c, const std::vector<float>& dense_grad,
+                        config::TableConfig::Precision wire, std::vector<uint16_t>* scratch,
+                        ByteWriter* out) {
+  out->Reserve(out->bytes().size() + 64 + c.error.size() + dense_grad.size() * sizeof(float) +
+               c.replica_update.size());
+  out->Put<int64_t>(c.samples);
+  out->Put<int32_t>(c.error_code);
+  out->PutString(c.error);
+  if (c.error_code != 0) return;
+  out->Put<double>(c.loss_sum);
+  out->Put<uint8_t>(c.finite ? 1 : 0);
+  if (IsHalf(wire)) {
+    scratch->resize(dense_grad.size());
+    NarrowValues(dense_grad.data(), static_cast<int64_t>(dense_grad.size()), wire, scratch->data());
+    out->PutArray(*scratch);
+  } else {
+    out->PutArray(dense_grad);
+  }
+  out->PutString(c.replica_update);
+}
+
+void DecodeContribution(ByteReader* in, config::TableConfig::Precision wire,
+                        std::vector<uint16_t>* scratch, Contribution* c) {
+  c->samples = in->Get<int64_t>("samples");
+  c->error_code = in->Get<int32_t>("error code");
+  c->error = in->GetString("error");
+  if (c->error_code != 0) return;
+  c->loss_sum = in->Get<double>("loss");
+  c->finite = in->Get<uint8_t>("finite flag") == 1;
+  if (IsHalf(wire)) {
+    in->GetArray("dense gradient", scratch);
+    c->dense_grad.resize(scratch->size());
+    WidenValues(scratch->data(), static_cast<int64_t>(scratch->size()), wire, c->dense_grad.data());
+  } else {
+    in->GetArray("dense gradient", &c->dense_grad);
+  }
+  c->replica_update = in->GetString("replica update");
+}
+
+void CheckContributions(const std::vector<Contribution>& by_rank, int64_t step, size_t num_params) {
+  const auto ranks = static_cast<int32_t>(by_rank.size());
+  for (int32_t r = 0; r < ranks; ++r) {
+    const Contribution& c = by_rank[r];
+    if (c.error_code != 0)
+      Throw(static_cast<StatusCode>(c.error_code), "step ", step, ": trainer ", r,
+            "'s part: ", c.error);
+  }
+  for (int32_t r = 0; r < ranks; ++r) {
+    const Contribution& c = by_rank[r];
+    if (c.samples != by_rank[0].samples)
+      ThrowInvalid("step ", step, ": trainer ", r, " has ", c.samples, " samples, trainer 0 has ",
+                   by_rank[0].samples, " (parts must be equal)");
+    if (c.dense_grad.size() != num_params)
+      Throw(StatusCode::kDataLoss, "sync step: trainer ", r, " sent ", c.dense_grad.size(),
+            " gradient values, expected ", num_params);
+  }
+}
+
+double ReduceContributions(std::vector<Contribution>& by_rank, int64_t step, ThreadPool* pool) {
+  const auto ranks = static_cast<int32_t>(by_rank.size());
+  std::vector<float*> grad_ptrs;
+  std::vector<double> losses(ranks);
+  std::vector<double*> loss_ptrs;
+  bool finite = true;
+  for (int32_t r = 0; r < ranks; ++r) {
+    grad_ptrs.push_back(by_rank[r].dense_grad.data());
+    losses[r] = by_rank[r].loss_sum;
+    loss_ptrs.push_back(&losses[r]);
+    finite &= by_rank[r].finite;
+  }
+  TreeReduceInto(grad_ptrs, by_rank[0].dense_grad.size(), pool);
+  TreeReduceInto(loss_ptrs, 1, nullptr);
+  const int64_t global_batch = by_rank[0].samples * ranks;
+  const double loss = losses[0] / static_cast<double>(global_batch);
+  CheckFinite(step, loss, by_rank[0].dense_grad, finite);
+  return loss;
+}
+
+}  // namespace dlrm::train

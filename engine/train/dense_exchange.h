@@ -1,0 +1,56 @@
+// What each rank of a synchronous step contributes to its exchange, and what every rank
+// then does with all of them, written once for the two trainers (data_parallel_trainer.h,
+// model_parallel_trainer.h): whether the rank could train its part (or why not), its loss
+// sum, its dense gradient (the part's subtree of the global batch's reduction tree) and the
+// replicated tables' update. Every rank decodes the same bytes and sums them in one fixed
+// tree, so all ranks hold the same bits and the single-process association is kept.
+//
+// Threading: functions over the caller's data. Errors: decoding a peer's bytes is
+// kDataLoss naming the field; the checks throw the first failed rank's error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/config/dlrm.pb.h"
+#include "engine/core/byte_codec.h"
+#include "engine/core/thread_pool.h"
+
+namespace dlrm::train {
+
+struct Contribution {
+  int64_t samples = 0;
+  int32_t error_code = 0;  // a StatusCode; kOk: the rank trained its part
+  std::string error;
+  double loss_sum = 0;
+  bool finite = true;             // the part's pooled-embedding gradients
+  std::vector<float> dense_grad;  // received; a rank's own travels separately (below)
+  std::string replica_update;     // EncodeFeatureUpdates of the replicated tables' features
+};
+
+// kInvalidArgument unless a part of `samples` is a power-of-two number of reduction chunks
+// of `chunk_rows` (what makes each rank's gradient a subtree of the global batch's tree).
+void CheckSyncPartSize(int64_t samples, int64_t chunk_rows);
+
+// Appends c, with `dense_grad` as its gradient (the sender's own buffer), in `wire`
+// precision (BF16 / FP16: the values must already be rounded to it, so narrowing loses
+// nothing). scratch: a reused buffer for the narrowed values.
+void EncodeContribution(const Contribution& c, const std::vector<float>& dense_grad,
+                        config::TableConfig::Precision wire, std::vector<uint16_t>* scratch,
+                        ByteWriter* out);
+// Reads what EncodeContribution wrote into *c (its buffers reused).
+void DecodeContribution(ByteReader* in, config::TableConfig::Precision wire,
+                        std::vector<uint16_t>* scratch, Contribution* c);
+
+// The step's (number `step`) first failed rank's error, with its code; kInvalidArgument
+// when the ranks' parts differ in size; kDataLoss for a gradient of another size than
+// num_params.
+void CheckContributions(const std::vector<Contribution>& by_rank, int64_t step, size_t num_params);
+
+// Sums the ranks' dense gradients into by_rank[0].dense_grad and their losses in one fixed
+// tree (rank order); returns the global batch's mean loss. kFailedPrecondition (nothing
+// updated yet) when the loss or a gradient is not finite; `step` is the last step done.
+double ReduceContributions(std::vector<Contribution>& by_rank, int64_t step, ThreadPool* pool);
+
+}  // namespace dlrm::train

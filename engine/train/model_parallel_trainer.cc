@@ -1,0 +1,381 @@
+#include "engine/train/model_parallel_trainer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "engine/config/config.h"
+#include "engine/core/byte_codec.h"
+#include "engine/core/finite.h"
+#include "engine/core/status.h"
+#include "engine/dense/loss.h"
+#include "engine/embedding/half_row.h"
+#include "engine/ps/feature_update.h"
+#include "engine/train/step.h"
+
+namespace dlrm::train {
+namespace {
+
+// A part's bags for one owner: sizes, lengths, ids, weights.
+void PutBags(const OwnedBatch& bags, ByteWriter* out) {
+  out->Put<int64_t>(bags.batch_size);
+  out->Put<int32_t>(bags.num_sparse);
+  out->PutArray(bags.lengths);
+  out->PutArray(bags.ids);
+  out->PutArray(bags.weights);
+}
+
+OwnedBatch GetBags(ByteReader* in) {
+  OwnedBatch bags;
+  bags.batch_size = in->Get<int64_t>("batch size");
+  bags.num_sparse = in->Get<int32_t>("feature count");
+  in->GetArray("lengths", &bags.lengths);
+  in->GetArray("ids", &bags.ids);
+  in->GetArray("weights", &bags.weights);
+  return bags;
+}
+
+// n values in the wire's precision (already rounded to it when 16-bit).
+void PutValues(const float* values, int64_t n, config::TableConfig::Precision wire,
+               std::vector<uint16_t>* scratch, ByteWriter* out) {
+  if (!IsHalf(wire)) {
+    out->PutArray(values, static_cast<size_t>(n));
+    return;
+  }
+  scratch->resize(static_cast<size_t>(n));
+  NarrowValues(values, n, wire, scratch->data());
+  out->PutArray(*scratch);
+}
+
+std::vector<float> GetValues(ByteReader* in, const char* what, config::TableConfig::Precision wire,
+                             std::vector<uint16_t>* scratch) {
+  std::vector<float> values;
+  if (!IsHalf(wire)) {
+    in->GetArray(what, &values);
+    return values;
+  }
+  in->GetArray(what, scratch);
+  values.resize(scratch->size());
+  WidenValues(scratch->data(), static_cast<int64_t>(scratch->size()), wire, values.data());
+  return values;
+}
+
+}  // namespace
+
+// A batch after the input exchange: this rank's own (dense features, labels) and what it
+// pools: its owned features over every rank's samples, its replicated ones over its own.
+struct ModelParallelTrainer::Input {
+  OwnedBatch part;
+  ValidatedBatch validated;      // views `part`
+  std::vector<int64_t> samples;  // per rank
+  std::vector<int64_t> first;    // per rank: its first sample in `joined`
+  OwnedBatch joined, local;
+  ValidatedBatch joined_vb, local_vb;
+};
+
+ModelParallelTrainer::ModelParallelTrainer(const config::DlrmConfig& config,
+                                           const shard::ShardingPlan& plan,
+                                           collective::Communicator* comm, ThreadPool* pool)
+    : config_(config),
+      wire_(WireValuePrecision(config.distributed())),
+      comm_(comm),
+      pool_(pool),
+      layout_(config, plan, plan.num_servers()),
+      model_(config, pool, /*allocate_tables=*/false),
+      dense_optimizer_(
+          MakeDenseOptimizer<float>(config.dense_optimizer(), model_.dense_params().size())),
+      owned_(config, plan, comm == nullptr ? 0 : comm->rank(), pool),
+      replicas_(config, plan, ps::kTrainerReplica, pool),
+      in_(std::make_unique<Input>()) {
+  if (comm_ == nullptr) ThrowInvalid("model-parallel trainer: a communicator is required");
+  if (comm_->world_size() != layout_.world_size())
+    ThrowInvalid("model-parallel trainer: the plan places shards on ", layout_.world_size(),
+                 " ranks but the communicator has ", comm_->world_size());
+  // The stores pool what the layout says this rank pools, in the same columns.
+  DLRM_INTERNAL_CHECK(owned_.features() == layout_.input_features(comm_->rank()));
+  DLRM_INTERNAL_CHECK(owned_.pooled_width() == layout_.owned_width(comm_->rank()));
+  DLRM_INTERNAL_CHECK(replicas_.pooled_width() == layout_.local_width());
+}
+
+ModelParallelTrainer::~ModelParallelTrainer() = default;
+
+std::vector<std::string> ModelParallelTrainer::AllToAll(const std::vector<std::string>& to_each) {
+  std::vector<std::string> got = comm_->AllToAll(to_each);
+  if (static_cast<int32_t>(got.size()) != comm_->world_size())
+    Throw(StatusCode::kDataLoss, "model-parallel step: ", got.size(), " parts for ",
+          comm_->world_size(), " ranks");
+  if (counting_) {
+    for (int32_t r = 0; r < comm_->world_size(); ++r) {
+      if (r == comm_->rank()) continue;
+      wire_bytes_.sent += static_cast<int64_t>(to_each[r].size());
+      wire_bytes_.received += static_cast<int64_t>(got[r].size());
+    }
+  }
+  return got;
+}
+
+float ModelParallelTrainer::TrainStep(const BatchView& part) {
+  ExchangeInput(&part, Purpose::kTrain);
+  ExchangePooled();
+  ExchangeGradients(ComputeDense());
+  CheckContributions(exchange_, step_ + 1, model_.dense_params().size());
+  const double loss = ReduceContributions(exchange_, step_, pool_);
+  ApplyUpdates();
+  return static_cast<float>(loss);
+}
+
+void ModelParallelTrainer::ExchangeInput(const BatchView* part, Purpose purpose) {
+  counting_ = purpose == Purpose::kTrain;
+  JoinInputParts(AllToAll(EncodeInputParts(part, purpose)), purpose);
+}
+
+std::vector<std::string> ModelParallelTrainer::EncodeInputParts(const BatchView* part,
+                                                                Purpose purpose) {
+  Input& in = *in_;
+  const int32_t ranks = comm_->world_size();
+  int32_t code = 0;
+  std::string error;
+  std::vector<OwnedBatch> parts(ranks);
+  in.part = OwnedBatch();
+  in.validated = ValidatedBatch();
+  try {
+    if (part != nullptr) {
+      ValidatedBatch checked = ValidateBatch(*part, model_.num_dense_features(),
+                                             model_.feature_specs(), purpose != Purpose::kPredict);
+      if (purpose == Purpose::kTrain) CheckSyncPartSize(part->batch_size, model_.chunk_rows());
+      in.part = CopyBatch(*part);
+      in.validated = std::move(checked);
+      in.validated.view = in.part.view();
+      parts = layout_.SplitInput(in.validated.view);
+    } else {  // a rank with nothing to predict this round (Evaluate)
+      for (int32_t r = 0; r < ranks; ++r)
+        parts[r].num_sparse = static_cast<int32_t>(layout_.input_features(r).size());
+    }
+  } catch (const Error& e) {
+    code = static_cast<int32_t>(e.code());
+    error = e.what();
+  }
+  std::vector<std::string> to_each(ranks);
+  for (int32_t r = 0; r < ranks; ++r) {
+    ByteWriter out;
+    out.Put<int32_t>(code);
+    out.PutString(error);
+    if (code == 0) PutBags(parts[r], &out);
+    to_each[r] = std::move(out).Take();
+  }
+  return to_each;
+}
+
+void ModelParallelTrainer::JoinInputParts(const std::vector<std::string>& received,
+                                          Purpose purpose) {
+  Input& in = *in_;
+  const int32_t ranks = comm_->world_size();
+  std::vector<OwnedBatch> parts(ranks);
+  for (int32_t r = 0; r < ranks; ++r) {
+    ByteReader bytes(received[r], "model-parallel input");
+    const auto code = bytes.Get<int32_t>("error code");
+    const std::string error = bytes.GetString("error");
+    if (code != 0) {
+      if (purpose == Purpose::kTrain)
+        Throw(static_cast<StatusCode>(code), "step ", step_ + 1, ": trainer ", r,
+              "'s part: ", error);
+      Throw(static_cast<StatusCode>(code), "trainer ", r, "'s batch: ", error);
+    }
+    parts[r] = GetBags(&bytes);
+    bytes.ExpectEnd();
+  }
+  in.samples.assign(ranks, 0);
+  in.first.assign(ranks, 0);
+  for (int32_t r = 0; r < ranks; ++r) {
+    in.samples[r] = parts[r].batch_size;
+    if (r > 0) in.first[r] = in.first[r - 1] + in.samples[r - 1];
+    if (purpose == Purpose::kTrain && parts[r].batch_size != parts[0].batch_size)
+      ThrowInvalid("step ", step_ + 1, ": trainer ", r, " has ", parts[r].batch_size,
+                   " samples, trainer 0 has ", parts[0].batch_size, " (parts must be equal)");
+  }
+  in.joined = layout_.JoinInput(comm_->rank(), parts);
+  in.joined_vb = owned_.ValidateLocalBatch(in.joined.view());
+  if (in.part.batch_size == 0) return;
+  in.local = layout_.LocalInput(in.validated.view);
+  if (!replicas_.features().empty()) in.local_vb = replicas_.ValidateLocalBatch(in.local.view());
+}
+
+void ModelParallelTrainer::ExchangePooled() {
+  const Input& in = *in_;
+  const int32_t ranks = comm_->world_size(), me = comm_->rank();
+  const int32_t width = layout_.owned_width(me);
+  owned_out_.resize(static_cast<size_t>(in.joined.batch_size) * width);
+  owned_.Pool(in.joined_vb, owned_out_.data());
+  // Rounded where made: every rank, this one included, sees the same bits.
+  if (IsHalf(wire_)) RoundToHalf(owned_out_.data(), static_cast<int64_t>(owned_out_.size()), wire_);
+  std::vector<std::string> to_each(ranks);
+  for (int32_t q = 0; q < ranks; ++q) {
+    ByteWriter out;
+    PutValues(owned_out_.data() + in.first[q] * width, in.samples[q] * width, wire_, &wire_values_,
+              &out);
+    to_each[q] = std::move(out).Take();
+  }
+  const std::vector<std::string> received = AllToAll(to_each);
+  const int64_t n = in.samples[me];
+  if (n == 0) return;
+  std::vector<std::vector<float>> blocks(ranks);
+  for (int32_t r = 0; r < ranks; ++r) {
+    ByteReader bytes(received[r], "model-parallel pooled rows");
+    blocks[r] = GetValues(&bytes, "pooled rows", wire_, &wire_values_);
+    bytes.ExpectEnd();
+  }
+  std::vector<float> local(static_cast<size_t>(n) * layout_.local_width());
+  if (!replicas_.features().empty()) replicas_.Pool(in.local_vb, local.data());
+  pooled_.resize(static_cast<size_t>(n) * layout_.pooled_width());
+  layout_.Assemble(blocks, local, n, pooled_.data());
+}
+
+Contribution ModelParallelTrainer::ComputeDense() {
+  const Input& in = *in_;
+  Contribution mine;
+  mine.samples = in.part.batch_size;
+  try {
+    mine.loss_sum = model_.ForwardBackwardPooled(in.validated, mine.samples * comm_->world_size(),
+                                                 pooled_.data(), &dense_grad_, &d_pooled_, pool_);
+    if (IsHalf(wire_)) {  // this rank's own gradients, as the others will see them
+      RoundToHalf(d_pooled_.data(), static_cast<int64_t>(d_pooled_.size()), wire_);
+      RoundToHalf(dense_grad_.data(), static_cast<int64_t>(dense_grad_.size()), wire_);
+    }
+    mine.finite = AllFinite(d_pooled_);
+    if (!replicas_.features().empty())
+      mine.replica_update = ps::EncodeFeatureUpdates(
+          ps::FeatureUpdatesOf(replicas_.features(), in.validated, model_.feature_bindings(),
+                               config_.model(), d_pooled_.data(), model_.pooled_width()),
+          wire_);
+  } catch (const Error& e) {
+    mine.error_code = static_cast<int32_t>(e.code());
+    mine.error = e.what();
+  }
+  return mine;
+}
+
+void ModelParallelTrainer::ExchangeGradients(Contribution mine) {
+  const Input& in = *in_;
+  const int32_t ranks = comm_->world_size(), me = comm_->rank();
+  std::vector<std::vector<float>> blocks(ranks);
+  std::vector<float> local;  // the replicated tables' columns travel as mine.replica_update
+  if (mine.error_code == 0) blocks = layout_.Split(d_pooled_.data(), mine.samples, &local);
+  std::vector<std::string> to_each(ranks);
+  for (int32_t r = 0; r < ranks; ++r) {
+    if (r == me) continue;  // this rank's own block and contribution are taken as they are
+    ByteWriter out;
+    EncodeContribution(mine, dense_grad_, wire_, &wire_values_, &out);
+    PutValues(blocks[r].data(), static_cast<int64_t>(blocks[r].size()), wire_, &wire_values_, &out);
+    to_each[r] = std::move(out).Take();
+  }
+  const std::vector<std::string> received = AllToAll(to_each);
+  const int32_t width = layout_.owned_width(me);
+  owned_grad_.resize(static_cast<size_t>(in.joined.batch_size) * width);
+  exchange_.resize(ranks);
+  for (int32_t r = 0; r < ranks; ++r) {
+    std::vector<float> block;
+    if (r == me) {
+      std::vector<float> grad_buffer = std::move(exchange_[r].dense_grad);
+      exchange_[r] = std::move(mine);
+      exchange_[r].dense_grad.swap(dense_grad_);
+      dense_grad_ = std::move(grad_buffer);  // recycled: the next backward overwrites it
+      block = std::move(blocks[r]);
+    } else {
+      ByteReader bytes(received[r], "model-parallel gradients");
+      DecodeContribution(&bytes, wire_, &wire_values_, &exchange_[r]);
+      block = GetValues(&bytes, "pooled gradient", wire_, &wire_values_);
+      bytes.ExpectEnd();
+    }
+    if (exchange_[r].error_code != 0) continue;  // CheckContributions throws its error
+    if (static_cast<int64_t>(block.size()) != in.samples[r] * width)
+      Throw(StatusCode::kDataLoss, "model-parallel step: trainer ", r, " sent ", block.size(),
+            " pooled gradient values, expected ", in.samples[r], " x ", width);
+    std::copy(block.begin(), block.end(), owned_grad_.begin() + in.first[r] * width);
+  }
+}
+
+void ModelParallelTrainer::ApplyUpdates() {
+  const Input& in = *in_;
+  const int32_t ranks = comm_->world_size();
+  const int64_t global_batch = exchange_[0].samples * ranks;
+  // Decoded before anything changes: a bad part throws with the state untouched.
+  std::vector<std::vector<ps::FeatureUpdate>> replica_parts;
+  if (!replicas_.features().empty())
+    for (int32_t r = 0; r < ranks; ++r)
+      replica_parts.push_back(ps::DecodeFeatureUpdates(exchange_[r].replica_update));
+  const StepRates rates =
+      RatesForStep(config_.lr_schedule(), config_.dense_optimizer().learning_rate(),
+                   config_.sparse_optimizer().learning_rate(), step_);
+  // The dense and replicated updates are the same on every rank; the owned shards' are
+  // each rank's own, so every rank says whether its update is finite before any writes.
+  const bool dense_ok = DenseUpdateIsFinite(*dense_optimizer_, model_.dense_params(),
+                                            exchange_[0].dense_grad.data(), rates, pool_);
+  const bool owned_ok =
+      owned_.PooledUpdateIsFinite(in.joined_vb, owned_grad_.data(), rates.sparse_lr, rates.t);
+  const std::vector<std::string> verdicts = comm_->AllGather(owned_ok ? "1" : "0");
+  if (!dense_ok) ThrowUpdateNotFinite(rates);
+  for (const std::string& v : verdicts)
+    if (v != "1") ThrowUpdateNotFinite(rates);
+  if (!replica_parts.empty())  // checks every row first; writes nothing when it throws
+    replicas_.ApplyUpdate(ps::ConcatenateRanks(replica_parts), global_batch, rates.sparse_lr,
+                          rates.t);
+  owned_.ApplyPooledUpdate(owned_grad_.data(), rates.sparse_lr, rates.t);
+  UpdateDense(*dense_optimizer_, model_.dense_params(), exchange_[0].dense_grad.data(), rates,
+              pool_);
+  step_ = rates.t;
+  ++wire_bytes_.steps;
+}
+
+void ModelParallelTrainer::PredictLogits(const BatchView& batch, float* logits) {
+  ExchangeInput(&batch, Purpose::kPredict);
+  ExchangePooled();
+  if (logits == nullptr) ThrowInvalid("logits is NULL");
+  model_.PredictLogitsPooled(in_->validated, pooled_.data(), logits, pool_);
+}
+
+EvalResult ModelParallelTrainer::Evaluate(const std::vector<BatchView>& batches) {
+  const int32_t ranks = comm_->world_size();
+  int64_t rounds = 0;
+  ByteWriter count;
+  count.Put<int64_t>(static_cast<int64_t>(batches.size()));
+  for (const std::string& bytes : comm_->AllGather(std::move(count).Take())) {
+    ByteReader in(bytes, "model-parallel evaluation");
+    rounds = std::max(rounds, in.Get<int64_t>("batch count"));
+    in.ExpectEnd();
+  }
+  if (rounds == 0) ThrowInvalid("evaluate needs at least one batch (no rank has one)");
+  std::vector<double> probabilities;
+  std::vector<float> labels, logits;
+  for (int64_t i = 0; i < rounds; ++i) {
+    const BatchView* b = i < static_cast<int64_t>(batches.size()) ? &batches[i] : nullptr;
+    try {
+      ExchangeInput(b, Purpose::kEvaluate);
+    } catch (const Error& e) {
+      Throw(e.code(), "evaluation round ", i, ": ", e.what());
+    }
+    ExchangePooled();
+    if (b == nullptr) continue;
+    logits.resize(static_cast<size_t>(b->batch_size));
+    model_.PredictLogitsPooled(in_->validated, pooled_.data(), logits.data(), pool_);
+    for (int64_t j = 0; j < b->batch_size; ++j) {
+      probabilities.push_back(StableSigmoid(static_cast<double>(logits[j])));
+      labels.push_back(b->labels[j]);
+    }
+  }
+  ByteWriter out;
+  out.PutArray(probabilities);
+  out.PutArray(labels);
+  std::vector<double> all_probabilities;
+  std::vector<float> all_labels;
+  const std::vector<std::string> all = comm_->AllGather(std::move(out).Take());
+  for (int32_t r = 0; r < ranks; ++r) {
+    ByteReader in(all[r], "model-parallel evaluation");
+    const std::vector<double> p = in.GetArray<double>("probabilities");
+    const std::vector<float> l = in.GetArray<float>("labels");
+    in.ExpectEnd();
+    all_probabilities.insert(all_probabilities.end(), p.begin(), p.end());
+    all_labels.insert(all_labels.end(), l.begin(), l.end());
+  }
+  return Evaluation(all_probabilities, all_labels);
+}
+
+}  // namespace dlrm::train

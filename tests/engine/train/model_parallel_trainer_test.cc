@@ -1,0 +1,370 @@
+// The Neo layout's trainers (train/model_parallel_trainer.h), each owning table shards and
+// exchanging pooled embeddings by all-to-all, as threads of one process on a local
+// communicator (rank r with r + 1 threads, so a result that depended on the thread count
+// would show): against the single-process Engine, bitwise, for 1, 2 and 3 ranks, every
+// sharding type the exchange takes, several optimizer sets and 16-bit tables; predictions
+// and evaluation; a bad part or an overflowing update failing the step on every rank with
+// the state unchanged; a 16-bit wire repeating bitwise with half the bytes.
+#include "engine/train/model_parallel_trainer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/config/config.h"
+#include "engine/core/status.h"
+#include "engine/engine.h"
+#include "engine/shard/planner.h"
+#include "tests/support/dist_checks.h"
+#include "tests/support/dist_config.h"
+#include "tests/support/dist_data.h"
+
+namespace dlrm {
+namespace {
+
+using namespace ::dlrm::testing;  // the suites' shared helpers
+
+using ::testing::HasSubstr;
+using Type = config::ShardingConfig::Type;
+constexpr int64_t kPart = 32;  // two reduction chunks of 16
+
+// `world` trainers on one hub, stepped on threads of their own.
+struct NeoCluster {
+  const int32_t world;
+  shard::ShardingPlan plan;
+  collective::LocalCommunicatorHub hub;
+  std::vector<std::unique_ptr<collective::Communicator>> comms;
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  std::vector<std::unique_ptr<train::ModelParallelTrainer>> trainers;
+
+  NeoCluster(const config::DlrmConfig& c, int32_t ranks)
+      : world(ranks), plan(shard::PlanSharding(c, ranks)), hub(ranks, std::chrono::seconds(20)) {
+    for (int32_t r = 0; r < ranks; ++r) {
+      comms.push_back(hub.Rank(r));
+      pools.push_back(std::make_unique<ThreadPool>(r + 1));
+      trainers.push_back(std::make_unique<train::ModelParallelTrainer>(c, plan, comms.back().get(),
+                                                                       pools.back().get()));
+    }
+  }
+
+  // body(r, trainer) on every rank at once; the errors by rank ("" where none).
+  std::vector<std::string> Run(
+      const std::function<void(int32_t, train::ModelParallelTrainer&)>& body) {
+    std::vector<std::string> errors(world);
+    std::vector<std::thread> threads;
+    for (int32_t r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          body(r, *trainers[r]);
+        } catch (const Error& e) {
+          errors[r] = e.what();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return errors;
+  }
+
+  // Each rank's step on its part of `global`; the losses by rank.
+  std::vector<float> Step(const OwnedBatch& global, std::vector<std::string>* errors) {
+    std::vector<float> losses(world, 0.0f);
+    const int64_t part = global.batch_size / world;
+    *errors = Run([&](int32_t r, train::ModelParallelTrainer& t) {
+      losses[r] = t.TrainStep(Part(global, r * part, (r + 1) * part).view());
+    });
+    return losses;
+  }
+};
+
+// Every dense parameter and embedding row of every rank equals the engine's, bitwise.
+void ExpectSameParameters(const Engine& engine, const NeoCluster& cluster,
+                          const config::DlrmConfig& c, const std::string& where) {
+  std::vector<const ps::EmbeddingShardStore*> owners;
+  for (const auto& t : cluster.trainers) {
+    ExpectDenseMatchesEngine(engine, t->model(), where);
+    owners.push_back(&t->owned());
+    owners.push_back(&t->replicas());
+  }
+  ExpectStoresMatchEngine(engine, c, owners, where);
+}
+
+void ExpectStepEqualsEngine(Engine& engine, NeoCluster& cluster, const OwnedBatch& global,
+                            const std::string& where) {
+  const float want = engine.TrainStep(global.view());
+  std::vector<std::string> errors;
+  const std::vector<float> losses = cluster.Step(global, &errors);
+  for (int32_t r = 0; r < cluster.world; ++r) {
+    ASSERT_EQ(errors[r], "") << where << " rank " << r;
+    ASSERT_EQ(std::memcmp(&losses[r], &want, sizeof(float)), 0)
+        << where << " rank " << r << ": " << losses[r] << " vs " << want;
+  }
+}
+
+struct Case {
+  Type type;
+  std::string dense, sparse;
+  int32_t world;
+  config::TableConfig::Precision precision = config::TableConfig::FP32;
+};
+
+std::string CaseName(const Case& c) {
+  std::string name = std::string(shard::ShardingTypeShortName(c.type)) + "_" + c.dense + "_" +
+                     c.sparse + "_" + std::to_string(c.world) + "ranks";
+  if (c.precision != config::TableConfig::FP32)
+    name += "_" + config::TableConfig::Precision_Name(c.precision);
+  return name;
+}
+
+void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
+
+config::DlrmConfig CaseConfig(const Case& c) {
+  return WithTablePrecision(ShardedTestConfig(c.type, c.dense, c.sparse, c.world), c.precision);
+}
+
+class ModelParallelTrainerTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ModelParallelTrainerTest, RanksOwningShardsEqualOneProcessBitwise) {
+  const Case& param = GetParam();
+  const config::DlrmConfig c = CaseConfig(param);
+  Engine engine(c);
+  NeoCluster cluster(c, param.world);
+  const std::string name = CaseName(param);
+  for (int64_t step = 0; step < 4; ++step) {
+    const std::string where = name + " step " + std::to_string(step);
+    ASSERT_NO_FATAL_FAILURE(ExpectStepEqualsEngine(
+        engine, cluster, MakeTestBatch(c, step, kPart * param.world), where));
+    ExpectSameParameters(engine, cluster, c, where);
+  }
+  for (const auto& t : cluster.trainers) EXPECT_EQ(t->step(), 4);
+}
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (Type type : {config::ShardingConfig::TABLE_WISE, config::ShardingConfig::COLUMN_WISE,
+                    config::ShardingConfig::DATA_PARALLEL}) {
+    for (int32_t world : {2, 3}) {
+      cases.push_back({type, "sgd", "sgd", world});
+      cases.push_back({type, "adagrad", "adagrad", world});
+    }
+    const std::string last =
+        type == config::ShardingConfig::COLUMN_WISE ? "adam" : "rowwise_adagrad";
+    cases.push_back({type, "adam", last, 2});
+    cases.push_back({type, "adam", last, 2, config::TableConfig::BF16});
+  }
+  cases.push_back({config::ShardingConfig::TABLE_WISE, "sgd", "adagrad", 1});
+  cases.push_back(
+      {config::ShardingConfig::COLUMN_WISE, "sgd", "adagrad", 3, config::TableConfig::FP16});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, ModelParallelTrainerTest, ::testing::ValuesIn(AllCases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return CaseName(info.param);
+                         });
+
+config::DlrmConfig TableWise(int32_t world) {
+  return ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "adagrad", "adagrad", world);
+}
+
+// Ranks predict batches of their own sizes; evaluation covers every rank's batches.
+TEST(ModelParallelTrainerTest, PredictionsAndEvaluationAreTheEnginesOverEveryRanksBatches) {
+  const config::DlrmConfig c = TableWise(3);
+  Engine engine(c);
+  NeoCluster cluster(c, 3);
+  for (int64_t step = 0; step < 2; ++step)
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectStepEqualsEngine(engine, cluster, MakeTestBatch(c, step, 3 * kPart), "train"));
+  // Rank r predicts 5 + 7r samples; rank 2 evaluates two batches, the others one.
+  std::vector<OwnedBatch> batches;
+  for (int32_t r = 0; r < 3; ++r) batches.push_back(MakeTestBatch(c, 50 + r, 5 + 7 * r));
+  const OwnedBatch extra = MakeTestBatch(c, 60, 9);
+  std::vector<std::vector<float>> logits(3);
+  std::vector<EvalResult> results(3);
+  const std::vector<std::string> errors =
+      cluster.Run([&](int32_t r, train::ModelParallelTrainer& t) {
+        logits[r].resize(batches[r].batch_size);
+        t.PredictLogits(batches[r].view(), logits[r].data());
+        std::vector<BatchView> mine{batches[r].view()};
+        if (r == 2) mine.push_back(extra.view());
+        results[r] = t.Evaluate(mine);
+      });
+  for (int32_t r = 0; r < 3; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r;
+    std::vector<float> want(batches[r].batch_size);
+    engine.Predict(batches[r].view(), want.data(), static_cast<int64_t>(want.size()));
+    for (size_t i = 0; i < want.size(); ++i)  // Predict gives probabilities
+      EXPECT_NEAR(1.0 / (1.0 + std::exp(-static_cast<double>(logits[r][i]))), want[i], 1e-6)
+          << "rank " << r << " sample " << i;
+  }
+  const EvalResult want =
+      engine.Evaluate({batches[0].view(), batches[1].view(), batches[2].view(), extra.view()});
+  for (int32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(results[r].num_samples, want.num_samples) << "rank " << r;
+    EXPECT_DOUBLE_EQ(results[r].log_loss, want.log_loss) << "rank " << r;
+    EXPECT_DOUBLE_EQ(results[r].auc, want.auc) << "rank " << r;
+  }
+  // One rank's bad batch fails the prediction on every rank, naming that rank.
+  OwnedBatch bad = batches[1];
+  bad.ids[0] = -1;
+  const std::vector<std::string> refused =
+      cluster.Run([&](int32_t r, train::ModelParallelTrainer& t) {
+        std::vector<float> out(batches[r].batch_size);
+        t.PredictLogits(r == 1 ? bad.view() : batches[r].view(), out.data());
+      });
+  for (int32_t r = 0; r < 3; ++r)
+    EXPECT_THAT(refused[r], HasSubstr("trainer 1's batch: batch.ids[0] = -1")) << "rank " << r;
+}
+
+// A step that one rank cannot take fails on every rank with that rank's error; nothing
+// changes, and the next good step still equals the engine's.
+TEST(ModelParallelTrainerTest, ABadPartFailsTheStepOnEveryRankWithTheStateUnchanged) {
+  const config::DlrmConfig c = TableWise(2);
+  Engine engine(c);
+  NeoCluster cluster(c, 2);
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectStepEqualsEngine(engine, cluster, MakeTestBatch(c, 0, 2 * kPart), "first"));
+  const OwnedBatch good = MakeTestBatch(c, 1, 2 * kPart);
+  auto expect_refused = [&](const std::function<OwnedBatch(int32_t)>& part_of,
+                            const std::string& expected) {
+    const std::vector<std::string> errors = cluster.Run(
+        [&](int32_t r, train::ModelParallelTrainer& t) { t.TrainStep(part_of(r).view()); });
+    for (int32_t r = 0; r < 2; ++r) EXPECT_THAT(errors[r], HasSubstr(expected)) << "rank " << r;
+    ExpectSameParameters(engine, cluster, c, expected);
+    for (const auto& t : cluster.trainers) EXPECT_EQ(t->step(), 1);
+  };
+  auto part = [&](int32_t r) { return Part(good, r * kPart, (r + 1) * kPart); };
+  expect_refused(
+      [&](int32_t r) {
+        OwnedBatch p = part(r);
+        if (r == 1) p.ids[3] = 1000;
+        return p;
+      },
+      "step 2: trainer 1's part: ");
+  expect_refused(
+      [&](int32_t r) {
+        OwnedBatch p = part(r);
+        if (r == 0) p.labels.clear();
+        return p;
+      },
+      "step 2: trainer 0's part: ");
+  expect_refused([&](int32_t r) { return r == 1 ? Part(good, kPart, kPart + 16) : part(r); },
+                 "step 2: trainer 1 has 16 samples, trainer 0 has 32 (parts must be equal)");
+  expect_refused([&](int32_t r) { return Part(good, r * 24, (r + 1) * 24); },
+                 "power-of-two number of reduction chunks");
+  ASSERT_NO_FATAL_FAILURE(ExpectStepEqualsEngine(engine, cluster, good, "after the refusals"));
+  ExpectSameParameters(engine, cluster, c, "after the refusals");
+}
+
+// Feature f's bags emptied (its ids and weights removed).
+OwnedBatch WithoutFeature(const OwnedBatch& b, int32_t f) {
+  OwnedBatch out = b;
+  int64_t begin = 0, count = 0;
+  for (int64_t i = 0; i < f * b.batch_size; ++i) begin += b.lengths[i];
+  for (int64_t s = 0; s < b.batch_size; ++s) {
+    count += b.lengths[f * b.batch_size + s];
+    out.lengths[f * b.batch_size + s] = 0;
+  }
+  out.ids.erase(out.ids.begin() + begin, out.ids.begin() + begin + count);
+  out.weights.erase(out.weights.begin() + begin, out.weights.begin() + begin + count);
+  return out;
+}
+
+// An update that would overflow the shards of some ranks but not of another (whose table
+// no sample reads) is refused by every rank before any writes: the ranks agree first.
+// Per-id weights of 1e10 make the rows' gradients large while the forward, the loss and
+// the dense SGD update stay finite; a sparse learning rate of 1e36 then overflows the rows.
+TEST(ModelParallelTrainerTest, AnOverflowOnSomeOwnersShardsFailsTheStepOnEveryRank) {
+  config::DlrmConfig c = ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", 3);
+  c.mutable_sparse_optimizer()->set_learning_rate(1e36f);
+  Engine engine(c);
+  NeoCluster cluster(c, 3);
+  OwnedBatch batch = WithoutFeature(MakeTestBatch(c, 0, 3 * kPart), 1);  // t1 is not read
+  for (float& w : batch.weights) w = 1e10f;
+  try {
+    engine.TrainStep(batch.view());
+    ADD_FAILURE() << "the engine took the step";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("would make a parameter or an optimizer state non-finite"));
+  }
+  std::vector<std::string> errors;
+  cluster.Step(batch, &errors);
+  for (int32_t r = 0; r < 3; ++r)
+    EXPECT_THAT(errors[r], HasSubstr("would make a parameter or an optimizer state non-finite"))
+        << "rank " << r;
+  ExpectSameParameters(engine, cluster, c, "after the overflow");
+  for (const auto& t : cluster.trainers) EXPECT_EQ(t->step(), 0);
+}
+
+// A 16-bit wire: pooled rows, their gradients and the dense gradients rounded at the
+// source, so the ranks agree bitwise, a second job repeats the first, the losses stay
+// near fp32's and the values' bytes are halved.
+TEST(ModelParallelTrainerTest, ABf16WireRepeatsBitwiseWithHalfTheBytes) {
+  const config::DlrmConfig fp32 =
+      ShardedTestConfig(config::ShardingConfig::COLUMN_WISE, "adam", "adagrad", 2);
+  config::DlrmConfig bf16 = fp32;
+  bf16.mutable_distributed()->set_wire_precision(config::DistributedConfig::BF16);
+  ValidateConfig(bf16);
+  NeoCluster wide(fp32, 2), narrow(bf16, 2), again(bf16, 2);
+  for (int64_t step = 0; step < 5; ++step) {
+    const OwnedBatch global = MakeTestBatch(fp32, step, 2 * kPart);
+    std::vector<std::string> errors;
+    const std::vector<float> want = wide.Step(global, &errors);
+    const std::vector<float> got = narrow.Step(global, &errors);
+    const std::vector<float> repeat = again.Step(global, &errors);
+    for (int32_t r = 0; r < 2; ++r) {
+      ASSERT_EQ(errors[r], "");
+      EXPECT_EQ(std::memcmp(&got[r], &repeat[r], sizeof(float)), 0) << "step " << step;
+      EXPECT_EQ(std::memcmp(&got[r], &got[0], sizeof(float)), 0) << "step " << step;
+      EXPECT_NEAR(got[r], want[r], 0.01 * std::abs(want[r])) << "step " << step;
+    }
+  }
+  for (int32_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(narrow.trainers[r]->model().dense_params(),
+              again.trainers[r]->model().dense_params());
+    EXPECT_EQ(narrow.trainers[r]->model().dense_params(),
+              narrow.trainers[0]->model().dense_params());
+    const auto& w = wide.trainers[r]->wire_bytes();
+    const auto& n = narrow.trainers[r]->wire_bytes();
+    EXPECT_EQ(w.steps, 5);
+    const double ratio = static_cast<double>(n.sent) / static_cast<double>(w.sent);
+    // The values halve; the input's ids and lengths (a third of this small model's bytes)
+    // do not.
+    EXPECT_GT(ratio, 0.5) << "rank " << r;
+    EXPECT_LT(ratio, 0.7) << "rank " << r;
+  }
+}
+
+TEST(ModelParallelTrainerTest, RefusesPlansItCannotExchangeAndAMismatchedCommunicator) {
+  const config::DlrmConfig rows =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "sgd", 2);
+  collective::LocalCommunicatorHub hub(2, std::chrono::seconds(1));
+  const std::unique_ptr<collective::Communicator> comm = hub.Rank(0);
+  ThreadPool pool(1);
+  try {
+    train::ModelParallelTrainer t(rows, shard::PlanSharding(rows, 2), comm.get(), &pool);
+    ADD_FAILURE() << "a ROW_WISE plan was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("is sharded ROW_WISE"));
+  }
+  const config::DlrmConfig c = TableWise(3);
+  try {
+    train::ModelParallelTrainer t(c, shard::PlanSharding(c, 3), comm.get(), &pool);
+    ADD_FAILURE() << "a plan of 3 ranks was accepted on a communicator of 2";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(),
+                HasSubstr("the plan places shards on 3 ranks but the communicator has 2"));
+  }
+}
+
+}  // namespace
+}  // namespace dlrm
