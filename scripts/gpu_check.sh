@@ -117,20 +117,22 @@ report() {
 }
 # What has not run on a GPU yet comes first, in case the call runs out of time:
 # A multi-process job (dlrm launch: 1 embedding server, 1 trainer, sync) on the demo model:
-# the trainer's dense step on the CPU, on the GPU, and on the GPU exchanging over NCCL.
+# the trainer's dense step on the CPU, on the GPU, and on the GPU exchanging over NCCL;
+# then 2 trainers owning the shards (no server) with their dense steps on the GPU.
 data=/tmp/dlrm-job-data
 (source "$here/env.sh" && "$here/dlrm" generate --out_dir="$data" --train_samples=400000 \
   --test_samples=8192) > "$out/job_generate.log" 2>&1
-for variant in cpu cuda nccl; do
-  device=cuda; collective=builtin
+for variant in cpu cuda nccl owners; do
+  device=cuda; collective=builtin; trainers=1; servers=1
   [ "$variant" = cpu ] && device=cpu
   [ "$variant" = nccl ] && collective=nccl
+  [ "$variant" = owners ] && trainers=2 && servers=0
   log="$out/job_$variant.log"
   (source "$here/env.sh" && DLRM_COLLECTIVE=$collective timeout 120 "$here/dlrm" launch \
-    --trainers=1 --servers=1 -- train --config="$here/configs/demo.pbtxt" \
+    --trainers=$trainers --servers=$servers -- train --config="$here/configs/demo.pbtxt" \
     --train="$data/train.tsv" --test="$data/test.tsv" --batch_size=4096 --threads=4 \
     --device="$device" --max_steps=80 --warmup_steps=10 --log_every_seconds=1000) > "$log" 2>&1
-  echo "job $variant: exit $? $(grep -o 'steady [0-9]* samples/s ([0-9.]* ms/step' "$log" | tail -1)) $(grep -o 'auc=[0-9.]*' "$log" | tail -1)"
+  echo "job $variant: exit $? $(grep -o 'steady [0-9]* samples/s ([0-9.]* ms/step' "$log" | tail -1)) $(grep -o '^eval .* auc=[0-9.]*' "$log" | tail -1)"
 done
 # MLPerf's DLRM-DCNv2 (multi-hot bags, 3 low-rank cross layers; tables capped so their
 # host-side initialization fits the call) in fp32 and with bf16 GEMMs on both sides.

@@ -192,7 +192,7 @@ class TrainLoop {
     std::printf("\n");
     if (dropped_ > 0)
       std::printf("left out %lld short batches\n", static_cast<long long>(dropped_));
-    const train::DataParallelTrainer::WireBytes& wire = trainer_.wire_bytes();
+    const train::WireBytes& wire = trainer_.wire_bytes();
     if (wire.steps > 0)
       std::printf(
           "wire (%s): trainer 0 sent %.0f and received %.0f payload bytes per step\n",
@@ -238,7 +238,7 @@ class TrainLoop {
   }
 
   train::TrainerRole& job_;
-  train::DataParallelTrainer& trainer_;
+  train::SyncTrainer& trainer_;
   const config::DlrmConfig& config_;
   const int32_t rank_;
   const bool lead_;

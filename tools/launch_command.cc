@@ -1,7 +1,8 @@
 // `dlrm launch --trainers T --servers S -- train --config ...`: a multi-process job on
 // this machine. It starts a coordinator, S embedding servers (ranks 0..S-1) and T trainers
 // (ranks S..S+T-1), each `dlrm` with the given command and the DLRM_* environment set,
-// and waits for them. It is one launcher among any: the processes only read the
+// and waits for them. With --servers 0 the trainers own the embedding shards themselves
+// (train/model_parallel_trainer.h). It is one launcher among any: the processes only read the
 // environment contract (engine/cluster/cluster_env.h).
 //
 // When a process fails, the others are given DLRM_TIMEOUT_MS (plus a grace period) to
@@ -161,8 +162,11 @@ int LaunchCommand(int argc, char** argv) {
     ThrowInvalid(
         "launch needs the command to run: dlrm launch --trainers T --servers S -- "
         "train --config ...");
-  if (FLAGS_trainers < 1 || FLAGS_servers < 1)
-    ThrowInvalid("launch needs --trainers >= 1 and --servers >= 1");
+  if (FLAGS_trainers < 1 || FLAGS_servers < 0)
+    ThrowInvalid(
+        "launch needs --trainers >= 1 and --servers >= 0 (0: the trainers own the "
+        "embedding shards), got ",
+        FLAGS_trainers, " and ", FLAGS_servers);
   if (FLAGS_trainers + FLAGS_servers > cluster::kMaxWorldSize)
     ThrowInvalid("launch: too many processes");
   const int port = FLAGS_coordinator_port > 0 ? FLAGS_coordinator_port : FreeLoopbackPort();

@@ -17,7 +17,9 @@
 // One flag namespace per binary: --config and --batch_size are defined with train.
 DECLARE_string(config);
 DECLARE_int64(batch_size);
-DEFINE_int32(servers, 0, "plan, launch: number of embedding servers");
+DEFINE_int32(servers, 0,
+             "plan, launch: number of embedding servers (launch: 0, the trainers own the "
+             "embedding shards)");
 DEFINE_bool(print_shards, true, "plan: print every shard (false: per-server totals only)");
 DEFINE_string(plan_out, "", "plan: also write the plan here as ShardingPlan protobuf text");
 

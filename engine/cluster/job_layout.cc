@@ -17,10 +17,12 @@ JobLayout LayoutFromRoster(const Roster& roster, int32_t rank, const config::Dlr
     list.push_back(peer.address());
     if (peer.role() == ROLE_TRAINER) layout.trainer_links.push_back(peer.link());
   }
-  if (layout.server_addresses.empty() || layout.trainer_addresses.empty())
-    ThrowInvalid("a training job needs at least one server and one trainer; the roster has ",
-                 layout.num_servers(), " servers and ", layout.num_trainers(), " trainers");
-  layout.plan = shard::PlanSharding(config, layout.num_servers());
+  if (layout.trainer_addresses.empty())
+    ThrowInvalid("a training job needs at least one trainer; the roster has ", layout.num_servers(),
+                 " servers and no trainer");
+  layout.plan = shard::PlanSharding(
+      config, layout.num_owners(),
+      layout.trainers_own_shards() ? shard::ShardOwners::kTrainers : shard::ShardOwners::kServers);
   return layout;
 }
 

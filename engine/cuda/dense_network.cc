@@ -1,5 +1,7 @@
 #include "engine/cuda/dense_network.h"
 
+#include "engine/core/status.h"
+
 namespace dlrm::cuda {
 namespace {
 
@@ -29,22 +31,30 @@ InteractionShape DenseNetwork::Shape() const {
           i.self_interaction()};
 }
 
+void DenseNetwork::Pool(const FeatureSpec* features, const DeviceBatch& in, DenseActivations& a) {
+  const int64_t n = in.shape.batch_size;
+  if (features == nullptr) {  // pooled by the caller
+    DLRM_INTERNAL_CHECK(a.pooled.size() == static_cast<size_t>(n) * model_.pooled_width());
+    return;
+  }
+  a.pooled.Resize(static_cast<size_t>(n) * model_.pooled_width());
+  if (model_.feature_bindings().empty()) return;
+  PooledForwardArgs args;
+  args.features = features;
+  args.num_features = static_cast<int32_t>(model_.feature_bindings().size());
+  args.batch_size = n;
+  args.offsets = in.offsets.get();
+  args.ids = in.ids.get();
+  args.weights = in.shape.weights ? in.weights.get() : nullptr;
+  args.out = a.pooled.get();
+  args.out_width = model_.pooled_width();
+  LaunchPooledForward(args, stream_);
+}
+
 const float* DenseNetwork::Forward(const float* params, const FeatureSpec* features,
                                    const DeviceBatch& in, DenseActivations& a) {
   const int64_t n = in.shape.batch_size;
-  a.pooled.Resize(static_cast<size_t>(n) * model_.pooled_width());
-  if (!model_.feature_bindings().empty()) {
-    PooledForwardArgs args;
-    args.features = features;
-    args.num_features = static_cast<int32_t>(model_.feature_bindings().size());
-    args.batch_size = n;
-    args.offsets = in.offsets.get();
-    args.ids = in.ids.get();
-    args.weights = in.shape.weights ? in.weights.get() : nullptr;
-    args.out = a.pooled.get();
-    args.out_width = model_.pooled_width();
-    LaunchPooledForward(args, stream_);
-  }
+  Pool(features, in, a);
   const float* x = MlpForward(model_.bottom_mlp(), params, in.dense.get(), n, a.bottom);
   const InteractionShape shape = Shape();
   a.inter.Resize(static_cast<size_t>(n) * shape.out_dim());

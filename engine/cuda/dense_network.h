@@ -57,7 +57,9 @@ class DenseNetwork {
   DenseNetwork(const DlrmModel<float>& model, cudaStream_t stream, MatmulPrecision precision);
 
   // The logits [batch_size] of `in` (a.pooled, the layers' outputs kept for Backward).
-  // features: the model's sparse features, [feature_bindings().size()] device specs.
+  // features: the model's sparse features, [feature_bindings().size()] device specs; null
+  // when a.pooled already holds the batch's pooled rows [batch_size x pooled_width] (pooled
+  // by the embeddings' owners, train/model_parallel_trainer.h).
   const float* Forward(const float* params, const FeatureSpec* features, const DeviceBatch& in,
                        DenseActivations& a);
   // The backward of Forward's batch from BCE (dlogits scaled by grad_scale): g.loss_sum,
@@ -66,6 +68,8 @@ class DenseNetwork {
                 const DenseActivations& a, DenseGradients& g, float* dense_grad);
 
  private:
+  // a.pooled: the bags of `in` pooled (features null: left as the caller filled it).
+  void Pool(const FeatureSpec* features, const DeviceBatch& in, DenseActivations& a);
   InteractionShape Shape() const;
   const float* TopInput(const float* params, DenseActivations& a, int64_t n);
   const float* MlpForward(const Mlp<float>& mlp, const float* params, const float* x, int64_t n,

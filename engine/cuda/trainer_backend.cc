@@ -41,12 +41,26 @@ class CudaTrainerBackend final : public train::TrainerBackend {
                          std::vector<float>* d_pooled) override;
   void PredictLogits(const ValidatedBatch& batch, std::vector<EmbeddingTable<float>>& rows,
                      float* logits) override;
+  double ForwardBackwardPooled(const ValidatedBatch& part, int64_t global_batch,
+                               const float* pooled, std::vector<float>* dense_grad,
+                               std::vector<float>* d_pooled) override;
+  void PredictLogitsPooled(const ValidatedBatch& batch, const float* pooled,
+                           float* logits) override;
   void ParametersChanged() override { params_stale_ = true; }
 
  private:
   // The host's parameters (if changed) and `rows` on the device, the feature specs naming
   // them; enqueued on stream_ once every table is checked (CheckRows: kInvalidArgument).
   void CopyIn(const std::vector<EmbeddingTable<float>>& rows);
+  // The device selected, nothing of an earlier call in flight, the parameters current.
+  void Prepare();
+  // The host's pooled rows of n samples into acts_.pooled.
+  void CopyPooledIn(const float* pooled, int64_t n);
+  // The backward of the forward just enqueued, and its results downloaded; the loss sum.
+  double BackwardAndDownload(const DeviceBatch& in, int64_t global_batch,
+                             std::vector<float>* dense_grad, std::vector<float>* d_pooled);
+  // The logits of the forward just enqueued into `logits` (host).
+  void DownloadLogits(const float* y, int64_t n, float* logits);
   void CheckRows(const std::vector<EmbeddingTable<float>>& rows) const;
   void CopyRowsIn(const std::vector<EmbeddingTable<float>>& rows);
 
@@ -62,7 +76,7 @@ class CudaTrainerBackend final : public train::TrainerBackend {
   std::vector<DeviceBuffer<float>> rows_;  // by table, grown only
   // Every transfer goes through pinned memory (host_copy.h), reused call to call: each
   // call synchronizes before it returns, so a buffer is free again at the next.
-  PinnedBuffer<float> pinned_params_, pinned_grad_, pinned_d_pooled_;
+  PinnedBuffer<float> pinned_params_, pinned_grad_, pinned_d_pooled_, pinned_pooled_;
   std::vector<PinnedBuffer<float>> pinned_rows_;  // by table
   std::vector<FeatureSpec> host_specs_;
   DeviceBuffer<FeatureSpec> specs_;
@@ -71,8 +85,13 @@ class CudaTrainerBackend final : public train::TrainerBackend {
 };
 
 void CudaTrainerBackend::CopyIn(const std::vector<EmbeddingTable<float>>& rows) {
-  CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
   CheckRows(rows);
+  Prepare();
+  CopyRowsIn(rows);
+}
+
+void CudaTrainerBackend::Prepare() {
+  CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
   // A call that threw may have left copies in flight that still read the pinned buffers.
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   if (params_stale_) {
@@ -81,7 +100,13 @@ void CudaTrainerBackend::CopyIn(const std::vector<EmbeddingTable<float>>& rows) 
     CopyToDevice(pool_, params.data(), params.size(), pinned_params_, params_.get(), stream_);
     params_stale_ = false;
   }
-  CopyRowsIn(rows);
+}
+
+void CudaTrainerBackend::CopyPooledIn(const float* pooled, int64_t n) {
+  Prepare();
+  const size_t count = static_cast<size_t>(n) * model_.pooled_width();
+  acts_.pooled.Resize(count);
+  CopyToDevice(pool_, pooled, count, pinned_pooled_, acts_.pooled.get(), stream_);
 }
 
 void CudaTrainerBackend::CheckRows(const std::vector<EmbeddingTable<float>>& rows) const {
@@ -114,6 +139,22 @@ double CudaTrainerBackend::ForwardBackward(const ValidatedBatch& part, int64_t g
   CopyIn(rows);
   const DeviceBatch& in = staging_->Acquire(part, /*labels=*/true, /*token=*/0);
   net_->Forward(params_.get(), specs_.get(), in, acts_);
+  return BackwardAndDownload(in, global_batch, dense_grad, d_pooled);
+}
+
+double CudaTrainerBackend::ForwardBackwardPooled(const ValidatedBatch& part, int64_t global_batch,
+                                                 const float* pooled,
+                                                 std::vector<float>* dense_grad,
+                                                 std::vector<float>* d_pooled) {
+  CopyPooledIn(pooled, part.view.batch_size);
+  const DeviceBatch& in = staging_->Acquire(part, /*labels=*/true, /*token=*/0);
+  net_->Forward(params_.get(), /*features=*/nullptr, in, acts_);
+  return BackwardAndDownload(in, global_batch, dense_grad, d_pooled);
+}
+
+double CudaTrainerBackend::BackwardAndDownload(const DeviceBatch& in, int64_t global_batch,
+                                               std::vector<float>* dense_grad,
+                                               std::vector<float>* d_pooled) {
   dense_grad_.Resize(model_.dense_params().size());
   net_->Backward(params_.get(), in, 1.0f / static_cast<float>(global_batch), acts_, grads_,
                  dense_grad_.get());
@@ -134,8 +175,19 @@ void CudaTrainerBackend::PredictLogits(const ValidatedBatch& batch,
   CopyIn(rows);
   const float* y =
       net_->Forward(params_.get(), specs_.get(), staging_->AcquireForPredict(batch), acts_);
-  CheckCuda(cudaMemcpyAsync(logits, y, batch.view.batch_size * sizeof(float),
-                            cudaMemcpyDeviceToHost, stream_),
+  DownloadLogits(y, batch.view.batch_size, logits);
+}
+
+void CudaTrainerBackend::PredictLogitsPooled(const ValidatedBatch& batch, const float* pooled,
+                                             float* logits) {
+  CopyPooledIn(pooled, batch.view.batch_size);
+  const float* y =
+      net_->Forward(params_.get(), /*features=*/nullptr, staging_->AcquireForPredict(batch), acts_);
+  DownloadLogits(y, batch.view.batch_size, logits);
+}
+
+void CudaTrainerBackend::DownloadLogits(const float* y, int64_t n, float* logits) {
+  CheckCuda(cudaMemcpyAsync(logits, y, n * sizeof(float), cudaMemcpyDeviceToHost, stream_),
             "cudaMemcpyAsync (logits)");
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }

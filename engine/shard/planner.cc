@@ -23,6 +23,10 @@ constexpr uint32_t kAllTypes = Bit(ShardingConfig::TABLE_WISE) | Bit(ShardingCon
                                Bit(ShardingConfig::COLUMN_WISE) |
                                Bit(ShardingConfig::TABLE_ROW_WISE) |
                                Bit(ShardingConfig::DATA_PARALLEL);
+// What trainers that own their shards can pool (shard/pooled_layout.h).
+constexpr uint32_t kTrainerTypes = Bit(ShardingConfig::TABLE_WISE) |
+                                   Bit(ShardingConfig::COLUMN_WISE) |
+                                   Bit(ShardingConfig::DATA_PARALLEL);
 
 // Piece i of `count` things (rows or columns) cut into `parts` near-equal contiguous
 // ranges, the first count % parts of them one longer: [begin, end).
@@ -224,14 +228,25 @@ double Imbalance(double max, double total, int32_t n) {
   return total > 0 ? max / (total / n) : 1.0;
 }
 
-// Per table: the sharding types sharding.tables allows (all where it says nothing).
-std::vector<uint32_t> AllowedTypes(const config::ModelConfig& model,
-                                   const ShardingConfig& options) {
-  std::vector<uint32_t> allowed(static_cast<size_t>(model.tables_size()), kAllTypes);
-  for (const ShardingConfig::TableOptions& entry : options.tables()) {
+// Per table: the sharding types sharding.tables allows (all where it says nothing) that
+// the owners can hold and the sparse optimizer can update (row-wise Adagrad keeps one
+// statistic per whole row: no column blocks).
+std::vector<uint32_t> AllowedTypes(const config::DlrmConfig& config, ShardOwners owners) {
+  const config::ModelConfig& model = config.model();
+  uint32_t holdable = owners == ShardOwners::kServers ? kAllTypes : kTrainerTypes;
+  if (config.sparse_optimizer().has_rowwise_adagrad())
+    holdable &= ~Bit(ShardingConfig::COLUMN_WISE);
+  std::vector<uint32_t> allowed(static_cast<size_t>(model.tables_size()), holdable);
+  for (const ShardingConfig::TableOptions& entry : config.sharding().tables()) {
     uint32_t mask = 0;
     for (const int type : entry.allowed_types()) mask |= Bit(static_cast<Type>(type));
-    if (mask != 0) allowed[FindTable(model, entry.table())] = mask;
+    if (mask == 0) continue;
+    if ((mask & holdable) == 0)
+      ThrowInvalid(
+          "sharding.tables for \"", entry.table(), "\" allows only ", TypeList(mask), ", which ",
+          owners == ShardOwners::kTrainers ? "trainers that own their shards" : "embedding servers",
+          " cannot hold with this sparse optimizer (holdable: ", TypeList(holdable), ")");
+    allowed[FindTable(model, entry.table())] = mask & holdable;
   }
   return allowed;
 }
@@ -422,7 +437,8 @@ const char* ShardingTypeShortName(config::ShardingConfig::Type type) {
   return "?";
 }
 
-ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers) {
+ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers,
+                          ShardOwners owners) {
   ValidateConfig(config);
   RequireTrainableRows(config.model(), "the sharding planner");
   if (num_servers < 1 || num_servers > kMaxServers)
@@ -430,7 +446,7 @@ ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers)
   const ShardingConfig& options = config.sharding();
   const CostModel cost(config);
   const std::vector<TableProfile> tables = ProfileTables(config.model());
-  const std::vector<uint32_t> allowed = AllowedTypes(config.model(), options);
+  const std::vector<uint32_t> allowed = AllowedTypes(config, owners);
   // 1. Replicate what is small enough; the rest is served.
   const Replication replication = Replicate(tables, allowed, cost, options);
   CheckServersHoldTables(tables, replication, options.server_memory_bytes(), num_servers);

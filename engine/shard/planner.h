@@ -28,11 +28,17 @@ namespace dlrm::shard {
 // The most servers a plan may have.
 inline constexpr int32_t kMaxServers = 1 << 20;
 
-// Throws kInvalidArgument naming the field for an invalid config (ValidateConfig) or
-// num_servers outside [1, kMaxServers]; kResourceExhausted naming the table when
-// sharding.server_memory_bytes cannot hold it. Deterministic: the same input gives the
-// same plan, bit for bit.
-ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers);
+// Who holds the served pieces. kServers: embedding servers (every type). kTrainers: the
+// trainers themselves, "server" r being trainer r (train/model_parallel_trainer.h), which
+// pool whole-row pieces only: TABLE_WISE, COLUMN_WISE, DATA_PARALLEL.
+enum class ShardOwners { kServers, kTrainers };
+
+// Throws kInvalidArgument naming the field for an invalid config (ValidateConfig),
+// num_servers outside [1, kMaxServers], or (kTrainers) a table whose allowed types are all
+// row-wise; kResourceExhausted naming the table when sharding.server_memory_bytes cannot
+// hold it. Deterministic: the same input gives the same plan, bit for bit.
+ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers,
+                          ShardOwners owners = ShardOwners::kServers);
 
 // kInvalidArgument naming the table when `optimizer` keeps one statistic per whole row
 // (row-wise Adagrad) and the shard holds only columns [col_begin, col_end) of it.

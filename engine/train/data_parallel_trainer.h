@@ -38,11 +38,12 @@
 #include "engine/ps/shard_store.h"
 #include "engine/shard/plan.pb.h"
 #include "engine/train/dense_exchange.h"
+#include "engine/train/sync_trainer.h"
 #include "engine/train/trainer_backend.h"
 
 namespace dlrm::train {
 
-class DataParallelTrainer {
+class DataParallelTrainer : public SyncTrainer {
  public:
   // Borrows comm, service and pool. config must pass ValidateConfig; plan must be the
   // plan every rank and server uses. make_backend makes the device side of the step for
@@ -50,23 +51,23 @@ class DataParallelTrainer {
   DataParallelTrainer(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
                       collective::Communicator* comm, ps::EmbeddingService* service,
                       ThreadPool* pool, const TrainerBackendFactory& make_backend = nullptr);
-  ~DataParallelTrainer();
+  ~DataParallelTrainer() override;
 
   // Queues this rank's part of the next global batch and starts its row lookups. The part
   // is copied. A bad part is not an error here: it fails its step, on every rank alike.
-  void Enqueue(const BatchView& part);
+  void Enqueue(const BatchView& part) override;
   // Collective over the communicator's ranks: trains the oldest queued part and returns
   // the global batch's mean loss (the same on every rank). kFailedPrecondition if nothing
   // is queued. A bad part, one of another size than the other ranks', or a failed lookup
   // fails the step on every rank with the same error before anything changes; that part
   // is dropped and the later ones stay queued.
-  float TrainStep();
+  float TrainStep() override;
   // Enqueue(part) then TrainStep(); kFailedPrecondition if other parts are queued.
-  float TrainStep(const BatchView& part);
-  size_t queued() const { return queue_.size(); }
+  float TrainStep(const BatchView& part) override;
+  size_t queued() const override { return queue_.size(); }
 
   // Waits until every owner has applied every update so far (hybrid mode lags).
-  void Flush();
+  void Flush() override;
   // logits [batch_size] with every update so far applied (Flush first). Not collective.
   void PredictLogits(const BatchView& batch, float* logits);
   // Log loss and AUC over labelled batches, with every update so far applied.
@@ -74,34 +75,28 @@ class DataParallelTrainer {
   // The click probabilities and labels of batches first, first + stride, ... (every
   // update so far applied), appended: Evaluate's work, which trainers of a job share out.
   void AppendPredictions(const std::vector<BatchView>& batches, size_t first, size_t stride,
-                         std::vector<double>* probabilities, std::vector<float>* labels);
+                         std::vector<double>* probabilities, std::vector<float>* labels) override;
 
-  int64_t step() const { return step_; }
+  int64_t step() const override { return step_; }
   // What this trainer's training steps sent and received (compressed communication is
   // measured by it): the lookups' ids and answered rows, the update parts sent to
   // servers, and its all-gather contribution to each other trainer and theirs to it.
-  // Payload bytes, without message headers; evaluation and prediction are not counted.
-  struct WireBytes {
-    int64_t steps = 0;
-    int64_t sent = 0;
-    int64_t received = 0;
-  };
-  const WireBytes& wire_bytes() const { return wire_bytes_; }
-  const DlrmModel<float>& model() const { return model_; }
+  const WireBytes& wire_bytes() const override { return wire_bytes_; }
+  const DlrmModel<float>& model() const override { return model_; }
   // "cpu", "cuda:0": the device that computes the dense forward and backward.
-  std::string device() const { return backend_->name(); }
-  const ps::EmbeddingShardStore& replicas() const { return replicas_; }
+  std::string device() const override { return backend_->name(); }
+  const ps::EmbeddingShardStore& replicas() const override { return replicas_; }
 
   // For checkpoints: the dense state and the replicas, and the step to resume from.
   // set_step: kFailedPrecondition while parts are queued (their lookups name steps).
   // mutable_model: the caller may change the parameters (a device copies them in again).
-  DlrmModel<float>& mutable_model() {
+  DlrmModel<float>& mutable_model() override {
     backend_->ParametersChanged();
     return model_;
   }
-  DenseOptimizer<float>& dense_optimizer() { return *dense_optimizer_; }
-  ps::EmbeddingShardStore& mutable_replicas() { return replicas_; }
-  void set_step(int64_t step);
+  DenseOptimizer<float>& dense_optimizer() override { return *dense_optimizer_; }
+  ps::EmbeddingShardStore& mutable_replicas() override { return replicas_; }
+  void set_step(int64_t step) override;
 
  private:
   struct Prepared;  // a part with its lookups in flight

@@ -100,4 +100,30 @@ double ReduceContributions(std::vector<Contribution>& by_rank, int64_t step, Thr
   return loss;
 }
 
+EvalResult GatherEvaluation(collective::Communicator* comm, const std::string& error,
+                            const std::vector<double>& probabilities,
+                            const std::vector<float>& labels) {
+  ByteWriter out;
+  out.PutString(error);
+  out.PutArray(probabilities);
+  out.PutArray(labels);
+  const std::vector<std::string> all = comm->AllGather(std::move(out).Take());
+  std::vector<double> all_probabilities;
+  std::vector<float> all_labels;
+  for (size_t r = 0; r < all.size(); ++r) {
+    ByteReader in(all[r], "evaluation exchange");
+    const std::string failed = in.GetString("error");
+    if (!failed.empty()) ThrowInvalid("evaluation on trainer ", r, ": ", failed);
+    const std::vector<double> p = in.GetArray<double>("probabilities");
+    const std::vector<float> l = in.GetArray<float>("labels");
+    in.ExpectEnd();
+    if (p.size() != l.size())
+      Throw(StatusCode::kDataLoss, "evaluation exchange: trainer ", r, " sent ", p.size(),
+            " predictions for ", l.size(), " labels");
+    all_probabilities.insert(all_probabilities.end(), p.begin(), p.end());
+    all_labels.insert(all_labels.end(), l.begin(), l.end());
+  }
+  return Evaluation(all_probabilities, all_labels);
+}
+
 }  // namespace dlrm::train

@@ -1,5 +1,6 @@
 // What each rank of a synchronous step contributes to its exchange, and what every rank
-// then does with all of them, written once for the two trainers (data_parallel_trainer.h,
+// then does with all of them (and the evaluation's exchange), written once for the two
+// trainers (data_parallel_trainer.h,
 // model_parallel_trainer.h): whether the rank could train its part (or why not), its loss
 // sum, its dense gradient (the part's subtree of the global batch's reduction tree) and the
 // replicated tables' update. Every rank decodes the same bytes and sums them in one fixed
@@ -13,8 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/collective/communicator.h"
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/byte_codec.h"
+#include "engine/core/metrics.h"
 #include "engine/core/thread_pool.h"
 
 namespace dlrm::train {
@@ -52,5 +55,12 @@ void CheckContributions(const std::vector<Contribution>& by_rank, int64_t step, 
 // tree (rank order); returns the global batch's mean loss. kFailedPrecondition (nothing
 // updated yet) when the loss or a gradient is not finite; `step` is the last step done.
 double ReduceContributions(std::vector<Contribution>& by_rank, int64_t step, ThreadPool* pool);
+
+// Collective: every rank's click probabilities and labels (or the error that kept it from
+// predicting, thrown on every rank naming it), all-gathered in rank order; the same
+// log loss and AUC on every rank.
+EvalResult GatherEvaluation(collective::Communicator* comm, const std::string& error,
+                            const std::vector<double>& probabilities,
+                            const std::vector<float>& labels);
 
 }  // namespace dlrm::train

@@ -64,18 +64,33 @@ std::vector<float> GetValues(ByteReader* in, const char* what, config::TableConf
 // A batch after the input exchange: this rank's own (dense features, labels) and what it
 // pools: its owned features over every rank's samples, its replicated ones over its own.
 struct ModelParallelTrainer::Input {
-  OwnedBatch part;
-  ValidatedBatch validated;      // views `part`
+  Part mine;
   std::vector<int64_t> samples;  // per rank
   std::vector<int64_t> first;    // per rank: its first sample in `joined`
   OwnedBatch joined, local;
   ValidatedBatch joined_vb, local_vb;
 };
 
+const config::DlrmConfig& ModelParallelTrainer::Checked(const config::DlrmConfig& config,
+                                                        const shard::ShardingPlan& plan,
+                                                        const collective::Communicator* comm) {
+  if (comm == nullptr) ThrowInvalid("model-parallel trainer: a communicator is required");
+  if (StalenessBound(config.distributed()) != 0)
+    ThrowInvalid("distributed.mode ",
+                 config::DistributedConfig::Mode_Name(config.distributed().mode()),
+                 " (stale embedding reads) needs embedding servers; trainers that own their "
+                 "shards train in sync");
+  if (comm->world_size() != plan.num_servers())
+    ThrowInvalid("model-parallel trainer: the plan places shards on ", plan.num_servers(),
+                 " ranks but the communicator has ", comm->world_size());
+  return config;
+}
+
 ModelParallelTrainer::ModelParallelTrainer(const config::DlrmConfig& config,
                                            const shard::ShardingPlan& plan,
-                                           collective::Communicator* comm, ThreadPool* pool)
-    : config_(config),
+                                           collective::Communicator* comm, ThreadPool* pool,
+                                           const TrainerBackendFactory& make_backend)
+    : config_(Checked(config, plan, comm)),
       wire_(WireValuePrecision(config.distributed())),
       comm_(comm),
       pool_(pool),
@@ -83,13 +98,10 @@ ModelParallelTrainer::ModelParallelTrainer(const config::DlrmConfig& config,
       model_(config, pool, /*allocate_tables=*/false),
       dense_optimizer_(
           MakeDenseOptimizer<float>(config.dense_optimizer(), model_.dense_params().size())),
-      owned_(config, plan, comm == nullptr ? 0 : comm->rank(), pool),
+      backend_(MakeTrainerBackend(make_backend, config, &model_, pool)),
+      owned_(config, plan, comm->rank(), pool),
       replicas_(config, plan, ps::kTrainerReplica, pool),
       in_(std::make_unique<Input>()) {
-  if (comm_ == nullptr) ThrowInvalid("model-parallel trainer: a communicator is required");
-  if (comm_->world_size() != layout_.world_size())
-    ThrowInvalid("model-parallel trainer: the plan places shards on ", layout_.world_size(),
-                 " ranks but the communicator has ", comm_->world_size());
   // The stores pool what the layout says this rank pools, in the same columns.
   DLRM_INTERNAL_CHECK(owned_.features() == layout_.input_features(comm_->rank()));
   DLRM_INTERNAL_CHECK(owned_.pooled_width() == layout_.owned_width(comm_->rank()));
@@ -113,8 +125,48 @@ std::vector<std::string> ModelParallelTrainer::AllToAll(const std::vector<std::s
   return got;
 }
 
+ModelParallelTrainer::Part ModelParallelTrainer::Prepare(const BatchView* part,
+                                                         Purpose purpose) const {
+  Part p;
+  if (part == nullptr) {
+    p.present = false;
+    return p;
+  }
+  try {
+    ValidatedBatch checked = ValidateBatch(*part, model_.num_dense_features(),
+                                           model_.feature_specs(), purpose != Purpose::kPredict);
+    if (purpose == Purpose::kTrain) CheckSyncPartSize(part->batch_size, model_.chunk_rows());
+    p.batch = CopyBatch(*part);
+    p.validated = std::move(checked);
+    p.validated.view = p.batch.view();
+  } catch (const Error& e) {
+    p.error_code = static_cast<int32_t>(e.code());
+    p.error = e.what();
+  }
+  return p;
+}
+
+void ModelParallelTrainer::Enqueue(const BatchView& part) {
+  queue_.push_back(Prepare(&part, Purpose::kTrain));
+}
+
+float ModelParallelTrainer::TrainStep() {
+  if (queue_.empty())
+    Throw(StatusCode::kFailedPrecondition, "model-parallel trainer: no part queued (call Enqueue)");
+  Part p = std::move(queue_.front());
+  queue_.pop_front();
+  return Train(std::move(p));
+}
+
 float ModelParallelTrainer::TrainStep(const BatchView& part) {
-  ExchangeInput(&part, Purpose::kTrain);
+  if (!queue_.empty())
+    Throw(StatusCode::kFailedPrecondition, "model-parallel trainer: ", queue_.size(),
+          " parts are queued; TrainStep(part) is for unqueued use, call TrainStep()");
+  return Train(Prepare(&part, Purpose::kTrain));
+}
+
+float ModelParallelTrainer::Train(Part part) {
+  ExchangeInput(std::move(part), Purpose::kTrain);
   ExchangePooled();
   ExchangeGradients(ComputeDense());
   CheckContributions(exchange_, step_ + 1, model_.dense_params().size());
@@ -123,36 +175,28 @@ float ModelParallelTrainer::TrainStep(const BatchView& part) {
   return static_cast<float>(loss);
 }
 
-void ModelParallelTrainer::ExchangeInput(const BatchView* part, Purpose purpose) {
+void ModelParallelTrainer::ExchangeInput(Part part, Purpose purpose) {
   counting_ = purpose == Purpose::kTrain;
-  JoinInputParts(AllToAll(EncodeInputParts(part, purpose)), purpose);
+  in_->mine = std::move(part);
+  JoinInputParts(AllToAll(EncodeInputParts()), purpose);
 }
 
-std::vector<std::string> ModelParallelTrainer::EncodeInputParts(const BatchView* part,
-                                                                Purpose purpose) {
-  Input& in = *in_;
+std::vector<std::string> ModelParallelTrainer::EncodeInputParts() {
+  const Part& mine = in_->mine;
   const int32_t ranks = comm_->world_size();
-  int32_t code = 0;
-  std::string error;
+  int32_t code = mine.error_code;
+  std::string error = mine.error;
   std::vector<OwnedBatch> parts(ranks);
-  in.part = OwnedBatch();
-  in.validated = ValidatedBatch();
-  try {
-    if (part != nullptr) {
-      ValidatedBatch checked = ValidateBatch(*part, model_.num_dense_features(),
-                                             model_.feature_specs(), purpose != Purpose::kPredict);
-      if (purpose == Purpose::kTrain) CheckSyncPartSize(part->batch_size, model_.chunk_rows());
-      in.part = CopyBatch(*part);
-      in.validated = std::move(checked);
-      in.validated.view = in.part.view();
-      parts = layout_.SplitInput(in.validated.view);
-    } else {  // a rank with nothing to predict this round (Evaluate)
-      for (int32_t r = 0; r < ranks; ++r)
-        parts[r].num_sparse = static_cast<int32_t>(layout_.input_features(r).size());
+  if (code == 0 && mine.present) {
+    try {
+      parts = layout_.SplitInput(mine.validated.view);
+    } catch (const Error& e) {
+      code = static_cast<int32_t>(e.code());
+      error = e.what();
     }
-  } catch (const Error& e) {
-    code = static_cast<int32_t>(e.code());
-    error = e.what();
+  } else if (code == 0) {  // no batch this round (Evaluate): empty parts
+    for (int32_t r = 0; r < ranks; ++r)
+      parts[r].num_sparse = static_cast<int32_t>(layout_.input_features(r).size());
   }
   std::vector<std::string> to_each(ranks);
   for (int32_t r = 0; r < ranks; ++r) {
@@ -194,8 +238,8 @@ void ModelParallelTrainer::JoinInputParts(const std::vector<std::string>& receiv
   }
   in.joined = layout_.JoinInput(comm_->rank(), parts);
   in.joined_vb = owned_.ValidateLocalBatch(in.joined.view());
-  if (in.part.batch_size == 0) return;
-  in.local = layout_.LocalInput(in.validated.view);
+  if (!in.mine.present) return;
+  in.local = layout_.LocalInput(in.mine.validated.view);
   if (!replicas_.features().empty()) in.local_vb = replicas_.ValidateLocalBatch(in.local.view());
 }
 
@@ -232,10 +276,11 @@ void ModelParallelTrainer::ExchangePooled() {
 Contribution ModelParallelTrainer::ComputeDense() {
   const Input& in = *in_;
   Contribution mine;
-  mine.samples = in.part.batch_size;
+  mine.samples = in.mine.batch.batch_size;
   try {
-    mine.loss_sum = model_.ForwardBackwardPooled(in.validated, mine.samples * comm_->world_size(),
-                                                 pooled_.data(), &dense_grad_, &d_pooled_, pool_);
+    mine.loss_sum =
+        backend_->ForwardBackwardPooled(in.mine.validated, mine.samples * comm_->world_size(),
+                                        pooled_.data(), &dense_grad_, &d_pooled_);
     if (IsHalf(wire_)) {  // this rank's own gradients, as the others will see them
       RoundToHalf(d_pooled_.data(), static_cast<int64_t>(d_pooled_.size()), wire_);
       RoundToHalf(dense_grad_.data(), static_cast<int64_t>(dense_grad_.size()), wire_);
@@ -243,7 +288,7 @@ Contribution ModelParallelTrainer::ComputeDense() {
     mine.finite = AllFinite(d_pooled_);
     if (!replicas_.features().empty())
       mine.replica_update = ps::EncodeFeatureUpdates(
-          ps::FeatureUpdatesOf(replicas_.features(), in.validated, model_.feature_bindings(),
+          ps::FeatureUpdatesOf(replicas_.features(), in.mine.validated, model_.feature_bindings(),
                                config_.model(), d_pooled_.data(), model_.pooled_width()),
           wire_);
   } catch (const Error& e) {
@@ -321,19 +366,54 @@ void ModelParallelTrainer::ApplyUpdates() {
   owned_.ApplyPooledUpdate(owned_grad_.data(), rates.sparse_lr, rates.t);
   UpdateDense(*dense_optimizer_, model_.dense_params(), exchange_[0].dense_grad.data(), rates,
               pool_);
+  backend_->ParametersChanged();
   step_ = rates.t;
   ++wire_bytes_.steps;
 }
 
 void ModelParallelTrainer::PredictLogits(const BatchView& batch, float* logits) {
-  ExchangeInput(&batch, Purpose::kPredict);
+  ExchangeInput(Prepare(&batch, Purpose::kPredict), Purpose::kPredict);
   ExchangePooled();
   if (logits == nullptr) ThrowInvalid("logits is NULL");
-  model_.PredictLogitsPooled(in_->validated, pooled_.data(), logits, pool_);
+  backend_->PredictLogitsPooled(in_->mine.validated, pooled_.data(), logits);
+}
+
+void ModelParallelTrainer::PredictRounds(const std::vector<const BatchView*>& mine,
+                                         std::vector<double>* probabilities,
+                                         std::vector<float>* labels) {
+  std::vector<float> logits;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const BatchView* b = mine[i];
+    try {
+      ExchangeInput(Prepare(b, Purpose::kEvaluate), Purpose::kEvaluate);
+    } catch (const Error& e) {
+      Throw(e.code(), "prediction round ", i, ": ", e.what());
+    }
+    ExchangePooled();
+    if (b == nullptr) continue;
+    logits.resize(static_cast<size_t>(b->batch_size));
+    backend_->PredictLogitsPooled(in_->mine.validated, pooled_.data(), logits.data());
+    for (int64_t j = 0; j < b->batch_size; ++j) {
+      probabilities->push_back(StableSigmoid(static_cast<double>(logits[j])));
+      labels->push_back(b->labels[j]);
+    }
+  }
+}
+
+void ModelParallelTrainer::AppendPredictions(const std::vector<BatchView>& batches, size_t first,
+                                             size_t stride, std::vector<double>* probabilities,
+                                             std::vector<float>* labels) {
+  if (batches.empty()) ThrowInvalid("evaluate needs at least one batch");
+  if (stride == 0) ThrowInvalid("prediction stride must be > 0");
+  // The same batches on every rank: the same number of rounds, no exchange needed.
+  const size_t rounds = (batches.size() + stride - 1) / stride;
+  std::vector<const BatchView*> mine(rounds, nullptr);
+  for (size_t i = 0; i < rounds; ++i)
+    if (first + i * stride < batches.size()) mine[i] = &batches[first + i * stride];
+  PredictRounds(mine, probabilities, labels);
 }
 
 EvalResult ModelParallelTrainer::Evaluate(const std::vector<BatchView>& batches) {
-  const int32_t ranks = comm_->world_size();
   int64_t rounds = 0;
   ByteWriter count;
   count.Put<int64_t>(static_cast<int64_t>(batches.size()));
@@ -343,39 +423,20 @@ EvalResult ModelParallelTrainer::Evaluate(const std::vector<BatchView>& batches)
     in.ExpectEnd();
   }
   if (rounds == 0) ThrowInvalid("evaluate needs at least one batch (no rank has one)");
+  std::vector<const BatchView*> mine(static_cast<size_t>(rounds), nullptr);
+  for (size_t i = 0; i < batches.size(); ++i) mine[i] = &batches[i];
   std::vector<double> probabilities;
-  std::vector<float> labels, logits;
-  for (int64_t i = 0; i < rounds; ++i) {
-    const BatchView* b = i < static_cast<int64_t>(batches.size()) ? &batches[i] : nullptr;
-    try {
-      ExchangeInput(b, Purpose::kEvaluate);
-    } catch (const Error& e) {
-      Throw(e.code(), "evaluation round ", i, ": ", e.what());
-    }
-    ExchangePooled();
-    if (b == nullptr) continue;
-    logits.resize(static_cast<size_t>(b->batch_size));
-    model_.PredictLogitsPooled(in_->validated, pooled_.data(), logits.data(), pool_);
-    for (int64_t j = 0; j < b->batch_size; ++j) {
-      probabilities.push_back(StableSigmoid(static_cast<double>(logits[j])));
-      labels.push_back(b->labels[j]);
-    }
-  }
-  ByteWriter out;
-  out.PutArray(probabilities);
-  out.PutArray(labels);
-  std::vector<double> all_probabilities;
-  std::vector<float> all_labels;
-  const std::vector<std::string> all = comm_->AllGather(std::move(out).Take());
-  for (int32_t r = 0; r < ranks; ++r) {
-    ByteReader in(all[r], "model-parallel evaluation");
-    const std::vector<double> p = in.GetArray<double>("probabilities");
-    const std::vector<float> l = in.GetArray<float>("labels");
-    in.ExpectEnd();
-    all_probabilities.insert(all_probabilities.end(), p.begin(), p.end());
-    all_labels.insert(all_labels.end(), l.begin(), l.end());
-  }
-  return Evaluation(all_probabilities, all_labels);
+  std::vector<float> labels;
+  PredictRounds(mine, &probabilities, &labels);
+  return GatherEvaluation(comm_, "", probabilities, labels);
+}
+
+void ModelParallelTrainer::set_step(int64_t step) {
+  if (!queue_.empty())
+    Throw(StatusCode::kFailedPrecondition, "model-parallel trainer: set_step with ", queue_.size(),
+          " parts queued");
+  if (step < 0) ThrowInvalid("model-parallel trainer: step must be >= 0, got ", step);
+  step_ = step;
 }
 
 }  // namespace dlrm::train

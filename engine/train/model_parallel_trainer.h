@@ -1,7 +1,9 @@
 // A trainer of the Neo/ZionEX layout: every rank owns some table shards (model-parallel
 // embeddings, no embedding servers) and holds the whole dense model (data-parallel MLPs).
 // This is the layout of a node of GPUs (one rank per GPU, tables in HBM, pooled embeddings
-// exchanged by all-to-all); here it runs with the CPU computing, over any communicator.
+// exchanged by all-to-all). Here the owned shards live in host memory and are pooled and
+// updated by the CPU; the dense forward and backward run on the trainer's device
+// (trainer_backend.h: the CPU, or a GPU), over any communicator.
 //
 // The plan is PlanSharding(config, world_size) with "server" r read as rank r; it may use
 // TABLE_WISE and COLUMN_WISE shards (owned by one rank) and DATA_PARALLEL ones (replicated
@@ -32,10 +34,12 @@
 // the step on every rank alike before anything changes, as does a step whose gradients or
 // updates are not finite (kFailedPrecondition); kDataLoss for a peer's malformed bytes,
 // kTimeout for a rank that does not arrive. kInvalidArgument from the constructor for a
-// plan the layout cannot exchange, or a communicator of another size than the plan's.
+// plan the layout cannot exchange, a communicator of another size than the plan's, or
+// distributed.mode HYBRID (stale reads are the embedding servers' bound).
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,18 +55,31 @@
 #include "engine/shard/plan.pb.h"
 #include "engine/shard/pooled_layout.h"
 #include "engine/train/dense_exchange.h"
+#include "engine/train/sync_trainer.h"
+#include "engine/train/trainer_backend.h"
 
 namespace dlrm::train {
 
-class ModelParallelTrainer {
+class ModelParallelTrainer : public SyncTrainer {
  public:
+  // make_backend: the device side of the dense step for config.device()
+  // (trainer_backend.h; none: the CPU, any other device refused by name).
   ModelParallelTrainer(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
-                       collective::Communicator* comm, ThreadPool* pool);
-  ~ModelParallelTrainer();
+                       collective::Communicator* comm, ThreadPool* pool,
+                       const TrainerBackendFactory& make_backend = nullptr);
+  ~ModelParallelTrainer() override;
 
+  // SyncTrainer: a queued part is validated when queued; its step (collective) exchanges
+  // it. There is nothing to flush (every update is applied when its step returns).
+  void Enqueue(const BatchView& part) override;
+  float TrainStep() override;
+  size_t queued() const override { return queue_.size(); }
+  void Flush() override {}
+  void AppendPredictions(const std::vector<BatchView>& batches, size_t first, size_t stride,
+                         std::vector<double>* probabilities, std::vector<float>* labels) override;
   // Trains this rank's part of the next global batch (collective); returns the global
-  // batch's mean loss, the same on every rank.
-  float TrainStep(const BatchView& part);
+  // batch's mean loss, the same on every rank. kFailedPrecondition if parts are queued.
+  float TrainStep(const BatchView& part) override;
   // logits [batch.batch_size] of this rank's batch (collective: the owners pool it; ranks'
   // batches may differ in size).
   void PredictLogits(const BatchView& batch, float* logits);
@@ -70,31 +87,58 @@ class ModelParallelTrainer {
   // different numbers of batches): the same result on every rank.
   EvalResult Evaluate(const std::vector<BatchView>& batches);
 
-  int64_t step() const { return step_; }
+  int64_t step() const override { return step_; }
   const shard::PooledLayout& layout() const { return layout_; }
-  const DlrmModel<float>& model() const { return model_; }
+  const DlrmModel<float>& model() const override { return model_; }
+  std::string device() const override { return backend_->name(); }
   // The table shards this rank owns (the plan's shards of "server" rank()), and the
   // replicated tables.
   const ps::EmbeddingShardStore& owned() const { return owned_; }
-  const ps::EmbeddingShardStore& replicas() const { return replicas_; }
-  // Payload bytes this rank's training steps sent to and received from the other ranks.
-  struct WireBytes {
-    int64_t steps = 0;
-    int64_t sent = 0;
-    int64_t received = 0;
-  };
-  const WireBytes& wire_bytes() const { return wire_bytes_; }
+  const ps::EmbeddingShardStore& replicas() const override { return replicas_; }
+  // Payload bytes of this rank's training steps to and from the other ranks.
+  const WireBytes& wire_bytes() const override { return wire_bytes_; }
+
+  // For checkpoints (sync_trainer.h); owned shards as the replicas.
+  DlrmModel<float>& mutable_model() override {
+    backend_->ParametersChanged();
+    return model_;
+  }
+  DenseOptimizer<float>& dense_optimizer() override { return *dense_optimizer_; }
+  ps::EmbeddingShardStore& mutable_replicas() override { return replicas_; }
+  ps::EmbeddingShardStore& mutable_owned() { return owned_; }
+  void set_step(int64_t step) override;
 
  private:
-  struct Input;  // a batch after the input exchange
+  // config, once the job's settings suit this layout (sync, a communicator of the plan's
+  // ranks); kInvalidArgument naming what does not, before anything is allocated.
+  static const config::DlrmConfig& Checked(const config::DlrmConfig& config,
+                                           const shard::ShardingPlan& plan,
+                                           const collective::Communicator* comm);
   // kTrain: labels and equal power-of-two parts; kEvaluate: labels; kPredict: neither.
   enum class Purpose { kTrain, kPredict, kEvaluate };
-  // Phase 1: validates `part`, sends the owners their bags; throws the first failed rank's
-  // error on every rank. part null: this rank has no batch this round (Evaluate).
-  void ExchangeInput(const BatchView* part, Purpose purpose);
+  // This rank's batch, validated and copied, or why it cannot be used; not present: the
+  // rank has no batch this round (prediction rounds).
+  struct Part {
+    OwnedBatch batch;
+    ValidatedBatch validated;  // views `batch`
+    int32_t error_code = 0;    // a StatusCode
+    std::string error;
+    bool present = true;
+  };
+  struct Input;  // a batch after the input exchange
+  Part Prepare(const BatchView* part, Purpose purpose) const;
+  // A training step of a prepared part (its error, if any, fails it on every rank).
+  float Train(Part part);
+  // Phase 1: sends the owners their bags of `part`; throws the first failed rank's error
+  // on every rank.
+  void ExchangeInput(Part part, Purpose purpose);
   // Phase 1's halves: this rank's bytes for each rank, and the received ones joined.
-  std::vector<std::string> EncodeInputParts(const BatchView* part, Purpose purpose);
+  std::vector<std::string> EncodeInputParts();
   void JoinInputParts(const std::vector<std::string>& received, Purpose purpose);
+  // Collective rounds of prediction: round i predicts mine[i] (null: nothing this round;
+  // every rank runs the same number of rounds), appending probabilities and labels.
+  void PredictRounds(const std::vector<const BatchView*>& mine, std::vector<double>* probabilities,
+                     std::vector<float>* labels);
   // Phase 2: pooled_ [n x pooled_width] for this rank's samples.
   void ExchangePooled();
   // Phase 3: the dense forward/backward; the contributions of every rank (exchange_) and
@@ -113,11 +157,13 @@ class ModelParallelTrainer {
   const shard::PooledLayout layout_;
   DlrmModel<float> model_;
   std::unique_ptr<DenseOptimizer<float>> dense_optimizer_;
+  std::unique_ptr<TrainerBackend> backend_;  // computes on model_'s parameters
   ps::EmbeddingShardStore owned_;
   ps::EmbeddingShardStore replicas_;
   int64_t step_ = 0;
   bool counting_ = false;  // a training step's bytes are counted
   WireBytes wire_bytes_;
+  std::deque<Part> queue_;
 
   // Per call, reused.
   std::unique_ptr<Input> in_;

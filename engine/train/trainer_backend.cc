@@ -27,6 +27,17 @@ class CpuTrainerBackend final : public TrainerBackend {
     model_.PredictLogits(batch, bags, logits, pool_);
   }
 
+  double ForwardBackwardPooled(const ValidatedBatch& part, int64_t global_batch,
+                               const float* pooled, std::vector<float>* dense_grad,
+                               std::vector<float>* d_pooled) override {
+    return model_.ForwardBackwardPooled(part, global_batch, pooled, dense_grad, d_pooled, pool_);
+  }
+
+  void PredictLogitsPooled(const ValidatedBatch& batch, const float* pooled,
+                           float* logits) override {
+    model_.PredictLogitsPooled(batch, pooled, logits, pool_);
+  }
+
   void ParametersChanged() override {}
 
  private:

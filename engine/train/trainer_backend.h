@@ -1,6 +1,7 @@
-// The device side of a data-parallel trainer's step (data_parallel_trainer.h): the dense
-// network's forward and backward over this rank's part of a global batch, whose embedding
-// rows the trainer fetched from their owners, and prediction over such rows. Everything
+// The device side of a trainer's step (data_parallel_trainer.h, model_parallel_trainer.h):
+// the dense network's forward and backward over this rank's part of a global batch, whose
+// embedding rows the trainer fetched from their owners (or whose pooled embeddings the
+// owners sent), and prediction over such rows. Everything
 // else of the trainer's step stays on the host, written once for every device: the
 // lookups, the one exchange of the ranks' contributions, the fixed-tree sums, the
 // divergence checks and the dense optimizer's update of the host model's parameters. So
@@ -53,6 +54,15 @@ class TrainerBackend {
   // logits [batch_size] of a batch whose ids index `rows`.
   virtual void PredictLogits(const ValidatedBatch& batch, std::vector<EmbeddingTable<float>>& rows,
                              float* logits) = 0;
+
+  // The same two with the embeddings already pooled by their owners (the trainers that own
+  // the shards, model_parallel_trainer.h): pooled [batch_size x pooled_width] on the host,
+  // in the model's column order; the part's ids are not read.
+  virtual double ForwardBackwardPooled(const ValidatedBatch& part, int64_t global_batch,
+                                       const float* pooled, std::vector<float>* dense_grad,
+                                       std::vector<float>* d_pooled) = 0;
+  virtual void PredictLogitsPooled(const ValidatedBatch& batch, const float* pooled,
+                                   float* logits) = 0;
 
   // The host model's dense parameters changed (an update, a restore): a device copies
   // them in before its next call. No-op for the CPU.

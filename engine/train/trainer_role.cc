@@ -25,6 +25,12 @@ std::chrono::milliseconds AllGatherTimeout(const cluster::ClusterEnv& env) {
   return cluster::kAllGatherTimeouts * Timeout(env);
 }
 
+void CreateCheckpointDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) Throw(StatusCode::kIo, "cannot create checkpoint directory ", dir, ": ", ec.message());
+}
+
 }  // namespace
 
 TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
@@ -44,12 +50,23 @@ TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfi
       coordinator_.Rendezvous(listener_.address(), cluster::JobConfigOf(config_)), env.rank,
       config_);
   comm_ = MakeCommunicator(make_communicator, devices);
+  MakeTrainer(devices);
+  if (!restore_dir.empty()) Restore(restore_dir);
+}
+
+void TrainerRole::MakeTrainer(const TrainerDevices& devices) {
+  if (layout_.trainers_own_shards()) {
+    auto owner = std::make_unique<ModelParallelTrainer>(config_, layout_.plan, comm_.get(), &pool_,
+                                                        devices.backend);
+    owner_ = owner.get();
+    trainer_ = std::move(owner);
+    return;
+  }
   service_ = std::make_unique<ps::RemoteEmbeddingService>(
-      context_, layout_.server_addresses, layout_.index, member_.options, Timeout(env),
+      context_, layout_.server_addresses, layout_.index, member_.options, Timeout(env_),
       WireValuePrecision(config_.distributed()));
   trainer_ = std::make_unique<DataParallelTrainer>(config_, layout_.plan, comm_.get(),
                                                    service_.get(), &pool_, devices.backend);
-  if (!restore_dir.empty()) Restore(restore_dir);
 }
 
 const config::DlrmConfig& TrainerRole::Validated(const cluster::ClusterEnv& env,
@@ -106,12 +123,18 @@ void TrainerRole::Restore(const std::string& restore_dir) {
   const int64_t step =
       checkpoint::LoadDenseState(&trainer_->mutable_model(), &trainer_->dense_optimizer(),
                                  restore_dir + "/" + checkpoint::kDenseStateFile);
-  if (!checkpoint::SameLayout(manifest, layout_.num_servers(), layout_.num_trainers(),
-                              layout_.plan))
+  const bool same =
+      checkpoint::SameLayout(manifest, layout_.num_owners(), layout_.num_trainers(), layout_.plan);
+  if (!same)
     ps::LoadReshardedStore(&trainer_->mutable_replicas(), restore_dir, manifest, config_.model());
   else if (manifest.has_replicas())
     ps::LoadShardStore(&trainer_->mutable_replicas(), ps::kTrainerReplica,
                        restore_dir + "/" + checkpoint::kReplicaShardFile);
+  if (owner_ != nullptr && !same)
+    ps::LoadReshardedStore(&owner_->mutable_owned(), restore_dir, manifest, config_.model());
+  else if (owner_ != nullptr)
+    ps::LoadShardStore(&owner_->mutable_owned(), layout_.index,
+                       restore_dir + "/" + checkpoint::ServerShardFile(layout_.index));
   if (step != manifest.step())
     Throw(StatusCode::kDataLoss, "checkpoint ", restore_dir, ": the dense state is of step ", step,
           ", the manifest says ", manifest.step());
@@ -127,8 +150,14 @@ void TrainerRole::Checkpoint(const std::string& dir) {
   const int64_t step = trainer_->step();
   // Every trainer stops sending updates here, so the servers save exactly `step`.
   trainer_->Flush();
+  // Trainers that own shards save them first: the manifest follows every file.
   std::string error;
-  if (layout_.index == 0) {
+  if (owner_ != nullptr) {
+    const std::vector<std::string> saved = comm_->AllGather(SaveOwnedShards(dir, step));
+    for (size_t r = 0; r < saved.size() && error.empty(); ++r)
+      if (!saved[r].empty()) error = "trainer " + std::to_string(r) + ": " + saved[r];
+  }
+  if (layout_.index == 0 && error.empty()) {
     try {
       WriteCheckpoint(dir, step);
     } catch (const Error& e) {
@@ -143,11 +172,21 @@ void TrainerRole::Checkpoint(const std::string& dir) {
                   << dir;
 }
 
+std::string TrainerRole::SaveOwnedShards(const std::string& dir, int64_t step) {
+  if (owner_ == nullptr) return "";
+  try {
+    CreateCheckpointDir(dir);
+    ps::SaveShardStore(owner_->owned(), layout_.index, step,
+                       dir + "/" + checkpoint::ServerShardFile(layout_.index));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 void TrainerRole::WriteCheckpoint(const std::string& dir, int64_t step) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) Throw(StatusCode::kIo, "cannot create checkpoint directory ", dir, ": ", ec.message());
-  service_->SaveShards(step, dir);
+  CreateCheckpointDir(dir);
+  if (service_) service_->SaveShards(step, dir);
   checkpoint::SaveDenseState(trainer_->model(), trainer_->dense_optimizer(), step,
                              dir + "/" + checkpoint::kDenseStateFile);
   checkpoint::CheckpointManifest manifest;
@@ -155,7 +194,7 @@ void TrainerRole::WriteCheckpoint(const std::string& dir, int64_t step) {
   manifest.set_config(ConfigToText(config_));
   *manifest.mutable_plan() = layout_.plan;
   manifest.set_num_trainers(layout_.num_trainers());
-  manifest.set_num_servers(layout_.num_servers());
+  manifest.set_num_servers(layout_.num_owners());
   manifest.set_staleness(StalenessBound(config_.distributed()));
   *manifest.mutable_dense_state() = checkpoint::DescribeFile(dir, checkpoint::kDenseStateFile);
   if (!trainer_->replicas().shards().empty()) {
@@ -163,7 +202,7 @@ void TrainerRole::WriteCheckpoint(const std::string& dir, int64_t step) {
                        dir + "/" + checkpoint::kReplicaShardFile);
     *manifest.mutable_replicas() = checkpoint::DescribeFile(dir, checkpoint::kReplicaShardFile);
   }
-  for (int32_t s = 0; s < layout_.num_servers(); ++s) {
+  for (int32_t s = 0; s < layout_.num_owners(); ++s) {
     checkpoint::ServerShardsEntry* entry = manifest.add_servers();
     entry->set_server(s);
     *entry->mutable_file() = checkpoint::DescribeFile(dir, checkpoint::ServerShardFile(s));
@@ -181,33 +220,13 @@ EvalResult TrainerRole::Evaluate(const std::vector<BatchView>& batches) {
   } catch (const Error& e) {
     error = e.what();
   }
-  ByteWriter out;
-  out.PutString(error);
-  out.PutArray(probabilities);
-  out.PutArray(labels);
-  const std::vector<std::string> all = comm_->AllGather(std::move(out).Take());
-  probabilities.clear();
-  labels.clear();
-  for (size_t r = 0; r < all.size(); ++r) {
-    ByteReader in(all[r], "evaluation exchange");
-    const std::string failed = in.GetString("error");
-    if (!failed.empty()) ThrowInvalid("evaluation on trainer ", r, ": ", failed);
-    const std::vector<double> p = in.GetArray<double>("probabilities");
-    const std::vector<float> l = in.GetArray<float>("labels");
-    in.ExpectEnd();
-    if (p.size() != l.size())
-      Throw(StatusCode::kDataLoss, "evaluation exchange: trainer ", r, " sent ", p.size(),
-            " predictions for ", l.size(), " labels");
-    probabilities.insert(probabilities.end(), p.begin(), p.end());
-    labels.insert(labels.end(), l.begin(), l.end());
-  }
-  return Evaluation(probabilities, labels);
+  return GatherEvaluation(comm_.get(), error, probabilities, labels);
 }
 
 void TrainerRole::Finish() {
   trainer_->Flush();
   comm_->AllGather("");  // nobody tells the servers to go while another trainer still works
-  service_->Shutdown();
+  if (service_) service_->Shutdown();
   coordinator_.Leave();
 }
 

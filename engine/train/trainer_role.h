@@ -1,7 +1,9 @@
 // The trainer role of a multi-process job (DLRM_ROLE=trainer), as an object a host drives:
 // the `dlrm` tool, or a host program through the C ABI. It joins the job (listen,
 // rendezvous), connects to the servers and the other trainers, optionally restores a
-// sharded checkpoint, and then trains through DataParallelTrainer.
+// sharded checkpoint, and then trains: through DataParallelTrainer when the job has
+// embedding servers, through ModelParallelTrainer (the trainers own the shards, the Neo
+// layout) when it has none.
 //
 //   TrainerRole t(ClusterEnvFromEnvironment(), config);
 //   for (...) { t.trainer().Enqueue(part); ... t.trainer().TrainStep(); }
@@ -26,6 +28,8 @@
 #include "engine/net/endpoint.h"
 #include "engine/ps/client.h"
 #include "engine/train/data_parallel_trainer.h"
+#include "engine/train/model_parallel_trainer.h"
+#include "engine/train/sync_trainer.h"
 
 namespace dlrm::train {
 
@@ -50,7 +54,7 @@ class TrainerRole {
               const TrainerDevices& devices = {});
   ~TrainerRole();
 
-  DataParallelTrainer& trainer() { return *trainer_; }
+  SyncTrainer& trainer() { return *trainer_; }
   int32_t trainer_rank() const { return layout_.index; }
   int32_t num_trainers() const { return layout_.num_trainers(); }
   int32_t num_servers() const { return layout_.num_servers(); }
@@ -62,7 +66,7 @@ class TrainerRole {
   EvalResult Evaluate(const std::vector<BatchView>& batches);
 
   // Collective over the trainers: writes a sharded checkpoint of the current step to dir
-  // (every server its shards, trainer 0 the dense state, replicas and, last, the
+  // (every shard owner its shards, trainer 0 the dense state, replicas and, last, the
   // manifest). Returns when the checkpoint is complete.
   void Checkpoint(const std::string& dir);
   // Collective: waits for every update, tells the servers this trainer is done and
@@ -84,9 +88,14 @@ class TrainerRole {
                                                              const TrainerDevices& devices);
   // The transport's own communicator, or Gloo's over it (env_.collective).
   std::unique_ptr<collective::Communicator> MakeHostCommunicator();
+  // The trainer of the layout (servers: DataParallelTrainer over a service to them; none:
+  // ModelParallelTrainer).
+  void MakeTrainer(const TrainerDevices& devices);
   void Restore(const std::string& restore_dir);
-  // The lead trainer's part of Checkpoint: the servers' shards, the dense state, the
+  // Checkpoint's parts: this trainer's own shards where it owns some (the outcome, "" or
+  // why it failed); the lead trainer's files: the servers' shards, the dense state, the
   // replicas and, last, the manifest.
+  std::string SaveOwnedShards(const std::string& dir, int64_t step);
   void WriteCheckpoint(const std::string& dir, int64_t step);
 
   const config::DlrmConfig config_;
@@ -100,8 +109,9 @@ class TrainerRole {
   cluster::CoordinatorClient coordinator_;
   cluster::JobLayout layout_;
   std::unique_ptr<collective::Communicator> comm_;
-  std::unique_ptr<ps::RemoteEmbeddingService> service_;
-  std::unique_ptr<DataParallelTrainer> trainer_;
+  std::unique_ptr<ps::RemoteEmbeddingService> service_;  // null when the trainers own shards
+  std::unique_ptr<SyncTrainer> trainer_;
+  ModelParallelTrainer* owner_ = nullptr;  // trainer_, when the trainers own the shards
 };
 
 }  // namespace dlrm::train

@@ -5,7 +5,8 @@
 #     server, and the whole job ends, within seconds;
 #  3. a new job restored from the last complete checkpoint continues from its step and
 #     finishes cleanly, with an evaluation, and one process loads its last checkpoint whole
-#     and evaluates it the same.
+#     and evaluates it the same; a job without servers (the trainers own the shards)
+#     evaluates as the job with them.
 # usage: launch_test.sh DLRM CONFIG WORKDIR
 set -u
 DLRM=$1
@@ -75,18 +76,42 @@ final="$WORK/ckpt/step-$((last + 30))"
 [ -f "$final/MANIFEST" ] || fail "no checkpoint at the end of the restored run"
 "$DLRM" eval --checkpoint="$final" --test="$WORK/data/test.tsv" > "$WORK/eval.log" 2>&1 \
   || fail "eval of the sharded checkpoint: $(tail -3 "$WORK/eval.log")"
-job_eval=$(grep -o "auc=[0-9.]*" "$WORK/run2.log" | tail -1)
-one_eval=$(grep -o "auc=[0-9.]*" "$WORK/eval.log" | tail -1)
+job_eval=$(grep -o "log_loss=[0-9.]* auc=[0-9.]*" "$WORK/run2.log" | tail -1)
+one_eval=$(grep -o "log_loss=[0-9.]* auc=[0-9.]*" "$WORK/eval.log" | tail -1)
 [ -n "$job_eval" ] && [ "$job_eval" = "$one_eval" ] \
   || fail "one process's $one_eval differs from the job's $job_eval"
 "$DLRM" export --checkpoint="$final" --out="$WORK/serving.model" > "$WORK/export.log" 2>&1 \
   || fail "export of the sharded checkpoint: $(tail -3 "$WORK/export.log")"
 echo "one process loaded step $((last + 30)) whole: $one_eval, as the job"
 
+# 3c. A job without servers: the trainers own the embedding shards (the Neo layout). It
+#     trains as the job with servers does (both are one process bitwise: the same AUC), and
+#     one process loads its checkpoint whole.
+for servers in 0 2; do
+  "$DLRM" launch --trainers=2 --servers=$servers -- train "${common[@]}" --max_steps=30 \
+    --checkpoint_dir="$WORK/owners$servers" --test="$WORK/data/test.tsv" \
+    > "$WORK/run_owners$servers.log" 2>&1 || fail "the job with $servers servers failed"
+  grep -q "job: 2 trainers, $servers servers" "$WORK/run_owners$servers.log" \
+    || fail "the job with $servers servers did not say so"
+done
+neo_eval=$(grep -o "log_loss=[0-9.]* auc=[0-9.]*" "$WORK/run_owners0.log" | tail -1)
+ps_eval=$(grep -o "log_loss=[0-9.]* auc=[0-9.]*" "$WORK/run_owners2.log" | tail -1)
+[ -n "$neo_eval" ] && [ "$neo_eval" = "$ps_eval" ] \
+  || fail "the trainers owning the shards evaluate $neo_eval, the job with servers $ps_eval"
+"$DLRM" eval --checkpoint="$WORK/owners0/step-30" --test="$WORK/data/test.tsv" \
+  > "$WORK/eval_owners.log" 2>&1 || fail "eval of the trainers' checkpoint"
+one_eval=$(grep -o "log_loss=[0-9.]* auc=[0-9.]*" "$WORK/eval_owners.log" | tail -1)
+[ "$one_eval" = "$neo_eval" ] || fail "one process's $one_eval differs from the job's $neo_eval"
+echo "trainers owning the shards: $neo_eval, as the job with servers and one process"
+
 # 4. Bad launches and bad job flags end with an error naming the problem.
 "$DLRM" launch --trainers=0 --servers=1 -- train > "$WORK/run3.log" 2>&1 \
   && fail "launched 0 trainers"
 grep -q "needs --trainers >= 1" "$WORK/run3.log" || fail "no message for 0 trainers"
+"$DLRM" launch --trainers=1 --servers=-1 -- train > "$WORK/run3b.log" 2>&1 \
+  && fail "launched -1 servers"
+grep -q "and --servers >= 0 (0: the trainers own the embedding shards), got 1 and -1" \
+  "$WORK/run3b.log" || fail "no message for -1 servers"
 "$DLRM" launch --trainers=1 --servers=1 > "$WORK/run4.log" 2>&1 && fail "launched no command"
 grep -q "launch needs the command" "$WORK/run4.log" || fail "no message for a missing command"
 "$DLRM" launch --trainers=2 --servers=1 -- train "${common[@]}" --batch_size=255 \

@@ -8,7 +8,11 @@
 
 ``fit`` runs the job's coordinator and embedding servers as threads of the driver and one
 trainer per partition of the DataFrame in a barrier stage, with Spark's
-``BarrierTaskContext.allGather`` as the trainers' collective. Step s trains partition 0's
+``BarrierTaskContext.allGather`` as the trainers' collective. With ``servers=0`` the
+trainers own the embedding shards themselves (the tables live in the executors, not the
+driver) and their collectives go straight between the executors over the built-in
+transport (four a step, carrying pooled embeddings: too many and too large for the
+driver's allGather). Step s trains partition 0's
 part s, then partition 1's, ...: in sync mode the result is bitwise that of one
 :class:`dlrm.Engine` trained on those global batches. ``transform`` loads the job's
 sharded checkpoint whole in each Python worker and predicts through the Arrow path.
@@ -128,8 +132,10 @@ def _train_partition(job: _Job, rows_iter: Iterator[Any]) -> Iterator[TrainOutco
                            "(from a checkpoint)")
     steps = _agree_on_steps(ctx, job, len(parts))
     held = _holdout(ctx, job, rows, len(parts))
-    with distributed.Trainer(job.config, _settings(ctx, job),
-                             allgather=lambda mine: _gather(ctx, mine)) as t:
+    # Trainers that own the shards exchange pooled embeddings four times a step: straight
+    # between the executors (the built-in transport), not through the driver.
+    gather = None if job.servers == 0 else (lambda mine: _gather(ctx, mine))
+    with distributed.Trainer(job.config, _settings(ctx, job), allgather=gather) as t:
         t.enqueue(parts[0])
         losses = []
         for s in range(steps):
@@ -207,7 +213,8 @@ class DlrmEstimator:
         columns: which column is which (:class:`dlrm.Columns`; label required).
         part_rows: rows of each trainer's part of a global batch (reduction_chunk_rows
             times a power of two); a global batch is part_rows x partitions rows.
-        servers: embedding servers, as driver threads.
+        servers: embedding servers, as driver threads; 0: the trainers own the embedding
+            shards (sync only), spreading the tables over the executors.
         holdout_parts: each partition's last this many parts are evaluated, not trained.
         checkpoint_dir: the job's sharded checkpoint of the last step (needed by
             transform), on a filesystem every process sees.
@@ -222,7 +229,7 @@ class DlrmEstimator:
                  prediction_col: str = "probability") -> None:
         if columns.label is None:
             raise ValueError("columns.label is required to train")
-        for name, value, low in (("part_rows", part_rows, 1), ("servers", servers, 1),
+        for name, value, low in (("part_rows", part_rows, 1), ("servers", servers, 0),
                                  ("holdout_parts", holdout_parts, 0),
                                  ("timeout_ms", timeout_ms, 1)):
             if not isinstance(value, int) or value < low:

@@ -86,14 +86,17 @@ def bits(x) -> bytes:
     return np.asarray(x, np.float32).tobytes()
 
 
-def test_fit_and_transform_equal_one_engine_bitwise(spark, tmp_path):
+# servers=0: the trainers own the embedding shards (no server threads on the driver).
+@pytest.mark.parametrize("servers", [2, 0])
+def test_fit_and_transform_equal_one_engine_bitwise(spark, tmp_path, servers):
     df = frame(spark, rows(2 * 6 * PART))
     partitions = [[r.asDict() for r in p] for p in df.rdd.glom().collect()]
     ckpt = str(tmp_path / "ckpt")
     start = time.monotonic()
-    model = DlrmEstimator(CONFIG, COLS, part_rows=PART, servers=2, holdout_parts=1,
+    model = DlrmEstimator(CONFIG, COLS, part_rows=PART, servers=servers, holdout_parts=1,
                           checkpoint_dir=ckpt, timeout_ms=30000).fit(df)
-    print(f"dlrm.spark fit: {len(model.losses)} steps in {time.monotonic() - start:.1f} s")
+    print(f"dlrm.spark fit ({servers} servers): {len(model.losses)} steps in "
+          f"{time.monotonic() - start:.1f} s")
     assert len(model.losses) == 5 and len(model.outcomes) == 2
     with dlrm.Engine(CONFIG) as engine:
         for s, loss in enumerate(model.losses):

@@ -161,5 +161,51 @@ TEST(CudaTrainerNccl, OneTrainerOverNcclTrainsAsTheCpuOrIsRefusedNamingWhy) {
   }
 }
 
+// Trainers that own the embedding shards (a job without servers, model_parallel_trainer.h)
+// with their dense step on the GPU: two trainers on one GPU over the built-in transport,
+// and one over NCCL (its all-to-all through the communicator's default); the losses are
+// the CPU engine's within 1e-4 relative and the two ranks hold the same parameters.
+TEST(CudaTrainerNeo, TrainersOwningTheShardsTrainTheDenseStepOnTheGpu) {
+  SKIP_WITHOUT_GPU();
+  config::DlrmConfig c =
+      testing::ShardedTestConfig(config::ShardingConfig::COLUMN_WISE, "adagrad", "adagrad", 2);
+  c.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  config::DlrmConfig on_cpu = c;
+  on_cpu.mutable_device()->set_kind(config::DeviceConfig::CPU);
+  constexpr int64_t kSteps = 20;
+  std::vector<float> want;
+  Engine engine(on_cpu);
+  for (int64_t step = 0; step < kSteps; ++step)
+    want.push_back(engine.TrainStep(testing::MakeTestBatch(c, step, kGlobal).view()));
+  for (const int32_t trainers : {2, 1}) {
+    const auto collective = trainers == 1 ? cluster::ClusterEnv::Collective::kNccl
+                                          : cluster::ClusterEnv::Collective::kBuiltin;
+    std::vector<std::vector<float>> losses(trainers), params(trainers);
+    std::vector<std::string> devices(trainers);
+    const testing::JobResult result = testing::RunJob(
+        c, "",
+        [&](train::TrainerRole& t) {
+          const int32_t r = t.trainer_rank();
+          const int64_t part = kGlobal / trainers;
+          devices[r] = t.trainer().device();
+          for (int64_t step = 0; step < kSteps; ++step)
+            losses[r].push_back(t.trainer().TrainStep(
+                testing::Part(testing::MakeTestBatch(c, step, kGlobal), r * part, (r + 1) * part)
+                    .view()));
+          params[r] = t.trainer().model().dense_params();
+        },
+        20000, false, collective, /*servers=*/0, trainers, nullptr, BuiltTrainerDevices());
+    for (int32_t r = 0; r < trainers; ++r) {
+      ASSERT_EQ(result.trainer_errors[r], "") << trainers << " trainers, rank " << r;
+      EXPECT_EQ(devices[r], "cuda:0");
+      ASSERT_EQ(losses[r].size(), want.size());
+      for (int64_t step = 0; step < kSteps; ++step)
+        EXPECT_NEAR(losses[r][step], want[step], 1e-4f * std::fabs(want[step]))
+            << trainers << " trainers, rank " << r << ", step " << step;
+      EXPECT_EQ(params[r], params[0]) << "rank " << r << "'s dense parameters differ";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dlrm

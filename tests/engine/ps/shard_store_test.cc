@@ -4,6 +4,7 @@
 // global batch's updates come from two trainers' halves.
 #include "engine/ps/shard_store.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -252,10 +253,21 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, ShardStoreTest, ::testing::ValuesIn(AllCases(
                                   info.param.optimizer;
                          });
 
+// Row-wise Adagrad keeps one statistic per whole row: the planner gives it no column
+// blocks (refusing a table allowed nothing else, naming it), and a store refuses a plan
+// made otherwise (for another optimizer).
 TEST(ShardStoreErrors, RowwiseAdagradNeedsWholeRows) {
   const config::DlrmConfig c =
       ShardedTestConfig(config::ShardingConfig::COLUMN_WISE, "sgd", "rowwise_adagrad", kServers);
-  const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
+  try {
+    shard::PlanSharding(c, kServers);
+    FAIL() << "the planner cut column blocks for row-wise Adagrad";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("sharding.tables for \"t0\" allows only "
+                                               "COLUMN_WISE, which embedding servers cannot hold"));
+  }
+  const shard::ShardingPlan plan = shard::PlanSharding(
+      ShardedTestConfig(config::ShardingConfig::COLUMN_WISE, "sgd", "sgd", kServers), kServers);
   try {
     ps::EmbeddingShardStore store(c, plan, 0);
     FAIL() << "row-wise Adagrad on column shards must be rejected";

@@ -23,6 +23,7 @@
 #include "engine/device_backends.h"
 #include "engine/engine.h"
 #include "engine/shard/planner.h"
+#include "tests/support/copying_backend.h"
 #include "tests/support/dist_checks.h"
 #include "tests/support/dist_cluster.h"
 #include "tests/support/dist_config.h"
@@ -335,48 +336,6 @@ TEST(HybridTest, NeverExceedsTheStalenessBound) {
     }
   }
 }
-
-// A backend that computes on a copy of the dense parameters refreshed only when the trainer
-// says they changed, as a device backend does (cuda/trainer_backend.h): the trainer's side of
-// that contract, checked without a GPU. It counts the refreshes.
-class CopyingBackend final : public train::TrainerBackend {
- public:
-  CopyingBackend(const config::DlrmConfig& c, const DlrmModel<float>* host, ThreadPool* pool,
-                 int* refreshes)
-      : host_(*host),
-        own_(c, pool, /*allocate_tables=*/false),
-        pool_(pool),
-        refreshes_(refreshes) {}
-  std::string name() const override { return "copying"; }
-  double ForwardBackward(const ValidatedBatch& part, int64_t global_batch,
-                         std::vector<EmbeddingTable<float>>& rows, std::vector<float>* dense_grad,
-                         std::vector<float>* d_pooled) override {
-    Refresh();
-    const EmbeddingBagCollection<float> bags(&rows, own_.feature_bindings(), own_.pooled_width());
-    return own_.ForwardBackwardPart(part, global_batch, bags, dense_grad, d_pooled, pool_);
-  }
-  void PredictLogits(const ValidatedBatch& batch, std::vector<EmbeddingTable<float>>& rows,
-                     float* logits) override {
-    Refresh();
-    const EmbeddingBagCollection<float> bags(&rows, own_.feature_bindings(), own_.pooled_width());
-    own_.PredictLogits(batch, bags, logits, pool_);
-  }
-  void ParametersChanged() override { stale_ = true; }
-
- private:
-  void Refresh() {
-    if (!stale_) return;
-    own_.dense_params() = host_.dense_params();
-    stale_ = false;
-    ++*refreshes_;
-  }
-
-  const DlrmModel<float>& host_;
-  DlrmModel<float> own_;
-  ThreadPool* pool_;
-  int* refreshes_;
-  bool stale_ = true;
-};
 
 // Trainers whose backend keeps its own copy of the parameters train as one process, bitwise,
 // refreshing it once a step (after each dense update) and after a caller changed the

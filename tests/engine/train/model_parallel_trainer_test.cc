@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -18,12 +19,14 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/config/config.h"
 #include "engine/core/status.h"
 #include "engine/engine.h"
 #include "engine/shard/planner.h"
+#include "tests/support/copying_backend.h"
 #include "tests/support/dist_checks.h"
 #include "tests/support/dist_config.h"
 #include "tests/support/dist_data.h"
@@ -46,13 +49,17 @@ struct NeoCluster {
   std::vector<std::unique_ptr<ThreadPool>> pools;
   std::vector<std::unique_ptr<train::ModelParallelTrainer>> trainers;
 
-  NeoCluster(const config::DlrmConfig& c, int32_t ranks)
-      : world(ranks), plan(shard::PlanSharding(c, ranks)), hub(ranks, std::chrono::seconds(20)) {
+  // make_backend: the ranks' device side (none: the CPU).
+  NeoCluster(const config::DlrmConfig& c, int32_t ranks,
+             const train::TrainerBackendFactory& make_backend = nullptr)
+      : world(ranks),
+        plan(shard::PlanSharding(c, ranks, shard::ShardOwners::kTrainers)),
+        hub(ranks, std::chrono::seconds(20)) {
     for (int32_t r = 0; r < ranks; ++r) {
       comms.push_back(hub.Rank(r));
       pools.push_back(std::make_unique<ThreadPool>(r + 1));
-      trainers.push_back(std::make_unique<train::ModelParallelTrainer>(c, plan, comms.back().get(),
-                                                                       pools.back().get()));
+      trainers.push_back(std::make_unique<train::ModelParallelTrainer>(
+          c, plan, comms.back().get(), pools.back().get(), make_backend));
     }
   }
 
@@ -343,6 +350,42 @@ TEST(ModelParallelTrainerTest, ABf16WireRepeatsBitwiseWithHalfTheBytes) {
   }
 }
 
+// The dense step runs on the trainer's device (trainer_backend.h): a backend with its own
+// copy of the parameters, as a GPU's, trains as one process bitwise when the trainer tells
+// it of every change (once a step, and when a caller changes the parameters).
+TEST(ModelParallelTrainerTest, ABackendWithItsOwnParameterCopyIsToldOfEveryChange) {
+  const config::DlrmConfig c = TableWise(2);
+  int refreshes[2] = {0, 0};
+  std::atomic<int> made{0};
+  const train::TrainerBackendFactory copying = [&](const config::DlrmConfig& config,
+                                                   DlrmModel<float>* model, ThreadPool* pool) {
+    return std::make_unique<CopyingBackend>(config, model, pool, &refreshes[made++]);
+  };
+  Engine engine(c);
+  NeoCluster cluster(c, 2, copying);
+  for (const auto& t : cluster.trainers) EXPECT_EQ(t->device(), "copying");
+  constexpr int64_t kSteps = 4;
+  for (int64_t step = 0; step < kSteps; ++step)
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectStepEqualsEngine(engine, cluster, MakeTestBatch(c, step, 2 * kPart), "copying"));
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(refreshes[r], kSteps) << "rank " << r;
+  const OwnedBatch batch = MakeTestBatch(c, 99, kPart);
+  std::vector<std::vector<float>> before(2, std::vector<float>(kPart)), after = before;
+  auto predict = [&](std::vector<std::vector<float>>* out) {
+    const std::vector<std::string> errors =
+        cluster.Run([&](int32_t r, train::ModelParallelTrainer& t) {
+          t.PredictLogits(batch.view(), (*out)[r].data());
+        });
+    for (const std::string& e : errors) ASSERT_EQ(e, "");
+  };
+  predict(&before);
+  for (const auto& t : cluster.trainers)
+    for (float& v : t->mutable_model().dense_params()) v *= 0.5f;
+  predict(&after);
+  EXPECT_NE(before[0], after[0]) << "prediction used the stale copy";
+  EXPECT_EQ(after[0], after[1]);
+}
+
 TEST(ModelParallelTrainerTest, RefusesPlansItCannotExchangeAndAMismatchedCommunicator) {
   const config::DlrmConfig rows =
       ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "sgd", 2);
@@ -363,6 +406,21 @@ TEST(ModelParallelTrainerTest, RefusesPlansItCannotExchangeAndAMismatchedCommuni
   } catch (const Error& e) {
     EXPECT_THAT(e.what(),
                 HasSubstr("the plan places shards on 3 ranks but the communicator has 2"));
+  }
+  config::DlrmConfig hybrid = TableWise(2);
+  hybrid.mutable_distributed()->set_mode(config::DistributedConfig::HYBRID);
+  config::DlrmConfig cuda = TableWise(2);
+  cuda.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  for (const auto& [bad, expected] :
+       {std::pair{hybrid,
+                  "distributed.mode HYBRID (stale embedding reads) needs embedding servers"},
+        std::pair{cuda, "device.kind is CUDA but this trainer was made without device backends"}}) {
+    try {
+      train::ModelParallelTrainer t(bad, shard::PlanSharding(bad, 2), comm.get(), &pool);
+      ADD_FAILURE() << "accepted; expected: " << expected;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(expected));
+    }
   }
 }
 

@@ -57,14 +57,14 @@ std::string TempDir(const std::string& name) {
   return dir;
 }
 
-// Loads every server's and the replicas' shard files of checkpoint `dir` into fresh stores
-// and compares them with the engine's tables.
+// Loads every shard owner's and the replicas' shard files of checkpoint `dir` (the
+// manifest's plan) into fresh stores and compares them with the engine's tables.
 void ExpectCheckpointMatchesEngine(const Engine& engine, const config::DlrmConfig& c,
-                                   const std::string& dir, int64_t step, const std::string& where,
-                                   int32_t servers = kServers) {
+                                   const std::string& dir, int64_t step, const std::string& where) {
   const checkpoint::CheckpointManifest manifest = checkpoint::ReadManifest(dir);
   EXPECT_EQ(manifest.step(), step) << where;
-  const shard::ShardingPlan plan = shard::PlanSharding(c, servers);
+  const shard::ShardingPlan& plan = manifest.plan();
+  const int32_t servers = manifest.num_servers();
   std::vector<std::unique_ptr<ps::EmbeddingShardStore>> stores;
   for (int32_t s = 0; s < servers; ++s) {
     stores.push_back(std::make_unique<ps::EmbeddingShardStore>(c, plan, s));
@@ -129,16 +129,19 @@ void TrainBatches(train::TrainerRole& t, const config::DlrmConfig& c, int64_t fi
   }
 }
 
-// Trains 4 steps with 2 trainers and 2 servers and expects the single-process run's
-// losses, dense parameters and embedding rows bitwise (every table's rows in `precision`).
+// Trains 4 steps with 2 trainers and `servers` servers (0: the trainers own the shards)
+// and expects the single-process run's losses, dense parameters and embedding rows bitwise
+// (every table's rows in `precision`).
 void ExpectSyncJobEqualsOneProcess(
     config::ShardingConfig::Type type, cluster::ClusterEnv::Collective collective,
-    config::TableConfig::Precision precision = config::TableConfig::FP32) {
+    config::TableConfig::Precision precision = config::TableConfig::FP32,
+    int32_t servers = kServers) {
   const bool cw = type == config::ShardingConfig::COLUMN_WISE;
   const config::DlrmConfig c = WithTablePrecision(
       ShardedTestConfig(type, "adam", cw ? "adagrad" : "rowwise_adagrad", kServers), precision);
   const std::string name = std::string(shard::ShardingTypeShortName(type)) + "_" +
-                           config::TableConfig::Precision_Name(precision);
+                           config::TableConfig::Precision_Name(precision) + "_" +
+                           std::to_string(servers) + "servers";
   constexpr int64_t kSteps = 4;
   Engine engine(c);
   std::vector<float> want;
@@ -153,7 +156,7 @@ void ExpectSyncJobEqualsOneProcess(
         ExpectDenseMatchesEngine(engine, t.trainer().model(), name);
         t.Checkpoint(dir);
       },
-      20000, false, collective);
+      20000, false, collective, servers);
   for (int r = 0; r < kTrainers; ++r) {
     ASSERT_EQ(result.trainer_errors[r], "") << name << " trainer " << r;
     ASSERT_EQ(losses[r].size(), want.size());
@@ -161,7 +164,7 @@ void ExpectSyncJobEqualsOneProcess(
       EXPECT_EQ(std::memcmp(&losses[r][i], &want[i], sizeof(float)), 0)
           << name << " trainer " << r << " step " << i + 1;
   }
-  for (int s = 0; s < kServers; ++s) EXPECT_EQ(result.server_errors[s], "") << "server " << s;
+  for (int s = 0; s < servers; ++s) EXPECT_EQ(result.server_errors[s], "") << "server " << s;
   ExpectCheckpointMatchesEngine(engine, c, dir, kSteps, name + " rows");
   ExpectWholeEngineFromCheckpoint(&engine, c, dir, kSteps, name + " whole");
 }
@@ -187,6 +190,63 @@ TEST(ClusterHalfTables, SixteenBitRowsOnServersEqualOneProcessBitwise) {
   ExpectSyncJobEqualsOneProcess(config::ShardingConfig::DATA_PARALLEL,
                                 cluster::ClusterEnv::Collective::kBuiltin,
                                 config::TableConfig::BF16);
+}
+
+// A job without servers: the trainers own the shards (the Neo layout) and exchange pooled
+// embeddings by all-to-all over the transport; the same bits as one process, and a
+// checkpoint that one engine loads whole.
+TEST(ClusterNeo, TrainersOwningTheShardsEqualOneProcessBitwise) {
+  for (const auto type : {config::ShardingConfig::TABLE_WISE, config::ShardingConfig::COLUMN_WISE,
+                          config::ShardingConfig::DATA_PARALLEL})
+    ExpectSyncJobEqualsOneProcess(type, cluster::ClusterEnv::Collective::kBuiltin,
+                                  config::TableConfig::FP32, /*servers=*/0);
+  ExpectSyncJobEqualsOneProcess(config::ShardingConfig::COLUMN_WISE,
+                                cluster::ClusterEnv::Collective::kBuiltin,
+                                config::TableConfig::BF16, /*servers=*/0);
+}
+
+// A checkpoint moves between the layouts: written by 2 trainers owning the shards, restored
+// onto 2 servers and 1 trainer, and that job's onto 4 trainers owning them; every job
+// continues bitwise as the single process does.
+TEST(ClusterNeo, ACheckpointMovesBetweenTrainerOwnersAndServers) {
+  const auto type = config::ShardingConfig::COLUMN_WISE;
+  Engine engine(ShardedTestConfig(type, "adagrad", "adam", 2));
+  std::vector<float> want;
+  struct Job {
+    int32_t servers, trainers;
+    int64_t first, last;
+  };
+  const Job jobs[] = {{0, 2, 0, 3}, {2, 1, 3, 5}, {0, 4, 5, 7}};
+  std::string previous;
+  for (const Job& job : jobs) {
+    const config::DlrmConfig c =
+        ShardedTestConfig(type, "adagrad", "adam", job.servers > 0 ? job.servers : job.trainers);
+    for (int64_t i = job.first; i < job.last; ++i)
+      want.push_back(engine.TrainStep(MakeTestBatch(c, i, kGlobal).view()));
+    const std::string where =
+        std::to_string(job.servers) + " servers, " + std::to_string(job.trainers) + " trainers";
+    const std::string dir =
+        TempDir("neo_" + std::to_string(job.servers) + "_" + std::to_string(job.trainers));
+    std::vector<std::vector<float>> losses(static_cast<size_t>(job.trainers));
+    const JobResult result = RunJob(
+        c, previous,
+        [&](train::TrainerRole& t) {
+          EXPECT_EQ(t.trainer().step(), job.first) << where;
+          TrainBatches(t, c, job.first, job.last, 1, &losses[t.trainer_rank()], job.trainers);
+          t.Checkpoint(dir);
+        },
+        20000, false, cluster::ClusterEnv::Collective::kBuiltin, job.servers, job.trainers);
+    for (const std::string& e : result.trainer_errors) ASSERT_EQ(e, "") << where;
+    for (const std::string& e : result.server_errors) ASSERT_EQ(e, "") << where;
+    for (const auto& l : losses) {
+      ASSERT_EQ(l.size(), static_cast<size_t>(job.last - job.first));
+      for (int64_t s = job.first; s < job.last; ++s)
+        EXPECT_EQ(l[static_cast<size_t>(s - job.first)], want[static_cast<size_t>(s)])
+            << where << ", step " << s;
+    }
+    ExpectCheckpointMatchesEngine(engine, c, dir, job.last, where);
+    previous = dir;
+  }
 }
 
 // The same with the trainers' all-gather over Gloo (DLRM_COLLECTIVE=gloo).
@@ -383,7 +443,7 @@ TEST_P(ClusterReshard, ACheckpointRestoresOntoOtherServerAndTrainerCounts) {
         EXPECT_EQ(l[static_cast<size_t>(s - job.first)], want[static_cast<size_t>(s)])
             << job.servers << " servers, step " << s;
     }
-    ExpectCheckpointMatchesEngine(engine, c, dir, job.last, "resharded job", job.servers);
+    ExpectCheckpointMatchesEngine(engine, c, dir, job.last, "resharded job");
     previous = dir;
   }
 }

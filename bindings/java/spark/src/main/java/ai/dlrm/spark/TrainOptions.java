@@ -9,7 +9,8 @@ import java.io.Serializable;
  * @param partRows rows of each trainer's part of a global batch: the config's {@code
  *     reduction_chunk_rows} times a power of two (the engine checks); a global batch is
  *     {@code partRows x partitions} rows
- * @param servers embedding servers, run as threads of the driver (at least 1)
+ * @param servers embedding servers, run as threads of the driver; 0: the trainers own the
+ *     embedding shards (sync only), so the tables live in the executors, not the driver
  * @param holdoutParts the last this many parts of every partition are not trained on but
  *     evaluated after training (0: no evaluation)
  * @param checkpointDir where to write the sharded checkpoint of the last step (null: none);
@@ -26,8 +27,8 @@ public record TrainOptions(int partRows, int servers, int holdoutParts, String c
     if (partRows <= 0) {
       throw new IllegalArgumentException("partRows must be positive, got " + partRows);
     }
-    if (servers <= 0) {
-      throw new IllegalArgumentException("servers must be positive, got " + servers);
+    if (servers < 0) {
+      throw new IllegalArgumentException("servers must be >= 0, got " + servers);
     }
     if (holdoutParts < 0) {
       throw new IllegalArgumentException("holdoutParts must be >= 0, got " + holdoutParts);

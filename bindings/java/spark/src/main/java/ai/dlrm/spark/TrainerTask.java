@@ -1,5 +1,6 @@
 package ai.dlrm.spark;
 
+import ai.dlrm.AllGather;
 import ai.dlrm.Batch;
 import ai.dlrm.DistributedTrainer;
 import ai.dlrm.EvalResult;
@@ -22,7 +23,7 @@ import scala.runtime.AbstractFunction1;
  * The barrier stage's task: the trainer of one partition. It cuts its rows into parts, agrees
  * with the other tasks on the number of steps (the fewest full parts of any partition, less
  * the holdout), exchanges the holdout parts, joins the job with Spark's {@code allGather} as
- * the trainers' collective, trains, evaluates the holdout parts, writes the checkpoint and
+ * the trainers' collective (the built-in transport when the trainers own the shards), trains, evaluates the holdout parts, writes the checkpoint and
  * leaves.
  *
  * <p>Its twin is the PySpark task in bindings/python/dlrm/spark.py: the two must make the same
@@ -68,7 +69,7 @@ final class TrainerTask extends AbstractFunction1<Iterator<Row>, Iterator<Traine
     List<Batch> holdout = exchangeHoldout(ctx, batcher, mine, parts.size());
     TrainerOutcome outcome;
     try (DistributedTrainer trainer =
-        new DistributedTrainer(config, cluster(ctx), null, part -> gather(ctx, part))) {
+        new DistributedTrainer(config, cluster(ctx), null, collective(ctx))) {
       outcome = run(trainer, parts.subList(0, steps), holdout);
     }
     return CollectionConverters.asScala(List.of(outcome).iterator());
@@ -137,6 +138,15 @@ final class TrainerTask extends AbstractFunction1<Iterator<Row>, Iterator<Traine
         SparkTrainer.address(SparkEnv.get().blockManager().blockManagerId().host()));
     c.put("DLRM_TIMEOUT_MS", Long.toString(options.timeoutMs()));
     return c;
+  }
+
+  /**
+   * The trainers' collective: Spark's barrier allGather; none (the built-in transport,
+   * straight between the executors) when the trainers own the embedding shards, whose four
+   * collectives a step carry pooled embeddings, too many and too large for the driver.
+   */
+  private AllGather collective(BarrierTaskContext ctx) {
+    return options.servers() == 0 ? null : part -> gather(ctx, part);
   }
 
   /** Spark's barrier allGather (strings, in partition order) carrying the bytes as Base64. */

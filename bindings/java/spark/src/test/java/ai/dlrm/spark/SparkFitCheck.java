@@ -51,7 +51,8 @@ public final class SparkFitCheck {
     SparkSession spark = SparkSession.builder().appName("libdlrm SparkFitCheck").getOrCreate();
     boolean ok;
     try {
-      ok = checkBitwise(spark, tmp) & checkBadRow(spark);
+      // 0 servers: the trainers own the embedding shards.
+      ok = checkBitwise(spark, tmp, 2) & checkBitwise(spark, tmp, 0) & checkBadRow(spark);
     } finally {
       spark.stop();
     }
@@ -59,17 +60,18 @@ public final class SparkFitCheck {
     System.exit(ok ? 0 : 1);
   }
 
-  private static boolean checkBitwise(SparkSession spark, Path tmp) throws Exception {
+  private static boolean checkBitwise(SparkSession spark, Path tmp, int servers)
+      throws Exception {
     Dataset<Row> df = frame(spark, rows(2 * PARTS_PER_PARTITION * PART_ROWS, -1));
     List<List<Row>> partitions = df.javaRDD().glom().collect();
-    Path ckpt = tmp.resolve("spark_ckpt");
+    Path ckpt = tmp.resolve("spark_ckpt_" + servers);
     deleteTree(ckpt); // an earlier run's MANIFEST proves nothing
     long start = System.nanoTime();
     TrainResult r = SparkTrainer.fit(spark, df, CONFIG, COLUMNS,
-        TrainOptions.of(PART_ROWS).withServers(2).withHoldoutParts(1)
+        TrainOptions.of(PART_ROWS).withServers(servers).withHoldoutParts(1)
             .withCheckpointDir(ckpt.toString()).withTimeoutMs(30_000));
-    System.out.printf("SparkFitCheck: fit of %d steps on %d trainers took %.1f s%n",
-        r.losses().length, r.trainers(), (System.nanoTime() - start) / 1e9);
+    System.out.printf("SparkFitCheck: fit of %d steps on %d trainers, %d servers took %.1f s%n",
+        r.losses().length, r.trainers(), servers, (System.nanoTime() - start) / 1e9);
     boolean ok = check(r.trainers() == 2, "2 trainers");
     ok &= check(r.losses().length == PARTS_PER_PARTITION - 1, "5 steps");
     try (Engine engine = Engine.create(CONFIG)) {
