@@ -205,50 +205,6 @@ TEST(ClusterNeo, TrainersOwningTheShardsEqualOneProcessBitwise) {
                                 config::TableConfig::BF16, /*servers=*/0);
 }
 
-// A checkpoint moves between the layouts: written by 2 trainers owning the shards, restored
-// onto 2 servers and 1 trainer, and that job's onto 4 trainers owning them; every job
-// continues bitwise as the single process does.
-TEST(ClusterNeo, ACheckpointMovesBetweenTrainerOwnersAndServers) {
-  const auto type = config::ShardingConfig::COLUMN_WISE;
-  Engine engine(ShardedTestConfig(type, "adagrad", "adam", 2));
-  std::vector<float> want;
-  struct Job {
-    int32_t servers, trainers;
-    int64_t first, last;
-  };
-  const Job jobs[] = {{0, 2, 0, 3}, {2, 1, 3, 5}, {0, 4, 5, 7}};
-  std::string previous;
-  for (const Job& job : jobs) {
-    const config::DlrmConfig c =
-        ShardedTestConfig(type, "adagrad", "adam", job.servers > 0 ? job.servers : job.trainers);
-    for (int64_t i = job.first; i < job.last; ++i)
-      want.push_back(engine.TrainStep(MakeTestBatch(c, i, kGlobal).view()));
-    const std::string where =
-        std::to_string(job.servers) + " servers, " + std::to_string(job.trainers) + " trainers";
-    const std::string dir =
-        TempDir("neo_" + std::to_string(job.servers) + "_" + std::to_string(job.trainers));
-    std::vector<std::vector<float>> losses(static_cast<size_t>(job.trainers));
-    const JobResult result = RunJob(
-        c, previous,
-        [&](train::TrainerRole& t) {
-          EXPECT_EQ(t.trainer().step(), job.first) << where;
-          TrainBatches(t, c, job.first, job.last, 1, &losses[t.trainer_rank()], job.trainers);
-          t.Checkpoint(dir);
-        },
-        20000, false, cluster::ClusterEnv::Collective::kBuiltin, job.servers, job.trainers);
-    for (const std::string& e : result.trainer_errors) ASSERT_EQ(e, "") << where;
-    for (const std::string& e : result.server_errors) ASSERT_EQ(e, "") << where;
-    for (const auto& l : losses) {
-      ASSERT_EQ(l.size(), static_cast<size_t>(job.last - job.first));
-      for (int64_t s = job.first; s < job.last; ++s)
-        EXPECT_EQ(l[static_cast<size_t>(s - job.first)], want[static_cast<size_t>(s)])
-            << where << ", step " << s;
-    }
-    ExpectCheckpointMatchesEngine(engine, c, dir, job.last, where);
-    previous = dir;
-  }
-}
-
 // The same with the trainers' all-gather over Gloo (DLRM_COLLECTIVE=gloo).
 TEST(ClusterGloo, SyncOverGlooEqualsOneProcessBitwise) {
   if (!collective::GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
@@ -384,10 +340,61 @@ TEST(ClusterCheckpoint, OneEngineRefusesAnIncompleteOrDamagedDirectory) {
   }
 }
 
+// One job after another, each restored from the previous one's checkpoint, with its own
+// numbers of servers (0: the trainers own the shards) and trainers, training steps
+// [first, last): every job continues bitwise as the single process does from the same step
+// (losses, dense parameters, the checkpoint's rows). `name` keeps instances that ctest runs
+// side by side in directories of their own.
+struct ChainedJob {
+  int32_t servers, trainers;
+  int64_t first, last;
+};
+
+void ExpectChainedJobsContinueBitwise(config::ShardingConfig::Type type,
+                                      config::TableConfig::Precision precision,
+                                      const std::vector<ChainedJob>& jobs,
+                                      const std::string& name) {
+  const auto config_for = [&](const ChainedJob& job) {
+    const int32_t owners = job.servers > 0 ? job.servers : job.trainers;
+    return WithTablePrecision(ShardedTestConfig(type, "adagrad", "adam", owners), precision);
+  };
+  Engine engine(config_for(jobs[0]));  // advanced with each job: its reference
+  std::vector<float> want;
+  std::string previous;
+  for (const ChainedJob& job : jobs) {
+    const config::DlrmConfig c = config_for(job);
+    for (int64_t i = job.first; i < job.last; ++i)
+      want.push_back(engine.TrainStep(MakeTestBatch(c, i, kGlobal).view()));
+    const std::string where =
+        std::to_string(job.servers) + " servers, " + std::to_string(job.trainers) + " trainers";
+    const std::string dir =
+        TempDir(name + "_" + std::to_string(job.servers) + "_" + std::to_string(job.trainers));
+    std::vector<std::vector<float>> losses(static_cast<size_t>(job.trainers));
+    const JobResult result = RunJob(
+        c, previous,
+        [&](train::TrainerRole& t) {
+          EXPECT_EQ(t.trainer().step(), job.first) << where;
+          TrainBatches(t, c, job.first, job.last, 1, &losses[t.trainer_rank()], job.trainers);
+          ExpectDenseMatchesEngine(engine, t.trainer().model(), where);
+          t.Checkpoint(dir);
+        },
+        20000, false, cluster::ClusterEnv::Collective::kBuiltin, job.servers, job.trainers);
+    for (const std::string& e : result.trainer_errors) ASSERT_EQ(e, "") << where;
+    for (const std::string& e : result.server_errors) ASSERT_EQ(e, "") << where;
+    for (const auto& l : losses) {
+      ASSERT_EQ(l.size(), static_cast<size_t>(job.last - job.first));
+      for (int64_t s = job.first; s < job.last; ++s)
+        EXPECT_EQ(l[static_cast<size_t>(s - job.first)], want[static_cast<size_t>(s)])
+            << where << ", step " << s;
+    }
+    ExpectCheckpointMatchesEngine(engine, c, dir, job.last, where);
+    previous = dir;
+  }
+}
+
 // Issue 14, acceptance 6: a checkpoint written by 2 servers and 2 trainers restores onto 3
 // servers and 1 trainer, and that job's onto 1 server and 4 trainers: each shard is cut
-// from the saved pieces (another plan: row ranges, column blocks and replicas move), and
-// every job continues bitwise as the single process does from the same step.
+// from the saved pieces (another plan: row ranges, column blocks and replicas move).
 // (And with BF16 rows, column-wise: the pieces are cut as 16-bit values.)
 struct ReshardCase {
   config::ShardingConfig::Type type;
@@ -406,46 +413,16 @@ void PrintTo(const ReshardCase& c, std::ostream* os) { *os << ReshardName(c); }
 class ClusterReshard : public ::testing::TestWithParam<ReshardCase> {};
 
 TEST_P(ClusterReshard, ACheckpointRestoresOntoOtherServerAndTrainerCounts) {
-  const auto config_for = [&](int32_t servers) {
-    return WithTablePrecision(ShardedTestConfig(GetParam().type, "adagrad", "adam", servers),
-                              GetParam().precision);
-  };
-  Engine engine(config_for(kServers));  // advanced with each job: its reference
-  std::vector<float> want;
-  struct Job {
-    int32_t servers, trainers;
-    int64_t first, last;
-  };
-  const Job jobs[] = {{2, 2, 0, 3}, {3, 1, 3, 5}, {1, 4, 5, 7}};
-  std::string previous;
-  for (const Job& job : jobs) {
-    const config::DlrmConfig c = config_for(job.servers);
-    for (int64_t i = job.first; i < job.last; ++i)
-      want.push_back(engine.TrainStep(MakeTestBatch(c, i, kGlobal).view()));
-    // Per sharding type: ctest runs the instances side by side.
-    const std::string dir =
-        TempDir("reshard_" + ReshardName(GetParam()) + "_" + std::to_string(job.servers));
-    std::vector<std::vector<float>> losses(static_cast<size_t>(job.trainers));
-    const JobResult result = RunJob(
-        c, previous,
-        [&](train::TrainerRole& t) {
-          EXPECT_EQ(t.trainer().step(), job.first);
-          TrainBatches(t, c, job.first, job.last, 1, &losses[t.trainer_rank()], job.trainers);
-          ExpectDenseMatchesEngine(engine, t.trainer().model(), "resharded");
-          t.Checkpoint(dir);
-        },
-        20000, false, cluster::ClusterEnv::Collective::kBuiltin, job.servers, job.trainers);
-    for (const std::string& e : result.trainer_errors) ASSERT_EQ(e, "");
-    for (const std::string& e : result.server_errors) ASSERT_EQ(e, "");
-    for (const auto& l : losses) {
-      ASSERT_EQ(l.size(), static_cast<size_t>(job.last - job.first));
-      for (int64_t s = job.first; s < job.last; ++s)
-        EXPECT_EQ(l[static_cast<size_t>(s - job.first)], want[static_cast<size_t>(s)])
-            << job.servers << " servers, step " << s;
-    }
-    ExpectCheckpointMatchesEngine(engine, c, dir, job.last, "resharded job");
-    previous = dir;
-  }
+  ExpectChainedJobsContinueBitwise(GetParam().type, GetParam().precision,
+                                   {{2, 2, 0, 3}, {3, 1, 3, 5}, {1, 4, 5, 7}},
+                                   "reshard_" + ReshardName(GetParam()));
+}
+
+// A checkpoint moves between the layouts: written by 2 trainers owning the shards, restored
+// onto 2 servers and 1 trainer, and that job's onto 4 trainers owning them.
+TEST(ClusterNeo, ACheckpointMovesBetweenTrainerOwnersAndServers) {
+  ExpectChainedJobsContinueBitwise(config::ShardingConfig::COLUMN_WISE, config::TableConfig::FP32,
+                                   {{0, 2, 0, 3}, {2, 1, 3, 5}, {0, 4, 5, 7}}, "neo");
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, ClusterReshard,
