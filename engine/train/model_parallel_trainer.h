@@ -5,11 +5,11 @@
 // updated by the CPU; the dense forward and backward run on the trainer's device
 // (trainer_backend.h: the CPU, or a GPU), over any communicator.
 //
-// The plan is PlanSharding(config, world_size) with "server" r read as rank r; it may use
-// TABLE_WISE and COLUMN_WISE shards (owned by one rank) and DATA_PARALLEL ones (replicated
-// on every rank); shard/pooled_layout.h says what it refuses. Rank q trains the q-th run of
-// samples of each global batch (all runs of one size, a power-of-two number of reduction
-// chunks). A step is four collectives:
+// The plan is PlanSharding(config, world_size, ShardOwners::kTrainers) with "server" r read
+// as rank r: TABLE_WISE and COLUMN_WISE shards (owned by one rank) and DATA_PARALLEL ones
+// (replicated on every rank); shard/pooled_layout.h says what it refuses. Rank q trains
+// the q-th run of samples of each global batch (all runs of one size, a power-of-two
+// number of reduction chunks). A step is four collectives:
 //  1. input (all-to-all): each rank validates its part and sends each owner the bags of
 //     the features that owner pools, with its readiness (or why its part is bad);
 //  2. pooled (all-to-all): each owner pools its shards for the whole global batch and sends
@@ -28,8 +28,8 @@
 // the same bits; a job repeats bitwise run to run).
 //
 // Ownership: borrows the communicator and the pool, which outlive it.
-// Threading: one call at a time. TrainStep, PredictLogits and Evaluate are collective: every
-// rank calls the same sequence.
+// Threading: one call at a time. TrainStep, PredictLogits, Evaluate and AppendPredictions
+// are collective: every rank calls the same sequence.
 // Errors: a bad part (kInvalidArgument / kOutOfRange naming the field and the rank) fails
 // the step on every rank alike before anything changes, as does a step whose gradients or
 // updates are not finite (kFailedPrecondition); kDataLoss for a peer's malformed bytes,

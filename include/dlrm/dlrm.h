@@ -333,7 +333,9 @@ DLRM_API dlrm_status dlrm_engine_table_stats(dlrm_engine* engine, const char* ta
  * DLRM_BIND_ADDRESS, DLRM_SECRET, DLRM_TIMEOUT_MS, DLRM_NET_DELAY_MS, DLRM_COLLECTIVE),
  * given as "KEY=VALUE" lines in `cluster` (hosts that cannot set environment variables,
  * like a JVM, pass them so), or read from the process environment when cluster is NULL.
- * Every wait is bounded by DLRM_TIMEOUT_MS; a dead peer is an error naming it. */
+ * Every wait is bounded by DLRM_TIMEOUT_MS; a dead peer is an error naming it. A job with
+ * no embedding server has its trainers own the embedding shards (sync only): the same
+ * calls, the same bits, checkpoints either layout restores. */
 
 /* Runs this process's part when it is the coordinator or an embedding server: returns
  * when the job has ended. restore_dir: NULL, or a sharded checkpoint directory to resume

@@ -21,9 +21,10 @@ import scala.reflect.ClassTag$;
 
 /**
  * Trains a libdlrm model on a Spark DataFrame: a barrier stage runs one trainer per
- * partition on the executors, with Spark's {@code BarrierTaskContext.allGather} as the
- * trainers' collective; the job's coordinator and embedding servers run as threads of the
- * driver. In the config's sync mode the result is bitwise that of one {@code Engine}
+ * partition on the executors (they agree on the steps and share the holdout through Spark's
+ * {@code BarrierTaskContext.allGather}; the trainers' own collectives go over libdlrm's
+ * transport, executor to executor); the job's coordinator and embedding servers run as
+ * threads of the driver (no servers: the trainers own the embedding tables). In the config's sync mode the result is bitwise that of one {@code Engine}
  * trained on the same global batches (step s: partition 0's part s, then partition 1's, ...).
  *
  * <pre>{@code

@@ -1,14 +1,11 @@
 package ai.dlrm.spark;
 
-import ai.dlrm.AllGather;
 import ai.dlrm.Batch;
 import ai.dlrm.DistributedTrainer;
 import ai.dlrm.EvalResult;
 import java.io.Serializable;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.Base64;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -22,13 +19,14 @@ import scala.runtime.AbstractFunction1;
 /**
  * The barrier stage's task: the trainer of one partition. It cuts its rows into parts, agrees
  * with the other tasks on the number of steps (the fewest full parts of any partition, less
- * the holdout), exchanges the holdout parts, joins the job with Spark's {@code allGather} as
- * the trainers' collective (the built-in transport when the trainers own the shards), trains, evaluates the holdout parts, writes the checkpoint and
- * leaves.
+ * the holdout) and exchanges the holdout parts through Spark's {@code allGather}, joins the
+ * job (its collectives over libdlrm's own transport, executor to executor: through the
+ * driver's allGather each cost about a second), trains, evaluates the holdout parts, writes
+ * the checkpoint and leaves.
  *
  * <p>Its twin is the PySpark task in bindings/python/dlrm/spark.py: the two must make the same
- * allGather calls in the same order (the part counts, the holdout rows, then the job's
- * collective), or Java and Python trainers would disagree on the steps and the holdout.
+ * allGather calls in the same order (the part counts, then the holdout rows), or Java and
+ * Python trainers would disagree on the steps and the holdout.
  *
  * <p>A retried attempt cannot join a job whose other trainers already left, so once its rows
  * are read (a bad row fails every attempt with the same message) it fails, naming why:
@@ -69,7 +67,7 @@ final class TrainerTask extends AbstractFunction1<Iterator<Row>, Iterator<Traine
     List<Batch> holdout = exchangeHoldout(ctx, batcher, mine, parts.size());
     TrainerOutcome outcome;
     try (DistributedTrainer trainer =
-        new DistributedTrainer(config, cluster(ctx), null, collective(ctx))) {
+        new DistributedTrainer(config, cluster(ctx), null, null)) {
       outcome = run(trainer, parts.subList(0, steps), holdout);
     }
     return CollectionConverters.asScala(List.of(outcome).iterator());
@@ -138,24 +136,5 @@ final class TrainerTask extends AbstractFunction1<Iterator<Row>, Iterator<Traine
         SparkTrainer.address(SparkEnv.get().blockManager().blockManagerId().host()));
     c.put("DLRM_TIMEOUT_MS", Long.toString(options.timeoutMs()));
     return c;
-  }
-
-  /**
-   * The trainers' collective: Spark's barrier allGather; none (the built-in transport,
-   * straight between the executors) when the trainers own the embedding shards, whose four
-   * collectives a step carry pooled embeddings, too many and too large for the driver.
-   */
-  private AllGather collective(BarrierTaskContext ctx) {
-    return options.servers() == 0 ? null : part -> gather(ctx, part);
-  }
-
-  /** Spark's barrier allGather (strings, in partition order) carrying the bytes as Base64. */
-  private static byte[][] gather(BarrierTaskContext ctx, byte[] mine) {
-    String[] all = ctx.allGather(Base64.getEncoder().encodeToString(mine));
-    byte[][] out = new byte[all.length][];
-    for (int r = 0; r < all.length; r++) {
-      out[r] = Base64.getDecoder().decode(all[r].getBytes(StandardCharsets.US_ASCII));
-    }
-    return out;
   }
 }
