@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `dlrm plan` end to end: the MLPerf DLRM-DCNv2 tables over 8 servers print every shard,
-# per-server totals and the imbalance; the plan file is written; bad flags are errors.
+# per-server totals and the imbalance; the plan file is written; the plan for 8 trainers
+# that own the shards; bad flags are errors.
 set -euo pipefail
 DLRM=$1
 SOURCE=$2
@@ -29,6 +30,20 @@ grep -q "^load_imbalance: " "$DIR/plan.pbtxt" || fail "plan file has no load_imb
 grep -q "^plan: 26 tables, 64 servers, batch 1024," "$DIR/small.out" || fail "--batch_size ignored"
 if grep -qE "^C1 +RW" "$DIR/small.out"; then fail "--print_shards=false printed shards"; fi
 grep -q "^load imbalance" "$DIR/small.out" || fail "no imbalance without shards"
+
+# --servers=0: the trainers own the shards; whole-row pieces only (no RW / TWRW), and with
+# Adagrad on 8 trainers C21 goes in column blocks and the lookups stay balanced.
+"$DLRM" plan --config="$CONFIG" --servers=0 --trainers=8 > "$DIR/trainers.out"
+grep -q "^plan: 26 tables, 8 trainers, batch 65536" "$DIR/trainers.out" || fail "no trainers header"
+if grep -qE "^C[0-9]+ +(RW|TWRW) " "$DIR/trainers.out"; then fail "a row-wise piece for trainers"; fi
+grep -qE "^C21 +CW +[0-7] " "$DIR/trainers.out" || fail "C21 not in column blocks"
+[ "$(grep -cE '^[0-7] +[0-9]+ ' "$DIR/trainers.out")" -eq 8 ] || fail "not 8 per-trainer lines"
+load=$(sed -n 's/^load imbalance (max\/mean): \([0-9.]*\) .*/\1/p' "$DIR/trainers.out")
+awk -v l="$load" 'BEGIN { exit !(l >= 1 && l <= 1.1) }' || fail "trainers' load imbalance $load"
+if "$DLRM" plan --config="$CONFIG" --servers=0 --trainers=0 2> "$DIR/err0"; then
+  fail "--trainers=0 accepted"
+fi
+grep -q -- "--trainers must be in \[1, " "$DIR/err0" || fail "bad --trainers not named"
 
 # Usage errors name the flag.
 if "$DLRM" plan --config="$CONFIG" 2> "$DIR/err1"; then fail "plan without --servers accepted"; fi
