@@ -24,7 +24,6 @@ class CudaTrainerBackend final : public train::TrainerBackend {
     net_ = std::make_unique<DenseNetwork>(model_, stream_, PrecisionOf(config.device()));
     staging_ = std::make_unique<BatchStaging>(stream_, pool);
     rows_.resize(config.model().tables_size());
-    pinned_rows_.resize(rows_.size());
   }
   ~CudaTrainerBackend() override {
     cudaSetDevice(ordinal_);  // this thread may have another device selected
@@ -73,11 +72,15 @@ class CudaTrainerBackend final : public train::TrainerBackend {
   std::unique_ptr<BatchStaging> staging_;
   DeviceBuffer<float> params_, dense_grad_;
   bool params_stale_ = true;
-  std::vector<DeviceBuffer<float>> rows_;  // by table, grown only
+  // A table's fetched rows on the device (grown only) and the pinned buffer they pass.
+  struct TableRows {
+    DeviceBuffer<float> device;
+    PinnedBuffer<float> pinned;
+  };
+  std::vector<TableRows> rows_;  // by table
   // Every transfer goes through pinned memory (host_copy.h), reused call to call: each
   // call synchronizes before it returns, so a buffer is free again at the next.
   PinnedBuffer<float> pinned_params_, pinned_grad_, pinned_d_pooled_, pinned_pooled_;
-  std::vector<PinnedBuffer<float>> pinned_rows_;  // by table
   std::vector<FeatureSpec> host_specs_;
   DeviceBuffer<FeatureSpec> specs_;
   DenseActivations acts_;
@@ -121,13 +124,14 @@ void CudaTrainerBackend::CheckRows(const std::vector<EmbeddingTable<float>>& row
 void CudaTrainerBackend::CopyRowsIn(const std::vector<EmbeddingTable<float>>& rows) {
   for (size_t t = 0; t < rows_.size(); ++t) {
     const EmbeddingTable<float>& table = rows[t];
-    rows_[t].Reserve(table.data().size());
-    CopyToDevice(pool_, table.data().data(), table.data().size(), pinned_rows_[t], rows_[t].get(),
-                 stream_);
+    rows_[t].device.Reserve(table.data().size());
+    CopyToDevice(pool_, table.data().data(), table.data().size(), rows_[t].pinned,
+                 rows_[t].device.get(), stream_);
   }
   host_specs_.clear();
   for (const FeatureBinding& f : model_.feature_bindings())
-    host_specs_.push_back({rows_[f.table].get(), rows[f.table].dim(), f.offset, f.mean ? 1 : 0});
+    host_specs_.push_back(
+        {rows_[f.table].device.get(), rows[f.table].dim(), f.offset, f.mean ? 1 : 0});
   specs_.Reserve(host_specs_.size());
   specs_.CopyIn(host_specs_.data(), host_specs_.size(), stream_);
 }

@@ -205,13 +205,17 @@ TEST(ClusterNeo, TrainersOwningTheShardsEqualOneProcessBitwise) {
                                 config::TableConfig::BF16, /*servers=*/0);
 }
 
-// The same with the trainers' all-gather over Gloo (DLRM_COLLECTIVE=gloo).
+// The same with the trainers' all-gather over Gloo (DLRM_COLLECTIVE=gloo); without servers
+// the trainers' all-to-alls go through it too (the communicator's default).
 TEST(ClusterGloo, SyncOverGlooEqualsOneProcessBitwise) {
   if (!collective::GlooAvailable()) GTEST_SKIP() << "built without Gloo (libgloo-dev)";
   ExpectSyncJobEqualsOneProcess(config::ShardingConfig::TABLE_ROW_WISE,
                                 cluster::ClusterEnv::Collective::kGloo);
   ExpectSyncJobEqualsOneProcess(config::ShardingConfig::DATA_PARALLEL,
                                 cluster::ClusterEnv::Collective::kGloo);
+  ExpectSyncJobEqualsOneProcess(config::ShardingConfig::COLUMN_WISE,
+                                cluster::ClusterEnv::Collective::kGloo, config::TableConfig::FP32,
+                                /*servers=*/0);
 }
 
 // A trainer that fails before its step leaves the other one with an error naming the Gloo
