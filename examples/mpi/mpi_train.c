@@ -2,9 +2,12 @@
  * the trainers' collective (the C ABI's dlrm_allgather_fn). Each rank also hosts one
  * embedding server, and rank 0 the job's coordinator, as threads (dlrm_run_role), so
  * `mpirun -np N mpi_train` is a whole job: N servers hold the tables, N trainers hold the
- * MLPs, each trainer trains its 1/N of every global batch.
+ * MLPs, each trainer trains its 1/N of every global batch. With --owners there are no
+ * servers: the N trainers own the tables themselves and exchange pooled embeddings by
+ * all-to-all (over the same MPI_Allgatherv), as TorchRec's trainers do.
  *
  *   mpirun -np 2 mpi_train [--steps S] [--part P] [--rows R] [--checkpoint DIR] [--check]
+ *                          [--owners]
  *
  * The data is a synthetic click log made here (every rank makes the same global batches
  * and takes its own samples of each). --check: rank 0 first trains one in-process engine
@@ -40,6 +43,7 @@
 
 typedef struct {
   int steps, part, check;
+  int owners; /* the trainers own the tables: no servers */
   int64_t rows;
   const char* checkpoint;
 } options;
@@ -189,13 +193,14 @@ static int32_t mpi_allgather(void* user_data, const void* data, int64_t num_byte
 }
 
 /* ---- the job's roles ------------------------------------------------------------------- */
-/* DLRM_* lines for a role: servers are ranks [0, N), trainers [N, 2N). */
+/* DLRM_* lines for a role: servers are ranks [0, N), trainers [N, 2N); with --owners,
+ * trainers [0, N). */
 static void cluster_text(const job* j, const char* role, int rank, char* out, size_t n) {
   const char* bind = getenv("DLRM_BIND_ADDRESS");
   size_t used = (size_t)snprintf(out, n,
                                  "DLRM_ROLE=%s\nDLRM_WORLD_SIZE=%d\nDLRM_COORDINATOR=%s\n"
                                  "DLRM_TIMEOUT_MS=60000\n",
-                                 role, 2 * j->size, j->coordinator);
+                                 role, j->opt.owners ? j->size : 2 * j->size, j->coordinator);
   if (rank >= 0) used += (size_t)snprintf(out + used, n - used, "DLRM_RANK=%d\n", rank);
   if (bind != NULL) snprintf(out + used, n - used, "DLRM_BIND_ADDRESS=%s\n", bind);
 }
@@ -288,7 +293,8 @@ static int train(const job* j, dlrm_trainer* trainer, outcome* out) {
   return dlrm_trainer_finish(trainer) == DLRM_OK ? 0 : fail(j, "finish");
 }
 
-/* This rank's server (and on rank 0 the coordinator) as threads, its trainer here. */
+/* This rank's server unless --owners (and on rank 0 the coordinator) as threads, its
+ * trainer here. */
 static int run_job(job* j, outcome* out) {
   role_thread server = {j, "server", j->rank, DLRM_OK}, coordinator;
   pthread_t server_thread, coordinator_thread;
@@ -297,13 +303,13 @@ static int run_job(job* j, outcome* out) {
   int failed;
   memset(&coordinator, 0, sizeof coordinator);
   start_coordinator(j, &coordinator, &coordinator_thread);
-  pthread_create(&server_thread, NULL, run_role, &server);
-  cluster_text(j, "trainer", j->size + j->rank, cluster, sizeof cluster);
+  if (!j->opt.owners) pthread_create(&server_thread, NULL, run_role, &server);
+  cluster_text(j, "trainer", j->opt.owners ? j->rank : j->size + j->rank, cluster, sizeof cluster);
   failed = dlrm_trainer_create(j->config, cluster, NULL, mpi_allgather, j, &trainer) != DLRM_OK
                ? fail(j, "trainer_create")
                : train(j, trainer, out);
   dlrm_trainer_destroy(trainer);
-  pthread_join(server_thread, NULL);
+  if (!j->opt.owners) pthread_join(server_thread, NULL);
   if (j->rank == 0) pthread_join(coordinator_thread, NULL);
   return failed || server.status != DLRM_OK || (j->rank == 0 && coordinator.status != DLRM_OK);
 }
@@ -355,9 +361,12 @@ static int parse_options(int argc, char** argv, options* o) {
   o->rows = 10000;
   o->check = 0;
   o->checkpoint = NULL;
+  o->owners = 0;
   for (i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--check") == 0)
       o->check = 1;
+    else if (strcmp(argv[i], "--owners") == 0)
+      o->owners = 1;
     else if (i + 1 < argc && strcmp(argv[i], "--steps") == 0)
       o->steps = atoi(argv[++i]);
     else if (i + 1 < argc && strcmp(argv[i], "--part") == 0)
@@ -379,10 +388,11 @@ static int report(const job* j, int failed, const outcome* got, const outcome* w
   MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (j->rank == 0 && !any_failed)
     printf(
-        "mpi_train: %d trainers, %d steps of %d samples: last loss %.6f, eval auc %.4f "
+        "mpi_train: %d trainers (%s), %d steps of %d samples: last loss %.6f, eval auc %.4f "
         "log loss %.4f%s\n",
-        j->size, j->opt.steps, j->opt.part * j->size, got->losses[j->opt.steps - 1], got->eval.auc,
-        got->eval.log_loss, j->opt.check ? "; bitwise equal to one process" : "");
+        j->size, j->opt.owners ? "owning the tables" : "and servers", j->opt.steps,
+        j->opt.part * j->size, got->losses[j->opt.steps - 1], got->eval.auc, got->eval.log_loss,
+        j->opt.check ? "; bitwise equal to one process" : "");
   return any_failed;
 }
 
@@ -399,7 +409,7 @@ int main(int argc, char** argv) {
     if (j.rank == 0)
       fprintf(stderr,
               "usage: mpirun -np N mpi_train [--steps S] [--part P] [--rows R] "
-              "[--checkpoint DIR] [--check] (needs MPI_THREAD_FUNNELED)\n");
+              "[--checkpoint DIR] [--check] [--owners] (needs MPI_THREAD_FUNNELED)\n");
     MPI_Finalize();
     return 2;
   }
