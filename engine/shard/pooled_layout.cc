@@ -95,7 +95,7 @@ OwnedBatch SelectFeatures(const BatchView& batch, const std::vector<int64_t>& st
 }
 
 // kInvalidArgument naming part q unless it is a well-formed part of `num_features`
-// features and `n` samples.
+// features over its batch_size samples.
 void CheckPart(const OwnedBatch& part, int32_t q, int32_t num_features) {
   const int64_t n = std::max<int64_t>(part.batch_size, 0);
   if (part.num_sparse != num_features || part.batch_size < 0 ||
