@@ -5,7 +5,7 @@
 
 #include "engine/core/byte_codec.h"
 #include "engine/core/status.h"
-#include "engine/embedding/half_row.h"
+#include "engine/embedding/wire_values.h"
 
 namespace dlrm::ps {
 
@@ -73,13 +73,7 @@ std::string EncodeFeatureUpdates(const std::vector<FeatureUpdate>& updates,
     out.PutArray(u.lengths);
     out.PutArray(u.ids);
     out.PutArray(u.weights);
-    if (wire == config::TableConfig::FP32) {
-      out.PutArray(u.d_pooled);
-      continue;
-    }
-    narrow.resize(u.d_pooled.size());
-    NarrowValues(u.d_pooled.data(), static_cast<int64_t>(u.d_pooled.size()), wire, narrow.data());
-    out.PutArray(narrow);
+    PutWireValues(u.d_pooled.data(), u.d_pooled.size(), wire, &narrow, &out);
   }
   return std::move(out).Take();
 }
@@ -114,13 +108,7 @@ std::vector<FeatureUpdate> DecodeFeatureUpdates(const std::string& bytes) {
     in.GetArray("lengths", &u.lengths);
     in.GetArray("ids", &u.ids);
     in.GetArray("weights", &u.weights);
-    if (wire == config::TableConfig::FP32) {
-      in.GetArray("d_pooled", &u.d_pooled);
-      continue;
-    }
-    in.GetArray("d_pooled", &narrow);
-    u.d_pooled.resize(narrow.size());
-    WidenValues(narrow.data(), static_cast<int64_t>(narrow.size()), wire, u.d_pooled.data());
+    GetWireValues(&in, "d_pooled", wire, &narrow, &u.d_pooled);
   }
   in.ExpectEnd();
   return updates;

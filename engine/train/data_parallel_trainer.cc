@@ -12,7 +12,7 @@
 #include "engine/core/tree_reduce.h"
 #include "engine/dense/loss.h"
 #include "engine/embedding/embedding_bag.h"
-#include "engine/embedding/half_row.h"
+#include "engine/embedding/wire_values.h"
 #include "engine/train/dense_exchange.h"
 #include "engine/train/step.h"
 
@@ -193,8 +193,7 @@ void DataParallelTrainer::PlaceServedRows(Prepared& p) {
               " values for ", where[i].count, " rows of width ", width);
       // As a 16-bit wire delivers them (a server's answer already is; an in-process
       // service's is not): every trainer sees the same rows either way.
-      if (IsHalf(wire_))
-        RoundToHalf(answers[i].rows.data(), static_cast<int64_t>(answers[i].rows.size()), wire_);
+      RoundForWire(&answers[i].rows, wire_);
       PlaceRows(where[i], answers[i].rows, fetched_);
     }
   }
@@ -284,10 +283,8 @@ Contribution DataParallelTrainer::ComputePart(Prepared& p) {
     CountLookupBytes(p);
     mine.loss_sum = backend_->ForwardBackward(local, mine.samples * comm_->world_size(), fetched_,
                                               &dense_grad_, &d_pooled_);
-    if (IsHalf(wire_)) {  // this rank's own gradients, as the others will see them
-      RoundToHalf(d_pooled_.data(), static_cast<int64_t>(d_pooled_.size()), wire_);
-      RoundToHalf(dense_grad_.data(), static_cast<int64_t>(dense_grad_.size()), wire_);
-    }
+    RoundForWire(&d_pooled_, wire_);  // this rank's own gradients, as the others see them
+    RoundForWire(&dense_grad_, wire_);
     mine.finite = AllFinite(d_pooled_);
     if (!replicas_.features().empty())
       mine.replica_update =

@@ -4,7 +4,7 @@
 
 #include "engine/core/status.h"
 #include "engine/core/tree_reduce.h"
-#include "engine/embedding/half_row.h"
+#include "engine/embedding/wire_values.h"
 #include "engine/train/step.h"
 
 namespace dlrm::train {
@@ -33,13 +33,7 @@ void EncodeContribution(const Contribution& c, const std::vector<float>& dense_g
   if (c.error_code != 0) return;
   out->Put<double>(c.loss_sum);
   out->Put<uint8_t>(c.finite ? 1 : 0);
-  if (IsHalf(wire)) {
-    scratch->resize(dense_grad.size());
-    NarrowValues(dense_grad.data(), static_cast<int64_t>(dense_grad.size()), wire, scratch->data());
-    out->PutArray(*scratch);
-  } else {
-    out->PutArray(dense_grad);
-  }
+  PutWireValues(dense_grad.data(), dense_grad.size(), wire, scratch, out);
   out->PutString(c.replica_update);
 }
 
@@ -51,13 +45,7 @@ void DecodeContribution(ByteReader* in, config::TableConfig::Precision wire,
   if (c->error_code != 0) return;
   c->loss_sum = in->Get<double>("loss");
   c->finite = in->Get<uint8_t>("finite flag") == 1;
-  if (IsHalf(wire)) {
-    in->GetArray("dense gradient", scratch);
-    c->dense_grad.resize(scratch->size());
-    WidenValues(scratch->data(), static_cast<int64_t>(scratch->size()), wire, c->dense_grad.data());
-  } else {
-    in->GetArray("dense gradient", &c->dense_grad);
-  }
+  GetWireValues(in, "dense gradient", wire, scratch, &c->dense_grad);
   c->replica_update = in->GetString("replica update");
 }
 

@@ -8,7 +8,7 @@
 #include "engine/core/finite.h"
 #include "engine/core/status.h"
 #include "engine/dense/loss.h"
-#include "engine/embedding/half_row.h"
+#include "engine/embedding/wire_values.h"
 #include "engine/ps/feature_update.h"
 #include "engine/train/step.h"
 
@@ -32,31 +32,6 @@ OwnedBatch GetBags(ByteReader* in) {
   in->GetArray("ids", &bags.ids);
   in->GetArray("weights", &bags.weights);
   return bags;
-}
-
-// n values in the wire's precision (already rounded to it when 16-bit).
-void PutValues(const float* values, int64_t n, config::TableConfig::Precision wire,
-               std::vector<uint16_t>* scratch, ByteWriter* out) {
-  if (!IsHalf(wire)) {
-    out->PutArray(values, static_cast<size_t>(n));
-    return;
-  }
-  scratch->resize(static_cast<size_t>(n));
-  NarrowValues(values, n, wire, scratch->data());
-  out->PutArray(*scratch);
-}
-
-std::vector<float> GetValues(ByteReader* in, const char* what, config::TableConfig::Precision wire,
-                             std::vector<uint16_t>* scratch) {
-  std::vector<float> values;
-  if (!IsHalf(wire)) {
-    in->GetArray(what, &values);
-    return values;
-  }
-  in->GetArray(what, scratch);
-  values.resize(scratch->size());
-  WidenValues(scratch->data(), static_cast<int64_t>(scratch->size()), wire, values.data());
-  return values;
 }
 
 }  // namespace
@@ -250,12 +225,14 @@ void ModelParallelTrainer::ExchangePooled() {
   owned_out_.resize(static_cast<size_t>(in.joined.batch_size) * width);
   owned_.Pool(in.joined_vb, owned_out_.data());
   // Rounded where made: every rank, this one included, sees the same bits.
-  if (IsHalf(wire_)) RoundToHalf(owned_out_.data(), static_cast<int64_t>(owned_out_.size()), wire_);
+  RoundForWire(&owned_out_, wire_);
+  auto rows_of = [&](int32_t q) { return owned_out_.data() + in.first[q] * width; };
   std::vector<std::string> to_each(ranks);
   for (int32_t q = 0; q < ranks; ++q) {
+    if (q == me) continue;  // this rank's own block is taken as it is
     ByteWriter out;
-    PutValues(owned_out_.data() + in.first[q] * width, in.samples[q] * width, wire_, &wire_values_,
-              &out);
+    PutWireValues(rows_of(q), static_cast<size_t>(in.samples[q] * width), wire_, &wire_values_,
+                  &out);
     to_each[q] = std::move(out).Take();
   }
   const std::vector<std::string> received = AllToAll(to_each);
@@ -263,8 +240,12 @@ void ModelParallelTrainer::ExchangePooled() {
   if (n == 0) return;
   std::vector<std::vector<float>> blocks(ranks);
   for (int32_t r = 0; r < ranks; ++r) {
+    if (r == me) {
+      blocks[r].assign(rows_of(me), rows_of(me) + n * width);
+      continue;
+    }
     ByteReader bytes(received[r], "model-parallel pooled rows");
-    blocks[r] = GetValues(&bytes, "pooled rows", wire_, &wire_values_);
+    GetWireValues(&bytes, "pooled rows", wire_, &wire_values_, &blocks[r]);
     bytes.ExpectEnd();
   }
   std::vector<float> local(static_cast<size_t>(n) * layout_.local_width());
@@ -281,10 +262,8 @@ Contribution ModelParallelTrainer::ComputeDense() {
     mine.loss_sum =
         backend_->ForwardBackwardPooled(in.mine.validated, mine.samples * comm_->world_size(),
                                         pooled_.data(), &dense_grad_, &d_pooled_);
-    if (IsHalf(wire_)) {  // this rank's own gradients, as the others will see them
-      RoundToHalf(d_pooled_.data(), static_cast<int64_t>(d_pooled_.size()), wire_);
-      RoundToHalf(dense_grad_.data(), static_cast<int64_t>(dense_grad_.size()), wire_);
-    }
+    RoundForWire(&d_pooled_, wire_);  // this rank's own gradients, as the others see them
+    RoundForWire(&dense_grad_, wire_);
     mine.finite = AllFinite(d_pooled_);
     if (!replicas_.features().empty())
       mine.replica_update = ps::EncodeFeatureUpdates(
@@ -304,12 +283,16 @@ void ModelParallelTrainer::ExchangeGradients(Contribution mine) {
   std::vector<std::vector<float>> blocks(ranks);
   std::vector<float> local;  // the replicated tables' columns travel as mine.replica_update
   if (mine.error_code == 0) blocks = layout_.Split(d_pooled_.data(), mine.samples, &local);
+  // The contribution (its dense gradient) is encoded once and sent to every rank.
+  ByteWriter contribution;
+  EncodeContribution(mine, dense_grad_, wire_, &wire_values_, &contribution);
   std::vector<std::string> to_each(ranks);
   for (int32_t r = 0; r < ranks; ++r) {
     if (r == me) continue;  // this rank's own block and contribution are taken as they are
     ByteWriter out;
-    EncodeContribution(mine, dense_grad_, wire_, &wire_values_, &out);
-    PutValues(blocks[r].data(), static_cast<int64_t>(blocks[r].size()), wire_, &wire_values_, &out);
+    out.Reserve(contribution.bytes().size() + sizeof(uint64_t) + blocks[r].size() * sizeof(float));
+    out.bytes().append(contribution.bytes());
+    PutWireValues(blocks[r].data(), blocks[r].size(), wire_, &wire_values_, &out);
     to_each[r] = std::move(out).Take();
   }
   const std::vector<std::string> received = AllToAll(to_each);
@@ -327,7 +310,7 @@ void ModelParallelTrainer::ExchangeGradients(Contribution mine) {
     } else {
       ByteReader bytes(received[r], "model-parallel gradients");
       DecodeContribution(&bytes, wire_, &wire_values_, &exchange_[r]);
-      block = GetValues(&bytes, "pooled gradient", wire_, &wire_values_);
+      GetWireValues(&bytes, "pooled gradient", wire_, &wire_values_, &block);
       bytes.ExpectEnd();
     }
     if (exchange_[r].error_code != 0) continue;  // CheckContributions throws its error
