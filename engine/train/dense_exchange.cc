@@ -22,6 +22,13 @@ void CheckSyncPartSize(int64_t samples, int64_t chunk_rows) {
                  samples, " samples");
 }
 
+void CheckEqualParts(const std::vector<int64_t>& samples, int64_t step) {
+  for (size_t r = 0; r < samples.size(); ++r)
+    if (samples[r] != samples[0])
+      ThrowInvalid("step ", step, ": trainer ", r, " has ", samples[r], " samples, trainer 0 has ",
+                   samples[0], " (parts must be equal)");
+}
+
 void EncodeContribution(const Contribution& c, const std::vector<float>& dense_grad,
                         config::TableConfig::Precision wire, std::vector<uint16_t>* scratch,
                         ByteWriter* out) {
@@ -57,11 +64,11 @@ void CheckContributions(const std::vector<Contribution>& by_rank, int64_t step, 
       Throw(static_cast<StatusCode>(c.error_code), "step ", step, ": trainer ", r,
             "'s part: ", c.error);
   }
+  std::vector<int64_t> samples;
+  for (const Contribution& c : by_rank) samples.push_back(c.samples);
+  CheckEqualParts(samples, step);
   for (int32_t r = 0; r < ranks; ++r) {
     const Contribution& c = by_rank[r];
-    if (c.samples != by_rank[0].samples)
-      ThrowInvalid("step ", step, ": trainer ", r, " has ", c.samples, " samples, trainer 0 has ",
-                   by_rank[0].samples, " (parts must be equal)");
     if (c.dense_grad.size() != num_params)
       Throw(StatusCode::kDataLoss, "sync step: trainer ", r, " sent ", c.dense_grad.size(),
             " gradient values, expected ", num_params);

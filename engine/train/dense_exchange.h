@@ -36,6 +36,10 @@ struct Contribution {
 // of `chunk_rows` (what makes each rank's gradient a subtree of the global batch's tree).
 void CheckSyncPartSize(int64_t samples, int64_t chunk_rows);
 
+// kInvalidArgument naming the first rank whose part has another number of samples than
+// rank 0's (samples[r]: rank r's), in step number `step`.
+void CheckEqualParts(const std::vector<int64_t>& samples, int64_t step);
+
 // Appends c, with `dense_grad` as its gradient (the sender's own buffer), in `wire`
 // precision (BF16 / FP16: the values must already be rounded to it, so narrowing loses
 // nothing). scratch: a reused buffer for the narrowed values.

@@ -207,10 +207,8 @@ void ModelParallelTrainer::JoinInputParts(const std::vector<std::string>& receiv
   for (int32_t r = 0; r < ranks; ++r) {
     in.samples[r] = parts[r].batch_size;
     if (r > 0) in.first[r] = in.first[r - 1] + in.samples[r - 1];
-    if (purpose == Purpose::kTrain && parts[r].batch_size != parts[0].batch_size)
-      ThrowInvalid("step ", step_ + 1, ": trainer ", r, " has ", parts[r].batch_size,
-                   " samples, trainer 0 has ", parts[0].batch_size, " (parts must be equal)");
   }
+  if (purpose == Purpose::kTrain) CheckEqualParts(in.samples, step_ + 1);
   in.joined = layout_.JoinInput(comm_->rank(), parts);
   in.joined_vb = owned_.ValidateLocalBatch(in.joined.view());
   if (!in.mine.present) return;
