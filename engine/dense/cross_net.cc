@@ -66,37 +66,63 @@ const T* CrossNet<T>::Forward(const T* params, const T* x0, int64_t n, T* acts,
       Gemm<T>(false, true, n, d, r, T(1), h, r, params + u_offset(l), r, T(0), y, d, precision_,
               weights);
     }
-    BiasActivationForward(y, params + bias_offset(l), n, d, Activation::kNone);
-    for (int64_t i = 0; i < n * d; ++i) next[i] = x0[i] * y[i] + x[i];
+    CrossSweep(params + bias_offset(l), x0, x, n, y, next);
     x = next;
   }
   return x;
 }
 
 template <typename T>
+void CrossNet<T>::CrossSweep(const T* b, const T* x0, const T* x, int64_t n, T* y, T* next) const {
+  const int d = dim_;
+  for (int64_t row = 0; row < n; ++row) {
+    const int64_t base = row * d;
+    T* __restrict yr = y + base;
+    T* __restrict out = next + base;
+    const T* __restrict x0r = x0 + base;
+    const T* __restrict xr = x + base;
+    for (int j = 0; j < d; ++j) {
+      const T v = yr[j] + b[j];
+      yr[j] = v;
+      out[j] = x0r[j] * v + xr[j];
+    }
+  }
+}
+
+template <typename T>
+template <bool kFirst>
 void CrossNet<T>::ElementwiseBackward(const T* g, const T* x0, const T* y, int64_t n, T* dy, T* dx0,
                                       T* db) const {
   const int d = dim_;
   std::fill(db, db + d, T(0));
   for (int64_t row = 0; row < n; ++row) {
     const int64_t base = row * d;
-    for (int j = 0; j < d; ++j) {
-      dy[base + j] = g[base + j] * x0[base + j];
-      dx0[base + j] += g[base + j] * y[base + j];
-      db[j] += dy[base + j];
+    const T* __restrict gr = g + base;
+    const T* __restrict x0r = x0 + base;
+    const T* __restrict yr = y + base;
+    T* __restrict dyr = dy + base;
+    T* __restrict dx0r = dx0 + base;
+    T* __restrict dbr = db;
+    // Three loops over the row (it stays in L1): each vectorizes, the fused one did not.
+    for (int j = 0; j < d; ++j) dyr[j] = gr[j] * x0r[j];
+    for (int j = 0; j < d; ++j) dbr[j] += dyr[j];
+    // T(0) + ...: the sum the zero-filled dx0 gave, -0 included.
+    if (kFirst) {
+      for (int j = 0; j < d; ++j) dx0r[j] = T(0) + gr[j] * yr[j];
+    } else {
+      for (int j = 0; j < d; ++j) dx0r[j] += gr[j] * yr[j];
     }
   }
 }
 
 template <typename T>
 void CrossNet<T>::WeightsBackward(const T* params, int l, const T* x, const T* h, const T* dy,
-                                  const T* g, int64_t n, T* grads, T* dh, T* next,
-                                  GemmPackCache* weights) const {
+                                  int64_t n, T* grads, T* dh, T* g, GemmPackCache* weights) const {
   const int d = dim_, r = rank_;
-  std::copy(g, g + n * d, next);  // the identity path: x_{l+1} = ... + x_l
+  // g += dy (W or U V) in place: the identity path x_{l+1} = ... + x_l keeps g itself.
   if (r == 0) {
     Gemm<T>(true, false, d, d, n, T(1), dy, d, x, d, T(0), grads + w_offset(l), d, precision_);
-    Gemm<T>(false, false, n, d, d, T(1), dy, d, params + w_offset(l), d, T(1), next, d, precision_,
+    Gemm<T>(false, false, n, d, d, T(1), dy, d, params + w_offset(l), d, T(1), g, d, precision_,
             weights);
     return;
   }
@@ -104,7 +130,7 @@ void CrossNet<T>::WeightsBackward(const T* params, int l, const T* x, const T* h
   Gemm<T>(false, false, n, r, d, T(1), dy, d, params + u_offset(l), r, T(0), dh, r, precision_,
           weights);
   Gemm<T>(true, false, r, d, n, T(1), dh, r, x, d, T(0), grads + v_offset(l), d, precision_);
-  Gemm<T>(false, false, n, d, r, T(1), dh, r, params + v_offset(l), d, T(1), next, d, precision_,
+  Gemm<T>(false, false, n, d, r, T(1), dh, r, params + v_offset(l), d, T(1), g, d, precision_,
           weights);
 }
 
@@ -112,19 +138,20 @@ template <typename T>
 void CrossNet<T>::Backward(const T* params, const T* x0, const T* acts, const T* dout, int64_t n,
                            T* grads, T* dx0, T* scratch, GemmPackCache* weights) const {
   const int d = dim_, r = rank_;
-  T* g = scratch;        // d(loss)/d(x_{l+1}) [n x d]
-  T* next = g + n * d;   // d(loss)/d(x_l)
-  T* dy = next + n * d;  // [n x d]
-  T* dh = dy + n * d;    // [n x r]
+  T* g = scratch;      // d(loss)/d(x_{l+1}) [n x d], then d(loss)/d(x_l) in place
+  T* dy = g + n * d;   // [n x d]
+  T* dh = dy + n * d;  // [n x r]
   std::copy(dout, dout + n * d, g);
-  std::fill(dx0, dx0 + n * d, T(0));
   for (int l = layers_ - 1; l >= 0; --l) {
     const T* h = acts + LayerOffset(l, n);
     const T* y = h + n * r;
     const T* x = l == 0 ? x0 : acts + LayerOffset(l - 1, n) + n * (r + d);
-    ElementwiseBackward(g, x0, y, n, dy, dx0, grads + bias_offset(l));
-    WeightsBackward(params, l, x, h, dy, g, n, grads, dh, next, weights);
-    std::swap(g, next);
+    if (l == layers_ - 1) {
+      ElementwiseBackward<true>(g, x0, y, n, dy, dx0, grads + bias_offset(l));
+    } else {
+      ElementwiseBackward<false>(g, x0, y, n, dy, dx0, grads + bias_offset(l));
+    }
+    WeightsBackward(params, l, x, h, dy, n, grads, dh, g, weights);
   }
   for (int64_t i = 0; i < n * d; ++i) dx0[i] += g[i];  // x0 is also the first layer's x
 }

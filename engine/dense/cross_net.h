@@ -42,7 +42,7 @@ class CrossNet {
 
   // Values per row of Forward's activations and Backward's scratch.
   size_t activations_per_row() const { return static_cast<size_t>(layers_) * (rank_ + 2 * dim_); }
-  size_t scratch_per_row() const { return static_cast<size_t>(3 * dim_ + rank_); }
+  size_t scratch_per_row() const { return static_cast<size_t>(2 * dim_ + rank_); }
 
   // Weights ~ N(0, sqrt(2 / (fan_in + fan_out))) (Xavier normal, as TorchRec's cross
   // layers), biases 0; tensor k draws from stream kStreamDenseBase + stream_base + k.
@@ -72,12 +72,17 @@ class CrossNet {
   size_t LayerOffset(int l, int64_t n) const {
     return static_cast<size_t>(l) * static_cast<size_t>(n) * (rank_ + 2 * dim_);
   }
-  // dy = g * x0; dx0 += g * y; db = column sums of dy (rows in order).
+  // The forward's element-wise part, one sweep: y += b, then next = x0 * y + x.
+  void CrossSweep(const T* b, const T* x0, const T* x, int64_t n, T* y, T* next) const;
+  // dy = g * x0; dx0 += g * y (kFirst: dx0 = 0 + g * y); db = column sums of dy (rows in
+  // order).
+  template <bool kFirst>
   void ElementwiseBackward(const T* g, const T* x0, const T* y, int64_t n, T* dy, T* dx0,
                            T* db) const;
-  // The layer's weight gradients from dy and its input x, and next = g + dy (W or U V).
-  void WeightsBackward(const T* params, int l, const T* x, const T* h, const T* dy, const T* g,
-                       int64_t n, T* grads, T* dh, T* next, GemmPackCache* weights) const;
+  // The layer's weight gradients from dy and its input x, and g += dy (W or U V): the
+  // gradient w.r.t. x_{l+1} becomes the one w.r.t. x_l in place.
+  void WeightsBackward(const T* params, int l, const T* x, const T* h, const T* dy, int64_t n,
+                       T* grads, T* dh, T* g, GemmPackCache* weights) const;
 
   int dim_, layers_, rank_;
   size_t param_offset_;

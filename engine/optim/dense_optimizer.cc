@@ -101,16 +101,31 @@ class Adagrad final : public DenseOptimizer<T> {
               int64_t step) override {
     CheckUpdateArgs(begin, end, num_params_, step);
     const T lr_t = static_cast<T>(lr);
-    for (size_t i = begin; i < end; ++i)
-      params[i] = Element(params[i], grads[i], lr_t, &sum_sq_[i]);
+    // Non-aliasing pointers and the decay's branch hoisted out of the loop, so that it
+    // vectorizes (as Adam's): sqrt and division are correctly rounded in SIMD too, so
+    // the bits are the scalar loop's. Scalar, the divide-and-sqrt chain was 3% of
+    // MLPerf DCNv2's step.
+    T* __restrict p = params;
+    const T* __restrict gr = grads;
+    T* __restrict s = sum_sq_.data();
+    const Scalars c{lr_t, eps_, weight_decay_};
+    if (c.decay != T(0)) {
+      for (size_t i = begin; i < end; ++i) p[i] = Element<true>(c, p[i], gr[i], &s[i]);
+    } else {
+      for (size_t i = begin; i < end; ++i) p[i] = Element<false>(c, p[i], gr[i], &s[i]);
+    }
   }
 
   bool UpdateIsFinite(const T* params, const T* grads, size_t begin, size_t end, float lr,
                       int64_t step) const override {
     CheckUpdateArgs(begin, end, num_params_, step);
-    const T lr_t = static_cast<T>(lr);
+    const Scalars c{static_cast<T>(lr), eps_, weight_decay_};
+    if (c.decay != T(0)) {
+      return EachFinite(params, grads, sum_sq_.data(), begin, end,
+                        [&](T p, T g, T* sum_sq) { return Element<true>(c, p, g, sum_sq); });
+    }
     return EachFinite(params, grads, sum_sq_.data(), begin, end,
-                      [&](T p, T g, T* sum_sq) { return Element(p, g, lr_t, sum_sq); });
+                      [&](T p, T g, T* sum_sq) { return Element<false>(c, p, g, sum_sq); });
   }
 
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers() override {
@@ -118,11 +133,16 @@ class Adagrad final : public DenseOptimizer<T> {
   }
 
  private:
-  // One element's new value; *sum_sq: its accumulator, updated.
-  T Element(T p, T g, T lr_t, T* sum_sq) const {
-    if (weight_decay_ != T(0)) g += weight_decay_ * p;
+  // A step's scalars, copied out of the object so that the loops keep them in registers.
+  struct Scalars {
+    T lr, eps, decay;
+  };
+  // One element's new value; *sum_sq: its accumulator, updated. kDecay: c.decay != 0.
+  template <bool kDecay>
+  static T Element(const Scalars& c, T p, T g, T* sum_sq) {
+    if (kDecay) g += c.decay * p;
     *sum_sq += g * g;
-    return p - lr_t * g / (std::sqrt(*sum_sq) + eps_);
+    return p - c.lr * g / (std::sqrt(*sum_sq) + c.eps);
   }
 
   size_t num_params_;
