@@ -15,6 +15,10 @@
 # with AVX512-BF16) and PyTorch's peer (on the CPU, medium runs forward and loss under
 # torch.autocast(bfloat16)). Default highest: fp32 on both sides.
 #
+# --reference_precision: PyTorch's matmul precision alone (default: --matmul_precision's),
+# e.g. the engine's bf16 GEMMs against MLPerf's fp32 reference. --table_precision: the
+# engine's tables (fp32, bf16, fp16; PyTorch's stay fp32). The header names both sides.
+#
 # Optimizers: sgd (SGD everywhere); adagrad (engine: dense and sparse Adagrad; PyTorch:
 # torch.optim.Adagrad on dense and sparse gradients); rowwise_adagrad (engine: dense
 # Adagrad, row-wise sparse Adagrad; against the same PyTorch Adagrad run).
@@ -34,8 +38,10 @@ python=""
 curve=0
 steps=""
 precision=highest
+reference_precision=""
+table_precision=fp32
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
@@ -47,6 +53,8 @@ while [[ $# -gt 0 ]]; do
     --curve) curve=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --matmul_precision) precision=$2; shift 2 ;;
+    --reference_precision) reference_precision=$2; shift 2 ;;
+    --table_precision) table_precision=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "compare.sh: unknown argument '$1'" >&2; usage 2 ;;
   esac
@@ -77,7 +85,9 @@ torch_optimizer() { [[ "$1" == sgd ]] && echo sgd || echo adagrad; }
 echo "compare.sh  $(date -u +%FT%TZ)  $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
 echo "engine      $dlrm"
 echo "pytorch     $("$python" -c 'import torch; print(torch.__version__)') ($python)"
+reference_precision=${reference_precision:-$precision}
 echo "threads     $threads; rounds $rounds"
+echo "precision   engine matmul $precision, tables $table_precision; pytorch matmul $reference_precision, tables fp32"
 echo
 
 results=$(mktemp)
@@ -90,13 +100,14 @@ for round in $(seq 1 "$rounds"); do
     model_steps=${steps:-$model_steps}
     config="$root/bench/configs/$model.pbtxt"
     common=(--batch_size "$batch" --bag_size "$bag" --max_rows "$max_rows" --steps "$model_steps"
-            --windows 4 --warmup 3 --matmul_precision "$precision")
+            --windows 4 --warmup 3)
     for opt in $optimizers; do
-      out=$("$dlrm" bench --config "$config" --threads "$threads" --optimizer "$opt" "${common[@]}")
+      out=$("$dlrm" bench --config "$config" --threads "$threads" --optimizer "$opt" "${common[@]}" \
+              --matmul_precision "$precision" --table_precision "$table_precision")
       e_train=$(field train <<< "$out"); e_predict=$(field predict <<< "$out")
       background=$(sed -n 's/^background *\([0-9.]*\).*/\1/p' <<< "$out")
       out=$("$python" "$root/bench/torch_reference.py" --config "$config" --threads "$threads" \
-              --optimizer "$(torch_optimizer "$opt")" "${common[@]}")
+              --optimizer "$(torch_optimizer "$opt")" "${common[@]}" --matmul_precision "$reference_precision")
       t_train=$(field train <<< "$out"); t_predict=$(field predict <<< "$out")
       printf "round %d  %-9s %-16s engine train %8.0f predict %8.0f | pytorch train %8.0f predict %8.0f | background %s\n" \
         "$round" "$model" "$opt" "$e_train" "$e_predict" "$t_train" "$t_predict" "${background:-?}"
