@@ -89,6 +89,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   int32_t world_size() const override { return bootstrap_->world_size(); }
 
   std::vector<std::string> AllGather(const std::string& contribution) override;
+  std::vector<std::string> AllToAll(const std::vector<std::string>& to_each) override;
   void AllGatherDevice(const void* send, void* recv, size_t bytes, cudaStream_t stream) override {
     CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
     Check(api_, api_.AllGather(send, recv, bytes, kNcclUint8, comm_, stream), "ncclAllGather");
@@ -99,8 +100,18 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
  private:
   // NCCL's unique id, made by rank 0 and sent to every rank over the bootstrap.
   NcclUniqueId SharedId();
-  // Every rank's contribution size, in rank order.
-  std::vector<int64_t> GatherSizes(int64_t mine);
+  // Every rank's `mine` (the same count on every rank), concatenated in rank order.
+  std::vector<int64_t> GatherSizes(const std::vector<int64_t>& mine);
+  // Bytes [at, at + bytes) of a device array.
+  struct Span {
+    size_t at = 0, bytes = 0;
+  };
+  // One NCCL group: sends[p] of `from` goes to rank p, recvs[p] of `to` comes from it
+  // (empty spans skipped), ordered on `stream`.
+  void SendRecv(const uint8_t* from, const std::vector<Span>& sends, uint8_t* to,
+                const std::vector<Span>& recvs, cudaStream_t stream);
+  // The spans of parts of `bytes` each, laid end to end.
+  static std::vector<Span> Contiguous(const std::vector<size_t>& bytes);
 
   const NcclApi& api_;
   const std::unique_ptr<collective::Communicator> bootstrap_;
@@ -132,12 +143,13 @@ NcclUniqueId NcclCommunicatorImpl::SharedId() {
   return id;
 }
 
-std::vector<int64_t> NcclCommunicatorImpl::GatherSizes(int64_t mine) {
-  size_send_.Reserve(1);
-  size_recv_.Reserve(static_cast<size_t>(world_size()));
-  size_send_.CopyIn(&mine, 1, stream_);
-  AllGatherDevice(size_send_.get(), size_recv_.get(), sizeof mine, stream_);
-  std::vector<int64_t> sizes(static_cast<size_t>(world_size()));
+std::vector<int64_t> NcclCommunicatorImpl::GatherSizes(const std::vector<int64_t>& mine) {
+  const size_t n = static_cast<size_t>(world_size());
+  size_send_.Reserve(mine.size());
+  size_recv_.Reserve(mine.size() * n);
+  size_send_.CopyIn(mine.data(), mine.size(), stream_);
+  AllGatherDevice(size_send_.get(), size_recv_.get(), mine.size() * sizeof(int64_t), stream_);
+  std::vector<int64_t> sizes(mine.size() * n);
   size_recv_.Download(sizes.data(), sizes.size(), stream_);
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   return sizes;
@@ -145,7 +157,7 @@ std::vector<int64_t> NcclCommunicatorImpl::GatherSizes(int64_t mine) {
 
 std::vector<std::string> NcclCommunicatorImpl::AllGather(const std::string& contribution) {
   CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
-  const std::vector<int64_t> sizes = GatherSizes(static_cast<int64_t>(contribution.size()));
+  const std::vector<int64_t> sizes = GatherSizes({static_cast<int64_t>(contribution.size())});
   // Equal slots of the largest size; each rank reads the first sizes[r] bytes of slot r.
   const auto slot =
       static_cast<size_t>(std::max<int64_t>(1, *std::max_element(sizes.begin(), sizes.end())));
@@ -167,21 +179,79 @@ std::vector<std::string> NcclCommunicatorImpl::AllGather(const std::string& cont
   return out;
 }
 
+std::vector<std::string> NcclCommunicatorImpl::AllToAll(const std::vector<std::string>& to_each) {
+  const int32_t n = world_size();
+  collective::CheckAllToAllParts(to_each, n);
+  CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+  std::vector<int64_t> mine(static_cast<size_t>(n));
+  for (int32_t p = 0; p < n; ++p)
+    mine[p] = p == rank() ? 0 : static_cast<int64_t>(to_each[p].size());
+  // sizes[from * n + to]: each rank learns what every peer will send it. A rank's own part
+  // never travels: it is handed back as it is.
+  const std::vector<int64_t> sizes = GatherSizes(mine);
+  std::vector<size_t> send_bytes(n), recv_bytes(n);
+  for (int32_t p = 0; p < n; ++p) {
+    const int64_t incoming = sizes[static_cast<size_t>(p) * n + rank()];
+    if (incoming < 0)
+      Throw(StatusCode::kDataLoss, "NCCL all-to-all: rank ", p, " announced ", incoming, " bytes");
+    send_bytes[p] = static_cast<size_t>(mine[p]);
+    recv_bytes[p] = static_cast<size_t>(incoming);
+  }
+  const std::vector<Span> sends = Contiguous(send_bytes), recvs = Contiguous(recv_bytes);
+  const size_t send_total = sends.back().at + sends.back().bytes;
+  const size_t recv_total = recvs.back().at + recvs.back().bytes;
+  std::string staged;
+  staged.reserve(send_total);
+  for (int32_t p = 0; p < n; ++p)
+    if (p != rank()) staged += to_each[p];
+  send_.Reserve(std::max<size_t>(1, send_total));
+  recv_.Reserve(std::max<size_t>(1, recv_total));
+  send_.CopyIn(reinterpret_cast<const uint8_t*>(staged.data()), staged.size(), stream_);
+  SendRecv(send_.get(), sends, recv_.get(), recvs, stream_);
+  std::vector<char> host(recv_total);
+  recv_.Download(reinterpret_cast<uint8_t*>(host.data()), host.size(), stream_);
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  std::vector<std::string> out(static_cast<size_t>(n));
+  for (int32_t p = 0; p < n; ++p)
+    out[p] = p == rank() ? to_each[p] : std::string(host.data() + recvs[p].at, recvs[p].bytes);
+  return out;
+}
+
 void NcclCommunicatorImpl::AllToAllDevice(const void* send, void* recv, size_t bytes_per_rank,
                                           cudaStream_t stream) {
   CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
-  const auto* from = static_cast<const uint8_t*>(send);
-  auto* to = static_cast<uint8_t*>(recv);
+  const std::vector<Span> blocks =
+      Contiguous(std::vector<size_t>(static_cast<size_t>(world_size()), bytes_per_rank));
+  SendRecv(static_cast<const uint8_t*>(send), blocks, static_cast<uint8_t*>(recv), blocks, stream);
+}
+
+std::vector<NcclCommunicatorImpl::Span> NcclCommunicatorImpl::Contiguous(
+    const std::vector<size_t>& bytes) {
+  std::vector<Span> spans(bytes.size());
+  size_t at = 0;
+  for (size_t p = 0; p < bytes.size(); ++p) {
+    spans[p] = Span{at, bytes[p]};
+    at += bytes[p];
+  }
+  return spans;
+}
+
+void NcclCommunicatorImpl::SendRecv(const uint8_t* from, const std::vector<Span>& sends,
+                                    uint8_t* to, const std::vector<Span>& recvs,
+                                    cudaStream_t stream) {
   Check(api_, api_.GroupStart(), "ncclGroupStart");
   NcclResult result = 0;
   const char* what = "";
   for (int p = 0; p < world_size() && result == 0; ++p) {
-    const size_t at = static_cast<size_t>(p) * bytes_per_rank;
-    what = "ncclSend";
-    result = api_.Send(from + at, bytes_per_rank, kNcclUint8, p, comm_, stream);
-    if (result != 0) break;
-    what = "ncclRecv";
-    result = api_.Recv(to + at, bytes_per_rank, kNcclUint8, p, comm_, stream);
+    if (sends[p].bytes > 0) {
+      what = "ncclSend";
+      result = api_.Send(from + sends[p].at, sends[p].bytes, kNcclUint8, p, comm_, stream);
+      if (result != 0) break;
+    }
+    if (recvs[p].bytes > 0) {
+      what = "ncclRecv";
+      result = api_.Recv(to + recvs[p].at, recvs[p].bytes, kNcclUint8, p, comm_, stream);
+    }
   }
   const NcclResult ended = api_.GroupEnd();  // always closes the group it opened
   Check(api_, result, what);

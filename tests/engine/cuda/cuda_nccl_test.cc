@@ -1,7 +1,7 @@
 // The NCCL communicator (engine/cuda/nccl_communicator.h): opening NCCL or naming why not
 // (no GPU needed), and at world size 1 on a GPU (the lent machines have one) the host
-// all-gather, the device all-gather and the device all-to-all. Several ranks need several
-// GPUs, which no machine here has; the bytes' order is the same code at any world size.
+// all-gather and all-to-all, the device all-gather and the device all-to-all. Several ranks need
+// several GPUs, which no machine here has; the bytes' order is the same code at any world size.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -67,6 +67,19 @@ TEST(CudaNcclTest, WorksAtWorldSizeOne) {
     ASSERT_EQ(all.size(), 1u);
     EXPECT_EQ(all[0], bytes);
   }
+  // The host all-to-all hands a rank's own part back without a copy through NCCL; a
+  // wrong part count is refused before anything is sent.
+  for (const std::string& part : {std::string("pooled rows"), std::string()}) {
+    EXPECT_EQ(comm->AllToAll({part}), std::vector<std::string>{part});
+  }
+  try {
+    comm->AllToAll({"a", "b"});
+    ADD_FAILURE() << "two parts for one rank were sent";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("2 parts for 1 ranks"));
+  }
+  EXPECT_EQ(comm->AllGather("after a refusal"), std::vector<std::string>{"after a refusal"});
   const std::vector<float> values = testing::RandomFloats(1000, 5);
   const testing::DeviceCopy<float> send(values);
   const testing::DeviceCopy<float> gathered(std::vector<float>(1000, 0.0f));
