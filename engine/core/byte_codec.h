@@ -39,6 +39,30 @@ class ByteWriter {
     PutArray(values.data(), values.size());
   }
   void PutString(const std::string& s) { PutArray(s.data(), s.size()); }
+  // Row ids (or any indices): 32-bit words when every one is in [0, 2^32), else 64-bit;
+  // one width byte (4 or 8) says which. Ids of tables below 2^32 rows travel at half the
+  // bytes, and the reader gives back the same int64 values either way.
+  void PutIndices(const std::vector<int64_t>& ids) {
+    const bool narrow = IndicesFitU32(ids);
+    Put<uint8_t>(narrow ? 4 : 8);
+    if (!narrow) {
+      PutArray(ids);
+      return;
+    }
+    Put<uint64_t>(ids.size());
+    const size_t at = out_.size();
+    out_.resize(at + ids.size() * sizeof(uint32_t));
+    char* to = out_.data() + at;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto word = static_cast<uint32_t>(ids[i]);
+      std::memcpy(to + i * sizeof word, &word, sizeof word);
+    }
+  }
+  // The bytes PutIndices(ids) appends.
+  static size_t IndicesBytes(const std::vector<int64_t>& ids) {
+    return sizeof(uint8_t) + sizeof(uint64_t) +
+           ids.size() * (IndicesFitU32(ids) ? sizeof(uint32_t) : sizeof(int64_t));
+  }
   // Room for `bytes` in all, so that appending never reallocates (large messages).
   void Reserve(size_t bytes) { out_.reserve(bytes); }
 
@@ -46,6 +70,11 @@ class ByteWriter {
   std::string Take() && { return std::move(out_); }
 
  private:
+  static bool IndicesFitU32(const std::vector<int64_t>& ids) {
+    bool narrow = true;
+    for (const int64_t id : ids) narrow &= static_cast<uint64_t>(id) <= UINT32_MAX;
+    return narrow;
+  }
   std::string out_;
 };
 
@@ -82,6 +111,29 @@ class ByteReader {
     std::vector<T> values;
     GetArray(what, &values);
     return values;
+  }
+  // Reads a PutIndices into out (resized); kDataLoss for a width other than 4 or 8.
+  void GetIndices(const char* what, std::vector<int64_t>* out) {
+    const auto width = Get<uint8_t>(what);
+    if (width == 8) {
+      GetArray(what, out);
+      return;
+    }
+    if (width != 4)
+      Throw(StatusCode::kDataLoss, context_, ": ", what, " has index width ",
+            static_cast<int>(width), " (4 or 8 expected)");
+    const auto count = Get<uint64_t>(what);
+    if (count > remaining() / sizeof(uint32_t))
+      Throw(StatusCode::kDataLoss, context_, ": ", what, " claims ", count, " values but only ",
+            remaining(), " bytes remain");
+    out->resize(static_cast<size_t>(count));
+    const char* from = bytes_.data() + pos_;
+    for (size_t i = 0; i < out->size(); ++i) {
+      uint32_t word;
+      std::memcpy(&word, from + i * sizeof word, sizeof word);
+      (*out)[i] = word;
+    }
+    pos_ += out->size() * sizeof(uint32_t);
   }
   std::string GetString(const char* what) { return std::string(GetBytes(what)); }
   // A PutString's bytes, borrowed from the reader's input (no copy).

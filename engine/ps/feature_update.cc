@@ -71,7 +71,7 @@ std::string EncodeFeatureUpdates(const std::vector<FeatureUpdate>& updates,
   for (const FeatureUpdate& u : updates) {
     out.Put<int32_t>(u.feature);
     out.PutArray(u.lengths);
-    out.PutArray(u.ids);
+    out.PutIndices(u.ids);
     out.PutArray(u.weights);
     PutWireValues(u.d_pooled.data(), u.d_pooled.size(), wire, &narrow, &out);
   }
@@ -84,8 +84,8 @@ int64_t FeatureUpdatesBytes(const std::vector<FeatureUpdate>& updates,
   int64_t bytes = sizeof(uint64_t) + sizeof(uint8_t);  // count, wire precision
   for (const FeatureUpdate& u : updates)
     bytes += static_cast<int64_t>(
-                 sizeof(int32_t) + 4 * sizeof(uint64_t) + u.lengths.size() * sizeof(int32_t) +
-                 u.ids.size() * sizeof(int64_t) + u.weights.size() * sizeof(float)) +
+                 sizeof(int32_t) + 3 * sizeof(uint64_t) + u.lengths.size() * sizeof(int32_t) +
+                 ByteWriter::IndicesBytes(u.ids) + u.weights.size() * sizeof(float)) +
              static_cast<int64_t>(u.d_pooled.size()) * value_bytes;
   return bytes;
 }
@@ -93,8 +93,8 @@ int64_t FeatureUpdatesBytes(const std::vector<FeatureUpdate>& updates,
 std::vector<FeatureUpdate> DecodeFeatureUpdates(const std::string& bytes) {
   ByteReader in(bytes, "feature updates");
   const auto count = in.Get<uint64_t>("the update count");
-  // Each update takes at least 36 bytes (feature + four array counts).
-  if (count > bytes.size() / 36)
+  // Each update takes at least 37 bytes (feature, four array counts, the ids' width).
+  if (count > bytes.size() / 37)
     Throw(StatusCode::kDataLoss, "feature updates: count ", count, " exceeds what ", bytes.size(),
           " bytes can hold");
   const auto wire = static_cast<config::TableConfig::Precision>(in.Get<uint8_t>("wire precision"));
@@ -106,7 +106,7 @@ std::vector<FeatureUpdate> DecodeFeatureUpdates(const std::string& bytes) {
   for (FeatureUpdate& u : updates) {
     u.feature = in.Get<int32_t>("feature");
     in.GetArray("lengths", &u.lengths);
-    in.GetArray("ids", &u.ids);
+    in.GetIndices("ids", &u.ids);
     in.GetArray("weights", &u.weights);
     GetWireValues(&in, "d_pooled", wire, &narrow, &u.d_pooled);
   }

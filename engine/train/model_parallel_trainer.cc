@@ -20,7 +20,7 @@ void PutBags(const OwnedBatch& bags, ByteWriter* out) {
   out->Put<int64_t>(bags.batch_size);
   out->Put<int32_t>(bags.num_sparse);
   out->PutArray(bags.lengths);
-  out->PutArray(bags.ids);
+  out->PutIndices(bags.ids);
   out->PutArray(bags.weights);
 }
 
@@ -29,7 +29,7 @@ OwnedBatch GetBags(ByteReader* in) {
   bags.batch_size = in->Get<int64_t>("batch size");
   bags.num_sparse = in->Get<int32_t>("feature count");
   in->GetArray("lengths", &bags.lengths);
-  in->GetArray("ids", &bags.ids);
+  in->GetIndices("ids", &bags.ids);
   in->GetArray("weights", &bags.weights);
   return bags;
 }

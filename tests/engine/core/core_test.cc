@@ -9,9 +9,11 @@
 #include <limits>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "engine/core/byte_codec.h"
 #include "engine/core/cpu_features.h"
 #include "engine/core/finite.h"
 #include "engine/core/metrics.h"
@@ -23,6 +25,59 @@
 
 namespace dlrm {
 namespace {
+
+// Row ids travel as 32-bit words when every one fits, else as 64-bit ones; a width byte
+// says which, and the reader gives back the same int64 values.
+TEST(ByteCodecTest, IndicesTravelNarrowWhenTheyFitAndComeBackExact) {
+  const std::vector<std::vector<int64_t>> cases = {
+      {}, {0, 5, 4294967295}, {0, int64_t{1} << 32}, {3, -1}, {int64_t{1} << 62}};
+  const std::vector<size_t> widths = {4, 4, 8, 8, 8};
+  for (size_t c = 0; c < cases.size(); ++c) {
+    ByteWriter out;
+    out.PutIndices(cases[c]);
+    out.Put<int32_t>(77);  // what follows is read from the right place
+    const std::string bytes = std::move(out).Take();
+    EXPECT_EQ(bytes.size(), ByteWriter::IndicesBytes(cases[c]) + sizeof(int32_t)) << c;
+    EXPECT_EQ(bytes.size(), 1 + 8 + cases[c].size() * widths[c] + 4) << c;
+    ByteReader in(bytes, "test");
+    std::vector<int64_t> back = {9, 9};
+    in.GetIndices("ids", &back);
+    EXPECT_EQ(back, cases[c]) << c;
+    EXPECT_EQ(in.Get<int32_t>("tail"), 77);
+    in.ExpectEnd();
+  }
+}
+
+TEST(ByteCodecTest, ForgedIndicesAreDataLossNamingTheField) {
+  ByteWriter out;
+  out.PutIndices({1, 2, 3});
+  std::string bytes = std::move(out).Take();
+  std::vector<int64_t> ids;
+  std::string bad_width = bytes;
+  bad_width[0] = 3;
+  try {
+    ByteReader in(bad_width, "feature updates");
+    in.GetIndices("ids", &ids);
+    ADD_FAILURE() << "a width of 3 was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kDataLoss);
+    EXPECT_NE(std::string(e.what()).find("feature updates: ids has index width 3"),
+              std::string::npos)
+        << e.what();
+  }
+  std::string inflated = bytes;
+  inflated[1] = 4;  // the count's low byte: 4 ids claimed, 3 present
+  try {
+    ByteReader in(inflated, "feature updates");
+    in.GetIndices("ids", &ids);
+    ADD_FAILURE() << "an inflated count was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kDataLoss);
+    EXPECT_NE(std::string(e.what()).find("ids claims 4 values but only 12 bytes remain"),
+              std::string::npos)
+        << e.what();
+  }
+}
 
 TEST(CpuFeaturesTest, MaxIsaCapsTheLevelOnlyWhenNamed) {
   ASSERT_EQ(unsetenv("DLRM_MAX_ISA"), 0);

@@ -63,6 +63,25 @@ TEST(WirePrecision, FeatureUpdatesTravelIn16BitsNarrowedToNearest) {
   EXPECT_EQ(ps::DecodeFeatureUpdates(fp32)[1].d_pooled, updates[1].d_pooled);
 }
 
+// Ids below 2^32 travel as 32-bit words (one width byte per array); one that does not
+// fit sends its array at 64 bits. Both decode to the same ids, and FeatureUpdatesBytes
+// (what a trainer counts as sent) is the encoded size either way.
+TEST(WirePrecision, FeatureUpdateIdsTravelIn32BitsWhenTheyFit) {
+  std::vector<ps::FeatureUpdate> updates = Updates();
+  for (auto wire : {kFp32, config::TableConfig::BF16}) {
+    const std::string narrow = ps::EncodeFeatureUpdates(updates, wire);
+    EXPECT_EQ(static_cast<int64_t>(narrow.size()), ps::FeatureUpdatesBytes(updates, wire));
+    std::vector<ps::FeatureUpdate> wide_updates = updates;
+    wide_updates[0].ids[1] = int64_t{1} << 40;
+    const std::string wide = ps::EncodeFeatureUpdates(wide_updates, wire);
+    EXPECT_EQ(static_cast<int64_t>(wide.size()), ps::FeatureUpdatesBytes(wide_updates, wire));
+    EXPECT_EQ(wide.size() - narrow.size(), 3u * 4);  // update 0's three ids, 4 bytes more each
+    EXPECT_EQ(ps::DecodeFeatureUpdates(narrow)[0].ids, updates[0].ids);
+    EXPECT_EQ(ps::DecodeFeatureUpdates(wide)[0].ids, wide_updates[0].ids);
+    EXPECT_EQ(ps::DecodeFeatureUpdates(wide)[1].ids, updates[1].ids);
+  }
+}
+
 TEST(WirePrecision, AnUnknownWirePrecisionIsDataLoss) {
   std::string bytes = ps::EncodeFeatureUpdates(Updates());
   bytes[8] = 7;  // after the u64 count

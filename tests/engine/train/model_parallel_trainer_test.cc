@@ -343,8 +343,7 @@ TEST(ModelParallelTrainerTest, ABf16WireRepeatsBitwiseWithHalfTheBytes) {
     const auto& n = narrow.trainers[r]->wire_bytes();
     EXPECT_EQ(w.steps, 5);
     const double ratio = static_cast<double>(n.sent) / static_cast<double>(w.sent);
-    // The values halve; the input's ids and lengths (a third of this small model's bytes)
-    // do not.
+    // The values halve; the input's ids (32-bit words) and lengths do not.
     EXPECT_GT(ratio, 0.5) << "rank " << r;
     EXPECT_LT(ratio, 0.7) << "rank " << r;
   }
