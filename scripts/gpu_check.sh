@@ -104,13 +104,16 @@ timeout 200 "$here/run.sh" > "$out/tests.log" 2>&1
 echo "suites: exit $? ($(grep -c '^\[  PASSED' "$out/tests.log") of $(ls "$here"/*_test | wc -l) passed)"
 grep -E 'FAILED|Failure' "$out/tests.log" | head -20
 (source "$here/env.sh" && timeout 60 "$here/cuda_pooled_bench") 2>&1 | tee "$out/forward.log" | tail -3
-# report LABEL OURS_LOG TORCH_LOG: our train samples/s, PyTorch's and their ratio.
+# report LABEL OURS_LOG TORCH_LOG: our train samples/s (synchronous steps, then the
+# asynchronous path that copies the next batch in during a step), PyTorch's, the ratios.
 report() {
-  local ours torch ratio
+  local ours async torch ratio async_ratio
   ours=$(grep -m1 '^train ' "$2" | awk '{print $4}')
+  async=$(grep -m1 '^async ' "$2" | awk '{print $4}')
   torch=$(sed -n 's/^RESULT train=\([0-9.]*\).*/\1/p' "$3")
   ratio=$(awk -v a="$ours" -v b="$torch" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
-  echo "$1: ours ${ours:-?} torch ${torch:-?} ratio ${ratio:-?}"
+  async_ratio=$(awk -v a="$async" -v b="$torch" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+  echo "$1: ours ${ours:-?} (async ${async:-?}) torch ${torch:-?} ratio ${ratio:-?} (async ${async_ratio:-?})"
   # Where the host's time per step went (Engine::step_phases): graph run (train, then
   # async), then eager.
   [ "$2" = "$3" ] && grep '^phases' "$2" | sed 's/^\(phases[a-z_]*\) */  \1: /'

@@ -435,20 +435,26 @@ void TimePredict(const Engine& engine, const BenchBatches& batches, int64_t per_
 }
 
 // The asynchronous path with a host that prepares batch i + async_ahead while batch i
-// trains: prepare, submit, then wait for the step async_ahead before it.
+// trains: prepare, submit, then wait for the step async_ahead before it. The first
+// async_ahead steps are submitted before the windows, so that every window waits for as
+// many steps as it counts (the first one used to count the pipeline's fill as steps).
 void TimeAsync(Engine& engine, const BenchBatches& batches, int64_t per_window, BenchTimes* t) {
   t->prepare_seconds =
       FLAGS_prepare_factor * static_cast<double>(FLAGS_batch_size) / Summarize(t->train).median;
   std::deque<int64_t> pending;
   int64_t next = 0;
-  t->async_begin = engine.step_phases();
-  t->async = TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, [&](int64_t i) {
+  const auto submit = [&](int64_t i) {
     Prepare(FLAGS_async_host, t->prepare_seconds);
     pending.push_back(engine.SubmitTrainStep(batches(i)));
-    if (static_cast<int>(pending.size()) > FLAGS_async_ahead) {
-      t->loss = engine.WaitTrainStep(pending.front());
-      pending.pop_front();
-    }
+  };
+  // Read before the first submit: it waits for a running step (the engine's lock), which
+  // would start the first window with that step done.
+  t->async_begin = engine.step_phases();
+  for (int i = 0; i < FLAGS_async_ahead; ++i) submit(next++);
+  t->async = TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, [&](int64_t i) {
+    submit(i);
+    t->loss = engine.WaitTrainStep(pending.front());
+    pending.pop_front();
   });
   for (; !pending.empty(); pending.pop_front())  // the last steps, outside the windows
     t->loss = engine.WaitTrainStep(pending.front());
