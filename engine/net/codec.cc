@@ -106,7 +106,7 @@ void Codec::CheckEnvelope(int64_t num_frames, int64_t header_bytes, int64_t tota
 
 std::vector<Frame> Codec::Encode(Message message) const {
   Header& h = message.header;
-  h.set_version(WIRE_VERSION_2);
+  h.set_version(kWireVersion);
   h.clear_auth_tag();
   h.clear_payloads();
   std::vector<Frame> frames(1 + message.payloads.size());
@@ -154,10 +154,11 @@ Message Codec::Decode(std::vector<Frame> frames) const {
   if (!h.has_version())
     Throw(StatusCode::kDataLoss,
           "malformed message: ", EnumFieldProblem(h, Header::kVersionFieldNumber, "header version"),
-          " (this build speaks version 2)");
-  if (h.version() != WIRE_VERSION_2)
+          " (this build speaks version ", static_cast<int>(kWireVersion), ")");
+  if (h.version() != kWireVersion)
     Throw(StatusCode::kDataLoss, "malformed message: header version ",
-          WireVersion_Name(h.version()), " is not supported (this build speaks version 2)");
+          WireVersion_Name(h.version()), " is not supported (this build speaks version ",
+          static_cast<int>(kWireVersion), ")");
   if (auth_) {
     if (!h.has_auth_tag())
       Throw(StatusCode::kDataLoss,

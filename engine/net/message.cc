@@ -63,7 +63,7 @@ void Payload::CheckType(DType wanted) const {
 
 Message MakeMessage(MessageType type) {
   Message m;
-  m.header.set_version(WIRE_VERSION_2);
+  m.header.set_version(kWireVersion);
   m.header.set_type(type);
   return m;
 }

@@ -121,6 +121,9 @@ struct Message {
   std::vector<Payload> payloads;
 };
 
+// The version this build speaks and accepts (wire.proto says what each one changed).
+inline constexpr WireVersion kWireVersion = WIRE_VERSION_3;
+
 // A message of `type` (version set, nothing else).
 Message MakeMessage(MessageType type);
 // An ERROR message answering request `request_id`; `code` must not be kOk.

@@ -159,7 +159,7 @@ class Forger {
     }
     if (Uniform(0, 1) == 0) {
       net::Header h;
-      h.set_version(net::WIRE_VERSION_2);
+      h.set_version(net::kWireVersion);
       h.set_type(static_cast<int32_t>(Uniform(0, 40)));
       h.set_sender_rank(static_cast<int32_t>(Uniform(0, 3)));
       h.set_step(Uniform(0, 30));

@@ -78,7 +78,7 @@ std::vector<Frame> WithHeader(const Header& h, std::vector<Frame> payloads = {})
 
 Header BaseHeader(MessageType type = ps::LOOKUP) {
   Header h;
-  h.set_version(WIRE_VERSION_2);
+  h.set_version(kWireVersion);
   h.set_type(type);
   return h;
 }
@@ -311,6 +311,15 @@ TEST(NetDecodeTest, RejectsVersionOne) {
   Header h = BaseHeader();
   h.set_version(WIRE_VERSION_1);
   ExpectRejected(WithHeader(h), "header version WIRE_VERSION_1 is not supported");
+}
+
+// Version 2 sent every row id in 8 bytes: a peer of that build would misread this one's
+// feature updates, so it is refused by name before any payload is decoded.
+TEST(NetDecodeTest, RejectsVersionTwo) {
+  Header h = BaseHeader();
+  h.set_version(WIRE_VERSION_2);
+  ExpectRejected(WithHeader(h),
+                 "header version WIRE_VERSION_2 is not supported (this build speaks version 3)");
 }
 
 TEST(NetDecodeTest, RejectsMoreDescriptorsThanFrames) {
