@@ -112,6 +112,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
                 const std::vector<Span>& recvs, cudaStream_t stream);
   // The spans of parts of `bytes` each, laid end to end.
   static std::vector<Span> Contiguous(const std::vector<size_t>& bytes);
+  // kDataLoss unless every entry of the n x n part-size matrix (sizes[from * n + to]) is
+  // in [0, 2^40] and the diagonal is 0. Every rank checks the whole matrix, so all of them
+  // refuse it together, before any send that the others would wait on forever.
+  void CheckPartSizes(const std::vector<int64_t>& sizes) const;
 
   const NcclApi& api_;
   const std::unique_ptr<collective::Communicator> bootstrap_;
@@ -189,32 +193,40 @@ std::vector<std::string> NcclCommunicatorImpl::AllToAll(const std::vector<std::s
   // sizes[from * n + to]: each rank learns what every peer will send it. A rank's own part
   // never travels: it is handed back as it is.
   const std::vector<int64_t> sizes = GatherSizes(mine);
+  CheckPartSizes(sizes);
   std::vector<size_t> send_bytes(n), recv_bytes(n);
   for (int32_t p = 0; p < n; ++p) {
-    const int64_t incoming = sizes[static_cast<size_t>(p) * n + rank()];
-    if (incoming < 0)
-      Throw(StatusCode::kDataLoss, "NCCL all-to-all: rank ", p, " announced ", incoming, " bytes");
     send_bytes[p] = static_cast<size_t>(mine[p]);
-    recv_bytes[p] = static_cast<size_t>(incoming);
+    recv_bytes[p] = static_cast<size_t>(sizes[static_cast<size_t>(p) * n + rank()]);
   }
   const std::vector<Span> sends = Contiguous(send_bytes), recvs = Contiguous(recv_bytes);
-  const size_t send_total = sends.back().at + sends.back().bytes;
-  const size_t recv_total = recvs.back().at + recvs.back().bytes;
-  std::string staged;
-  staged.reserve(send_total);
+  send_.Reserve(std::max<size_t>(1, sends.back().at + sends.back().bytes));
+  recv_.Reserve(std::max<size_t>(1, recvs.back().at + recvs.back().bytes));
   for (int32_t p = 0; p < n; ++p)
-    if (p != rank()) staged += to_each[p];
-  send_.Reserve(std::max<size_t>(1, send_total));
-  recv_.Reserve(std::max<size_t>(1, recv_total));
-  send_.CopyIn(reinterpret_cast<const uint8_t*>(staged.data()), staged.size(), stream_);
+    if (sends[p].bytes > 0)
+      CheckCuda(cudaMemcpyAsync(send_.get() + sends[p].at, to_each[p].data(), sends[p].bytes,
+                                cudaMemcpyHostToDevice, stream_),
+                "cudaMemcpyAsync (to the device)");
   SendRecv(send_.get(), sends, recv_.get(), recvs, stream_);
-  std::vector<char> host(recv_total);
+  std::vector<char> host(recvs.back().at + recvs.back().bytes);
   recv_.Download(reinterpret_cast<uint8_t*>(host.data()), host.size(), stream_);
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   std::vector<std::string> out(static_cast<size_t>(n));
   for (int32_t p = 0; p < n; ++p)
     out[p] = p == rank() ? to_each[p] : std::string(host.data() + recvs[p].at, recvs[p].bytes);
   return out;
+}
+
+void NcclCommunicatorImpl::CheckPartSizes(const std::vector<int64_t>& sizes) const {
+  constexpr int64_t kMaxPart = int64_t{1} << 40;  // n x 2^40 cannot overflow a sum
+  const int32_t n = world_size();
+  for (int32_t from = 0; from < n; ++from)
+    for (int32_t to = 0; to < n; ++to) {
+      const int64_t bytes = sizes[static_cast<size_t>(from) * n + to];
+      if (bytes < 0 || bytes > kMaxPart || (from == to && bytes != 0))
+        Throw(StatusCode::kDataLoss, "NCCL all-to-all: rank ", from, " announced ", bytes,
+              " bytes for rank ", to);
+    }
 }
 
 void NcclCommunicatorImpl::AllToAllDevice(const void* send, void* recv, size_t bytes_per_rank,
