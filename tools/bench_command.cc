@@ -435,9 +435,10 @@ void TimePredict(const Engine& engine, const BenchBatches& batches, int64_t per_
 }
 
 // The asynchronous path with a host that prepares batch i + async_ahead while batch i
-// trains: prepare, submit, then wait for the step async_ahead before it. The first
-// async_ahead steps are submitted before the windows, so that every window waits for as
-// many steps as it counts (the first one used to count the pipeline's fill as steps).
+// trains: prepare, submit, then wait for the step async_ahead before it. The pipeline is
+// filled and run for the warm-up steps before the windows, so that every window waits
+// for as many steps as it counts, in the steady state (the first window used to count
+// the fill's submissions as steps).
 void TimeAsync(Engine& engine, const BenchBatches& batches, int64_t per_window, BenchTimes* t) {
   t->prepare_seconds =
       FLAGS_prepare_factor * static_cast<double>(FLAGS_batch_size) / Summarize(t->train).median;
@@ -447,15 +448,17 @@ void TimeAsync(Engine& engine, const BenchBatches& batches, int64_t per_window, 
     Prepare(FLAGS_async_host, t->prepare_seconds);
     pending.push_back(engine.SubmitTrainStep(batches(i)));
   };
-  // Read before the first submit: it waits for a running step (the engine's lock), which
-  // would start the first window with that step done.
-  t->async_begin = engine.step_phases();
-  for (int i = 0; i < FLAGS_async_ahead; ++i) submit(next++);
-  t->async = TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, [&](int64_t i) {
+  const auto step = [&](int64_t i) {
     submit(i);
     t->loss = engine.WaitTrainStep(pending.front());
     pending.pop_front();
-  });
+  };
+  // Read before the first submit: it waits for a running step (the engine's lock). The
+  // phases are then averaged over the warm-up steps too.
+  t->async_begin = engine.step_phases();
+  for (int i = 0; i < FLAGS_async_ahead; ++i) submit(next++);
+  for (int i = 0; i < FLAGS_warmup; ++i) step(next++);
+  t->async = TimeWindows(FLAGS_windows, per_window, FLAGS_batch_size, &next, step);
   for (; !pending.empty(); pending.pop_front())  // the last steps, outside the windows
     t->loss = engine.WaitTrainStep(pending.front());
   t->async_end = engine.step_phases();
