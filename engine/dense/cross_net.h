@@ -74,8 +74,8 @@ class CrossNet {
   }
   // The forward's element-wise part, one sweep: y += b, then next = x0 * y + x.
   void CrossSweep(const T* b, const T* x0, const T* x, int64_t n, T* y, T* next) const;
-  // dy = g * x0; dx0 += g * y (kFirst: dx0 = 0 + g * y); db = column sums of dy (rows in
-  // order).
+  // dy = g * x0; dx0 += g * y; db = column sums of dy (rows in order). kFirst: the first
+  // layer the backward visits (the last one), where dx0 = 0 + g * y.
   template <bool kFirst>
   void ElementwiseBackward(const T* g, const T* x0, const T* y, int64_t n, T* dy, T* dx0,
                            T* db) const;
