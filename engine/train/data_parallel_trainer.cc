@@ -424,10 +424,7 @@ EvalResult DataParallelTrainer::Evaluate(const std::vector<BatchView>& batches) 
 }
 
 void DataParallelTrainer::set_step(int64_t step) {
-  if (!queue_.empty())
-    Throw(StatusCode::kFailedPrecondition, "sync trainer: set_step with ", queue_.size(),
-          " parts queued");
-  if (step < 0) ThrowInvalid("sync trainer: step must be >= 0, got ", step);
+  CheckSetStep("sync trainer", queue_.size(), step);
   step_ = step;
 }
 

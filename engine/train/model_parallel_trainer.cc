@@ -413,10 +413,7 @@ EvalResult ModelParallelTrainer::Evaluate(const std::vector<BatchView>& batches)
 }
 
 void ModelParallelTrainer::set_step(int64_t step) {
-  if (!queue_.empty())
-    Throw(StatusCode::kFailedPrecondition, "model-parallel trainer: set_step with ", queue_.size(),
-          " parts queued");
-  if (step < 0) ThrowInvalid("model-parallel trainer: step must be >= 0, got ", step);
+  CheckSetStep("model-parallel trainer", queue_.size(), step);
   step_ = step;
 }
 

@@ -65,6 +65,16 @@ class SyncTrainer {
   virtual const ps::EmbeddingShardStore& replicas() const = 0;
   virtual ps::EmbeddingShardStore& mutable_replicas() = 0;
   virtual void set_step(int64_t step) = 0;
+
+ protected:
+  // set_step's refusals, the same for both: kFailedPrecondition while parts are queued
+  // (they would train at other steps), kInvalidArgument for a negative step. `who` starts
+  // the message ("sync trainer").
+  static void CheckSetStep(const char* who, size_t queued, int64_t step) {
+    if (queued > 0)
+      Throw(StatusCode::kFailedPrecondition, who, ": set_step with ", queued, " parts queued");
+    if (step < 0) ThrowInvalid(who, ": step must be >= 0, got ", step);
+  }
 };
 
 }  // namespace dlrm::train

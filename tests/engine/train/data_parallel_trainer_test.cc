@@ -28,6 +28,7 @@
 #include "tests/support/dist_cluster.h"
 #include "tests/support/dist_config.h"
 #include "tests/support/dist_data.h"
+#include "tests/support/test_support.h"
 
 namespace dlrm {
 namespace {
@@ -234,6 +235,22 @@ TEST(DataParallelTrainerErrors, AnUpdateThatWouldOverflowFailsEveryRankAndChange
 // result is still the engine's, bitwise; a bad part in the middle of the queue fails its
 // step on both ranks and the parts queued behind it train as the next step. Prediction
 // and evaluation then match the engine's exactly.
+// Checkpoint restores set the step; parts queued would then train at other steps.
+TEST(DataParallelTrainerPipeline, SetStepRefusesQueuedPartsAndNegativeSteps) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", kServers);
+  Cluster cluster(c);
+  train::DataParallelTrainer& t = *cluster.trainers[0];
+  ExpectError([&] { t.set_step(-1); }, StatusCode::kInvalidArgument,
+              "sync trainer: step must be >= 0, got -1");
+  const OwnedBatch part = Part(MakeBatch(c, 0), 0, kPart);
+  t.Enqueue(part.view());
+  ExpectError([&] { t.set_step(5); }, StatusCode::kFailedPrecondition,
+              "sync trainer: set_step with 1 parts queued");
+  EXPECT_EQ(t.step(), 0);
+  EXPECT_EQ(t.queued(), 1u);
+}
+
 TEST(DataParallelTrainerPipeline, QueuedPartsTrainLikeOneProcess) {
   const config::DlrmConfig c =
       ShardedTestConfig(config::ShardingConfig::TABLE_ROW_WISE, "adagrad", "adagrad", kServers);

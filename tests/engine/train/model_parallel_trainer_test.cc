@@ -30,6 +30,7 @@
 #include "tests/support/dist_checks.h"
 #include "tests/support/dist_config.h"
 #include "tests/support/dist_data.h"
+#include "tests/support/test_support.h"
 
 namespace dlrm {
 namespace {
@@ -269,6 +270,23 @@ TEST(ModelParallelTrainerTest, ABadPartFailsTheStepOnEveryRankWithTheStateUnchan
                  "power-of-two number of reduction chunks");
   ASSERT_NO_FATAL_FAILURE(ExpectStepEqualsEngine(engine, cluster, good, "after the refusals"));
   ExpectSameParameters(engine, cluster, c, "after the refusals");
+}
+
+// Checkpoint restores set the step; parts queued would then train at other steps.
+TEST(ModelParallelTrainerTest, SetStepRefusesQueuedPartsAndNegativeSteps) {
+  const config::DlrmConfig c = TableWise(1);
+  NeoCluster cluster(c, 1);
+  train::ModelParallelTrainer& t = *cluster.trainers[0];
+  ExpectError([&] { t.set_step(-1); }, StatusCode::kInvalidArgument,
+              "model-parallel trainer: step must be >= 0, got -1");
+  const OwnedBatch part = MakeTestBatch(c, 0, kPart);
+  t.Enqueue(part.view());
+  ExpectError([&] { t.set_step(5); }, StatusCode::kFailedPrecondition,
+              "model-parallel trainer: set_step with 1 parts queued");
+  EXPECT_EQ(t.step(), 0);
+  t.TrainStep();
+  t.set_step(7);
+  EXPECT_EQ(t.step(), 7);
 }
 
 // Feature f's bags emptied (its ids and weights removed).
