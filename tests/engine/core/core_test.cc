@@ -51,32 +51,24 @@ TEST(ByteCodecTest, IndicesTravelNarrowWhenTheyFitAndComeBackExact) {
 TEST(ByteCodecTest, ForgedIndicesAreDataLossNamingTheField) {
   ByteWriter out;
   out.PutIndices({1, 2, 3});
-  std::string bytes = std::move(out).Take();
-  std::vector<int64_t> ids;
+  const std::string bytes = std::move(out).Take();
+  const auto expect_refused = [](const std::string& forged, const std::string& needle) {
+    try {
+      ByteReader in(forged, "feature updates");
+      std::vector<int64_t> ids;
+      in.GetIndices("ids", &ids);
+      ADD_FAILURE() << "read: " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kDataLoss);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
   std::string bad_width = bytes;
   bad_width[0] = 3;
-  try {
-    ByteReader in(bad_width, "feature updates");
-    in.GetIndices("ids", &ids);
-    ADD_FAILURE() << "a width of 3 was read";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), StatusCode::kDataLoss);
-    EXPECT_NE(std::string(e.what()).find("feature updates: ids has index width 3"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_refused(bad_width, "feature updates: ids has index width 3");
   std::string inflated = bytes;
   inflated[1] = 4;  // the count's low byte: 4 ids claimed, 3 present
-  try {
-    ByteReader in(inflated, "feature updates");
-    in.GetIndices("ids", &ids);
-    ADD_FAILURE() << "an inflated count was read";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), StatusCode::kDataLoss);
-    EXPECT_NE(std::string(e.what()).find("ids claims 4 values but only 12 bytes remain"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_refused(inflated, "ids claims 4 values but only 12 bytes remain");
 }
 
 TEST(CpuFeaturesTest, MaxIsaCapsTheLevelOnlyWhenNamed) {
