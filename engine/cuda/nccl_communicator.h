@@ -6,11 +6,12 @@
 // formed by each rank in one fixed tree and the bits do not depend on NCCL's ring or tree
 // choices. Host bytes go through the device (sizes first, then one NCCL all-gather of
 // equal-size slots). AllToAll sends each peer only its part: every rank's part sizes
-// first (one small all-gather), then one group of NCCL sends and receives; a rank's own
-// part never leaves it (the default over AllGather moved world_size times the bytes).
-// For arrays already on the device it adds AllGatherDevice (the dense
-// gradient's subtrees) and AllToAllDevice (the pooled embeddings of the Neo layout: rank
-// r's block p goes to rank p's block r), both moving bytes without touching the host.
+// first (one small all-gather, checked whole on every rank), then one group of NCCL sends
+// and receives; a rank's own part never leaves it (the default over AllGather moved
+// world_size times the bytes). For arrays already on the device it adds AllGatherDevice
+// (the dense gradient's subtrees) and AllToAllDevice (the pooled embeddings of the Neo
+// layout: rank r's block p goes to rank p's block r), both moving bytes without touching
+// the host.
 //
 // Bootstrap: NCCL's unique id travels over a `bootstrap` communicator (the built-in one
 // over the transport, or a host's), so no extra rendezvous is needed; it is also what
