@@ -25,6 +25,7 @@ int64_t DTypeSize(DType dtype) {
     case PayloadDescriptor::I64: return 8;
     case PayloadDescriptor::U8: return 1;
     case PayloadDescriptor::U16: return 2;
+    case PayloadDescriptor::U32: return 4;
     default: return 0;
   }
 }

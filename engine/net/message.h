@@ -41,6 +41,7 @@ DLRM_NET_DTYPE_OF(int32_t, I32);
 DLRM_NET_DTYPE_OF(int64_t, I64);
 DLRM_NET_DTYPE_OF(uint8_t, U8);
 DLRM_NET_DTYPE_OF(uint16_t, U16);
+DLRM_NET_DTYPE_OF(uint32_t, U32);
 #undef DLRM_NET_DTYPE_OF
 
 // One raw array. The storage comes from operator new, so it is aligned for every dtype

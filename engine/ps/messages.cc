@@ -32,6 +32,27 @@ net::Message Make(net::MessageType type) {
   return net::MakeMessage(type);
 }
 
+// Every request's ids, request after request, as one payload of Word.
+template <typename Word>
+net::Payload JoinedIds(const std::vector<ShardRows>& request, size_t total) {
+  net::Payload ids = net::Payload::Zeros<Word>(static_cast<int64_t>(total));
+  Word* out = ids.mutable_data<Word>();
+  for (const ShardRows& r : request)
+    for (const int64_t id : r.ids) *out++ = static_cast<Word>(id);
+  return ids;
+}
+
+// Ids [at, at + n) of a LOOKUP's id payload (U32 or I64), widened.
+void CopyIds(const net::Payload& ids, int64_t at, int64_t n, std::vector<int64_t>* out) {
+  if (ids.dtype() == net::PayloadDescriptor::U32) {
+    const uint32_t* from = ids.data<uint32_t>() + at;
+    out->assign(from, from + n);
+  } else {
+    const int64_t* from = ids.data<int64_t>() + at;
+    out->assign(from, from + n);
+  }
+}
+
 }  // namespace
 
 void RegisterMessageTypes() {
@@ -47,23 +68,28 @@ net::Message EncodeLookup(int64_t step, const std::vector<ShardRows>& request) {
   std::vector<int32_t> shards;
   std::vector<int64_t> counts;
   size_t total = 0;
+  int64_t max_id = 0;
   for (const ShardRows& r : request) {
     shards.push_back(r.shard);
     counts.push_back(static_cast<int64_t>(r.ids.size()));
     total += r.ids.size();
+    // Ids are validated rows (>= 0); a negative one reads as huge and stays 64-bit.
+    for (const int64_t id : r.ids)
+      max_id = static_cast<uint64_t>(id) > static_cast<uint64_t>(max_id) ? id : max_id;
   }
-  net::Payload ids = net::Payload::Zeros<int64_t>(static_cast<int64_t>(total));
-  int64_t* out = ids.mutable_data<int64_t>();
-  for (const ShardRows& r : request) out = std::copy(r.ids.begin(), r.ids.end(), out);
   m.payloads.push_back(net::Payload::Copy(shards));
   m.payloads.push_back(net::Payload::Copy(counts));
-  m.payloads.push_back(std::move(ids));
+  m.payloads.push_back(LookupIdBytes(max_id) == 4 ? JoinedIds<uint32_t>(request, total)
+                                                  : JoinedIds<int64_t>(request, total));
   return m;
 }
 
 std::vector<ShardRows> DecodeLookup(const net::Message& message) {
+  // The ids' payload is U32 or I64 (the encoder's choice): checked as either, then read.
+  const bool narrow =
+      message.payloads.size() == 3 && message.payloads[2].dtype() == net::PayloadDescriptor::U32;
   ExpectPayloads(message, {net::PayloadDescriptor::I32, net::PayloadDescriptor::I64,
-                           net::PayloadDescriptor::I64});
+                           narrow ? net::PayloadDescriptor::U32 : net::PayloadDescriptor::I64});
   RequiredStep(message);
   const net::Payload& shards = message.payloads[0];
   const net::Payload& counts = message.payloads[1];
@@ -79,7 +105,7 @@ std::vector<ShardRows> DecodeLookup(const net::Message& message) {
       Throw(StatusCode::kDataLoss, "LOOKUP request ", i, " claims ", n, " ids but ",
             ids.count() - at, " remain");
     request[i].shard = shards.data<int32_t>()[i];
-    request[i].ids.assign(ids.data<int64_t>() + at, ids.data<int64_t>() + at + n);
+    CopyIds(ids, at, n, &request[i].ids);
     at += n;
   }
   if (at != ids.count())

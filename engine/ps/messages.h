@@ -2,7 +2,8 @@
 // a lookup, its answer and an update are laid out in payload frames. Every decoder checks what it
 // reads against the frames present and throws kDataLoss naming the rule a message broke.
 //
-//   LOOKUP        step; [I32 shard per request] [I64 ids per request] [I64 all ids]
+//   LOOKUP        step; [I32 shard per request] [I64 ids per request] [all ids: U32 when
+//                 every one fits (LookupIdBytes), else I64]
 //   LOOKUP_REPLY  [I64 values per request] [F32 all rows, request after request; U16 with a
 //                 16-bit wire precision: the rows narrowed to nearest]
 //   UPDATE        step, sender_rank; [F32 learning rate] [U8 EncodeFeatureUpdates]
@@ -26,6 +27,11 @@ namespace dlrm::ps {
 // by the server and its clients; idempotent.
 void RegisterMessageTypes();
 
+// Bytes a LOOKUP spends per id when its largest id is max_id: 4 up to 2^32 - 1, else 8.
+// (A trainer counts what it sends with the encoder's rule.)
+inline int64_t LookupIdBytes(int64_t max_id) {
+  return static_cast<uint64_t>(max_id) <= UINT32_MAX ? 4 : 8;
+}
 net::Message EncodeLookup(int64_t step, const std::vector<ShardRows>& request);
 std::vector<ShardRows> DecodeLookup(const net::Message& message);
 

@@ -13,6 +13,7 @@
 #include "engine/dense/loss.h"
 #include "engine/embedding/embedding_bag.h"
 #include "engine/embedding/wire_values.h"
+#include "engine/ps/messages.h"
 #include "engine/train/dense_exchange.h"
 #include "engine/train/step.h"
 
@@ -372,11 +373,16 @@ void DataParallelTrainer::ApplyUpdates(const Prepared& p,
 
 void DataParallelTrainer::CountLookupBytes(const Prepared& p) {
   const int64_t value_bytes = IsHalf(wire_) ? 2 : 4;
-  for (const std::vector<Prepared::Placement>& server : p.placements)
+  for (const std::vector<Prepared::Placement>& server : p.placements) {
+    int64_t ids = 0, max_id = 0;  // a placement's ids are sorted: its largest is its last
     for (const Prepared::Placement& where : server) {
-      wire_bytes_.sent += where.count * static_cast<int64_t>(sizeof(int64_t));
+      ids += where.count;
+      if (where.count > 0)
+        max_id = std::max(max_id, p.distinct[where.table][where.first + where.count - 1]);
       wire_bytes_.received += where.count * (where.col_end - where.col_begin) * value_bytes;
     }
+    wire_bytes_.sent += ids * ps::LookupIdBytes(max_id);
+  }
 }
 
 void DataParallelTrainer::Flush() { service_->WaitUntilApplied(step_); }

@@ -82,6 +82,33 @@ TEST(WirePrecision, FeatureUpdateIdsTravelIn32BitsWhenTheyFit) {
   }
 }
 
+// A LOOKUP's ids travel as a U32 payload when every one fits, else as I64; both decode
+// to the same ids, and a payload of another dtype is refused naming what was expected.
+TEST(WirePrecision, LookupIdsTravelIn32BitsWhenTheyFit) {
+  EXPECT_EQ(ps::LookupIdBytes(4294967295), 4);
+  EXPECT_EQ(ps::LookupIdBytes(4294967296), 8);
+  std::vector<ps::ShardRows> request(2);
+  request[0].shard = 0;
+  request[0].ids = {7, 3, 9};
+  request[1].shard = 1;
+  request[1].ids = {4294967295};
+  for (const int64_t last : {int64_t{4294967295}, int64_t{1} << 40}) {
+    request[1].ids[0] = last;
+    const net::Message m = ps::EncodeLookup(1, request);
+    EXPECT_EQ(m.payloads[2].dtype(),
+              last <= 4294967295 ? net::PayloadDescriptor::U32 : net::PayloadDescriptor::I64);
+    EXPECT_EQ(m.payloads[2].count(), 4);
+    const std::vector<ps::ShardRows> back = ps::DecodeLookup(m);
+    ASSERT_EQ(back.size(), 2u);
+    EXPECT_EQ(back[0].ids, request[0].ids);
+    EXPECT_EQ(back[1].ids, request[1].ids);
+  }
+  net::Message forged = ps::EncodeLookup(1, request);
+  forged.payloads[2] = net::Payload::Copy(std::vector<float>(4, 0.0f));
+  testing::ExpectError([&] { ps::DecodeLookup(forged); }, StatusCode::kDataLoss,
+                       "LOOKUP payload 2 is F32, expected I64");
+}
+
 TEST(WirePrecision, AnUnknownWirePrecisionIsDataLoss) {
   std::string bytes = ps::EncodeFeatureUpdates(Updates());
   bytes[8] = 7;  // after the u64 count
