@@ -16,6 +16,10 @@
 
 namespace dlrm {
 
+// Whether an index travels in 32 bits: it is in [0, 2^32). The one rule of every id
+// encoding (ByteWriter::PutIndices, the servers' LOOKUP payload in ps/messages.h).
+inline bool FitsU32(int64_t id) { return static_cast<uint64_t>(id) <= UINT32_MAX; }
+
 class ByteWriter {
  public:
   ByteWriter() = default;
@@ -72,7 +76,7 @@ class ByteWriter {
  private:
   static bool IndicesFitU32(const std::vector<int64_t>& ids) {
     bool narrow = true;
-    for (const int64_t id : ids) narrow &= static_cast<uint64_t>(id) <= UINT32_MAX;
+    for (const int64_t id : ids) narrow &= FitsU32(id);
     return narrow;
   }
   std::string out_;

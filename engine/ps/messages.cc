@@ -68,19 +68,17 @@ net::Message EncodeLookup(int64_t step, const std::vector<ShardRows>& request) {
   std::vector<int32_t> shards;
   std::vector<int64_t> counts;
   size_t total = 0;
-  int64_t max_id = 0;
+  bool narrow = true;
   for (const ShardRows& r : request) {
     shards.push_back(r.shard);
     counts.push_back(static_cast<int64_t>(r.ids.size()));
     total += r.ids.size();
-    // Ids are validated rows (>= 0); a negative one reads as huge and stays 64-bit.
-    for (const int64_t id : r.ids)
-      max_id = static_cast<uint64_t>(id) > static_cast<uint64_t>(max_id) ? id : max_id;
+    for (const int64_t id : r.ids) narrow &= FitsU32(id);
   }
   m.payloads.push_back(net::Payload::Copy(shards));
   m.payloads.push_back(net::Payload::Copy(counts));
-  m.payloads.push_back(LookupIdBytes(max_id) == 4 ? JoinedIds<uint32_t>(request, total)
-                                                  : JoinedIds<int64_t>(request, total));
+  m.payloads.push_back(narrow ? JoinedIds<uint32_t>(request, total)
+                              : JoinedIds<int64_t>(request, total));
   return m;
 }
 

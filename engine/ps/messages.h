@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/cluster/messages.h"
+#include "engine/core/byte_codec.h"
 #include "engine/net/message.h"
 #include "engine/ps/feature_update.h"
 #include "engine/ps/ps.pb.h"
@@ -29,9 +30,7 @@ void RegisterMessageTypes();
 
 // Bytes a LOOKUP spends per id when its largest id is max_id: 4 up to 2^32 - 1, else 8.
 // (A trainer counts what it sends with the encoder's rule.)
-inline int64_t LookupIdBytes(int64_t max_id) {
-  return static_cast<uint64_t>(max_id) <= UINT32_MAX ? 4 : 8;
-}
+inline int64_t LookupIdBytes(int64_t max_id) { return FitsU32(max_id) ? 4 : 8; }
 net::Message EncodeLookup(int64_t step, const std::vector<ShardRows>& request);
 std::vector<ShardRows> DecodeLookup(const net::Message& message);
 
