@@ -82,11 +82,12 @@ void FillRandom(DeviceBuffer<float>& table, size_t count) {
 }
 
 // One batch's ids, uniform over each feature's table, feature-major.
-std::vector<int64_t> UniformIds(int64_t per_feature, uint64_t salt) {
+std::vector<DeviceId> UniformIds(int64_t per_feature, uint64_t salt) {
   const CounterRng rng(salt, 1, 0);
-  std::vector<int64_t> ids(static_cast<size_t>(per_feature) * FLAGS_tables);
+  std::vector<DeviceId> ids(static_cast<size_t>(per_feature) * FLAGS_tables);
   for (size_t i = 0; i < ids.size(); ++i)
-    ids[i] = std::min(FLAGS_rows - 1, static_cast<int64_t>(rng.Uniform(i) * FLAGS_rows));
+    ids[i] = static_cast<DeviceId>(
+        std::min(FLAGS_rows - 1, static_cast<int64_t>(rng.Uniform(i) * FLAGS_rows)));
   return ids;
 }
 
@@ -106,7 +107,7 @@ int Run() {
   for (size_t i = 0; i < offsets.size(); ++i) offsets[i] = static_cast<int64_t>(i) * FLAGS_bag_size;
   DeviceBuffer<int64_t> d_offsets;
   d_offsets.Upload(offsets, nullptr);
-  std::vector<DeviceBuffer<int64_t>> id_sets(static_cast<size_t>(FLAGS_id_sets));
+  std::vector<DeviceBuffer<DeviceId>> id_sets(static_cast<size_t>(FLAGS_id_sets));
   for (int s = 0; s < FLAGS_id_sets; ++s)
     id_sets[static_cast<size_t>(s)].Upload(UniformIds(FLAGS_batch_size * FLAGS_bag_size, 100 + s),
                                            nullptr);
@@ -123,7 +124,7 @@ int Run() {
     LaunchPooledForward(args, nullptr);
   });
   CheckCuda(cudaGetLastError(), "pooled forward");
-  const double bytes = static_cast<double>(num_ids) * (FLAGS_dim * 4.0 + 8.0) +
+  const double bytes = static_cast<double>(num_ids) * (FLAGS_dim * 4.0 + sizeof(DeviceId)) +
                        static_cast<double>(bags + 1) * 8.0 + static_cast<double>(out.size()) * 4.0;
   const double gbs = bytes / (ms * 1e6);
   std::printf("device      %s, %d SMs\n", device.name.c_str(), device.multiprocessors);

@@ -145,6 +145,7 @@ class CudaBackend final : public train::Backend {
   DeviceBuffer<SparseFeatureArgs> sparse_features_;
   DeviceBuffer<SparseTableArgs> sparse_tables_;
   int32_t max_dim_ = 1;
+  int32_t id_bits_ = 0;  // EmbeddingBackward::IdBitsFor the longest table
   EmbeddingBackward embedding_backward_;
   DeviceBuffer<StepScalars> scalars_;
   PinnedBuffer<StepScalars> host_scalars_;
@@ -196,9 +197,10 @@ void CudaBackend::CheckTablesFit() const {
     if (table.dim() > max_dim)
       ThrowInvalid("table \"", table.name(), "\" has dim ", table.dim(), "; ", device_.name,
                    " holds a row of at most ", max_dim, " floats in a block's shared memory");
-    if (table.num_rows() > EmbeddingBackward::kMaxRows)
+    if (table.num_rows() > kMaxDeviceRows)
       ThrowInvalid("table \"", table.name(), "\" has ", table.num_rows(),
-                   " rows; the CUDA backend keys at most ", EmbeddingBackward::kMaxRows);
+                   " rows; the CUDA backend holds tables of at most ", kMaxDeviceRows,
+                   " rows (32-bit ids)");
   }
 }
 
@@ -213,6 +215,7 @@ void CudaBackend::BuildFeatureArgs() {
     features.push_back({f.table, f.offset, f.mean ? 1 : 0});
   }
   std::vector<SparseTableArgs> tables;
+  int64_t max_rows = 1;
   for (size_t i = 0; i < s_.model.tables().size(); ++i) {
     const size_t slot = TableSlot(i);
     const size_t states = s_.sparse_optimizer->StateBuffers(static_cast<int32_t>(i)).size();
@@ -226,7 +229,9 @@ void CudaBackend::BuildFeatureArgs() {
                       table.rounding().mode == config::TableConfig::STOCHASTIC ? 1 : 0,
                       half_bits::RoundingKey(table.rounding().seed, table.rounding().table)});
     max_dim_ = std::max(max_dim_, table.dim());
+    max_rows = std::max(max_rows, table.num_rows());
   }
+  id_bits_ = EmbeddingBackward::IdBitsFor(max_rows);
   feature_specs_.Upload(specs, stream_);
   sparse_features_.Upload(features, stream_);
   sparse_tables_.Upload(tables, stream_);
@@ -381,6 +386,7 @@ EmbeddingBackwardArgs CudaBackend::SparseArgs(const DeviceBatch& in) const {
   a.batch_size = in.shape.batch_size;
   a.offsets = in.offsets.get();
   a.ids = in.ids.get();
+  a.id_bits = id_bits_;
   a.weights = in.shape.weights ? in.weights.get() : nullptr;
   a.num_ids = in.shape.num_ids;
   a.d_pooled = buf_.grads.d_pooled.get();

@@ -43,8 +43,8 @@ void DeviceBatch::Reserve(const BatchView& batch, size_t num_offsets, bool with_
   if (moved) ++generation;
 }
 
-template <typename T>
-void BatchStaging::Stage(PinnedBuffer<T>& pinned, DeviceBuffer<T>& device, const T* from,
+template <typename From, typename T>
+void BatchStaging::Stage(PinnedBuffer<T>& pinned, DeviceBuffer<T>& device, const From* from,
                          size_t count, cudaStream_t stream) {
   CopyToDevice(pool_, from, count, pinned, device.get(), stream);
 }
@@ -101,7 +101,7 @@ void BatchStaging::StageInto(Slot& s, const ValidatedBatch& next, bool labels,
   const size_t num_ids = static_cast<size_t>(v.num_ids);
   s.device.Reserve(v, next.offsets.size(), labels);
   try {
-    Stage(s.ids, s.device.ids, v.ids, num_ids, stream);
+    Stage(s.ids, s.device.ids, v.ids, num_ids, stream);  // validated: below kMaxDeviceRows
     Stage(s.weights, s.device.weights, v.weights, num_ids, stream);
     Stage(s.dense, s.device.dense, v.dense, DenseCount(v), stream);
     if (labels)

@@ -6,6 +6,9 @@
 // while the current step computes (double buffering); a batch nobody announced is copied
 // when its step asks for it, and the step waits for that copy on the device.
 //
+// Ids travel as DeviceId (32 bits; pooled_embedding.h), narrowed as they are pinned: half the
+// bytes of the host's int64 to pin, copy and read.
+//
 // Two training slots alternate; predictions have a third of their own. A slot's device arrays only
 // grow, and its generation counts the times one of them moved, so a CUDA graph that names them can
 // tell when it is stale.
@@ -26,6 +29,7 @@
 
 #include "engine/core/thread_pool.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/pooled_embedding.h"
 #include "engine/data/batch.h"
 
 namespace dlrm::cuda {
@@ -46,7 +50,8 @@ BatchShape ShapeOf(const BatchView& batch, bool with_labels);
 // A batch's arrays on the device (offsets: ValidatedBatch::offsets).
 struct DeviceBatch {
   DeviceBuffer<float> dense, labels, weights;
-  DeviceBuffer<int64_t> offsets, ids;
+  DeviceBuffer<int64_t> offsets;
+  DeviceBuffer<DeviceId> ids;
   BatchShape shape;
   uint64_t generation = 0;  // bumped whenever an array moved
 
@@ -81,17 +86,19 @@ class BatchStaging {
   struct Slot {
     DeviceBatch device;
     PinnedBuffer<float> dense, labels, weights;
-    PinnedBuffer<int64_t> offsets, ids;
+    PinnedBuffer<int64_t> offsets;
+    PinnedBuffer<DeviceId> ids;
     cudaEvent_t copied = nullptr;  // the copy stream's last copy into `device`
   };
   // Fills slot s's pinned buffers from `next` (labels too if `labels`) once its previous
   // copy has finished, then starts the copy into its device arrays on `stream`.
   void StageInto(Slot& s, const ValidatedBatch& next, bool labels, cudaStream_t stream);
   // Copies `count` elements into `device` (sized) through `pinned` (grown as needed), 4 MiB
-  // at a time: each chunk pinned by the pool's threads, then its copy started on `stream`,
-  // so that the device copies one chunk while the host pins the next. Nothing for none.
-  template <typename T>
-  void Stage(PinnedBuffer<T>& pinned, DeviceBuffer<T>& device, const T* from, size_t count,
+  // at a time: each chunk pinned (converted to T) by the pool's threads, then its copy
+  // started on `stream`, so that the device copies one chunk while the host pins the next.
+  // Nothing for none.
+  template <typename From, typename T>
+  void Stage(PinnedBuffer<T>& pinned, DeviceBuffer<T>& device, const From* from, size_t count,
              cudaStream_t stream);
 
   const cudaStream_t compute_;

@@ -12,15 +12,19 @@
 namespace dlrm::cuda {
 namespace {
 
-constexpr int kIdBits = 40;  // key = table << kIdBits | id
-static_assert(EmbeddingBackward::kMaxRows == int64_t{1} << kIdBits);
+// key = table << id_bits | id (EmbeddingBackwardArgs::id_bits <= 32): a stable sort of the
+// keys orders the occurrences by table, then id, then position.
+constexpr int kMaxIdBits = 32;
+static_assert(kMaxDeviceRows == int64_t{1} << kMaxIdBits);
+// A table index (an int32, at most 31 bits) above the id bits: every key fits 64 bits.
+static_assert(kMaxIdBits + 31 <= 64);
 constexpr int kThreads = 256;
 constexpr int kWarp = 32;
 
 enum Kind : int { kSgd = 0, kAdagrad = 1, kRowwise = 2, kAdam = 3 };
 
 // One thread per bag (f, b): each occurrence's key, position and gradient source.
-__global__ void KeyOccurrences(EmbeddingBackwardArgs a, uint64_t* keys, int64_t* positions,
+__global__ void KeyOccurrences(EmbeddingBackwardArgs a, uint64_t* keys, int32_t* positions,
                                int64_t* bases, float* coefs) {
   const int64_t bag = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (bag >= a.num_features * a.batch_size) return;
@@ -29,8 +33,8 @@ __global__ void KeyOccurrences(EmbeddingBackwardArgs a, uint64_t* keys, int64_t*
   const int64_t begin = a.offsets[bag], end = a.offsets[bag + 1];
   const float scale = feature.mean ? __fdiv_rn(1.0f, static_cast<float>(end - begin)) : 1.0f;
   for (int64_t i = begin; i < end; ++i) {
-    keys[i] = static_cast<uint64_t>(feature.table) << kIdBits | static_cast<uint64_t>(a.ids[i]);
-    positions[i] = i;
+    keys[i] = static_cast<uint64_t>(feature.table) << a.id_bits | a.ids[i];
+    positions[i] = static_cast<int32_t>(i);  // num_ids <= INT32_MAX (CheckArgs)
     bases[i] = b * a.pooled_width + feature.pooled_offset;
     coefs[i] = __fmul_rn(a.weights != nullptr ? a.weights[i] : 1.0f, scale);
   }
@@ -184,7 +188,7 @@ __device__ bool RowsLoadAsFloat4(const EmbeddingBackwardArgs& a) {
 // grad[k] = the sum over occurrences [begin, end) of coef * d_pooled[base + k], in order.
 // The block gathers blockDim.x occurrences' sources at a time into shared memory; with
 // `stage` floats of shared memory it stages their d_pooled rows too.
-__device__ void SumRowGradient(const float* d_pooled, const int64_t* positions,
+__device__ void SumRowGradient(const float* d_pooled, const int32_t* positions,
                                const int64_t* bases, const float* coefs, int64_t begin, int64_t end,
                                int32_t dim, int stage, bool vec4, const RowScratch& s) {
   const int t = static_cast<int>(threadIdx.x);
@@ -194,7 +198,7 @@ __device__ void SumRowGradient(const float* d_pooled, const int64_t* positions,
     const auto m = static_cast<int>(min(static_cast<int64_t>(blockDim.x), end - j0));
     __syncthreads();  // the previous chunk's readers are done
     if (t < m) {
-      const int64_t p = positions[j0 + t];
+      const int32_t p = positions[j0 + t];
       s.chunk_base[t] = bases[p];
       s.chunk_coef[t] = coefs[p];
     }
@@ -217,12 +221,12 @@ __device__ void SumRowGradient(const float* d_pooled, const int64_t* positions,
 
 // Row s's gradient summed, then the optimizer applied to the row once.
 __device__ void UpdateRow(const EmbeddingBackwardArgs& a, const SparseStepArgs& o,
-                          const uint64_t* keys, const int64_t* positions, int64_t begin,
+                          const uint64_t* keys, const int32_t* positions, int64_t begin,
                           int64_t end, const int64_t* bases, const float* coefs, int stage,
                           bool vec4, const RowScratch& s) {
   const uint64_t key = keys[begin];
-  const SparseTableArgs t = a.tables[key >> kIdBits];
-  const auto row = static_cast<int64_t>(key & ((uint64_t{1} << kIdBits) - 1));
+  const SparseTableArgs t = a.tables[key >> a.id_bits];
+  const auto row = static_cast<int64_t>(key & ((uint64_t{1} << a.id_bits) - 1));
   SumRowGradient(a.d_pooled, positions, bases, coefs, begin, end, t.dim, stage, vec4, s);
   float& rowwise_denom = s.grad[a.max_dim];
   if (o.kind == kRowwise && threadIdx.x == 0) {
@@ -240,7 +244,7 @@ __device__ void UpdateRow(const EmbeddingBackwardArgs& a, const SparseStepArgs& 
 // The sorted occurrences' segments: where each touched row's run starts, and its length.
 struct Segments {
   const uint64_t* keys;
-  const int64_t* positions;
+  const int32_t* positions;
   const int64_t* begin;
   const int32_t* counts;
   const int32_t* num;
@@ -290,8 +294,8 @@ void CheckArgs(const EmbeddingBackwardArgs& a) {
     ThrowInvalid("embedding backward: num_features ", a.num_features, ", num_tables ", a.num_tables,
                  ", batch_size ", a.batch_size, ", num_ids ", a.num_ids, ", max_dim ", a.max_dim,
                  " and pooled_width ", a.pooled_width, " must be >= 0 (tables, batch, dims >= 1)");
-  if (a.num_tables >= (1 << (64 - kIdBits - 1)))
-    ThrowInvalid("embedding backward: ", a.num_tables, " tables are more than the key holds");
+  if (a.id_bits < 0 || a.id_bits > kMaxIdBits)
+    ThrowInvalid("embedding backward: id_bits ", a.id_bits, " is outside [0, ", kMaxIdBits, "]");
   if (a.num_ids > INT32_MAX)
     ThrowInvalid("embedding backward: num_ids ", a.num_ids, " is more than 2^31 - 1");
 }
@@ -335,6 +339,12 @@ SparseStepArgs MakeSparseStepArgs(const config::SparseOptimizerConfig& c, float 
   return o;
 }
 
+int32_t EmbeddingBackward::IdBitsFor(int64_t max_rows) {
+  if (max_rows < 1 || max_rows > kMaxDeviceRows)
+    ThrowInvalid("embedding backward: ", max_rows, " rows is outside [1, 2^", kMaxIdBits, "]");
+  return BitsFor(max_rows);
+}
+
 int32_t EmbeddingBackward::MaxDim(size_t shared_bytes_per_block) {
   // The largest max_dim with both kernels' SharedBytes <= shared_bytes_per_block.
   const size_t fixed = SharedBytes(0, kHotThreads, kStageFloats) + sizeof(float);
@@ -355,7 +365,8 @@ void EmbeddingBackward::Prepare(const EmbeddingBackwardArgs& args) {
   const int64_t n = args.num_ids;
   if (n == 0) return;
   for (auto* b : {&keys_, &sorted_keys_, &unique_keys_}) b->Reserve(n);
-  for (auto* b : {&positions_, &sorted_positions_, &segment_begin_, &bases_}) b->Reserve(n);
+  for (auto* b : {&positions_, &sorted_positions_}) b->Reserve(n);
+  for (auto* b : {&segment_begin_, &bases_}) b->Reserve(n);
   coefs_.Reserve(n);
   counts_.Reserve(n);
   hot_.Reserve(n / kHotCount + 1);
@@ -370,7 +381,7 @@ void EmbeddingBackward::Prepare(const EmbeddingBackwardArgs& args) {
 }
 
 int EmbeddingBackward::EndBit(const EmbeddingBackwardArgs& args) {
-  return kIdBits + BitsFor(args.num_tables);
+  return args.id_bits + BitsFor(args.num_tables);
 }
 
 void EmbeddingBackward::ReserveTemp(int64_t n, int end_bit) {

@@ -1,8 +1,9 @@
 // The embedding backward fused with the sparse optimizers on a CUDA device (FBGEMM's
 // "backward + optimizer" TBE kernels, deterministic): every id occurrence of a batch is
-// keyed by (table, id) and stably radix-sorted (CUB), each run of one key is a touched row,
-// and one warp per row sums the row's gradient over its occurrences in sorted order, then
-// applies the optimizer to the row once. A row of more than 64 occurrences (zipf ids give a
+// keyed by (table, id) and stably radix-sorted (CUB; the keys take only as many bits as
+// the tables' rows and count need: 25 for multihot's 26 tables of 1M rows), each run of one key is
+// a touched row, and one warp per row sums the row's gradient over its occurrences in sorted order,
+// then applies the optimizer to the row once. A row of more than 64 occurrences (zipf ids give a
 // table's hottest row a fifth of them) is left to a second kernel, a block of 256 threads
 // per row that stages the occurrences' d_pooled rows in shared memory before summing them
 // in the same order. No float atomics (an atomic index lists the hot rows; each row is one
@@ -23,7 +24,7 @@
 // scratch (keys, sort buffers, CUB's temporary storage) is the object's, grown as needed.
 // Thread safety: one object is used on one stream at a time.
 // Errors: kInvalidArgument for bad sizes, naming them; kInternal for CUDA failures.
-// A table wider than MaxDim or longer than kMaxRows is the caller's to refuse up front.
+// A table wider than MaxDim or longer than kMaxDeviceRows is the caller's to refuse up front.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,6 +33,7 @@
 
 #include "engine/config/dlrm.pb.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/pooled_embedding.h"
 
 namespace dlrm::cuda {
 
@@ -65,7 +67,8 @@ struct EmbeddingBackwardArgs {
   int32_t max_dim = 0;  // the largest table dim
   int64_t batch_size = 0;
   const int64_t* offsets = nullptr;  // [num_features * batch_size + 1], feature-major
-  const int64_t* ids = nullptr;      // [num_ids]
+  const DeviceId* ids = nullptr;     // [num_ids]
+  int32_t id_bits = 32;              // every id is below 2^id_bits (IdBitsFor), <= 32
   const float* weights = nullptr;    // [num_ids] or null (all 1)
   int64_t num_ids = 0;
   const float* d_pooled = nullptr;  // [batch_size x pooled_width]
@@ -86,8 +89,9 @@ SparseStepArgs MakeSparseStepArgs(const config::SparseOptimizerConfig& optimizer
 
 class EmbeddingBackward {
  public:
-  // Ids are keyed in 40 bits: a table of more rows cannot be updated here.
-  static constexpr int64_t kMaxRows = int64_t{1} << 40;
+  // The id_bits of tables of at most `max_rows` rows (1 to kMaxDeviceRows): the fewer the
+  // bits, the fewer passes the sort makes.
+  static int32_t IdBitsFor(int64_t max_rows);
   // The widest table whose row gradient fits a block's shared memory of this many bytes
   // (the device's opt-in limit: 227 KiB on an H100, 163 KiB on an A100).
   static int32_t MaxDim(size_t shared_bytes_per_block);
@@ -107,7 +111,8 @@ class EmbeddingBackward {
   void SortAndSegment(int64_t n, int end_bit, cudaStream_t stream);
 
   DeviceBuffer<uint64_t> keys_, sorted_keys_, unique_keys_;
-  DeviceBuffer<int64_t> positions_, sorted_positions_, segment_begin_;
+  DeviceBuffer<int32_t> positions_, sorted_positions_;
+  DeviceBuffer<int64_t> segment_begin_;
   DeviceBuffer<int64_t> bases_;
   DeviceBuffer<float> coefs_;
   DeviceBuffer<int32_t> counts_, num_segments_, hot_;

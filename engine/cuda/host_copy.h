@@ -27,10 +27,11 @@ namespace dlrm::cuda {
 // chunk while the host fills the next.
 inline constexpr size_t kStageChunkBytes = size_t{4} << 20;
 
-// device[0 .. count) = from[0 .. count), enqueued on `stream` through `pinned`.
-template <typename T>
-void CopyToDevice(ThreadPool* pool, const T* from, size_t count, PinnedBuffer<T>& pinned, T* device,
-                  cudaStream_t stream) {
+// device[0 .. count) = from[0 .. count), enqueued on `stream` through `pinned`; values of
+// another type than the device's are converted as they are pinned (CopyInParallel).
+template <typename From, typename T>
+void CopyToDevice(ThreadPool* pool, const From* from, size_t count, PinnedBuffer<T>& pinned,
+                  T* device, cudaStream_t stream) {
   if (count == 0 || from == nullptr) return;
   pinned.Reserve(count);
   const size_t chunk = std::max<size_t>(1, kStageChunkBytes / sizeof(T));

@@ -44,7 +44,7 @@ __device__ __forceinline__ float Load1(const FeatureSpec& f, int64_t id, int32_t
 
 // Columns [c, c + 4) of one bag, read as float4 (dim % 4 == 0). The loads of kUnroll rows
 // are issued before their sums, which stay in id order.
-__device__ float4 SumBagVec4(const FeatureSpec& f, const int64_t* ids, const float* weights,
+__device__ float4 SumBagVec4(const FeatureSpec& f, const DeviceId* ids, const float* weights,
                              int64_t begin, int64_t end, int32_t c) {
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   int64_t i = begin;
@@ -62,7 +62,7 @@ __device__ float4 SumBagVec4(const FeatureSpec& f, const int64_t* ids, const flo
 }
 
 // Columns [4 * lane, 4 * lane + 4) + 128 k of one bag.
-__device__ void PoolBagVec4(const FeatureSpec& f, const int64_t* ids, const float* weights,
+__device__ void PoolBagVec4(const FeatureSpec& f, const DeviceId* ids, const float* weights,
                             int64_t begin, int64_t end, float* out, int lane) {
   for (int32_t c = 4 * lane; c < f.dim; c += 4 * kWarp) {
     float4 acc = SumBagVec4(f, ids, weights, begin, end, c);
@@ -80,7 +80,7 @@ __device__ void PoolBagVec4(const FeatureSpec& f, const int64_t* ids, const floa
   }
 }
 
-__device__ void PoolBagScalar(const FeatureSpec& f, const int64_t* ids, const float* weights,
+__device__ void PoolBagScalar(const FeatureSpec& f, const DeviceId* ids, const float* weights,
                               int64_t begin, int64_t end, float* out, int lane) {
   for (int32_t c = lane; c < f.dim; c += kWarp) {
     float acc = 0.f;
@@ -99,13 +99,13 @@ __device__ __forceinline__ float Code(const uint8_t* row, int32_t k, int32_t bit
 
 // Columns lane + 32 k of a quantized table's bag, in PoolQuantizedBag's operations and
 // order (the constant, sum_j w_j * bias_j, is the same for every column).
-__device__ void PoolBagQuantized(const FeatureSpec& f, const int64_t* ids, const float* weights,
+__device__ void PoolBagQuantized(const FeatureSpec& f, const DeviceId* ids, const float* weights,
                                  int64_t begin, int64_t end, float* out, int lane) {
   const int32_t code_bytes = f.row_bytes - 2 * static_cast<int32_t>(sizeof(float));
   for (int32_t c = lane; c < f.dim; c += kWarp) {
     float acc = 0.f, constant = 0.f;
     for (int64_t i = begin; i < end; ++i) {
-      const uint8_t* row = f.codes + ids[i] * f.row_bytes;
+      const uint8_t* row = f.codes + static_cast<int64_t>(ids[i]) * f.row_bytes;
       float scale_bias[2];  // after the codes, unaligned
       memcpy(scale_bias, row + code_bytes, sizeof scale_bias);
       const float w = weights != nullptr ? weights[i] : 1.f;

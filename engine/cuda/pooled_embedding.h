@@ -19,6 +19,12 @@
 
 namespace dlrm::cuda {
 
+// A batch's row ids on the device: 32 bits, half the bytes of the host's int64 ids to pin,
+// copy and read. The CUDA backend holds no table of more than kMaxDeviceRows rows, so an
+// id validated against its table always fits.
+using DeviceId = uint32_t;
+inline constexpr int64_t kMaxDeviceRows = int64_t{1} << 32;
+
 // One sparse feature: which table it reads and where its pooled vector goes in a row of
 // the output.
 struct FeatureSpec {
@@ -42,7 +48,7 @@ struct PooledForwardArgs {
   // Bag (f, b) is ids[offsets[f * B + b] .. offsets[f * B + b + 1]): the batch's lengths
   // (feature-major) as prefix sums, [num_features * B + 1].
   const int64_t* offsets = nullptr;
-  const int64_t* ids = nullptr;
+  const DeviceId* ids = nullptr;
   const float* weights = nullptr;  // like ids, or null (all 1)
   float* out = nullptr;            // [B x out_width]; columns no feature covers are left
   int32_t out_width = 0;

@@ -15,6 +15,17 @@
 namespace dlrm::cuda {
 namespace {
 
+// `batch` without its bags: what a dense step from pooled rows stages (its ids are the
+// owners' to pool, and may exceed the device's 32-bit ids).
+ValidatedBatch DenseOnly(const ValidatedBatch& batch) {
+  ValidatedBatch dense;
+  dense.view = batch.view;
+  dense.view.num_ids = 0;
+  dense.view.ids = nullptr;
+  dense.view.weights = nullptr;
+  return dense;
+}
+
 class CudaTrainerBackend final : public train::TrainerBackend {
  public:
   CudaTrainerBackend(int ordinal, DlrmModel<float>* model, const config::DlrmConfig& config,
@@ -151,7 +162,7 @@ double CudaTrainerBackend::ForwardBackwardPooled(const ValidatedBatch& part, int
                                                  std::vector<float>* dense_grad,
                                                  std::vector<float>* d_pooled) {
   CopyPooledIn(pooled, part.view.batch_size);
-  const DeviceBatch& in = staging_->Acquire(part, /*labels=*/true, /*token=*/0);
+  const DeviceBatch& in = staging_->Acquire(DenseOnly(part), /*labels=*/true, /*token=*/0);
   net_->Forward(params_.get(), /*features=*/nullptr, in, acts_);
   return BackwardAndDownload(in, global_batch, dense_grad, d_pooled);
 }
@@ -185,8 +196,8 @@ void CudaTrainerBackend::PredictLogits(const ValidatedBatch& batch,
 void CudaTrainerBackend::PredictLogitsPooled(const ValidatedBatch& batch, const float* pooled,
                                              float* logits) {
   CopyPooledIn(pooled, batch.view.batch_size);
-  const float* y =
-      net_->Forward(params_.get(), /*features=*/nullptr, staging_->AcquireForPredict(batch), acts_);
+  const float* y = net_->Forward(params_.get(), /*features=*/nullptr,
+                                 staging_->AcquireForPredict(DenseOnly(batch)), acts_);
   DownloadLogits(y, batch.view.batch_size, logits);
 }
 

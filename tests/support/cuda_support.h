@@ -15,6 +15,7 @@
 #include "engine/core/philox.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/pooled_embedding.h"
 
 // Reports the test SKIPPED, with the runtime's reason, where there is no usable device.
 #define SKIP_WITHOUT_GPU()              \
@@ -22,6 +23,11 @@
   GTEST_SKIP() << "no CUDA device: " << ::dlrm::cuda::NoDeviceReason()
 
 namespace dlrm::testing {
+
+// A batch's ids as the device holds them (cuda::DeviceId, 32 bits; each id below 2^32).
+inline std::vector<cuda::DeviceId> DeviceIds(const std::vector<int64_t>& ids) {
+  return std::vector<cuda::DeviceId>(ids.begin(), ids.end());
+}
 
 // A device copy of a host vector, freed with the object; copies are synchronous. Holds at
 // least one element, so get() is never null (kernels tell "absent" by a null pointer).

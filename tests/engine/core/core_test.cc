@@ -17,6 +17,7 @@
 #include "engine/core/cpu_features.h"
 #include "engine/core/finite.h"
 #include "engine/core/metrics.h"
+#include "engine/core/parallel_copy.h"
 #include "engine/core/philox.h"
 #include "engine/core/radix_sort.h"
 #include "engine/core/status.h"
@@ -194,6 +195,29 @@ TEST(ThreadPoolTest, ConcurrentCallersShareThePool) {
     });
   for (auto& t : callers) t.join();
   EXPECT_EQ(total.load(), 4 * 50 * (63 * 64 / 2));
+}
+
+// Sizes of one element, of one slice and of many, on 1 to 3 threads: every element copied
+// once (or converted, ids narrowed as the CUDA backend pins them), nothing past the end.
+TEST(ParallelCopyTest, CopiesAndConvertsEveryElementOnce) {
+  for (const int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (const size_t count : {size_t{1}, kCopySliceBytes / 8, 3 * kCopySliceBytes / 8 + 5}) {
+      std::vector<int64_t> from(count);
+      for (size_t i = 0; i < count; ++i)
+        from[i] = static_cast<int64_t>(i * 2654435761u % 4000000000u);
+      std::vector<int64_t> wide(count + 1, -1);
+      std::vector<uint32_t> narrow(count + 1, 7);
+      CopyInParallel(&pool, from.data(), count, wide.data());
+      CopyInParallel(threads == 1 ? nullptr : &pool, from.data(), count, narrow.data());
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(wide[i], from[i]) << i;
+        ASSERT_EQ(narrow[i], static_cast<uint32_t>(from[i])) << i;
+      }
+      EXPECT_EQ(wide[count], -1);
+      EXPECT_EQ(narrow[count], 7u);
+    }
+  }
 }
 
 TEST(SplitTest, RangesCoverExactly) {

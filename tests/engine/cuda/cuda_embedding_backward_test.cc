@@ -24,6 +24,7 @@
 #include "engine/embedding/embedding_table.h"
 #include "engine/embedding/sparse_optimizer.h"
 #include "tests/support/cuda_support.h"
+#include "tests/support/test_support.h"
 
 namespace dlrm::cuda {
 namespace {
@@ -115,7 +116,8 @@ void Compare(const Layout& layout, const std::string& optimizer_text) {
     const std::vector<float> d_pooled = testing::RandomFloats(kBatch * width, 100 + step);
     const float lr = 0.1f / static_cast<float>(step);
     bags.BackwardAndUpdate(vb, d_pooled.data(), *cpu_opt, lr, step, nullptr);
-    const DeviceCopy<int64_t> d_offsets(vb.offsets), d_ids(batch.ids);
+    const DeviceCopy<int64_t> d_offsets(vb.offsets);
+    const DeviceCopy<DeviceId> d_ids(testing::DeviceIds(batch.ids));
     const DeviceCopy<float> d_weights(batch.weights), d_grad(d_pooled);
     EmbeddingBackwardArgs a;
     a.features = d_features.get();
@@ -126,6 +128,7 @@ void Compare(const Layout& layout, const std::string& optimizer_text) {
     a.batch_size = kBatch;
     a.offsets = d_offsets.get();
     a.ids = d_ids.get();
+    a.id_bits = EmbeddingBackward::IdBitsFor(kRows[0]);  // 5: keys of 6 bits
     a.weights = d_weights.get();
     a.num_ids = static_cast<int64_t>(batch.ids.size());
     a.d_pooled = d_grad.get();
@@ -179,6 +182,24 @@ TEST(CudaEmbeddingBackwardTest, BadArgumentsAreRefusedNamingThem) {
   const SparseStepArgs step_args = MakeSparseStepArgs(config::SparseOptimizerConfig(), 0.1f, 1);
   a.max_dim = 0;
   EXPECT_THROW(gpu.Run(a, &step_args, nullptr), Error);
+  a.max_dim = 4;
+  a.id_bits = 33;
+  testing::ExpectError([&] { gpu.Run(a, &step_args, nullptr); }, StatusCode::kInvalidArgument,
+                       "id_bits 33 is outside [0, 32]");
+}
+
+// The sort keys take the bits the longest table needs, no more: ids < max_rows <= 2^32.
+TEST(CudaEmbeddingBackwardTest, IdBitsAreTheLongestTablesOwn) {
+  EXPECT_EQ(EmbeddingBackward::IdBitsFor(1), 0);
+  EXPECT_EQ(EmbeddingBackward::IdBitsFor(2), 1);
+  EXPECT_EQ(EmbeddingBackward::IdBitsFor(30), 5);
+  EXPECT_EQ(EmbeddingBackward::IdBitsFor(1000000), 20);
+  EXPECT_EQ(EmbeddingBackward::IdBitsFor(int64_t{1} << 20), 20);
+  EXPECT_EQ(EmbeddingBackward::IdBitsFor((int64_t{1} << 20) + 1), 21);
+  EXPECT_EQ(EmbeddingBackward::IdBitsFor(kMaxDeviceRows), 32);
+  for (const int64_t rows : {int64_t{0}, kMaxDeviceRows + 1})
+    testing::ExpectError([&] { EmbeddingBackward::IdBitsFor(rows); }, StatusCode::kInvalidArgument,
+                         "is outside [1, 2^32]");
 }
 
 }  // namespace

@@ -99,7 +99,8 @@ Bags RandomBags(const std::vector<Feature>& features, int64_t batch, const Count
 std::vector<float> DeviceForward(const std::vector<FeatureSpec>& specs, const Bags& bags,
                                  bool weighted, int64_t batch, int width) {
   const DeviceCopy<FeatureSpec> d_specs(specs);
-  const DeviceCopy<int64_t> d_offsets(bags.offsets), d_ids(bags.ids);
+  const DeviceCopy<int64_t> d_offsets(bags.offsets);
+  const DeviceCopy<DeviceId> d_ids(testing::DeviceIds(bags.ids));
   const DeviceCopy<float> d_weights(bags.weights), d_out(std::vector<float>(batch * width, -7.f));
   PooledForwardArgs args;
   args.features = d_specs.get();
