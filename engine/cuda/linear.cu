@@ -69,6 +69,15 @@ void CheckSizes(int64_t n, int in, int out) {
   if (n > INT32_MAX) ThrowInvalid("linear layer: n=", n, " rows is more than 2^31 - 1");
 }
 
+// The largest of 16, 8 and 4 bytes that divides p's address (any alignment for none):
+// what cuBLASLt's heuristic is told, as it assumes 256 otherwise.
+uint32_t AlignmentOf(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  for (uint32_t a = 16; a > 4; a /= 2)
+    if (address % a == 0) return a;
+  return 4;
+}
+
 cublasComputeType_t ComputeType(MatmulPrecision p) {
   switch (p) {
     case MatmulPrecision::kHigh: return CUBLAS_COMPUTE_32F_FAST_TF32;
@@ -107,12 +116,20 @@ const cublasLtMatmulAlgo_t& LinearContext::AlgoFor(const Gemm& g, cublasLtMatmul
                                                    cublasLtMatrixLayout_t a,
                                                    cublasLtMatrixLayout_t b,
                                                    cublasLtMatrixLayout_t c) {
-  const auto key = std::make_tuple(g.m, g.n, g.k, static_cast<int>(g.transa),
-                                   static_cast<int>(g.transb), static_cast<int>(g.epilogue));
+  // A, B, C, and D (which is C: written in place).
+  const uint32_t align[4] = {AlignmentOf(g.A), AlignmentOf(g.B), AlignmentOf(g.C),
+                             AlignmentOf(g.C)};
+  const std::array<int64_t, 12> key = {g.m,   g.n,   g.k,   g.transa, g.transb, g.epilogue,
+                                       g.lda, g.ldb, g.ldc, align[0], align[1], align[2]};
   const auto it = algos_.find(key);
   if (it != algos_.end()) return it->second;
   cublasLtMatmulPreference_t pref = nullptr;
   CheckCublas(api_.MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  const cublasLtMatmulPreferenceAttributes_t aligned[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i)
+    api_.MatmulPreferenceSetAttribute(pref, aligned[i], &align[i], sizeof align[i]);
   const size_t workspace = kWorkspaceBytes;
   // Split-K reductions that add partial results with atomics would change bits run to run.
   const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_INPLACE;

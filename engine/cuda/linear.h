@@ -18,10 +18,10 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <tuple>
 
 #include "engine/cuda/cublas_lt.h"
 #include "engine/cuda/device_buffer.h"
@@ -70,8 +70,10 @@ class LinearContext {
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<uint8_t> workspace_;
   DeviceBuffer<float> bias_partials_;  // Backward's first level of the bias-gradient sum
-  // (m, n, k, transa, transb, epilogue) -> the algorithm chosen for it.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int, int, int>, cublasLtMatmulAlgo_t> algos_;
+  // (m, n, k, transa, transb, epilogue, lda, ldb, ldc, and the byte alignment of A, B and
+  // C) -> the algorithm chosen for it: an algorithm picked for 16-byte aligned operands may
+  // not run on a layer whose parameters start 4 bytes past that.
+  std::map<std::array<int64_t, 12>, cublasLtMatmulAlgo_t> algos_;
 };
 
 }  // namespace dlrm::cuda
