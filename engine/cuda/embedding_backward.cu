@@ -2,7 +2,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cub/cub.cuh>
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "engine/core/status.h"
 #include "engine/cuda/device.h"
@@ -352,12 +355,23 @@ int32_t EmbeddingBackward::MaxDim(size_t shared_bytes_per_block) {
   return static_cast<int32_t>((shared_bytes_per_block - fixed) / sizeof(float)) - 1;
 }
 
-// Lets `kernel` take `bytes` of dynamic shared memory (past the default 48 KiB, it opts in).
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device (past the
+// default 48 KiB, it opts in). The attribute is the process's, not an object's: it is only
+// ever raised, so that an object of narrower tables never lowers what another one's
+// launches need.
 template <typename Kernel>
 void AllowShared(Kernel kernel, size_t bytes) {
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, size_t> allowed;  // (device, kernel)
+  int device = 0;
+  CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& limit = allowed[{device, reinterpret_cast<const void*>(kernel)}];
+  if (bytes <= limit) return;
   CheckCuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(bytes)),
             "cudaFuncSetAttribute (embedding update shared memory)");
+  limit = bytes;
 }
 
 void EmbeddingBackward::Prepare(const EmbeddingBackwardArgs& args) {

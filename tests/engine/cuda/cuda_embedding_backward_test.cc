@@ -73,7 +73,9 @@ std::vector<SparseFeatureSpec> Specs(const Layout& layout) {
   return specs;
 }
 
-void Compare(const Layout& layout, const std::string& optimizer_text) {
+// `reuse`: the backward object to run (one of the test's, else a fresh one).
+void Compare(const Layout& layout, const std::string& optimizer_text,
+             EmbeddingBackward* reuse = nullptr) {
   SCOPED_TRACE(optimizer_text + " dim " + std::to_string(layout.dims[0]) + " bags < " +
                std::to_string(layout.max_len));
   const int32_t* dims = layout.dims;
@@ -109,7 +111,8 @@ void Compare(const Layout& layout, const std::string& optimizer_text) {
   for (const FeatureBinding& f : features) feature_args.push_back({f.table, f.offset, f.mean});
   const DeviceCopy<SparseFeatureArgs> d_features(feature_args);
   const DeviceCopy<SparseTableArgs> d_tables(table_args);
-  EmbeddingBackward gpu;
+  EmbeddingBackward own;
+  EmbeddingBackward& gpu = reuse != nullptr ? *reuse : own;
   for (int64_t step = 1; step <= 4; ++step) {
     const OwnedBatch batch = MakeBatch(layout, step);
     const ValidatedBatch vb = ValidateBatch(batch.view(), 0, Specs(layout), false);
@@ -163,6 +166,18 @@ TEST(CudaEmbeddingBackwardTest, EqualsTheCpuBitwiseForEveryOptimizer) {
     Compare(layout, "rowwise_adagrad { eps: 1e-8 initial_accumulator: 0.01 }");
     Compare(layout, "adam { beta1: 0.9 beta2: 0.999 eps: 1e-8 }");
   }
+}
+
+// The kernels' shared-memory limit is the process's, not an object's: a backward of
+// narrower tables (still past the default 48 KiB) prepared in between must not lower what
+// a wider one's launches need.
+TEST(CudaEmbeddingBackwardTest, ANarrowerObjectLeavesAWiderOnesSharedMemory) {
+  SKIP_WITHOUT_GPU();
+  OpenDevice(0);
+  EmbeddingBackward wide;
+  Compare(Layout{{16384, 5}}, "", &wide);
+  Compare(Layout{{12288, 5}}, "");
+  Compare(Layout{{16384, 5}}, "", &wide);
 }
 
 // Refused before anything reaches the device: no GPU needed.
