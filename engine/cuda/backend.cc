@@ -15,27 +15,14 @@
 #include "engine/cuda/dense_optimizer.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/device_tables.h"
 #include "engine/cuda/embedding_backward.h"
 #include "engine/cuda/finite.h"
-#include "engine/cuda/pooled_embedding.h"
 #include "engine/cuda/step_graph.h"
-#include "engine/embedding/half_bits.h"
 #include "engine/train/step.h"
 
 namespace dlrm::cuda {
 namespace {
-
-// The kernels' code for a table's rows: 0 FP32, 1 BF16, 2 FP16.
-int32_t HalfKind(const EmbeddingTable<float>& table) {
-  if (!table.half()) return 0;
-  return table.precision() == config::TableConfig::BF16 ? 1 : 2;
-}
-
-// The kernels' code for a quantized table's rows: 8 (INT8), 4 (INT4), 0 (not quantized).
-int32_t QuantBits(const EmbeddingTable<float>& table) {
-  if (!table.quantized()) return 0;
-  return table.precision() == config::TableConfig::INT8 ? 8 : 4;
-}
 
 // Every activation and gradient of a training step; sized by the batch's shape, so a step
 // of the shape before allocates nothing (what a CUDA graph needs).
@@ -65,18 +52,19 @@ class CudaBackend final : public train::Backend {
     CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     net_ = std::make_unique<DenseNetwork>(s_.model, stream_, PrecisionOf(config.device()));
     staging_ = std::make_unique<BatchStaging>(stream_, pool);
+    tables_ = std::make_unique<DeviceTables>(stream_);
     scalars_.Resize(1);
     host_scalars_.Reserve(1);
     results_.Reserve(1);
-    CheckTablesFit();
+    DeviceTables::Check(s_.model.tables(), device_);
     PushState();
-    BuildFeatureArgs();
   }
   ~CudaBackend() override {
     cudaSetDevice(ordinal_);  // this thread may have another device selected
     cudaStreamSynchronize(stream_);
     for (StepGraph& g : graphs_) g.Reset();
     staging_.reset();
+    tables_.reset();
     net_.reset();
     cudaStreamDestroy(stream_);
   }
@@ -100,12 +88,6 @@ class CudaBackend final : public train::Backend {
   // of ForEachState.
   float* params() const { return state_[0].get(); }
   std::vector<float*> DenseStates() const;
-  size_t TableSlot(size_t t) const;
-  // kInvalidArgument naming the table the device's kernels cannot hold.
-  void CheckTablesFit() const;
-  // The features' and tables' descriptions for the kernels, built once (the state's device
-  // arrays never move).
-  void BuildFeatureArgs();
 
   void WriteScalars(const train::StepRates& rates);
   // The step on `in`: replayed, captured or eager (device.cuda_graph and the shape).
@@ -130,22 +112,14 @@ class CudaBackend final : public train::Backend {
   mutable std::mutex mu_;
   std::unique_ptr<DenseNetwork> net_;
   mutable std::vector<DeviceBuffer<float>> state_;  // ForEachState's order
-  // A BF16 / FP16 table's rows, by table index (empty for FP32 tables, whose rows are in
-  // state_); copied with state_ by PullState and PushState.
-  mutable std::vector<DeviceBuffer<uint16_t>> halves_;
-  // A quantized (serving, read-only) table's codes by table index (empty for the others);
-  // uploaded by PushState, never read back (nothing trains them).
-  std::vector<DeviceBuffer<uint8_t>> codes_;
+  // The embedding tables and their optimizer's state; copied with state_ by PullState and
+  // PushState.
+  std::unique_ptr<DeviceTables> tables_;
   mutable bool host_stale_ = false;  // the device trained since PullState
   std::unique_ptr<BatchStaging> staging_;
   StepBuffers buf_;
   mutable DenseActivations predict_acts_;  // PredictLogits' (its batch: staging's predict slot)
   DeviceBuffer<float> dense_grad_;
-  DeviceBuffer<FeatureSpec> feature_specs_;
-  DeviceBuffer<SparseFeatureArgs> sparse_features_;
-  DeviceBuffer<SparseTableArgs> sparse_tables_;
-  int32_t max_dim_ = 1;
-  int32_t id_bits_ = 0;  // EmbeddingBackward::IdBitsFor the longest table
   EmbeddingBackward embedding_backward_;
   DeviceBuffer<StepScalars> scalars_;
   PinnedBuffer<StepScalars> host_scalars_;
@@ -158,8 +132,8 @@ class CudaBackend final : public train::Backend {
   PhaseTimes<4> phases_{{"stage", "enqueue", "prefetch", "wait"}};
 };
 
-// fn(device copy, host vector) for every parameter and optimizer state, in a fixed order;
-// sizes the device copies on first use.
+// fn(device copy, host vector) for the dense parameters and the dense optimizer's states,
+// in a fixed order; sizes the device copies on first use.
 template <typename Fn>
 void CudaBackend::ForEachState(Fn fn) const {
   size_t k = 0;
@@ -169,11 +143,6 @@ void CudaBackend::ForEachState(Fn fn) const {
   };
   visit(s_.model.dense_params());
   for (auto& [name, buffer] : s_.dense_optimizer->StateBuffers()) visit(*buffer);
-  for (size_t t = 0; t < s_.model.tables().size(); ++t) {
-    visit(s_.model.tables()[t].data());
-    for (auto& [name, buffer] : s_.sparse_optimizer->StateBuffers(static_cast<int32_t>(t)))
-      visit(*buffer);
-  }
 }
 
 std::vector<float*> CudaBackend::DenseStates() const {
@@ -181,61 +150,6 @@ std::vector<float*> CudaBackend::DenseStates() const {
   for (int i = 0; i < DenseOptimizerStateCount(config_.dense_optimizer()); ++i)
     states.push_back(state_[1 + i].get());
   return states;
-}
-
-// The ForEachState index of table t's weights (its optimizer's states follow).
-size_t CudaBackend::TableSlot(size_t t) const {
-  size_t slot = 1 + DenseOptimizerStateCount(config_.dense_optimizer());
-  for (size_t u = 0; u < t; ++u)
-    slot += 1 + s_.sparse_optimizer->StateBuffers(static_cast<int32_t>(u)).size();
-  return slot;
-}
-
-void CudaBackend::CheckTablesFit() const {
-  const int32_t max_dim = EmbeddingBackward::MaxDim(device_.shared_memory_per_block);
-  for (const auto& table : s_.model.tables()) {
-    if (table.dim() > max_dim)
-      ThrowInvalid("table \"", table.name(), "\" has dim ", table.dim(), "; ", device_.name,
-                   " holds a row of at most ", max_dim, " floats in a block's shared memory");
-    if (table.num_rows() > kMaxDeviceRows)
-      ThrowInvalid("table \"", table.name(), "\" has ", table.num_rows(),
-                   " rows; the CUDA backend holds tables of at most ", kMaxDeviceRows,
-                   " rows (32-bit ids)");
-  }
-}
-
-void CudaBackend::BuildFeatureArgs() {
-  std::vector<FeatureSpec> specs;
-  std::vector<SparseFeatureArgs> features;
-  for (const FeatureBinding& f : s_.model.feature_bindings()) {
-    const auto& table = s_.model.tables()[f.table];
-    specs.push_back({state_[TableSlot(f.table)].get(), table.dim(), f.offset, f.mean ? 1 : 0,
-                     halves_[f.table].get(), HalfKind(table), codes_[f.table].get(),
-                     QuantBits(table), static_cast<int32_t>(table.row_bytes())});
-    features.push_back({f.table, f.offset, f.mean ? 1 : 0});
-  }
-  std::vector<SparseTableArgs> tables;
-  int64_t max_rows = 1;
-  for (size_t i = 0; i < s_.model.tables().size(); ++i) {
-    const size_t slot = TableSlot(i);
-    const size_t states = s_.sparse_optimizer->StateBuffers(static_cast<int32_t>(i)).size();
-    const auto& table = s_.model.tables()[i];
-    // Whole tables: the kernels draw row r's bits for row r.
-    DLRM_INTERNAL_CHECK(table.rounding().row_begin == 0 && table.rounding().col_begin == 0);
-    tables.push_back({state_[slot].get(), table.num_rows(), table.dim(),
-                      states > 0 ? state_[slot + 1].get() : nullptr,
-                      states > 1 ? state_[slot + 2].get() : nullptr, halves_[i].get(),
-                      HalfKind(table),
-                      table.rounding().mode == config::TableConfig::STOCHASTIC ? 1 : 0,
-                      half_bits::RoundingKey(table.rounding().seed, table.rounding().table)});
-    max_dim_ = std::max(max_dim_, table.dim());
-    max_rows = std::max(max_rows, table.num_rows());
-  }
-  id_bits_ = EmbeddingBackward::IdBitsFor(max_rows);
-  feature_specs_.Upload(specs, stream_);
-  sparse_features_.Upload(features, stream_);
-  sparse_tables_.Upload(tables, stream_);
-  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
 double CudaBackend::TrainStep(const ValidatedBatch& batch, const train::StepRates& rates,
@@ -305,7 +219,7 @@ bool CudaBackend::TryCapture(StepGraph& graph, const StepGraph::Key& key, const 
 }
 
 void CudaBackend::EnqueueStep(const DeviceBatch& in) {
-  net_->Forward(params(), feature_specs_.get(), in, buf_.acts);
+  net_->Forward(params(), tables_->feature_specs(), in, buf_.acts);
   dense_grad_.Resize(s_.model.dense_params().size());
   net_->Backward(params(), in, 1.0f / static_cast<float>(in.shape.batch_size), buf_.acts,
                  buf_.grads, dense_grad_.get());
@@ -325,8 +239,8 @@ void CudaBackend::PredictLogits(const ValidatedBatch& batch, float* logits) cons
   CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
   // Training's buffers stay as they are (and their graphs valid); prediction's own are
   // grown only, so a stream of batches allocates nothing once warm.
-  const float* y = net_->Forward(params(), feature_specs_.get(), staging_->AcquireForPredict(batch),
-                                 predict_acts_);
+  const float* y = net_->Forward(params(), tables_->feature_specs(),
+                                 staging_->AcquireForPredict(batch), predict_acts_);
   CheckCuda(cudaMemcpyAsync(logits, y, batch.view.batch_size * sizeof(float),
                             cudaMemcpyDeviceToHost, stream_),
             "cudaMemcpyAsync (logits)");
@@ -340,11 +254,7 @@ void CudaBackend::PullState() const {
   ForEachState([&](DeviceBuffer<float>& device, std::vector<float>& host) {
     device.Download(host.data(), host.size(), stream_);
   });
-  for (size_t t = 0; t < halves_.size(); ++t) {
-    std::vector<uint16_t>& host = s_.model.tables()[t].halves();
-    halves_[t].Download(host.data(), host.size(), stream_);
-  }
-  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  tables_->Pull(s_.model.tables(), *s_.sparse_optimizer);  // synchronizes the stream
   host_stale_ = false;
 }
 
@@ -354,13 +264,8 @@ void CudaBackend::PushState() {
   // Same sizes every time: the arrays (and the graphs and arguments naming them) stay put.
   ForEachState(
       [&](DeviceBuffer<float>& device, std::vector<float>& host) { device.Upload(host, stream_); });
-  halves_.resize(s_.model.tables().size());
-  codes_.resize(s_.model.tables().size());
-  for (size_t t = 0; t < halves_.size(); ++t) {
-    halves_[t].Upload(s_.model.tables()[t].halves(), stream_);
-    codes_[t].Upload(s_.model.tables()[t].codes(), stream_);
-  }
-  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  // Synchronizes the stream.
+  tables_->Push(s_.model.tables(), *s_.sparse_optimizer, s_.model.feature_bindings());
   host_stale_ = false;
 }
 
@@ -377,22 +282,8 @@ void CudaBackend::CheckStepFinite() {
 }
 
 EmbeddingBackwardArgs CudaBackend::SparseArgs(const DeviceBatch& in) const {
-  EmbeddingBackwardArgs a;
-  a.features = sparse_features_.get();
-  a.num_features = static_cast<int32_t>(s_.model.feature_bindings().size());
-  a.tables = sparse_tables_.get();
-  a.num_tables = static_cast<int32_t>(s_.model.tables().size());
-  a.max_dim = max_dim_;
-  a.batch_size = in.shape.batch_size;
-  a.offsets = in.offsets.get();
-  a.ids = in.ids.get();
-  a.id_bits = id_bits_;
-  a.weights = in.shape.weights ? in.weights.get() : nullptr;
-  a.num_ids = in.shape.num_ids;
-  a.d_pooled = buf_.grads.d_pooled.get();
-  a.pooled_width = s_.model.pooled_width();
-  a.skip = buf_.non_finite.get();
-  return a;
+  return tables_->SparseArgs(in, buf_.grads.d_pooled.get(), s_.model.pooled_width(),
+                             buf_.non_finite.get());
 }
 
 // Both updates, skipped on the device when CheckStepFinite counted anything.

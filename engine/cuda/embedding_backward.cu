@@ -87,7 +87,9 @@ __device__ void UpdateElement(const SparseStepArgs& o, const SparseTableArgs& t,
   const bool bf16 = t.half == 1;
   const float w = UpdatedValue(o, t, at, half_bits::Widen(t.halves[at], bf16), g, rowwise_denom);
   const uint16_t random =
-      t.stochastic != 0 ? half_bits::RoundingWord(t.rounding_key, o.step, row, k) : 0;
+      t.stochastic != 0
+          ? half_bits::RoundingWord(t.rounding_key, o.step, t.row_begin + row, t.col_begin + k)
+          : 0;
   t.halves[at] = half_bits::Narrow(w, bf16, t.stochastic != 0, random);
 }
 

@@ -57,6 +57,10 @@ struct SparseTableArgs {
   int32_t half = 0;
   int32_t stochastic = 0;
   uint64_t rounding_key = 0;  // half_bits::RoundingKey(seed, table index)
+  // A shard of a larger table (half_row.h's HalfRounding): its row r, column k draws the
+  // bits of the whole table's row row_begin + r, column col_begin + k.
+  int64_t row_begin = 0;
+  int32_t col_begin = 0;
 };
 
 struct EmbeddingBackwardArgs {

@@ -1,0 +1,140 @@
+#include "engine/cuda/device_tables.h"
+
+#include <algorithm>
+
+#include "engine/core/status.h"
+#include "engine/embedding/half_bits.h"
+
+namespace dlrm::cuda {
+namespace {
+
+// The kernels' code for a table's rows: 0 FP32, 1 BF16, 2 FP16.
+int32_t HalfKind(const EmbeddingTable<float>& table) {
+  if (!table.half()) return 0;
+  return table.precision() == config::TableConfig::BF16 ? 1 : 2;
+}
+
+// The kernels' code for a quantized table's rows: 8 (INT8), 4 (INT4), 0 (not quantized).
+int32_t QuantBits(const EmbeddingTable<float>& table) {
+  if (!table.quantized()) return 0;
+  return table.precision() == config::TableConfig::INT8 ? 8 : 4;
+}
+
+}  // namespace
+
+void DeviceTables::Check(const std::vector<EmbeddingTable<float>>& tables,
+                         const DeviceInfo& device) {
+  const int32_t max_dim = EmbeddingBackward::MaxDim(device.shared_memory_per_block);
+  for (const auto& table : tables) {
+    if (table.dim() > max_dim)
+      ThrowInvalid("table \"", table.name(), "\" has dim ", table.dim(), "; ", device.name,
+                   " holds a row of at most ", max_dim, " floats in a block's shared memory");
+    if (table.num_rows() > kMaxDeviceRows)
+      ThrowInvalid("table \"", table.name(), "\" has ", table.num_rows(),
+                   " rows; the CUDA backend holds tables of at most ", kMaxDeviceRows,
+                   " rows (32-bit ids)");
+  }
+}
+
+void DeviceTables::Push(const std::vector<EmbeddingTable<float>>& tables,
+                        SparseOptimizer<float>& optimizer,
+                        const std::vector<FeatureBinding>& features) {
+  // Same sizes every time: the arrays (and the descriptions naming them) stay put.
+  tables_.resize(tables.size());
+  for (size_t t = 0; t < tables.size(); ++t) {
+    Table& d = tables_[t];
+    d.rows.Upload(tables[t].data(), stream_);
+    d.halves.Upload(tables[t].halves(), stream_);
+    d.codes.Upload(tables[t].codes(), stream_);
+    const auto states = optimizer.StateBuffers(static_cast<int32_t>(t));
+    d.states.resize(states.size());
+    for (size_t s = 0; s < states.size(); ++s) d.states[s].Upload(*states[s].second, stream_);
+  }
+  Describe(tables, features);
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+void DeviceTables::Pull(std::vector<EmbeddingTable<float>>& tables,
+                        SparseOptimizer<float>& optimizer) const {
+  DLRM_INTERNAL_CHECK(tables.size() == tables_.size());
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const Table& d = tables_[t];
+    d.rows.Download(tables[t].data().data(), tables[t].data().size(), stream_);
+    d.halves.Download(tables[t].halves().data(), tables[t].halves().size(), stream_);
+    const auto states = optimizer.StateBuffers(static_cast<int32_t>(t));
+    DLRM_INTERNAL_CHECK(states.size() == d.states.size());
+    for (size_t s = 0; s < states.size(); ++s)
+      d.states[s].Download(states[s].second->data(), states[s].second->size(), stream_);
+  }
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+void DeviceTables::Describe(const std::vector<EmbeddingTable<float>>& tables,
+                            const std::vector<FeatureBinding>& features) {
+  std::vector<FeatureSpec> specs;
+  std::vector<SparseFeatureArgs> sparse_features;
+  for (const FeatureBinding& f : features) {
+    const EmbeddingTable<float>& table = tables[f.table];
+    const Table& d = tables_[f.table];
+    specs.push_back({d.rows.get(), table.dim(), f.offset, f.mean ? 1 : 0, d.halves.get(),
+                     HalfKind(table), d.codes.get(), QuantBits(table),
+                     static_cast<int32_t>(table.row_bytes())});
+    sparse_features.push_back({f.table, f.offset, f.mean ? 1 : 0});
+  }
+  std::vector<SparseTableArgs> sparse_tables;
+  int64_t max_rows = 1;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const EmbeddingTable<float>& table = tables[t];
+    const Table& d = tables_[t];
+    const HalfRounding& r = table.rounding();
+    sparse_tables.push_back({d.rows.get(), table.num_rows(), table.dim(),
+                             d.states.size() > 0 ? d.states[0].get() : nullptr,
+                             d.states.size() > 1 ? d.states[1].get() : nullptr, d.halves.get(),
+                             HalfKind(table), r.mode == config::TableConfig::STOCHASTIC ? 1 : 0,
+                             half_bits::RoundingKey(r.seed, r.table), r.row_begin, r.col_begin});
+    max_dim_ = std::max(max_dim_, table.dim());
+    max_rows = std::max(max_rows, table.num_rows());
+  }
+  id_bits_ = EmbeddingBackward::IdBitsFor(max_rows);
+  num_features_ = static_cast<int32_t>(features.size());
+  num_tables_ = static_cast<int32_t>(tables.size());
+  feature_specs_.Upload(specs, stream_);
+  sparse_features_.Upload(sparse_features, stream_);
+  sparse_tables_.Upload(sparse_tables, stream_);
+}
+
+void DeviceTables::Pool(const DeviceBatch& in, float* out, int32_t out_width) const {
+  if (num_features_ == 0) return;
+  PooledForwardArgs args;
+  args.features = feature_specs_.get();
+  args.num_features = num_features_;
+  args.batch_size = in.shape.batch_size;
+  args.offsets = in.offsets.get();
+  args.ids = in.ids.get();
+  args.weights = in.shape.weights ? in.weights.get() : nullptr;
+  args.out = out;
+  args.out_width = out_width;
+  LaunchPooledForward(args, stream_);
+}
+
+EmbeddingBackwardArgs DeviceTables::SparseArgs(const DeviceBatch& in, const float* d_pooled,
+                                               int32_t pooled_width, const int32_t* skip) const {
+  EmbeddingBackwardArgs a;
+  a.features = sparse_features_.get();
+  a.num_features = num_features_;
+  a.tables = sparse_tables_.get();
+  a.num_tables = num_tables_;
+  a.max_dim = max_dim_;
+  a.batch_size = in.shape.batch_size;
+  a.offsets = in.offsets.get();
+  a.ids = in.ids.get();
+  a.id_bits = id_bits_;
+  a.weights = in.shape.weights ? in.weights.get() : nullptr;
+  a.num_ids = in.shape.num_ids;
+  a.d_pooled = d_pooled;
+  a.pooled_width = pooled_width;
+  a.skip = skip;
+  return a;
+}
+
+}  // namespace dlrm::cuda

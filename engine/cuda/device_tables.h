@@ -1,0 +1,84 @@
+// A set of embedding tables and their sparse optimizer's state on the device, with the
+// descriptions the kernels take: the pooled forward's FeatureSpec per feature
+// (pooled_embedding.h) and the fused backward's SparseFeatureArgs and SparseTableArgs
+// (embedding_backward.h). The single-process backend (backend.h) holds the model's tables
+// here, a trainer that owns table shards (owned_shards.h) its shards.
+//
+// The host tables stay the copy checkpoints read and write: Push copies them (FP32 rows,
+// BF16 / FP16 rows or quantized codes, and the optimizer's state) in, Pull copies what
+// training changed back. The device arrays are sized by the first Push and never move, so
+// the descriptions (and CUDA graphs naming them) stay valid.
+//
+// Memory: owns its device arrays; borrows the stream. Threading: one thread at a time, on
+// the device selected by the caller. Errors: kInvalidArgument naming a table the kernels
+// cannot hold (Check); kInternal naming a failing CUDA call.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/cuda/batch_staging.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/device_buffer.h"
+#include "engine/cuda/embedding_backward.h"
+#include "engine/cuda/pooled_embedding.h"
+#include "engine/embedding/embedding_bag.h"
+#include "engine/embedding/embedding_table.h"
+#include "engine/embedding/sparse_optimizer.h"
+
+namespace dlrm::cuda {
+
+class DeviceTables {
+ public:
+  explicit DeviceTables(cudaStream_t stream) : stream_(stream) {}
+  DeviceTables(const DeviceTables&) = delete;
+  DeviceTables& operator=(const DeviceTables&) = delete;
+
+  // kInvalidArgument naming the first table `device` cannot hold: a row wider than a
+  // block's shared memory holds for the update, or more than kMaxDeviceRows rows.
+  static void Check(const std::vector<EmbeddingTable<float>>& tables, const DeviceInfo& device);
+
+  // Copies `tables` and `optimizer`'s state for them in (the same tables every call), then
+  // describes them and `features` (table indices into `tables`) for the kernels. Returns
+  // once the copies are done.
+  void Push(const std::vector<EmbeddingTable<float>>& tables, SparseOptimizer<float>& optimizer,
+            const std::vector<FeatureBinding>& features);
+  // Copies the rows and state training changed back into `tables` and `optimizer` (those
+  // Push was given). Quantized codes are never read back (nothing trains them).
+  void Pull(std::vector<EmbeddingTable<float>>& tables, SparseOptimizer<float>& optimizer) const;
+
+  // [features] specs for the pooled forward (device memory).
+  const FeatureSpec* feature_specs() const { return feature_specs_.get(); }
+  int32_t num_features() const { return num_features_; }
+  // The pooled forward of `in`'s bags into out [batch x out_width] (device memory), on
+  // the stream.
+  void Pool(const DeviceBatch& in, float* out, int32_t out_width) const;
+  // The fused backward's arguments for `in` and d_pooled [batch x pooled_width] (device
+  // memory); skip: nonzero when the update must change nothing (or null).
+  EmbeddingBackwardArgs SparseArgs(const DeviceBatch& in, const float* d_pooled,
+                                   int32_t pooled_width, const int32_t* skip) const;
+
+ private:
+  // Device arrays of one table: its rows (one of the three kinds) and optimizer states.
+  struct Table {
+    DeviceBuffer<float> rows;
+    DeviceBuffer<uint16_t> halves;
+    DeviceBuffer<uint8_t> codes;
+    std::vector<DeviceBuffer<float>> states;
+  };
+  void Describe(const std::vector<EmbeddingTable<float>>& tables,
+                const std::vector<FeatureBinding>& features);
+
+  const cudaStream_t stream_;
+  std::vector<Table> tables_;
+  DeviceBuffer<FeatureSpec> feature_specs_;
+  DeviceBuffer<SparseFeatureArgs> sparse_features_;
+  DeviceBuffer<SparseTableArgs> sparse_tables_;
+  int32_t num_features_ = 0, num_tables_ = 0;
+  int32_t max_dim_ = 1;
+  int32_t id_bits_ = 0;  // EmbeddingBackward::IdBitsFor the longest table
+};
+
+}  // namespace dlrm::cuda
