@@ -7,6 +7,7 @@
 #if DLRM_HAVE_CUDA
 #include "engine/cuda/backend.h"
 #include "engine/cuda/nccl_communicator.h"
+#include "engine/cuda/owned_shards.h"
 #include "engine/cuda/trainer_backend.h"
 #endif
 
@@ -36,6 +37,18 @@ std::unique_ptr<train::TrainerBackend> MakeTrainerBackendFor(const config::DlrmC
 #endif
 }
 
+std::unique_ptr<train::OwnedShards> MakeOwnedShardsFor(const config::DlrmConfig& config,
+                                                       ps::EmbeddingShardStore* store,
+                                                       ThreadPool* pool) {
+  if (OnCpu(config)) return train::MakeHostOwnedShards(store);
+#if DLRM_HAVE_CUDA
+  return cuda::MakeCudaOwnedShards(config.device().ordinal(), store, config, pool);
+#else
+  (void)pool;
+  ThrowBuiltWithoutCuda();
+#endif
+}
+
 std::unique_ptr<collective::Communicator> MakeDeviceCommunicator(
     std::unique_ptr<collective::Communicator> bootstrap, const config::DlrmConfig& config) {
 #if DLRM_HAVE_CUDA
@@ -61,7 +74,7 @@ std::unique_ptr<train::Backend> MakeDeviceBackend(const config::DlrmConfig& conf
 }
 
 train::TrainerDevices BuiltTrainerDevices() {
-  return {MakeTrainerBackendFor, MakeDeviceCommunicator};
+  return {MakeTrainerBackendFor, MakeDeviceCommunicator, MakeOwnedShardsFor};
 }
 
 }  // namespace dlrm

@@ -44,6 +44,7 @@ class EmbeddingBagCollection {
 
   int32_t pooled_width() const { return pooled_width_; }
   int32_t num_features() const { return static_cast<int32_t>(features_.size()); }
+  const std::vector<FeatureBinding>& features() const { return features_; }
 
   // pooled [(b1 - b0) x pooled_width] for samples [b0, b1) of the batch:
   // sum (or mean) over the bag of weight_i * the values of table row id_i (widened from a

@@ -60,6 +60,10 @@ class EmbeddingShardStore {
   const EmbeddingTable<float>& shard_table(int32_t shard) const { return tables_[shard]; }
   // For restoring a checkpoint (shard_store_file.h); not while updates run.
   EmbeddingTable<float>& mutable_shard_table(int32_t shard) { return tables_[shard]; }
+  // Every shard's table, in shard order; mutable: for a device copy of the store
+  // (train/owned_shards.h) to write back what it trained.
+  const std::vector<EmbeddingTable<float>>& shard_tables() const { return tables_; }
+  std::vector<EmbeddingTable<float>>& mutable_shard_tables() { return tables_; }
   // Features whose table has a shard here: what ApplyUpdate needs, in feature order.
   const std::vector<int32_t>& features() const { return features_; }
 
@@ -81,6 +85,8 @@ class EmbeddingShardStore {
   // its pooled row is pooled_width() wide, the bindings' columns side by side. Every shard
   // must hold whole rows (kInvalidArgument naming the table otherwise).
   int32_t pooled_width() const { return bags_->pooled_width(); }
+  // The local batch's features as bindings to shards (table = shard index) and columns.
+  const std::vector<FeatureBinding>& local_features() const { return bags_->features(); }
   // Checks a local batch (no dense features, no labels): kInvalidArgument / kOutOfRange
   // naming the field.
   ValidatedBatch ValidateLocalBatch(const BatchView& batch) const;

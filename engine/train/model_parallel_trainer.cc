@@ -64,7 +64,7 @@ const config::DlrmConfig& ModelParallelTrainer::Checked(const config::DlrmConfig
 ModelParallelTrainer::ModelParallelTrainer(const config::DlrmConfig& config,
                                            const shard::ShardingPlan& plan,
                                            collective::Communicator* comm, ThreadPool* pool,
-                                           const TrainerBackendFactory& make_backend)
+                                           const TrainerDevices& devices)
     : config_(Checked(config, plan, comm)),
       wire_(WireValuePrecision(config.distributed())),
       comm_(comm),
@@ -73,8 +73,9 @@ ModelParallelTrainer::ModelParallelTrainer(const config::DlrmConfig& config,
       model_(config, pool, /*allocate_tables=*/false),
       dense_optimizer_(
           MakeDenseOptimizer<float>(config.dense_optimizer(), model_.dense_params().size())),
-      backend_(MakeTrainerBackend(make_backend, config, &model_, pool)),
+      backend_(MakeTrainerBackend(devices.backend, config, &model_, pool)),
       owned_(config, plan, comm->rank(), pool),
+      shards_(MakeOwnedShards(devices.owned, config, &owned_, pool)),
       replicas_(config, plan, ps::kTrainerReplica, pool),
       in_(std::make_unique<Input>()) {
   // The stores pool what the layout says this rank pools, in the same columns.
@@ -221,7 +222,7 @@ void ModelParallelTrainer::ExchangePooled() {
   const int32_t ranks = comm_->world_size(), me = comm_->rank();
   const int32_t width = layout_.owned_width(me);
   owned_out_.resize(static_cast<size_t>(in.joined.batch_size) * width);
-  owned_.Pool(in.joined_vb, owned_out_.data());
+  shards_->Pool(in.joined_vb, owned_out_.data());
   // Rounded where made: every rank, this one included, sees the same bits.
   RoundForWire(&owned_out_, wire_);
   auto rows_of = [&](int32_t q) { return owned_out_.data() + in.first[q] * width; };
@@ -336,7 +337,7 @@ void ModelParallelTrainer::ApplyUpdates() {
   const bool dense_ok = DenseUpdateIsFinite(*dense_optimizer_, model_.dense_params(),
                                             exchange_[0].dense_grad.data(), rates, pool_);
   const bool owned_ok =
-      owned_.PooledUpdateIsFinite(in.joined_vb, owned_grad_.data(), rates.sparse_lr, rates.t);
+      shards_->PooledUpdateIsFinite(in.joined_vb, owned_grad_.data(), rates.sparse_lr, rates.t);
   const std::vector<std::string> verdicts = comm_->AllGather(owned_ok ? "1" : "0");
   if (!dense_ok) ThrowUpdateNotFinite(rates);
   for (const std::string& v : verdicts)
@@ -344,7 +345,7 @@ void ModelParallelTrainer::ApplyUpdates() {
   if (!replica_parts.empty())  // checks every row first; writes nothing when it throws
     replicas_.ApplyUpdate(ps::ConcatenateRanks(replica_parts), global_batch, rates.sparse_lr,
                           rates.t);
-  owned_.ApplyPooledUpdate(owned_grad_.data(), rates.sparse_lr, rates.t);
+  shards_->ApplyPooledUpdate(owned_grad_.data(), rates.sparse_lr, rates.t);
   UpdateDense(*dense_optimizer_, model_.dense_params(), exchange_[0].dense_grad.data(), rates,
               pool_);
   backend_->ParametersChanged();

@@ -1,9 +1,11 @@
 // A trainer of the Neo/ZionEX layout: every rank owns some table shards (model-parallel
 // embeddings, no embedding servers) and holds the whole dense model (data-parallel MLPs).
 // This is the layout of a node of GPUs (one rank per GPU, tables in HBM, pooled embeddings
-// exchanged by all-to-all). Here the owned shards live in host memory and are pooled and
-// updated by the CPU; the dense forward and backward run on the trainer's device
-// (trainer_backend.h: the CPU, or a GPU), over any communicator.
+// exchanged by all-to-all). The owned shards are pooled and updated on the trainer's
+// device (owned_shards.h: by the host store, or in a GPU's memory), the replicated tables
+// on the host; the dense forward and backward run on the trainer's device
+// (trainer_backend.h: the CPU, or a GPU); the exchanges are host bytes over any
+// communicator.
 //
 // The plan is PlanSharding(config, world_size, ShardOwners::kTrainers) with "server" r read
 // as rank r: TABLE_WISE and COLUMN_WISE shards (owned by one rank) and DATA_PARALLEL ones
@@ -55,6 +57,7 @@
 #include "engine/shard/plan.pb.h"
 #include "engine/shard/pooled_layout.h"
 #include "engine/train/dense_exchange.h"
+#include "engine/train/owned_shards.h"
 #include "engine/train/sync_trainer.h"
 #include "engine/train/trainer_backend.h"
 
@@ -62,11 +65,12 @@ namespace dlrm::train {
 
 class ModelParallelTrainer : public SyncTrainer {
  public:
-  // make_backend: the device side of the dense step for config.device()
-  // (trainer_backend.h; none: the CPU, any other device refused by name).
+  // devices: the device side of the dense step (backend) and of the owned shards (owned)
+  // for config.device() (trainer_backend.h; none: the CPU, any other device refused by
+  // name).
   ModelParallelTrainer(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
                        collective::Communicator* comm, ThreadPool* pool,
-                       const TrainerBackendFactory& make_backend = nullptr);
+                       const TrainerDevices& devices = {});
   ~ModelParallelTrainer() override;
 
   // SyncTrainer: a queued part is validated when queued; its step (collective) exchanges
@@ -91,9 +95,14 @@ class ModelParallelTrainer : public SyncTrainer {
   const shard::PooledLayout& layout() const { return layout_; }
   const DlrmModel<float>& model() const override { return model_; }
   std::string device() const override { return backend_->name(); }
-  // The table shards this rank owns (the plan's shards of "server" rank()), and the
-  // replicated tables.
-  const ps::EmbeddingShardStore& owned() const { return owned_; }
+  // Where the owned shards are pooled and updated ("cpu", "cuda:0").
+  std::string owned_device() const { return shards_->name(); }
+  // The table shards this rank owns (the plan's shards of "server" rank()), current
+  // (copied back from the device that trains them), and the replicated tables.
+  const ps::EmbeddingShardStore& owned() const {
+    shards_->PullState();
+    return owned_;
+  }
   const ps::EmbeddingShardStore& replicas() const override { return replicas_; }
   // Payload bytes of this rank's training steps to and from the other ranks.
   const WireBytes& wire_bytes() const override { return wire_bytes_; }
@@ -105,7 +114,12 @@ class ModelParallelTrainer : public SyncTrainer {
   }
   DenseOptimizer<float>& dense_optimizer() override { return *dense_optimizer_; }
   ps::EmbeddingShardStore& mutable_replicas() override { return replicas_; }
-  ps::EmbeddingShardStore& mutable_owned() { return owned_; }
+  // The host copy, current; the device copies it in again before its next call.
+  ps::EmbeddingShardStore& mutable_owned() {
+    shards_->PullState();
+    shards_->StoreChanged();
+    return owned_;
+  }
   void set_step(int64_t step) override;
 
  private:
@@ -159,6 +173,7 @@ class ModelParallelTrainer : public SyncTrainer {
   std::unique_ptr<DenseOptimizer<float>> dense_optimizer_;
   std::unique_ptr<TrainerBackend> backend_;  // computes on model_'s parameters
   ps::EmbeddingShardStore owned_;
+  std::unique_ptr<OwnedShards> shards_;  // pools and updates owned_ on the device
   ps::EmbeddingShardStore replicas_;
   int64_t step_ = 0;
   bool counting_ = false;  // a training step's bytes are counted

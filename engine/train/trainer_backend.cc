@@ -55,11 +55,7 @@ std::unique_ptr<TrainerBackend> MakeTrainerBackend(const TrainerBackendFactory& 
                                                    const config::DlrmConfig& config,
                                                    DlrmModel<float>* model, ThreadPool* pool) {
   if (factory) return factory(config, model, pool);
-  if (config.device().kind() != config::DeviceConfig::CPU)
-    Throw(StatusCode::kFailedPrecondition, "device.kind is ",
-          config::DeviceConfig::Kind_Name(config.device().kind()),
-          " but this trainer was made without device backends (a host of the train layer "
-          "alone): give it engine/device_backends.h's factory, or use device.kind CPU");
+  RequireHostDevice(config, "dense step");
   return MakeCpuTrainerBackend(model, pool);
 }
 

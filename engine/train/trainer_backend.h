@@ -33,6 +33,7 @@
 #include "engine/data/batch.h"
 #include "engine/embedding/embedding_table.h"
 #include "engine/model/dlrm_model.h"
+#include "engine/train/owned_shards.h"
 
 namespace dlrm::train {
 
@@ -89,6 +90,7 @@ using DeviceCommunicatorFactory = std::function<std::unique_ptr<collective::Comm
 struct TrainerDevices {
   TrainerBackendFactory backend;
   DeviceCommunicatorFactory communicator;
+  OwnedShardsFactory owned;  // a trainer that owns table shards (the Neo layout)
 };
 
 // factory's backend for config.device(); with no factory, the CPU's for kind CPU and

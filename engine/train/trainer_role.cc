@@ -56,8 +56,8 @@ TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfi
 
 void TrainerRole::MakeTrainer(const TrainerDevices& devices) {
   if (layout_.trainers_own_shards()) {
-    auto owner = std::make_unique<ModelParallelTrainer>(config_, layout_.plan, comm_.get(), &pool_,
-                                                        devices.backend);
+    auto owner =
+        std::make_unique<ModelParallelTrainer>(config_, layout_.plan, comm_.get(), &pool_, devices);
     owner_ = owner.get();
     trainer_ = std::move(owner);
     return;

@@ -1,9 +1,11 @@
-// The trainers' device seam checked without a device (trainer_backend.h): a backend that
-// computes on a copy of the dense parameters, as a GPU backend does.
+// The trainers' device seams checked without a device: a backend that computes on a copy
+// of the dense parameters (trainer_backend.h), and owned shards that train a copy of the
+// store (owned_shards.h), as a GPU's do.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/config/dlrm.pb.h"
@@ -12,6 +14,8 @@
 #include "engine/embedding/embedding_bag.h"
 #include "engine/embedding/embedding_table.h"
 #include "engine/model/dlrm_model.h"
+#include "engine/ps/shard_store.h"
+#include "engine/train/owned_shards.h"
 #include "engine/train/trainer_backend.h"
 
 namespace dlrm::testing {
@@ -67,6 +71,71 @@ class CopyingBackend final : public train::TrainerBackend {
   ThreadPool* pool_;
   int* refreshes_;
   bool stale_ = true;
+};
+
+// Owned shards whose rows and optimizer state live in a copy of the store, copied back only
+// by PullState and refreshed from the store only after StoreChanged, as a device's
+// (cuda/owned_shards.h): the trainer's side of that contract, checked without a GPU. A
+// call computes with the store's own code on the copy (swapped in for the call).
+class CopyingOwnedShards final : public train::OwnedShards {
+ public:
+  explicit CopyingOwnedShards(ps::EmbeddingShardStore* store) : store_(*store) { Refresh(); }
+  std::string name() const override { return "copying"; }
+  void Pool(const ValidatedBatch& batch, float* out) override {
+    OnCopy([&] { store_.Pool(batch, out); });
+  }
+  bool PooledUpdateIsFinite(const ValidatedBatch& batch, const float* d_pooled, float lr,
+                            int64_t step) override {
+    bool ok = false;
+    OnCopy([&] { ok = store_.PooledUpdateIsFinite(batch, d_pooled, lr, step); });
+    return ok;
+  }
+  void ApplyPooledUpdate(const float* d_pooled, float lr, int64_t step) override {
+    OnCopy([&] { store_.ApplyPooledUpdate(d_pooled, lr, step); });
+  }
+  void PullState() override {
+    store_.mutable_shard_tables() = tables_;
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      auto buffers = store_.optimizer().StateBuffers(static_cast<int32_t>(t));
+      for (size_t s = 0; s < buffers.size(); ++s) *buffers[s].second = states_[t][s];
+    }
+  }
+  void StoreChanged() override { stale_ = true; }
+
+ private:
+  void Refresh() {
+    tables_ = store_.shard_tables();
+    states_.assign(tables_.size(), {});
+    for (size_t t = 0; t < tables_.size(); ++t)
+      for (const auto& [name, buffer] : store_.optimizer().StateBuffers(static_cast<int32_t>(t)))
+        states_[t].push_back(*buffer);
+    stale_ = false;
+  }
+  // Exchanges the copy with the store's rows and state.
+  void Swap() {
+    std::swap(store_.mutable_shard_tables(), tables_);
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      auto buffers = store_.optimizer().StateBuffers(static_cast<int32_t>(t));
+      for (size_t s = 0; s < buffers.size(); ++s) std::swap(*buffers[s].second, states_[t][s]);
+    }
+  }
+  template <typename Fn>
+  void OnCopy(Fn fn) {
+    if (stale_) Refresh();
+    Swap();
+    try {
+      fn();
+    } catch (...) {
+      Swap();
+      throw;
+    }
+    Swap();
+  }
+
+  ps::EmbeddingShardStore& store_;
+  std::vector<EmbeddingTable<float>> tables_;
+  std::vector<std::vector<std::vector<float>>> states_;  // [shard][state buffer]
+  bool stale_ = false;
 };
 
 }  // namespace dlrm::testing

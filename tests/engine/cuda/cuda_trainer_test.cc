@@ -20,6 +20,7 @@
 #include "engine/cuda/trainer_backend.h"
 #include "engine/device_backends.h"
 #include "engine/engine.h"
+#include "engine/train/model_parallel_trainer.h"
 #include "tests/support/cuda_support.h"
 #include "tests/support/dist_cluster.h"
 #include "tests/support/dist_config.h"
@@ -203,6 +204,71 @@ TEST(CudaTrainerNeo, TrainersOwningTheShardsTrainTheDenseStepOnTheGpu) {
         EXPECT_NEAR(losses[r][step], want[step], 1e-4f * std::fabs(want[step]))
             << trainers << " trainers, rank " << r << ", step " << step;
       EXPECT_EQ(params[r], params[0]) << "rank " << r << "'s dense parameters differ";
+    }
+  }
+}
+
+// What one trainer of a Neo job ends with: its losses, dense parameters, and the rows of
+// the shards it owns (FP32 values, or 16-bit words).
+struct NeoRun {
+  std::vector<float> losses, params;
+  std::vector<std::vector<float>> rows;
+  std::vector<std::vector<uint16_t>> halves;
+  std::string owned_device;
+};
+
+std::vector<NeoRun> RunNeo(const config::DlrmConfig& c, const train::TrainerDevices& devices) {
+  constexpr int32_t kTrainers = 2;
+  std::vector<NeoRun> runs(kTrainers);
+  const testing::JobResult result = testing::RunJob(
+      c, "",
+      [&](train::TrainerRole& t) {
+        const int32_t r = t.trainer_rank();
+        const int64_t part = kGlobal / kTrainers;
+        for (int64_t step = 0; step < 12; ++step)
+          runs[r].losses.push_back(t.trainer().TrainStep(
+              testing::Part(testing::MakeTestBatch(c, step, kGlobal), r * part, (r + 1) * part)
+                  .view()));
+        runs[r].params = t.trainer().model().dense_params();
+        const auto& owner = dynamic_cast<const train::ModelParallelTrainer&>(t.trainer());
+        runs[r].owned_device = owner.owned_device();
+        for (const EmbeddingTable<float>& table : owner.owned().shard_tables()) {
+          runs[r].rows.push_back(table.data());
+          runs[r].halves.push_back(table.halves());
+        }
+      },
+      20000, false, cluster::ClusterEnv::Collective::kBuiltin, /*servers=*/0, kTrainers, nullptr,
+      devices);
+  for (int32_t r = 0; r < kTrainers; ++r) EXPECT_EQ(result.trainer_errors[r], "") << "rank " << r;
+  return runs;
+}
+
+// The shards a trainer owns, held and trained in the GPU's memory (cuda/owned_shards.h),
+// pool and update as the host store does, bit for bit: the same job with its shards
+// trained on the host (the dense step on the GPU both times) ends with the same losses,
+// dense parameters and rows; column-wise shards of BF16 rows rounded stochastically too
+// (their bits are the whole table's columns').
+TEST(CudaTrainerNeo, ShardsOnTheGpuTrainAsTheHostStoreBitwise) {
+  SKIP_WITHOUT_GPU();
+  for (const auto precision : {config::TableConfig::FP32, config::TableConfig::BF16}) {
+    config::DlrmConfig c = testing::WithTablePrecision(
+        testing::ShardedTestConfig(config::ShardingConfig::COLUMN_WISE, "adagrad", "adagrad", 2),
+        precision);
+    c.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+    SCOPED_TRACE(config::TableConfig::Precision_Name(precision));
+    train::TrainerDevices host = BuiltTrainerDevices();
+    host.owned = [](const config::DlrmConfig&, ps::EmbeddingShardStore* store, ThreadPool*) {
+      return train::MakeHostOwnedShards(store);
+    };
+    const std::vector<NeoRun> gpu = RunNeo(c, BuiltTrainerDevices()), cpu = RunNeo(c, host);
+    for (size_t r = 0; r < gpu.size(); ++r) {
+      EXPECT_EQ(gpu[r].owned_device, "cuda:0");
+      EXPECT_EQ(cpu[r].owned_device, "cpu");
+      EXPECT_EQ(gpu[r].losses, cpu[r].losses) << "rank " << r;
+      EXPECT_EQ(gpu[r].params, cpu[r].params) << "rank " << r;
+      EXPECT_EQ(gpu[r].rows, cpu[r].rows) << "rank " << r;
+      EXPECT_EQ(gpu[r].halves, cpu[r].halves) << "rank " << r;
+      EXPECT_FALSE(gpu[r].rows.empty() && gpu[r].halves.empty()) << "rank " << r << " owns nothing";
     }
   }
 }

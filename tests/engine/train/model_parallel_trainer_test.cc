@@ -50,9 +50,8 @@ struct NeoCluster {
   std::vector<std::unique_ptr<ThreadPool>> pools;
   std::vector<std::unique_ptr<train::ModelParallelTrainer>> trainers;
 
-  // make_backend: the ranks' device side (none: the CPU).
-  NeoCluster(const config::DlrmConfig& c, int32_t ranks,
-             const train::TrainerBackendFactory& make_backend = nullptr)
+  // devices: the ranks' device side (none: the CPU).
+  NeoCluster(const config::DlrmConfig& c, int32_t ranks, const train::TrainerDevices& devices = {})
       : world(ranks),
         plan(shard::PlanSharding(c, ranks, shard::ShardOwners::kTrainers)),
         hub(ranks, std::chrono::seconds(20)) {
@@ -60,7 +59,7 @@ struct NeoCluster {
       comms.push_back(hub.Rank(r));
       pools.push_back(std::make_unique<ThreadPool>(r + 1));
       trainers.push_back(std::make_unique<train::ModelParallelTrainer>(
-          c, plan, comms.back().get(), pools.back().get(), make_backend));
+          c, plan, comms.back().get(), pools.back().get(), devices));
     }
   }
 
@@ -379,7 +378,7 @@ TEST(ModelParallelTrainerTest, ABackendWithItsOwnParameterCopyIsToldOfEveryChang
     return std::make_unique<CopyingBackend>(config, model, pool, &refreshes[made++]);
   };
   Engine engine(c);
-  NeoCluster cluster(c, 2, copying);
+  NeoCluster cluster(c, 2, train::TrainerDevices{copying, nullptr, nullptr});
   for (const auto& t : cluster.trainers) EXPECT_EQ(t->device(), "copying");
   constexpr int64_t kSteps = 4;
   for (int64_t step = 0; step < kSteps; ++step)
@@ -401,6 +400,47 @@ TEST(ModelParallelTrainerTest, ABackendWithItsOwnParameterCopyIsToldOfEveryChang
   predict(&after);
   EXPECT_NE(before[0], after[0]) << "prediction used the stale copy";
   EXPECT_EQ(after[0], after[1]);
+}
+
+// The owned shards trained on the trainer's device (owned_shards.h), as a GPU's copy of the
+// store: the job trains as one process bitwise, owned() reads the trained rows (copied
+// back), and rows a caller writes into the store (a restore) are what the next step trains
+// from on both ranks, as with shards trained in the store itself.
+TEST(ModelParallelTrainerTest, OwnedShardsOnACopyAreCopiedBackAndRefreshed) {
+  const config::DlrmConfig c = TableWise(2);
+  const train::OwnedShardsFactory copying = [](const config::DlrmConfig&,
+                                               ps::EmbeddingShardStore* store, ThreadPool*) {
+    return std::make_unique<CopyingOwnedShards>(store);
+  };
+  Engine engine(c);
+  NeoCluster cluster(c, 2, train::TrainerDevices{nullptr, nullptr, copying}), host(c, 2);
+  for (const auto& t : cluster.trainers) EXPECT_EQ(t->owned_device(), "copying");
+  for (const auto& t : host.trainers) EXPECT_EQ(t->owned_device(), "cpu");
+  constexpr int64_t kSteps = 3;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    const OwnedBatch global = MakeTestBatch(c, step, 2 * kPart);
+    ASSERT_NO_FATAL_FAILURE(ExpectStepEqualsEngine(engine, cluster, global, "copying"));
+    std::vector<std::string> errors;
+    host.Step(global, &errors);
+  }
+  ExpectSameParameters(engine, cluster, c, "after training on the copy");
+  // A restore's write: every owned row halved, in both jobs.
+  for (NeoCluster* job : {&cluster, &host})
+    for (const auto& t : job->trainers)
+      for (EmbeddingTable<float>& table : t->mutable_owned().mutable_shard_tables())
+        for (float& v : table.data()) v *= 0.5f;
+  const OwnedBatch next = MakeTestBatch(c, kSteps, 2 * kPart);
+  std::vector<std::string> errors;
+  const std::vector<float> got = cluster.Step(next, &errors), want = host.Step(next, &errors);
+  for (int32_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "");
+    EXPECT_EQ(std::memcmp(&got[r], &want[r], sizeof(float)), 0)
+        << "rank " << r << " trained from the stale copy: " << got[r] << " vs " << want[r];
+    for (size_t s = 0; s < cluster.trainers[r]->owned().shard_tables().size(); ++s)
+      EXPECT_EQ(cluster.trainers[r]->owned().shard_tables()[s].data(),
+                host.trainers[r]->owned().shard_tables()[s].data())
+          << "rank " << r << " shard " << s;
+  }
 }
 
 TEST(ModelParallelTrainerTest, RefusesPlansItCannotExchangeAndAMismatchedCommunicator) {
