@@ -121,7 +121,7 @@ report() {
 # What has not run on a GPU yet comes first, in case the call runs out of time:
 # A multi-process job (dlrm launch: 1 embedding server, 1 trainer, sync) on the demo model:
 # the trainer's dense step on the CPU, on the GPU, and on the GPU exchanging over NCCL;
-# then 2 trainers owning the shards (no server) with their dense steps on the GPU.
+# then 2 trainers owning the shards (no server), dense steps and shards on the GPU.
 data=/tmp/dlrm-job-data
 (source "$here/env.sh" && "$here/dlrm" generate --out_dir="$data" --train_samples=400000 \
   --test_samples=8192) > "$out/job_generate.log" 2>&1

@@ -49,7 +49,6 @@ class CudaBackend final : public train::Backend {
   CudaBackend(int ordinal, train::ModelState* state, const config::DlrmConfig& config,
               ThreadPool* pool)
       : s_(*state), config_(config), ordinal_(ordinal), device_(OpenDevice(ordinal)) {
-    CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     net_ = std::make_unique<DenseNetwork>(s_.model, stream_, PrecisionOf(config.device()));
     staging_ = std::make_unique<BatchStaging>(stream_, pool);
     tables_ = std::make_unique<DeviceTables>(stream_);
@@ -66,7 +65,6 @@ class CudaBackend final : public train::Backend {
     staging_.reset();
     tables_.reset();
     net_.reset();
-    cudaStreamDestroy(stream_);
   }
 
   std::string name() const override { return "cuda:" + std::to_string(ordinal_); }
@@ -107,7 +105,7 @@ class CudaBackend final : public train::Backend {
   const config::DlrmConfig config_;
   const int ordinal_;
   const DeviceInfo device_;
-  cudaStream_t stream_ = nullptr;
+  const Stream stream_;
   // One stream and one cuBLASLt context (net_'s): every call is serialized.
   mutable std::mutex mu_;
   std::unique_ptr<DenseNetwork> net_;

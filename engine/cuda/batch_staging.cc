@@ -51,17 +51,15 @@ void BatchStaging::Stage(PinnedBuffer<T>& pinned, DeviceBuffer<T>& device, const
 
 BatchStaging::BatchStaging(cudaStream_t compute, ThreadPool* pool)
     : compute_(compute), pool_(pool) {
-  CheckCuda(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate (copy)");
   for (Slot* s : {&slots_[0], &slots_[1], &predict_})
     CheckCuda(cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming), "cudaEventCreate");
 }
 
 BatchStaging::~BatchStaging() {
-  if (copy_ != nullptr) cudaStreamSynchronize(copy_);
+  cudaStreamSynchronize(copy_);
   cudaStreamSynchronize(compute_);  // the prediction slot's copies are on it
   for (Slot* s : {&slots_[0], &slots_[1], &predict_})
     if (s->copied != nullptr) cudaEventDestroy(s->copied);
-  if (copy_ != nullptr) cudaStreamDestroy(copy_);
 }
 
 const DeviceBatch& BatchStaging::Acquire(const ValidatedBatch& batch, bool labels, int64_t token) {

@@ -103,7 +103,7 @@ class BatchStaging {
 
   const cudaStream_t compute_;
   ThreadPool* const pool_;
-  cudaStream_t copy_ = nullptr;
+  const Stream copy_{"cudaStreamCreate (copy)"};
   Slot slots_[2];
   Slot predict_;
   int current_ = 0;

@@ -1,7 +1,8 @@
 // Arrays owned by the object and freed with it: DeviceBuffer in device memory,
 // PinnedBuffer in page-locked host memory (what an asynchronous copy can read from while
 // the host goes on, and what a CUDA graph's copies may name). Sizes are in elements; a
-// zero-size buffer holds no allocation and get() is null.
+// zero-size buffer holds no allocation and get() is null. Stream: a stream owned the same
+// way, so a constructor that throws after making one leaks nothing.
 //
 // Thread safety: an object is used by one thread at a time; copies are ordered by the
 // stream given. Errors: kInternal (CheckCuda) naming the call; a failed allocation names
@@ -19,6 +20,26 @@
 #include "engine/cuda/device.h"
 
 namespace dlrm::cuda {
+
+// A non-blocking stream of the device selected when it is made; its work is finished and
+// it is destroyed with the object (on the device then selected: the owner's destructor
+// selects its own first). Converts to the cudaStream_t it holds.
+class Stream {
+ public:
+  explicit Stream(const char* what = "cudaStreamCreate") {
+    CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), what);
+  }
+  ~Stream() {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  operator cudaStream_t() const { return stream_; }  // NOLINT: a handle's natural use
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
 
 template <typename T>
 class DeviceBuffer {

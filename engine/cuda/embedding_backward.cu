@@ -397,7 +397,8 @@ void EmbeddingBackward::Prepare(const EmbeddingBackwardArgs& args) {
 }
 
 int EmbeddingBackward::EndBit(const EmbeddingBackwardArgs& args) {
-  return args.id_bits + BitsFor(args.num_tables);
+  // At least one bit: CUB's sort wants begin_bit < end_bit (one table of one row has none).
+  return std::max(1, args.id_bits + BitsFor(args.num_tables));
 }
 
 void EmbeddingBackward::ReserveTemp(int64_t n, int end_bit) {

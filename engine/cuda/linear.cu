@@ -184,6 +184,14 @@ void LinearContext::Forward(const float* x, int64_t n, int in, int out, const fl
   // Row-major y = x W^T is column-major Y [out x n] = W^T(col-major [in x out]) X [in x n].
   Gemm g{out, n, in, CUBLAS_OP_T, CUBLAS_OP_N, W, in, x, in, y, out};
   g.bias = b;
+  if (b != nullptr && AlignmentOf(b) < 16) {
+    // Grown on the first (eager) call of a shape, so a captured step allocates nothing.
+    aligned_bias_.Reserve(static_cast<size_t>(out));
+    CheckCuda(cudaMemcpyAsync(aligned_bias_.get(), b, static_cast<size_t>(out) * sizeof(float),
+                              cudaMemcpyDeviceToDevice, stream_),
+              "cudaMemcpyAsync (bias, aligned)");
+    g.bias = aligned_bias_.get();
+  }
   const bool relu = act == DeviceActivation::kRelu;
   if (b != nullptr)
     g.epilogue = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;

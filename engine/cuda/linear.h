@@ -70,6 +70,9 @@ class LinearContext {
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<uint8_t> workspace_;
   DeviceBuffer<float> bias_partials_;  // Backward's first level of the bias-gradient sum
+  // A bias not 16-byte aligned, copied for the epilogue (which may load it as vectors and
+  // has no alignment preference to tell the heuristic).
+  DeviceBuffer<float> aligned_bias_;
   // (m, n, k, transa, transb, epilogue, lda, ldb, ldc, and the byte alignment of A, B and
   // C) -> the algorithm chosen for it: an algorithm picked for 16-byte aligned operands may
   // not run on a layer whose parameters start 4 bytes past that.

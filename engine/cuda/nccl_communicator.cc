@@ -74,15 +74,15 @@ void Check(const NcclApi& api, NcclResult result, const char* what) {
 class NcclCommunicatorImpl final : public NcclCommunicator {
  public:
   NcclCommunicatorImpl(std::unique_ptr<collective::Communicator> bootstrap, int ordinal)
-      : api_(Nccl()), bootstrap_(std::move(bootstrap)), ordinal_(ordinal) {
-    OpenDevice(ordinal);
-    CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      : api_(Nccl()),
+        bootstrap_(std::move(bootstrap)),
+        ordinal_(ordinal),
+        device_(OpenDevice(ordinal)) {
     const NcclUniqueId id = SharedId();
     Check(api_, api_.CommInitRank(&comm_, world_size(), id, rank()), "ncclCommInitRank");
   }
   ~NcclCommunicatorImpl() override {
     if (comm_ != nullptr) api_.CommDestroy(comm_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
   int32_t rank() const override { return bootstrap_->rank(); }
@@ -120,7 +120,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   const NcclApi& api_;
   const std::unique_ptr<collective::Communicator> bootstrap_;
   const int ordinal_;
-  cudaStream_t stream_ = nullptr;
+  const DeviceInfo device_;  // selected before stream_ is made on it
+  const Stream stream_;
   NcclComm comm_ = nullptr;
   DeviceBuffer<uint8_t> send_, recv_;
   DeviceBuffer<int64_t> size_send_, size_recv_;

@@ -25,7 +25,6 @@ class CudaOwnedShards final : public train::OwnedShards {
         pool_(pool),
         ordinal_(ordinal),
         device_(OpenDevice(ordinal)) {
-    CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     staging_ = std::make_unique<BatchStaging>(stream_, pool);
     tables_ = std::make_unique<DeviceTables>(stream_);
     step_args_.Resize(1);
@@ -38,7 +37,6 @@ class CudaOwnedShards final : public train::OwnedShards {
     cudaStreamSynchronize(stream_);
     staging_.reset();
     tables_.reset();
-    cudaStreamDestroy(stream_);
   }
 
   std::string name() const override { return "cuda:" + std::to_string(ordinal_); }
@@ -47,7 +45,11 @@ class CudaOwnedShards final : public train::OwnedShards {
                             int64_t step) override;
   void ApplyPooledUpdate(const float* d_pooled, float lr, int64_t step) override;
   void PullState() override;
-  void StoreChanged() override { device_stale_ = true; }
+  // The store is the truth from here: what the device trained before is not copied back.
+  void StoreChanged() override {
+    device_stale_ = true;
+    host_stale_ = false;
+  }
 
  private:
   // The device selected and its copy of the store current.
@@ -64,7 +66,7 @@ class CudaOwnedShards final : public train::OwnedShards {
   ThreadPool* const pool_;
   const int ordinal_;
   const DeviceInfo device_;
-  cudaStream_t stream_ = nullptr;
+  const Stream stream_;
   std::unique_ptr<BatchStaging> staging_;
   std::unique_ptr<DeviceTables> tables_;
   EmbeddingBackward backward_;

@@ -31,7 +31,6 @@ class CudaTrainerBackend final : public train::TrainerBackend {
   CudaTrainerBackend(int ordinal, DlrmModel<float>* model, const config::DlrmConfig& config,
                      ThreadPool* pool)
       : model_(*model), pool_(pool), ordinal_(ordinal), device_(OpenDevice(ordinal)) {
-    CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     net_ = std::make_unique<DenseNetwork>(model_, stream_, PrecisionOf(config.device()));
     staging_ = std::make_unique<BatchStaging>(stream_, pool);
     rows_.resize(config.model().tables_size());
@@ -41,7 +40,6 @@ class CudaTrainerBackend final : public train::TrainerBackend {
     cudaStreamSynchronize(stream_);
     staging_.reset();
     net_.reset();
-    cudaStreamDestroy(stream_);
   }
 
   std::string name() const override { return "cuda:" + std::to_string(ordinal_); }
@@ -78,7 +76,7 @@ class CudaTrainerBackend final : public train::TrainerBackend {
   ThreadPool* const pool_;  // copies through the pinned buffers
   const int ordinal_;
   const DeviceInfo device_;
-  cudaStream_t stream_ = nullptr;
+  const Stream stream_;
   std::unique_ptr<DenseNetwork> net_;
   std::unique_ptr<BatchStaging> staging_;
   DeviceBuffer<float> params_, dense_grad_;

@@ -43,7 +43,8 @@ class OwnedShards {
   virtual void ApplyPooledUpdate(const float* d_pooled, float lr, int64_t step) = 0;
   // The store's rows and optimizer state current (before a checkpoint reads them).
   virtual void PullState() = 0;
-  // The store was written (a restore): a device copies it in before its next call.
+  // The store was written (a restore): it is the truth from here; a device copies it in
+  // before its next call and never copies its older rows back over it.
   virtual void StoreChanged() = 0;
 };
 

@@ -94,6 +94,7 @@ class CopyingOwnedShards final : public train::OwnedShards {
     OnCopy([&] { store_.ApplyPooledUpdate(d_pooled, lr, step); });
   }
   void PullState() override {
+    if (stale_) return;  // the store was written since: it is the truth
     store_.mutable_shard_tables() = tables_;
     for (size_t t = 0; t < tables_.size(); ++t) {
       auto buffers = store_.optimizer().StateBuffers(static_cast<int32_t>(t));

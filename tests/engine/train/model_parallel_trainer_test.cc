@@ -429,6 +429,12 @@ TEST(ModelParallelTrainerTest, OwnedShardsOnACopyAreCopiedBackAndRefreshed) {
     for (const auto& t : job->trainers)
       for (EmbeddingTable<float>& table : t->mutable_owned().mutable_shard_tables())
         for (float& v : table.data()) v *= 0.5f;
+  // Read back before any step (a restore, then a checkpoint): the written rows.
+  for (int32_t r = 0; r < 2; ++r)
+    for (size_t s = 0; s < cluster.trainers[r]->owned().shard_tables().size(); ++s)
+      EXPECT_EQ(cluster.trainers[r]->owned().shard_tables()[s].data(),
+                host.trainers[r]->owned().shard_tables()[s].data())
+          << "rank " << r << " shard " << s << " read the copy's rows over the restore's";
   const OwnedBatch next = MakeTestBatch(c, kSteps, 2 * kPart);
   std::vector<std::string> errors;
   const std::vector<float> got = cluster.Step(next, &errors), want = host.Step(next, &errors);
