@@ -29,14 +29,30 @@ void CheckEqualParts(const std::vector<int64_t>& samples, int64_t step) {
                    samples[0], " (parts must be equal)");
 }
 
+void PutOutcome(const Outcome& o, ByteWriter* out) {
+  out->Put<int32_t>(o.code);
+  out->PutString(o.error);
+}
+
+Outcome GetOutcome(ByteReader* in) {
+  Outcome o;
+  o.code = in->Get<int32_t>("error code");
+  o.error = in->GetString("error");
+  return o;
+}
+
+void CheckOutcome(const Outcome& o, int32_t rank, const char* doing) {
+  if (!o.ok())
+    Throw(static_cast<StatusCode>(o.code), "trainer ", rank, " failed ", doing, ": ", o.error);
+}
+
 void EncodeContribution(const Contribution& c, const std::vector<float>& dense_grad,
                         config::TableConfig::Precision wire, std::vector<uint16_t>* scratch,
                         ByteWriter* out) {
   out->Reserve(out->bytes().size() + 64 + c.error.size() + dense_grad.size() * sizeof(float) +
                c.replica_update.size());
   out->Put<int64_t>(c.samples);
-  out->Put<int32_t>(c.error_code);
-  out->PutString(c.error);
+  PutOutcome({c.error_code, c.error}, out);
   if (c.error_code != 0) return;
   out->Put<double>(c.loss_sum);
   out->Put<uint8_t>(c.finite ? 1 : 0);
@@ -47,8 +63,9 @@ void EncodeContribution(const Contribution& c, const std::vector<float>& dense_g
 void DecodeContribution(ByteReader* in, config::TableConfig::Precision wire,
                         std::vector<uint16_t>* scratch, Contribution* c) {
   c->samples = in->Get<int64_t>("samples");
-  c->error_code = in->Get<int32_t>("error code");
-  c->error = in->GetString("error");
+  Outcome o = GetOutcome(in);
+  c->error_code = o.code;
+  c->error = std::move(o.error);
   if (c->error_code != 0) return;
   c->loss_sum = in->Get<double>("loss");
   c->finite = in->Get<uint8_t>("finite flag") == 1;

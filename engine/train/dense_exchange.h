@@ -18,9 +18,34 @@
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/byte_codec.h"
 #include "engine/core/metrics.h"
+#include "engine/core/status.h"
 #include "engine/core/thread_pool.h"
 
 namespace dlrm::train {
+
+// A rank's part of a collective phase: done (code 0), or the Error that stopped it, which
+// travels (an int32 code, then the message: PutOutcome) so that every rank fails with it
+// instead of waiting for a rank that left the phase.
+struct Outcome {
+  int32_t code = 0;  // a StatusCode
+  std::string error;
+  bool ok() const { return code == 0; }
+};
+// fn() run; an Error it throws becomes the outcome.
+template <typename Fn>
+Outcome Attempt(Fn&& fn) {
+  try {
+    fn();
+    return {};
+  } catch (const Error& e) {
+    return {static_cast<int32_t>(e.code()), e.what()};
+  }
+}
+void PutOutcome(const Outcome& o, ByteWriter* out);
+// kDataLoss naming the field for malformed bytes.
+Outcome GetOutcome(ByteReader* in);
+// Throws o's error with its code, naming trainer `rank` and what it was `doing`, unless ok.
+void CheckOutcome(const Outcome& o, int32_t rank, const char* doing);
 
 struct Contribution {
   int64_t samples = 0;

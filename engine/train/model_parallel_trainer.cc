@@ -177,8 +177,7 @@ std::vector<std::string> ModelParallelTrainer::EncodeInputParts() {
   std::vector<std::string> to_each(ranks);
   for (int32_t r = 0; r < ranks; ++r) {
     ByteWriter out;
-    out.Put<int32_t>(code);
-    out.PutString(error);
+    PutOutcome({code, error}, &out);
     if (code == 0) PutBags(parts[r], &out);
     to_each[r] = std::move(out).Take();
   }
@@ -192,13 +191,12 @@ void ModelParallelTrainer::JoinInputParts(const std::vector<std::string>& receiv
   std::vector<OwnedBatch> parts(ranks);
   for (int32_t r = 0; r < ranks; ++r) {
     ByteReader bytes(received[r], "model-parallel input");
-    const auto code = bytes.Get<int32_t>("error code");
-    const std::string error = bytes.GetString("error");
-    if (code != 0) {
+    const Outcome got = GetOutcome(&bytes);
+    if (!got.ok()) {
+      const auto code = static_cast<StatusCode>(got.code);
       if (purpose == Purpose::kTrain)
-        Throw(static_cast<StatusCode>(code), "step ", step_ + 1, ": trainer ", r,
-              "'s part: ", error);
-      Throw(static_cast<StatusCode>(code), "trainer ", r, "'s batch: ", error);
+        Throw(code, "step ", step_ + 1, ": trainer ", r, "'s part: ", got.error);
+      Throw(code, "trainer ", r, "'s batch: ", got.error);
     }
     parts[r] = GetBags(&bytes);
     bytes.ExpectEnd();
@@ -222,7 +220,8 @@ void ModelParallelTrainer::ExchangePooled() {
   const int32_t ranks = comm_->world_size(), me = comm_->rank();
   const int32_t width = layout_.owned_width(me);
   owned_out_.resize(static_cast<size_t>(in.joined.batch_size) * width);
-  shards_->Pool(in.joined_vb, owned_out_.data());
+  // A failure (the device's) travels in place of the rows: every rank fails with it.
+  const Outcome pooled = Attempt([&] { shards_->Pool(in.joined_vb, owned_out_.data()); });
   // Rounded where made: every rank, this one included, sees the same bits.
   RoundForWire(&owned_out_, wire_);
   auto rows_of = [&](int32_t q) { return owned_out_.data() + in.first[q] * width; };
@@ -230,11 +229,19 @@ void ModelParallelTrainer::ExchangePooled() {
   for (int32_t q = 0; q < ranks; ++q) {
     if (q == me) continue;  // this rank's own block is taken as it is
     ByteWriter out;
-    PutWireValues(rows_of(q), static_cast<size_t>(in.samples[q] * width), wire_, &wire_values_,
-                  &out);
+    PutOutcome(pooled, &out);
+    if (pooled.ok())
+      PutWireValues(rows_of(q), static_cast<size_t>(in.samples[q] * width), wire_, &wire_values_,
+                    &out);
     to_each[q] = std::move(out).Take();
   }
   const std::vector<std::string> received = AllToAll(to_each);
+  std::vector<ByteReader> readers;
+  readers.reserve(static_cast<size_t>(ranks));
+  for (int32_t r = 0; r < ranks; ++r) {
+    readers.emplace_back(received[r], "model-parallel pooled rows");
+    CheckOutcome(r == me ? pooled : GetOutcome(&readers.back()), r, "pooling its shards");
+  }
   const int64_t n = in.samples[me];
   if (n == 0) return;
   std::vector<std::vector<float>> blocks(ranks);
@@ -243,9 +250,8 @@ void ModelParallelTrainer::ExchangePooled() {
       blocks[r].assign(rows_of(me), rows_of(me) + n * width);
       continue;
     }
-    ByteReader bytes(received[r], "model-parallel pooled rows");
-    GetWireValues(&bytes, "pooled rows", wire_, &wire_values_, &blocks[r]);
-    bytes.ExpectEnd();
+    GetWireValues(&readers[r], "pooled rows", wire_, &wire_values_, &blocks[r]);
+    readers[r].ExpectEnd();
   }
   std::vector<float> local(static_cast<size_t>(n) * layout_.local_width());
   if (!replicas_.features().empty()) replicas_.Pool(in.local_vb, local.data());
@@ -336,12 +342,23 @@ void ModelParallelTrainer::ApplyUpdates() {
   // each rank's own, so every rank says whether its update is finite before any writes.
   const bool dense_ok = DenseUpdateIsFinite(*dense_optimizer_, model_.dense_params(),
                                             exchange_[0].dense_grad.data(), rates, pool_);
-  const bool owned_ok =
-      shards_->PooledUpdateIsFinite(in.joined_vb, owned_grad_.data(), rates.sparse_lr, rates.t);
-  const std::vector<std::string> verdicts = comm_->AllGather(owned_ok ? "1" : "0");
-  if (!dense_ok) ThrowUpdateNotFinite(rates);
-  for (const std::string& v : verdicts)
-    if (v != "1") ThrowUpdateNotFinite(rates);
+  bool owned_ok = false;
+  const Outcome checked = Attempt([&] {
+    owned_ok =
+        shards_->PooledUpdateIsFinite(in.joined_vb, owned_grad_.data(), rates.sparse_lr, rates.t);
+  });
+  ByteWriter verdict;
+  PutOutcome(checked, &verdict);
+  verdict.Put<uint8_t>(owned_ok ? 1 : 0);
+  const std::vector<std::string> verdicts = comm_->AllGather(std::move(verdict).Take());
+  bool all_ok = dense_ok;
+  for (int32_t r = 0; r < ranks; ++r) {
+    ByteReader bytes(verdicts[r], "model-parallel update verdict");
+    CheckOutcome(GetOutcome(&bytes), r, "checking its shards' update");
+    all_ok &= bytes.Get<uint8_t>("finite") == 1;
+    bytes.ExpectEnd();
+  }
+  if (!all_ok) ThrowUpdateNotFinite(rates);
   if (!replica_parts.empty())  // checks every row first; writes nothing when it throws
     replicas_.ApplyUpdate(ps::ConcatenateRanks(replica_parts), global_batch, rates.sparse_lr,
                           rates.t);

@@ -449,6 +449,81 @@ TEST(ModelParallelTrainerTest, OwnedShardsOnACopyAreCopiedBackAndRefreshed) {
   }
 }
 
+// Owned shards on a device that fails once, on one rank, when told to: pooling or checking
+// the update throws, as a CUDA error would.
+class FailingOwnedShards final : public train::OwnedShards {
+ public:
+  FailingOwnedShards(ps::EmbeddingShardStore* store, int32_t rank, std::atomic<int>* fail_pool,
+                     std::atomic<int>* fail_check)
+      : host_(train::MakeHostOwnedShards(store)),
+        rank_(rank),
+        fail_pool_(*fail_pool),
+        fail_check_(*fail_check) {}
+  std::string name() const override { return "failing"; }
+  void Pool(const ValidatedBatch& batch, float* out) override {
+    FailIfTold(fail_pool_);
+    host_->Pool(batch, out);
+  }
+  bool PooledUpdateIsFinite(const ValidatedBatch& batch, const float* d_pooled, float lr,
+                            int64_t step) override {
+    FailIfTold(fail_check_);
+    return host_->PooledUpdateIsFinite(batch, d_pooled, lr, step);
+  }
+  void ApplyPooledUpdate(const float* d_pooled, float lr, int64_t step) override {
+    host_->ApplyPooledUpdate(d_pooled, lr, step);
+  }
+  void PullState() override {}
+  void StoreChanged() override {}
+
+ private:
+  void FailIfTold(std::atomic<int>& rank) {
+    int mine = rank_;
+    if (rank.compare_exchange_strong(mine, -1)) Throw(StatusCode::kInternal, "device lost");
+  }
+  std::unique_ptr<train::OwnedShards> host_;
+  const int32_t rank_;
+  std::atomic<int>& fail_pool_;
+  std::atomic<int>& fail_check_;
+};
+
+// An owner's device failing (pooling, or checking its update) on one rank fails the step on
+// every rank at once, naming that rank and the cause (it travels in the exchange: without
+// it the others would wait out the timeout), changes nothing, and the step then trains as
+// one process does.
+TEST(ModelParallelTrainerTest, AnOwnersDeviceFailureFailsEveryRankNamingIt) {
+  const config::DlrmConfig c = TableWise(2);
+  std::atomic<int> fail_pool{-1}, fail_check{-1}, made{0};
+  const train::OwnedShardsFactory failing = [&](const config::DlrmConfig&,
+                                                ps::EmbeddingShardStore* store, ThreadPool*) {
+    return std::make_unique<FailingOwnedShards>(store, made++, &fail_pool, &fail_check);
+  };
+  Engine engine(c);
+  NeoCluster cluster(c, 2, train::TrainerDevices{nullptr, nullptr, failing});
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectStepEqualsEngine(engine, cluster, MakeTestBatch(c, 0, 2 * kPart), "before"));
+  struct Failure {
+    std::atomic<int>* flag;
+    int rank;
+    std::string expected;
+  };
+  const Failure failures[] = {
+      {&fail_pool, 1, "trainer 1 failed pooling its shards: device lost"},
+      {&fail_check, 0, "trainer 0 failed checking its shards' update: device lost"}};
+  int64_t step = 1;
+  for (const auto& [flag, rank, expected] : failures) {
+    flag->store(rank);
+    const OwnedBatch global = MakeTestBatch(c, step, 2 * kPart);
+    std::vector<std::string> errors;
+    const auto start = std::chrono::steady_clock::now();
+    cluster.Step(global, &errors);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << expected;
+    for (int32_t r = 0; r < 2; ++r) EXPECT_THAT(errors[r], HasSubstr(expected)) << "rank " << r;
+    ExpectSameParameters(engine, cluster, c, "after the failed step " + std::to_string(step));
+    ASSERT_NO_FATAL_FAILURE(ExpectStepEqualsEngine(engine, cluster, global, "retried"));
+    ++step;
+  }
+}
+
 TEST(ModelParallelTrainerTest, RefusesPlansItCannotExchangeAndAMismatchedCommunicator) {
   const config::DlrmConfig rows =
       ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "sgd", 2);
