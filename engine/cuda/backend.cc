@@ -55,7 +55,7 @@ class CudaBackend final : public train::Backend {
     scalars_.Resize(1);
     host_scalars_.Reserve(1);
     results_.Reserve(1);
-    DeviceTables::Check(s_.model.tables(), device_);
+    DeviceTables::Check(s_.model.tables(), *s_.sparse_optimizer, device_, FreeMemoryBytes());
     PushState();
   }
   ~CudaBackend() override {

@@ -51,6 +51,12 @@ DeviceInfo OpenDevice(int ordinal) {
   return info;
 }
 
+size_t FreeMemoryBytes() {
+  size_t free = 0, total = 0;
+  CheckCuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return free;
+}
+
 void CheckCuda(int status, const char* what) {
   if (status != cudaSuccess)
     Throw(StatusCode::kInternal, what,

@@ -34,6 +34,10 @@ std::string NoDeviceReason();
 // [0, DeviceCount()).
 DeviceInfo OpenDevice(int ordinal);
 
+// The free memory of the device selected for the calling thread, in bytes
+// (cudaMemGetInfo). kInternal naming the call.
+size_t FreeMemoryBytes();
+
 // kInternal naming `what` and the runtime's message unless `status` is cudaSuccess (an int,
 // so this header needs no CUDA include).
 void CheckCuda(int status, const char* what);

@@ -20,12 +20,26 @@ int32_t QuantBits(const EmbeddingTable<float>& table) {
   return table.precision() == config::TableConfig::INT8 ? 8 : 4;
 }
 
+// Table t's rows (of whichever precision) and its optimizer state, in bytes.
+size_t DeviceBytes(const EmbeddingTable<float>& table, SparseOptimizer<float>& optimizer,
+                   int32_t t) {
+  size_t bytes = table.data().size() * sizeof(float) + table.halves().size() * sizeof(uint16_t) +
+                 table.codes().size();
+  for (const auto& [name, state] : optimizer.StateBuffers(t))
+    bytes += state->size() * sizeof(float);
+  return bytes;
+}
+
 }  // namespace
 
 void DeviceTables::Check(const std::vector<EmbeddingTable<float>>& tables,
-                         const DeviceInfo& device) {
+                         SparseOptimizer<float>& optimizer, const DeviceInfo& device,
+                         size_t free_bytes) {
   const int32_t max_dim = EmbeddingBackward::MaxDim(device.shared_memory_per_block);
-  for (const auto& table : tables) {
+  size_t total = 0, largest = 0;
+  const EmbeddingTable<float>* largest_table = nullptr;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const EmbeddingTable<float>& table = tables[t];
     if (table.dim() > max_dim)
       ThrowInvalid("table \"", table.name(), "\" has dim ", table.dim(), "; ", device.name,
                    " holds a row of at most ", max_dim, " floats in a block's shared memory");
@@ -33,7 +47,15 @@ void DeviceTables::Check(const std::vector<EmbeddingTable<float>>& tables,
       ThrowInvalid("table \"", table.name(), "\" has ", table.num_rows(),
                    " rows; the CUDA backend holds tables of at most ", kMaxDeviceRows,
                    " rows (32-bit ids)");
+    const size_t bytes = DeviceBytes(table, optimizer, static_cast<int32_t>(t));
+    total += bytes;
+    if (largest_table == nullptr || bytes > largest) largest = bytes, largest_table = &table;
   }
+  if (total > free_bytes)
+    Throw(StatusCode::kResourceExhausted, "the embedding tables need ", total,
+          " bytes of device memory (rows and optimizer state; the largest, table \"",
+          largest_table->name(), "\", ", largest, " bytes) but ", device.name, " has ", free_bytes,
+          " bytes free");
 }
 
 void DeviceTables::Push(const std::vector<EmbeddingTable<float>>& tables,

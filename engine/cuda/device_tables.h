@@ -36,9 +36,13 @@ class DeviceTables {
   DeviceTables(const DeviceTables&) = delete;
   DeviceTables& operator=(const DeviceTables&) = delete;
 
-  // kInvalidArgument naming the first table `device` cannot hold: a row wider than a
-  // block's shared memory holds for the update, or more than kMaxDeviceRows rows.
-  static void Check(const std::vector<EmbeddingTable<float>>& tables, const DeviceInfo& device);
+  // Before anything is copied: kInvalidArgument naming the first table `device` cannot
+  // hold (a row wider than a block's shared memory holds for the update, or more than
+  // kMaxDeviceRows rows); kResourceExhausted when the tables' rows and `optimizer`'s state
+  // need more than `free_bytes` (the device's free memory), naming the bytes, the largest
+  // table and the device.
+  static void Check(const std::vector<EmbeddingTable<float>>& tables,
+                    SparseOptimizer<float>& optimizer, const DeviceInfo& device, size_t free_bytes);
 
   // Copies `tables` and `optimizer`'s state for them in (the same tables every call), then
   // describes them and `features` (table indices into `tables`) for the kernels. Returns

@@ -20,6 +20,9 @@
 #include "engine/config/config.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/device_tables.h"
+#include "engine/embedding/sparse_optimizer.h"
 #include "engine/engine.h"
 #include "tests/support/cuda_support.h"
 #include "tests/support/test_support.h"
@@ -320,6 +323,27 @@ TEST(CudaBackendTest, ADivergedStepChangesNothingReplayedOrNot) {
     }
     EXPECT_TRUE(diverged);
   }
+}
+
+// Tables and their optimizer state beyond the device's free memory are refused before
+// anything is copied, naming the bytes, the largest table and the device (no GPU needed:
+// the check takes the device's description and its free bytes).
+TEST(CudaBackendTest, TablesBeyondTheDevicesFreeMemoryAreRefusedNamingThem) {
+  std::vector<EmbeddingTable<float>> tables;
+  tables.emplace_back("small", 10, 4);
+  tables.emplace_back("big", 1000, 8);
+  const auto optimizer = MakeSparseOptimizer<float>(
+      ParseConfigText("sparse_optimizer { adagrad { } }").sparse_optimizer(), {{10, 4}, {1000, 8}});
+  cuda::DeviceInfo device;
+  device.name = "a test GPU";
+  device.shared_memory_per_block = 227 * 1024;
+  const size_t need = (10 * 4 + 1000 * 8) * sizeof(float) * 2;  // rows and sums of squares
+  cuda::DeviceTables::Check(tables, *optimizer, device, need);  // fits exactly
+  testing::ExpectError([&] { cuda::DeviceTables::Check(tables, *optimizer, device, need - 1); },
+                       StatusCode::kResourceExhausted,
+                       "the embedding tables need 64320 bytes of device memory (rows and "
+                       "optimizer state; the largest, table \"big\", 64000 bytes) but a test "
+                       "GPU has 64319 bytes free");
 }
 
 // A table whose row does not fit a block's shared memory (the embedding update holds one
