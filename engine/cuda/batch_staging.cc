@@ -43,6 +43,20 @@ void DeviceBatch::Reserve(const BatchView& batch, size_t num_offsets, bool with_
   if (moved) ++generation;
 }
 
+PooledForwardArgs DeviceBatch::PooledArgs(const FeatureSpec* features, int32_t count, float* out,
+                                          int32_t out_width) const {
+  PooledForwardArgs args;
+  args.features = features;
+  args.num_features = count;
+  args.batch_size = shape.batch_size;
+  args.offsets = offsets.get();
+  args.ids = ids.get();
+  args.weights = shape.weights ? weights.get() : nullptr;
+  args.out = out;
+  args.out_width = out_width;
+  return args;
+}
+
 template <typename From, typename T>
 void BatchStaging::Stage(PinnedBuffer<T>& pinned, DeviceBuffer<T>& device, const From* from,
                          size_t count, cudaStream_t stream) {

@@ -58,6 +58,10 @@ struct DeviceBatch {
   // Sets the shape of `batch` (with labels if `with_labels`) and grows the arrays for it
   // and its `num_offsets` bag offsets.
   void Reserve(const BatchView& batch, size_t num_offsets, bool with_labels);
+  // The pooled forward of this batch's bags: `count` features (device specs, one per
+  // sparse feature of the batch) into out [batch_size x out_width].
+  PooledForwardArgs PooledArgs(const FeatureSpec* features, int32_t count, float* out,
+                               int32_t out_width) const;
 };
 
 class BatchStaging {

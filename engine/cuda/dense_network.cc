@@ -39,16 +39,9 @@ void DenseNetwork::Pool(const FeatureSpec* features, const DeviceBatch& in, Dens
   }
   a.pooled.Resize(static_cast<size_t>(n) * model_.pooled_width());
   if (model_.feature_bindings().empty()) return;
-  PooledForwardArgs args;
-  args.features = features;
-  args.num_features = static_cast<int32_t>(model_.feature_bindings().size());
-  args.batch_size = n;
-  args.offsets = in.offsets.get();
-  args.ids = in.ids.get();
-  args.weights = in.shape.weights ? in.weights.get() : nullptr;
-  args.out = a.pooled.get();
-  args.out_width = model_.pooled_width();
-  LaunchPooledForward(args, stream_);
+  const auto count = static_cast<int32_t>(model_.feature_bindings().size());
+  LaunchPooledForward(in.PooledArgs(features, count, a.pooled.get(), model_.pooled_width()),
+                      stream_);
 }
 
 const float* DenseNetwork::Forward(const float* params, const FeatureSpec* features,

@@ -127,16 +127,7 @@ void DeviceTables::Describe(const std::vector<EmbeddingTable<float>>& tables,
 
 void DeviceTables::Pool(const DeviceBatch& in, float* out, int32_t out_width) const {
   if (num_features_ == 0) return;
-  PooledForwardArgs args;
-  args.features = feature_specs_.get();
-  args.num_features = num_features_;
-  args.batch_size = in.shape.batch_size;
-  args.offsets = in.offsets.get();
-  args.ids = in.ids.get();
-  args.weights = in.shape.weights ? in.weights.get() : nullptr;
-  args.out = out;
-  args.out_width = out_width;
-  LaunchPooledForward(args, stream_);
+  LaunchPooledForward(in.PooledArgs(feature_specs_.get(), num_features_, out, out_width), stream_);
 }
 
 EmbeddingBackwardArgs DeviceTables::SparseArgs(const DeviceBatch& in, const float* d_pooled,
