@@ -152,6 +152,7 @@ class ByteReader {
   }
 
   size_t remaining() const { return bytes_.size() - pos_; }
+  const char* context() const { return context_; }
   // kDataLoss if bytes are left over.
   void ExpectEnd() const {
     if (remaining() != 0)

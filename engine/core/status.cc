@@ -1,5 +1,7 @@
 #include "engine/core/status.h"
 
+#include <cstring>
+
 namespace dlrm {
 
 const char* StatusCodeName(StatusCode code) {
@@ -18,6 +20,12 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
   }
   return "UNKNOWN";
+}
+
+bool IsErrorCode(int code) {
+  // The switch above is the one list of codes (StatusCode's underlying type is int, so
+  // any int converts).
+  return code != 0 && std::strcmp(StatusCodeName(static_cast<StatusCode>(code)), "UNKNOWN") != 0;
 }
 
 }  // namespace dlrm

@@ -25,6 +25,10 @@ enum class StatusCode : int {
 };
 
 const char* StatusCodeName(StatusCode code);
+// Whether `code` (as it travels: an int in a message header or a rank's outcome) names an
+// error, a StatusCode other than kOk. A peer's code is checked with it before it becomes a
+// StatusCode, so that no unknown code reaches the C ABI's dlrm_status.
+bool IsErrorCode(int code);
 
 class Error : public std::runtime_error {
  public:

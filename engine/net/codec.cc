@@ -9,10 +9,6 @@
 namespace dlrm::net {
 namespace {
 
-bool IsErrorCode(int32_t code) {
-  return code != 0 && std::strcmp(StatusCodeName(static_cast<StatusCode>(code)), "UNKNOWN") != 0;
-}
-
 // The rules on header fields, shared by Encode and Decode; `frames` are the header frame
 // and the payload frames that came with it. Returns the first rule broken, or "".
 std::string HeaderProblem(const Header& h, const std::vector<Frame>& frames) {

@@ -95,10 +95,14 @@ OwnedBatch SelectFeatures(const BatchView& batch, const std::vector<int64_t>& st
 }
 
 // kInvalidArgument naming part q unless it is a well-formed part of `num_features`
-// features over its batch_size samples.
+// features over its batch_size samples (at most kMaxBatchSize: a rank's validated batch, so
+// that the joined sizes and the lengths' count cannot overflow).
 void CheckPart(const OwnedBatch& part, int32_t q, int32_t num_features) {
-  const int64_t n = std::max<int64_t>(part.batch_size, 0);
-  if (part.num_sparse != num_features || part.batch_size < 0 ||
+  if (part.batch_size < 0 || part.batch_size > kMaxBatchSize)
+    ThrowInvalid("input part from rank ", q, " has batch_size ", part.batch_size, ", outside [0, ",
+                 kMaxBatchSize, "]");
+  const int64_t n = part.batch_size;
+  if (part.num_sparse != num_features ||
       part.lengths.size() != static_cast<size_t>(num_features) * static_cast<size_t>(n))
     ThrowInvalid("input part from rank ", q, " has ", part.num_sparse, " features x ",
                  part.batch_size, " samples (", part.lengths.size(), " lengths); expected ",

@@ -37,8 +37,28 @@ void PutOutcome(const Outcome& o, ByteWriter* out) {
 Outcome GetOutcome(ByteReader* in) {
   Outcome o;
   o.code = in->Get<int32_t>("error code");
+  if (o.code != 0 && !IsErrorCode(o.code))
+    Throw(StatusCode::kDataLoss, in->context(), ": error code ", o.code, " is not a status code");
   o.error = in->GetString("error");
   return o;
+}
+
+void PutBags(const OwnedBatch& bags, ByteWriter* out) {
+  out->Put<int64_t>(bags.batch_size);
+  out->Put<int32_t>(bags.num_sparse);
+  out->PutArray(bags.lengths);
+  out->PutIndices(bags.ids);
+  out->PutArray(bags.weights);
+}
+
+OwnedBatch GetBags(ByteReader* in) {
+  OwnedBatch bags;
+  bags.batch_size = in->Get<int64_t>("batch size");
+  bags.num_sparse = in->Get<int32_t>("feature count");
+  in->GetArray("lengths", &bags.lengths);
+  in->GetIndices("ids", &bags.ids);
+  in->GetArray("weights", &bags.weights);
+  return bags;
 }
 
 void CheckOutcome(const Outcome& o, int32_t rank, const char* doing) {

@@ -1,10 +1,12 @@
 // What each rank of a synchronous step contributes to its exchange, and what every rank
 // then does with all of them (and the evaluation's exchange), written once for the two
-// trainers (data_parallel_trainer.h,
-// model_parallel_trainer.h): whether the rank could train its part (or why not), its loss
-// sum, its dense gradient (the part's subtree of the global batch's reduction tree) and the
-// replicated tables' update. Every rank decodes the same bytes and sums them in one fixed
-// tree, so all ranks hold the same bits and the single-process association is kept.
+// trainers (data_parallel_trainer.h, model_parallel_trainer.h): whether the rank could
+// train its part (or why not), its loss sum, its dense gradient (the part's subtree of the
+// global batch's reduction tree) and the replicated tables' update; and the encodings of
+// what else travels between ranks (an outcome, a part's bags). Every rank decodes the same
+// bytes and sums them in one fixed tree, so all ranks hold the same bits and the
+// single-process association is kept. Peers' bytes are untrusted: tests/fuzz/fuzz_exchange
+// feeds these decoders, and what follows them, arbitrary input.
 //
 // Threading: functions over the caller's data. Errors: decoding a peer's bytes is
 // kDataLoss naming the field; the checks throw the first failed rank's error.
@@ -20,6 +22,7 @@
 #include "engine/core/metrics.h"
 #include "engine/core/status.h"
 #include "engine/core/thread_pool.h"
+#include "engine/data/batch.h"
 
 namespace dlrm::train {
 
@@ -42,7 +45,7 @@ Outcome Attempt(Fn&& fn) {
   }
 }
 void PutOutcome(const Outcome& o, ByteWriter* out);
-// kDataLoss naming the field for malformed bytes.
+// kDataLoss naming the field for malformed bytes, and for a code that is not a StatusCode.
 Outcome GetOutcome(ByteReader* in);
 // Throws o's error with its code, naming trainer `rank` and what it was `doing`, unless ok.
 void CheckOutcome(const Outcome& o, int32_t rank, const char* doing);
@@ -74,6 +77,12 @@ void EncodeContribution(const Contribution& c, const std::vector<float>& dense_g
 // Reads what EncodeContribution wrote into *c (its buffers reused).
 void DecodeContribution(ByteReader* in, config::TableConfig::Precision wire,
                         std::vector<uint16_t>* scratch, Contribution* c);
+
+// A rank's bags for one owner in the model-parallel input exchange (sizes, lengths, ids,
+// weights). GetBags: kDataLoss naming the field for malformed bytes; the bags' consistency
+// is PooledLayout::JoinInput's to check.
+void PutBags(const OwnedBatch& bags, ByteWriter* out);
+OwnedBatch GetBags(ByteReader* in);
 
 // The step's (number `step`) first failed rank's error, with its code; kInvalidArgument
 // when the ranks' parts differ in size; kDataLoss for a gradient of another size than

@@ -13,28 +13,6 @@
 #include "engine/train/step.h"
 
 namespace dlrm::train {
-namespace {
-
-// A part's bags for one owner: sizes, lengths, ids, weights.
-void PutBags(const OwnedBatch& bags, ByteWriter* out) {
-  out->Put<int64_t>(bags.batch_size);
-  out->Put<int32_t>(bags.num_sparse);
-  out->PutArray(bags.lengths);
-  out->PutIndices(bags.ids);
-  out->PutArray(bags.weights);
-}
-
-OwnedBatch GetBags(ByteReader* in) {
-  OwnedBatch bags;
-  bags.batch_size = in->Get<int64_t>("batch size");
-  bags.num_sparse = in->Get<int32_t>("feature count");
-  in->GetArray("lengths", &bags.lengths);
-  in->GetIndices("ids", &bags.ids);
-  in->GetArray("weights", &bags.weights);
-  return bags;
-}
-
-}  // namespace
 
 // A batch after the input exchange: this rank's own (dense features, labels) and what it
 // pools: its owned features over every rank's samples, its replicated ones over its own.

@@ -375,6 +375,14 @@ TEST(PooledLayoutTest, RefusesMalformedInputPartsNamingTheRank) {
   bad = parts;
   bad[1].ids.push_back(0);
   expect_refused(bad, "input part from rank 1 has");
+  // A forged size past any batch is refused before a size is computed from it
+  // (tests/fuzz/fuzz_exchange found 4 features x (2^62 + 4) samples: the lengths' count
+  // wrapped to 16, and the joined batch size overflowed).
+  bad = parts;
+  bad[1].batch_size = (int64_t{1} << 62) + kPerRank;
+  expect_refused(bad, "input part from rank 1 has batch_size 4611686018427387909, outside [0, ");
+  bad[1].batch_size = -1;
+  expect_refused(bad, "input part from rank 1 has batch_size -1");
   EXPECT_THROW(layout.SamplesPerRank(16), Error);
   EXPECT_THROW(layout.owned_width(3), Error);
   OwnedBatch wrong = local;
