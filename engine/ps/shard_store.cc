@@ -72,7 +72,7 @@ std::vector<std::vector<ShardLocation>> LocateShards(const config::ModelConfig& 
 
 EmbeddingShardStore::EmbeddingShardStore(const config::DlrmConfig& config,
                                          const shard::ShardingPlan& plan, int32_t owner,
-                                         ThreadPool* pool)
+                                         ThreadPool* pool, ShardRoles roles)
     : model_(config.model()), pool_(pool) {
   RequireFixedTables(model_, "distributed training (embedding shards)");
   std::vector<ShardLocation> mine;
@@ -102,29 +102,42 @@ EmbeddingShardStore::EmbeddingShardStore(const config::DlrmConfig& config,
     shapes.push_back({table.num_rows(), table.dim()});
   for (const Shard& s : shards_) row_ranges_.push_back({s.row_begin, s.row_end});
 
+  auto whole_rows = [&](const Shard& shard) {
+    return shard.row_begin == 0 && shard.row_end == model_.tables(shard.table).num_rows();
+  };
+  const bool all = roles == ShardRoles::kAll;
+  served_ = Bind([&](const Shard& shard) { return all || !whole_rows(shard); });
+  pooled_ = Bind([&](const Shard& shard) { return all || whole_rows(shard); });
+  optimizer_ = MakeSparseOptimizer<float>(config.sparse_optimizer(), shapes);
+}
+
+EmbeddingShardStore::~EmbeddingShardStore() = default;
+
+template <typename Takes>
+EmbeddingShardStore::BagSet EmbeddingShardStore::Bind(const Takes& takes) {
+  BagSet set;
   std::vector<FeatureBinding> bindings;
   int32_t width = 0;
   for (int32_t f = 0; f < model_.sparse_features_size(); ++f) {
     const int32_t t = TableOfFeature(model_, f);
     bool used = false;
     for (size_t i = 0; i < shards_.size(); ++i) {
-      if (shards_[i].table != t) continue;
-      if (!used) features_.push_back(f);
+      if (shards_[i].table != t || !takes(shards_[i])) continue;
+      if (!used) set.features.push_back(f);
       used = true;
       FeatureBinding b;
       b.table = static_cast<int32_t>(i);
       b.offset = width;
       b.mean = model_.sparse_features(f).pooling() == config::SparseFeatureConfig::MEAN;
       bindings.push_back(b);
-      bindings_.push_back({static_cast<int32_t>(features_.size()) - 1, static_cast<int32_t>(i)});
+      set.bindings.push_back(
+          {static_cast<int32_t>(set.features.size()) - 1, static_cast<int32_t>(i)});
       width += tables_[i].dim();
     }
   }
-  bags_ = std::make_unique<EmbeddingBagCollection<float>>(&tables_, bindings, width);
-  optimizer_ = MakeSparseOptimizer<float>(config.sparse_optimizer(), shapes);
+  set.bags = std::make_unique<EmbeddingBagCollection<float>>(&tables_, bindings, width);
+  return set;
 }
-
-EmbeddingShardStore::~EmbeddingShardStore() = default;
 
 void EmbeddingShardStore::Lookup(int32_t shard, const int64_t* ids, int64_t n, float* out) const {
   if (shard < 0 || shard >= static_cast<int32_t>(shards_.size()))
@@ -190,10 +203,10 @@ struct EmbeddingShardStore::LocalBatch {
 void EmbeddingShardStore::BuildLocalBatch(const std::vector<FeatureUpdate>& updates,
                                           int64_t batch_size, bool weighted,
                                           LocalBatch* local) const {
-  const int32_t width = bags_->pooled_width();
+  const int32_t width = served_.bags->pooled_width();
   local->d_pooled.assign(static_cast<size_t>(batch_size) * width, 0.0f);
   int32_t offset = 0;
-  for (const Binding& b : bindings_) {
+  for (const Binding& b : served_.bindings) {
     const FeatureUpdate& u = updates[b.feature_slot];
     local->lengths.insert(local->lengths.end(), u.lengths.begin(), u.lengths.end());
     local->ids.insert(local->ids.end(), u.ids.begin(), u.ids.end());
@@ -209,7 +222,7 @@ void EmbeddingShardStore::BuildLocalBatch(const std::vector<FeatureUpdate>& upda
   }
   ValidatedBatch& batch = local->batch;
   batch.view.batch_size = batch_size;
-  batch.view.num_sparse = static_cast<int32_t>(bindings_.size());
+  batch.view.num_sparse = static_cast<int32_t>(served_.bindings.size());
   batch.view.lengths = local->lengths.data();
   batch.view.num_ids = static_cast<int64_t>(local->ids.size());
   batch.view.ids = local->ids.data();
@@ -221,30 +234,46 @@ void EmbeddingShardStore::BuildLocalBatch(const std::vector<FeatureUpdate>& upda
 
 void EmbeddingShardStore::ApplyUpdate(const std::vector<FeatureUpdate>& updates, int64_t batch_size,
                                       float lr, int64_t step) {
-  if (batch_size <= 0) ThrowInvalid("update: batch_size must be > 0, got ", batch_size);
-  if (updates.size() != features_.size())
-    ThrowInvalid("update: ", updates.size(), " feature updates for the ", features_.size(),
-                 " features this owner serves");
-  const bool weighted = !updates.empty() && !updates[0].weights.empty();
-  for (size_t k = 0; k < updates.size(); ++k) {
-    if (updates[k].feature != features_[k])
-      ThrowInvalid("update ", k, " is for feature ", updates[k].feature, ", expected feature ",
-                   features_[k]);
-    CheckFeatureUpdate(updates[k], batch_size, weighted);
-  }
-  LocalBatch local;
-  BuildLocalBatch(updates, batch_size, weighted, &local);
   // Every row's update checked before any is written: a refused update changes nothing.
-  if (!bags_->UpdateIsFinite(local.batch, local.d_pooled.data(), *optimizer_, lr, step, pool_,
-                             &row_ranges_))
+  if (!CheckUpdate(updates, batch_size, lr, step))
     Throw(StatusCode::kFailedPrecondition, "update of step ", step,
           ": it would make a row or its optimizer state non-finite (learning rate ", lr,
           "); no row was updated");
-  bags_->ApplyUpdate(local.d_pooled.data(), *optimizer_, lr, step, pool_);
+  ApplyCheckedUpdate(lr, step);
+}
+
+bool EmbeddingShardStore::CheckUpdate(const std::vector<FeatureUpdate>& updates, int64_t batch_size,
+                                      float lr, int64_t step) {
+  checked_.reset();
+  const std::vector<int32_t>& features = served_.features;
+  if (batch_size <= 0) ThrowInvalid("update: batch_size must be > 0, got ", batch_size);
+  if (updates.size() != features.size())
+    ThrowInvalid("update: ", updates.size(), " feature updates for the ", features.size(),
+                 " features this owner serves");
+  const bool weighted = !updates.empty() && !updates[0].weights.empty();
+  for (size_t k = 0; k < updates.size(); ++k) {
+    if (updates[k].feature != features[k])
+      ThrowInvalid("update ", k, " is for feature ", updates[k].feature, ", expected feature ",
+                   features[k]);
+    CheckFeatureUpdate(updates[k], batch_size, weighted);
+  }
+  auto local = std::make_unique<LocalBatch>();
+  BuildLocalBatch(updates, batch_size, weighted, local.get());
+  const bool finite = served_.bags->UpdateIsFinite(local->batch, local->d_pooled.data(),
+                                                   *optimizer_, lr, step, pool_, &row_ranges_);
+  if (finite) checked_ = std::move(local);
+  return finite;
+}
+
+void EmbeddingShardStore::ApplyCheckedUpdate(float lr, int64_t step) {
+  DLRM_INTERNAL_CHECK(checked_ != nullptr);
+  served_.bags->ApplyUpdate(checked_->d_pooled.data(), *optimizer_, lr, step, pool_);
+  checked_.reset();
 }
 
 void EmbeddingShardStore::RequireWholeRows(const char* what) const {
-  for (const Shard& s : shards_) {
+  for (const Binding& b : pooled_.bindings) {
+    const Shard& s = shards_[b.shard];
     const config::TableConfig& tc = model_.tables(s.table);
     if (s.row_begin != 0 || s.row_end != tc.num_rows())
       ThrowInvalid(what, ": table '", tc.name(), "' has a shard of rows [", s.row_begin, ", ",
@@ -255,32 +284,32 @@ void EmbeddingShardStore::RequireWholeRows(const char* what) const {
 ValidatedBatch EmbeddingShardStore::ValidateLocalBatch(const BatchView& batch) const {
   RequireWholeRows("a local batch");
   std::vector<SparseFeatureSpec> specs;
-  for (const Binding& b : bindings_) specs.push_back({b.shard, tables_[b.shard].num_rows()});
+  for (const Binding& b : pooled_.bindings) specs.push_back({b.shard, tables_[b.shard].num_rows()});
   return ValidateBatch(batch, 0, specs, /*require_labels=*/false, pool_);
 }
 
 void EmbeddingShardStore::Pool(const ValidatedBatch& batch, float* out) const {
-  DLRM_INTERNAL_CHECK(batch.view.num_sparse == static_cast<int32_t>(bindings_.size()));
-  if (bindings_.empty()) return;
+  DLRM_INTERNAL_CHECK(batch.view.num_sparse == static_cast<int32_t>(pooled_.bindings.size()));
+  if (pooled_.bindings.empty()) return;
   constexpr int64_t kRows = 256;  // samples per task
   const int64_t B = batch.view.batch_size;
   const int32_t width = pooled_width();
   ParallelFor(pool_, (B + kRows - 1) / kRows, [&](int64_t c) {
     const int64_t b0 = c * kRows, b1 = std::min(B, b0 + kRows);
-    bags_->Forward(batch, b0, b1, out + b0 * width);
+    pooled_.bags->Forward(batch, b0, b1, out + b0 * width);
   });
 }
 
 bool EmbeddingShardStore::PooledUpdateIsFinite(const ValidatedBatch& batch, const float* d_pooled,
                                                float lr, int64_t step) {
-  DLRM_INTERNAL_CHECK(batch.view.num_sparse == static_cast<int32_t>(bindings_.size()));
-  if (bindings_.empty()) return true;
-  return bags_->UpdateIsFinite(batch, d_pooled, *optimizer_, lr, step, pool_, &row_ranges_);
+  DLRM_INTERNAL_CHECK(batch.view.num_sparse == static_cast<int32_t>(pooled_.bindings.size()));
+  if (pooled_.bindings.empty()) return true;
+  return pooled_.bags->UpdateIsFinite(batch, d_pooled, *optimizer_, lr, step, pool_, &row_ranges_);
 }
 
 void EmbeddingShardStore::ApplyPooledUpdate(const float* d_pooled, float lr, int64_t step) {
-  if (bindings_.empty()) return;
-  bags_->ApplyUpdate(d_pooled, *optimizer_, lr, step, pool_);
+  if (pooled_.bindings.empty()) return;
+  pooled_.bags->ApplyUpdate(d_pooled, *optimizer_, lr, step, pool_);
 }
 
 }  // namespace dlrm::ps

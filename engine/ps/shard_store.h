@@ -1,8 +1,9 @@
 // The embedding shards one owner holds, and the two things done to them (owner computes):
 // lookups of rows and the step's fused sparse update.
 //
-// An owner is an embedding server (its shards of the sharding plan) or, for the tables the
-// plan replicates (DATA_PARALLEL), every trainer. Shards start from exactly the values of
+// An owner is an embedding server (its shards of the sharding plan), a trainer that owns
+// shards itself (the Neo layout: ShardRoles below) or, for the tables the plan replicates
+// (DATA_PARALLEL), every trainer. Shards start from exactly the values of
 // the single-process tables (EmbeddingTable::InitializeShard) and are updated by the
 // single-process code (EmbeddingBagCollection::BackwardAndUpdate) over the global batch's
 // bags in the global order, restricted to the shard's rows and columns. So in sync mode
@@ -42,6 +43,15 @@ struct ShardLocation {
 std::vector<std::vector<ShardLocation>> LocateShards(const config::ModelConfig& model,
                                                      const shard::ShardingPlan& plan);
 
+// What an owner does with its shards: serve them (Lookup, and ApplyUpdate from feature
+// updates) and pool them itself (the local batch's Pool and pooled update).
+enum class ShardRoles {
+  kAll,  // every shard both: an embedding server (it only serves), the trainers' replicas
+  // A trainer that owns shards (the Neo layout): whole-row shards pooled by it for the
+  // global batch, row-wise pieces served to the ranks that pool their bags.
+  kPoolWholeRows,
+};
+
 class EmbeddingShardStore {
  public:
   using Shard = ShardLocation;
@@ -51,7 +61,8 @@ class EmbeddingShardStore {
   // Throws kInvalidArgument for a plan that does not fit the config, and for row-wise
   // Adagrad on a shard without whole rows (its per-row statistic needs every column).
   EmbeddingShardStore(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
-                      int32_t owner, ThreadPool* pool = nullptr);
+                      int32_t owner, ThreadPool* pool = nullptr,
+                      ShardRoles roles = ShardRoles::kAll);
   ~EmbeddingShardStore();
   EmbeddingShardStore(const EmbeddingShardStore&) = delete;
   EmbeddingShardStore& operator=(const EmbeddingShardStore&) = delete;
@@ -64,29 +75,41 @@ class EmbeddingShardStore {
   // (train/owned_shards.h) to write back what it trained.
   const std::vector<EmbeddingTable<float>>& shard_tables() const { return tables_; }
   std::vector<EmbeddingTable<float>>& mutable_shard_tables() { return tables_; }
-  // Features whose table has a shard here: what ApplyUpdate needs, in feature order.
-  const std::vector<int32_t>& features() const { return features_; }
+  // Features whose table has a served shard here: what ApplyUpdate needs, in feature order.
+  const std::vector<int32_t>& features() const { return served_.features; }
+  // Features whose table has a pooled shard here, in feature order.
+  const std::vector<int32_t>& pooled_features() const { return pooled_.features; }
 
   // out [n x shard width] = the rows of `ids` (table ids, inside the shard's rows), widened
   // to fp32 where the table's rows are 16-bit.
   // Throws kInvalidArgument / kOutOfRange naming the bad shard or id; writes nothing then.
   void Lookup(int32_t shard, const int64_t* ids, int64_t n, float* out) const;
 
-  // Applies one step's sparse update from the global batch (batch_size samples): one
-  // FeatureUpdate per entry of features(), in that order. Everything is validated before
-  // any row changes (sizes, id ranges, finite gradients and weights), and every row's
-  // update is checked to leave it finite (else kFailedPrecondition, nothing written).
+  // Applies one step's sparse update of the served shards from the global batch
+  // (batch_size samples): one FeatureUpdate per entry of features(), in that order.
+  // Everything is validated before any row changes (sizes, id ranges, finite gradients and
+  // weights), and every row's update is checked to leave it finite (else
+  // kFailedPrecondition, nothing written).
   void ApplyUpdate(const std::vector<FeatureUpdate>& updates, int64_t batch_size, float lr,
                    int64_t step);
+  // ApplyUpdate in two halves, for owners whose ranks agree on every update before any is
+  // written: CheckUpdate validates (throwing as ApplyUpdate) and returns whether every
+  // touched row's update would be finite, writing nothing; ApplyCheckedUpdate applies the
+  // last checked update, with the same lr and step and nothing else done to the served
+  // shards in between.
+  bool CheckUpdate(const std::vector<FeatureUpdate>& updates, int64_t batch_size, float lr,
+                   int64_t step);
+  void ApplyCheckedUpdate(float lr, int64_t step);
 
   // The owner's own pooling, for trainers that own their shards (the Neo layout,
   // train/model_parallel_trainer.h): a local batch has one sparse feature per binding
-  // (each feature of features() once per shard of its table, in that order) and table ids;
-  // its pooled row is pooled_width() wide, the bindings' columns side by side. Every shard
-  // must hold whole rows (kInvalidArgument naming the table otherwise).
-  int32_t pooled_width() const { return bags_->pooled_width(); }
+  // (each feature of pooled_features() once per pooled shard of its table, in that order)
+  // and table ids; its pooled row is pooled_width() wide, the bindings' columns side by
+  // side. Every pooled shard must hold whole rows (kInvalidArgument naming the table
+  // otherwise).
+  int32_t pooled_width() const { return pooled_.bags->pooled_width(); }
   // The local batch's features as bindings to shards (table = shard index) and columns.
-  const std::vector<FeatureBinding>& local_features() const { return bags_->features(); }
+  const std::vector<FeatureBinding>& local_features() const { return pooled_.bags->features(); }
   // Checks a local batch (no dense features, no labels): kInvalidArgument / kOutOfRange
   // naming the field.
   ValidatedBatch ValidateLocalBatch(const BatchView& batch) const;
@@ -104,7 +127,22 @@ class EmbeddingShardStore {
 
  private:
   struct LocalBatch;
-  // kInvalidArgument naming the table unless every shard holds whole rows.
+  // One binding per (feature, shard of its table), features in order: the local batch
+  // ApplyUpdate builds has one sparse "feature" per binding.
+  struct Binding {
+    int32_t feature_slot;  // index into the set's features
+    int32_t shard;
+  };
+  // The shards of one role, bound to the features that read them.
+  struct BagSet {
+    std::vector<int32_t> features;
+    std::vector<Binding> bindings;
+    std::unique_ptr<EmbeddingBagCollection<float>> bags;
+  };
+  // The set of the shards for which takes(shard) holds.
+  template <typename Takes>
+  BagSet Bind(const Takes& takes);
+  // kInvalidArgument naming the table unless every pooled shard holds whole rows.
   void RequireWholeRows(const char* what) const;
   void CheckFeatureUpdate(const FeatureUpdate& u, int64_t batch_size, bool weighted) const;
   // The owner's batch of this step's updates (what its bags' fused backward takes).
@@ -116,15 +154,8 @@ class EmbeddingShardStore {
   std::vector<Shard> shards_;
   std::vector<EmbeddingTable<float>> tables_;  // one per shard
   std::vector<RowRange> row_ranges_;           // one per shard
-  std::vector<int32_t> features_;
-  // One binding per (feature, shard of its table), features in order: the local batch
-  // ApplyUpdate builds has one sparse "feature" per binding.
-  struct Binding {
-    int32_t feature_slot;  // index into features_
-    int32_t shard;
-  };
-  std::vector<Binding> bindings_;
-  std::unique_ptr<EmbeddingBagCollection<float>> bags_;
+  BagSet served_, pooled_;
+  std::unique_ptr<LocalBatch> checked_;  // CheckUpdate's, for ApplyCheckedUpdate
   std::unique_ptr<SparseOptimizer<float>> optimizer_;
 };
 

@@ -23,10 +23,11 @@ constexpr uint32_t kAllTypes = Bit(ShardingConfig::TABLE_WISE) | Bit(ShardingCon
                                Bit(ShardingConfig::COLUMN_WISE) |
                                Bit(ShardingConfig::TABLE_ROW_WISE) |
                                Bit(ShardingConfig::DATA_PARALLEL);
-// What trainers that own their shards can pool (shard/pooled_layout.h).
-constexpr uint32_t kTrainerTypes = Bit(ShardingConfig::TABLE_WISE) |
-                                   Bit(ShardingConfig::COLUMN_WISE) |
-                                   Bit(ShardingConfig::DATA_PARALLEL);
+// What trainers that own their shards can hold (shard/pooled_layout.h); row-wise pieces
+// on the host only (train/owned_shards.h: a device holds whole-row shards).
+constexpr uint32_t kTrainerTypes =
+    Bit(ShardingConfig::TABLE_WISE) | Bit(ShardingConfig::COLUMN_WISE) |
+    Bit(ShardingConfig::ROW_WISE) | Bit(ShardingConfig::DATA_PARALLEL);
 
 // Piece i of `count` things (rows or columns) cut into `parts` near-equal contiguous
 // ranges, the first count % parts of them one longer: [begin, end).
@@ -234,6 +235,8 @@ double Imbalance(double max, double total, int32_t n) {
 std::vector<uint32_t> AllowedTypes(const config::DlrmConfig& config, ShardOwners owners) {
   const config::ModelConfig& model = config.model();
   uint32_t holdable = owners == ShardOwners::kServers ? kAllTypes : kTrainerTypes;
+  if (owners == ShardOwners::kTrainers && config.device().kind() != config::DeviceConfig::CPU)
+    holdable &= ~Bit(ShardingConfig::ROW_WISE);
   if (config.sparse_optimizer().has_rowwise_adagrad())
     holdable &= ~Bit(ShardingConfig::COLUMN_WISE);
   std::vector<uint32_t> allowed(static_cast<size_t>(model.tables_size()), holdable);

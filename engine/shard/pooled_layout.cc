@@ -45,8 +45,8 @@ void CheckCovers(const config::TableConfig& table, const std::vector<const Table
         type != config::ShardingConfig::DATA_PARALLEL)
       ThrowInvalid("table \"", table.name(), "\" is sharded ",
                    config::ShardingConfig::Type_Name(type),
-                   ": the pooled all-to-all takes TABLE_WISE, COLUMN_WISE and DATA_PARALLEL "
-                   "shards (row-wise pieces need a reduce-scatter)");
+                   ": trainers that own their shards take TABLE_WISE, COLUMN_WISE, ROW_WISE and "
+                   "DATA_PARALLEL shards, one type per table");
     if (s->row_begin() != 0 || s->row_end() != table.num_rows() || s->col_begin() != next_col ||
         s->col_end() <= s->col_begin())
       ThrowInvalid("table \"", table.name(), "\": shard rows [", s->row_begin(), ", ", s->row_end(),
@@ -58,6 +58,45 @@ void CheckCovers(const config::TableConfig& table, const std::vector<const Table
   if (next_col != table.dim())
     ThrowInvalid("table \"", table.name(), "\": its shards cover columns [0, ", next_col, ") of ",
                  table.dim());
+}
+
+bool IsRowWise(const TableShard* s) { return s->type() == config::ShardingConfig::ROW_WISE; }
+
+// kInvalidArgument unless `shards` are row-wise pieces tiling the table's rows in whole
+// columns, each on its own rank of [0, world_size).
+std::vector<RowPiece> RowPiecesOf(const config::TableConfig& table,
+                                  std::vector<const TableShard*> shards, int32_t world_size) {
+  std::sort(shards.begin(), shards.end(), [](const TableShard* a, const TableShard* b) {
+    return a->row_begin() < b->row_begin();
+  });
+  std::vector<RowPiece> pieces;
+  std::vector<bool> taken(static_cast<size_t>(world_size), false);
+  int64_t next_row = 0;
+  for (const TableShard* s : shards) {
+    if (!IsRowWise(s))
+      ThrowInvalid("table \"", table.name(), "\" mixes ROW_WISE pieces with a ",
+                   config::ShardingConfig::Type_Name(s->type()), " shard");
+    const int32_t rank = s->server();
+    if (rank < 0 || rank >= world_size)
+      ThrowInvalid("table \"", table.name(), "\": shard on server ", rank, ", outside [0, ",
+                   world_size, ")");
+    if (taken[rank])
+      ThrowInvalid("rank ", rank, " holds two row-wise pieces of table \"", table.name(),
+                   "\"; a table's pieces are on distinct ranks");
+    taken[rank] = true;
+    if (s->row_begin() != next_row || s->row_end() <= s->row_begin() || s->col_begin() != 0 ||
+        s->col_end() != table.dim())
+      ThrowInvalid("table \"", table.name(), "\": shard rows [", s->row_begin(), ", ", s->row_end(),
+                   ") x columns [", s->col_begin(), ", ", s->col_end(),
+                   ") does not continue a tiling of rows [0, ", table.num_rows(),
+                   ") x columns [0, ", table.dim(), ")");
+    pieces.push_back({rank, s->row_begin(), s->row_end()});
+    next_row = s->row_end();
+  }
+  if (next_row != table.num_rows())
+    ThrowInvalid("table \"", table.name(), "\": its row-wise pieces cover rows [0, ", next_row,
+                 ") of ", table.num_rows());
+  return pieces;
 }
 
 // Feature-major id offsets of a batch: starts[f] is where feature f's ids begin.
@@ -131,6 +170,7 @@ PooledLayout::PooledLayout(const config::DlrmConfig& config, const ShardingPlan&
   owned_slices_.resize(world_size);
   owned_width_.assign(world_size, 0);
   input_features_.resize(world_size);
+  range_features_.resize(world_size);
   for (const auto& feature : model.sparse_features()) {
     feature_column_.push_back(pooled_width_);
     pooled_width_ += model.tables(TableIndex(model, feature.table())).dim();
@@ -154,6 +194,10 @@ PooledLayout::PooledLayout(const config::DlrmConfig& config, const ShardingPlan&
   for (int32_t r = 0; r < world_size; ++r) owned_width_[r] = InFeatureOrder(&owned_slices_[r]);
   local_width_ = InFeatureOrder(&local_slices_);
   std::sort(local_features_.begin(), local_features_.end());
+  fetched_width_ = InFeatureOrder(&fetched_slices_);
+  std::sort(fetched_features_.begin(), fetched_features_.end());
+  for (std::vector<int32_t>& features : range_features_)
+    std::sort(features.begin(), features.end());
 }
 
 int32_t PooledLayout::InFeatureOrder(std::vector<PooledSlice>* slices) {
@@ -168,9 +212,29 @@ int32_t PooledLayout::InFeatureOrder(std::vector<PooledSlice>* slices) {
   return column;
 }
 
+std::vector<PooledSlice> PooledLayout::SlicesOf(const config::ModelConfig& model, int32_t t,
+                                                int32_t shard, int32_t column,
+                                                int32_t width) const {
+  std::vector<PooledSlice> slices;
+  for (int32_t f = 0; f < model.sparse_features_size(); ++f) {
+    const auto& feature = model.sparse_features(f);
+    if (feature.table() != model.tables(t).name()) continue;
+    PooledSlice slice;
+    slice.feature = f;
+    slice.shard = shard;
+    slice.pooled_column = feature_column_[f] + column;
+    slice.width = width;
+    slice.mean = feature.pooling() == config::SparseFeatureConfig::MEAN;
+    slices.push_back(slice);
+  }
+  return slices;
+}
+
 // Adds table t's shards to their ranks and one slice per (reading feature, shard).
 void PooledLayout::AddTable(const config::ModelConfig& model, int32_t t,
                             const std::vector<const TableShard*>& shards) {
+  if (std::any_of(shards.begin(), shards.end(), IsRowWise))
+    return AddFetchedTable(model, t, shards);
   const config::TableConfig& table = model.tables(t);
   CheckCovers(table, shards);
   for (const TableShard* s : shards) {
@@ -180,23 +244,26 @@ void PooledLayout::AddTable(const config::ModelConfig& model, int32_t t,
                    world_size_, ")");
     std::vector<OwnedShard>& holder = local ? local_shards_ : owned_shards_[s->server()];
     holder.push_back({t, s->col_begin(), s->col_end()});
-    for (int32_t f = 0; f < model.sparse_features_size(); ++f) {
-      const auto& feature = model.sparse_features(f);
-      if (feature.table() != table.name()) continue;
-      PooledSlice slice;
-      slice.feature = f;
-      slice.shard = static_cast<int32_t>(holder.size()) - 1;
-      slice.pooled_column = feature_column_[f] + s->col_begin();
-      slice.width = s->col_end() - s->col_begin();
-      slice.mean = feature.pooling() == config::SparseFeatureConfig::MEAN;
-      if (local) {
-        local_slices_.push_back(slice);
-        local_features_.push_back(f);
-      } else {
-        owned_slices_[s->server()].push_back(slice);
-        input_features_[s->server()].push_back(f);
-      }
+    const auto shard = static_cast<int32_t>(holder.size()) - 1;
+    for (const PooledSlice& slice :
+         SlicesOf(model, t, shard, s->col_begin(), holder.back().width())) {
+      (local ? local_slices_ : owned_slices_[s->server()]).push_back(slice);
+      (local ? local_features_ : input_features_[s->server()]).push_back(slice.feature);
     }
+  }
+}
+
+void PooledLayout::AddFetchedTable(const config::ModelConfig& model, int32_t t,
+                                   const std::vector<const TableShard*>& shards) {
+  const config::TableConfig& table = model.tables(t);
+  if (shards.empty()) ThrowInvalid("the plan has no shard of table \"", table.name(), "\"");
+  fetched_tables_.push_back({t, RowPiecesOf(table, shards, world_size_)});
+  const auto index = static_cast<int32_t>(fetched_tables_.size()) - 1;
+  for (const PooledSlice& slice : SlicesOf(model, t, index, 0, table.dim())) {
+    fetched_slices_.push_back(slice);
+    fetched_features_.push_back(slice.feature);
+    for (const RowPiece& piece : fetched_tables_.back().pieces)
+      range_features_[piece.rank].push_back(slice.feature);
   }
 }
 
@@ -225,6 +292,11 @@ const std::vector<int32_t>& PooledLayout::input_features(int32_t rank) const {
   return input_features_[rank];
 }
 
+const std::vector<int32_t>& PooledLayout::range_features(int32_t rank) const {
+  CheckRank(rank);
+  return range_features_[rank];
+}
+
 int64_t PooledLayout::SamplesPerRank(int64_t global_batch) const {
   if (global_batch < 1 || global_batch % world_size_ != 0)
     ThrowInvalid("global batch of ", global_batch, " samples is not a positive multiple of ",
@@ -249,6 +321,10 @@ std::vector<OwnedBatch> PooledLayout::SplitInput(const BatchView& local) const {
 
 OwnedBatch PooledLayout::LocalInput(const BatchView& local) const {
   return SelectFeatures(local, FeatureStartsOf(local), local_features_);
+}
+
+OwnedBatch PooledLayout::FetchedInput(const BatchView& local) const {
+  return SelectFeatures(local, FeatureStartsOf(local), fetched_features_);
 }
 
 OwnedBatch PooledLayout::JoinInput(int32_t rank, const std::vector<OwnedBatch>& parts) const {
@@ -302,7 +378,8 @@ void CheckBlock(const std::vector<float>& block, const char* what, int64_t b, in
 }  // namespace
 
 void PooledLayout::Assemble(const std::vector<std::vector<float>>& blocks,
-                            const std::vector<float>& local, int64_t b, float* pooled) const {
+                            const std::vector<float>& local, const std::vector<float>& fetched,
+                            int64_t b, float* pooled) const {
   if (blocks.size() != static_cast<size_t>(world_size_))
     ThrowInvalid("assembling ", blocks.size(), " pooled blocks; expected ", world_size_);
   for (int32_t r = 0; r < world_size_; ++r) {
@@ -310,9 +387,11 @@ void PooledLayout::Assemble(const std::vector<std::vector<float>>& blocks,
                owned_width_[r]);
   }
   CheckBlock(local, "the replicated tables' pooled block", b, local_width_);
+  CheckBlock(fetched, "the fetched tables' pooled block", b, fetched_width_);
   for (int32_t r = 0; r < world_size_; ++r)
     Scatter(owned_slices_[r], b, blocks[r].data(), owned_width_[r], pooled, pooled_width_);
   Scatter(local_slices_, b, local.data(), local_width_, pooled, pooled_width_);
+  Scatter(fetched_slices_, b, fetched.data(), fetched_width_, pooled, pooled_width_);
 }
 
 std::vector<std::vector<float>> PooledLayout::Split(const float* d_pooled, int64_t b,

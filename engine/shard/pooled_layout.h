@@ -22,8 +22,16 @@
 //
 // Slices: TABLE_WISE shards are whole tables; COLUMN_WISE shards are column blocks (a
 // block pools exactly its columns of the full row's sum; not with row-wise Adagrad, whose
-// statistic is per whole row). ROW_WISE and TABLE_ROW_WISE shards would pool partial sums
-// that need a reduce-scatter; they are refused.
+// statistic is per whole row).
+//
+// Row-wise pieces (ROW_WISE shards: row ranges of whole rows, on distinct ranks) are not
+// pooled by their holders, whose partial sums would change the bags' order of addition.
+// Such a table is fetched: in step 1 rank q asks each piece's rank for the distinct rows
+// of its own samples' bags in that piece (the servers' lookups); in step 2 the rows come
+// back and q pools its fetched features itself ([b x fetched_width()], fetched_slices()),
+// in bag order, as one process would; in step 3 q sends each piece's rank the features'
+// bags and gradients (ps::FeatureUpdate), and the rank applies every rank's, in rank
+// order, to its rows (the servers' update). TABLE_ROW_WISE is the servers' and refused.
 //
 // Threading: immutable after construction. Errors: kInvalidArgument naming the table,
 // shard, rank or size that is wrong, thrown by the constructor and the functions.
@@ -55,6 +63,18 @@ struct PooledSlice {
   bool mean = false;  // MEAN pooling
 };
 
+// Rows [row_begin, row_end) of a fetched table, whole columns, held by `rank`.
+struct RowPiece {
+  int32_t rank = 0;
+  int64_t row_begin = 0, row_end = 0;
+};
+
+// A table cut into row-wise pieces, which every rank fetches rows of.
+struct FetchedTable {
+  int32_t table = 0;             // model.tables index
+  std::vector<RowPiece> pieces;  // in row order, tiling [0, num_rows)
+};
+
 class PooledLayout {
  public:
   // config: passed ValidateConfig; plan: PlanSharding(config, world_size)'s result
@@ -79,6 +99,16 @@ class PooledLayout {
   const std::vector<PooledSlice>& local_slices() const { return local_slices_; }
   int32_t local_width() const { return local_width_; }
 
+  // Tables cut into row-wise pieces, in table order; every rank pools their features for
+  // its own samples (fetched_slices(): shard is the fetched_tables() index, owned_column
+  // the column in fetched_width()'s row; slice k: feature k of FetchedInput's batch).
+  const std::vector<FetchedTable>& fetched_tables() const { return fetched_tables_; }
+  const std::vector<PooledSlice>& fetched_slices() const { return fetched_slices_; }
+  int32_t fetched_width() const { return fetched_width_; }
+  // The model.sparse_features indices whose table has a row-wise piece on rank r
+  // (ascending): the features of the updates r applies to its pieces.
+  const std::vector<int32_t>& range_features(int32_t rank) const;
+
   // b: samples per rank of a global batch; kInvalidArgument unless B is a positive
   // multiple of world_size().
   int64_t SamplesPerRank(int64_t global_batch) const;
@@ -93,10 +123,13 @@ class PooledLayout {
   OwnedBatch JoinInput(int32_t rank, const std::vector<OwnedBatch>& parts) const;
   // The bags of the local slices' features for `local`'s samples (slice k: feature k).
   OwnedBatch LocalInput(const BatchView& local) const;
+  // The bags of the fetched slices' features for `local`'s samples (slice k: feature k).
+  OwnedBatch FetchedInput(const BatchView& local) const;
   // Step 2 on rank q: blocks[r] is [b x owned_width(r)] from owner r, `local` the rank's
-  // own [b x local_width()] pooling of the replicated tables -> pooled [b x pooled_width()].
+  // own [b x local_width()] pooling of the replicated tables and `fetched` its
+  // [b x fetched_width()] pooling of the fetched ones -> pooled [b x pooled_width()].
   void Assemble(const std::vector<std::vector<float>>& blocks, const std::vector<float>& local,
-                int64_t b, float* pooled) const;
+                const std::vector<float>& fetched, int64_t b, float* pooled) const;
   // Step 3 on rank q: d_pooled [b x pooled_width()] -> blocks[r] [b x owned_width(r)], and
   // the replicated tables' columns into *local [b x local_width()].
   std::vector<std::vector<float>> Split(const float* d_pooled, int64_t b,
@@ -105,6 +138,13 @@ class PooledLayout {
  private:
   void AddTable(const config::ModelConfig& model, int32_t table,
                 const std::vector<const TableShard*>& shards);
+  // AddTable's for a table cut into row-wise pieces.
+  void AddFetchedTable(const config::ModelConfig& model, int32_t table,
+                       const std::vector<const TableShard*>& shards);
+  // One slice per feature reading table t, of `width` columns from `column` of its pooled
+  // vector, with `shard` as given.
+  std::vector<PooledSlice> SlicesOf(const config::ModelConfig& model, int32_t t, int32_t shard,
+                                    int32_t column, int32_t width) const;
   void CheckRank(int32_t rank) const;
   // Sorts slices by feature and numbers their columns from 0; returns their width.
   static int32_t InFeatureOrder(std::vector<PooledSlice>* slices);
@@ -122,6 +162,11 @@ class PooledLayout {
   std::vector<PooledSlice> local_slices_;
   std::vector<int32_t> local_features_;
   int32_t local_width_ = 0;
+  std::vector<FetchedTable> fetched_tables_;
+  std::vector<PooledSlice> fetched_slices_;
+  std::vector<int32_t> fetched_features_;
+  int32_t fetched_width_ = 0;
+  std::vector<std::vector<int32_t>> range_features_;  // by rank
 };
 
 }  // namespace dlrm::shard

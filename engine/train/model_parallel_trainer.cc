@@ -8,6 +8,8 @@
 #include "engine/core/finite.h"
 #include "engine/core/status.h"
 #include "engine/dense/loss.h"
+#include "engine/embedding/embedding_bag.h"
+#include "engine/embedding/embedding_table.h"
 #include "engine/embedding/wire_values.h"
 #include "engine/ps/feature_update.h"
 #include "engine/train/step.h"
@@ -22,6 +24,27 @@ struct ModelParallelTrainer::Input {
   std::vector<int64_t> first;    // per rank: its first sample in `joined`
   OwnedBatch joined, local;
   ValidatedBatch joined_vb, local_vb;
+};
+
+// The tables cut into row-wise pieces (PooledLayout::fetched_tables(), index k): what this
+// rank asks each piece's rank for, what it is asked, the rows it pools, the pieces' updates.
+struct ModelParallelTrainer::Fetch {
+  // Per table k: this rank's distinct ids, sorted, and where piece p's begin in them
+  // (bounds[k][p]; bounds[k].back() is their count).
+  std::vector<std::vector<int64_t>> distinct;
+  std::vector<std::vector<size_t>> bounds;
+  std::vector<EmbeddingTable<float>> rows;              // per k: the distinct ids' rows
+  std::unique_ptr<EmbeddingBagCollection<float>> bags;  // the fetched slices over `rows`
+  // The pieces this rank holds, in table order: k, its piece index and its owned_ shard.
+  struct Held {
+    int32_t table, piece, shard;
+  };
+  std::vector<Held> held;
+  // asked[q][j]: the ids rank q asked of held[j]; answers[q][j]: their rows.
+  std::vector<std::vector<std::vector<int64_t>>> asked;
+  std::vector<std::vector<std::vector<float>>> answers;
+  std::vector<std::string> updates;   // [r]: this rank's updates of range_features(r)
+  std::vector<std::string> received;  // [q]: rank q's updates of this rank's pieces
 };
 
 const config::DlrmConfig& ModelParallelTrainer::Checked(const config::DlrmConfig& config,
@@ -52,14 +75,48 @@ ModelParallelTrainer::ModelParallelTrainer(const config::DlrmConfig& config,
       dense_optimizer_(
           MakeDenseOptimizer<float>(config.dense_optimizer(), model_.dense_params().size())),
       backend_(MakeTrainerBackend(devices.backend, config, &model_, pool)),
-      owned_(config, plan, comm->rank(), pool),
+      owned_(config, plan, comm->rank(), pool, ps::ShardRoles::kPoolWholeRows),
       shards_(MakeOwnedShards(devices.owned, config, &owned_, pool)),
       replicas_(config, plan, ps::kTrainerReplica, pool),
-      in_(std::make_unique<Input>()) {
-  // The stores pool what the layout says this rank pools, in the same columns.
-  DLRM_INTERNAL_CHECK(owned_.features() == layout_.input_features(comm_->rank()));
+      in_(std::make_unique<Input>()),
+      fetch_(std::make_unique<Fetch>()) {
+  // The stores pool and serve what the layout says this rank pools and serves.
+  DLRM_INTERNAL_CHECK(owned_.pooled_features() == layout_.input_features(comm_->rank()));
   DLRM_INTERNAL_CHECK(owned_.pooled_width() == layout_.owned_width(comm_->rank()));
+  DLRM_INTERNAL_CHECK(owned_.features() == layout_.range_features(comm_->rank()));
   DLRM_INTERNAL_CHECK(replicas_.pooled_width() == layout_.local_width());
+  InitFetch();
+}
+
+void ModelParallelTrainer::InitFetch() {
+  Fetch& f = *fetch_;
+  const std::vector<shard::FetchedTable>& tables = layout_.fetched_tables();
+  for (const shard::FetchedTable& t : tables) {
+    const config::TableConfig& table = config_.model().tables(t.table);
+    f.rows.emplace_back(table.name(), 1, table.dim());  // grown to the ids a step asks for
+  }
+  std::vector<FeatureBinding> bindings;
+  for (const shard::PooledSlice& s : layout_.fetched_slices())
+    bindings.push_back({s.shard, s.owned_column, s.mean});
+  f.bags = std::make_unique<EmbeddingBagCollection<float>>(&f.rows, std::move(bindings),
+                                                           layout_.fetched_width());
+  const std::vector<ps::ShardLocation>& shards = owned_.shards();
+  for (int32_t k = 0; k < static_cast<int32_t>(tables.size()); ++k) {
+    for (int32_t p = 0; p < static_cast<int32_t>(tables[k].pieces.size()); ++p) {
+      const shard::RowPiece& piece = tables[k].pieces[p];
+      if (piece.rank != comm_->rank()) continue;
+      const auto at = std::find_if(shards.begin(), shards.end(), [&](const ps::ShardLocation& s) {
+        return s.table == tables[k].table && s.row_begin == piece.row_begin;
+      });
+      DLRM_INTERNAL_CHECK(at != shards.end() && at->row_end == piece.row_end);
+      f.held.push_back({k, p, static_cast<int32_t>(at - shards.begin())});
+    }
+  }
+  const auto ranks = static_cast<size_t>(comm_->world_size());
+  f.asked.assign(ranks, std::vector<std::vector<int64_t>>(f.held.size()));
+  f.answers.assign(ranks, std::vector<std::vector<float>>(f.held.size()));
+  f.updates.assign(ranks, "");
+  f.received.assign(ranks, "");
 }
 
 ModelParallelTrainer::~ModelParallelTrainer() = default;
@@ -152,11 +209,15 @@ std::vector<std::string> ModelParallelTrainer::EncodeInputParts() {
     for (int32_t r = 0; r < ranks; ++r)
       parts[r].num_sparse = static_cast<int32_t>(layout_.input_features(r).size());
   }
+  if (code == 0) CollectFetchIds();
   std::vector<std::string> to_each(ranks);
   for (int32_t r = 0; r < ranks; ++r) {
     ByteWriter out;
     PutOutcome({code, error}, &out);
-    if (code == 0) PutBags(parts[r], &out);
+    if (code == 0) {
+      PutBags(parts[r], &out);
+      PutRowRequests(r, &out);
+    }
     to_each[r] = std::move(out).Take();
   }
   return to_each;
@@ -177,6 +238,7 @@ void ModelParallelTrainer::JoinInputParts(const std::vector<std::string>& receiv
       Throw(code, "trainer ", r, "'s batch: ", got.error);
     }
     parts[r] = GetBags(&bytes);
+    GetRowRequests(r, &bytes);
     bytes.ExpectEnd();
   }
   in.samples.assign(ranks, 0);
@@ -196,51 +258,202 @@ void ModelParallelTrainer::JoinInputParts(const std::vector<std::string>& receiv
 void ModelParallelTrainer::ExchangePooled() {
   const Input& in = *in_;
   const int32_t ranks = comm_->world_size(), me = comm_->rank();
-  const int32_t width = layout_.owned_width(me);
-  owned_out_.resize(static_cast<size_t>(in.joined.batch_size) * width);
-  // A failure (the device's) travels in place of the rows: every rank fails with it.
-  const Outcome pooled = Attempt([&] { shards_->Pool(in.joined_vb, owned_out_.data()); });
+  owned_out_.resize(static_cast<size_t>(in.joined.batch_size) * layout_.owned_width(me));
+  // A failure (the device's, or a request for rows outside a piece) travels in place of
+  // the rows: every rank fails with it.
+  const Outcome done = Attempt([&] {
+    shards_->Pool(in.joined_vb, owned_out_.data());
+    AnswerRowRequests();
+  });
   // Rounded where made: every rank, this one included, sees the same bits.
   RoundForWire(&owned_out_, wire_);
-  auto rows_of = [&](int32_t q) { return owned_out_.data() + in.first[q] * width; };
   std::vector<std::string> to_each(ranks);
-  for (int32_t q = 0; q < ranks; ++q) {
-    if (q == me) continue;  // this rank's own block is taken as it is
-    ByteWriter out;
-    PutOutcome(pooled, &out);
-    if (pooled.ok())
-      PutWireValues(rows_of(q), static_cast<size_t>(in.samples[q] * width), wire_, &wire_values_,
-                    &out);
-    to_each[q] = std::move(out).Take();
-  }
+  for (int32_t q = 0; q < ranks; ++q)
+    if (q != me) to_each[q] = EncodePooledFor(q, done);  // this rank's own are taken as they are
   const std::vector<std::string> received = AllToAll(to_each);
   std::vector<ByteReader> readers;
   readers.reserve(static_cast<size_t>(ranks));
   for (int32_t r = 0; r < ranks; ++r) {
     readers.emplace_back(received[r], "model-parallel pooled rows");
-    CheckOutcome(r == me ? pooled : GetOutcome(&readers.back()), r, "pooling its shards");
+    CheckOutcome(r == me ? done : GetOutcome(&readers.back()), r, "pooling its shards");
   }
   const int64_t n = in.samples[me];
   if (n == 0) return;
   std::vector<std::vector<float>> blocks(ranks);
-  for (int32_t r = 0; r < ranks; ++r) {
-    if (r == me) {
-      blocks[r].assign(rows_of(me), rows_of(me) + n * width);
-      continue;
-    }
-    GetWireValues(&readers[r], "pooled rows", wire_, &wire_values_, &blocks[r]);
-    readers[r].ExpectEnd();
-  }
+  for (int32_t r = 0; r < ranks; ++r) DecodePooledFrom(r, &readers[r], &blocks[r]);
   std::vector<float> local(static_cast<size_t>(n) * layout_.local_width());
   if (!replicas_.features().empty()) replicas_.Pool(in.local_vb, local.data());
+  std::vector<float> fetched;
+  PoolFetched(&fetched);
   pooled_.resize(static_cast<size_t>(n) * layout_.pooled_width());
-  layout_.Assemble(blocks, local, n, pooled_.data());
+  layout_.Assemble(blocks, local, fetched, n, pooled_.data());
+}
+
+std::string ModelParallelTrainer::EncodePooledFor(int32_t q, const Outcome& done) {
+  const Input& in = *in_;
+  const int32_t width = layout_.owned_width(comm_->rank());
+  ByteWriter out;
+  PutOutcome(done, &out);
+  if (!done.ok()) return std::move(out).Take();
+  PutWireValues(owned_out_.data() + in.first[q] * width, static_cast<size_t>(in.samples[q] * width),
+                wire_, &wire_values_, &out);
+  PutAnswers(q, &out);
+  return std::move(out).Take();
+}
+
+void ModelParallelTrainer::DecodePooledFrom(int32_t r, ByteReader* in, std::vector<float>* block) {
+  const Input& input = *in_;
+  const int32_t me = comm_->rank(), width = layout_.owned_width(me);
+  if (r == me) {
+    const float* mine = owned_out_.data() + input.first[me] * width;
+    block->assign(mine, mine + input.samples[me] * width);
+  } else {
+    GetWireValues(in, "pooled rows", wire_, &wire_values_, block);
+  }
+  PlaceFetchedRows(r, in);
+  if (r != me) in->ExpectEnd();
+}
+
+// The row-wise pieces' requests, answers, pooling and updates (Fetch above).
+
+void ModelParallelTrainer::CollectFetchIds() {
+  Fetch& f = *fetch_;
+  const std::vector<shard::FetchedTable>& tables = layout_.fetched_tables();
+  const Part& mine = in_->mine;
+  f.distinct.assign(tables.size(), {});
+  f.bounds.assign(tables.size(), {});
+  for (size_t k = 0; k < tables.size(); ++k) {
+    std::vector<int64_t>& ids = f.distinct[k];
+    for (const shard::PooledSlice& s : layout_.fetched_slices()) {
+      if (!mine.present || s.shard != static_cast<int32_t>(k)) continue;
+      const ValidatedBatch& vb = mine.validated;
+      ids.insert(ids.end(), vb.view.ids + vb.bag_begin(s.feature, 0),
+                 vb.view.ids + vb.bag_begin(s.feature + 1, 0));
+    }
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    for (const shard::RowPiece& piece : tables[k].pieces)
+      f.bounds[k].push_back(std::lower_bound(ids.begin(), ids.end(), piece.row_begin) -
+                            ids.begin());
+    f.bounds[k].push_back(ids.size());
+    const auto count = static_cast<int64_t>(ids.size());
+    if (f.rows[k].num_rows() < count)  // grown, never shrunk (as the servers' trainers')
+      f.rows[k] = EmbeddingTable<float>(f.rows[k].name(), count + count / 2, f.rows[k].dim());
+  }
+}
+
+void ModelParallelTrainer::PutRowRequests(int32_t r, ByteWriter* out) const {
+  const Fetch& f = *fetch_;
+  const std::vector<shard::FetchedTable>& tables = layout_.fetched_tables();
+  for (size_t k = 0; k < tables.size(); ++k) {
+    for (size_t p = 0; p < tables[k].pieces.size(); ++p) {
+      if (tables[k].pieces[p].rank != r) continue;
+      const auto first = f.distinct[k].begin();
+      out->PutIndices(std::vector<int64_t>(first + f.bounds[k][p], first + f.bounds[k][p + 1]));
+    }
+  }
+}
+
+void ModelParallelTrainer::GetRowRequests(int32_t r, ByteReader* in) {
+  Fetch& f = *fetch_;
+  for (size_t j = 0; j < f.held.size(); ++j) in->GetIndices("row-wise piece ids", &f.asked[r][j]);
+}
+
+void ModelParallelTrainer::AnswerRowRequests() {
+  Fetch& f = *fetch_;
+  for (int32_t q = 0; q < comm_->world_size(); ++q) {
+    for (size_t j = 0; j < f.held.size(); ++j) {
+      const std::vector<int64_t>& ids = f.asked[q][j];
+      const int32_t shard = f.held[j].shard;
+      std::vector<float>& rows = f.answers[q][j];
+      rows.resize(ids.size() * static_cast<size_t>(owned_.shard_table(shard).dim()));
+      owned_.Lookup(shard, ids.data(), static_cast<int64_t>(ids.size()), rows.data());
+      RoundForWire(&rows, wire_);  // as every rank, this one included, receives them
+    }
+  }
+}
+
+void ModelParallelTrainer::PutAnswers(int32_t q, ByteWriter* out) {
+  for (const std::vector<float>& rows : fetch_->answers[q])
+    PutWireValues(rows.data(), rows.size(), wire_, &wire_values_, out);
+}
+
+void ModelParallelTrainer::PlaceFetchedRows(int32_t r, ByteReader* in) {
+  Fetch& f = *fetch_;
+  const std::vector<shard::FetchedTable>& tables = layout_.fetched_tables();
+  size_t held = 0;  // rank r == this rank: its answers to itself, in held order
+  std::vector<float> received;
+  for (size_t k = 0; k < tables.size(); ++k) {
+    for (size_t p = 0; p < tables[k].pieces.size(); ++p) {
+      if (tables[k].pieces[p].rank != r) continue;
+      if (r != comm_->rank())
+        GetWireValues(in, "row-wise piece rows", wire_, &wire_values_, &received);
+      const std::vector<float>& rows = r == comm_->rank() ? f.answers[r][held++] : received;
+      const size_t first = f.bounds[k][p], count = f.bounds[k][p + 1] - first;
+      const auto dim = static_cast<size_t>(f.rows[k].dim());
+      if (rows.size() != count * dim)
+        Throw(StatusCode::kDataLoss, "model-parallel step: trainer ", r, " sent ", rows.size(),
+              " values of table \"", f.rows[k].name(), "\" for ", count, " rows of ", dim);
+      for (size_t i = 0; i < count; ++i)
+        std::copy(rows.begin() + i * dim, rows.begin() + (i + 1) * dim, f.rows[k].row(first + i));
+    }
+  }
+}
+
+void ModelParallelTrainer::PoolFetched(std::vector<float>* fetched) {
+  const Fetch& f = *fetch_;
+  const ValidatedBatch& mine = in_->mine.validated;
+  const int64_t n = mine.view.batch_size;
+  const int32_t width = layout_.fetched_width();
+  fetched->assign(static_cast<size_t>(n) * width, 0.0f);
+  if (width == 0) return;
+  OwnedBatch input = layout_.FetchedInput(mine.view);
+  std::vector<SparseFeatureSpec> specs;
+  int64_t at = 0;  // the input's ids, feature by feature, renumbered into the fetched rows
+  for (int32_t j = 0; j < input.num_sparse; ++j) {
+    const int32_t k = layout_.fetched_slices()[j].shard;
+    const std::vector<int64_t>& ids = f.distinct[k];
+    int64_t count = 0;
+    for (int64_t b = 0; b < n; ++b) count += input.lengths[j * n + b];
+    for (int64_t i = at; i < at + count; ++i)
+      input.ids[i] = std::lower_bound(ids.begin(), ids.end(), input.ids[i]) - ids.begin();
+    at += count;
+    specs.push_back({k, static_cast<int64_t>(ids.size())});
+  }
+  const ValidatedBatch batch = ValidateBatch(input.view(), 0, specs, false, pool_);
+  constexpr int64_t kRows = 256;  // samples per task
+  ParallelFor(pool_, (n + kRows - 1) / kRows, [&](int64_t c) {
+    const int64_t b0 = c * kRows, b1 = std::min(n, b0 + kRows);
+    f.bags->Forward(batch, b0, b1, fetched->data() + b0 * width);
+  });
+}
+
+void ModelParallelTrainer::EncodePieceUpdates(const ValidatedBatch& part) {
+  for (int32_t r = 0; r < comm_->world_size(); ++r) {
+    const std::vector<int32_t>& features = layout_.range_features(r);
+    fetch_->updates[r] =
+        features.empty()
+            ? std::string()
+            : ps::EncodeFeatureUpdates(
+                  ps::FeatureUpdatesOf(features, part, model_.feature_bindings(), config_.model(),
+                                       d_pooled_.data(), model_.pooled_width()),
+                  wire_);
+  }
+}
+
+bool ModelParallelTrainer::PieceUpdatesAreFinite(int64_t global_batch, const StepRates& rates) {
+  if (layout_.range_features(comm_->rank()).empty()) return true;
+  std::vector<std::vector<ps::FeatureUpdate>> parts;
+  for (const std::string& bytes : fetch_->received)
+    parts.push_back(ps::DecodeFeatureUpdates(bytes));
+  return owned_.CheckUpdate(ps::ConcatenateRanks(parts), global_batch, rates.sparse_lr, rates.t);
 }
 
 Contribution ModelParallelTrainer::ComputeDense() {
   const Input& in = *in_;
   Contribution mine;
   mine.samples = in.mine.batch.batch_size;
+  for (std::string& bytes : fetch_->updates) bytes.clear();
   try {
     mine.loss_sum =
         backend_->ForwardBackwardPooled(in.mine.validated, mine.samples * comm_->world_size(),
@@ -248,6 +461,7 @@ Contribution ModelParallelTrainer::ComputeDense() {
     RoundForWire(&d_pooled_, wire_);  // this rank's own gradients, as the others see them
     RoundForWire(&dense_grad_, wire_);
     mine.finite = AllFinite(d_pooled_);
+    EncodePieceUpdates(in.mine.validated);
     if (!replicas_.features().empty())
       mine.replica_update = ps::EncodeFeatureUpdates(
           ps::FeatureUpdatesOf(replicas_.features(), in.mine.validated, model_.feature_bindings(),
@@ -273,9 +487,11 @@ void ModelParallelTrainer::ExchangeGradients(Contribution mine) {
   for (int32_t r = 0; r < ranks; ++r) {
     if (r == me) continue;  // this rank's own block and contribution are taken as they are
     ByteWriter out;
-    out.Reserve(contribution.bytes().size() + sizeof(uint64_t) + blocks[r].size() * sizeof(float));
+    out.Reserve(contribution.bytes().size() + 2 * sizeof(uint64_t) +
+                blocks[r].size() * sizeof(float) + fetch_->updates[r].size());
     out.bytes().append(contribution.bytes());
     PutWireValues(blocks[r].data(), blocks[r].size(), wire_, &wire_values_, &out);
+    out.PutString(fetch_->updates[r]);
     to_each[r] = std::move(out).Take();
   }
   const std::vector<std::string> received = AllToAll(to_each);
@@ -290,10 +506,12 @@ void ModelParallelTrainer::ExchangeGradients(Contribution mine) {
       exchange_[r].dense_grad.swap(dense_grad_);
       dense_grad_ = std::move(grad_buffer);  // recycled: the next backward overwrites it
       block = std::move(blocks[r]);
+      fetch_->received[r] = fetch_->updates[r];
     } else {
       ByteReader bytes(received[r], "model-parallel gradients");
       DecodeContribution(&bytes, wire_, &wire_values_, &exchange_[r]);
       GetWireValues(&bytes, "pooled gradient", wire_, &wire_values_, &block);
+      fetch_->received[r] = bytes.GetString("row-wise piece updates");
       bytes.ExpectEnd();
     }
     if (exchange_[r].error_code != 0) continue;  // CheckContributions throws its error
@@ -324,6 +542,7 @@ void ModelParallelTrainer::ApplyUpdates() {
   const Outcome checked = Attempt([&] {
     owned_ok =
         shards_->PooledUpdateIsFinite(in.joined_vb, owned_grad_.data(), rates.sparse_lr, rates.t);
+    owned_ok = PieceUpdatesAreFinite(global_batch, rates) && owned_ok;
   });
   ByteWriter verdict;
   PutOutcome(checked, &verdict);
@@ -341,6 +560,8 @@ void ModelParallelTrainer::ApplyUpdates() {
     replicas_.ApplyUpdate(ps::ConcatenateRanks(replica_parts), global_batch, rates.sparse_lr,
                           rates.t);
   shards_->ApplyPooledUpdate(owned_grad_.data(), rates.sparse_lr, rates.t);
+  if (!layout_.range_features(comm_->rank()).empty())
+    owned_.ApplyCheckedUpdate(rates.sparse_lr, rates.t);
   UpdateDense(*dense_optimizer_, model_.dense_params(), exchange_[0].dense_grad.data(), rates,
               pool_);
   backend_->ParametersChanged();

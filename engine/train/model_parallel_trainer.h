@@ -8,20 +8,25 @@
 // communicator.
 //
 // The plan is PlanSharding(config, world_size, ShardOwners::kTrainers) with "server" r read
-// as rank r: TABLE_WISE and COLUMN_WISE shards (owned by one rank) and DATA_PARALLEL ones
+// as rank r: TABLE_WISE and COLUMN_WISE shards (owned by one rank), ROW_WISE pieces (row
+// ranges on distinct ranks, fetched: shard/pooled_layout.h) and DATA_PARALLEL ones
 // (replicated on every rank); shard/pooled_layout.h says what it refuses. Rank q trains
 // the q-th run of samples of each global batch (all runs of one size, a power-of-two
 // number of reduction chunks). A step is four collectives:
 //  1. input (all-to-all): each rank validates its part and sends each owner the bags of
-//     the features that owner pools, with its readiness (or why its part is bad);
+//     the features that owner pools and the distinct ids of its bags in each row-wise
+//     piece the owner holds, with its readiness (or why its part is bad);
 //  2. pooled (all-to-all): each owner pools its shards for the whole global batch and sends
-//     every rank the pooled rows of its samples; each rank pools the replicated tables
-//     itself and assembles its pooled rows;
+//     every rank the pooled rows of its samples and the piece rows it asked for; each rank
+//     pools the replicated tables and, from the rows it fetched, the row-wise tables
+//     itself, and assembles its pooled rows;
 //  3. gradients (all-to-all): each rank runs the dense forward/backward over its part and
-//     sends each owner its gradient columns, and every rank its loss, dense gradient (a
+//     sends each owner its gradient columns and the updates of its pieces' features
+//     (ps::FeatureUpdate: bags and gradients), and every rank its loss, dense gradient (a
 //     subtree of the global batch's reduction tree) and the replicated tables' update;
-//  4. agreement (all-gather of a flag): each owner says whether its shards' update is
-//     finite; then every rank applies the dense, replicated and owned updates, or none does.
+//  4. agreement (all-gather of a flag): each owner says whether its shards' and pieces'
+//     updates are finite; then every rank applies the dense, replicated and owned updates,
+//     or none does.
 // Every owner's fused backward + optimizer sees the global batch's bags in the global order
 // and the same gradient rows as one process, and every rank sums the dense gradient in the
 // same tree: in fp32 a job equals the single-process Engine bitwise, whatever the world
@@ -58,6 +63,7 @@
 #include "engine/shard/pooled_layout.h"
 #include "engine/train/dense_exchange.h"
 #include "engine/train/owned_shards.h"
+#include "engine/train/step.h"
 #include "engine/train/sync_trainer.h"
 #include "engine/train/trainer_backend.h"
 
@@ -140,6 +146,7 @@ class ModelParallelTrainer : public SyncTrainer {
     bool present = true;
   };
   struct Input;  // a batch after the input exchange
+  struct Fetch;  // the row-wise pieces' rows: asked, answered, pooled, updated
   Part Prepare(const BatchView* part, Purpose purpose) const;
   // A training step of a prepared part (its error, if any, fails it on every rank).
   float Train(Part part);
@@ -155,6 +162,23 @@ class ModelParallelTrainer : public SyncTrainer {
                      std::vector<float>* labels);
   // Phase 2: pooled_ [n x pooled_width] for this rank's samples.
   void ExchangePooled();
+  // Phase 2's halves: the bytes for rank q (the owned rows of its samples and the piece
+  // rows it asked for; the pooling's and lookups' outcome `done`), and rank r's received.
+  std::string EncodePooledFor(int32_t q, const Outcome& done);
+  void DecodePooledFrom(int32_t r, ByteReader* in, std::vector<float>* block);
+  // The row-wise pieces: phase 1's requests to and from rank r, the
+  // answers to every rank's (phase 2, in `done`'s attempt), the rows placed and pooled for
+  // this rank's samples, phase 3's updates for each piece's rank, and phase 4's check.
+  void InitFetch();
+  void CollectFetchIds();
+  void PutRowRequests(int32_t r, ByteWriter* out) const;
+  void GetRowRequests(int32_t r, ByteReader* in);
+  void AnswerRowRequests();
+  void PutAnswers(int32_t q, ByteWriter* out);
+  void PlaceFetchedRows(int32_t r, ByteReader* in);
+  void PoolFetched(std::vector<float>* fetched);
+  void EncodePieceUpdates(const ValidatedBatch& part);
+  bool PieceUpdatesAreFinite(int64_t global_batch, const StepRates& rates);
   // Phase 3: the dense forward/backward; the contributions of every rank (exchange_) and
   // the gradient of this rank's owned pooled output (owned_grad_).
   Contribution ComputeDense();
@@ -182,6 +206,7 @@ class ModelParallelTrainer : public SyncTrainer {
 
   // Per call, reused.
   std::unique_ptr<Input> in_;
+  std::unique_ptr<Fetch> fetch_;
   std::vector<float> owned_out_, pooled_, dense_grad_, d_pooled_, owned_grad_;
   std::vector<Contribution> exchange_;
   std::vector<uint16_t> wire_values_;

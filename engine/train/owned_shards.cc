@@ -20,10 +20,25 @@ class HostOwnedShards final : public OwnedShards {
   }
   void PullState() override {}
   void StoreChanged() override {}
+  bool copies_store() const override { return false; }
 
  private:
   ps::EmbeddingShardStore& store_;
 };
+
+// kInvalidArgument naming the first table of which the store holds a row-wise piece,
+// unless `shards` trains the store itself.
+void RequireNoPiecesOnACopy(const ps::EmbeddingShardStore& store, const OwnedShards& shards,
+                            const config::DlrmConfig& config) {
+  if (!shards.copies_store()) return;
+  for (const ps::ShardLocation& s : store.shards()) {
+    const config::TableConfig& table = config.model().tables(s.table);
+    if (s.row_begin == 0 && s.row_end == table.num_rows()) continue;
+    ThrowInvalid("table \"", table.name(), "\" is cut into row-wise pieces, which trainers ",
+                 "hold in host memory only, and this trainer's shards are on ", shards.name(),
+                 ": let sharding.tables give it TABLE_WISE or COLUMN_WISE shards");
+  }
+}
 
 }  // namespace
 
@@ -34,9 +49,11 @@ std::unique_ptr<OwnedShards> MakeHostOwnedShards(ps::EmbeddingShardStore* store)
 std::unique_ptr<OwnedShards> MakeOwnedShards(const OwnedShardsFactory& factory,
                                              const config::DlrmConfig& config,
                                              ps::EmbeddingShardStore* store, ThreadPool* pool) {
-  if (factory) return factory(config, store, pool);
-  RequireHostDevice(config, "owned shards");
-  return MakeHostOwnedShards(store);
+  if (!factory) RequireHostDevice(config, "owned shards");
+  std::unique_ptr<OwnedShards> shards =
+      factory ? factory(config, store, pool) : MakeHostOwnedShards(store);
+  RequireNoPiecesOnACopy(*store, *shards, config);
+  return shards;
 }
 
 void RequireHostDevice(const config::DlrmConfig& config, const char* what) {

@@ -46,6 +46,10 @@ class OwnedShards {
   // The store was written (a restore): it is the truth from here; a device copies it in
   // before its next call and never copies its older rows back over it.
   virtual void StoreChanged() = 0;
+  // Whether it trains a copy of the store (a device's memory), which PullState writes back
+  // over every shard: such a copy holds whole-row shards only, so a store with row-wise
+  // pieces (trained in host memory by the store itself) is refused by MakeOwnedShards.
+  virtual bool copies_store() const { return true; }
 };
 
 // Pools and updates in the store itself, with its pool.
@@ -57,6 +61,8 @@ using OwnedShardsFactory = std::function<std::unique_ptr<OwnedShards>(
 
 // factory's for config.device(); with no factory, the host's for kind CPU and
 // kFailedPrecondition naming device.kind for any other (RequireHostDevice).
+// kInvalidArgument naming the table when the store has row-wise pieces and the factory's
+// shards copy it (copies_store).
 std::unique_ptr<OwnedShards> MakeOwnedShards(const OwnedShardsFactory& factory,
                                              const config::DlrmConfig& config,
                                              ps::EmbeddingShardStore* store, ThreadPool* pool);

@@ -235,7 +235,7 @@ void DistributedStep(const PooledLayout& layout, const OwnedBatch& global,
       blocks.push_back(RowsOfRank(owner_out[r], q, b, layout.owned_width(r)));
     std::vector<float> pooled(static_cast<size_t>(b) * layout.pooled_width(), -1.0f);
     const std::vector<float> local = replica.Forward(replica.Validate(local_inputs[q]));
-    layout.Assemble(blocks, local, b, pooled.data());
+    layout.Assemble(blocks, local, /*fetched=*/{}, b, pooled.data());
     ExpectBitwise(pooled, RowsOfRank(pooled_want, q, b, layout.pooled_width()),
                   "pooled rows of rank " + std::to_string(q));
     std::vector<float> local_grad;
@@ -312,6 +312,60 @@ TEST(PooledLayoutTest, PlacesSlicesInFeatureOrder) {
   EXPECT_EQ(layout.SamplesPerRank(kGlobal), kPerRank);
 }
 
+// Plan(config) with t1 (30 rows) cut into row-wise pieces [0, 10) on rank 2, [10, 20) on
+// rank 0 and [20, 30) on rank 1 (listed out of row order).
+ShardingPlan RowWisePlan(const config::DlrmConfig& config) {
+  ShardingPlan plan = Plan(config);
+  plan.mutable_shards()->DeleteSubrange(2, 1);
+  for (const auto& [rank, begin] : {std::pair{0, 10}, std::pair{2, 0}, std::pair{1, 20}}) {
+    TableShard s = Shard(config, 1, config::ShardingConfig::ROW_WISE, rank, 0, 6);
+    s.set_row_begin(begin);
+    s.set_row_end(begin + 10);
+    *plan.add_shards() = s;
+  }
+  return plan;
+}
+
+TEST(PooledLayoutTest, PlacesRowWisePiecesAsTablesEveryRankFetches) {
+  const config::DlrmConfig config = ParseConfigText(ConfigText("sgd {}"));
+  const PooledLayout layout(config, RowWisePlan(config), kWorld);
+  ASSERT_EQ(layout.fetched_tables().size(), 1u);
+  const FetchedTable& t1 = layout.fetched_tables()[0];
+  EXPECT_EQ(t1.table, 1);
+  ASSERT_EQ(t1.pieces.size(), 3u);
+  for (int32_t p = 0; p < 3; ++p) {
+    EXPECT_EQ(t1.pieces[p].rank, (std::vector<int32_t>{2, 0, 1})[p]);
+    EXPECT_EQ(t1.pieces[p].row_begin, 10 * p);
+    EXPECT_EQ(t1.pieces[p].row_end, 10 * p + 10);
+  }
+  ASSERT_EQ(layout.fetched_slices().size(), 1u);
+  const PooledSlice& f1 = layout.fetched_slices()[0];
+  EXPECT_EQ(f1.feature, 1);
+  EXPECT_EQ(f1.pooled_column, 8);
+  EXPECT_EQ(f1.owned_column, 0);
+  EXPECT_EQ(f1.width, 6);
+  EXPECT_TRUE(f1.mean);
+  EXPECT_EQ(layout.fetched_width(), 6);
+  for (int32_t r = 0; r < kWorld; ++r)
+    EXPECT_EQ(layout.range_features(r), (std::vector<int32_t>{1})) << "rank " << r;
+  EXPECT_TRUE(layout.input_features(1).empty());  // t1 was rank 1's only pooled table
+  EXPECT_EQ(layout.owned_width(1), 0);
+  // The fetched block lands in f1's columns; the owned and replicated ones where they were.
+  const OwnedBatch local = SliceBatch(GlobalBatch(config, 1).view(), 0, 2);
+  EXPECT_EQ(layout.FetchedInput(local.view()).num_sparse, 1);
+  std::vector<std::vector<float>> blocks;
+  for (int32_t r = 0; r < kWorld; ++r) blocks.emplace_back(2 * layout.owned_width(r), 1.0f);
+  const std::vector<float> replicated(2 * layout.local_width(), 2.0f), fetched(2 * 6, 3.0f);
+  std::vector<float> pooled(2 * layout.pooled_width(), -1.0f);
+  layout.Assemble(blocks, replicated, fetched, 2, pooled.data());
+  for (int64_t i = 0; i < 2; ++i)
+    for (int32_t c = 0; c < layout.pooled_width(); ++c)
+      EXPECT_EQ(pooled[i * layout.pooled_width() + c], c >= 8 && c < 14    ? 3.0f
+                                                       : c >= 22 && c < 26 ? 2.0f
+                                                                           : 1.0f)
+          << "sample " << i << " column " << c;
+}
+
 void ExpectRefused(const config::DlrmConfig& config, const ShardingPlan& plan, int32_t world,
                    const std::string& expected) {
   try {
@@ -327,8 +381,28 @@ TEST(PooledLayoutTest, RefusesPlansItCannotExchangeNamingTheTable) {
   const config::DlrmConfig config = ParseConfigText(ConfigText("sgd {}"));
   ExpectRefused(config, Plan(config), 2, "places shards on 3 servers but world_size is 2");
   ShardingPlan plan = Plan(config);
-  plan.mutable_shards(2)->set_type(config::ShardingConfig::ROW_WISE);
-  ExpectRefused(config, plan, kWorld, "table \"t1\" is sharded ROW_WISE");
+  plan.mutable_shards(2)->set_type(config::ShardingConfig::TABLE_ROW_WISE);
+  ExpectRefused(config, plan, kWorld, "table \"t1\" is sharded TABLE_ROW_WISE");
+  // Row-wise pieces: with another type, two on a rank, not tiling the rows, not whole rows.
+  plan = RowWisePlan(config);
+  plan.mutable_shards(4)->set_type(config::ShardingConfig::COLUMN_WISE);
+  ExpectRefused(config, plan, kWorld, "table \"t1\" mixes ROW_WISE pieces with a COLUMN_WISE");
+  plan = RowWisePlan(config);
+  plan.mutable_shards(5)->set_server(0);
+  ExpectRefused(config, plan, kWorld, "rank 0 holds two row-wise pieces of table \"t1\"");
+  plan = RowWisePlan(config);
+  plan.mutable_shards(5)->set_row_end(9);  // rows [0, 9), then [10, 20)
+  ExpectRefused(config, plan, kWorld,
+                "table \"t1\": shard rows [10, 20) x columns [0, 6) does not continue a tiling");
+  plan = RowWisePlan(config);
+  plan.mutable_shards(6)->set_col_end(5);
+  ExpectRefused(config, plan, kWorld, "shard rows [20, 30) x columns [0, 5) does not continue");
+  plan = RowWisePlan(config);
+  plan.mutable_shards()->DeleteSubrange(6, 1);
+  ExpectRefused(config, plan, kWorld, "table \"t1\": its row-wise pieces cover rows [0, 20) of 30");
+  plan = RowWisePlan(config);
+  plan.mutable_shards(6)->set_server(3);
+  ExpectRefused(config, plan, kWorld, "table \"t1\": shard on server 3, outside [0, 3)");
   plan = Plan(config);
   plan.mutable_shards(4)->set_row_end(39);
   ExpectRefused(config, plan, kWorld, "table \"t3\": shard rows [0, 39)");

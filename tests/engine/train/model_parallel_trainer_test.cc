@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -157,7 +158,7 @@ TEST_P(ModelParallelTrainerTest, RanksOwningShardsEqualOneProcessBitwise) {
 std::vector<Case> AllCases() {
   std::vector<Case> cases;
   for (Type type : {config::ShardingConfig::TABLE_WISE, config::ShardingConfig::COLUMN_WISE,
-                    config::ShardingConfig::DATA_PARALLEL}) {
+                    config::ShardingConfig::ROW_WISE, config::ShardingConfig::DATA_PARALLEL}) {
     for (int32_t world : {2, 3}) {
       cases.push_back({type, "sgd", "sgd", world});
       cases.push_back({type, "adagrad", "adagrad", world});
@@ -182,9 +183,45 @@ config::DlrmConfig TableWise(int32_t world) {
   return ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "adagrad", "adagrad", world);
 }
 
+// t0 in row-wise pieces on every rank, t1 in column blocks, t2 replicated: a rank's store
+// serves pieces and pools shards at once, and its pooled rows join fetched, owned and
+// replicated columns.
+config::DlrmConfig Mixed(int32_t world, const std::string& optimizer = "adagrad",
+                         config::TableConfig::Precision precision = config::TableConfig::FP32) {
+  config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, optimizer, optimizer, world);
+  auto* tables = c.mutable_sharding()->mutable_tables();
+  tables->Mutable(1)->set_allowed_types(0, config::ShardingConfig::COLUMN_WISE);
+  tables->Mutable(2)->set_allowed_types(0, config::ShardingConfig::DATA_PARALLEL);
+  ValidateConfig(c);
+  return WithTablePrecision(c, precision);
+}
+
+TEST(ModelParallelTrainerTest, RowWisePiecesBesideColumnBlocksAndReplicasEqualOneProcessBitwise) {
+  for (const auto& [world, optimizer, precision] :
+       {std::tuple{3, "adagrad", config::TableConfig::FP32},
+        std::tuple{2, "adam", config::TableConfig::BF16}}) {
+    const config::DlrmConfig c = Mixed(world, optimizer, precision);
+    const std::string name = std::to_string(world) + " ranks, " + optimizer;
+    Engine engine(c);
+    NeoCluster cluster(c, world);
+    const shard::PooledLayout& layout = cluster.trainers[0]->layout();
+    ASSERT_EQ(layout.fetched_tables().size(), 1u) << name;
+    EXPECT_EQ(layout.fetched_tables()[0].pieces.size(), static_cast<size_t>(world)) << name;
+    EXPECT_GT(layout.local_width(), 0) << name;
+    for (int32_t r = 0; r < world; ++r)
+      EXPECT_FALSE(layout.range_features(r).empty()) << name << " rank " << r;
+    for (int64_t step = 0; step < 4; ++step) {
+      const std::string where = name + " step " + std::to_string(step);
+      ASSERT_NO_FATAL_FAILURE(
+          ExpectStepEqualsEngine(engine, cluster, MakeTestBatch(c, step, kPart * world), where));
+      ExpectSameParameters(engine, cluster, c, where);
+    }
+  }
+}
+
 // Ranks predict batches of their own sizes; evaluation covers every rank's batches.
-TEST(ModelParallelTrainerTest, PredictionsAndEvaluationAreTheEnginesOverEveryRanksBatches) {
-  const config::DlrmConfig c = TableWise(3);
+void ExpectPredictionsAndEvaluationOfTheEngine(const config::DlrmConfig& c) {
   Engine engine(c);
   NeoCluster cluster(c, 3);
   for (int64_t step = 0; step < 2; ++step)
@@ -229,6 +266,14 @@ TEST(ModelParallelTrainerTest, PredictionsAndEvaluationAreTheEnginesOverEveryRan
       });
   for (int32_t r = 0; r < 3; ++r)
     EXPECT_THAT(refused[r], HasSubstr("trainer 1's batch: batch.ids[0] = -1")) << "rank " << r;
+}
+
+TEST(ModelParallelTrainerTest, PredictionsAndEvaluationAreTheEnginesOverEveryRanksBatches) {
+  ExpectPredictionsAndEvaluationOfTheEngine(TableWise(3));
+}
+
+TEST(ModelParallelTrainerTest, PredictionsAndEvaluationFetchRowWisePiecesAsTrainingDoes) {
+  ExpectPredictionsAndEvaluationOfTheEngine(Mixed(3));
 }
 
 // A step that one rank cannot take fails on every rank with that rank's error; nothing
@@ -331,9 +376,9 @@ TEST(ModelParallelTrainerTest, AnOverflowOnSomeOwnersShardsFailsTheStepOnEveryRa
 // A 16-bit wire: pooled rows, their gradients and the dense gradients rounded at the
 // source, so the ranks agree bitwise, a second job repeats the first, the losses stay
 // near fp32's and the values' bytes are halved.
-TEST(ModelParallelTrainerTest, ABf16WireRepeatsBitwiseWithHalfTheBytes) {
-  const config::DlrmConfig fp32 =
-      ShardedTestConfig(config::ShardingConfig::COLUMN_WISE, "adam", "adagrad", 2);
+// fp32 trained with a BF16 wire: repeatable, the same on every rank, close to an FP32 wire,
+// with the bytes sent / FP32's in (low, high).
+void ExpectBf16WireRepeatsBitwise(const config::DlrmConfig& fp32, double low, double high) {
   config::DlrmConfig bf16 = fp32;
   bf16.mutable_distributed()->set_wire_precision(config::DistributedConfig::BF16);
   ValidateConfig(bf16);
@@ -360,10 +405,17 @@ TEST(ModelParallelTrainerTest, ABf16WireRepeatsBitwiseWithHalfTheBytes) {
     const auto& n = narrow.trainers[r]->wire_bytes();
     EXPECT_EQ(w.steps, 5);
     const double ratio = static_cast<double>(n.sent) / static_cast<double>(w.sent);
-    // The values halve; the input's ids (32-bit words) and lengths do not.
-    EXPECT_GT(ratio, 0.5) << "rank " << r;
-    EXPECT_LT(ratio, 0.7) << "rank " << r;
+    EXPECT_GT(ratio, low) << "rank " << r;
+    EXPECT_LT(ratio, high) << "rank " << r;
   }
+}
+
+TEST(ModelParallelTrainerTest, ABf16WireRepeatsBitwiseWithHalfTheBytes) {
+  // The values halve; the input's ids (32-bit words) and lengths do not.
+  ExpectBf16WireRepeatsBitwise(
+      ShardedTestConfig(config::ShardingConfig::COLUMN_WISE, "adam", "adagrad", 2), 0.5, 0.7);
+  // Pieces' rows and their updates' gradients halve too; their ids do not.
+  ExpectBf16WireRepeatsBitwise(Mixed(2, "adam"), 0.5, 0.75);
 }
 
 // The dense step runs on the trainer's device (trainer_backend.h): a backend with its own
@@ -490,6 +542,25 @@ class FailingOwnedShards final : public train::OwnedShards {
 // every rank at once, naming that rank and the cause (it travels in the exchange: without
 // it the others would wait out the timeout), changes nothing, and the step then trains as
 // one process does.
+// A device copy of the shards holds whole-row shards only: the pieces would be trained on
+// the host and then overwritten by the copy's stale rows.
+TEST(ModelParallelTrainerTest, ADeviceCopyOfTheShardsRefusesRowWisePiecesNamingTheTable) {
+  const config::DlrmConfig c = Mixed(2);
+  const train::OwnedShardsFactory copying = [](const config::DlrmConfig&,
+                                               ps::EmbeddingShardStore* store, ThreadPool*) {
+    return std::make_unique<CopyingOwnedShards>(store);
+  };
+  try {
+    NeoCluster cluster(c, 2, train::TrainerDevices{nullptr, nullptr, copying});
+    ADD_FAILURE() << "row-wise pieces were given to a device copy";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("table \"t0\" is cut into row-wise pieces, which trainers "
+                                    "hold in host memory only, and this trainer's shards are on "
+                                    "copying"));
+  }
+}
+
 TEST(ModelParallelTrainerTest, AnOwnersDeviceFailureFailsEveryRankNamingIt) {
   const config::DlrmConfig c = TableWise(2);
   std::atomic<int> fail_pool{-1}, fail_check{-1}, made{0};
@@ -526,16 +597,16 @@ TEST(ModelParallelTrainerTest, AnOwnersDeviceFailureFailsEveryRankNamingIt) {
 
 TEST(ModelParallelTrainerTest, RefusesPlansItCannotExchangeAndAMismatchedCommunicator) {
   const config::DlrmConfig rows =
-      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "sgd", 2);
+      ShardedTestConfig(config::ShardingConfig::TABLE_ROW_WISE, "sgd", "sgd", 2);
   collective::LocalCommunicatorHub hub(2, std::chrono::seconds(1));
   const std::unique_ptr<collective::Communicator> comm = hub.Rank(0);
   ThreadPool pool(1);
   try {
     train::ModelParallelTrainer t(rows, shard::PlanSharding(rows, 2), comm.get(), &pool);
-    ADD_FAILURE() << "a ROW_WISE plan was accepted";
+    ADD_FAILURE() << "a TABLE_ROW_WISE plan was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("is sharded ROW_WISE"));
+    EXPECT_THAT(e.what(), HasSubstr("is sharded TABLE_ROW_WISE"));
   }
   const config::DlrmConfig c = TableWise(3);
   try {
