@@ -123,7 +123,7 @@ struct Message {
 };
 
 // The version this build speaks and accepts (wire.proto says what each one changed).
-inline constexpr WireVersion kWireVersion = WIRE_VERSION_4;
+inline constexpr WireVersion kWireVersion = WIRE_VERSION_5;
 
 // A message of `type` (version set, nothing else).
 Message MakeMessage(MessageType type);

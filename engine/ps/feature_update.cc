@@ -49,12 +49,15 @@ std::vector<FeatureUpdate> ConcatenateRanks(const std::vector<std::vector<Featur
       if (part.feature != all.feature)
         ThrowInvalid("rank ", rank, " update ", i, " is feature ", part.feature,
                      ", rank 0's is feature ", all.feature);
-      if (part.weights.empty() != all.weights.empty())
-        ThrowInvalid("feature ", all.feature, ": rank ", rank,
-                     " disagrees with rank 0 on per-id weights");
+      // A part without per-id weights means weights of 1 (the same sums, bit for bit), as
+      // PooledLayout::JoinInput joins bags: one rank's weighted part weights them all.
+      if (all.weights.empty() && !part.weights.empty()) all.weights.assign(all.ids.size(), 1.0f);
       all.lengths.insert(all.lengths.end(), part.lengths.begin(), part.lengths.end());
       all.ids.insert(all.ids.end(), part.ids.begin(), part.ids.end());
-      all.weights.insert(all.weights.end(), part.weights.begin(), part.weights.end());
+      if (!part.weights.empty())
+        all.weights.insert(all.weights.end(), part.weights.begin(), part.weights.end());
+      else if (!all.weights.empty())
+        all.weights.insert(all.weights.end(), part.ids.size(), 1.0f);
       all.d_pooled.insert(all.d_pooled.end(), part.d_pooled.begin(), part.d_pooled.end());
     }
   }

@@ -30,6 +30,16 @@ void CheckFinite(const std::vector<float>& values, int32_t feature, const char* 
 
 }  // namespace
 
+// The local batch: one sparse feature per binding (a feature once per shard of its table),
+// feature-major as every batch, and the bindings' gradient columns side by side.
+struct EmbeddingShardStore::LocalBatch {
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> ids;
+  std::vector<float> weights;
+  std::vector<float> d_pooled;  // [batch_size x the bags' pooled width]
+  ValidatedBatch batch;         // views the vectors above
+};
+
 std::vector<std::vector<ShardLocation>> LocateShards(const config::ModelConfig& model,
                                                      const shard::ShardingPlan& plan) {
   std::vector<std::vector<ShardLocation>> by_table(model.tables_size());
@@ -157,8 +167,7 @@ void EmbeddingShardStore::Lookup(int32_t shard, const int64_t* ids, int64_t n, f
 
 // One feature's update checked against this owner's model: sizes, lengths, id ranges,
 // weights (present iff `weighted`) and finite values. kInvalidArgument / kOutOfRange.
-void EmbeddingShardStore::CheckFeatureUpdate(const FeatureUpdate& u, int64_t batch_size,
-                                             bool weighted) const {
+void EmbeddingShardStore::CheckFeatureUpdate(const FeatureUpdate& u, int64_t batch_size) const {
   const int32_t f = u.feature;
   const config::TableConfig& tc = model_.tables(TableOfFeature(model_, f));
   if (static_cast<int64_t>(u.lengths.size()) != batch_size)
@@ -181,24 +190,12 @@ void EmbeddingShardStore::CheckFeatureUpdate(const FeatureUpdate& u, int64_t bat
   if (!u.weights.empty() && u.weights.size() != u.ids.size())
     ThrowInvalid("update of feature ", f, ": ", u.weights.size(), " weights for ", u.ids.size(),
                  " ids");
-  if (u.weights.empty() == weighted)
-    ThrowInvalid("update of feature ", f, ": per-id weights on some features only");
   if (static_cast<int64_t>(u.d_pooled.size()) != batch_size * tc.dim())
     ThrowInvalid("update of feature ", f, ": d_pooled has ", u.d_pooled.size(),
                  " values, expected ", batch_size, " x ", tc.dim());
   CheckFinite(u.weights, f, "weights");
   CheckFinite(u.d_pooled, f, "d_pooled");
 }
-
-// The local batch: one sparse feature per binding (a feature once per shard of its table),
-// feature-major as every batch, and the bindings' gradient columns side by side.
-struct EmbeddingShardStore::LocalBatch {
-  std::vector<int32_t> lengths;
-  std::vector<int64_t> ids;
-  std::vector<float> weights;
-  std::vector<float> d_pooled;  // [batch_size x the bags' pooled width]
-  ValidatedBatch batch;         // views the vectors above
-};
 
 void EmbeddingShardStore::BuildLocalBatch(const std::vector<FeatureUpdate>& updates,
                                           int64_t batch_size, bool weighted,
@@ -210,7 +207,11 @@ void EmbeddingShardStore::BuildLocalBatch(const std::vector<FeatureUpdate>& upda
     const FeatureUpdate& u = updates[b.feature_slot];
     local->lengths.insert(local->lengths.end(), u.lengths.begin(), u.lengths.end());
     local->ids.insert(local->ids.end(), u.ids.begin(), u.ids.end());
-    local->weights.insert(local->weights.end(), u.weights.begin(), u.weights.end());
+    // A feature without per-id weights in a weighted batch: weights of 1, the same sums.
+    if (!u.weights.empty())
+      local->weights.insert(local->weights.end(), u.weights.begin(), u.weights.end());
+    else if (weighted)
+      local->weights.insert(local->weights.end(), u.ids.size(), 1.0f);
     const Shard& s = shards_[b.shard];
     const int32_t full_dim = model_.tables(s.table).dim();
     const int32_t cols = s.col_end - s.col_begin;
@@ -250,12 +251,13 @@ bool EmbeddingShardStore::CheckUpdate(const std::vector<FeatureUpdate>& updates,
   if (updates.size() != features.size())
     ThrowInvalid("update: ", updates.size(), " feature updates for the ", features.size(),
                  " features this owner serves");
-  const bool weighted = !updates.empty() && !updates[0].weights.empty();
+  const bool weighted = std::any_of(updates.begin(), updates.end(),
+                                    [](const FeatureUpdate& u) { return !u.weights.empty(); });
   for (size_t k = 0; k < updates.size(); ++k) {
     if (updates[k].feature != features[k])
       ThrowInvalid("update ", k, " is for feature ", updates[k].feature, ", expected feature ",
                    features[k]);
-    CheckFeatureUpdate(updates[k], batch_size, weighted);
+    CheckFeatureUpdate(updates[k], batch_size);
   }
   auto local = std::make_unique<LocalBatch>();
   BuildLocalBatch(updates, batch_size, weighted, local.get());

@@ -144,7 +144,7 @@ class EmbeddingShardStore {
   BagSet Bind(const Takes& takes);
   // kInvalidArgument naming the table unless every pooled shard holds whole rows.
   void RequireWholeRows(const char* what) const;
-  void CheckFeatureUpdate(const FeatureUpdate& u, int64_t batch_size, bool weighted) const;
+  void CheckFeatureUpdate(const FeatureUpdate& u, int64_t batch_size) const;
   // The owner's batch of this step's updates (what its bags' fused backward takes).
   void BuildLocalBatch(const std::vector<FeatureUpdate>& updates, int64_t batch_size, bool weighted,
                        LocalBatch* local) const;

@@ -41,8 +41,7 @@ void CheckCovers(const config::TableConfig& table, const std::vector<const Table
   int32_t next_col = 0;
   for (const TableShard* s : shards) {
     const Type type = s->type();
-    if (type != config::ShardingConfig::TABLE_WISE && type != config::ShardingConfig::COLUMN_WISE &&
-        type != config::ShardingConfig::DATA_PARALLEL)
+    if (type == config::ShardingConfig::TABLE_ROW_WISE)
       ThrowInvalid("table \"", table.name(), "\" is sharded ",
                    config::ShardingConfig::Type_Name(type),
                    ": trainers that own their shards take TABLE_WISE, COLUMN_WISE, ROW_WISE and "
@@ -60,7 +59,12 @@ void CheckCovers(const config::TableConfig& table, const std::vector<const Table
                  table.dim());
 }
 
-bool IsRowWise(const TableShard* s) { return s->type() == config::ShardingConfig::ROW_WISE; }
+// A row-wise piece: a ROW_WISE shard of some of the table's rows (one of all rows is a
+// whole table, pooled by its holder as the store does: ps::ShardRoles).
+bool IsRowPiece(const config::TableConfig& table, const TableShard* s) {
+  return s->type() == config::ShardingConfig::ROW_WISE &&
+         (s->row_begin() != 0 || s->row_end() != table.num_rows());
+}
 
 // kInvalidArgument unless `shards` are row-wise pieces tiling the table's rows in whole
 // columns, each on its own rank of [0, world_size).
@@ -73,7 +77,7 @@ std::vector<RowPiece> RowPiecesOf(const config::TableConfig& table,
   std::vector<bool> taken(static_cast<size_t>(world_size), false);
   int64_t next_row = 0;
   for (const TableShard* s : shards) {
-    if (!IsRowWise(s))
+    if (s->type() != config::ShardingConfig::ROW_WISE)
       ThrowInvalid("table \"", table.name(), "\" mixes ROW_WISE pieces with a ",
                    config::ShardingConfig::Type_Name(s->type()), " shard");
     const int32_t rank = s->server();
@@ -233,9 +237,10 @@ std::vector<PooledSlice> PooledLayout::SlicesOf(const config::ModelConfig& model
 // Adds table t's shards to their ranks and one slice per (reading feature, shard).
 void PooledLayout::AddTable(const config::ModelConfig& model, int32_t t,
                             const std::vector<const TableShard*>& shards) {
-  if (std::any_of(shards.begin(), shards.end(), IsRowWise))
-    return AddFetchedTable(model, t, shards);
   const config::TableConfig& table = model.tables(t);
+  if (std::any_of(shards.begin(), shards.end(),
+                  [&](const TableShard* s) { return IsRowPiece(table, s); }))
+    return AddFetchedTable(model, t, shards);
   CheckCovers(table, shards);
   for (const TableShard* s : shards) {
     const bool local = s->type() == config::ShardingConfig::DATA_PARALLEL;

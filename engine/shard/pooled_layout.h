@@ -24,7 +24,8 @@
 // block pools exactly its columns of the full row's sum; not with row-wise Adagrad, whose
 // statistic is per whole row).
 //
-// Row-wise pieces (ROW_WISE shards: row ranges of whole rows, on distinct ranks) are not
+// Row-wise pieces (ROW_WISE shards of some rows, whole columns, on distinct ranks; one of
+// all rows is a whole table, pooled by its holder as a TABLE_WISE shard) are not
 // pooled by their holders, whose partial sums would change the bags' order of addition.
 // Such a table is fetched: in step 1 rank q asks each piece's rank for the distinct rows
 // of its own samples' bags in that piece (the servers' lookups); in step 2 the rows come

@@ -359,12 +359,31 @@ void ModelParallelTrainer::GetRowRequests(int32_t r, ByteReader* in) {
   for (size_t j = 0; j < f.held.size(); ++j) in->GetIndices("row-wise piece ids", &f.asked[r][j]);
 }
 
+namespace {
+
+// kDataLoss naming rank q unless `ids` are distinct ascending rows of `piece` (what
+// CollectFetchIds sends): a request is never larger than the piece.
+void CheckRowRequest(int32_t q, const std::string& table, const shard::RowPiece& piece,
+                     const std::vector<int64_t>& ids) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] >= piece.row_begin && ids[i] < piece.row_end && (i == 0 || ids[i] > ids[i - 1]))
+      continue;
+    Throw(StatusCode::kDataLoss, "trainer ", q, " asked for row ", ids[i], " (request entry ", i,
+          ") of table \"", table, "\"'s piece [", piece.row_begin, ", ", piece.row_end,
+          "); a request lists distinct rows of the piece in ascending order");
+  }
+}
+
+}  // namespace
+
 void ModelParallelTrainer::AnswerRowRequests() {
   Fetch& f = *fetch_;
   for (int32_t q = 0; q < comm_->world_size(); ++q) {
     for (size_t j = 0; j < f.held.size(); ++j) {
       const std::vector<int64_t>& ids = f.asked[q][j];
       const int32_t shard = f.held[j].shard;
+      const shard::FetchedTable& table = layout_.fetched_tables()[f.held[j].table];
+      CheckRowRequest(q, owned_.shard_table(shard).name(), table.pieces[f.held[j].piece], ids);
       std::vector<float>& rows = f.answers[q][j];
       rows.resize(ids.size() * static_cast<size_t>(owned_.shard_table(shard).dim()));
       owned_.Lookup(shard, ids.data(), static_cast<int64_t>(ids.size()), rows.data());

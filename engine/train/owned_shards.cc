@@ -26,16 +26,15 @@ class HostOwnedShards final : public OwnedShards {
   ps::EmbeddingShardStore& store_;
 };
 
-// kInvalidArgument naming the first table of which the store holds a row-wise piece,
-// unless `shards` trains the store itself.
-void RequireNoPiecesOnACopy(const ps::EmbeddingShardStore& store, const OwnedShards& shards,
-                            const config::DlrmConfig& config) {
-  if (!shards.copies_store()) return;
+// kInvalidArgument naming the first table of which the store holds a row-wise piece (a
+// device copy holds whole-row shards only); `where`: the copy's device.
+void RequireNoPieces(const ps::EmbeddingShardStore& store, const config::DlrmConfig& config,
+                     const std::string& where) {
   for (const ps::ShardLocation& s : store.shards()) {
     const config::TableConfig& table = config.model().tables(s.table);
     if (s.row_begin == 0 && s.row_end == table.num_rows()) continue;
     ThrowInvalid("table \"", table.name(), "\" is cut into row-wise pieces, which trainers ",
-                 "hold in host memory only, and this trainer's shards are on ", shards.name(),
+                 "hold in host memory only, and this trainer's shards are on ", where,
                  ": let sharding.tables give it TABLE_WISE or COLUMN_WISE shards");
   }
 }
@@ -50,9 +49,12 @@ std::unique_ptr<OwnedShards> MakeOwnedShards(const OwnedShardsFactory& factory,
                                              const config::DlrmConfig& config,
                                              ps::EmbeddingShardStore* store, ThreadPool* pool) {
   if (!factory) RequireHostDevice(config, "owned shards");
+  const config::DeviceConfig::Kind kind = config.device().kind();
+  if (kind != config::DeviceConfig::CPU)  // before the device copies anything
+    RequireNoPieces(*store, config, config::DeviceConfig::Kind_Name(kind));
   std::unique_ptr<OwnedShards> shards =
       factory ? factory(config, store, pool) : MakeHostOwnedShards(store);
-  RequireNoPiecesOnACopy(*store, *shards, config);
+  if (shards->copies_store()) RequireNoPieces(*store, config, shards->name());
   return shards;
 }
 

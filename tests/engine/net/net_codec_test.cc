@@ -316,11 +316,11 @@ TEST(NetDecodeTest, RejectsVersionOne) {
 // Version 2 sent every row id in 8 bytes: a peer of that build would misread this one's
 // feature updates, so it is refused by name before any payload is decoded.
 TEST(NetDecodeTest, RejectsEarlierVersions) {
-  for (const WireVersion v : {WIRE_VERSION_2, WIRE_VERSION_3}) {
+  for (const WireVersion v : {WIRE_VERSION_2, WIRE_VERSION_3, WIRE_VERSION_4}) {
     Header h = BaseHeader();
     h.set_version(v);
     ExpectRejected(WithHeader(h), "header version " + WireVersion_Name(v) +
-                                      " is not supported (this build speaks version 4)");
+                                      " is not supported (this build speaks version 5)");
   }
 }
 

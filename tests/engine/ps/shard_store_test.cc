@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -349,9 +350,51 @@ TEST(ShardStoreErrors, BadLookupsAndUpdatesLeaveRowsUnchanged) {
   bad.pop_back();
   expect_rejected(bad, 8, "feature updates");
   bad = base;
-  bad[0].weights.clear();
-  expect_rejected(bad, 8, "weights");
+  if (!bad[0].ids.empty()) {
+    bad[0].weights.pop_back();
+    expect_rejected(bad, 8, "weights for");
+  }
   expect_rejected(base, 0, "batch_size");
+}
+
+// A rank's part, or a feature, without per-id weights beside weighted ones means weights of
+// 1, as PooledLayout::JoinInput joins bags: the rows are those of explicit ones, bitwise.
+TEST(ShardStoreUpdates, MissingWeightsBesideWeightedOnesAreOnes) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "adagrad", kServers);
+  const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
+  constexpr int64_t kBatch = 8;
+  const Step step = MakeStep(c, kBatch, 3);
+  std::vector<std::vector<ps::FeatureUpdate>> ranks(2), ones(2);
+  for (const ps::FeatureUpdate& u : step.per_feature) {
+    const int dim = static_cast<int>(u.d_pooled.size() / kBatch);
+    ranks[0].push_back(Slice(u, 0, 4, dim));
+    ranks[1].push_back(Slice(u, 4, kBatch, dim));
+  }
+  ones = ranks;
+  for (size_t f = 0; f < ranks[1].size(); ++f) {  // rank 1 unweighted
+    ranks[1][f].weights.clear();
+    std::fill(ones[1][f].weights.begin(), ones[1][f].weights.end(), 1.0f);
+  }
+  std::vector<ps::FeatureUpdate> joined = ps::ConcatenateRanks(ranks);
+  const std::vector<ps::FeatureUpdate> want = ps::ConcatenateRanks(ones);
+  for (size_t f = 0; f < joined.size(); ++f) EXPECT_EQ(joined[f].weights, want[f].weights);
+  ps::EmbeddingShardStore got_store(c, plan, 0), want_store(c, plan, 0);
+  std::vector<ps::FeatureUpdate> mixed = ForOwner(joined, got_store);
+  ASSERT_GT(mixed.size(), 1u);
+  mixed[1].weights.clear();  // and one feature of the global batch unweighted
+  std::vector<ps::FeatureUpdate> explicit_ones = ForOwner(want, want_store);
+  std::fill(explicit_ones[1].weights.begin(), explicit_ones[1].weights.end(), 1.0f);
+  got_store.ApplyUpdate(mixed, kBatch, 0.05f, 1);
+  want_store.ApplyUpdate(explicit_ones, kBatch, 0.05f, 1);
+  for (size_t i = 0; i < got_store.shards().size(); ++i) {
+    const EmbeddingTable<float>& got = got_store.shard_table(static_cast<int32_t>(i));
+    const EmbeddingTable<float>& exp = want_store.shard_table(static_cast<int32_t>(i));
+    ASSERT_EQ(got.data().size(), exp.data().size());
+    EXPECT_EQ(std::memcmp(got.data().data(), exp.data().data(), got.data().size() * sizeof(float)),
+              0)
+        << "shard " << i;
+  }
 }
 
 }  // namespace

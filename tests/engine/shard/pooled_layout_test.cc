@@ -366,6 +366,17 @@ TEST(PooledLayoutTest, PlacesRowWisePiecesAsTablesEveryRankFetches) {
           << "sample " << i << " column " << c;
 }
 
+// A ROW_WISE shard of all rows (the planner's one piece) is a whole table its holder pools.
+TEST(PooledLayoutTest, ARowWiseShardOfAllRowsIsPooledByItsHolder) {
+  const config::DlrmConfig config = ParseConfigText(ConfigText("sgd {}"));
+  ShardingPlan plan = Plan(config);
+  plan.mutable_shards(2)->set_type(config::ShardingConfig::ROW_WISE);  // t1, rows [0, 30)
+  const PooledLayout layout(config, plan, kWorld);
+  EXPECT_TRUE(layout.fetched_tables().empty());
+  EXPECT_EQ(layout.input_features(1), (std::vector<int32_t>{1}));
+  EXPECT_EQ(layout.owned_width(1), 6);
+}
+
 void ExpectRefused(const config::DlrmConfig& config, const ShardingPlan& plan, int32_t world,
                    const std::string& expected) {
   try {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/config/config.h"
+#include "engine/core/byte_codec.h"
 #include "engine/core/status.h"
 #include "engine/engine.h"
 #include "engine/shard/planner.h"
@@ -42,6 +43,29 @@ using ::testing::HasSubstr;
 using Type = config::ShardingConfig::Type;
 constexpr int64_t kPart = 32;  // two reduction chunks of 16
 
+// A rank's communicator whose next all-to-all parts `forge` rewrites on their way, as a
+// peer's malformed or hostile bytes would arrive.
+class ForgingCommunicator : public collective::Communicator {
+ public:
+  using Forge = std::function<void(std::vector<std::string>*)>;
+  explicit ForgingCommunicator(std::unique_ptr<collective::Communicator> inner)
+      : inner_(std::move(inner)) {}
+  int32_t rank() const override { return inner_->rank(); }
+  int32_t world_size() const override { return inner_->world_size(); }
+  std::vector<std::string> AllGather(const std::string& contribution) override {
+    return inner_->AllGather(contribution);
+  }
+  std::vector<std::string> AllToAll(const std::vector<std::string>& to_each) override {
+    std::vector<std::string> parts = to_each;
+    if (forge) std::exchange(forge, nullptr)(&parts);
+    return inner_->AllToAll(parts);
+  }
+  Forge forge;  // applied to the next AllToAll only
+
+ private:
+  std::unique_ptr<collective::Communicator> inner_;
+};
+
 // `world` trainers on one hub, stepped on threads of their own.
 struct NeoCluster {
   const int32_t world;
@@ -57,7 +81,7 @@ struct NeoCluster {
         plan(shard::PlanSharding(c, ranks, shard::ShardOwners::kTrainers)),
         hub(ranks, std::chrono::seconds(20)) {
     for (int32_t r = 0; r < ranks; ++r) {
-      comms.push_back(hub.Rank(r));
+      comms.push_back(std::make_unique<ForgingCommunicator>(hub.Rank(r)));
       pools.push_back(std::make_unique<ThreadPool>(r + 1));
       trainers.push_back(std::make_unique<train::ModelParallelTrainer>(
           c, plan, comms.back().get(), pools.back().get(), devices));
@@ -169,6 +193,7 @@ std::vector<Case> AllCases() {
     cases.push_back({type, "adam", last, 2, config::TableConfig::BF16});
   }
   cases.push_back({config::ShardingConfig::TABLE_WISE, "sgd", "adagrad", 1});
+  cases.push_back({config::ShardingConfig::ROW_WISE, "sgd", "adagrad", 1});  // one piece: whole
   cases.push_back(
       {config::ShardingConfig::COLUMN_WISE, "sgd", "adagrad", 3, config::TableConfig::FP16});
   return cases;
@@ -314,6 +339,45 @@ TEST(ModelParallelTrainerTest, ABadPartFailsTheStepOnEveryRankWithTheStateUnchan
                  "power-of-two number of reduction chunks");
   ASSERT_NO_FATAL_FAILURE(ExpectStepEqualsEngine(engine, cluster, good, "after the refusals"));
   ExpectSameParameters(engine, cluster, c, "after the refusals");
+}
+
+// A request for rows outside the owner's piece, or not distinct and ascending (what no
+// trainer sends), fails the step on every rank naming the asker; nothing changes.
+TEST(ModelParallelTrainerTest, AForgedRowRequestFailsTheStepOnEveryRankNamingTheAsker) {
+  const config::DlrmConfig c = Mixed(2);
+  Engine engine(c);
+  NeoCluster cluster(c, 2);
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectStepEqualsEngine(engine, cluster, MakeTestBatch(c, 0, 2 * kPart), "first"));
+  shard::RowPiece piece;  // rank 0's piece of t0
+  for (const shard::RowPiece& p : cluster.trainers[0]->layout().fetched_tables()[0].pieces)
+    if (p.rank == 0) piece = p;
+  const OwnedBatch good = MakeTestBatch(c, 1, 2 * kPart);
+  for (const std::vector<int64_t>& forged :
+       {std::vector<int64_t>{piece.row_end + 3}, std::vector<int64_t>{piece.row_begin + 1, 0}}) {
+    // Rank 1's input part for rank 0: its outcome and bags as sent, then forged ids.
+    static_cast<ForgingCommunicator&>(*cluster.comms[1]).forge = [&](std::vector<std::string>* p) {
+      ByteReader in((*p)[0], "input part");
+      const train::Outcome outcome = train::GetOutcome(&in);
+      const OwnedBatch bags = train::GetBags(&in);
+      ByteWriter out;
+      train::PutOutcome(outcome, &out);
+      train::PutBags(bags, &out);
+      out.PutIndices(forged);
+      (*p)[0] = std::move(out).Take();
+    };
+    std::vector<std::string> errors;
+    cluster.Step(good, &errors);
+    for (int32_t r = 0; r < 2; ++r) {
+      EXPECT_THAT(errors[r], HasSubstr("trainer 0 failed pooling its shards: trainer 1 asked for "
+                                       "row " +
+                                       std::to_string(forged.back())))
+          << "rank " << r;
+      EXPECT_EQ(cluster.trainers[r]->step(), 1);
+    }
+    ExpectSameParameters(engine, cluster, c, "after a forged request");
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectStepEqualsEngine(engine, cluster, good, "after the refusals"));
 }
 
 // Checkpoint restores set the step; parts queued would then train at other steps.
