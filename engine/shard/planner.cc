@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -440,16 +441,14 @@ const char* ShardingTypeShortName(config::ShardingConfig::Type type) {
   return "?";
 }
 
-ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers,
-                          ShardOwners owners) {
-  ValidateConfig(config);
-  RequireTrainableRows(config.model(), "the sharding planner");
-  if (num_servers < 1 || num_servers > kMaxServers)
-    ThrowInvalid("num_servers must be in [1, ", kMaxServers, "], got ", num_servers);
+namespace {
+
+// PlanSharding's steps for the types `allowed` per table.
+ShardingPlan PlanWith(const config::DlrmConfig& config, int32_t num_servers,
+                      const std::vector<uint32_t>& allowed) {
   const ShardingConfig& options = config.sharding();
   const CostModel cost(config);
   const std::vector<TableProfile> tables = ProfileTables(config.model());
-  const std::vector<uint32_t> allowed = AllowedTypes(config, owners);
   // 1. Replicate what is small enough; the rest is served.
   const Replication replication = Replicate(tables, allowed, cost, options);
   CheckServersHoldTables(tables, replication, options.server_memory_bytes(), num_servers);
@@ -462,6 +461,40 @@ ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers,
   AddShards(tables, replication, layout, cost, &plan);
   AddServerTotals(num_servers, &plan);
   return plan;
+}
+
+// For trainers that own their shards: the plan without row-wise pieces where it balances
+// within 1 + 2 x split_fraction, else none (a table allowed only pieces, or too large).
+// Trainers pool whole-row shards themselves but fetch the rows of pieces for every bag
+// (shard/pooled_layout.h): more bytes and work, worth it only for balance or memory.
+std::optional<ShardingPlan> WholeRowPlan(const config::DlrmConfig& config, int32_t num_servers,
+                                         std::vector<uint32_t> allowed) {
+  for (uint32_t& types : allowed) {
+    types &= ~Bit(ShardingConfig::ROW_WISE);
+    if (types == 0) return std::nullopt;
+  }
+  try {
+    ShardingPlan plan = PlanWith(config, num_servers, allowed);
+    const double bound = 1 + 2 * config.sharding().split_fraction();
+    if (plan.load_imbalance() <= bound && plan.memory_imbalance() <= bound) return plan;
+  } catch (const Error&) {  // the plan with pieces says what cannot be done, if anything
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers,
+                          ShardOwners owners) {
+  ValidateConfig(config);
+  RequireTrainableRows(config.model(), "the sharding planner");
+  if (num_servers < 1 || num_servers > kMaxServers)
+    ThrowInvalid("num_servers must be in [1, ", kMaxServers, "], got ", num_servers);
+  const std::vector<uint32_t> allowed = AllowedTypes(config, owners);
+  if (owners == ShardOwners::kTrainers)
+    if (std::optional<ShardingPlan> plan = WholeRowPlan(config, num_servers, allowed))
+      return *std::move(plan);
+  return PlanWith(config, num_servers, allowed);
 }
 
 }  // namespace dlrm::shard

@@ -29,14 +29,17 @@ namespace dlrm::shard {
 inline constexpr int32_t kMaxServers = 1 << 20;
 
 // Who holds the served pieces. kServers: embedding servers (every type). kTrainers: the
-// trainers themselves, "server" r being trainer r (train/model_parallel_trainer.h), which
-// pool whole-row pieces only: TABLE_WISE, COLUMN_WISE, DATA_PARALLEL.
+// trainers themselves, "server" r being trainer r (train/model_parallel_trainer.h):
+// TABLE_WISE, COLUMN_WISE and DATA_PARALLEL shards, and ROW_WISE pieces (which every rank
+// fetches rows of) on CPU trainers only, and only where a plan of whole rows would not
+// balance load and memory within 1 + 2 x sharding.split_fraction.
 enum class ShardOwners { kServers, kTrainers };
 
 // Throws kInvalidArgument naming the field for an invalid config (ValidateConfig),
-// num_servers outside [1, kMaxServers], or (kTrainers) a table whose allowed types are all
-// row-wise; kResourceExhausted naming the table when sharding.server_memory_bytes cannot
-// hold it. Deterministic: the same input gives the same plan, bit for bit.
+// num_servers outside [1, kMaxServers], or (kTrainers) a table allowed only types the
+// trainers cannot hold; kResourceExhausted naming the table when
+// sharding.server_memory_bytes cannot hold it. Deterministic: the same input gives the
+// same plan, bit for bit.
 ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers,
                           ShardOwners owners = ShardOwners::kServers);
 

@@ -142,29 +142,33 @@ std::vector<ps::FeatureUpdate> ForOwner(const std::vector<ps::FeatureUpdate>& gl
   return out;
 }
 
+// Every row of shard i equals the reference table's block, bitwise; Lookup agrees.
+void ExpectShardMatches(const ps::EmbeddingShardStore& store, size_t i, const Reference& ref,
+                        const std::string& where) {
+  const auto& s = store.shards()[i];
+  const EmbeddingTable<float>& whole = ref.tables[s.table];
+  const EmbeddingTable<float>& piece = store.shard_table(static_cast<int32_t>(i));
+  std::vector<int64_t> ids;
+  for (int64_t r = s.row_begin; r < s.row_end; ++r) ids.push_back(r);
+  std::vector<float> looked_up(ids.size() * piece.dim());
+  store.Lookup(static_cast<int32_t>(i), ids.data(), static_cast<int64_t>(ids.size()),
+               looked_up.data());
+  for (int64_t r = s.row_begin; r < s.row_end; ++r) {
+    const float* want = whole.row(r) + s.col_begin;
+    ASSERT_EQ(std::memcmp(piece.row(r - s.row_begin), want, piece.dim() * sizeof(float)), 0)
+        << where << ": table " << s.table << " row " << r << " columns [" << s.col_begin << ", "
+        << s.col_end << ")";
+    ASSERT_EQ(std::memcmp(looked_up.data() + (r - s.row_begin) * piece.dim(), want,
+                          piece.dim() * sizeof(float)),
+              0)
+        << where << ": lookup of row " << r;
+  }
+}
+
 // Every row of every shard equals the reference table's block, bitwise; Lookup agrees.
 void ExpectShardsMatch(const ps::EmbeddingShardStore& store, const Reference& ref,
                        const std::string& where) {
-  for (size_t i = 0; i < store.shards().size(); ++i) {
-    const auto& s = store.shards()[i];
-    const EmbeddingTable<float>& whole = ref.tables[s.table];
-    const EmbeddingTable<float>& piece = store.shard_table(static_cast<int32_t>(i));
-    std::vector<int64_t> ids;
-    for (int64_t r = s.row_begin; r < s.row_end; ++r) ids.push_back(r);
-    std::vector<float> looked_up(ids.size() * piece.dim());
-    store.Lookup(static_cast<int32_t>(i), ids.data(), static_cast<int64_t>(ids.size()),
-                 looked_up.data());
-    for (int64_t r = s.row_begin; r < s.row_end; ++r) {
-      const float* want = whole.row(r) + s.col_begin;
-      ASSERT_EQ(std::memcmp(piece.row(r - s.row_begin), want, piece.dim() * sizeof(float)), 0)
-          << where << ": table " << s.table << " row " << r << " columns [" << s.col_begin << ", "
-          << s.col_end << ")";
-      ASSERT_EQ(std::memcmp(looked_up.data() + (r - s.row_begin) * piece.dim(), want,
-                            piece.dim() * sizeof(float)),
-                0)
-          << where << ": lookup of row " << r;
-    }
-  }
+  for (size_t i = 0; i < store.shards().size(); ++i) ExpectShardMatches(store, i, ref, where);
 }
 
 struct Case {
@@ -355,6 +359,43 @@ TEST(ShardStoreErrors, BadLookupsAndUpdatesLeaveRowsUnchanged) {
     expect_rejected(bad, 8, "weights for");
   }
   expect_rejected(base, 0, "batch_size");
+}
+
+// A trainer's own store (ShardRoles::kPoolWholeRows) pools its whole-row shards and serves
+// its row-wise pieces; an update's check writes nothing and its apply updates the pieces
+// as a server's ApplyUpdate does. kAll (servers, replicas) serves and pools every shard.
+TEST(ShardStoreUpdates, ATrainersStorePoolsWholeRowsAndServesItsPieces) {
+  config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "adagrad", kServers);
+  c.mutable_sharding()->mutable_tables()->Mutable(1)->set_allowed_types(
+      0, config::ShardingConfig::TABLE_WISE);
+  ValidateConfig(c);
+  const shard::ShardingPlan plan = shard::PlanSharding(c, kServers, shard::ShardOwners::kTrainers);
+  constexpr int64_t kBatch = 8;
+  const Step step = MakeStep(c, kBatch, 5);
+  Reference initial(c), stepped(c);
+  stepped.Apply(step, kBatch, 0.05f, 1);
+  bool pooled_any = false;
+  for (int32_t owner = 0; owner < kServers; ++owner) {
+    const std::string where = "owner " + std::to_string(owner);
+    ps::EmbeddingShardStore server(c, plan, owner);
+    ps::EmbeddingShardStore trainer(c, plan, owner, nullptr, ps::ShardRoles::kPoolWholeRows);
+    EXPECT_EQ(server.pooled_features(), server.features()) << where;
+    std::vector<int32_t> both = trainer.pooled_features();
+    both.insert(both.end(), trainer.features().begin(), trainer.features().end());
+    std::sort(both.begin(), both.end());
+    EXPECT_EQ(both, server.features()) << where;  // t1's feature pooled, t0's and t2's served
+    pooled_any |= !trainer.pooled_features().empty();
+    ASSERT_TRUE(trainer.CheckUpdate(ForOwner(step.per_feature, trainer), kBatch, 0.05f, 1));
+    ExpectShardsMatch(trainer, initial, where + " after the check");
+    trainer.ApplyCheckedUpdate(0.05f, 1);
+    for (size_t i = 0; i < trainer.shards().size(); ++i) {
+      const auto& s = trainer.shards()[i];
+      const bool piece = s.row_end - s.row_begin < c.model().tables(s.table).num_rows();
+      ExpectShardMatches(trainer, i, piece ? stepped : initial, where + " after the apply");
+    }
+  }
+  EXPECT_TRUE(pooled_any) << "no owner holds t1 whole";
 }
 
 // A rank's part, or a feature, without per-id weights beside weighted ones means weights of

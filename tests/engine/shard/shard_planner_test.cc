@@ -26,6 +26,7 @@ using Type = config::ShardingConfig::Type;
 
 constexpr char kMlperfConfig[] = DLRM_SOURCE_DIR "/bench/configs/mlperf_dcnv2.pbtxt";
 constexpr char k12tConfig[] = DLRM_SOURCE_DIR "/bench/configs/planner_12t.pbtxt";
+constexpr char kDemoConfig[] = DLRM_SOURCE_DIR "/tools/configs/demo.pbtxt";
 
 // A model with the given tables ("name:rows:dim"), one feature per table, DOT-free (CAT)
 // so that dims may differ; `extra` is appended verbatim.
@@ -455,6 +456,31 @@ TEST(PlannerTest, TrainerOwnedPlansCutRowWisePiecesAndStayBalanced) {
       }
     }
   }
+}
+
+// Trainers fetch the rows of row-wise pieces for every bag, which costs more than pooling a
+// whole-row shard (docs/DESIGN.md: 0.85x on the demo): they get pieces only where whole
+// rows cannot balance load and memory within 1 + 2 x split_fraction. The demo's 26 tables
+// balance whole on 2 trainers (the split targets alone would cut each in two); MLPerf's
+// 40M-row tables do not on 8.
+TEST(PlannerTest, TrainersGetRowPiecesOnlyWhereWholeRowsCannotBalance) {
+  const config::DlrmConfig demo = LoadConfigFile(kDemoConfig);
+  int pieces = 0;
+  const ShardingPlan served = PlanSharding(demo, 2, ShardOwners::kServers);
+  for (const TableShard& s : served.shards())
+    pieces += s.type() == config::ShardingConfig::ROW_WISE;
+  EXPECT_GT(pieces, 26) << "the servers' plan no longer cuts the demo's tables";
+  const ShardingPlan whole = PlanSharding(demo, 2, ShardOwners::kTrainers);
+  for (const TableShard& s : whole.shards())
+    EXPECT_NE(s.type(), config::ShardingConfig::ROW_WISE) << s.table();
+  EXPECT_LE(whole.load_imbalance(), 1.1);
+  EXPECT_LE(whole.memory_imbalance(), 1.1);
+  const ShardingPlan mlperf =
+      PlanSharding(LoadConfigFile(kMlperfConfig), 8, ShardOwners::kTrainers);
+  int mlperf_pieces = 0;
+  for (const TableShard& s : mlperf.shards())
+    mlperf_pieces += s.type() == config::ShardingConfig::ROW_WISE;
+  EXPECT_GT(mlperf_pieces, 0);
 }
 
 // Trainers whose shards live on a device hold whole-row shards only (train/owned_shards.h),
