@@ -15,6 +15,7 @@
 #include "engine/embedding/wire_values.h"
 #include "engine/ps/messages.h"
 #include "engine/train/dense_exchange.h"
+#include "engine/train/fetched_rows.h"
 #include "engine/train/step.h"
 
 namespace dlrm::train {
@@ -147,24 +148,15 @@ namespace {
 template <typename Placement>
 void PlaceRows(const Placement& where, const std::vector<float>& rows,
                std::vector<EmbeddingTable<float>>& fetched) {
-  const int32_t width = where.col_end - where.col_begin;
-  for (int64_t i = 0; i < where.count; ++i)
-    std::copy(rows.begin() + i * width, rows.begin() + (i + 1) * width,
-              fetched[where.table].row(where.first + i) + where.col_begin);
+  PlaceFetchedRows(rows.data(), where.count, where.col_end - where.col_begin, where.col_begin,
+                   where.first, &fetched[where.table]);
 }
 
 }  // namespace
 
 ValidatedBatch DataParallelTrainer::GatherRows(Prepared& p) {
-  const config::ModelConfig& model = config_.model();
-  // Grown, never shrunk: the re-indexed ids stay below the part's distinct count, and a
-  // table reallocated every step (its size follows the ids) faulted its pages in afresh.
-  for (int32_t t = 0; t < model.tables_size(); ++t) {
-    const int64_t rows = static_cast<int64_t>(p.distinct[t].size());
-    if (fetched_[t].num_rows() < rows)
-      fetched_[t] =
-          EmbeddingTable<float>(model.tables(t).name(), rows + rows / 2, model.tables(t).dim());
-  }
+  for (size_t t = 0; t < fetched_.size(); ++t)
+    GrowFetchedTable(&fetched_[t], static_cast<int64_t>(p.distinct[t].size()));
   // Replicated tables: this rank's own copy, read now (after the previous step's update).
   std::vector<float> rows;
   for (const Prepared::Placement& where : p.replica_placements) {

@@ -12,6 +12,7 @@
 #include "engine/embedding/embedding_table.h"
 #include "engine/embedding/wire_values.h"
 #include "engine/ps/feature_update.h"
+#include "engine/train/fetched_rows.h"
 #include "engine/train/step.h"
 
 namespace dlrm::train {
@@ -310,7 +311,7 @@ void ModelParallelTrainer::DecodePooledFrom(int32_t r, ByteReader* in, std::vect
   } else {
     GetWireValues(in, "pooled rows", wire_, &wire_values_, block);
   }
-  PlaceFetchedRows(r, in);
+  PlaceRowsFrom(r, in);
   if (r != me) in->ExpectEnd();
 }
 
@@ -336,9 +337,7 @@ void ModelParallelTrainer::CollectFetchIds() {
       f.bounds[k].push_back(std::lower_bound(ids.begin(), ids.end(), piece.row_begin) -
                             ids.begin());
     f.bounds[k].push_back(ids.size());
-    const auto count = static_cast<int64_t>(ids.size());
-    if (f.rows[k].num_rows() < count)  // grown, never shrunk (as the servers' trainers')
-      f.rows[k] = EmbeddingTable<float>(f.rows[k].name(), count + count / 2, f.rows[k].dim());
+    GrowFetchedTable(&f.rows[k], static_cast<int64_t>(ids.size()));
   }
 }
 
@@ -397,7 +396,7 @@ void ModelParallelTrainer::PutAnswers(int32_t q, ByteWriter* out) {
     PutWireValues(rows.data(), rows.size(), wire_, &wire_values_, out);
 }
 
-void ModelParallelTrainer::PlaceFetchedRows(int32_t r, ByteReader* in) {
+void ModelParallelTrainer::PlaceRowsFrom(int32_t r, ByteReader* in) {
   Fetch& f = *fetch_;
   const std::vector<shard::FetchedTable>& tables = layout_.fetched_tables();
   size_t held = 0;  // rank r == this rank: its answers to itself, in held order
@@ -413,8 +412,8 @@ void ModelParallelTrainer::PlaceFetchedRows(int32_t r, ByteReader* in) {
       if (rows.size() != count * dim)
         Throw(StatusCode::kDataLoss, "model-parallel step: trainer ", r, " sent ", rows.size(),
               " values of table \"", f.rows[k].name(), "\" for ", count, " rows of ", dim);
-      for (size_t i = 0; i < count; ++i)
-        std::copy(rows.begin() + i * dim, rows.begin() + (i + 1) * dim, f.rows[k].row(first + i));
+      PlaceFetchedRows(rows.data(), static_cast<int64_t>(count), static_cast<int32_t>(dim), 0,
+                       static_cast<int64_t>(first), &f.rows[k]);
     }
   }
 }

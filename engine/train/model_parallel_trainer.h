@@ -175,7 +175,7 @@ class ModelParallelTrainer : public SyncTrainer {
   void GetRowRequests(int32_t r, ByteReader* in);
   void AnswerRowRequests();
   void PutAnswers(int32_t q, ByteWriter* out);
-  void PlaceFetchedRows(int32_t r, ByteReader* in);
+  void PlaceRowsFrom(int32_t r, ByteReader* in);
   void PoolFetched(std::vector<float>* fetched);
   void EncodePieceUpdates(const ValidatedBatch& part);
   bool PieceUpdatesAreFinite(int64_t global_batch, const StepRates& rates);
