@@ -88,6 +88,17 @@ EmbeddingBagCollection<T>::EmbeddingBagCollection(std::vector<EmbeddingTable<T>>
 }
 
 template <typename T>
+void EmbeddingBagCollection<T>::ForwardBatch(const ValidatedBatch& batch, T* pooled,
+                                             ThreadPool* pool) const {
+  constexpr int64_t kRows = 256;  // samples per task
+  const int64_t n = batch.view.batch_size;
+  ParallelFor(pool, (n + kRows - 1) / kRows, [&](int64_t c) {
+    const int64_t b0 = c * kRows, b1 = std::min(n, b0 + kRows);
+    Forward(batch, b0, b1, pooled + b0 * pooled_width_);
+  });
+}
+
+template <typename T>
 void EmbeddingBagCollection<T>::Forward(const ValidatedBatch& batch, int64_t b0, int64_t b1,
                                         T* pooled, std::vector<const void*>* scratch) const {
   const BatchView& view = batch.view;

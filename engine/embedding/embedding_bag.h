@@ -52,6 +52,9 @@ class EmbeddingBagCollection {
   // the caller across calls) holds the rows' addresses.
   void Forward(const ValidatedBatch& batch, int64_t b0, int64_t b1, T* pooled,
                std::vector<const void*>* scratch = nullptr) const;
+  // pooled [B x pooled_width] for the whole batch: Forward over runs of 256 samples spread
+  // over the pool (each sample's sums are Forward's, whatever the pool).
+  void ForwardBatch(const ValidatedBatch& batch, T* pooled, ThreadPool* pool) const;
 
   // d_pooled [B x pooled_width] is the loss gradient for the whole batch. Sums each
   // touched row's gradient in (id, position) order and calls optimizer.UpdateRow once per

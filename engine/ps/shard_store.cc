@@ -293,13 +293,7 @@ ValidatedBatch EmbeddingShardStore::ValidateLocalBatch(const BatchView& batch) c
 void EmbeddingShardStore::Pool(const ValidatedBatch& batch, float* out) const {
   DLRM_INTERNAL_CHECK(batch.view.num_sparse == static_cast<int32_t>(pooled_.bindings.size()));
   if (pooled_.bindings.empty()) return;
-  constexpr int64_t kRows = 256;  // samples per task
-  const int64_t B = batch.view.batch_size;
-  const int32_t width = pooled_width();
-  ParallelFor(pool_, (B + kRows - 1) / kRows, [&](int64_t c) {
-    const int64_t b0 = c * kRows, b1 = std::min(B, b0 + kRows);
-    pooled_.bags->Forward(batch, b0, b1, out + b0 * width);
-  });
+  pooled_.bags->ForwardBatch(batch, out, pool_);
 }
 
 bool EmbeddingShardStore::PooledUpdateIsFinite(const ValidatedBatch& batch, const float* d_pooled,

@@ -438,12 +438,7 @@ void ModelParallelTrainer::PoolFetched(std::vector<float>* fetched) {
     at += count;
     specs.push_back({k, static_cast<int64_t>(ids.size())});
   }
-  const ValidatedBatch batch = ValidateBatch(input.view(), 0, specs, false, pool_);
-  constexpr int64_t kRows = 256;  // samples per task
-  ParallelFor(pool_, (n + kRows - 1) / kRows, [&](int64_t c) {
-    const int64_t b0 = c * kRows, b1 = std::min(n, b0 + kRows);
-    f.bags->Forward(batch, b0, b1, fetched->data() + b0 * width);
-  });
+  f.bags->ForwardBatch(ValidateBatch(input.view(), 0, specs, false, pool_), fetched->data(), pool_);
 }
 
 void ModelParallelTrainer::EncodePieceUpdates(const ValidatedBatch& part) {
