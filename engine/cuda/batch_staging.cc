@@ -35,11 +35,17 @@ void DeviceBatch::Reserve(const BatchView& batch, size_t num_offsets, bool with_
   shape = ShapeOf(batch, with_labels);
   const auto n = static_cast<size_t>(batch.batch_size);
   const auto num_ids = static_cast<size_t>(batch.num_ids);
-  bool moved = Grow(dense, DenseCount(batch));
-  moved |= Grow(offsets, num_offsets);
-  moved |= Grow(ids, num_ids);
-  if (with_labels) moved |= Grow(labels, n);
-  if (shape.weights) moved |= Grow(weights, num_ids);
+  bool moved = false;
+  try {
+    moved |= Grow(dense, DenseCount(batch));
+    moved |= Grow(offsets, num_offsets);
+    moved |= Grow(ids, num_ids);
+    if (with_labels) moved |= Grow(labels, n);
+    if (shape.weights) moved |= Grow(weights, num_ids);
+  } catch (...) {
+    ++generation;  // an array may have moved before the one that failed: no graph names it
+    throw;
+  }
   if (moved) ++generation;
 }
 

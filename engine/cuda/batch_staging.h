@@ -53,7 +53,7 @@ struct DeviceBatch {
   DeviceBuffer<int64_t> offsets;
   DeviceBuffer<DeviceId> ids;
   BatchShape shape;
-  uint64_t generation = 0;  // bumped whenever an array moved
+  uint64_t generation = 0;  // bumped whenever an array moved, or may have (a failed Reserve)
 
   // Sets the shape of `batch` (with labels if `with_labels`) and grows the arrays for it
   // and its `num_offsets` bag offsets.

@@ -58,9 +58,13 @@ size_t FreeMemoryBytes() {
 }
 
 void CheckCuda(int status, const char* what) {
-  if (status != cudaSuccess)
-    Throw(StatusCode::kInternal, what,
-          " failed: ", cudaGetErrorString(static_cast<cudaError_t>(status)));
+  if (status == cudaSuccess) return;
+  // The runtime also records a failed call (cudaMalloc's out of memory) as the thread's
+  // last error, which the next launch's cudaGetLastError would report as its own: the
+  // error is thrown here once, so its record goes (a sticky error stays in the context).
+  (void)cudaGetLastError();
+  Throw(StatusCode::kInternal, what,
+        " failed: ", cudaGetErrorString(static_cast<cudaError_t>(status)));
 }
 
 }  // namespace dlrm::cuda

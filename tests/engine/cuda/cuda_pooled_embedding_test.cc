@@ -13,6 +13,7 @@
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
+#include "engine/cuda/batch_staging.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/pooled_embedding.h"
 #include "engine/embedding/quantized_row.h"
@@ -220,6 +221,34 @@ TEST(CudaPooledForwardTest, QuantizedTablesPoolAsTheCpuDoesBitwise) {
     CheckQuantizedForward(p, false);
     CheckQuantizedForward(p, true);
   }
+}
+
+// A desk review's findings (2026-11-28): a failed cudaMalloc stayed the runtime's last
+// error, so the next launch's check threw it as its own (a harmless failed prefetch failed
+// the next step, or turned CUDA graphs off); and a Reserve that failed after an earlier
+// array moved kept its generation, so a graph of the slot replayed over freed memory.
+TEST(CudaDeviceTest, AFailedAllocationIsThrownOnceAndMovesTheGeneration) {
+  SKIP_WITHOUT_GPU();
+  std::vector<float> dense(4), weights(8);
+  BatchView view;
+  view.batch_size = 4;
+  view.num_dense = 1;
+  view.dense = dense.data();
+  view.num_ids = 8;
+  view.weights = weights.data();
+  DeviceBatch batch;
+  batch.Reserve(view, 5, /*with_labels=*/true);
+  const uint64_t before = batch.generation;
+  view.num_ids = int64_t{1} << 45;  // 128 TiB of ids: more than any device has
+  try {
+    batch.Reserve(view, 5, true);
+    ADD_FAILURE() << "a reservation of 2^45 ids succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInternal);
+    EXPECT_NE(std::string(e.what()).find("cudaMalloc of"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(batch.generation, before);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 TEST(CudaPooledForwardTest, NegativeSizesAreRefusedByName) {
