@@ -112,12 +112,9 @@ EmbeddingShardStore::EmbeddingShardStore(const config::DlrmConfig& config,
     shapes.push_back({table.num_rows(), table.dim()});
   for (const Shard& s : shards_) row_ranges_.push_back({s.row_begin, s.row_end});
 
-  auto whole_rows = [&](const Shard& shard) {
-    return shard.row_begin == 0 && shard.row_end == model_.tables(shard.table).num_rows();
-  };
   const bool all = roles == ShardRoles::kAll;
-  served_ = Bind([&](const Shard& shard) { return all || !whole_rows(shard); });
-  pooled_ = Bind([&](const Shard& shard) { return all || whole_rows(shard); });
+  served_ = Bind([&](const Shard& shard) { return all || !shard.whole_rows(model_); });
+  pooled_ = Bind([&](const Shard& shard) { return all || shard.whole_rows(model_); });
   optimizer_ = MakeSparseOptimizer<float>(config.sparse_optimizer(), shapes);
 }
 
@@ -277,7 +274,7 @@ void EmbeddingShardStore::RequireWholeRows(const char* what) const {
   for (const Binding& b : pooled_.bindings) {
     const Shard& s = shards_[b.shard];
     const config::TableConfig& tc = model_.tables(s.table);
-    if (s.row_begin != 0 || s.row_end != tc.num_rows())
+    if (!s.whole_rows(model_))
       ThrowInvalid(what, ": table '", tc.name(), "' has a shard of rows [", s.row_begin, ", ",
                    s.row_end, ") of ", tc.num_rows(), "; this needs whole rows");
   }

@@ -36,6 +36,11 @@ struct ShardLocation {
   int32_t table = 0;  // model.tables index
   int64_t row_begin = 0, row_end = 0;
   int32_t col_begin = 0, col_end = 0;
+
+  // Whether the shard holds every row of its table (of `model`): a row-wise piece does not.
+  bool whole_rows(const config::ModelConfig& model) const {
+    return row_begin == 0 && row_end == model.tables(table).num_rows();
+  }
 };
 
 // Every shard of the plan, grouped by table (result[t] lists table t's pieces). Throws

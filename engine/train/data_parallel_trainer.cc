@@ -21,9 +21,8 @@
 namespace dlrm::train {
 struct DataParallelTrainer::Prepared {
   OwnedBatch batch;
-  ValidatedBatch validated;  // views `batch`
-  StatusCode error_code = StatusCode::kOk;
-  std::string error;                           // why the part cannot be trained
+  ValidatedBatch validated;                    // views `batch`
+  Outcome outcome;                             // not ok: why the part cannot be trained
   int64_t step = 0;                            // the step its lookups were submitted for
   std::vector<std::vector<int64_t>> distinct;  // per table: the part's ids, sorted, unique
   // Where a shard's rows go: one entry per shard the part reads.
@@ -99,8 +98,7 @@ std::unique_ptr<DataParallelTrainer::Prepared> DataParallelTrainer::Prepare(cons
     }
     SubmitLookups(*p);
   } catch (const Error& e) {
-    p->error_code = e.code();
-    p->error = e.what();
+    p->outcome = Outcome::Of(e);
   }
   return p;
 }
@@ -229,16 +227,11 @@ float DataParallelTrainer::TrainStep(const BatchView& part) {
 void DataParallelTrainer::RenumberQueue() {
   int64_t step = step_ + 1;
   for (const std::unique_ptr<Prepared>& p : queue_) {
-    if (p->step != step && p->error.empty()) {
+    if (p->step != step && p->outcome.ok()) {
       // Abandon the lookups sent for the wrong step (their answers are dropped).
       p->lookups.clear();
       p->step = step;
-      try {
-        SubmitLookups(*p);
-      } catch (const Error& e) {
-        p->error_code = e.code();
-        p->error = e.what();
-      }
+      p->outcome = Attempt([&] { SubmitLookups(*p); });
     }
     p->step = step++;
   }
@@ -267,9 +260,8 @@ float DataParallelTrainer::TrainStep() {
 
 Contribution DataParallelTrainer::ComputePart(Prepared& p) {
   Contribution mine;
-  mine.error_code = static_cast<int32_t>(p.error_code);
-  mine.error = p.error;
-  if (!p.error.empty()) return mine;
+  mine.outcome = p.outcome;
+  if (!mine.outcome.ok()) return mine;
   mine.samples = p.batch.batch_size;
   try {
     const ValidatedBatch local = GatherRows(p);
@@ -283,8 +275,7 @@ Contribution DataParallelTrainer::ComputePart(Prepared& p) {
       mine.replica_update =
           ps::EncodeFeatureUpdates(UpdatesFor(replicas_.features(), p.validated), wire_);
   } catch (const Error& e) {
-    mine.error_code = static_cast<int32_t>(e.code());
-    mine.error = e.what();
+    mine.outcome = Outcome::Of(e);
   }
   return mine;
 }
@@ -387,7 +378,7 @@ void DataParallelTrainer::PredictLogits(const BatchView& batch, float* logits) {
 
 void DataParallelTrainer::PredictFlushed(const BatchView& batch, float* logits) {
   std::unique_ptr<Prepared> p = Prepare(batch, step_ + 1, /*training=*/false);
-  if (!p->error.empty()) Throw(p->error_code, p->error);
+  p->outcome.Rethrow();
   const ValidatedBatch local = GatherRows(*p);
   backend_->PredictLogits(local, fetched_, logits);
 }

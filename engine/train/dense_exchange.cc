@@ -29,6 +29,10 @@ void CheckEqualParts(const std::vector<int64_t>& samples, int64_t step) {
                    samples[0], " (parts must be equal)");
 }
 
+void Outcome::Rethrow() const {
+  if (!ok()) Throw(static_cast<StatusCode>(code), error);
+}
+
 void PutOutcome(const Outcome& o, ByteWriter* out) {
   out->Put<int32_t>(o.code);
   out->PutString(o.error);
@@ -69,11 +73,11 @@ void CheckOutcome(const Outcome& o, int32_t rank, const char* doing) {
 void EncodeContribution(const Contribution& c, const std::vector<float>& dense_grad,
                         config::TableConfig::Precision wire, std::vector<uint16_t>* scratch,
                         ByteWriter* out) {
-  out->Reserve(out->bytes().size() + 64 + c.error.size() + dense_grad.size() * sizeof(float) +
-               c.replica_update.size());
+  out->Reserve(out->bytes().size() + 64 + c.outcome.error.size() +
+               dense_grad.size() * sizeof(float) + c.replica_update.size());
   out->Put<int64_t>(c.samples);
-  PutOutcome({c.error_code, c.error}, out);
-  if (c.error_code != 0) return;
+  PutOutcome(c.outcome, out);
+  if (!c.outcome.ok()) return;
   out->Put<double>(c.loss_sum);
   out->Put<uint8_t>(c.finite ? 1 : 0);
   PutWireValues(dense_grad.data(), dense_grad.size(), wire, scratch, out);
@@ -83,10 +87,8 @@ void EncodeContribution(const Contribution& c, const std::vector<float>& dense_g
 void DecodeContribution(ByteReader* in, config::TableConfig::Precision wire,
                         std::vector<uint16_t>* scratch, Contribution* c) {
   c->samples = in->Get<int64_t>("samples");
-  Outcome o = GetOutcome(in);
-  c->error_code = o.code;
-  c->error = std::move(o.error);
-  if (c->error_code != 0) return;
+  c->outcome = GetOutcome(in);
+  if (!c->outcome.ok()) return;
   c->loss_sum = in->Get<double>("loss");
   c->finite = in->Get<uint8_t>("finite flag") == 1;
   GetWireValues(in, "dense gradient", wire, scratch, &c->dense_grad);
@@ -97,9 +99,9 @@ void CheckContributions(const std::vector<Contribution>& by_rank, int64_t step, 
   const auto ranks = static_cast<int32_t>(by_rank.size());
   for (int32_t r = 0; r < ranks; ++r) {
     const Contribution& c = by_rank[r];
-    if (c.error_code != 0)
-      Throw(static_cast<StatusCode>(c.error_code), "step ", step, ": trainer ", r,
-            "'s part: ", c.error);
+    if (!c.outcome.ok())
+      Throw(static_cast<StatusCode>(c.outcome.code), "step ", step, ": trainer ", r,
+            "'s part: ", c.outcome.error);
   }
   std::vector<int64_t> samples;
   for (const Contribution& c : by_rank) samples.push_back(c.samples);

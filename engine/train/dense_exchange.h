@@ -33,6 +33,9 @@ struct Outcome {
   int32_t code = 0;  // a StatusCode
   std::string error;
   bool ok() const { return code == 0; }
+  static Outcome Of(const Error& e) { return {static_cast<int32_t>(e.code()), e.what()}; }
+  // Throws the error as it is (its code and message) unless ok.
+  void Rethrow() const;
 };
 // fn() run; an Error it throws becomes the outcome.
 template <typename Fn>
@@ -41,7 +44,7 @@ Outcome Attempt(Fn&& fn) {
     fn();
     return {};
   } catch (const Error& e) {
-    return {static_cast<int32_t>(e.code()), e.what()};
+    return Outcome::Of(e);
   }
 }
 void PutOutcome(const Outcome& o, ByteWriter* out);
@@ -52,8 +55,7 @@ void CheckOutcome(const Outcome& o, int32_t rank, const char* doing);
 
 struct Contribution {
   int64_t samples = 0;
-  int32_t error_code = 0;  // a StatusCode; kOk: the rank trained its part
-  std::string error;
+  Outcome outcome;  // ok: the rank trained its part
   double loss_sum = 0;
   bool finite = true;             // the part's pooled-embedding gradients
   std::vector<float> dense_grad;  // received; a rank's own travels separately (below)

@@ -152,8 +152,7 @@ ModelParallelTrainer::Part ModelParallelTrainer::Prepare(const BatchView* part,
     p.validated = std::move(checked);
     p.validated.view = p.batch.view();
   } catch (const Error& e) {
-    p.error_code = static_cast<int32_t>(e.code());
-    p.error = e.what();
+    p.outcome = Outcome::Of(e);
   }
   return p;
 }
@@ -196,26 +195,20 @@ void ModelParallelTrainer::ExchangeInput(Part part, Purpose purpose) {
 std::vector<std::string> ModelParallelTrainer::EncodeInputParts() {
   const Part& mine = in_->mine;
   const int32_t ranks = comm_->world_size();
-  int32_t code = mine.error_code;
-  std::string error = mine.error;
+  Outcome outcome = mine.outcome;
   std::vector<OwnedBatch> parts(ranks);
-  if (code == 0 && mine.present) {
-    try {
-      parts = layout_.SplitInput(mine.validated.view);
-    } catch (const Error& e) {
-      code = static_cast<int32_t>(e.code());
-      error = e.what();
-    }
-  } else if (code == 0) {  // no batch this round (Evaluate): empty parts
+  if (outcome.ok() && mine.present) {
+    outcome = Attempt([&] { parts = layout_.SplitInput(mine.validated.view); });
+  } else if (outcome.ok()) {  // no batch this round (Evaluate): empty parts
     for (int32_t r = 0; r < ranks; ++r)
       parts[r].num_sparse = static_cast<int32_t>(layout_.input_features(r).size());
   }
-  if (code == 0) CollectFetchIds();
+  if (outcome.ok()) CollectFetchIds();
   std::vector<std::string> to_each(ranks);
   for (int32_t r = 0; r < ranks; ++r) {
     ByteWriter out;
-    PutOutcome({code, error}, &out);
-    if (code == 0) {
+    PutOutcome(outcome, &out);
+    if (outcome.ok()) {
       PutBags(parts[r], &out);
       PutRowRequests(r, &out);
     }
@@ -481,8 +474,7 @@ Contribution ModelParallelTrainer::ComputeDense() {
                                config_.model(), d_pooled_.data(), model_.pooled_width()),
           wire_);
   } catch (const Error& e) {
-    mine.error_code = static_cast<int32_t>(e.code());
-    mine.error = e.what();
+    mine.outcome = Outcome::Of(e);
   }
   return mine;
 }
@@ -492,7 +484,7 @@ void ModelParallelTrainer::ExchangeGradients(Contribution mine) {
   const int32_t ranks = comm_->world_size(), me = comm_->rank();
   std::vector<std::vector<float>> blocks(ranks);
   std::vector<float> local;  // the replicated tables' columns travel as mine.replica_update
-  if (mine.error_code == 0) blocks = layout_.Split(d_pooled_.data(), mine.samples, &local);
+  if (mine.outcome.ok()) blocks = layout_.Split(d_pooled_.data(), mine.samples, &local);
   // The contribution (its dense gradient) is encoded once and sent to every rank.
   ByteWriter contribution;
   EncodeContribution(mine, dense_grad_, wire_, &wire_values_, &contribution);
@@ -527,7 +519,7 @@ void ModelParallelTrainer::ExchangeGradients(Contribution mine) {
       fetch_->received[r] = bytes.GetString("row-wise piece updates");
       bytes.ExpectEnd();
     }
-    if (exchange_[r].error_code != 0) continue;  // CheckContributions throws its error
+    if (!exchange_[r].outcome.ok()) continue;  // CheckContributions throws its error
     if (static_cast<int64_t>(block.size()) != in.samples[r] * width)
       Throw(StatusCode::kDataLoss, "model-parallel step: trainer ", r, " sent ", block.size(),
             " pooled gradient values, expected ", in.samples[r], " x ", width);

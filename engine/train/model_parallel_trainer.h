@@ -141,8 +141,7 @@ class ModelParallelTrainer : public SyncTrainer {
   struct Part {
     OwnedBatch batch;
     ValidatedBatch validated;  // views `batch`
-    int32_t error_code = 0;    // a StatusCode
-    std::string error;
+    Outcome outcome;           // not ok: why the part cannot be trained
     bool present = true;
   };
   struct Input;  // a batch after the input exchange

@@ -31,9 +31,9 @@ class HostOwnedShards final : public OwnedShards {
 void RequireNoPieces(const ps::EmbeddingShardStore& store, const config::DlrmConfig& config,
                      const std::string& where) {
   for (const ps::ShardLocation& s : store.shards()) {
-    const config::TableConfig& table = config.model().tables(s.table);
-    if (s.row_begin == 0 && s.row_end == table.num_rows()) continue;
-    ThrowInvalid("table \"", table.name(), "\" is cut into row-wise pieces, which trainers ",
+    if (s.whole_rows(config.model())) continue;
+    ThrowInvalid("table \"", config.model().tables(s.table).name(),
+                 "\" is cut into row-wise pieces, which trainers ",
                  "hold in host memory only, and this trainer's shards are on ", where,
                  ": let sharding.tables give it TABLE_WISE or COLUMN_WISE shards");
   }

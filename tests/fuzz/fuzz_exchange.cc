@@ -94,8 +94,8 @@ void AsContribution(std::string_view bytes, TableConfig::Precision wire) {
     std::vector<train::Contribution> by_rank(2);
     train::DecodeContribution(&in, wire, &scratch, &by_rank[1]);
     in.ExpectEnd();
-    if (by_rank[1].error_code != 0) return;  // a peer's own error: thrown as it came
-    by_rank[0].samples = kSamples;           // this rank's part, as the trainers' own
+    if (!by_rank[1].outcome.ok()) return;  // a peer's own error: thrown as it came
+    by_rank[0].samples = kSamples;         // this rank's part, as the trainers' own
     by_rank[0].dense_grad.assign(kParams, 0.25f);
     train::CheckContributions(by_rank, 1, kParams);
     const std::string update = by_rank[1].replica_update;
