@@ -126,49 +126,15 @@ class GlooCommunicator : public Communicator {
   // slots of the next call are: a trainer's contributions keep their size from step to
   // step, so after the first step a step costs one collective.
   std::vector<std::string> AllGather(const std::string& contribution) override {
-    const int32_t n = world_size();
     ++number_;
     const size_t slot_bytes = slot_bytes_;  // this call's (the member may grow below)
-    const size_t fits = slot_bytes - sizeof(int64_t);
-    std::vector<char> slot(slot_bytes, 0);
-    const int64_t my_size = static_cast<int64_t>(contribution.size());
-    std::memcpy(slot.data(), &my_size, sizeof my_size);
-    std::memcpy(slot.data() + sizeof my_size, contribution.data(),
-                std::min(contribution.size(), fits));
-    std::vector<char> slots(slot_bytes * n);
-    std::vector<int64_t> sizes(n);
-    std::vector<char> rest;  // the bytes beyond the slots, rank after rank
-    std::vector<size_t> rest_counts(n);
+    Gathered g;
     const ScopedSigpipeBlock no_sigpipe;
     try {
-      gloo::AllgatherOptions options(context_);
-      options.setInput(slot.data(), slot.size());
-      options.setOutput(slots.data(), slots.size());
-      options.setTimeout(timeout_);
-      gloo::allgather(options);
-      size_t largest = 0;
-      for (int32_t r = 0; r < n; ++r) {
-        std::memcpy(&sizes[r], slots.data() + r * slot_bytes, sizeof(int64_t));
-        if (sizes[r] < 0)
-          Throw(StatusCode::kDataLoss, "gloo all-gather #", number_, ": trainer ", r, " announced ",
-                sizes[r], " bytes");
-        largest = std::max(largest, static_cast<size_t>(sizes[r]));
-        // One byte more than the overflow, so no rank's part is empty (Gloo wants a
-        // buffer on every rank).
-        rest_counts[r] = static_cast<size_t>(sizes[r]) - std::min<size_t>(sizes[r], fits) + 1;
-      }
-      if (largest > fits) {
-        std::string mine_rest = contribution.size() > fits ? contribution.substr(fits) : "";
-        mine_rest.push_back('\0');
-        size_t total = 0;
-        for (const size_t c : rest_counts) total += c;
-        rest.resize(total);
-        gloo::AllgathervOptions v(context_);
-        v.setInput(mine_rest.data(), mine_rest.size());
-        v.setOutput(rest.data(), rest_counts);
-        v.setTimeout(timeout_);
-        gloo::allgatherv(v);
-        slot_bytes_ = largest + sizeof(int64_t);  // the same on every rank
+      g = GatherSlots(contribution, slot_bytes);
+      if (g.largest > slot_bytes - sizeof(int64_t)) {
+        GatherRest(contribution, slot_bytes, &g);
+        slot_bytes_ = g.largest + sizeof(int64_t);  // the same on every rank
       }
     } catch (const Error&) {
       throw;
@@ -176,19 +142,81 @@ class GlooCommunicator : public Communicator {
       Throw(StatusCode::kNetwork, "trainer ", rank(), ": gloo all-gather #", number_,
             " failed (a trainer died, hangs, or failed before this step): ", e.what());
     }
-    std::vector<std::string> all(n);
-    size_t at = 0;
+    return Assemble(g, slot_bytes);
+  }
+
+ private:
+  // What one AllGather received: every rank's slot, the sizes they announce, and the bytes
+  // that did not fit (rest, rank after rank, rest_counts[r] of rank r's).
+  struct Gathered {
+    std::vector<char> slots;
+    std::vector<int64_t> sizes;
+    size_t largest = 0;
+    std::vector<size_t> rest_counts;
+    std::vector<char> rest;
+  };
+
+  // The first collective: each rank's slot of slot_bytes, its size and the bytes that fit.
+  Gathered GatherSlots(const std::string& contribution, size_t slot_bytes) const {
+    const int32_t n = world_size();
+    const size_t fits = slot_bytes - sizeof(int64_t);
+    std::vector<char> slot(slot_bytes, 0);
+    const auto my_size = static_cast<int64_t>(contribution.size());
+    std::memcpy(slot.data(), &my_size, sizeof my_size);
+    std::memcpy(slot.data() + sizeof my_size, contribution.data(),
+                std::min(contribution.size(), fits));
+    Gathered g;
+    g.slots.resize(slot_bytes * n);
+    gloo::AllgatherOptions options(context_);
+    options.setInput(slot.data(), slot.size());
+    options.setOutput(g.slots.data(), g.slots.size());
+    options.setTimeout(timeout_);
+    gloo::allgather(options);
+    g.sizes.resize(n);
+    g.rest_counts.resize(n);
     for (int32_t r = 0; r < n; ++r) {
-      const size_t size = static_cast<size_t>(sizes[r]);
-      const char* in_slot = slots.data() + r * slot_bytes + sizeof(int64_t);
-      all[r].assign(in_slot, std::min(size, fits));
-      if (!rest.empty()) all[r].append(rest.data() + at, rest_counts[r] - 1);
-      at += rest_counts[r];
+      std::memcpy(&g.sizes[r], g.slots.data() + r * slot_bytes, sizeof(int64_t));
+      if (g.sizes[r] < 0)
+        Throw(StatusCode::kDataLoss, "gloo all-gather #", number_, ": trainer ", r, " announced ",
+              g.sizes[r], " bytes");
+      const auto size = static_cast<size_t>(g.sizes[r]);
+      g.largest = std::max(g.largest, size);
+      // One byte more than the overflow, so no rank's part is empty (Gloo wants a buffer
+      // on every rank).
+      g.rest_counts[r] = size - std::min(size, fits) + 1;
+    }
+    return g;
+  }
+
+  // The second collective, when a part did not fit its slot: an all-gatherv of the rests.
+  void GatherRest(const std::string& contribution, size_t slot_bytes, Gathered* g) const {
+    const size_t fits = slot_bytes - sizeof(int64_t);
+    std::string mine = contribution.size() > fits ? contribution.substr(fits) : "";
+    mine.push_back('\0');
+    size_t total = 0;
+    for (const size_t c : g->rest_counts) total += c;
+    g->rest.resize(total);
+    gloo::AllgathervOptions v(context_);
+    v.setInput(mine.data(), mine.size());
+    v.setOutput(g->rest.data(), g->rest_counts);
+    v.setTimeout(timeout_);
+    gloo::allgatherv(v);
+  }
+
+  // Every rank's contribution: its slot's bytes, then its rest.
+  std::vector<std::string> Assemble(const Gathered& g, size_t slot_bytes) const {
+    const size_t fits = slot_bytes - sizeof(int64_t);
+    std::vector<std::string> all(g.sizes.size());
+    size_t at = 0;
+    for (size_t r = 0; r < all.size(); ++r) {
+      const char* in_slot = g.slots.data() + r * slot_bytes + sizeof(int64_t);
+      all[r].assign(in_slot, std::min(static_cast<size_t>(g.sizes[r]), fits));
+      if (!g.rest.empty()) all[r].append(g.rest.data() + at, g.rest_counts[r] - 1);
+      at += g.rest_counts[r];
     }
     return all;
   }
 
- private:
   std::unique_ptr<Communicator> bootstrap_;  // kept: Gloo's connections outlive nothing else
   const std::chrono::milliseconds timeout_;
   std::shared_ptr<gloo::rendezvous::Context> context_;

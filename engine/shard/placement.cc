@@ -198,79 +198,98 @@ class Placer {
   // a bounded number of candidates and the whole pass at most kRefineWork of them, so
   // planning stays fast (and deterministic) for any number of servers.
   void Refine() {
-    constexpr int kMoveTargets = 64;  // least loaded servers tried per shard of the top one
-    constexpr int kSwapTargets = 4;   // least loaded servers tried for swaps
     constexpr int64_t kRefineWork = int64_t{1} << 24;
     const int64_t memory_limit =
         std::min(capacity_, *std::max_element(memory_.begin(), memory_.end()));
-    std::set<std::pair<double, int32_t>> by_load;  // (load, server), least loaded first
+    LoadOrder by_load;
     for (int32_t s = 0; s < n_; ++s) by_load.emplace(load_[s], s);
-    auto move = [&](int32_t u, int32_t i, int32_t to) {
-      const int32_t from = placement_.servers[u][i];
-      by_load.erase({load_[from], from});
-      by_load.erase({load_[to], to});
-      Move(u, i, to);
-      by_load.emplace(load_[from], from);
-      by_load.emplace(load_[to], to);
-    };
     for (int64_t work = 0; work < kRefineWork;) {
       const int32_t h = by_load.rbegin()->second;
-      const double top = load_[h];
-      if (!(top > 0)) return;
+      if (!(load_[h] > 0)) return;
       // Only real gains count, so rounding noise cannot keep the loop going.
-      double best_peak = top * (1 - 1e-9);
-      std::pair<int32_t, int32_t> move_shard{-1, -1}, swap_shard{-1, -1};
-      int32_t move_to = -1;
-      for (const auto& [u, i] : on_server_[h]) {
-        if (!Movable(u)) continue;
-        const ShardCost& c = Cost(u, i);
-        int tried = 0;
-        for (auto it = by_load.begin(); it != by_load.end() && tried < kMoveTargets;
-             ++it, ++tried) {
-          ++work;
-          const int32_t t = it->second;
-          if (load_[t] + c.load >= best_peak) break;
-          if (t == h || !Fits(t, c.memory_bytes) || memory_[t] + c.memory_bytes > memory_limit ||
-              Conflicts(u, t))
-            continue;
-          best_peak = std::max(top - c.load, load_[t] + c.load);
-          move_shard = {u, i};
-          move_to = t;
-          break;  // the least loaded valid server is this shard's best target
-        }
-      }
-      if (move_to >= 0) {
-        move(move_shard.first, move_shard.second, move_to);
-        continue;
-      }
-      int tried = 0;
-      for (auto it = by_load.begin(); it != by_load.end() && tried < kSwapTargets; ++it) {
-        const int32_t t = it->second;
-        if (t == h) continue;
-        ++tried;
-        for (const auto& [ua, ia] : on_server_[h]) {
-          if (!Movable(ua)) continue;
-          const ShardCost& a = Cost(ua, ia);
-          for (const auto& [ub, ib] : on_server_[t]) {
-            ++work;
-            if (!Movable(ub)) continue;
-            const ShardCost& b = Cost(ub, ib);
-            const double delta = a.load - b.load;
-            if (!(delta > 0) || std::max(top - delta, load_[t] + delta) >= best_peak) continue;
-            const int64_t bytes = a.memory_bytes - b.memory_bytes;
-            if (memory_[h] - bytes > memory_limit || memory_[t] + bytes > memory_limit) continue;
-            if (ua != ub && (Conflicts(ua, t) || Conflicts(ub, h))) continue;
-            best_peak = std::max(top - delta, load_[t] + delta);
-            move_shard = {ua, ia};
-            swap_shard = {ub, ib};
-            move_to = t;
-          }
-        }
-      }
-      if (move_to < 0) return;
-      move(move_shard.first, move_shard.second, move_to);
-      move(swap_shard.first, swap_shard.second, h);
+      const double peak = load_[h] * (1 - 1e-9);
+      Change change = BestMove(h, by_load, memory_limit, peak, &work);
+      if (change.to < 0) change = BestSwap(h, by_load, memory_limit, peak, &work);
+      if (change.to < 0) return;
+      MoveOrdered(change.shard, change.to, &by_load);
+      if (change.swapped.first >= 0) MoveOrdered(change.swapped, h, &by_load);
     }
+  }
+
+  using LoadOrder = std::set<std::pair<double, int32_t>>;  // (load, server), least first
+  using ShardRef = std::pair<int32_t, int32_t>;            // (unit, shard)
+  // One step of Refine off server h: `shard` moves to server `to` and, for a swap,
+  // `swapped` (one of `to`'s) moves to h. to < 0: no step lowers the peak.
+  struct Change {
+    ShardRef shard{-1, -1}, swapped{-1, -1};
+    int32_t to = -1;
+  };
+
+  // The first shard of h (in its order) that moves to the least loaded server that takes
+  // it, of the kMoveTargets least loaded, with a new peak below `peak`; each later shard
+  // must beat the peak the one before would give.
+  Change BestMove(int32_t h, const LoadOrder& by_load, int64_t memory_limit, double peak,
+                  int64_t* work) const {
+    constexpr int kMoveTargets = 64;
+    Change best;
+    for (const auto& [u, i] : on_server_[h]) {
+      if (!Movable(u)) continue;
+      const ShardCost& c = Cost(u, i);
+      int tried = 0;
+      for (auto it = by_load.begin(); it != by_load.end() && tried < kMoveTargets; ++it, ++tried) {
+        ++*work;
+        const int32_t t = it->second;
+        if (load_[t] + c.load >= peak) break;
+        if (t == h || !Fits(t, c.memory_bytes) || memory_[t] + c.memory_bytes > memory_limit ||
+            Conflicts(u, t))
+          continue;
+        peak = std::max(load_[h] - c.load, load_[t] + c.load);
+        best = {{u, i}, {-1, -1}, t};
+        break;  // the least loaded valid server is this shard's best target
+      }
+    }
+    return best;
+  }
+
+  // The swap of a shard of h with one of the kSwapTargets least loaded servers' that
+  // lowers the peak most below `peak`, memory within memory_limit on both sides.
+  Change BestSwap(int32_t h, const LoadOrder& by_load, int64_t memory_limit, double peak,
+                  int64_t* work) const {
+    constexpr int kSwapTargets = 4;
+    Change best;
+    int tried = 0;
+    for (auto it = by_load.begin(); it != by_load.end() && tried < kSwapTargets; ++it) {
+      const int32_t t = it->second;
+      if (t == h) continue;
+      ++tried;
+      for (const auto& [ua, ia] : on_server_[h]) {
+        if (!Movable(ua)) continue;
+        const ShardCost& a = Cost(ua, ia);
+        for (const auto& [ub, ib] : on_server_[t]) {
+          ++*work;
+          if (!Movable(ub)) continue;
+          const ShardCost& b = Cost(ub, ib);
+          const double delta = a.load - b.load;
+          if (!(delta > 0) || std::max(load_[h] - delta, load_[t] + delta) >= peak) continue;
+          const int64_t bytes = a.memory_bytes - b.memory_bytes;
+          if (memory_[h] - bytes > memory_limit || memory_[t] + bytes > memory_limit) continue;
+          if (ua != ub && (Conflicts(ua, t) || Conflicts(ub, h))) continue;
+          peak = std::max(load_[h] - delta, load_[t] + delta);
+          best = {{ua, ia}, {ub, ib}, t};
+        }
+      }
+    }
+    return best;
+  }
+
+  // Move, keeping by_load in order.
+  void MoveOrdered(ShardRef shard, int32_t to, LoadOrder* by_load) {
+    const int32_t from = placement_.servers[shard.first][shard.second];
+    by_load->erase({load_[from], from});
+    by_load->erase({load_[to], to});
+    Move(shard.first, shard.second, to);
+    by_load->emplace(load_[from], from);
+    by_load->emplace(load_[to], to);
   }
 
   const std::vector<PlacementUnit>& units_;
