@@ -695,6 +695,14 @@ struct Engine::ServingTables {
 void Engine::Export(const std::string& path, config::TableConfig::Precision quantize,
                     config::TableConfig::Precision dense) const {
   CheckExportPrecision(config_.model(), quantize, dense);
+  // A serving model never replaces what it cannot stand for: `dlrm export --checkpoint=m
+  // --out=m` would have turned a training checkpoint into a serving model, its optimizer
+  // state (and, quantized, its weights) lost. Another export is replaced as usual.
+  const std::string existing = PeekCheckpointFormat(path);
+  if (!existing.empty() && existing != checkpoint::kServingFormat)
+    Throw(StatusCode::kFailedPrecondition, "export to \"", path, "\" would replace a file of ",
+          "format \"", existing, "\" (a serving model replaces only another): write it to ",
+          "another path");
   DrainAsyncSteps();
   std::shared_lock<WriterPreferringMutex> lock(mu_);
   std::lock_guard<std::mutex> ssd_lock(ssd_mu_);

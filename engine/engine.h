@@ -117,7 +117,8 @@ class Engine {
   // dense BF16 or FP16 writes the dense parameters (MLPs, cross network) rounded to
   // nearest in 16 bits, half their bytes; the loading engine widens them (exactly) and
   // predicts with those values. FP32 keeps them as they are. kInvalidArgument for any
-  // other quantize or dense, before anything is written.
+  // other quantize or dense, before anything is written. kFailedPrecondition when `path`
+  // holds a libdlrm file that is not a serving model (a training checkpoint stays as it is).
   void Export(const std::string& path,
               config::TableConfig::Precision quantize = config::TableConfig::FP32,
               config::TableConfig::Precision dense = config::TableConfig::FP32) const;

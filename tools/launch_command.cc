@@ -92,9 +92,9 @@ std::string Describe(int status) {
 
 // Starts `args` (the dlrm command line) as the job's coordinator, servers and trainers,
 // each with the job's environment and its role and rank.
-std::vector<Child> StartJob(const std::vector<std::string>& args, int port) {
+std::vector<Child> StartJob(const std::vector<std::string>& args, int32_t world_size, int port) {
   const std::map<std::string, std::string> common = {
-      {"DLRM_WORLD_SIZE", std::to_string(FLAGS_trainers + FLAGS_servers)},
+      {"DLRM_WORLD_SIZE", std::to_string(world_size)},
       {"DLRM_COORDINATOR", "127.0.0.1:" + std::to_string(port)}};
   std::vector<Child> children;
   // local_rank: a trainer's index on this host (DLRM_LOCAL_RANK: its GPU for
@@ -167,13 +167,12 @@ int LaunchCommand(int argc, char** argv) {
         "launch needs --trainers >= 1 and --servers >= 0 (0: the trainers own the "
         "embedding shards), got ",
         FLAGS_trainers, " and ", FLAGS_servers);
-  if (FLAGS_trainers + FLAGS_servers > cluster::kMaxWorldSize)
-    ThrowInvalid("launch: too many processes");
+  const int32_t world_size = cluster::JobWorldSize(FLAGS_trainers, FLAGS_servers);
   const int port = FLAGS_coordinator_port > 0 ? FLAGS_coordinator_port : FreeLoopbackPort();
   std::vector<std::string> args = {"dlrm"};
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
   const int64_t timeout_ms = cluster::ParseTimeoutMs(cluster::ProcessEnvironment());
-  std::vector<Child> children = StartJob(args, port);
+  std::vector<Child> children = StartJob(args, world_size, port);
   return WaitForJob(children, timeout_ms) ? 1 : 0;
 }
 

@@ -535,6 +535,43 @@ void CheckTensorEntry(const std::string& path, const checkpoint::TensorEntry& en
 
 }  // namespace
 
+namespace {
+
+// Reads exactly `n` bytes at `offset`; false where the file ends first or a read fails.
+bool ReadExactlyAt(int fd, unsigned char* out, size_t n, off_t offset) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd, out + done, n - done, offset + static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    done += static_cast<size_t>(got);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string PeekCheckpointFormat(const std::string& path) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat st {};
+  if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  unsigned char prefix[kPrefixBytes];
+  if (!ReadExactlyAt(fd.get(), prefix, sizeof prefix, 0) ||
+      std::memcmp(prefix, kMagic, sizeof(kMagic)) != 0)
+    return "";
+  const uint32_t header_bytes = LoadLe32(prefix + 12);
+  if (kPrefixBytes + header_bytes > static_cast<uint64_t>(st.st_size) ||
+      header_bytes > static_cast<uint32_t>(std::numeric_limits<int>::max()))
+    return "";
+  std::vector<unsigned char> bytes(header_bytes);
+  checkpoint::CheckpointHeader header;
+  if (!ReadExactlyAt(fd.get(), bytes.data(), bytes.size(), kPrefixBytes) ||
+      !header.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return "";
+  const auto it = header.metadata().find("format");
+  return it == header.metadata().end() ? "" : it->second;
+}
+
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   RemoveStaleTemporaries(path_);
   bytes_ = ReadWholeFile(path_);

@@ -26,6 +26,11 @@ namespace dlrm {
 // effort: a directory that cannot be read is left as it is. Called by every write and read.
 void RemoveStaleTemporaries(const std::string& path);
 
+// The "format" metadata of the file at `path`, read from its header alone (no checksum):
+// "" where there is no regular file, it is no checkpoint file, or its header does not
+// parse. For a writer deciding whether a file there may be replaced.
+std::string PeekCheckpointFormat(const std::string& path);
+
 class CheckpointWriter {
  public:
   // data is borrowed until WriteAtomic returns.

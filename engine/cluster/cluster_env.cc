@@ -173,6 +173,16 @@ void ParseTransport(const EnvLookup& lookup, ClusterEnv* env) {
 
 }  // namespace
 
+int32_t JobWorldSize(int64_t trainers, int64_t servers) {
+  if (trainers < 1 || servers < 0)
+    ThrowInvalid("a job needs trainers >= 1 and servers >= 0 (0: the trainers own the ",
+                 "embedding shards), got ", trainers, " and ", servers);
+  if (trainers > kMaxWorldSize || servers > kMaxWorldSize || trainers + servers > kMaxWorldSize)
+    ThrowInvalid("a job of ", trainers, " trainers and ", servers, " servers is more than ",
+                 kMaxWorldSize, " processes");
+  return static_cast<int32_t>(trainers + servers);
+}
+
 int64_t ParseTimeoutMs(const EnvLookup& lookup) {
   const std::optional<std::string> timeout = lookup("DLRM_TIMEOUT_MS");
   if (!timeout) return kDefaultTimeoutMs;

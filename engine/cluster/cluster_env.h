@@ -111,6 +111,11 @@ bool IsKnownVariable(const std::string& name);
 // and the known name it most likely meant; other names are ignored.
 void CheckKnownVariables(const std::vector<std::string>& names);
 
+// DLRM_WORLD_SIZE of a job of `trainers` (>= 1) and `servers` (>= 0): their sum, for a
+// launcher. kInvalidArgument naming both when either is out of range or the sum is above
+// kMaxWorldSize (summed in 64 bits, so flags near 2^31 cannot wrap past the check).
+int32_t JobWorldSize(int64_t trainers, int64_t servers);
+
 // DLRM_TIMEOUT_MS alone (kDefaultTimeoutMs when unset), as ParseClusterEnv reads it: for a
 // launcher that waits on its processes. kInvalidArgument like ParseClusterEnv.
 int64_t ParseTimeoutMs(const EnvLookup& lookup);

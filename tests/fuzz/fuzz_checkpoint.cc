@@ -5,8 +5,9 @@
 // Engine::Load of it must succeed or refuse it naming bad input (fuzz_support.h), and a
 // refused Load must leave the engine predicting bitwise as before. Seeds: a real
 // checkpoint of the small test model after a step (Adam and Adagrad state included), and
-// its serving exports with INT8 and INT4 tables (issue 16: the quantized rows' reader), and
-// a checkpoint of the same model with BF16 tables (BFLOAT16 tensors).
+// its serving exports with INT8 and INT4 tables (issue 16: the quantized rows' reader) and
+// with 16-bit dense tensors (FP16 with INT8 tables, BF16 with FP32 ones), and a checkpoint
+// of the same model with BF16 tables (BFLOAT16 tensors).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -31,13 +32,8 @@ struct Fixture {
   OwnedBatch batch;
   std::vector<float> want;         // the engine's predictions of batch
   std::string dir, clean;          // clean: the seed checkpoint's bytes
-  std::vector<std::string> seeds;  // clean, the quantized exports', a BF16 checkpoint
+  std::vector<std::string> seeds;  // clean, the serving exports', a BF16 checkpoint
 };
-
-std::string FileBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 std::vector<float> Predictions(const Engine& engine, const OwnedBatch& batch) {
   std::vector<float> out(static_cast<size_t>(batch.batch_size));
@@ -54,12 +50,19 @@ Fixture& TheFixture() {
     x->engine->TrainStep(x->batch.view());
     x->dir = testing::TempDir("fuzz_checkpoint");
     x->engine->Save(x->dir + "/clean.ckpt");
-    x->clean = FileBytes(x->dir + "/clean.ckpt");
+    x->clean = testing::FileContents(x->dir + "/clean.ckpt");
     x->seeds = {x->clean};
     for (const auto precision : {config::TableConfig::INT8, config::TableConfig::INT4}) {
       x->engine->Export(x->dir + "/seed.serving", precision);
-      x->seeds.push_back(FileBytes(x->dir + "/seed.serving"));
+      x->seeds.push_back(testing::FileContents(x->dir + "/seed.serving"));
     }
+    // 16-bit dense tensors (the loader widens them): FP16 beside INT8 rows, BF16 alone.
+    x->engine->Export(x->dir + "/seed.serving", config::TableConfig::INT8,
+                      config::TableConfig::FP16);
+    x->seeds.push_back(testing::FileContents(x->dir + "/seed.serving"));
+    x->engine->Export(x->dir + "/seed.serving", config::TableConfig::FP32,
+                      config::TableConfig::BF16);
+    x->seeds.push_back(testing::FileContents(x->dir + "/seed.serving"));
     config::DlrmConfig half = x->engine->config();
     for (config::TableConfig& table : *half.mutable_model()->mutable_tables()) {
       table.set_precision(config::TableConfig::BF16);
@@ -68,7 +71,7 @@ Fixture& TheFixture() {
     Engine half_engine(half);
     half_engine.TrainStep(x->batch.view());
     half_engine.Save(x->dir + "/half.ckpt");
-    x->seeds.push_back(FileBytes(x->dir + "/half.ckpt"));
+    x->seeds.push_back(testing::FileContents(x->dir + "/half.ckpt"));
     x->want = Predictions(*x->engine, x->batch);
     return x;
   }();

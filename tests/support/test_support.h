@@ -18,6 +18,9 @@ namespace dlrm::testing {
 // A fresh, empty directory for one test's files (under DLRM_TEST_TMPDIR or /tmp).
 std::string TempDir(const std::string& name);
 
+// The bytes of the file at `path` ("" if it cannot be read).
+std::string FileContents(const std::string& path);
+
 // A small model: 4 dense features, 3 sparse features over 2 tables (features 0 and 2 share
 // table "t0" of 40 rows; feature 1 uses "t1" of 25 rows, MEAN pooling), dim 4, DOT
 // interaction; `optimizers` is appended verbatim (e.g. "dense_optimizer { adam {} }").

@@ -91,6 +91,15 @@ fi
 grep -q -- "--dense_precision must be fp32, bf16 or fp16, got 'int8'" "$DIR/dense.err" ||
   { cat "$DIR/dense.err"; fail "the bad --dense_precision is not named"; }
 [ ! -e "$DIR/x.serving" ] || fail "a refused export wrote a file"
+# An export never replaces the training checkpoint it reads (its optimizer state).
+sum_before=$(cksum < "$DIR/model.ckpt")
+if "$DLRM" export --checkpoint="$DIR/model.ckpt" --out="$DIR/model.ckpt" --quantize=int4 \
+  2> "$DIR/over.err" > /dev/null; then
+  fail "an export replaced its own training checkpoint"
+fi
+grep -q 'would replace a file of format "libdlrm.checkpoint.v1"' "$DIR/over.err" ||
+  { cat "$DIR/over.err"; fail "the refused export does not say why"; }
+[ "$(cksum < "$DIR/model.ckpt")" = "$sum_before" ] || fail "the refused export changed the checkpoint"
 
 # A malformed line stops training with file:line:field...
 head -100 "$DIR/train.tsv" > "$DIR/bad.tsv"

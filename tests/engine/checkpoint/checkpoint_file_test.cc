@@ -28,11 +28,6 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 void WriteBytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -170,7 +165,7 @@ TEST(CheckpointFileTest, RoundTripsTensorsAndMetadata) {
 }
 
 TEST(CheckpointFileTest, LayoutMatchesSpecification) {
-  const std::string bytes = ReadBytes(WriteStandard("ckpt_layout"));
+  const std::string bytes = testing::FileContents(WriteStandard("ckpt_layout"));
   ASSERT_GT(bytes.size(), 28u);
   EXPECT_EQ(bytes.substr(0, 8), "DLRMCKPT");
   EXPECT_EQ(bytes.substr(bytes.size() - 8), "DLRMEND!");
@@ -202,7 +197,7 @@ TEST(CheckpointFileTest, SameContentGivesIdenticalFiles) {
   for (int i = 0; i < 20; ++i) w.SetMetadata("key" + std::to_string(i), std::to_string(i * i));
   w.WriteAtomic(dir + "/a.ckpt");
   w.WriteAtomic(dir + "/b.ckpt");
-  EXPECT_EQ(ReadBytes(dir + "/a.ckpt"), ReadBytes(dir + "/b.ckpt"));
+  EXPECT_EQ(testing::FileContents(dir + "/a.ckpt"), testing::FileContents(dir + "/b.ckpt"));
 }
 
 TEST(CheckpointFileTest, LargeTensorStreamsThrough) {
@@ -237,7 +232,7 @@ TEST(CheckpointFileTest, OverwritesExistingFile) {
 
 TEST(CheckpointFileTest, TruncationDetectedAtEveryLength) {
   const std::string path = WriteStandard("ckpt_truncated");
-  const std::string bytes = ReadBytes(path);
+  const std::string bytes = testing::FileContents(path);
   const std::string cut_path = path + ".cut";
   const size_t size = bytes.size();
   for (const size_t len : {size_t{0}, size_t{5}, size_t{15}, size_t{16}, size_t{27}, size_t{40},
@@ -258,7 +253,7 @@ TEST(CheckpointFileTest, TruncationDetectedAtEveryLength) {
 
 TEST(CheckpointFileTest, EveryFlippedByteDetected) {
   const std::string path = WriteStandard("ckpt_flipped");
-  const std::string bytes = ReadBytes(path);
+  const std::string bytes = testing::FileContents(path);
   const std::string bad_path = path + ".bad";
   for (size_t i = 0; i < bytes.size(); ++i) {
     for (const unsigned char mask : {0x01, 0x80}) {
@@ -278,7 +273,7 @@ TEST(CheckpointFileTest, EveryFlippedByteDetected) {
 
 TEST(CheckpointFileTest, CorruptionMessagesSayWhatIsWrong) {
   const std::string path = WriteStandard("ckpt_messages");
-  const std::string bytes = ReadBytes(path);
+  const std::string bytes = testing::FileContents(path);
   const std::string bad = path + ".bad";
   std::string c = bytes;
   c[0] = 'X';
@@ -434,13 +429,13 @@ TEST(CheckpointFileTest, FailedWriteLeavesOldFileAndNoTemp) {
   // A file name of 250 bytes is legal, but its temporary's ("<name>.tmp.<pid>.<n>") is
   // longer than any file name may be: creating the temporary fails.
   const std::string path = dir + "/" + std::string(250, 'c');
-  WriteBytes(path, ReadBytes(standard));
-  const std::string before = ReadBytes(path);
+  WriteBytes(path, testing::FileContents(standard));
+  const std::string before = testing::FileContents(path);
   const int64_t value = 1;
   CheckpointWriter w;
   w.AddTensor("new", checkpoint::TensorEntry::INT64, {1}, &value, sizeof(value));
   ExpectError([&] { w.WriteAtomic(path); }, StatusCode::kIo, {path, "File name too long"});
-  EXPECT_EQ(ReadBytes(path), before);
+  EXPECT_EQ(testing::FileContents(path), before);
   EXPECT_TRUE(CheckpointReader(path).HasTensor("steps"));
   EXPECT_TRUE(TempFilesIn(dir).empty());
 }
@@ -536,7 +531,7 @@ class FileSizeLimit {
 TEST(CheckpointFileTest, WriteFailingMidwayLeavesOldFileAndNoTemp) {
   const std::string path = WriteStandard("ckpt_midway");
   const std::string dir = fs::path(path).parent_path().string();
-  const std::string before = ReadBytes(path);
+  const std::string before = testing::FileContents(path);
   std::vector<double> big(1 << 20);  // 8 MiB, far over the limit below
   CheckpointWriter w;
   w.AddTensor("big", checkpoint::TensorEntry::FLOAT64, {1 << 20}, big.data(), big.size() * 8);
@@ -545,7 +540,7 @@ TEST(CheckpointFileTest, WriteFailingMidwayLeavesOldFileAndNoTemp) {
     ASSERT_TRUE(limit.ok());
     ExpectError([&] { w.WriteAtomic(path); }, StatusCode::kIo, {path, "File too large"});
   }
-  EXPECT_EQ(ReadBytes(path), before);
+  EXPECT_EQ(testing::FileContents(path), before);
   EXPECT_TRUE(TempFilesIn(dir).empty());
 }
 

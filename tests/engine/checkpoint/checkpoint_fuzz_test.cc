@@ -30,11 +30,6 @@ namespace {
 constexpr int kInputs = 1500;
 constexpr size_t kTrailer = 4 + 8;  // CRC32C, "DLRMEND!"
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
@@ -95,7 +90,7 @@ TEST(CheckpointFuzz, EveryMutatedFileLoadsOrIsRefusedAndChangesNothing) {
   engine.TrainStep(batch.view());
   const std::string dir = testing::TempDir("checkpoint_fuzz");
   engine.Save(dir + "/clean.ckpt");
-  const std::string clean = ReadFile(dir + "/clean.ckpt");
+  const std::string clean = testing::FileContents(dir + "/clean.ckpt");
   const std::vector<float> want = Predictions(engine, batch);
   std::mt19937_64 rng(29);
   int created = 0, loaded = 0;

@@ -129,6 +129,28 @@ TEST(DistEnvTest, RejectsRole) {
   ExpectInvalid("DLRM_ROLE", "", {"DLRM_ROLE=''"});
 }
 
+// A review's finding (2026-11-28): `dlrm launch --trainers 1 --servers 2147483647` summed
+// the two int32 flags, which wrapped to a negative world size that passed the limit, and
+// it began forking 2^31 processes.
+TEST(DistEnvTest, AJobsWorldSizeIsCheckedWithoutWrapping) {
+  EXPECT_EQ(cluster::JobWorldSize(2, 0), 2);
+  EXPECT_EQ(cluster::JobWorldSize(1, cluster::kMaxWorldSize - 1), cluster::kMaxWorldSize);
+  auto expect_refused = [](int64_t trainers, int64_t servers, const std::string& what) {
+    try {
+      cluster::JobWorldSize(trainers, servers);
+      ADD_FAILURE() << trainers << " trainers and " << servers << " servers accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), HasSubstr(what));
+    }
+  };
+  expect_refused(1, 2147483647, "a job of 1 trainers and 2147483647 servers is more than 65536");
+  expect_refused(2147483647, 1, "a job of 2147483647 trainers and 1 servers");
+  expect_refused(1, cluster::kMaxWorldSize, "more than 65536 processes");
+  expect_refused(0, 1, "trainers >= 1 and servers >= 0");
+  expect_refused(1, -1, "got 1 and -1");
+}
+
 TEST(DistEnvTest, RejectsWorldSize) {
   ExpectInvalid("DLRM_WORLD_SIZE", std::nullopt, {"DLRM_WORLD_SIZE is not set"});
   ExpectInvalid("DLRM_WORLD_SIZE", "four", {"DLRM_WORLD_SIZE='four' is not an integer"});

@@ -115,11 +115,6 @@ void ExpectError(Fn fn, StatusCode code, const std::vector<std::string>& needles
   }
 }
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 void WriteBytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -314,7 +309,7 @@ TEST_F(StoreErrorsTest, FileOfAnotherKindIsRefused) {
 }
 
 TEST_F(StoreErrorsTest, TruncatedFileIsDataLoss) {
-  const std::string bytes = ReadBytes(path);
+  const std::string bytes = testing::FileContents(path);
   ps::EmbeddingShardStore target(c, plan, 0);
   for (const size_t keep : {size_t{0}, size_t{20}, bytes.size() / 2, bytes.size() - 1}) {
     WriteBytes(dir + "/short", bytes.substr(0, keep));
@@ -323,7 +318,7 @@ TEST_F(StoreErrorsTest, TruncatedFileIsDataLoss) {
 }
 
 TEST_F(StoreErrorsTest, CorruptedFileIsDataLoss) {
-  std::string bytes = ReadBytes(path);
+  std::string bytes = testing::FileContents(path);
   bytes[bytes.size() / 2] ^= 0x10;  // inside the payload: a row value
   WriteBytes(dir + "/flipped", bytes);
   ps::EmbeddingShardStore target(c, plan, 0);
@@ -444,7 +439,7 @@ TEST(DenseStateTest, MismatchesAndDamageChangeNothing) {
 
   Dense target(c, 1, 2);
   // Truncated, corrupted.
-  const std::string bytes = ReadBytes(path);
+  const std::string bytes = testing::FileContents(path);
   WriteBytes(dir + "/short", bytes.substr(0, bytes.size() - 10));
   expect_refused(&target, dir + "/short", StatusCode::kDataLoss, {"truncated"});
   std::string flipped = bytes;
@@ -506,7 +501,7 @@ TEST_F(ManifestTest, RoundTripsAndRecordsRealSizesAndChecksums) {
   EXPECT_EQ(read.step(), 2);
   EXPECT_EQ(read.staleness(), 1);
   EXPECT_EQ(read.plan().shards_size(), plan.shards_size());
-  const std::string bytes = ReadBytes(dir + "/" + checkpoint::ServerShardFile(1));
+  const std::string bytes = testing::FileContents(dir + "/" + checkpoint::ServerShardFile(1));
   EXPECT_EQ(read.servers(1).file().name(), "server-00001.shards");
   EXPECT_EQ(read.servers(1).file().num_bytes(), bytes.size());
   EXPECT_EQ(read.servers(1).file().crc32c(), Crc32c(0, bytes.data(), bytes.size()));
@@ -529,7 +524,7 @@ TEST_F(ManifestTest, MissingFileIsDataLossNamingIt) {
 
 TEST_F(ManifestTest, AlteredFileIsDataLossNamingIt) {
   const std::string file = dir + "/" + checkpoint::kDenseStateFile;
-  std::string bytes = ReadBytes(file);
+  std::string bytes = testing::FileContents(file);
   bytes[bytes.size() / 2] ^= 4;  // same size, other content
   WriteBytes(file, bytes);
   ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss,
@@ -559,7 +554,7 @@ TEST_F(ManifestTest, InconsistentManifestIsDataLoss) {
   EXPECT_THROW(checkpoint::WriteManifest(dir, bad), Error);
   // A damaged MANIFEST itself.
   checkpoint::WriteManifest(dir, manifest);
-  std::string bytes = ReadBytes(dir + "/" + checkpoint::kManifestFile);
+  std::string bytes = testing::FileContents(dir + "/" + checkpoint::kManifestFile);
   bytes[bytes.size() / 2] ^= 1;
   WriteBytes(dir + "/" + checkpoint::kManifestFile, bytes);
   ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kDataLoss, {"MANIFEST"});

@@ -576,8 +576,7 @@ TEST(EngineTest, DivergenceIsReportedAndNothingIsUpdated) {
 // The bytes of a checkpoint of `engine`: parameters, optimizer state and step.
 std::string CheckpointBytes(const Engine& engine, const std::string& path) {
   engine.Save(path);
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return testing::FileContents(path);
 }
 
 // Steps at learning rate `lr` for `target` until one fails (at most 5); every step that

@@ -185,6 +185,32 @@ TEST(ServingExport, DamagedOrMisusedFilesAreRefusedNamingWhatIsWrong) {
                    std::to_string(rows.size()) + " rows");
 }
 
+// A review's finding (2026-11-28): `dlrm export --checkpoint=m.ckpt --out=m.ckpt` replaced
+// the training checkpoint by its serving model, the optimizer state (and quantized, the
+// weights) gone. An export over an earlier export still replaces it.
+TEST(ServingExport, AnExportNeverReplacesATrainingCheckpoint) {
+  const std::string dir = testing::TempDir("serving_export_over");
+  Engine engine(Config(dir));
+  Train(engine, 5);
+  const std::string checkpoint = dir + "/model.ckpt";
+  engine.Save(checkpoint);
+  const std::string before = testing::FileContents(checkpoint);
+  try {
+    engine.Export(checkpoint, config::TableConfig::INT4);
+    FAIL() << "an export replaced a training checkpoint";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(e.what(), HasSubstr("would replace a file of format \"" +
+                                    std::string(checkpoint::kEngineFormat) + "\""));
+  }
+  EXPECT_EQ(testing::FileContents(checkpoint), before);
+  const std::string serving = dir + "/model.serving";
+  engine.Export(serving, config::TableConfig::INT8);
+  engine.Export(serving);  // over an export: replaced, now FP32
+  EXPECT_EQ(Engine::FromCheckpoint(serving)->config().model().tables(0).precision(),
+            config::TableConfig::FP32);
+}
+
 constexpr auto kInt8 = config::TableConfig::INT8;
 constexpr auto kInt4 = config::TableConfig::INT4;
 
