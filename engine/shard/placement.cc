@@ -32,6 +32,7 @@ class Placer {
       : units_(units),
         n_(options.num_servers),
         group_size_(options.group_size),
+        strict_spread_(options.strict_spread),
         capacity_(options.server_memory_bytes > 0 ? options.server_memory_bytes
                                                   : std::numeric_limits<int64_t>::max()),
         load_(n_, 0.0),
@@ -154,6 +155,7 @@ class Placer {
     std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end());
     for (size_t j = 0; j < k; ++j) Assign(u, shards[j], candidates[j].server);
     // Not enough servers with room for distinct placement: share servers rather than fail.
+    if (k < shards.size() && strict_spread_) return false;
     for (size_t j = k; j < shards.size(); ++j)
       if (!PlaceAnywhere(u, shards[j])) return false;
     return true;
@@ -295,6 +297,7 @@ class Placer {
   const std::vector<PlacementUnit>& units_;
   const int32_t n_;
   const int32_t group_size_;
+  const bool strict_spread_;
   const int64_t capacity_;
   double inv_load_ = 0;
   double inv_memory_ = 0;

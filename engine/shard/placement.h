@@ -35,6 +35,10 @@ struct PlacementOptions {
   int64_t server_memory_bytes = 0;  // 0 = unlimited
   int32_t group_size = 1;           // in [1, num_servers]
   bool refine = true;
+  // A spread unit's shards never share a server: the unit fails instead (trainers that own
+  // shards hold one piece of a table each: shard/pooled_layout.h). Otherwise, where too
+  // few servers have room, the rest share servers rather than fail.
+  bool strict_spread = false;
 };
 
 struct Placement {

@@ -316,7 +316,7 @@ struct Layout {
 // no room after the last attempt.
 Layout SplitAndPlace(const std::vector<TableProfile>& tables, const std::vector<uint32_t>& allowed,
                      const Replication& r, const CostModel& cost, const ShardingConfig& options,
-                     int32_t num_servers) {
+                     int32_t num_servers, ShardOwners owners) {
   const int64_t capacity = options.server_memory_bytes();
   const double mean_load = r.served_load / num_servers;
   const double mean_memory = r.served_memory / num_servers;
@@ -332,17 +332,21 @@ Layout SplitAndPlace(const std::vector<TableProfile>& tables, const std::vector<
     placement_options.num_servers = num_servers;
     placement_options.server_memory_bytes = capacity;
     placement_options.group_size = layout.group_size = chooser.group_size();
+    placement_options.strict_spread = owners == ShardOwners::kTrainers;
     layout.placement = PlaceUnits(layout.served.units, placement_options);
     if (layout.placement.failed_unit < 0) return layout;
   }
   const int u = layout.placement.failed_unit;
   const TableProfile& table = tables[layout.served.tables[u]];
+  const bool trainers = owners == ShardOwners::kTrainers;
+  const char* owner = trainers ? "trainer" : "server";
   Throw(StatusCode::kResourceExhausted, "table \"", table.name, "\" (model.tables[", table.index,
-        "]) cannot be placed: no server has room left for its ",
+        "]) cannot be placed: no ", owner, " has room left for its ",
         ShardingTypeShortName(layout.served.types[u]), " shard of ",
         layout.served.units[u].shards.front().memory_bytes,
-        " bytes under sharding.server_memory_bytes = ", capacity, " (", num_servers,
-        " servers; the served tables need ", static_cast<int64_t>(r.served_memory), " bytes)");
+        " bytes under sharding.server_memory_bytes = ", capacity, " (", num_servers, " ", owner,
+        "s; the served tables need ", static_cast<int64_t>(r.served_memory), " bytes",
+        trainers ? "; a trainer holds at most one piece of a table)" : ")");
 }
 
 // A shard of `table` covering rows [row_begin, row_end) x columns [col_begin, col_end).
@@ -445,7 +449,7 @@ namespace {
 
 // PlanSharding's steps for the types `allowed` per table.
 ShardingPlan PlanWith(const config::DlrmConfig& config, int32_t num_servers,
-                      const std::vector<uint32_t>& allowed) {
+                      const std::vector<uint32_t>& allowed, ShardOwners owners) {
   const ShardingConfig& options = config.sharding();
   const CostModel cost(config);
   const std::vector<TableProfile> tables = ProfileTables(config.model());
@@ -453,7 +457,8 @@ ShardingPlan PlanWith(const config::DlrmConfig& config, int32_t num_servers,
   const Replication replication = Replicate(tables, allowed, cost, options);
   CheckServersHoldTables(tables, replication, options.server_memory_bytes(), num_servers);
   // 2. Split the served tables and place the pieces.
-  const Layout layout = SplitAndPlace(tables, allowed, replication, cost, options, num_servers);
+  const Layout layout =
+      SplitAndPlace(tables, allowed, replication, cost, options, num_servers, owners);
   // 3. The plan, in table order.
   ShardingPlan plan;
   plan.set_num_servers(num_servers);
@@ -474,7 +479,7 @@ std::optional<ShardingPlan> WholeRowPlan(const config::DlrmConfig& config, int32
     if (types == 0) return std::nullopt;
   }
   try {
-    ShardingPlan plan = PlanWith(config, num_servers, allowed);
+    ShardingPlan plan = PlanWith(config, num_servers, allowed, ShardOwners::kTrainers);
     const double bound = 1 + 2 * config.sharding().split_fraction();
     if (plan.load_imbalance() <= bound && plan.memory_imbalance() <= bound) return plan;
   } catch (const Error&) {  // the plan with pieces says what cannot be done, if anything
@@ -494,7 +499,7 @@ ShardingPlan PlanSharding(const config::DlrmConfig& config, int32_t num_servers,
   if (owners == ShardOwners::kTrainers)
     if (std::optional<ShardingPlan> plan = WholeRowPlan(config, num_servers, allowed))
       return *std::move(plan);
-  return PlanWith(config, num_servers, allowed);
+  return PlanWith(config, num_servers, allowed, owners);
 }
 
 }  // namespace dlrm::shard

@@ -188,10 +188,13 @@ PooledLayout::PooledLayout(const config::DlrmConfig& config, const ShardingPlan&
   for (int32_t r = 0; r < world_size; ++r) {
     std::vector<int32_t>& features = input_features_[r];
     std::sort(features.begin(), features.end());
-    if (std::adjacent_find(features.begin(), features.end()) != features.end())
-      ThrowInvalid("rank ", r, " holds two pieces of one table (feature ",
-                   *std::adjacent_find(features.begin(), features.end()),
-                   "); the pooled all-to-all needs a table's column blocks on distinct ranks");
+    const auto twice = std::adjacent_find(features.begin(), features.end());
+    if (twice != features.end()) {
+      const std::string& table = model.sparse_features(*twice).table();
+      ThrowInvalid("rank ", r, " holds two pieces of table \"", table, "\" (feature \"",
+                   model.sparse_features(*twice).name(),
+                   "\"); the pooled all-to-all needs a table's column blocks on distinct ranks");
+    }
   }
   // Slices in feature order on every rank, the replicated ones too: the order of its
   // pooled rows, its exchange, and an owner's store (ps/shard_store.h).

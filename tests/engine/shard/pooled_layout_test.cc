@@ -425,7 +425,7 @@ TEST(PooledLayoutTest, RefusesPlansItCannotExchangeNamingTheTable) {
   ExpectRefused(config, plan, kWorld, "table \"t1\": shard on server 3, outside [0, 3)");
   plan = Plan(config);
   plan.mutable_shards(0)->set_server(0);  // both of t0's blocks on rank 0
-  ExpectRefused(config, plan, kWorld, "rank 0 holds two pieces of one table");
+  ExpectRefused(config, plan, kWorld, "rank 0 holds two pieces of table \"t0\" (feature");
   plan = Plan(config);
   plan.mutable_shards()->DeleteSubrange(2, 1);
   ExpectRefused(config, plan, kWorld, "the plan has no shard of table \"t1\"");

@@ -124,9 +124,10 @@ void ExpectConsistent(const ShardingPlan& plan, const config::DlrmConfig& config
   EXPECT_GE(plan.memory_imbalance(), 1.0 - 1e-12);
 }
 
-std::string ErrorOf(const config::DlrmConfig& config, int servers, StatusCode code) {
+std::string ErrorOf(const config::DlrmConfig& config, int servers, StatusCode code,
+                    ShardOwners owners = ShardOwners::kServers) {
   try {
-    PlanSharding(config, servers);
+    PlanSharding(config, servers, owners);
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), code) << e.what();
     return e.what();
@@ -542,6 +543,35 @@ TEST(PlannerTest, ImpossibleMemoryNamesTheTable) {
   message = ErrorOf(total, 4, StatusCode::kResourceExhausted);
   EXPECT_THAT(message, HasSubstr("\"b\""));
   EXPECT_THAT(message, HasSubstr("sharding.server_memory_bytes"));
+}
+
+// A review's finding (2026-11-28): where too few servers had room for a split table's
+// pieces on distinct servers, placement let them share one, which servers can but the
+// trainers' layout cannot (one piece of a table a rank): `dlrm plan --servers 0` printed
+// a plan every trainer then refused at start-up. For trainers it fails up front, naming
+// the table and the memory bound; servers still share.
+TEST(PlannerTest, TrainersNeverShareATablesPiecesEvenShortOfMemory) {
+  config::DlrmConfig config =
+      Model({"a:1000:16", "b:700:16", "c:900:16"},
+            "sharding { server_memory_bytes: 64000 data_parallel_max_bytes: 0 }");
+  Force(&config, "a", config::ShardingConfig::TABLE_WISE);
+  Force(&config, "b", config::ShardingConfig::TABLE_WISE);
+  Force(&config, "c", config::ShardingConfig::ROW_WISE);
+  const std::string message =
+      ErrorOf(config, 3, StatusCode::kResourceExhausted, ShardOwners::kTrainers);
+  EXPECT_THAT(message, HasSubstr("table \"c\""));
+  EXPECT_THAT(message, HasSubstr("sharding.server_memory_bytes = 64000 (3 trainers"));
+  EXPECT_THAT(message, HasSubstr("a trainer holds at most one piece of a table"));
+  const ShardingPlan servers = PlanSharding(config, 3);
+  EXPECT_GT(ShardsOf(servers, "c").size(), 1u);
+
+  std::vector<PlacementUnit> units = {
+      {PlacementUnit::Kind::kSpread, std::vector<ShardCost>(3, {1.0, 60})}};
+  PlacementOptions options;
+  options.num_servers = 2;
+  EXPECT_EQ(PlaceUnits(units, options).failed_unit, -1);  // two pieces share
+  options.strict_spread = true;
+  EXPECT_EQ(PlaceUnits(units, options).failed_unit, 0);
 }
 
 TEST(PlannerTest, InvalidOptionsNameTheField) {
