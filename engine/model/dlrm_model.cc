@@ -45,6 +45,42 @@ void AddCrossInfos(const CrossNet<T>& cross, std::vector<DenseParamInfo>* infos)
   }
 }
 
+// The dense layers of a model at their offsets in the flat parameter vector (bottom MLP,
+// cross network, top MLP), nothing allocated.
+template <typename T>
+struct DenseLayers {
+  std::unique_ptr<Mlp<T>> bottom, top;
+  std::unique_ptr<Interaction<T>> interaction;
+  std::unique_ptr<CrossNet<T>> cross;  // DCN only
+  size_t num_params = 0;
+};
+
+std::vector<int> LayerSizes(const config::MlpConfig& mlp) {
+  return {mlp.layer_sizes().begin(), mlp.layer_sizes().end()};
+}
+
+template <typename T>
+DenseLayers<T> MakeDenseLayers(const config::ModelConfig& model,
+                               const std::vector<int>& feature_dims, GemmPrecision precision) {
+  DenseLayers<T> d;
+  d.bottom = std::make_unique<Mlp<T>>(model.num_dense_features(), LayerSizes(model.bottom_mlp()),
+                                      /*relu_last=*/true, 0, precision);
+  const bool dcn = model.interaction() == config::ModelConfig::DCN;
+  d.interaction = std::make_unique<Interaction<T>>(
+      dcn ? config::ModelConfig::CAT : model.interaction(), d.bottom->out_dim(), feature_dims,
+      model.dot_self_interaction());
+  d.num_params = d.bottom->num_params();
+  if (dcn) {
+    d.cross = std::make_unique<CrossNet<T>>(d.interaction->out_dim(), model.dcn().num_layers(),
+                                            model.dcn().rank(), d.num_params, precision);
+    d.num_params += d.cross->num_params();
+  }
+  d.top = std::make_unique<Mlp<T>>(d.interaction->out_dim(), LayerSizes(model.top_mlp()),
+                                   /*relu_last=*/false, d.num_params, precision);
+  d.num_params += d.top->num_params();
+  return d;
+}
+
 // What the model's GEMMs multiply: bf16 where the config asks for MEDIUM on the CPU, fp32
 // otherwise (a CUDA model's host copy too). kFailedPrecondition where this CPU cannot.
 template <typename T>
@@ -110,35 +146,31 @@ template <typename T>
 void DlrmModel<T>::BuildDense(const config::DlrmConfig& config,
                               const std::vector<int>& feature_dims) {
   const config::ModelConfig& model = config.model();
-  const std::vector<int> bottom_sizes(model.bottom_mlp().layer_sizes().begin(),
-                                      model.bottom_mlp().layer_sizes().end());
-  const GemmPrecision precision = CpuGemmPrecision<T>(config);
-  bottom_ = std::make_unique<Mlp<T>>(num_dense_, bottom_sizes, /*relu_last=*/true, 0, precision);
-  const bool dcn = model.interaction() == config::ModelConfig::DCN;
-  interaction_ = std::make_unique<Interaction<T>>(
-      dcn ? config::ModelConfig::CAT : model.interaction(), bottom_->out_dim(), feature_dims,
-      model.dot_self_interaction());
+  DenseLayers<T> layers = MakeDenseLayers<T>(model, feature_dims, CpuGemmPrecision<T>(config));
+  bottom_ = std::move(layers.bottom);
+  interaction_ = std::move(layers.interaction);
+  cross_ = std::move(layers.cross);
+  top_ = std::move(layers.top);
   // Parameters: bottom MLP, cross network, top MLP. Each draws from its own streams, so a
   // model without a cross network has the values it always had.
-  size_t top_offset = bottom_->num_params();
-  if (dcn) {
-    cross_ = std::make_unique<CrossNet<T>>(interaction_->out_dim(), model.dcn().num_layers(),
-                                           model.dcn().rank(), top_offset, precision);
-    top_offset += cross_->num_params();
-  }
-  const std::vector<int> top_sizes(model.top_mlp().layer_sizes().begin(),
-                                   model.top_mlp().layer_sizes().end());
-  top_ = std::make_unique<Mlp<T>>(interaction_->out_dim(), top_sizes, /*relu_last=*/false,
-                                  top_offset, precision);
-  dense_params_.assign(top_offset + top_->num_params(), T(0));
+  dense_params_.assign(layers.num_params, T(0));
   bottom_->Initialize(dense_params_.data(), config.seed(), 0);
   top_->Initialize(dense_params_.data(), config.seed(), 1 << 16);
-  AddMlpInfos("bottom_mlp", num_dense_, bottom_sizes, 0, &param_infos_);
+  AddMlpInfos("bottom_mlp", num_dense_, LayerSizes(model.bottom_mlp()), 0, &param_infos_);
   if (cross_) {
     cross_->Initialize(dense_params_.data(), config.seed(), 2 << 16);
     AddCrossInfos(*cross_, &param_infos_);
   }
-  AddMlpInfos("top_mlp", interaction_->out_dim(), top_sizes, top_offset, &param_infos_);
+  AddMlpInfos("top_mlp", interaction_->out_dim(), LayerSizes(model.top_mlp()), top_->param_offset(),
+              &param_infos_);
+}
+
+size_t DenseParamCount(const config::DlrmConfig& config) {
+  const config::ModelConfig& model = config.model();
+  std::vector<int> feature_dims;
+  for (const auto& feature : model.sparse_features())
+    feature_dims.push_back(model.tables(FindTable(model, feature.table())).dim());
+  return MakeDenseLayers<float>(model, feature_dims, GemmPrecision::kFp32).num_params;
 }
 
 template <typename T>

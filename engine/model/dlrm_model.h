@@ -38,6 +38,11 @@ struct DenseParamInfo {
   size_t size;
 };
 
+// How many dense parameters (both MLPs and the cross network) a model of `config` has,
+// from the config alone, nothing allocated: what the memory budget counts. config as for
+// DlrmModel.
+size_t DenseParamCount(const config::DlrmConfig& config);
+
 template <typename T>
 class DlrmModel {
  public:

@@ -11,6 +11,8 @@
 #include "engine/embedding/dynamic_rows.h"
 #include "engine/embedding/quantized_row.h"
 #include "engine/embedding/row_store.h"
+#include "engine/model/dlrm_model.h"
+#include "engine/optim/dense_optimizer.h"
 #include "engine/shard/cost_model.h"
 
 namespace dlrm::train {
@@ -45,36 +47,82 @@ int64_t MachineMemoryBytes(std::string* source) {
   return physical;
 }
 
+namespace {
+
+// config.memory_limit_bytes, else the machine's memory; 0 when nothing is known.
+int64_t MemoryLimit(const config::DlrmConfig& config, std::string* source) {
+  *source = "memory_limit_bytes";
+  const int64_t limit = config.memory_limit_bytes();
+  return limit != 0 ? limit : MachineMemoryBytes(source);
+}
+
+// One table's bytes in memory: weights (or codes), optimizer state, a DYNAMIC table's id
+// index, an SSD table's cache and row index.
+int64_t TableBytes(const config::DlrmConfig& config, const shard::CostModel& cost,
+                   const shard::TableProfile& profile, int t) {
+  const auto& table = config.model().tables(t);
+  const int64_t rows = ResidentRows(config, t);
+  if (table.has_ssd())  // the cache with its index, and where the store has each row
+    return SsdCacheBytes(config, t, rows) + RowStore::IndexBytes(table.num_rows());
+  int64_t bytes = IsQuantized(table.precision())  // codes with their scale and bias
+                      ? rows * (StoredRowBytes(table.precision(), table.dim()) +
+                                cost.StateBytesPerRow(table.dim()))
+                      : cost.MemoryBytes(profile, rows, table.dim());
+  if (table.kind() == config::TableConfig::DYNAMIC)
+    bytes = SaturatingAdd(bytes, static_cast<int64_t>(DynamicRows::MemoryBytesFor(
+                                     DynamicRowsOptionsFor(table, config.seed(), t))));
+  return bytes;
+}
+
+}  // namespace
+
+int64_t DenseBytes(const config::DlrmConfig& config) {
+  const auto probe = MakeDenseOptimizer<float>(config.dense_optimizer(), 1);
+  int64_t copies = 2;  // the parameters and their gradient
+  for (const auto& buffer : probe->StateBuffers()) copies += buffer.second->empty() ? 0 : 1;
+  const auto params = static_cast<int64_t>(DenseParamCount(config));
+  constexpr auto kFloat = static_cast<int64_t>(sizeof(float));
+  return params > kUnlimited / (copies * kFloat) ? kUnlimited : params * copies * kFloat;
+}
+
 void CheckModelFitsMemory(const config::DlrmConfig& config) {
-  std::string source = "memory_limit_bytes";
-  int64_t limit = config.memory_limit_bytes();
-  if (limit == 0) limit = MachineMemoryBytes(&source);
+  std::string source;
+  const int64_t limit = MemoryLimit(config, &source);
   if (limit == 0) return;  // nothing known to hold it to
   const shard::CostModel cost(config);
   const std::vector<shard::TableProfile> profiles = shard::ProfileTables(config.model());
-  int64_t total = 0, largest = -1;
+  int64_t tables = 0, largest = -1;
   int largest_table = 0;
   for (int t = 0; t < config.model().tables_size(); ++t) {
-    const auto& table = config.model().tables(t);
-    const int64_t rows = ResidentRows(config, t);
-    int64_t bytes = IsQuantized(table.precision())  // codes with their scale and bias
-                        ? rows * (StoredRowBytes(table.precision(), table.dim()) +
-                                  cost.StateBytesPerRow(table.dim()))
-                        : cost.MemoryBytes(profiles[static_cast<size_t>(t)], rows, table.dim());
-    if (table.kind() == config::TableConfig::DYNAMIC)
-      bytes = SaturatingAdd(bytes, static_cast<int64_t>(DynamicRows::MemoryBytesFor(
-                                       DynamicRowsOptionsFor(table, config.seed(), t))));
-    if (table.has_ssd())  // the cache with its index, and where the store has each row
-      bytes = SsdCacheBytes(config, t, rows) + RowStore::IndexBytes(table.num_rows());
-    total = SaturatingAdd(total, bytes);
+    const int64_t bytes = TableBytes(config, cost, profiles[static_cast<size_t>(t)], t);
+    tables = SaturatingAdd(tables, bytes);
     if (bytes > largest) largest = bytes, largest_table = t;
   }
+  const int64_t dense = DenseBytes(config), total = SaturatingAdd(tables, dense);
   if (total <= limit) return;
-  Throw(
-      StatusCode::kResourceExhausted, "the embedding tables need ", total,
-      " bytes (weights, optimizer state, id indexes and SSD tables' caches; the largest, table \"",
-      config.model().tables(largest_table).name(), "\", ", largest, " bytes) but ", source, " is ",
-      limit, " bytes");
+  Throw(StatusCode::kResourceExhausted, "the model needs ", total, " bytes: the embedding tables ",
+        tables,
+        " (weights, optimizer state, id indexes and SSD tables' caches; the largest, table \"",
+        config.model().tables(largest_table).name(), "\", ", largest,
+        " bytes) and the dense parameters ", dense,
+        " (with their gradient and optimizer state), but ", source, " is ", limit, " bytes");
+}
+
+void CheckTrainerFitsMemory(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
+                            int32_t rank, bool owns_shards) {
+  std::string source;
+  const int64_t limit = MemoryLimit(config, &source);
+  if (limit == 0) return;
+  const int64_t shards =
+      owns_shards && rank < plan.servers_size() ? plan.servers(rank).memory_bytes() : 0;
+  const int64_t dense = DenseBytes(config);
+  const int64_t total = SaturatingAdd(SaturatingAdd(shards, plan.trainer_memory_bytes()), dense);
+  if (total <= limit) return;
+  Throw(StatusCode::kResourceExhausted, "trainer ", rank, " needs ", total,
+        " bytes: its embedding shards ", shards,
+        ", the tables every trainer holds (DATA_PARALLEL) ", plan.trainer_memory_bytes(),
+        " and the dense parameters ", dense, " (with their gradient and optimizer state), but ",
+        source, " is ", limit, " bytes");
 }
 
 }  // namespace dlrm::train

@@ -13,6 +13,7 @@
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/ps/shard_store_file.h"
+#include "engine/train/memory_budget.h"
 
 namespace dlrm::train {
 namespace {
@@ -55,6 +56,7 @@ TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfi
 }
 
 void TrainerRole::MakeTrainer(const TrainerDevices& devices) {
+  CheckTrainerFitsMemory(config_, layout_.plan, comm_->rank(), layout_.trainers_own_shards());
   if (layout_.trainers_own_shards()) {
     auto owner =
         std::make_unique<ModelParallelTrainer>(config_, layout_.plan, comm_.get(), &pool_, devices);

@@ -22,6 +22,7 @@
 #include "engine/core/cpu_features.h"
 #include "engine/core/finite.h"
 #include "engine/core/status.h"
+#include "engine/train/memory_budget.h"
 #include "tests/support/test_support.h"
 
 namespace dlrm {
@@ -274,15 +275,19 @@ TEST(EngineTest, AModelLargerThanMemoryIsRefusedBeforeAllocating) {
 
   config = ParseConfigText(testing::SmallConfigText("", 1, 128));
   config.set_memory_limit_bytes(1000);  // t0 alone is 40 x 4 x 4 = 640 bytes, t1 400
+  const int64_t dense = train::DenseBytes(config);
   try {
     Engine engine(config);
     ADD_FAILURE() << "memory_limit_bytes was ignored";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kResourceExhausted);
-    EXPECT_THAT(e.what(), HasSubstr("need 1040 bytes"));
+    EXPECT_THAT(e.what(), HasSubstr("needs " + std::to_string(1040 + dense) +
+                                    " bytes: the embedding tables 1040"));
     EXPECT_THAT(e.what(), HasSubstr("memory_limit_bytes is 1000 bytes"));
   }
-  config.set_memory_limit_bytes(1040);
+  config.set_memory_limit_bytes(1040 + dense - 1);
+  EXPECT_THROW(Engine{config}, Error);
+  config.set_memory_limit_bytes(1040 + dense);
   EXPECT_EQ(Engine(config).step(), 0);
   config.set_memory_limit_bytes(-1);
   EXPECT_THROW(Engine{config}, Error);

@@ -450,7 +450,7 @@ TEST(ServingExport, QuantizedTablesAreRefusedWhereTheyCannotBeHeldAndCountedAsCo
   c.mutable_model()->mutable_tables(0)->set_num_rows(1000000);  // dim 4: 16 MB in FP32
   c.set_memory_limit_bytes(14000000);
   testing::ExpectError([&] { Engine engine(c); }, StatusCode::kResourceExhausted,
-                       "the embedding tables need");
+                       "the embedding tables 16000250");
   c.mutable_model()->mutable_tables(0)->set_precision(kInt8);  // 12 MB
   Engine int8(c);
   EXPECT_EQ(int8.GetTableStats("t0").memory_bytes, 1000000 * 12);
