@@ -703,12 +703,13 @@ void Engine::Export(const std::string& path, config::TableConfig::Precision quan
     Throw(StatusCode::kFailedPrecondition, "export to \"", path, "\" would replace a file of ",
           "format \"", existing, "\" (a serving model replaces only another): write it to ",
           "another path");
+  const config::DlrmConfig serving = ServingConfig(config_, quantize);
+  CheckExportFitsMemory(serving);
   DrainAsyncSteps();
   std::shared_lock<WriterPreferringMutex> lock(mu_);
   std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
   State& s = *state_;  // only read (StateBuffers and the SSD tables' reads are not const)
   s.backend->PullState();
-  const config::DlrmConfig serving = ServingConfig(config_, quantize);
   CheckpointWriter writer;
   writer.SetMetadata("format", checkpoint::kServingFormat);
   writer.SetMetadata("config", ConfigToText(serving));
@@ -755,6 +756,45 @@ void Engine::AddServingTable(int32_t t, config::TableConfig::Precision precision
   NarrowValues(values, count, table.precision(), halves.data());
   writer->AddTensor(weight, checkpoint::RowsDType(table), shape, halves.data(),
                     halves.size() * sizeof(uint16_t));
+}
+
+namespace {
+
+// What Export stages in memory for a table of config `tc` written in `precision`, beside
+// the model, in bytes (AddServingTable, ServingFloats): its rows as floats where they are
+// not written as they are (an SSD table's, read whole; 16-bit rows quantized), their codes
+// when quantized, an SSD table's 16-bit rows narrowed back.
+int64_t ServingStagingBytes(const config::TableConfig& tc,
+                            config::TableConfig::Precision precision) {
+  const bool half = IsHalf(tc.precision());
+  if (IsQuantized(tc.precision()) || (half && !tc.has_ssd() && !IsQuantized(precision)))
+    return 0;  // codes or 16-bit rows, written as they are
+  const int64_t values = tc.num_rows() * tc.dim();
+  const int64_t floats = tc.has_ssd() || half ? values * static_cast<int64_t>(sizeof(float)) : 0;
+  if (IsQuantized(precision)) return floats + tc.num_rows() * StoredRowBytes(precision, tc.dim());
+  return floats + (half ? values * static_cast<int64_t>(sizeof(uint16_t)) : 0);
+}
+
+}  // namespace
+
+void Engine::CheckExportFitsMemory(const config::DlrmConfig& serving) const {
+  std::string source;
+  const int64_t limit = train::MemoryLimitBytes(config_, &source);
+  int64_t staging = 0, largest = 0;
+  int largest_table = 0;
+  for (int t = 0; t < config_.model().tables_size(); ++t) {
+    const int64_t bytes =
+        ServingStagingBytes(config_.model().tables(t), serving.model().tables(t).precision());
+    staging += bytes;
+    if (bytes > largest) largest = bytes, largest_table = t;
+  }
+  const int64_t model = train::ModelMemoryBytes(config_);
+  if (limit == 0 || staging == 0 || staging <= limit - std::min(model, limit)) return;
+  Throw(StatusCode::kResourceExhausted, "export needs ", staging,
+        " bytes of rows staged beside the model's ", model, " (the most for table \"",
+        config_.model().tables(largest_table).name(), "\", ", largest,
+        " bytes: an SSD table is read whole, 16-bit rows are widened to be quantized), but ",
+        source, " is ", limit, " bytes");
 }
 
 const float* Engine::ServingFloats(int32_t t, ServingTables* owned) const {

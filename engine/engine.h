@@ -119,6 +119,8 @@ class Engine {
   // predicts with those values. FP32 keeps them as they are. kInvalidArgument for any
   // other quantize or dense, before anything is written. kFailedPrecondition when `path`
   // holds a libdlrm file that is not a serving model (a training checkpoint stays as it is).
+  // kResourceExhausted naming the table when what it stages (an SSD table read whole, 16-bit
+  // rows widened to be quantized) does not fit beside the model in the memory limit.
   void Export(const std::string& path,
               config::TableConfig::Precision quantize = config::TableConfig::FP32,
               config::TableConfig::Precision dense = config::TableConfig::FP32) const;
@@ -149,6 +151,10 @@ class Engine {
   // Table t's rows as floats (num_rows x dim): its own FP32 rows, else read (an SSD table)
   // or widened (16-bit rows) into a vector kept in owned. mu_ and ssd_mu_ held.
   const float* ServingFloats(int32_t t, ServingTables* owned) const;
+  // kResourceExhausted naming the table staged most, where what Export stages for
+  // `serving` (SSD tables read whole, 16-bit rows widened to quantize) does not fit beside
+  // the model in config's memory limit (train/memory_budget.h).
+  void CheckExportFitsMemory(const config::DlrmConfig& serving) const;
   // Table t's rows `values` written quantized row-wise to `precision`, the codes kept in
   // owned. mu_ held.
   void AddQuantizedServingRows(int32_t t, config::TableConfig::Precision precision,

@@ -552,7 +552,8 @@ bool ReadExactlyAt(int fd, unsigned char* out, size_t n, off_t offset) {
 }  // namespace
 
 std::string PeekCheckpointFormat(const std::string& path) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // Non-blocking: a FIFO at the path must not wait for a writer (a regular file ignores it).
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   struct stat st {};
   if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
   unsigned char prefix[kPrefixBytes];

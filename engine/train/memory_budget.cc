@@ -47,14 +47,13 @@ int64_t MachineMemoryBytes(std::string* source) {
   return physical;
 }
 
-namespace {
-
-// config.memory_limit_bytes, else the machine's memory; 0 when nothing is known.
-int64_t MemoryLimit(const config::DlrmConfig& config, std::string* source) {
+int64_t MemoryLimitBytes(const config::DlrmConfig& config, std::string* source) {
   *source = "memory_limit_bytes";
   const int64_t limit = config.memory_limit_bytes();
   return limit != 0 ? limit : MachineMemoryBytes(source);
 }
+
+namespace {
 
 // One table's bytes in memory: weights (or codes), optimizer state, a DYNAMIC table's id
 // index, an SSD table's cache and row index.
@@ -85,19 +84,38 @@ int64_t DenseBytes(const config::DlrmConfig& config) {
   return params > kUnlimited / (copies * kFloat) ? kUnlimited : params * copies * kFloat;
 }
 
-void CheckModelFitsMemory(const config::DlrmConfig& config) {
-  std::string source;
-  const int64_t limit = MemoryLimit(config, &source);
-  if (limit == 0) return;  // nothing known to hold it to
+namespace {
+
+// The tables' bytes (TableBytes), their sum, and the largest.
+struct TablesBytes {
+  int64_t total = 0, largest = -1;
+  int largest_table = 0;
+};
+TablesBytes AllTablesBytes(const config::DlrmConfig& config) {
   const shard::CostModel cost(config);
   const std::vector<shard::TableProfile> profiles = shard::ProfileTables(config.model());
-  int64_t tables = 0, largest = -1;
-  int largest_table = 0;
+  TablesBytes b;
   for (int t = 0; t < config.model().tables_size(); ++t) {
     const int64_t bytes = TableBytes(config, cost, profiles[static_cast<size_t>(t)], t);
-    tables = SaturatingAdd(tables, bytes);
-    if (bytes > largest) largest = bytes, largest_table = t;
+    b.total = SaturatingAdd(b.total, bytes);
+    if (bytes > b.largest) b.largest = bytes, b.largest_table = t;
   }
+  return b;
+}
+
+}  // namespace
+
+int64_t ModelMemoryBytes(const config::DlrmConfig& config) {
+  return SaturatingAdd(AllTablesBytes(config).total, DenseBytes(config));
+}
+
+void CheckModelFitsMemory(const config::DlrmConfig& config) {
+  std::string source;
+  const int64_t limit = MemoryLimitBytes(config, &source);
+  if (limit == 0) return;  // nothing known to hold it to
+  const TablesBytes b = AllTablesBytes(config);
+  const int64_t tables = b.total, largest = b.largest;
+  const int largest_table = b.largest_table;
   const int64_t dense = DenseBytes(config), total = SaturatingAdd(tables, dense);
   if (total <= limit) return;
   Throw(StatusCode::kResourceExhausted, "the model needs ", total, " bytes: the embedding tables ",
@@ -111,7 +129,7 @@ void CheckModelFitsMemory(const config::DlrmConfig& config) {
 void CheckTrainerFitsMemory(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
                             int32_t rank, bool owns_shards) {
   std::string source;
-  const int64_t limit = MemoryLimit(config, &source);
+  const int64_t limit = MemoryLimitBytes(config, &source);
   if (limit == 0) return;
   const int64_t shards =
       owns_shards && rank < plan.servers_size() ? plan.servers(rank).memory_bytes() : 0;

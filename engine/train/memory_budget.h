@@ -25,6 +25,13 @@ int64_t MachineMemoryBytes(std::string* source);
 // model holds: a step also keeps a gradient per chunk of rows, as many as its batch has.
 int64_t DenseBytes(const config::DlrmConfig& config);
 
+// config.memory_limit_bytes, else MachineMemoryBytes; 0 when nothing is known. *source
+// names which ("memory_limit_bytes", "physical memory", "cgroup memory.max").
+int64_t MemoryLimitBytes(const config::DlrmConfig& config, std::string* source);
+
+// What a model of `config` holds in memory: its tables (as below) and DenseBytes.
+int64_t ModelMemoryBytes(const config::DlrmConfig& config);
+
 // Refuses a config whose tables' weights and sparse optimizer state (CostModel's bytes,
 // as the planner prices them) and DenseBytes exceed config.memory_limit_bytes, or the
 // machine's memory when that is 0.

@@ -25,6 +25,7 @@
 #include "engine/embedding/half_row.h"
 #include "engine/embedding/quantized_row.h"
 #include "engine/engine.h"
+#include "engine/train/memory_budget.h"
 #include "tests/support/test_support.h"
 
 namespace dlrm {
@@ -209,6 +210,27 @@ TEST(ServingExport, AnExportNeverReplacesATrainingCheckpoint) {
   engine.Export(serving);  // over an export: replaced, now FP32
   EXPECT_EQ(Engine::FromCheckpoint(serving)->config().model().tables(0).precision(),
             config::TableConfig::FP32);
+}
+
+// A review's finding (2026-11-28): an export reads an SSD table whole into memory, and did
+// so unchecked: a table larger than memory died of bad_alloc naming nothing.
+TEST(ServingExport, AnExportThatCannotStageItsRowsIsRefusedNamingTheTable) {
+  const std::string dir = testing::TempDir("serving_export_staging");
+  config::DlrmConfig c = Config(dir);
+  c.mutable_model()->mutable_tables(1)->set_num_rows(1000000);  // 16 MB of rows on the SSD
+  const int64_t model = train::ModelMemoryBytes(c), staged = 1000000 * 4 * 4;
+  c.set_memory_limit_bytes(model + staged - 1);
+  Engine engine(c);
+  const std::string path = dir + "/model.serving";
+  testing::ExpectError([&] { engine.Export(path); }, StatusCode::kResourceExhausted,
+                       "export needs 16000000 bytes of rows staged beside the model's " +
+                           std::to_string(model) + " (the most for table \"t1\"");
+  EXPECT_FALSE(std::filesystem::exists(path));
+  c.set_memory_limit_bytes(model + staged);
+  Engine roomy(c);
+  roomy.Export(path);
+  EXPECT_EQ(CheckpointReader(path).TensorShape("embedding.t1.weight"),
+            (std::vector<int64_t>{1000000, 4}));
 }
 
 constexpr auto kInt8 = config::TableConfig::INT8;
