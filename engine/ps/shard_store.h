@@ -44,7 +44,8 @@ struct ShardLocation {
 };
 
 // Every shard of the plan, grouped by table (result[t] lists table t's pieces). Throws
-// kInvalidArgument when the plan does not fit the model.
+// kInvalidArgument when the plan does not fit the model, or a table's pieces overlap or
+// leave some of its values out.
 std::vector<std::vector<ShardLocation>> LocateShards(const config::ModelConfig& model,
                                                      const shard::ShardingPlan& plan);
 

@@ -19,6 +19,7 @@
 #include "engine/embedding/embedding_bag.h"
 #include "engine/shard/planner.h"
 #include "tests/support/dist_config.h"
+#include "tests/support/test_support.h"
 
 namespace dlrm {
 namespace {
@@ -300,6 +301,37 @@ TEST(ShardStoreErrors, DynamicTablesAreRefusedNamingThem) {
           << e.what();
     }
   }
+}
+
+// A review's finding (2026-11-28): a restore checked a shard's coverage by summing the
+// saved pieces' overlap areas, so two overlapping pieces beside a gap of the same size
+// passed (a forged MANIFEST's plan) and the gap loaded as zeros. Plans are now checked to
+// tile every table.
+TEST(ShardStoreErrors, PiecesThatOverlapOrLeaveAGapAreRefused) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "sgd", kServers);
+  const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
+  int first = -1, second = -1;  // two row-wise pieces of one table
+  for (int i = 0; i < plan.shards_size() && second < 0; ++i) {
+    if (plan.shards(i).type() != config::ShardingConfig::ROW_WISE) continue;
+    if (first < 0) {
+      first = i;
+    } else if (plan.shards(i).table() == plan.shards(first).table()) {
+      second = i;
+    }
+  }
+  ASSERT_GE(second, 0);
+  const std::string table = plan.shards(first).table();
+  shard::ShardingPlan overlap = plan;  // the second piece starts one row early: an overlap
+  overlap.mutable_shards(second)->set_row_begin(plan.shards(second).row_begin() - 1);
+  testing::ExpectError([&] { ps::LocateShards(c.model(), overlap); }, StatusCode::kInvalidArgument,
+                       "sharding plan: shards of table '" + table + "' overlap");
+  shard::ShardingPlan gap = plan;  // the first piece ends one row early: a row of no piece
+  gap.mutable_shards(first)->set_row_end(plan.shards(first).row_end() - 1);
+  testing::ExpectError([&] { ps::EmbeddingShardStore store(c, gap, 0); },
+                       StatusCode::kInvalidArgument,
+                       "sharding plan: the shards of table '" + table + "' cover ");
+  EXPECT_EQ(ps::LocateShards(c.model(), plan).size(), static_cast<size_t>(c.model().tables_size()));
 }
 
 // Bad requests change nothing and name what was wrong.
