@@ -65,7 +65,7 @@ std::unique_ptr<collective::Communicator> MakeDeviceCommunicator(
 std::unique_ptr<train::Backend> MakeDeviceBackend(const config::DlrmConfig& config,
                                                   train::ModelState* state, ThreadPool* pool) {
   if (OnCpu(config)) return train::MakeCpuBackend(state, pool);
-  RequireFixedTables(config.model(), "device.kind CUDA");
+  RequireInMemoryTables(config.model(), "device.kind CUDA");
 #if DLRM_HAVE_CUDA
   return cuda::MakeCudaBackend(config.device().ordinal(), state, config, pool);
 #else

@@ -309,8 +309,7 @@ void RequireTrainableRows(const config::ModelConfig& model, const char* who) {
   }
 }
 
-void RequireFixedTables(const config::ModelConfig& model, const char* who) {
-  RequireTrainableRows(model, who);
+void RequireInMemoryTables(const config::ModelConfig& model, const char* who) {
   for (int t = 0; t < model.tables_size(); ++t) {
     const config::TableConfig& table = model.tables(t);
     const char* what = table.kind() == config::TableConfig::DYNAMIC ? "is DYNAMIC"
@@ -320,6 +319,11 @@ void RequireFixedTables(const config::ModelConfig& model, const char* who) {
       ThrowInvalid(Field("model.tables", t), " (\"", table.name(), "\") ", what, ", which ", who,
                    " does not take yet; train it in one process on the CPU");
   }
+}
+
+void RequireFixedTables(const config::ModelConfig& model, const char* who) {
+  RequireTrainableRows(model, who);
+  RequireInMemoryTables(model, who);
 }
 
 int64_t SparseStateBytesPerRow(const config::SparseOptimizerConfig& optimizer, int32_t dim) {

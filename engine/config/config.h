@@ -53,9 +53,12 @@ config::TableConfig::Precision WireValuePrecision(const config::DistributedConfi
 // has precision INT8 (a quantized serving table), which <who> does not take yet" for a
 // quantized table. FP32, BF16 and FP16 rows are taken.
 void RequireTrainableRows(const config::ModelConfig& model, const char* who);
-// For the parts that take only FIXED tables held in memory (the CUDA backend, embedding
-// servers): RequireTrainableRows, and kInvalidArgument "model.tables[i] ("name") is
-// DYNAMIC (or: has ssd storage), which <who> does not take yet".
+// For the parts that hold only FIXED tables in memory (the CUDA backend, which also pools
+// quantized serving tables): kInvalidArgument "model.tables[i] ("name") is DYNAMIC (or:
+// has ssd storage), which <who> does not take yet".
+void RequireInMemoryTables(const config::ModelConfig& model, const char* who);
+// For the parts that train FIXED tables held in memory (embedding servers, trainers'
+// shards): RequireTrainableRows, then RequireInMemoryTables.
 void RequireFixedTables(const config::ModelConfig& model, const char* who);
 
 // TableConfig.precision's kinds: row-wise quantized codes (INT8, INT4, read-only serving

@@ -189,7 +189,7 @@ TEST(HalfTables, RefusedWhereTheyCannotBeHeldNamingTheField) {
   refused(c,
           "model.tables[1].ssd is set but model.tables[1].precision is INT8: the SSD tier "
           "holds FP32, BF16 and FP16 rows");
-  // Embedding servers and the CUDA backend hold 16-bit rows, not quantized serving ones.
+  // Embedding servers hold 16-bit rows, not quantized serving ones.
   c = Config(config::TableConfig::BF16, config::TableConfig::NEAREST);
   RequireFixedTables(c.model(), "embedding servers");
   c.mutable_model()->mutable_tables(0)->set_precision(config::TableConfig::INT8);
