@@ -97,8 +97,12 @@ class CudaBackend final : public train::Backend {
   void EnqueueStep(const DeviceBatch& in);
   void Prefetch(const train::StepLookahead& ahead);
 
+  // The embedding backward's sort of `args`' ids on sort_stream_, from the step's start
+  // (step_start_), beside the forward and backward; stream_ waits for it before the
+  // updates. Checks and allocates everything first.
+  void SortBesideTheStep(const EmbeddingBackwardArgs& args);
   void CheckStepFinite();
-  void ApplyUpdates(const DeviceBatch& in);
+  void ApplyUpdates(const EmbeddingBackwardArgs* sparse);
   EmbeddingBackwardArgs SparseArgs(const DeviceBatch& in) const;
 
   train::ModelState& s_;
@@ -106,6 +110,10 @@ class CudaBackend final : public train::Backend {
   const int ordinal_;
   const DeviceInfo device_;
   const Stream stream_;
+  // A step forks here for the embedding backward's sort (SortBesideTheStep) and joins back.
+  const Stream sort_stream_{"cudaStreamCreate (sort)"};
+  const Event step_start_{"cudaEventCreate (step start)"};
+  const Event sorted_{"cudaEventCreate (sorted)"};
   // One stream and one cuBLASLt context (net_'s): every call is serialized.
   mutable std::mutex mu_;
   std::unique_ptr<DenseNetwork> net_;
@@ -217,12 +225,18 @@ bool CudaBackend::TryCapture(StepGraph& graph, const StepGraph::Key& key, const 
 }
 
 void CudaBackend::EnqueueStep(const DeviceBatch& in) {
+  CheckCuda(cudaEventRecord(step_start_, stream_), "cudaEventRecord (step start)");
   net_->Forward(params(), tables_->feature_specs(), in, buf_.acts);
   dense_grad_.Resize(s_.model.dense_params().size());
   net_->Backward(params(), in, 1.0f / static_cast<float>(in.shape.batch_size), buf_.acts,
                  buf_.grads, dense_grad_.get());
   CheckStepFinite();
-  ApplyUpdates(in);
+  // Enqueued after the backward (its arguments name d_pooled and the finite flag), but
+  // waiting only for the step's start: on the device the sort runs beside the network.
+  const bool sparse = !s_.model.tables().empty() && in.shape.num_ids > 0;
+  const EmbeddingBackwardArgs sparse_args = SparseArgs(in);
+  if (sparse) SortBesideTheStep(sparse_args);
+  ApplyUpdates(sparse ? &sparse_args : nullptr);
   StepResults* r = results_.get();
   CheckCuda(cudaMemcpyAsync(&r->loss_sum, buf_.grads.loss_sum.get(), sizeof(double),
                             cudaMemcpyDeviceToHost, stream_),
@@ -284,16 +298,30 @@ EmbeddingBackwardArgs CudaBackend::SparseArgs(const DeviceBatch& in) const {
                              buf_.non_finite.get());
 }
 
-// Both updates, skipped on the device when CheckStepFinite counted anything.
-// Everything that can throw (checks, allocation) is done before the first update.
-void CudaBackend::ApplyUpdates(const DeviceBatch& in) {
+void CudaBackend::SortBesideTheStep(const EmbeddingBackwardArgs& args) {
+  embedding_backward_.Prepare(args);  // every check and allocation, before the fork
+  CheckCuda(cudaStreamWaitEvent(sort_stream_, step_start_, 0), "cudaStreamWaitEvent (sort)");
+  try {
+    embedding_backward_.Sort(args, sort_stream_);
+  } catch (...) {
+    // Joined all the same, so that a capture in progress can end (and be abandoned).
+    cudaEventRecord(sorted_, sort_stream_);
+    cudaStreamWaitEvent(stream_, sorted_, 0);
+    throw;
+  }
+  CheckCuda(cudaEventRecord(sorted_, sort_stream_), "cudaEventRecord (sorted)");
+  CheckCuda(cudaStreamWaitEvent(stream_, sorted_, 0), "cudaStreamWaitEvent (sorted)");
+}
+
+// Both updates (the embedding tables' when `sparse` names the sorted batch), skipped on
+// the device when CheckStepFinite counted anything. Everything that can throw (checks,
+// allocation) was done before the first update.
+void CudaBackend::ApplyUpdates(const EmbeddingBackwardArgs* sparse) {
   StepScalars* scalars = scalars_.get();
-  const bool sparse = !s_.model.tables().empty() && in.shape.num_ids > 0;
-  if (sparse) embedding_backward_.Prepare(SparseArgs(in));
   LaunchDenseUpdate(config_.dense_optimizer(), params(), dense_grad_.get(), DenseStates(),
                     static_cast<int64_t>(dense_grad_.size()), &scalars->dense,
                     buf_.non_finite.get(), stream_);
-  if (sparse) embedding_backward_.Run(SparseArgs(in), &scalars->sparse, stream_);
+  if (sparse != nullptr) embedding_backward_.Update(*sparse, &scalars->sparse, stream_);
 }
 
 }  // namespace

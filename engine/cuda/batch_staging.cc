@@ -70,16 +70,11 @@ void BatchStaging::Stage(PinnedBuffer<T>& pinned, DeviceBuffer<T>& device, const
 }
 
 BatchStaging::BatchStaging(cudaStream_t compute, ThreadPool* pool)
-    : compute_(compute), pool_(pool) {
-  for (Slot* s : {&slots_[0], &slots_[1], &predict_})
-    CheckCuda(cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming), "cudaEventCreate");
-}
+    : compute_(compute), pool_(pool) {}
 
 BatchStaging::~BatchStaging() {
   cudaStreamSynchronize(copy_);
   cudaStreamSynchronize(compute_);  // the prediction slot's copies are on it
-  for (Slot* s : {&slots_[0], &slots_[1], &predict_})
-    if (s->copied != nullptr) cudaEventDestroy(s->copied);
 }
 
 const DeviceBatch& BatchStaging::Acquire(const ValidatedBatch& batch, bool labels, int64_t token) {

@@ -92,7 +92,7 @@ class BatchStaging {
     PinnedBuffer<float> dense, labels, weights;
     PinnedBuffer<int64_t> offsets;
     PinnedBuffer<DeviceId> ids;
-    cudaEvent_t copied = nullptr;  // the copy stream's last copy into `device`
+    Event copied{"cudaEventCreate (copy)"};  // the copy stream's last copy into `device`
   };
   // Fills slot s's pinned buffers from `next` (labels too if `labels`) once its previous
   // copy has finished, then starts the copy into its device arrays on `stream`.

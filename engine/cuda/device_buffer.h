@@ -41,6 +41,22 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
+// An event without timing (a point of a stream another stream waits for), destroyed with
+// the object. Converts to the cudaEvent_t it holds.
+class Event {
+ public:
+  explicit Event(const char* what = "cudaEventCreate") {
+    CheckCuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), what);
+  }
+  ~Event() { cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  operator cudaEvent_t() const { return event_; }  // NOLINT: a handle's natural use
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 template <typename T>
 class DeviceBuffer {
  public:

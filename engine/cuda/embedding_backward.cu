@@ -440,6 +440,11 @@ void EmbeddingBackward::SortAndSegment(int64_t n, int end_bit, cudaStream_t stre
 
 void EmbeddingBackward::Run(const EmbeddingBackwardArgs& args, const SparseStepArgs* step_args,
                             cudaStream_t stream) {
+  Sort(args, stream);
+  Update(args, step_args, stream);
+}
+
+void EmbeddingBackward::Sort(const EmbeddingBackwardArgs& args, cudaStream_t stream) {
   Prepare(args);  // nothing left to do when the caller prepared these sizes
   const int64_t n = args.num_ids;
   if (n == 0) return;
@@ -448,6 +453,12 @@ void EmbeddingBackward::Run(const EmbeddingBackwardArgs& args, const SparseStepA
       args, keys_.get(), positions_.get(), bases_.get(), coefs_.get());
   CheckCuda(cudaGetLastError(), "embedding backward: keys");
   SortAndSegment(n, EndBit(args), stream);
+}
+
+void EmbeddingBackward::Update(const EmbeddingBackwardArgs& args, const SparseStepArgs* step_args,
+                               cudaStream_t stream) {
+  const int64_t n = args.num_ids;
+  if (n == 0) return;
   const Segments g{sorted_keys_.get(),     sorted_positions_.get(), segment_begin_.get(),
                    counts_.get(),          num_segments_.get(),     hot_.get(),
                    num_segments_.get() + 1};
