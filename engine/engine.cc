@@ -734,6 +734,43 @@ void Engine::Export(const std::string& path, config::TableConfig::Precision quan
   writer.WriteAtomic(path);
 }
 
+namespace {
+
+// How Export writes a table of config `tc` in `precision`: one decision for
+// AddServingTable and for what CheckExportFitsMemory counts.
+enum class ServingForm {
+  kAsIs,       // its codes or 16-bit rows, written as they are
+  kFloats,     // its FP32 rows (an SSD table's read whole)
+  kQuantized,  // its rows (widened to floats if 16-bit or on SSD) quantized to codes
+  kNarrowed,   // an SSD table's 16-bit rows, read whole as floats and narrowed back
+};
+
+ServingForm ServingFormOf(const config::TableConfig& tc, config::TableConfig::Precision precision) {
+  const bool half = IsHalf(tc.precision());
+  if (IsQuantized(tc.precision()) || (half && !tc.has_ssd() && !IsQuantized(precision)))
+    return ServingForm::kAsIs;
+  if (IsQuantized(precision)) return ServingForm::kQuantized;
+  return half ? ServingForm::kNarrowed : ServingForm::kFloats;
+}
+
+// What Export stages in memory for such a table beside the model, in bytes: its rows as
+// floats where ServingFloats copies them (an SSD table's, 16-bit rows), then its codes
+// when quantized or its 16-bit rows narrowed back.
+int64_t ServingStagingBytes(const config::TableConfig& tc,
+                            config::TableConfig::Precision precision) {
+  const ServingForm form = ServingFormOf(tc, precision);
+  if (form == ServingForm::kAsIs) return 0;
+  const int64_t values = tc.num_rows() * tc.dim();
+  const bool copied = tc.has_ssd() || IsHalf(tc.precision());
+  const int64_t floats = copied ? values * static_cast<int64_t>(sizeof(float)) : 0;
+  if (form == ServingForm::kQuantized)
+    return floats + tc.num_rows() * StoredRowBytes(precision, tc.dim());
+  return floats +
+         (form == ServingForm::kNarrowed ? values * static_cast<int64_t>(sizeof(uint16_t)) : 0);
+}
+
+}  // namespace
+
 void Engine::AddServingTable(int32_t t, config::TableConfig::Precision precision,
                              ServingTables* owned, CheckpointWriter* writer) const {
   const EmbeddingTable<float>& table = state_->model.tables()[static_cast<size_t>(t)];
@@ -741,41 +778,23 @@ void Engine::AddServingTable(int32_t t, config::TableConfig::Precision precision
   const std::string weight = checkpoint::EmbeddingWeightName(table.name());
   const std::vector<int64_t> shape = {tc.num_rows(), tc.dim()};
   const int64_t count = tc.num_rows() * tc.dim();
-  if (table.quantized())  // its codes, as they are
-    return checkpoint::AddQuantizedEmbedding(table.name(), table.num_rows(), table.dim(),
-                                             table.precision(), table.codes().data(), writer);
-  if (table.half() && !tc.has_ssd() && !IsQuantized(precision))  // its 16-bit rows
-    return checkpoint::AddEmbedding(table.name(), table, {}, writer);
+  const ServingForm form = ServingFormOf(tc, precision);
+  if (form == ServingForm::kAsIs)
+    return table.quantized()
+               ? checkpoint::AddQuantizedEmbedding(table.name(), table.num_rows(), table.dim(),
+                                                   table.precision(), table.codes().data(), writer)
+               : checkpoint::AddEmbedding(table.name(), table, {}, writer);
   const float* values = ServingFloats(t, owned);
-  if (IsQuantized(precision)) return AddQuantizedServingRows(t, precision, values, owned, writer);
-  if (!table.half())
+  if (form == ServingForm::kQuantized)
+    return AddQuantizedServingRows(t, precision, values, owned, writer);
+  if (form == ServingForm::kFloats)
     return writer->AddTensor(weight, checkpoint::kF32, shape, values,
                              static_cast<size_t>(count) * sizeof(float));
-  // An SSD table's 16-bit rows, read whole as floats: narrowed back exactly.
   std::vector<uint16_t>& halves = owned->halves.emplace_back(static_cast<size_t>(count));
   NarrowValues(values, count, table.precision(), halves.data());
   writer->AddTensor(weight, checkpoint::RowsDType(table), shape, halves.data(),
                     halves.size() * sizeof(uint16_t));
 }
-
-namespace {
-
-// What Export stages in memory for a table of config `tc` written in `precision`, beside
-// the model, in bytes (AddServingTable, ServingFloats): its rows as floats where they are
-// not written as they are (an SSD table's, read whole; 16-bit rows quantized), their codes
-// when quantized, an SSD table's 16-bit rows narrowed back.
-int64_t ServingStagingBytes(const config::TableConfig& tc,
-                            config::TableConfig::Precision precision) {
-  const bool half = IsHalf(tc.precision());
-  if (IsQuantized(tc.precision()) || (half && !tc.has_ssd() && !IsQuantized(precision)))
-    return 0;  // codes or 16-bit rows, written as they are
-  const int64_t values = tc.num_rows() * tc.dim();
-  const int64_t floats = tc.has_ssd() || half ? values * static_cast<int64_t>(sizeof(float)) : 0;
-  if (IsQuantized(precision)) return floats + tc.num_rows() * StoredRowBytes(precision, tc.dim());
-  return floats + (half ? values * static_cast<int64_t>(sizeof(uint16_t)) : 0);
-}
-
-}  // namespace
 
 void Engine::CheckExportFitsMemory(const config::DlrmConfig& serving) const {
   std::string source;

@@ -55,8 +55,7 @@ void CheckTiles(const config::TableConfig& table, const std::vector<ShardLocatio
     area += (a.row_end - a.row_begin) * (a.col_end - a.col_begin);
     for (size_t j = 0; j < i; ++j) {
       const ShardLocation& b = pieces[j];
-      if (a.row_begin < b.row_end && b.row_begin < a.row_end && a.col_begin < b.col_end &&
-          b.col_begin < a.col_end)
+      if (a.overlaps(b))
         ThrowInvalid("sharding plan: shards of table '", table.name(), "' overlap: rows [",
                      b.row_begin, ", ", b.row_end, ") x columns [", b.col_begin, ", ", b.col_end,
                      ") and rows [", a.row_begin, ", ", a.row_end, ") x columns [", a.col_begin,

@@ -41,6 +41,11 @@ struct ShardLocation {
   bool whole_rows(const config::ModelConfig& model) const {
     return row_begin == 0 && row_end == model.tables(table).num_rows();
   }
+  // Whether the two hold a value in common: the same table, crossing rows and columns.
+  bool overlaps(const ShardLocation& other) const {
+    return table == other.table && row_begin < other.row_end && other.row_begin < row_end &&
+           col_begin < other.col_end && other.col_begin < col_end;
+  }
 };
 
 // Every shard of the plan, grouped by table (result[t] lists table t's pieces). Throws

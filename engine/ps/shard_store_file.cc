@@ -167,11 +167,6 @@ void CopyOverlap(const ShardLocation& from, const E* values, int64_t from_width,
               out + (r - to.row_begin) * to_width + (c0 - to_col));
 }
 
-bool Overlap(const ShardLocation& a, const ShardLocation& b) {
-  return a.table == b.table && a.row_begin < b.row_end && b.row_begin < a.row_end &&
-         a.col_begin < b.col_end && b.col_begin < a.col_end;
-}
-
 // Saved piece `piece`'s tensor `name` (piece rows x width values of E, stored as dtype in
 // `shape`) read into values, and its overlap with shard `to` copied into out (to_width a
 // row).
@@ -194,7 +189,7 @@ void CutShard(const EmbeddingShardStore& store, int32_t i, const std::vector<Sha
   std::vector<float> values;
   std::vector<uint16_t> halves;  // a BF16 / FP16 table's piece
   for (const ShardLocation& piece : saved) {
-    if (!Overlap(piece, shard)) continue;
+    if (!piece.overlaps(shard)) continue;
     const CheckpointReader& reader = files->Of(piece.owner);
     const std::string key = ShardKey(table, piece), weight = EmbeddingWeightName(key);
     const int64_t piece_rows = piece.row_end - piece.row_begin;
