@@ -798,7 +798,7 @@ void Engine::AddServingTable(int32_t t, config::TableConfig::Precision precision
 
 void Engine::CheckExportFitsMemory(const config::DlrmConfig& serving) const {
   std::string source;
-  const int64_t limit = train::MemoryLimitBytes(config_, &source);
+  const int64_t limit = MemoryLimitBytes(config_, &source);
   int64_t staging = 0, largest = 0;
   int largest_table = 0;
   for (int t = 0; t < config_.model().tables_size(); ++t) {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "engine/config/text_proto.h"
+#include "engine/core/machine_memory.h"
 #include "engine/core/status.h"
 
 namespace dlrm {
@@ -469,6 +470,12 @@ std::string ConfigToText(const config::DlrmConfig& config) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(config, &text);
   return text;
+}
+
+int64_t MemoryLimitBytes(const config::DlrmConfig& config, std::string* source) {
+  *source = "memory_limit_bytes";
+  const int64_t limit = config.memory_limit_bytes();
+  return limit != 0 ? limit : MachineMemoryBytes(source);
 }
 
 }  // namespace dlrm

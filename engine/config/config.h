@@ -61,6 +61,11 @@ void RequireInMemoryTables(const config::ModelConfig& model, const char* who);
 // shards): RequireTrainableRows, then RequireInMemoryTables.
 void RequireFixedTables(const config::ModelConfig& model, const char* who);
 
+// config.memory_limit_bytes, else MachineMemoryBytes (core/machine_memory.h); 0 when
+// nothing is known. *source names which ("memory_limit_bytes", "physical memory",
+// "cgroup memory.max").
+int64_t MemoryLimitBytes(const config::DlrmConfig& config, std::string* source);
+
 // TableConfig.precision's kinds: row-wise quantized codes (INT8, INT4, read-only serving
 // rows) and 16-bit floats (BF16, FP16, trainable).
 bool IsQuantized(config::TableConfig::Precision precision);

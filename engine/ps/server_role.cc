@@ -20,6 +20,19 @@
 
 namespace dlrm::ps {
 
+void CheckServerFitsMemory(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
+                           int32_t server) {
+  DLRM_INTERNAL_CHECK(server >= 0 && server < plan.servers_size());
+  std::string source;
+  const int64_t limit = MemoryLimitBytes(config, &source);
+  const int64_t shards = plan.servers(server).memory_bytes();
+  if (limit == 0 || shards <= limit) return;
+  Throw(StatusCode::kResourceExhausted, "server ", server, " needs ", shards,
+        " bytes for its embedding shards (weights and sparse optimizer state, as the plan "
+        "prices them), but ",
+        source, " is ", limit, " bytes: run more servers or give each more memory");
+}
+
 void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& env,
                         const config::DlrmConfig& config, const std::string& restore_dir) {
   if (env.role != cluster::ROLE_SERVER)
@@ -34,6 +47,7 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
       coordinator.Rendezvous(listener.address(), cluster::JobConfigOf(config));
   const cluster::JobLayout layout = cluster::LayoutFromRoster(roster, env.rank, config);
 
+  CheckServerFitsMemory(config, layout.plan, layout.index);
   ThreadPool pool(ResolveThreadCount(config.num_threads()));
   EmbeddingShardStore store(config, layout.plan, layout.index, &pool);
   int64_t applied = 0;

@@ -11,8 +11,17 @@
 #include "engine/cluster/cluster_env.h"
 #include "engine/config/dlrm.pb.h"
 #include "engine/net/context.h"
+#include "engine/shard/plan.pb.h"
 
 namespace dlrm::ps {
+
+// Refuses to build server `server`'s shards of `plan` when they need more than
+// MemoryLimitBytes(config) (config.h): kResourceExhausted naming the bytes the plan prices
+// them at (plan.servers(server).memory_bytes(): weights and sparse optimizer state) and
+// the limit with its source. Called before anything is allocated; trainers check their
+// own part (train/memory_budget.h).
+void CheckServerFitsMemory(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
+                           int32_t server);
 
 // config must pass ValidateConfig and be the trainers' config. restore_dir: a checkpoint
 // directory to resume from, or empty. Throws what fails (rendezvous, restore, transport).

@@ -1,9 +1,6 @@
 #include "engine/train/memory_budget.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <fstream>
 #include <limits>
 
 #include "engine/config/config.h"
@@ -21,39 +18,6 @@ namespace {
 constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max();
 
 int64_t SaturatingAdd(int64_t a, int64_t b) { return a > kUnlimited - b ? kUnlimited : a + b; }
-
-// cgroup v2's memory.max ("max" or bytes); kUnlimited when absent or unlimited.
-int64_t CgroupLimit() {
-  std::ifstream in("/sys/fs/cgroup/memory.max");
-  std::string text;
-  if (!(in >> text) || text == "max" || text.find_first_not_of("0123456789") != std::string::npos ||
-      text.size() > 18)
-    return kUnlimited;
-  return std::stoll(text);
-}
-
-}  // namespace
-
-int64_t MachineMemoryBytes(std::string* source) {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  int64_t physical = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
-  *source = "physical memory";
-  const int64_t cgroup = CgroupLimit();
-  if (cgroup < physical || physical == 0) {
-    if (cgroup == kUnlimited) return 0;
-    *source = "cgroup memory.max";
-    physical = cgroup;
-  }
-  return physical;
-}
-
-int64_t MemoryLimitBytes(const config::DlrmConfig& config, std::string* source) {
-  *source = "memory_limit_bytes";
-  const int64_t limit = config.memory_limit_bytes();
-  return limit != 0 ? limit : MachineMemoryBytes(source);
-}
-
-namespace {
 
 // One table's bytes in memory: weights (or codes), optimizer state, a DYNAMIC table's id
 // index, an SSD table's cache and row index.
@@ -113,15 +77,13 @@ void CheckModelFitsMemory(const config::DlrmConfig& config) {
   std::string source;
   const int64_t limit = MemoryLimitBytes(config, &source);
   if (limit == 0) return;  // nothing known to hold it to
-  const TablesBytes b = AllTablesBytes(config);
-  const int64_t tables = b.total, largest = b.largest;
-  const int largest_table = b.largest_table;
-  const int64_t dense = DenseBytes(config), total = SaturatingAdd(tables, dense);
+  const TablesBytes tables = AllTablesBytes(config);
+  const int64_t dense = DenseBytes(config), total = SaturatingAdd(tables.total, dense);
   if (total <= limit) return;
   Throw(StatusCode::kResourceExhausted, "the model needs ", total, " bytes: the embedding tables ",
-        tables,
+        tables.total,
         " (weights, optimizer state, id indexes and SSD tables' caches; the largest, table \"",
-        config.model().tables(largest_table).name(), "\", ", largest,
+        config.model().tables(tables.largest_table).name(), "\", ", tables.largest,
         " bytes) and the dense parameters ", dense,
         " (with their gradient and optimizer state), but ", source, " is ", limit, " bytes");
 }

@@ -16,18 +16,10 @@
 
 namespace dlrm::train {
 
-// The machine's memory: physical RAM, or the cgroup's memory.max when that is lower; 0
-// when unknown. *source names which ("physical memory", "cgroup memory.max").
-int64_t MachineMemoryBytes(std::string* source);
-
 // The dense parameters' bytes (both MLPs, the cross network): the parameters, their
 // gradient and the dense optimizer's state, a float each per parameter. At least what a
 // model holds: a step also keeps a gradient per chunk of rows, as many as its batch has.
 int64_t DenseBytes(const config::DlrmConfig& config);
-
-// config.memory_limit_bytes, else MachineMemoryBytes; 0 when nothing is known. *source
-// names which ("memory_limit_bytes", "physical memory", "cgroup memory.max").
-int64_t MemoryLimitBytes(const config::DlrmConfig& config, std::string* source);
 
 // What a model of `config` holds in memory: its tables (as below) and DenseBytes.
 int64_t ModelMemoryBytes(const config::DlrmConfig& config);

@@ -17,6 +17,7 @@
 #include "engine/core/status.h"
 #include "engine/net/client.h"
 #include "engine/ps/messages.h"
+#include "engine/ps/server_role.h"
 #include "engine/shard/planner.h"
 #include "tests/support/dist_config.h"
 #include "tests/support/test_support.h"
@@ -28,6 +29,24 @@ using namespace ::dlrm::testing;  // the suites' shared helpers
 
 using std::chrono::milliseconds;
 constexpr milliseconds kWait(5000);
+
+// A server whose shards, as the plan prices them, exceed the memory limit is refused before
+// it allocates them, naming its bytes and the limit's source; one that fits exactly is not.
+TEST(ServerMemoryTest, AServerWhoseShardsExceedTheLimitIsRefusedNamingTheBytes) {
+  config::DlrmConfig config =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "adagrad", 2);
+  const shard::ShardingPlan plan = shard::PlanSharding(config, 2);
+  const int64_t bytes = plan.servers(1).memory_bytes();
+  ASSERT_GT(bytes, 0);
+  config.set_memory_limit_bytes(bytes);
+  ps::CheckServerFitsMemory(config, plan, 1);
+  config.set_memory_limit_bytes(bytes - 1);
+  const std::string needs = "server 1 needs " + std::to_string(bytes) + " bytes";
+  ExpectError([&] { ps::CheckServerFitsMemory(config, plan, 1); }, StatusCode::kResourceExhausted,
+              needs + " for its embedding shards");
+  ExpectError([&] { ps::CheckServerFitsMemory(config, plan, 1); }, StatusCode::kResourceExhausted,
+              "but memory_limit_bytes is " + std::to_string(bytes - 1) + " bytes");
+}
 
 // The server of a TABLE_WISE plan over 1 server, with one trainer.
 struct ServerFixture : ::testing::Test {
