@@ -113,6 +113,19 @@ grep -q "bad.tsv:101" "$DIR/bad.err" || { cat "$DIR/bad.err"; fail "error does n
 "$DLRM" train --config="$CONFIG" --train="$DIR/bad.tsv" --skip_malformed > /dev/null 2> "$DIR/skip.err"
 grep -q "skipped 1 malformed" "$DIR/skip.err" || { cat "$DIR/skip.err"; fail "skip not reported"; }
 
+# A diverging run (steps queued two ahead) stops at the step that diverged, naming it, and
+# saves nothing; the step queued behind it is not reported in its place.
+sed 's/learning_rate: 0.001 adam/learning_rate: 1e30 adam/' "$CONFIG" > "$DIR/diverge.pbtxt"
+grep -q "1e30 adam" "$DIR/diverge.pbtxt" || fail "the diverging config did not change"
+if "$DLRM" train --config="$DIR/diverge.pbtxt" --train="$DIR/train.tsv" --batch_size=512 \
+  --save="$DIR/diverged.ckpt" > /dev/null 2> "$DIR/diverge.err"; then
+  fail "a diverging run succeeded"
+fi
+grep -q "training diverged at step [0-9]*: the loss or a gradient is not finite" \
+  "$DIR/diverge.err" || { cat "$DIR/diverge.err"; fail "the divergence is not named"; }
+if grep -qi "cancel" "$DIR/diverge.err"; then fail "a cancelled step was reported"; fi
+[ ! -e "$DIR/diverged.ckpt" ] || fail "a diverged run saved a checkpoint"
+
 # Unknown command and missing flags are usage errors, not crashes.
 if "$DLRM" nonsense 2> /dev/null; then fail "unknown command accepted"; fi
 if "$DLRM" train 2> /dev/null; then fail "train without flags accepted"; fi
