@@ -33,20 +33,14 @@ void CheckServerFitsMemory(const config::DlrmConfig& config, const shard::Shardi
         source, " is ", limit, " bytes: run more servers or give each more memory");
 }
 
-void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& env,
-                        const config::DlrmConfig& config, const std::string& restore_dir) {
-  if (env.role != cluster::ROLE_SERVER)
-    ThrowInvalid("RunEmbeddingServer with DLRM_ROLE=", cluster::RoleName(env.role));
-  const std::string name = "server rank " + std::to_string(env.rank);
-  // Its abort signal is raised when the job cannot go on (a peer died): Serve's waits end.
-  const cluster::MemberTransport member = cluster::MakeMemberTransport(env);
-  net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(), member.options,
-                         name);
-  cluster::CoordinatorClient coordinator(context, env, member);
-  const cluster::Roster roster =
-      coordinator.Rendezvous(listener.address(), cluster::JobConfigOf(config));
-  const cluster::JobLayout layout = cluster::LayoutFromRoster(roster, env.rank, config);
+namespace {
 
+// Server layout.index's part of the job, from its memory check to the last trainer's
+// departure: its shards built (or restored from restore_dir), then served on `listener`.
+// Throws what fails; the caller tells the coordinator.
+void ServeShards(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
+                 const cluster::JobLayout& layout, const std::string& restore_dir,
+                 net::Endpoint* listener) {
   CheckServerFitsMemory(config, layout.plan, layout.index);
   ThreadPool pool(ResolveThreadCount(config.num_threads()));
   EmbeddingShardStore store(config, layout.plan, layout.index, &pool);
@@ -65,21 +59,40 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
   }
   ShardOwner owner(&store, layout.index, layout.num_trainers(),
                    StalenessBound(config.distributed()), applied);
-  EmbeddingServer server(&listener, &owner, layout.index, layout.trainer_links,
+  EmbeddingServer server(listener, &owner, layout.index, layout.trainer_links,
                          std::chrono::milliseconds(env.timeout_ms),
                          WireValuePrecision(config.distributed()));
   DLRM_LOG(kInfo) << "server " << layout.index << " (rank " << env.rank << ") serves "
-                  << store.shards().size() << " shards at " << listener.address() << " for "
+                  << store.shards().size() << " shards at " << listener->address() << " for "
                   << layout.num_trainers() << " trainers, staleness " << owner.staleness();
+  server.Serve();
+  DLRM_LOG(kInfo) << "server " << layout.index << ": every trainer is done; "
+                  << server.lookups_served() << " lookups served, " << server.messages_dropped()
+                  << " bad or forged messages dropped";
+}
+
+}  // namespace
+
+void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& env,
+                        const config::DlrmConfig& config, const std::string& restore_dir) {
+  if (env.role != cluster::ROLE_SERVER)
+    ThrowInvalid("RunEmbeddingServer with DLRM_ROLE=", cluster::RoleName(env.role));
+  const std::string name = "server rank " + std::to_string(env.rank);
+  // Its abort signal is raised when the job cannot go on (a peer died): Serve's waits end.
+  const cluster::MemberTransport member = cluster::MakeMemberTransport(env);
+  net::Endpoint listener(context, net::Endpoint::kListen, env.PeerBindEndpoint(), member.options,
+                         name);
+  cluster::CoordinatorClient coordinator(context, env, member);
+  const cluster::Roster roster =
+      coordinator.Rendezvous(listener.address(), cluster::JobConfigOf(config));
+  const cluster::JobLayout layout = cluster::LayoutFromRoster(roster, env.rank, config);
+
   try {
-    server.Serve();
+    ServeShards(env, config, layout, restore_dir, &listener);
   } catch (const Error& e) {
     coordinator.LeaveFailed(e.what());  // every other peer learns why at once
     throw;
   }
-  DLRM_LOG(kInfo) << "server " << layout.index << ": every trainer is done; "
-                  << server.lookups_served() << " lookups served, " << server.messages_dropped()
-                  << " bad or forged messages dropped";
   coordinator.Leave();
 }
 

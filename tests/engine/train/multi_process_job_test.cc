@@ -31,6 +31,7 @@
 #include "engine/ps/server_role.h"
 #include "engine/ps/shard_store_file.h"
 #include "engine/shard/planner.h"
+#include "engine/train/memory_budget.h"
 #include "engine/train/trainer_role.h"
 #include "tests/support/dist_checks.h"
 #include "tests/support/dist_config.h"
@@ -264,6 +265,36 @@ TEST(ClusterNccl, RefusedNamingTheDeviceOrTheMissingBackends) {
                                             "without device backends"),
               std::string::npos)
         << result.trainer_errors[r];
+}
+
+// An embedding server whose shards exceed the memory limit leaves the job naming their
+// bytes before it allocates them, while the trainers' own parts fit the same limit; the
+// reason reaches every peer.
+TEST(ClusterMemory, AServerBeyondTheMemoryLimitIsRefusedNamingItsShards) {
+  config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "adagrad", kServers);
+  c.mutable_model()->mutable_tables(0)->set_num_rows(1000000);
+  const shard::ShardingPlan plan = shard::PlanSharding(c, kServers);
+  int32_t largest = 0;
+  for (int32_t s = 1; s < kServers; ++s)
+    if (plan.servers(s).memory_bytes() > plan.servers(largest).memory_bytes()) largest = s;
+  const int64_t trainer = plan.trainer_memory_bytes() + train::DenseBytes(c);
+  ASSERT_LT(trainer, plan.servers(largest).memory_bytes());
+  c.set_memory_limit_bytes(trainer);
+  const JobResult result = RunJob(
+      c, "", [](train::TrainerRole&) {}, 2000);
+  const std::string& error = result.server_errors[static_cast<size_t>(largest)];
+  EXPECT_NE(error.find("server " + std::to_string(largest) + " needs " +
+                       std::to_string(plan.servers(largest).memory_bytes()) +
+                       " bytes for its embedding shards"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("but memory_limit_bytes is " + std::to_string(trainer) + " bytes"),
+            std::string::npos)
+      << error;
+  // The trainers learn why (the server left through the coordinator), not only that.
+  for (const std::string& e : result.trainer_errors)
+    EXPECT_NE(e.find(" bytes for its embedding shards"), std::string::npos) << e;
 }
 
 INSTANTIATE_TEST_SUITE_P(
