@@ -61,6 +61,7 @@ class CudaBackend final : public train::Backend {
   ~CudaBackend() override {
     cudaSetDevice(ordinal_);  // this thread may have another device selected
     cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(sort_stream_);  // before the sort's scratch is freed
     for (StepGraph& g : graphs_) g.Reset();
     staging_.reset();
     tables_.reset();
@@ -93,14 +94,15 @@ class CudaBackend final : public train::Backend {
   // Captures the step of `in` into `graph`; false (logged) if the capture failed, which
   // enqueued nothing.
   bool TryCapture(StepGraph& graph, const StepGraph::Key& key, const DeviceBatch& in);
-  // Enqueues the whole step on stream_: no allocation of a known shape, no synchronization.
+  // Enqueues the whole step on stream_ (the embedding backward's sort on sort_stream_,
+  // forked and joined by events): no allocation of a known shape, no synchronization.
   void EnqueueStep(const DeviceBatch& in);
   void Prefetch(const train::StepLookahead& ahead);
 
-  // The embedding backward's sort of `args`' ids on sort_stream_, from the step's start
-  // (step_start_), beside the forward and backward; stream_ waits for it before the
-  // updates. Checks and allocates everything first.
-  void SortBesideTheStep(const EmbeddingBackwardArgs& args);
+  // The embedding backward's sort of `args`' ids on sort_stream_ from the step's start
+  // (step_start_), beside the network, ending in sorted_, which ApplyUpdates joins. Checks
+  // and allocates everything first; a failure after the fork joins before it throws.
+  void StartSort(const EmbeddingBackwardArgs& args);
   void CheckStepFinite();
   void ApplyUpdates(const EmbeddingBackwardArgs* sparse);
   EmbeddingBackwardArgs SparseArgs(const DeviceBatch& in) const;
@@ -110,7 +112,7 @@ class CudaBackend final : public train::Backend {
   const int ordinal_;
   const DeviceInfo device_;
   const Stream stream_;
-  // A step forks here for the embedding backward's sort (SortBesideTheStep) and joins back.
+  // A step forks here for the embedding backward's sort (StartSort) and joins back.
   const Stream sort_stream_{"cudaStreamCreate (sort)"};
   const Event step_start_{"cudaEventCreate (step start)"};
   const Event sorted_{"cudaEventCreate (sorted)"};
@@ -235,7 +237,7 @@ void CudaBackend::EnqueueStep(const DeviceBatch& in) {
   // waiting only for the step's start: on the device the sort runs beside the network.
   const bool sparse = !s_.model.tables().empty() && in.shape.num_ids > 0;
   const EmbeddingBackwardArgs sparse_args = SparseArgs(in);
-  if (sparse) SortBesideTheStep(sparse_args);
+  if (sparse) StartSort(sparse_args);
   ApplyUpdates(sparse ? &sparse_args : nullptr);
   StepResults* r = results_.get();
   CheckCuda(cudaMemcpyAsync(&r->loss_sum, buf_.grads.loss_sum.get(), sizeof(double),
@@ -298,30 +300,37 @@ EmbeddingBackwardArgs CudaBackend::SparseArgs(const DeviceBatch& in) const {
                              buf_.non_finite.get());
 }
 
-void CudaBackend::SortBesideTheStep(const EmbeddingBackwardArgs& args) {
+void CudaBackend::StartSort(const EmbeddingBackwardArgs& args) {
   embedding_backward_.Prepare(args);  // every check and allocation, before the fork
   CheckCuda(cudaStreamWaitEvent(sort_stream_, step_start_, 0), "cudaStreamWaitEvent (sort)");
   try {
     embedding_backward_.Sort(args, sort_stream_);
+    CheckCuda(cudaEventRecord(sorted_, sort_stream_), "cudaEventRecord (sorted)");
   } catch (...) {
     // Joined all the same, so that a capture in progress can end (and be abandoned).
     cudaEventRecord(sorted_, sort_stream_);
     cudaStreamWaitEvent(stream_, sorted_, 0);
     throw;
   }
-  CheckCuda(cudaEventRecord(sorted_, sort_stream_), "cudaEventRecord (sorted)");
-  CheckCuda(cudaStreamWaitEvent(stream_, sorted_, 0), "cudaStreamWaitEvent (sorted)");
 }
 
 // Both updates (the embedding tables' when `sparse` names the sorted batch), skipped on
 // the device when CheckStepFinite counted anything. Everything that can throw (checks,
-// allocation) was done before the first update.
+// allocation) was done before the first update. The dense update does not need the sort:
+// it is enqueued before the join.
 void CudaBackend::ApplyUpdates(const EmbeddingBackwardArgs* sparse) {
   StepScalars* scalars = scalars_.get();
-  LaunchDenseUpdate(config_.dense_optimizer(), params(), dense_grad_.get(), DenseStates(),
-                    static_cast<int64_t>(dense_grad_.size()), &scalars->dense,
-                    buf_.non_finite.get(), stream_);
-  if (sparse != nullptr) embedding_backward_.Update(*sparse, &scalars->sparse, stream_);
+  try {
+    LaunchDenseUpdate(config_.dense_optimizer(), params(), dense_grad_.get(), DenseStates(),
+                      static_cast<int64_t>(dense_grad_.size()), &scalars->dense,
+                      buf_.non_finite.get(), stream_);
+  } catch (...) {
+    if (sparse != nullptr) cudaStreamWaitEvent(stream_, sorted_, 0);  // the fork joined
+    throw;
+  }
+  if (sparse == nullptr) return;
+  CheckCuda(cudaStreamWaitEvent(stream_, sorted_, 0), "cudaStreamWaitEvent (sorted)");
+  embedding_backward_.Update(*sparse, &scalars->sparse, stream_);
 }
 
 }  // namespace

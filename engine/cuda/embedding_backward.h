@@ -22,7 +22,9 @@
 //
 // Memory: every pointer in the arguments is device memory borrowed for the call; the
 // scratch (keys, sort buffers, CUB's temporary storage) is the object's, grown as needed.
-// Thread safety: one object is used on one stream at a time.
+// Thread safety: one object is used by one thread at a time. Run uses one stream; Sort and
+// Update may use two, the caller ordering Update after its Sort (an event) and the next
+// Sort after that Update.
 // Errors: kInvalidArgument for bad sizes, naming them; kInternal for CUDA failures.
 // A table wider than MaxDim or longer than kMaxDeviceRows is the caller's to refuse up front.
 #pragma once
