@@ -13,6 +13,9 @@
 #   gpu-bundle/cuda_pooled_bench [FLAGS]
 #                                   the pooled forward against a device-to-device copy
 #                                   (multihot's shape, uniform ids; bench/cuda/)
+#   gpu-bundle/cuda_linear_bench [FLAGS]
+#                                   multihot's top MLP, its input 415 wide and padded to
+#                                   416, at each matmul precision (bench/cuda/)
 #   gpu-bundle/bench.sh small [FLAGS]
 #                                   `dlrm bench --device cuda` on configs/small.pbtxt, then
 #                                   the PyTorch reference on the same GPU (bench/README.md)
@@ -37,10 +40,10 @@ dlrm_configure_tests "$BUILD" -DDLRM_CUDA=ON -DDLRM_BUILD_BINDINGS=OFF -DDLRM_BU
 tests=()
 for src in tests/engine/cuda/*_test.cc; do tests+=("$(basename "$src" .cc)"); done
 cmake --build "$BUILD" -j "${DLRM_JOBS:-$(nproc)}" --target "${tests[@]}" dlrm_cli \
-  cuda_pooled_bench
+  cuda_pooled_bench cuda_linear_bench
 
 rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/lib"
-for bin in "${tests[@]/#/tests/}" dlrm bench/cuda_pooled_bench; do
+for bin in "${tests[@]/#/tests/}" dlrm bench/cuda_pooled_bench bench/cuda_linear_bench; do
   cp "$BUILD/$bin" "$BUNDLE/"
   # Libraries by path, leaving out the C library's own and the driver (the device has both).
   ldd "$BUILD/$bin" | awk '$3 ~ /^\// {print $3}' |
@@ -104,6 +107,7 @@ timeout 200 "$here/run.sh" > "$out/tests.log" 2>&1
 echo "suites: exit $? ($(grep -c '^\[  PASSED' "$out/tests.log") of $(ls "$here"/*_test | wc -l) passed)"
 grep -E 'FAILED|Failure' "$out/tests.log" | head -20
 (source "$here/env.sh" && timeout 60 "$here/cuda_pooled_bench") 2>&1 | tee "$out/forward.log" | tail -3
+(source "$here/env.sh" && timeout 60 "$here/cuda_linear_bench") 2>&1 | tee "$out/linear.log"
 # report LABEL OURS_LOG TORCH_LOG: our train samples/s (synchronous steps, then the
 # asynchronous path that copies the next batch in during a step), PyTorch's, the ratios.
 report() {

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench/cuda/device_timing.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "engine/cuda/device.h"
@@ -37,48 +38,15 @@ DEFINE_int64(copy_mib, 2048, "size of the device-to-device copy, MiB");
 namespace dlrm::cuda {
 namespace {
 
-// The median of `reps` timings (ms) of fn(i), each between two events on the default stream.
-template <typename Fn>
-double MedianMs(int reps, Fn fn) {
-  cudaEvent_t begin = nullptr, end = nullptr;
-  CheckCuda(cudaEventCreate(&begin), "cudaEventCreate");
-  CheckCuda(cudaEventCreate(&end), "cudaEventCreate");
-  for (int i = 0; i < 3; ++i) fn(i);  // warm-up
-  std::vector<float> ms(static_cast<size_t>(reps));
-  for (int i = 0; i < reps; ++i) {
-    CheckCuda(cudaEventRecord(begin, nullptr), "cudaEventRecord");
-    fn(i);
-    CheckCuda(cudaEventRecord(end, nullptr), "cudaEventRecord");
-    CheckCuda(cudaEventSynchronize(end), "cudaEventSynchronize");
-    CheckCuda(cudaEventElapsedTime(&ms[static_cast<size_t>(i)], begin, end), "elapsed");
-  }
-  cudaEventDestroy(begin);
-  cudaEventDestroy(end);
-  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
-  return ms[static_cast<size_t>(reps / 2)];
-}
-
 // GB/s of a device-to-device copy, bytes read plus written.
 double CopyBandwidth(size_t bytes) {
   DeviceBuffer<uint8_t> from(bytes), to(bytes);
   CheckCuda(cudaMemset(from.get(), 0x5a, bytes), "cudaMemset");
-  const double ms = MedianMs(FLAGS_reps, [&](int) {
+  const double ms = MedianMs(FLAGS_reps, nullptr, [&](int) {
     CheckCuda(cudaMemcpyAsync(to.get(), from.get(), bytes, cudaMemcpyDeviceToDevice, nullptr),
               "cudaMemcpyAsync");
   });
   return 2.0 * static_cast<double>(bytes) / (ms * 1e6);
-}
-
-// Fills `table` with values uniform in (-1, 1): a random block copied over it.
-void FillRandom(DeviceBuffer<float>& table, size_t count) {
-  const CounterRng rng(7, 0, 0);
-  std::vector<float> block(std::min<size_t>(count, size_t{1} << 24));
-  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<float>(2 * rng.Uniform(i) - 1);
-  for (size_t at = 0; at < count; at += block.size()) {
-    const size_t n = std::min(block.size(), count - at);
-    CheckCuda(cudaMemcpy(table.get() + at, block.data(), n * sizeof(float), cudaMemcpyHostToDevice),
-              "cudaMemcpy (table)");
-  }
 }
 
 // One batch's ids, uniform over each feature's table, feature-major.
@@ -96,7 +64,7 @@ int Run() {
   const double copy = CopyBandwidth(static_cast<size_t>(FLAGS_copy_mib) << 20);
   const int64_t table_floats = FLAGS_rows * FLAGS_dim;
   DeviceBuffer<float> tables(static_cast<size_t>(table_floats) * FLAGS_tables);
-  FillRandom(tables, tables.size());
+  FillRandom(tables.get(), tables.size());
   std::vector<FeatureSpec> specs;
   for (int f = 0; f < FLAGS_tables; ++f)
     specs.push_back({tables.get() + f * table_floats, FLAGS_dim, f * FLAGS_dim, 0});
@@ -119,7 +87,7 @@ int Run() {
   args.offsets = d_offsets.get();
   args.out = out.get();
   args.out_width = FLAGS_tables * FLAGS_dim;
-  const double ms = MedianMs(FLAGS_reps, [&](int i) {
+  const double ms = MedianMs(FLAGS_reps, nullptr, [&](int i) {
     args.ids = id_sets[static_cast<size_t>(i % FLAGS_id_sets)].get();
     LaunchPooledForward(args, nullptr);
   });
