@@ -32,6 +32,7 @@ DEFINE_string(save, "", "write a checkpoint here after training");
 DEFINE_string(checkpoint, "", "checkpoint to evaluate, for eval");
 DEFINE_double(log_every_seconds, 5.0, "seconds between progress lines");
 DEFINE_bool(skip_malformed, false, "skip and count malformed TSV lines instead of failing");
+DECLARE_string(device);
 
 namespace dlrm::tools {
 namespace {
@@ -149,6 +150,7 @@ int TrainCommand() {
   if (FLAGS_batch_size <= 0) ThrowInvalid("--batch_size must be > 0");
   config::DlrmConfig config = LoadConfigFile(FLAGS_config);
   if (FLAGS_threads >= 0) config.set_num_threads(FLAGS_threads);
+  if (!FLAGS_device.empty()) SetDeviceByName(FLAGS_device, "--device", config.mutable_device());
   Engine engine(config);
   const int64_t lines = CountLines(FLAGS_train);
   const int64_t total_steps = FLAGS_epochs * ((lines + FLAGS_batch_size - 1) / FLAGS_batch_size);
@@ -169,7 +171,7 @@ int TrainCommand() {
 int EvalCommand() {
   if (FLAGS_checkpoint.empty() || FLAGS_test.empty())
     ThrowInvalid("eval needs --checkpoint and --test");
-  const std::unique_ptr<Engine> engine = Engine::FromCheckpoint(FLAGS_checkpoint);
+  const std::unique_ptr<Engine> engine = Engine::FromCheckpoint(FLAGS_checkpoint, FLAGS_device);
   ReportEval(FLAGS_test, EvaluateFile(*engine, FLAGS_test));
   return 0;
 }

@@ -126,6 +126,23 @@ grep -q "training diverged at step [0-9]*: the loss or a gradient is not finite"
 if grep -qi "cancel" "$DIR/diverge.err"; then fail "a cancelled step was reported"; fi
 [ ! -e "$DIR/diverged.ckpt" ] || fail "a diverged run saved a checkpoint"
 
+# --device applies to one-process train and eval too (it was ignored there): no machine
+# has CUDA device 1023, so both fail naming CUDA instead of running on the CPU; a name
+# that is no device is refused naming it.
+for cmd in "train --config=$CONFIG --train=$DIR/train.tsv" \
+  "eval --checkpoint=$DIR/model.ckpt --test=$DIR/test.tsv"; do
+  # shellcheck disable=SC2086 # the command's words
+  if "$DLRM" $cmd --device=cuda:1023 > /dev/null 2> "$DIR/device.err"; then
+    fail "$cmd ran with --device=cuda:1023"
+  fi
+  grep -q "CUDA" "$DIR/device.err" || { cat "$DIR/device.err"; fail "$cmd: no CUDA cause"; }
+  if "$DLRM" $cmd --device=tpu > /dev/null 2> "$DIR/device.err"; then
+    fail "$cmd ran with --device=tpu"
+  fi
+  grep -q "device must be cpu, cuda or cuda:N, got 'tpu'" "$DIR/device.err" ||
+    { cat "$DIR/device.err"; fail "$cmd: --device=tpu not named"; }
+done
+
 # Unknown command and missing flags are usage errors, not crashes.
 if "$DLRM" nonsense 2> /dev/null; then fail "unknown command accepted"; fi
 if "$DLRM" train 2> /dev/null; then fail "train without flags accepted"; fi
