@@ -1,15 +1,19 @@
-// What the CUDA benchmarks share: a median of launches timed with device events, and
-// device arrays filled with random values. Benchmark code: errors are CheckCuda's Error.
+// What the CUDA benchmarks share: a median of launches timed with device events, device
+// arrays filled with random values, and their main. Benchmark code: errors are
+// CheckCuda's Error, which RunBench prints.
 #pragma once
 
 #include <cuda_runtime.h>
+#include <gflags/gflags.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 #include "engine/core/philox.h"
+#include "engine/core/status.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_buffer.h"
 
@@ -43,6 +47,19 @@ inline void FillRandom(float* array, size_t count, uint64_t salt = 7) {
     const size_t n = std::min(block.size(), count - at);
     CheckCuda(cudaMemcpy(array + at, block.data(), n * sizeof(float), cudaMemcpyHostToDevice),
               "cudaMemcpy (random values)");
+  }
+}
+
+// A benchmark's main: parses the flags, returns run()'s exit status, or prints
+// "<name>: <error>" and returns 1 when it throws.
+template <typename Run>
+int RunBench(const char* name, int argc, char** argv, Run run) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  try {
+    return run();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 1;
   }
 }
 

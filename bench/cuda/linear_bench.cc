@@ -16,9 +16,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <utility>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/cuda/device_timing.h"
@@ -131,11 +131,5 @@ int Run() {
 }  // namespace dlrm::cuda
 
 int main(int argc, char** argv) {
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
-  try {
-    return dlrm::cuda::Run();
-  } catch (const dlrm::Error& e) {
-    std::fprintf(stderr, "cuda_linear_bench: %s\n", e.what());
-    return 1;
-  }
+  return dlrm::cuda::RunBench("cuda_linear_bench", argc, argv, dlrm::cuda::Run);
 }

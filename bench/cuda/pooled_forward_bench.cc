@@ -108,11 +108,5 @@ int Run() {
 }  // namespace dlrm::cuda
 
 int main(int argc, char** argv) {
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
-  try {
-    return dlrm::cuda::Run();
-  } catch (const dlrm::Error& e) {
-    std::fprintf(stderr, "cuda_pooled_bench: %s\n", e.what());
-    return 1;
-  }
+  return dlrm::cuda::RunBench("cuda_pooled_bench", argc, argv, dlrm::cuda::Run);
 }
