@@ -753,16 +753,21 @@ ServingForm ServingFormOf(const config::TableConfig& tc, config::TableConfig::Pr
   return half ? ServingForm::kNarrowed : ServingForm::kFloats;
 }
 
+// Whether ServingFloats copies a table's rows into floats (an SSD table's are read whole,
+// 16-bit rows widened) rather than lending the model's own.
+bool ServingRowsCopied(const config::TableConfig& tc) {
+  return tc.has_ssd() || IsHalf(tc.precision());
+}
+
 // What Export stages in memory for such a table beside the model, in bytes: its rows as
-// floats where ServingFloats copies them (an SSD table's, 16-bit rows), then its codes
-// when quantized or its 16-bit rows narrowed back.
+// floats where ServingFloats copies them, then its codes when quantized or its 16-bit rows
+// narrowed back.
 int64_t ServingStagingBytes(const config::TableConfig& tc,
                             config::TableConfig::Precision precision) {
   const ServingForm form = ServingFormOf(tc, precision);
   if (form == ServingForm::kAsIs) return 0;
   const int64_t values = tc.num_rows() * tc.dim();
-  const bool copied = tc.has_ssd() || IsHalf(tc.precision());
-  const int64_t floats = copied ? values * static_cast<int64_t>(sizeof(float)) : 0;
+  const int64_t floats = ServingRowsCopied(tc) ? values * static_cast<int64_t>(sizeof(float)) : 0;
   if (form == ServingForm::kQuantized)
     return floats + tc.num_rows() * StoredRowBytes(precision, tc.dim());
   return floats +
@@ -819,7 +824,7 @@ void Engine::CheckExportFitsMemory(const config::DlrmConfig& serving) const {
 const float* Engine::ServingFloats(int32_t t, ServingTables* owned) const {
   const EmbeddingTable<float>& table = state_->model.tables()[static_cast<size_t>(t)];
   const config::TableConfig& tc = config_.model().tables(t);
-  if (!tc.has_ssd() && !table.half()) return table.data().data();
+  if (!ServingRowsCopied(tc)) return table.data().data();
   std::vector<float>& rows =
       owned->rows.emplace_back(static_cast<size_t>(tc.num_rows() * tc.dim()));
   if (tc.has_ssd())
