@@ -440,14 +440,15 @@ void EmbeddingBackward::SortAndSegment(int64_t n, int end_bit, cudaStream_t stre
 
 void EmbeddingBackward::Run(const EmbeddingBackwardArgs& args, const SparseStepArgs* step_args,
                             cudaStream_t stream) {
+  Prepare(args);
   Sort(args, stream);
   Update(args, step_args, stream);
 }
 
 void EmbeddingBackward::Sort(const EmbeddingBackwardArgs& args, cudaStream_t stream) {
-  Prepare(args);  // nothing left to do when the caller prepared these sizes
   const int64_t n = args.num_ids;
   if (n == 0) return;
+  DLRM_INTERNAL_CHECK(keys_.size() >= static_cast<size_t>(n));  // Prepare()d
   const int64_t bags = args.num_features * args.batch_size;
   KeyOccurrences<<<GridBlocks(bags, kThreads), kThreads, 0, stream>>>(
       args, keys_.get(), positions_.get(), bases_.get(), coefs_.get());

@@ -107,13 +107,13 @@ class EmbeddingBackward {
   // anything that changes state. Allocates only when num_ids grows.
   void Prepare(const EmbeddingBackwardArgs& args);
   // Applies the optimizer step at `step_args` (device memory: MakeSparseStepArgs' result)
-  // to every row the batch touched: Sort, then Update, on one stream.
+  // to every row the batch touched: Prepare, Sort, then Update, on one stream.
   void Run(const EmbeddingBackwardArgs& args, const SparseStepArgs* step_args, cudaStream_t stream);
-  // Run's first half: prepares `args` (a no-op for prepared sizes, so that a step of an
-  // earlier shape can be captured into a CUDA graph), keys every occurrence by (table, id),
-  // sorts the keys and segments them into touched rows. It reads the batch's offsets, ids
-  // and weights, never d_pooled or a table: a step may run it on a second stream beside
-  // its forward and backward.
+  // Run's first half, for `args` the caller has Prepare()d (so it throws nothing but a
+  // launch failure, and enqueues only, as a CUDA graph's capture needs): keys every
+  // occurrence by (table, id), sorts the keys and segments them into touched rows. It
+  // reads the batch's offsets, ids and weights, never d_pooled or a table: a step may run
+  // it on a second stream beside its forward and backward.
   void Sort(const EmbeddingBackwardArgs& args, cudaStream_t stream);
   // Run's second half: the update of every row the last Sort segmented, for the same
   // batch (`args` as Sort's, d_pooled now computed), on a stream ordered after that Sort.

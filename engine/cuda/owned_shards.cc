@@ -146,7 +146,8 @@ void CudaOwnedShards::ApplyPooledUpdate(const float* d_pooled, float lr, int64_t
       tables_->SparseArgs(*staged_, d_pooled_.get(), store_.pooled_width(), nullptr);
   backward_.Prepare(args);
   host_stale_ = true;  // from here the device may change its copy
-  backward_.Run(args, step_args_.get(), stream_);
+  backward_.Sort(args, stream_);
+  backward_.Update(args, step_args_.get(), stream_);
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
