@@ -802,8 +802,6 @@ void Engine::AddServingTable(int32_t t, config::TableConfig::Precision precision
 }
 
 void Engine::CheckExportFitsMemory(const config::DlrmConfig& serving) const {
-  std::string source;
-  const int64_t limit = MemoryLimitBytes(config_, &source);
   int64_t staging = 0, largest = 0;
   int largest_table = 0;
   for (int t = 0; t < config_.model().tables_size(); ++t) {
@@ -812,13 +810,14 @@ void Engine::CheckExportFitsMemory(const config::DlrmConfig& serving) const {
     staging += bytes;
     if (bytes > largest) largest = bytes, largest_table = t;
   }
+  if (staging == 0) return;
   const int64_t model = train::ModelMemoryBytes(config_);
-  if (limit == 0 || staging == 0 || staging <= limit - std::min(model, limit)) return;
-  Throw(StatusCode::kResourceExhausted, "export needs ", staging,
-        " bytes of rows staged beside the model's ", model, " (the most for table \"",
-        config_.model().tables(largest_table).name(), "\", ", largest,
-        " bytes: an SSD table is read whole, 16-bit rows are widened to be quantized), but ",
-        source, " is ", limit, " bytes");
+  CheckFitsMemory(config_, "export", staging,
+                  StrCat(" of rows staged beside the model's ", model, " (the most for table \"",
+                         config_.model().tables(largest_table).name(), "\", ", largest,
+                         " bytes: an SSD table is read whole, 16-bit rows are widened to be "
+                         "quantized)"),
+                  model);
 }
 
 const float* Engine::ServingFloats(int32_t t, ServingTables* owned) const {

@@ -478,4 +478,13 @@ int64_t MemoryLimitBytes(const config::DlrmConfig& config, std::string* source) 
   return limit != 0 ? limit : MachineMemoryBytes(source);
 }
 
+void CheckFitsMemory(const config::DlrmConfig& config, const std::string& who, int64_t bytes,
+                     const std::string& parts, int64_t reserved, const std::string& advice) {
+  std::string source;
+  const int64_t limit = MemoryLimitBytes(config, &source);
+  if (limit == 0 || bytes <= limit - std::min(reserved, limit)) return;
+  Throw(StatusCode::kResourceExhausted, who, " needs ", bytes, " bytes", parts, ", but ", source,
+        " is ", limit, " bytes", advice);
+}
+
 }  // namespace dlrm

@@ -65,6 +65,12 @@ void RequireFixedTables(const config::ModelConfig& model, const char* who);
 // nothing is known. *source names which ("memory_limit_bytes", "physical memory",
 // "cgroup memory.max").
 int64_t MemoryLimitBytes(const config::DlrmConfig& config, std::string* source);
+// The memory checks' one rule and message: kResourceExhausted "<who> needs <bytes>
+// bytes<parts>, but <source> is <limit> bytes<advice>" when `bytes` exceed that limit less
+// `reserved` (what something else already holds there); nothing when no limit is known.
+void CheckFitsMemory(const config::DlrmConfig& config, const std::string& who, int64_t bytes,
+                     const std::string& parts, int64_t reserved = 0,
+                     const std::string& advice = "");
 
 // TableConfig.precision's kinds: row-wise quantized codes (INT8, INT4, read-only serving
 // rows) and 16-bit floats (BF16, FP16, trainable).

@@ -23,14 +23,10 @@ namespace dlrm::ps {
 void CheckServerFitsMemory(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
                            int32_t server) {
   DLRM_INTERNAL_CHECK(server >= 0 && server < plan.servers_size());
-  std::string source;
-  const int64_t limit = MemoryLimitBytes(config, &source);
-  const int64_t shards = plan.servers(server).memory_bytes();
-  if (limit == 0 || shards <= limit) return;
-  Throw(StatusCode::kResourceExhausted, "server ", server, " needs ", shards,
-        " bytes for its embedding shards (weights and sparse optimizer state, as the plan "
-        "prices them), but ",
-        source, " is ", limit, " bytes: run more servers or give each more memory");
+  CheckFitsMemory(config, StrCat("server ", server), plan.servers(server).memory_bytes(),
+                  " for its embedding shards (weights and sparse optimizer state, as the plan "
+                  "prices them)",
+                  0, ": run more servers or give each more memory");
 }
 
 namespace {

@@ -74,35 +74,29 @@ int64_t ModelMemoryBytes(const config::DlrmConfig& config) {
 }
 
 void CheckModelFitsMemory(const config::DlrmConfig& config) {
-  std::string source;
-  const int64_t limit = MemoryLimitBytes(config, &source);
-  if (limit == 0) return;  // nothing known to hold it to
   const TablesBytes tables = AllTablesBytes(config);
-  const int64_t dense = DenseBytes(config), total = SaturatingAdd(tables.total, dense);
-  if (total <= limit) return;
-  Throw(StatusCode::kResourceExhausted, "the model needs ", total, " bytes: the embedding tables ",
-        tables.total,
-        " (weights, optimizer state, id indexes and SSD tables' caches; the largest, table \"",
-        config.model().tables(tables.largest_table).name(), "\", ", tables.largest,
-        " bytes) and the dense parameters ", dense,
-        " (with their gradient and optimizer state), but ", source, " is ", limit, " bytes");
+  const int64_t dense = DenseBytes(config);
+  CheckFitsMemory(
+      config, "the model", SaturatingAdd(tables.total, dense),
+      StrCat(": the embedding tables ", tables.total,
+             " (weights, optimizer state, id indexes and SSD tables' caches; the largest, "
+             "table \"",
+             config.model().tables(tables.largest_table).name(), "\", ", tables.largest,
+             " bytes) and the dense parameters ", dense,
+             " (with their gradient and optimizer state)"));
 }
 
 void CheckTrainerFitsMemory(const config::DlrmConfig& config, const shard::ShardingPlan& plan,
                             int32_t rank, bool owns_shards) {
-  std::string source;
-  const int64_t limit = MemoryLimitBytes(config, &source);
-  if (limit == 0) return;
   const int64_t shards =
       owns_shards && rank < plan.servers_size() ? plan.servers(rank).memory_bytes() : 0;
   const int64_t dense = DenseBytes(config);
-  const int64_t total = SaturatingAdd(SaturatingAdd(shards, plan.trainer_memory_bytes()), dense);
-  if (total <= limit) return;
-  Throw(StatusCode::kResourceExhausted, "trainer ", rank, " needs ", total,
-        " bytes: its embedding shards ", shards,
-        ", the tables every trainer holds (DATA_PARALLEL) ", plan.trainer_memory_bytes(),
-        " and the dense parameters ", dense, " (with their gradient and optimizer state), but ",
-        source, " is ", limit, " bytes");
+  CheckFitsMemory(
+      config, StrCat("trainer ", rank),
+      SaturatingAdd(SaturatingAdd(shards, plan.trainer_memory_bytes()), dense),
+      StrCat(": its embedding shards ", shards, ", the tables every trainer holds (DATA_PARALLEL) ",
+             plan.trainer_memory_bytes(), " and the dense parameters ", dense,
+             " (with their gradient and optimizer state)"));
 }
 
 }  // namespace dlrm::train
