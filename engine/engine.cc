@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <atomic>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "engine/core/status.h"
 #include "engine/dense/loss.h"
 #include "engine/device_backends.h"
+#include "engine/embedding/quantized_bits.h"
 #include "engine/embedding/quantized_row.h"
 #include "engine/embedding/sparse_optimizer.h"
 #include "engine/model/dlrm_model.h"
@@ -839,9 +841,19 @@ void Engine::AddQuantizedServingRows(int32_t t, config::TableConfig::Precision p
   const config::TableConfig& tc = config_.model().tables(t);
   const int64_t row_bytes = StoredRowBytes(precision, tc.dim());
   uint8_t* codes = owned->codes.emplace_back(static_cast<size_t>(tc.num_rows() * row_bytes)).data();
+  std::atomic<int64_t> beyond{tc.num_rows()};  // the first row out of the codes' range
   ParallelFor(pool_.get(), tc.num_rows(), [&](int64_t r) {
-    QuantizeRow(values + r * tc.dim(), tc.dim(), precision, codes + r * row_bytes);
+    const float* row = values + r * tc.dim();
+    if (QuantizedRangeHolds(row, tc.dim()))
+      return QuantizeRow(row, tc.dim(), precision, codes + r * row_bytes);
+    for (int64_t seen = beyond.load(); r < seen && !beyond.compare_exchange_weak(seen, r);) {
+    }
   });
+  if (beyond.load() < tc.num_rows())
+    Throw(StatusCode::kFailedPrecondition, "export: table \"", tc.name(), "\" row ", beyond.load(),
+          " has a value beyond +-", quantized_bits::kMaxMagnitude, ", which ",
+          PrecisionName(precision),
+          " rows' fp16 scale and bias cannot hold; export it unquantized");
   checkpoint::AddQuantizedEmbedding(tc.name(), tc.num_rows(), tc.dim(), precision, codes, writer);
 }
 

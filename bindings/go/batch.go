@@ -90,7 +90,7 @@ type ExportPrecision int32
 // Export precisions; the values are those of the C ABI.
 const (
 	ExportFP32 ExportPrecision = 0 // every table as it is
-	ExportINT8 ExportPrecision = 1 // FP32 tables row-wise INT8: a byte per value, fp32 scale, bias
+	ExportINT8 ExportPrecision = 1 // FP32 tables row-wise INT8: a byte per value, fp16 scale, bias
 	ExportINT4 ExportPrecision = 2 // FP32 tables row-wise INT4: half a byte per value
 	// The dense parameters (MLPs, cross network) rounded to nearest bf16 / fp16: half their
 	// bytes; the loading engine predicts with those values. Without either they stay fp32.

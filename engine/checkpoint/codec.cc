@@ -10,6 +10,7 @@
 #include "engine/config/config.h"
 #include "engine/core/status.h"
 #include "engine/embedding/half_row.h"
+#include "engine/embedding/quantized_bits.h"
 
 namespace dlrm::checkpoint {
 
@@ -209,8 +210,28 @@ void AddQuantizedEmbedding(const std::string& key, int64_t num_rows, int32_t dim
                     static_cast<size_t>(num_rows * row_bytes));
 }
 
+namespace {
+
+// A serving file from before quantized rows carried an fp16 scale and bias (it has two
+// fp32 after the codes) is refused by name rather than as a shape mismatch.
+void RefuseFp32ScaleBias(const CheckpointReader& reader, const std::string& path,
+                         const std::string& key, const EmbeddingTable<float>& table) {
+  const std::string name = EmbeddingWeightName(key);
+  if (!reader.HasTensor(name)) return;  // ReadTensor names what is missing
+  const int64_t old_row_bytes =
+      table.row_bytes() - quantized_bits::kScaleBiasBytes + 2 * int64_t{sizeof(float)};
+  if (reader.TensorShape(name) != std::vector<int64_t>{table.num_rows(), old_row_bytes}) return;
+  Throw(StatusCode::kFailedPrecondition, "checkpoint ", path, ": table \"", key, "\" (",
+        PrecisionName(table.precision()),
+        ") has rows with an fp32 scale and bias, the layout of older exports; this build "
+        "reads fp16 ones: export the model again from its training checkpoint");
+}
+
+}  // namespace
+
 void ReadQuantizedEmbedding(const CheckpointReader& reader, const std::string& path,
                             const std::string& key, EmbeddingTable<float>* table) {
+  RefuseFp32ScaleBias(reader, path, key, *table);
   reader.ReadTensor(EmbeddingWeightName(key), TensorEntry::UINT8,
                     {table->num_rows(), table->row_bytes()}, table->codes().data());
   for (int64_t r = 0; r < table->num_rows(); ++r)

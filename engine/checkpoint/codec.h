@@ -120,7 +120,8 @@ void AddQuantizedEmbedding(const std::string& key, int64_t num_rows, int32_t dim
                            config::TableConfig::Precision precision, const uint8_t* codes,
                            CheckpointWriter* writer);
 // Reads what AddQuantizedEmbedding wrote into table->codes(); kDataLoss naming the table
-// and the row when a row's scale or bias is not finite or its scale is negative.
+// and the row when a row's scale or bias is not finite or its scale is negative;
+// kFailedPrecondition naming the table for an older export's rows (fp32 scale and bias).
 void ReadQuantizedEmbedding(const CheckpointReader& reader, const std::string& path,
                             const std::string& key, EmbeddingTable<float>* table);
 

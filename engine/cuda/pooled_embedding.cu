@@ -4,6 +4,7 @@
 #include "engine/cuda/device.h"
 #include "engine/cuda/pooled_embedding.h"
 #include "engine/embedding/half_bits.h"
+#include "engine/embedding/quantized_bits.h"
 
 namespace dlrm::cuda {
 namespace {
@@ -101,16 +102,16 @@ __device__ __forceinline__ float Code(const uint8_t* row, int32_t k, int32_t bit
 // order (the constant, sum_j w_j * bias_j, is the same for every column).
 __device__ void PoolBagQuantized(const FeatureSpec& f, const DeviceId* ids, const float* weights,
                                  int64_t begin, int64_t end, float* out, int lane) {
-  const int32_t code_bytes = f.row_bytes - 2 * static_cast<int32_t>(sizeof(float));
+  const int32_t code_bytes = f.row_bytes - static_cast<int32_t>(quantized_bits::kScaleBiasBytes);
   for (int32_t c = lane; c < f.dim; c += kWarp) {
     float acc = 0.f, constant = 0.f;
     for (int64_t i = begin; i < end; ++i) {
       const uint8_t* row = f.codes + static_cast<int64_t>(ids[i]) * f.row_bytes;
-      float scale_bias[2];  // after the codes, unaligned
-      memcpy(scale_bias, row + code_bytes, sizeof scale_bias);
+      float scale, bias;
+      quantized_bits::ReadScaleBias(row + code_bytes, &scale, &bias);
       const float w = weights != nullptr ? weights[i] : 1.f;
-      constant = __fadd_rn(constant, __fmul_rn(w, scale_bias[1]));
-      acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(w, scale_bias[0]), Code(row, c, f.quant_bits)));
+      constant = __fadd_rn(constant, __fmul_rn(w, bias));
+      acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(w, scale), Code(row, c, f.quant_bits)));
     }
     acc = __fadd_rn(acc, constant);
     if (f.mean != 0 && end > begin) acc = __fdiv_rn(acc, static_cast<float>(end - begin));

@@ -35,7 +35,7 @@ struct FeatureSpec {
   const uint16_t* halves = nullptr;  // [rows x dim] of a BF16 / FP16 table (half != 0)
   int32_t half = 0;                  // 0: FP32 rows, 1: BF16, 2: FP16 (widened exactly)
   // A quantized table's rows (quant_bits != 0): rows x row_bytes, each the codes then the
-  // row's fp32 scale and bias (StoredRowBytes).
+  // row's fp16 scale and bias (StoredRowBytes, quantized_bits.h).
   const uint8_t* codes = nullptr;
   int32_t quant_bits = 0;  // 8: INT8 codes, 4: INT4 (two a byte, low nibble first); 0: none
   int32_t row_bytes = 0;

@@ -9,6 +9,8 @@
 #include "engine/core/prefetch.h"
 #include "engine/core/status.h"
 #include "engine/embedding/column_blocks.h"
+#include "engine/embedding/half_bits.h"
+#include "engine/embedding/quantized_bits.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -17,7 +19,7 @@
 namespace dlrm {
 namespace {
 
-constexpr int64_t kScaleBiasBytes = 2 * sizeof(float);
+using quantized_bits::kScaleBiasBytes;
 // How many rows of a bag ahead of the one being added the next is prefetched.
 constexpr int64_t kPrefetchRows = 8;
 
@@ -31,9 +33,7 @@ float Levels(TablePrecision precision) {
 
 // A stored row's scale and bias: its last kScaleBiasBytes (row_bytes = StoredRowBytes).
 inline void ReadScaleBias(const uint8_t* row, int64_t row_bytes, float* scale, float* bias) {
-  const uint8_t* tail = row + row_bytes - kScaleBiasBytes;
-  std::memcpy(scale, tail, sizeof(float));
-  std::memcpy(bias, tail + sizeof(float), sizeof(float));
+  quantized_bits::ReadScaleBias(row + row_bytes - kScaleBiasBytes, scale, bias);
 }
 
 inline int Code(const uint8_t* row, int32_t k, TablePrecision precision) {
@@ -69,16 +69,26 @@ __attribute__((target("avx2"))) inline __m256 CodesAt(const uint8_t* row, int32_
   }
 }
 
+// A row's scale and bias widened by F16C (exactly, as half_bits::Fp16Widen does).
+__attribute__((target("avx2,f16c"))) inline void ReadScaleBiasF16c(const uint8_t* row,
+                                                                   int64_t row_bytes, float* scale,
+                                                                   float* bias) {
+  uint16_t bits[2];
+  std::memcpy(bits, row + row_bytes - kScaleBiasBytes, sizeof bits);
+  *scale = _cvtsh_ss(bits[0]);
+  *bias = _cvtsh_ss(bits[1]);
+}
+
 // AVX2 without FMA: a fused multiply-add would round differently from the portable loop.
 // Columns [col, col + V * 8) of an INT8 or INT4 bag, whole: acc = sum_j a_j * code_j in
 // registers and the bias term beside it, the rows in order, then acc + bias term (/ count
 // for MEAN), stored once: the portable loop's operations. Prefetches only when asked (the
 // first block).
 template <int V, int Bits>
-__attribute__((target("avx2"))) void PoolCodesBlock(const void* const* rows, int64_t row_bytes,
-                                                    int64_t count, int64_t available,
-                                                    const float* weights, bool mean, int32_t col,
-                                                    float* out, bool prefetch) {
+__attribute__((target("avx2,f16c"))) void PoolCodesBlock(const void* const* rows, int64_t row_bytes,
+                                                         int64_t count, int64_t available,
+                                                         const float* weights, bool mean,
+                                                         int32_t col, float* out, bool prefetch) {
   __m256 acc[V];
   for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
   float constant = 0;
@@ -87,7 +97,7 @@ __attribute__((target("avx2"))) void PoolCodesBlock(const void* const* rows, int
       PrefetchLines(rows[j + kPrefetchRows], static_cast<size_t>(row_bytes));
     const auto* row = static_cast<const uint8_t*>(rows[j]);
     float scale, bias;
-    ReadScaleBias(row, row_bytes, &scale, &bias);
+    ReadScaleBiasF16c(row, row_bytes, &scale, &bias);
     const float w = weights ? weights[j] : 1.0f;
     constant += w * bias;
     const __m256 a = _mm256_set1_ps(w * scale);
@@ -126,6 +136,13 @@ int64_t StoredRowBytes(TablePrecision precision, int32_t dim) {
 }
 
 template <typename T>
+bool QuantizedRangeHolds(const T* row, int32_t dim) {
+  for (int32_t k = 0; k < dim; ++k)
+    if (!(std::abs(static_cast<float>(row[k])) <= quantized_bits::kMaxMagnitude)) return false;
+  return true;
+}
+
+template <typename T>
 void QuantizeRow(const T* row, int32_t dim, TablePrecision precision, uint8_t* out) {
   DLRM_INTERNAL_CHECK(IsQuantized(precision) && dim > 0);
   float lo = static_cast<float>(row[0]), hi = lo;
@@ -133,20 +150,23 @@ void QuantizeRow(const T* row, int32_t dim, TablePrecision precision, uint8_t* o
     lo = std::min(lo, static_cast<float>(row[k]));
     hi = std::max(hi, static_cast<float>(row[k]));
   }
+  // The codes are formed against the stored (fp16) bias and scale, so that they stand for
+  // the row as it will be read; a bias rounded above the minimum clamps to code 0.
   const float levels = Levels(precision);
-  const float scale = (hi - lo) / levels;
+  const uint16_t bias_bits = half_bits::Fp16Narrow(lo, false, 0);
+  const float bias = half_bits::Fp16Widen(bias_bits);
+  const uint16_t scale_bits = half_bits::Fp16Narrow(std::max(hi - bias, 0.0f) / levels, false, 0);
+  const float scale = half_bits::Fp16Widen(scale_bits);
   std::memset(out, 0, static_cast<size_t>(CodeBytes(precision, dim)));
   for (int32_t k = 0; scale > 0 && k < dim; ++k) {
-    const float q = std::floor((static_cast<float>(row[k]) - lo) / scale + 0.5f);
+    const float q = std::floor((static_cast<float>(row[k]) - bias) / scale + 0.5f);
     const auto code = static_cast<uint8_t>(std::clamp(q, 0.0f, levels));
     if (precision == config::TableConfig::INT8)
       out[k] = code;
     else
       out[k >> 1] = static_cast<uint8_t>(out[k >> 1] | (code << ((k & 1) * 4)));
   }
-  uint8_t* tail = out + CodeBytes(precision, dim);
-  std::memcpy(tail, &scale, sizeof(float));
-  std::memcpy(tail + sizeof(float), &lo, sizeof(float));
+  quantized_bits::WriteScaleBias(scale_bits, bias_bits, out + CodeBytes(precision, dim));
 }
 
 template <typename T>
@@ -170,7 +190,7 @@ void PoolQuantizedBag(const void* const* rows, int64_t count, int64_t available,
   int32_t k0 = 0;  // columns [0, k0) pooled by the AVX2 kernel
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<T, float>)
-    if (CpuHasAvx2Fma())
+    if (CpuHasAvx2F16c())
       k0 = PoolCodesAvx2(rows, count, available, weights, mean, dim, precision, out);
 #endif
   if (k0 == dim) return;
@@ -195,6 +215,7 @@ void PoolQuantizedBag(const void* const* rows, int64_t count, int64_t available,
 }
 
 #define DLRM_QUANTIZED_ROW(T)                                                                 \
+  template bool QuantizedRangeHolds<T>(const T*, int32_t);                                    \
   template void QuantizeRow<T>(const T*, int32_t, TablePrecision, uint8_t*);                  \
   template void DequantizeRow<T>(const uint8_t*, int32_t, TablePrecision, T*);                \
   template void PoolQuantizedBag<T>(const void* const*, int64_t, int64_t, const float*, bool, \

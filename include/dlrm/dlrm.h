@@ -261,7 +261,7 @@ DLRM_API dlrm_status dlrm_engine_load(dlrm_engine* engine, const char* path);
  * OR'ed with at most one dense precision (none: the dense parameters stay fp32). */
 enum {
   DLRM_EXPORT_FP32 = 0, /* every table as it is */
-  DLRM_EXPORT_INT8 = 1, /* FP32 tables row-wise INT8: a byte per value, fp32 scale and bias */
+  DLRM_EXPORT_INT8 = 1, /* FP32 tables row-wise INT8: a byte per value, fp16 scale and bias */
   DLRM_EXPORT_INT4 = 2, /* FP32 tables row-wise INT4: half a byte per value */
   /* The dense parameters (MLPs, cross network) rounded to nearest bf16 / fp16: half their
    * bytes; the loading engine widens them exactly and predicts with those values. */

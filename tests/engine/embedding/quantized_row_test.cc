@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/embedding/embedding_table.h"
+#include "engine/embedding/half_bits.h"
 
 namespace dlrm {
 namespace {
@@ -28,12 +29,20 @@ std::vector<float> RandomRow(int32_t dim, uint32_t seed) {
   return row;
 }
 
-TEST(QuantizedRow, RowBytesAreCodesThenScaleAndBias) {
+// A stored row's scale and bias, widened from their fp16 bits after the codes.
+void ScaleAndBias(const uint8_t* row, int64_t row_bytes, float* scale, float* bias) {
+  uint16_t bits[2];
+  std::memcpy(bits, row + row_bytes - 4, sizeof bits);
+  *scale = half_bits::Fp16Widen(bits[0]);
+  *bias = half_bits::Fp16Widen(bits[1]);
+}
+
+TEST(QuantizedRow, RowBytesAreCodesThenAnFp16ScaleAndBias) {
   EXPECT_EQ(StoredRowBytes(config::TableConfig::FP32, 16), 64);
-  EXPECT_EQ(StoredRowBytes(kInt8, 16), 16 + 8);
-  EXPECT_EQ(StoredRowBytes(kInt4, 16), 8 + 8);
-  EXPECT_EQ(StoredRowBytes(kInt4, 15), 8 + 8);  // the last byte's high nibble unused
-  EXPECT_EQ(StoredRowBytes(kInt8, 128), 136);   // MLPerf's dim: 0.27 of fp32
+  EXPECT_EQ(StoredRowBytes(kInt8, 16), 16 + 4);
+  EXPECT_EQ(StoredRowBytes(kInt4, 16), 8 + 4);
+  EXPECT_EQ(StoredRowBytes(kInt4, 15), 8 + 4);  // the last byte's high nibble unused
+  EXPECT_EQ(StoredRowBytes(kInt8, 128), 132);   // MLPerf's dim: 0.26 of fp32
   EXPECT_FALSE(IsQuantized(config::TableConfig::FP32));
   EXPECT_TRUE(IsQuantized(kInt8) && IsQuantized(kInt4));
   EXPECT_STREQ(PrecisionName(kInt4), "INT4");
@@ -50,9 +59,12 @@ TEST(QuantizedRow, EveryValueComesBackWithinHalfAStep) {
       DequantizeRow(codes.data(), dim, precision, back.data());
       float lo = row[0], hi = row[0];
       for (const float v : row) lo = std::min(lo, v), hi = std::max(hi, v);
+      // Half a step of the fp16 scale (within 2^-11 of the exact one), and the fp16 bias's
+      // rounding (half an ulp of |lo|) where it rounded above the minimum.
       const float half_step = (hi - lo) / levels / 2;
+      const float bound = half_step * (1 + 0x1p-10f) + std::abs(lo) * 0x1p-11f + 1e-7f;
       for (int32_t k = 0; k < dim; ++k)
-        EXPECT_NEAR(back[k], row[k], half_step * 1.001f + 1e-7f)
+        EXPECT_NEAR(back[k], row[k], bound)
             << PrecisionName(precision) << " dim " << dim << " k " << k;
       EXPECT_TRUE(QuantizedRowIsValid(codes.data(), dim, precision));
     }
@@ -72,16 +84,37 @@ TEST(QuantizedRow, ARowWithANonFiniteOrNegativeScaleIsInvalid) {
   const std::vector<float> row = RandomRow(16, 3);
   std::vector<uint8_t> codes(static_cast<size_t>(StoredRowBytes(kInt8, 16)));
   QuantizeRow(row.data(), 16, kInt8, codes.data());
-  for (const float bad :
-       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1.0f}) {
+  EXPECT_TRUE(QuantizedRowIsValid(codes.data(), 16, kInt8));
+  // fp16 NaN, infinity, -1
+  for (const uint16_t bad : {uint16_t{0x7E00}, uint16_t{0x7C00}, uint16_t{0xBC00}}) {
     std::vector<uint8_t> damaged = codes;
     std::memcpy(damaged.data() + 16, &bad, sizeof bad);  // the scale
     EXPECT_FALSE(QuantizedRowIsValid(damaged.data(), 16, kInt8)) << bad;
   }
-  std::vector<uint8_t> damaged = codes;
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::memcpy(damaged.data() + 20, &nan, sizeof nan);  // the bias
-  EXPECT_FALSE(QuantizedRowIsValid(damaged.data(), 16, kInt8));
+  for (const uint16_t bad : {uint16_t{0x7E00}, uint16_t{0xFC00}}) {
+    std::vector<uint8_t> damaged = codes;
+    std::memcpy(damaged.data() + 18, &bad, sizeof bad);  // the bias
+    EXPECT_FALSE(QuantizedRowIsValid(damaged.data(), 16, kInt8)) << bad;
+  }
+}
+
+TEST(QuantizedRow, OnlyRowsWithinTheFp16RangeCanBeQuantized) {
+  std::vector<float> row = RandomRow(16, 4);
+  EXPECT_TRUE(QuantizedRangeHolds(row.data(), 16));
+  row[3] = 65504.0f;
+  row[9] = -65504.0f;
+  EXPECT_TRUE(QuantizedRangeHolds(row.data(), 16));
+  std::vector<uint8_t> codes(static_cast<size_t>(StoredRowBytes(kInt8, 16)));
+  QuantizeRow(row.data(), 16, kInt8, codes.data());
+  std::vector<float> back(16);
+  DequantizeRow(codes.data(), 16, kInt8, back.data());
+  EXPECT_EQ(back[9], -65504.0f);
+  EXPECT_NEAR(back[3], 65504.0f, 2 * 65504.0f / 255);
+  for (const float bad : {65520.0f, -1e6f, std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()}) {
+    row[5] = bad;
+    EXPECT_FALSE(QuantizedRangeHolds(row.data(), 16)) << bad;
+  }
 }
 
 // A table of `rows` random quantized rows, and a bag over them with repeats.
@@ -100,8 +133,7 @@ struct Fixture {
     for (size_t j = 0; j < ids.size(); ++j) {
       const uint8_t* row = table.data() + ids[j] * row_bytes;
       float scale, bias;
-      std::memcpy(&scale, row + row_bytes - 8, 4);
-      std::memcpy(&bias, row + row_bytes - 4, 4);
+      ScaleAndBias(row, row_bytes, &scale, &bias);
       const float w = weights ? weights[j] : 1.0f;
       const float a = w * scale;
       constant += w * bias;
@@ -171,13 +203,13 @@ TEST(QuantizedRow, AQuantizedTableHoldsCodesOnlyAndStartsFromItsInitializersValu
   fp32.Initialize(init, 7, 2);
   int8.Initialize(init, 7, 2);
   EXPECT_TRUE(int8.data().empty());
-  EXPECT_EQ(int8.codes().size(), size_t{40 * 24});
-  EXPECT_EQ(int8.memory_bytes(), 40 * 24);
+  EXPECT_EQ(int8.codes().size(), size_t{40 * 20});
+  EXPECT_EQ(int8.memory_bytes(), 40 * 20);
   EXPECT_EQ(fp32.memory_bytes(), 40 * 64);
-  std::vector<uint8_t> expected(24);
+  std::vector<uint8_t> expected(20);
   for (int64_t r = 0; r < 40; ++r) {
     QuantizeRow(fp32.row(r), 16, kInt8, expected.data());
-    EXPECT_EQ(0, std::memcmp(expected.data(), int8.code_row(r), 24)) << "row " << r;
+    EXPECT_EQ(0, std::memcmp(expected.data(), int8.code_row(r), 20)) << "row " << r;
   }
 }
 

@@ -22,6 +22,7 @@
 #include "engine/config/config.h"
 #include "engine/core/status.h"
 #include "engine/embedding/dynamic_rows.h"
+#include "engine/embedding/half_bits.h"
 #include "engine/embedding/half_row.h"
 #include "engine/embedding/quantized_row.h"
 #include "engine/engine.h"
@@ -263,9 +264,9 @@ TEST(ServingExport, QuantizedModelsPredictCloseToTheFp32ModelFromTheirCodes) {
       EXPECT_TRUE(IsQuantized(table.precision())) << table.name();
     EXPECT_TRUE(served->config().sparse_optimizer().has_sgd());  // no state for the rows
   }
-  // dim 4: 4 + 8 bytes a row (INT4: 2 + 8) in place of 16.
-  EXPECT_EQ(int8->GetTableStats("t1").memory_bytes, 25 * 12);
-  EXPECT_EQ(int4->GetTableStats("t1").memory_bytes, 25 * 10);
+  // dim 4: 4 + 4 bytes a row (INT4: 2 + 4) in place of 16.
+  EXPECT_EQ(int8->GetTableStats("t1").memory_bytes, 25 * 8);
+  EXPECT_EQ(int4->GetTableStats("t1").memory_bytes, 25 * 6);
   EXPECT_LT(std::filesystem::file_size(dir + "/int8.serving"),
             std::filesystem::file_size(dir + "/fp32.serving"));
 }
@@ -426,13 +427,14 @@ TEST(ServingExport, AQuantizedModelRefusesEverythingThatWritesARowAndStaysAsItWa
   EXPECT_EQ(Predictions(*Engine::FromCheckpoint(dir + "/again.serving")), before);
 }
 
-// The INT8 serving model at path with row `row` of table `key`'s scale set to `scale`.
+// The INT8 serving model at path with row `row` of table `key`'s scale set to `scale`
+// (as fp16 bits).
 void DamageScale(const std::string& path, const std::string& key, int64_t row, float scale) {
+  const uint16_t bits = half_bits::Fp16Narrow(scale, false, 0);
   RewriteTensor(path, checkpoint::EmbeddingWeightName(key),
                 [&](std::vector<char>* bytes, std::vector<int64_t>* shape) {
                   const int64_t row_bytes = (*shape)[1];  // codes, scale, bias
-                  std::memcpy(bytes->data() + row * row_bytes + row_bytes - 8, &scale,
-                              sizeof scale);
+                  std::memcpy(bytes->data() + row * row_bytes + row_bytes - 4, &bits, sizeof bits);
                 });
 }
 
@@ -447,6 +449,57 @@ TEST(ServingExport, AQuantizedRowWithABadScaleIsRefusedNamingTableAndRow) {
     testing::ExpectError([&] { Engine::FromCheckpoint(path); }, StatusCode::kDataLoss,
                          "table \"t1\" (INT8) row 7 has a scale or bias that is not finite");
   }
+}
+
+TEST(ServingExport, ARowBeyondTheFp16RangeIsNotQuantizedAndNamed) {
+  const std::string dir = testing::TempDir("serving_export_quantized_range");
+  Engine engine(ParseConfigText(testing::SmallConfigText()));
+  Train(engine, 3);
+  std::vector<float> t1(25 * 4);
+  engine.ReadParameter("embedding.t1.weight", t1.data(), 100);
+  t1[6 * 4 + 2] = -70000.0f;  // a float an fp16 scale or bias cannot hold
+  engine.WriteParameter("embedding.t1.weight", t1.data(), 100);
+  const std::vector<float> before = Predictions(engine);
+  for (const auto precision : {kInt8, kInt4})
+    testing::ExpectError([&] { engine.Export(dir + "/q.serving", precision); },
+                         StatusCode::kFailedPrecondition,
+                         "export: table \"t1\" row 6 has a value beyond +-65504, which " +
+                             std::string(PrecisionName(precision)) +
+                             " rows' fp16 scale and bias cannot hold; export it unquantized");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/q.serving"));
+  EXPECT_EQ(Predictions(engine), before);
+  engine.Export(dir + "/fp32.serving");
+  EXPECT_EQ(Predictions(*Engine::FromCheckpoint(dir + "/fp32.serving")), before);
+}
+
+// An older export's INT8 rows: each row's codes, then its scale and bias as two fp32.
+TEST(ServingExport, AnOlderExportsFp32ScaleAndBiasAreRefusedNamingTheTable) {
+  const std::string dir = testing::TempDir("serving_export_quantized_fp32_tail");
+  Engine engine(Config(dir));
+  Train(engine, 5);
+  const std::string path = dir + "/int8.serving";
+  engine.Export(path, kInt8);
+  RewriteTensor(path, checkpoint::EmbeddingWeightName("t1"),
+                [&](std::vector<char>* bytes, std::vector<int64_t>* shape) {
+                  const int64_t rows = (*shape)[0], row_bytes = (*shape)[1], codes = row_bytes - 4;
+                  std::vector<char> wide(static_cast<size_t>(rows * (codes + 8)));
+                  for (int64_t r = 0; r < rows; ++r) {
+                    const char* row = bytes->data() + r * row_bytes;
+                    char* out = wide.data() + r * (codes + 8);
+                    std::memcpy(out, row, static_cast<size_t>(codes));
+                    for (int i = 0; i < 2; ++i) {
+                      uint16_t bits;
+                      std::memcpy(&bits, row + codes + 2 * i, sizeof bits);
+                      const float value = half_bits::Fp16Widen(bits);
+                      std::memcpy(out + codes + 4 * i, &value, sizeof value);
+                    }
+                  }
+                  *bytes = std::move(wide);
+                  (*shape)[1] = codes + 8;
+                });
+  testing::ExpectError([&] { Engine::FromCheckpoint(path); }, StatusCode::kFailedPrecondition,
+                       "table \"t1\" (INT8) has rows with an fp32 scale and bias, the layout of "
+                       "older exports; this build reads fp16 ones: export the model again");
 }
 
 TEST(ServingExport, QuantizedTablesAreRefusedWhereTheyCannotBeHeldAndCountedAsCodes) {
@@ -470,10 +523,10 @@ TEST(ServingExport, QuantizedTablesAreRefusedWhereTheyCannotBeHeldAndCountedAsCo
   c.mutable_model()->mutable_tables(0)->set_num_rows(1000000);  // dim 4: 16 MB in FP32
   c.set_memory_limit_bytes(14000000);
   testing::ExpectError([&] { Engine engine(c); }, StatusCode::kResourceExhausted,
-                       "the embedding tables 16000250");
-  c.mutable_model()->mutable_tables(0)->set_precision(kInt8);  // 12 MB
+                       "the embedding tables 16000150");
+  c.mutable_model()->mutable_tables(0)->set_precision(kInt8);  // 8 MB
   Engine int8(c);
-  EXPECT_EQ(int8.GetTableStats("t0").memory_bytes, 1000000 * 12);
+  EXPECT_EQ(int8.GetTableStats("t0").memory_bytes, 1000000 * 8);
   std::vector<float> p(kBatch);
   int8.Predict(testing::SmallBatch(kBatch, 3).view(), p.data(), kBatch);
   for (const float v : p) EXPECT_TRUE(v > 0 && v < 1) << v;
