@@ -1,8 +1,9 @@
 // The MLP's GEMMs on the device (engine/cuda/linear.h) for `multihot`'s top MLP, its
 // first layer's input as DOT gives it (415 = 64 + 26 * 27 / 2 columns) and padded to a
-// multiple of 4 (416), at each matmul precision: whether rows that are only 4-byte
-// aligned (cuBLASLt is told, and picks kernels without vectorized loads) cost enough to
-// pad the interaction output, as HugeCTR does (DESIGN.md, "The floor, and what 3x needs").
+// multiple of 4 (416), at each matmul precision: what rows that are only 4-byte aligned
+// (cuBLASLt is told, and picks kernels without vectorized loads) cost, i.e. what the
+// engine's padded interaction output buys (engine/cuda/dense_network.h, as HugeCTR pads;
+// DESIGN.md, "The floor, and what 3x needs").
 //
 //   cuda_linear_bench [--batch_size 8192 --widths 415,416 --layers 1024,1024,512,256,1]
 //

@@ -8,6 +8,13 @@
 //
 // Bits: every kernel and GEMM is deterministic (linear.h, interaction.h, cross_net.h), so
 // a step repeats bitwise run to run and agrees with the CPU within fp32 rounding.
+// Layout: where the interaction feeds the top MLP directly and its width is not a multiple
+// of 4 floats (DOT's 64 + 351 = 415), its rows are padded with zeros to the next multiple
+// (HugeCTR does the same) and the first top layer multiplies a copy of its weights with
+// zero columns at the same stride, refreshed from the parameters each forward; its weight
+// gradient is formed padded and copied into the dense gradient without the padding. The
+// products of the zero columns add nothing; what it buys is rows cuBLASLt can load as
+// 16-byte vectors (cuda_linear_bench measures the two widths).
 // Memory: parameters, batches and gradients are device memory borrowed for a call; the
 // activations and gradient buffers are the caller's, grown only, so calls of one batch
 // shape allocate nothing once warm (what a CUDA graph needs).
@@ -72,17 +79,29 @@ class DenseNetwork {
   void Pool(const FeatureSpec* features, const DeviceBatch& in, DenseActivations& a);
   InteractionShape Shape() const;
   const float* TopInput(const float* params, DenseActivations& a, int64_t n);
+  // `padded`: the MLP's first layer reads rows of top_pad_.stride (the top MLP's, when
+  // top_pad_.padded()).
   const float* MlpForward(const Mlp<float>& mlp, const float* params, const float* x, int64_t n,
-                          std::vector<DeviceBuffer<float>>& acts);
+                          std::vector<DeviceBuffer<float>>& acts, bool padded = false);
   // dy: the gradient w.r.t. the MLP's output (overwritten); dx: w.r.t. its input, or null.
   void MlpBackward(const Mlp<float>& mlp, const float* params, const float* x,
                    const std::vector<DeviceBuffer<float>>& acts, float* dy, int64_t n, float* dx,
-                   DenseGradients& g, float* dense_grad);
+                   DenseGradients& g, float* dense_grad, bool padded = false);
+  // top_pad_.weights' first `width` columns = the first top layer's weights in params.
+  void RefreshPaddedWeights(const float* params);
+
+  // The first top layer's padded operands (see Layout above).
+  struct PaddedLayer {
+    int width = 0, stride = 0;                 // its input's columns, and its rows' stride
+    DeviceBuffer<float> weights, weight_grad;  // [out x stride], zero past width
+    bool padded() const { return stride != width; }
+  };
 
   const DlrmModel<float>& model_;
   const cudaStream_t stream_;
   LinearContext linear_;
   std::unique_ptr<DeviceCrossNet> cross_;  // null unless the model is DCN
+  PaddedLayer top_pad_;
 };
 
 }  // namespace dlrm::cuda

@@ -26,31 +26,32 @@ __device__ __forceinline__ int RowStart(int i, int self) {
 }
 
 // One block per sample: x copied, then one thread per pair (i, j), j < i (j <= i with
-// self), row by row. With `staged`, the sample's vectors are first copied into shared
-// memory (rows of d + 1), so that the pairs' reads of scattered vectors hit shared memory,
-// not L1; the sums are the same, in the same order.
+// self), row by row, and zeros in the row's padding up to `stride`. With `staged`, the sample's
+// vectors are first copied into shared memory (rows of d + 1), so that the pairs' reads of
+// scattered vectors hit shared memory, not L1; the sums are the same, in the same order.
 __global__ void DotForward(const float* x, const float* pooled, int d, int f, int self, int out_dim,
-                           bool staged, float* out) {
+                           int stride, bool staged, float* out) {
   extern __shared__ float z[];
   const int64_t r = blockIdx.x;
   const float* xr = x + r * d;
   const float* pr = pooled + r * static_cast<int64_t>(f) * d;
-  float* o = out + r * out_dim;
+  float* o = out + r * stride;
   for (int k = threadIdx.x; k < d; k += blockDim.x) o[k] = xr[k];
-  int stride = d;
+  for (int k = out_dim + threadIdx.x; k < stride; k += blockDim.x) o[k] = 0.0f;
+  int z_stride = d;
   if (staged) {
     for (int e = threadIdx.x; e < (f + 1) * d; e += blockDim.x)
       z[(e / d) * (d + 1) + e % d] = e < d ? xr[e] : pr[e - d];
     __syncthreads();
-    stride = d + 1;
+    z_stride = d + 1;
   }
   const int pairs = RowStart(f + 1, self);
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
     int i = 1 - self;
     while (RowStart(i + 1, self) <= p) ++i;  // pair p lies in row i
     const int j = p - RowStart(i, self);
-    const float* zi = staged ? z + i * stride : Z(xr, pr, i, d);
-    const float* zj = staged ? z + j * stride : Z(xr, pr, j, d);
+    const float* zi = staged ? z + i * z_stride : Z(xr, pr, i, d);
+    const float* zj = staged ? z + j * z_stride : Z(xr, pr, j, d);
     float sum = 0.0f;
     for (int k = 0; k < d; ++k) sum = __fadd_rn(sum, __fmul_rn(zi[k], zj[k]));
     o[d + p] = sum;
@@ -62,14 +63,14 @@ __global__ void DotForward(const float* x, const float* pooled, int d, int f, in
 // order the pairs holding m are (m, 0) .. (m, m - 1), with self (m, m) (whose g counts
 // twice: d<z, z> = 2z), then (m + 1, m) .. (f, m).
 __global__ void DotBackward(const float* x, const float* pooled, const float* dout, int d, int f,
-                            int self, int out_dim, float* dx, float* dpooled) {
+                            int self, int stride, float* dx, float* dpooled) {
   const int64_t r = blockIdx.x;
   const float* xr = x + r * d;
   const float* pr = pooled + r * static_cast<int64_t>(f) * d;
-  const float* g = dout + r * out_dim + d;
+  const float* g = dout + r * stride + d;
   for (int t = threadIdx.x; t < (f + 1) * d; t += blockDim.x) {
     const int m = t / d, k = t % d;
-    float acc = m == 0 ? dout[r * out_dim + k] : 0.0f;
+    float acc = m == 0 ? dout[r * stride + k] : 0.0f;
     const float* gm = g + RowStart(m, self);  // row m of the pairs: (m, j), j < m (<= m)
     for (int j = 0; j < m; ++j) acc = __fadd_rn(acc, __fmul_rn(gm[j], Z(xr, pr, j, d)[k]));
     if (self) acc = __fadd_rn(acc, __fmul_rn(__fadd_rn(gm[m], gm[m]), Z(xr, pr, m, d)[k]));
@@ -82,23 +83,23 @@ __global__ void DotBackward(const float* x, const float* pooled, const float* do
   }
 }
 
-// CAT: out = [x, pooled].
+// CAT: out = [x, pooled], then zeros up to `stride`.
 __global__ void CatForward(const float* x, const float* pooled, int d, int pw, int out_dim,
-                           float* out) {
+                           int stride, float* out) {
   const int64_t r = blockIdx.x;
-  for (int k = threadIdx.x; k < out_dim; k += blockDim.x)
-    out[r * out_dim + k] = k < d ? x[r * d + k] : pooled[r * pw + (k - d)];
+  for (int k = threadIdx.x; k < stride; k += blockDim.x)
+    out[r * stride + k] = k < d ? x[r * d + k] : k < out_dim ? pooled[r * pw + (k - d)] : 0.0f;
 }
 
 // CAT's backward: dout split into dx and dpooled.
-__global__ void CatBackward(const float* dout, int d, int pw, int out_dim, float* dx,
+__global__ void CatBackward(const float* dout, int d, int pw, int out_dim, int stride, float* dx,
                             float* dpooled) {
   const int64_t r = blockIdx.x;
   for (int k = threadIdx.x; k < out_dim; k += blockDim.x) {
     if (k < d)
-      dx[r * d + k] = dout[r * out_dim + k];
+      dx[r * d + k] = dout[r * stride + k];
     else
-      dpooled[r * pw + (k - d)] = dout[r * out_dim + k];
+      dpooled[r * pw + (k - d)] = dout[r * stride + k];
   }
 }
 
@@ -138,6 +139,8 @@ void CheckShape(const InteractionShape& s, int64_t n) {
     ThrowInvalid("interaction DOT: pooled_width ", s.pooled_width, " is not num_features ",
                  s.num_features, " x bottom_dim ", s.bottom_dim);
   if (!s.dot && s.self_interaction) ThrowInvalid("interaction CAT: self_interaction is DOT's");
+  if (s.stride != 0 && s.stride < s.out_dim())
+    ThrowInvalid("interaction: stride ", s.stride, " is less than out_dim ", s.out_dim());
   if (n > INT32_MAX) ThrowInvalid("interaction: n=", n, " is more than 2^31 - 1 blocks");
 }
 
@@ -152,11 +155,11 @@ void LaunchInteractionForward(const InteractionShape& s, const float* x, const f
     const size_t stage = DotStageBytes(s.bottom_dim, s.num_features);
     const bool staged = stage <= kDotStageLimit;
     DotForward<<<blocks, kThreads, staged ? stage : 0, stream>>>(
-        x, pooled, s.bottom_dim, s.num_features, s.self_interaction ? 1 : 0, s.out_dim(), staged,
-        out);
+        x, pooled, s.bottom_dim, s.num_features, s.self_interaction ? 1 : 0, s.out_dim(),
+        s.row_stride(), staged, out);
   } else
     CatForward<<<blocks, kThreads, 0, stream>>>(x, pooled, s.bottom_dim, s.pooled_width,
-                                                s.out_dim(), out);
+                                                s.out_dim(), s.row_stride(), out);
   CheckCuda(cudaGetLastError(), "interaction forward");
 }
 
@@ -168,11 +171,11 @@ void LaunchInteractionBackward(const InteractionShape& s, const float* x, const 
   const auto blocks = static_cast<unsigned>(n);
   if (s.dot)
     DotBackward<<<blocks, kThreads, 0, stream>>>(x, pooled, dout, s.bottom_dim, s.num_features,
-                                                 s.self_interaction ? 1 : 0, s.out_dim(), dx,
+                                                 s.self_interaction ? 1 : 0, s.row_stride(), dx,
                                                  dpooled);
   else
     CatBackward<<<blocks, kThreads, 0, stream>>>(dout, s.bottom_dim, s.pooled_width, s.out_dim(),
-                                                 dx, dpooled);
+                                                 s.row_stride(), dx, dpooled);
   CheckCuda(cudaGetLastError(), "interaction backward");
 }
 

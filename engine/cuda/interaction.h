@@ -9,7 +9,8 @@
 // rounding (the CPU's AVX2 DOT and its loss order differ).
 //
 // Memory: every pointer is device memory borrowed for the launch, rows row-major:
-// x [n x d], pooled [n x pooled_width], out and dout [n x out_dim].
+// x [n x d], pooled [n x pooled_width], out and dout [n x row_stride()] (out_dim values,
+// then zeros in out's padding; dout's padding is not read).
 // Thread safety: ordered by `stream`. Errors: kInvalidArgument for bad shapes.
 #pragma once
 
@@ -25,6 +26,8 @@ struct InteractionShape {
   int num_features = 0;
   int pooled_width = 0;           // DOT: num_features * bottom_dim
   bool self_interaction = false;  // DOT's pairs include (i, i): the CPU's self_interaction
+  int stride = 0;                 // out's and dout's row stride, >= out_dim (0: out_dim)
+  int row_stride() const { return stride > 0 ? stride : out_dim(); }
   int out_dim() const {
     const int f = num_features;
     if (!dot) return bottom_dim + pooled_width;

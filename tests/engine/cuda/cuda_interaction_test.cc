@@ -28,7 +28,7 @@ struct Outputs {
 Outputs OnDevice(const InteractionShape& s, int64_t n, const std::vector<float>& x,
                  const std::vector<float>& pooled, const std::vector<float>& dout) {
   DeviceCopy<float> d_x(x), d_p(pooled), d_dout(dout);
-  DeviceCopy<float> d_out(std::vector<float>(n * s.out_dim()));
+  DeviceCopy<float> d_out(std::vector<float>(n * s.row_stride()));
   DeviceCopy<float> d_dx(std::vector<float>(x.size())), d_dp(std::vector<float>(pooled.size()));
   LaunchInteractionForward(s, d_x.get(), d_p.get(), n, d_out.get(), nullptr);
   LaunchInteractionBackward(s, d_x.get(), d_p.get(), d_dout.get(), n, d_dx.get(), d_dp.get(),
@@ -72,6 +72,38 @@ TEST(CudaInteractionTest, MatchesTheCpuAndRepeatsBitwise) {
   CompareInteraction(true, 512, 26, /*self=*/true);
 }
 
+// Rows `stride` apart (the top MLP's aligned input, dense_network.h): the same values,
+// zeros in the padding, and a backward that never reads dout's padding (NaN here).
+void ComparePadded(InteractionShape s) {
+  SCOPED_TRACE(::testing::Message() << (s.dot ? "DOT" : "CAT") << " d=" << s.bottom_dim);
+  const int64_t n = 19;
+  const int width = s.out_dim(), stride = width + 3;
+  const std::vector<float> x = testing::RandomFloats(n * s.bottom_dim, 1),
+                           pooled = testing::RandomFloats(n * s.pooled_width, 2),
+                           dout = testing::RandomFloats(n * width, 3);
+  std::vector<float> padded_dout(n * stride, std::nanf(""));
+  for (int64_t r = 0; r < n; ++r)
+    std::memcpy(&padded_dout[r * stride], &dout[r * width], width * sizeof(float));
+  const Outputs want = OnDevice(s, n, x, pooled, dout);
+  s.stride = stride;
+  const Outputs got = OnDevice(s, n, x, pooled, padded_dout);
+  for (int64_t r = 0; r < n; ++r) {
+    EXPECT_EQ(std::memcmp(&got.out[r * stride], &want.out[r * width], width * sizeof(float)), 0)
+        << "row " << r;
+    for (int k = width; k < stride; ++k) EXPECT_EQ(got.out[r * stride + k], 0.0f) << r << "," << k;
+  }
+  EXPECT_EQ(got.dx, want.dx);
+  EXPECT_EQ(got.dpooled, want.dpooled);
+}
+
+TEST(CudaInteractionTest, PaddedRowsHoldTheSameValuesThenZeros) {
+  SKIP_WITHOUT_GPU();
+  OpenDevice(0);
+  ComparePadded({true, 16, 8, 16 * 8});
+  ComparePadded({true, 3, 5, 15, /*self_interaction=*/true});
+  ComparePadded({false, 4, 3, 12});
+}
+
 TEST(CudaBceTest, MatchesTheCpuAndRepeatsBitwise) {
   SKIP_WITHOUT_GPU();
   OpenDevice(0);
@@ -110,6 +142,14 @@ TEST(CudaInteractionTest, BadShapesAreRefusedNamingThem) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(e.what(), HasSubstr("interaction CAT: self_interaction is DOT's"));
+  }
+  try {  // DOT of 3 vectors of 4: out_dim 4 + 6
+    LaunchInteractionForward({true, 4, 3, 12, false, /*stride=*/5}, nullptr, nullptr, 1, nullptr,
+                             nullptr);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("interaction: stride 5 is less than out_dim 10"));
   }
   EXPECT_THROW(LaunchBceWithLogits(nullptr, nullptr, 0, 1.0f, nullptr, nullptr, nullptr, nullptr),
                Error);
