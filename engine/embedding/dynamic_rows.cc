@@ -66,6 +66,12 @@ int64_t SsdCacheBytes(const config::DlrmConfig& config, int table_index, int64_t
          static_cast<int64_t>(DynamicRows::MemoryBytesFor(SsdCacheOptionsFor(rows)));
 }
 
+int64_t StateRows(const config::DlrmConfig& config, int table_index) {
+  return IsQuantized(config.model().tables(table_index).precision())
+             ? 0
+             : ResidentRows(config, table_index);
+}
+
 int64_t ResidentRows(const config::DlrmConfig& config, int table_index) {
   const config::TableConfig& table = config.model().tables(table_index);
   if (!table.has_ssd()) return table.num_rows();

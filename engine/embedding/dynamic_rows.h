@@ -69,6 +69,9 @@ DynamicRowsOptions SsdCacheOptionsFor(int64_t cache_rows);
 // state and the cache's own index (a DynamicRows of SsdCacheOptionsFor), in
 // [1, num_rows].
 int64_t ResidentRows(const config::DlrmConfig& config, int table_index);
+// Rows of table `table_index` that carry sparse optimizer state: its ResidentRows, or none
+// for a quantized (INT8 / INT4, read-only serving) table, which no update reaches.
+int64_t StateRows(const config::DlrmConfig& config, int table_index);
 // The bytes the cache of `rows` slots of table `table_index` of config takes (its rows'
 // weights at the table's precision, config's optimizer state, the cache's index): the
 // ssd.cache_bytes that gives exactly `rows` slots.

@@ -16,8 +16,8 @@ namespace {
 
 void ValidateShapes(const std::vector<TableShape>& tables) {
   for (size_t t = 0; t < tables.size(); ++t) {
-    if (tables[t].num_rows <= 0)
-      ThrowInvalid("sparse optimizer: tables[", t, "].num_rows must be > 0, got ",
+    if (tables[t].num_rows < 0)  // 0: a table without state (quantized, read-only)
+      ThrowInvalid("sparse optimizer: tables[", t, "].num_rows must be >= 0, got ",
                    tables[t].num_rows);
     if (tables[t].dim <= 0)
       ThrowInvalid("sparse optimizer: tables[", t, "].dim must be > 0, got ", tables[t].dim);

@@ -42,7 +42,7 @@ class SparseOptimizer {
 };
 
 struct TableShape {
-  int64_t num_rows;
+  int64_t num_rows;  // the rows with state: 0 for a table no update reaches
   int32_t dim;
 };
 

@@ -7,11 +7,12 @@
 namespace dlrm::train {
 namespace {
 
-// The rows each table holds in memory (an SSD table's cache rows), with their state.
+// The rows of each table that hold optimizer state (StateRows: an SSD table's cache rows,
+// none of a quantized table's).
 std::vector<TableShape> TableShapes(const config::DlrmConfig& config) {
   std::vector<TableShape> shapes;
   for (int t = 0; t < config.model().tables_size(); ++t)
-    shapes.push_back({ResidentRows(config, t), config.model().tables(t).dim()});
+    shapes.push_back({StateRows(config, t), config.model().tables(t).dim()});
   return shapes;
 }
 

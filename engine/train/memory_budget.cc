@@ -27,9 +27,8 @@ int64_t TableBytes(const config::DlrmConfig& config, const shard::CostModel& cos
   const int64_t rows = ResidentRows(config, t);
   if (table.has_ssd())  // the cache with its index, and where the store has each row
     return SsdCacheBytes(config, t, rows) + RowStore::IndexBytes(table.num_rows());
-  int64_t bytes = IsQuantized(table.precision())  // codes with their scale and bias
-                      ? rows * (StoredRowBytes(table.precision(), table.dim()) +
-                                cost.StateBytesPerRow(table.dim()))
+  int64_t bytes = IsQuantized(table.precision())  // codes with their scale and bias, no state
+                      ? rows * StoredRowBytes(table.precision(), table.dim())
                       : cost.MemoryBytes(profile, rows, table.dim());
   if (table.kind() == config::TableConfig::DYNAMIC)
     bytes = SaturatingAdd(bytes, static_cast<int64_t>(DynamicRows::MemoryBytesFor(

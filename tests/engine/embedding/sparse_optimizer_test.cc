@@ -240,8 +240,8 @@ TEST(SparseOptimizerValidation, RejectsBadHyperparametersNamingTheField) {
   c.mutable_adam()->set_eps(-1e-8f);
   EXPECT_THAT(RejectionMessage(c), HasSubstr("sparse_optimizer.adam.eps"));
 
-  EXPECT_THAT(RejectionMessage(config::SparseOptimizerConfig(), {{3, 2}, {0, 4}}),
-              HasSubstr("tables[1].num_rows"));
+  EXPECT_THAT(RejectionMessage(config::SparseOptimizerConfig(), {{3, 2}, {-1, 4}}),
+              HasSubstr("tables[1].num_rows must be >= 0, got -1"));
   EXPECT_THAT(RejectionMessage(config::SparseOptimizerConfig(), {{3, 0}}),
               HasSubstr("tables[0].dim"));
 }
@@ -257,6 +257,9 @@ TEST(SparseOptimizerValidation, AcceptsDefaultsAndEdgeValues) {
   c.mutable_adam()->set_beta2(0);
   EXPECT_NE(MakeSparseOptimizer<double>(c, kShapes), nullptr);
   EXPECT_NE(MakeSparseOptimizer<float>(c, {}), nullptr);
+  const auto stateless = MakeSparseOptimizer<float>(c, {{0, 4}});  // a quantized table's
+  for (const auto& [name, buffer] : stateless->StateBuffers(0))
+    EXPECT_TRUE(buffer->empty()) << name;
 }
 
 }  // namespace

@@ -530,6 +530,15 @@ TEST(ServingExport, QuantizedTablesAreRefusedWhereTheyCannotBeHeldAndCountedAsCo
   std::vector<float> p(kBatch);
   int8.Predict(testing::SmallBatch(kBatch, 3).view(), p.data(), kBatch);
   for (const float v : p) EXPECT_TRUE(v > 0 && v < 1) << v;
+  // A stateful sparse optimizer holds nothing for rows no update reaches (Adagrad would
+  // be 16 bytes a row here, twice the codes), and the memory budget counts nothing.
+  c.mutable_sparse_optimizer()->set_learning_rate(0.1f);
+  c.mutable_sparse_optimizer()->mutable_adagrad();
+  c.set_memory_limit_bytes(train::ModelMemoryBytes(c));
+  EXPECT_LT(train::ModelMemoryBytes(c), 1000000 * 9);
+  Engine adagrad(c);
+  EXPECT_EQ(adagrad.GetTableStats("t0").memory_bytes, 1000000 * 8);
+  EXPECT_EQ(adagrad.GetTableStats("t1").memory_bytes, 25 * 6);  // INT4
 }
 
 }  // namespace
