@@ -39,11 +39,10 @@ DenseNetwork::DenseNetwork(const DlrmModel<float>& model, cudaStream_t stream,
   top_pad_.stride = cross_ ? width : (width + 3) / 4 * 4;
   if (!top_pad_.padded()) return;
   const size_t count = static_cast<size_t>(model.top_mlp().layer_out(0)) * top_pad_.stride;
-  for (DeviceBuffer<float>* b : {&top_pad_.weights, &top_pad_.weight_grad}) {
-    b->Resize(count);
-    CheckCuda(cudaMemsetAsync(b->get(), 0, count * sizeof(float), stream_),
-              "cudaMemsetAsync (padded top layer)");
-  }
+  top_pad_.weight_grad.Resize(count);
+  top_pad_.weights.Resize(count);  // its columns past width stay zero: copies skip them
+  CheckCuda(cudaMemsetAsync(top_pad_.weights.get(), 0, count * sizeof(float), stream_),
+            "cudaMemsetAsync (padded top layer)");
 }
 
 InteractionShape DenseNetwork::Shape() const {

@@ -84,6 +84,8 @@ class DenseNetwork {
   const float* MlpForward(const Mlp<float>& mlp, const float* params, const float* x, int64_t n,
                           std::vector<DeviceBuffer<float>>& acts, bool padded = false);
   // dy: the gradient w.r.t. the MLP's output (overwritten); dx: w.r.t. its input, or null.
+  // A padded first layer multiplies the weights the last Forward copied (the step's own:
+  // Backward follows its Forward on the stream, with the same params).
   void MlpBackward(const Mlp<float>& mlp, const float* params, const float* x,
                    const std::vector<DeviceBuffer<float>>& acts, float* dy, int64_t n, float* dx,
                    DenseGradients& g, float* dense_grad, bool padded = false);
@@ -92,8 +94,9 @@ class DenseNetwork {
 
   // The first top layer's padded operands (see Layout above).
   struct PaddedLayer {
-    int width = 0, stride = 0;                 // its input's columns, and its rows' stride
-    DeviceBuffer<float> weights, weight_grad;  // [out x stride], zero past width
+    int width = 0, stride = 0;        // its input's columns, and its rows' stride
+    DeviceBuffer<float> weights;      // [out x stride], zero past width
+    DeviceBuffer<float> weight_grad;  // [out x stride], the GEMM's; copied back to width
     bool padded() const { return stride != width; }
   };
 

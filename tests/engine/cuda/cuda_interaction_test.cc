@@ -28,7 +28,8 @@ struct Outputs {
 Outputs OnDevice(const InteractionShape& s, int64_t n, const std::vector<float>& x,
                  const std::vector<float>& pooled, const std::vector<float>& dout) {
   DeviceCopy<float> d_x(x), d_p(pooled), d_dout(dout);
-  DeviceCopy<float> d_out(std::vector<float>(n * s.row_stride()));
+  // NaN where nothing is written: padding the kernels left alone shows.
+  DeviceCopy<float> d_out(std::vector<float>(n * s.row_stride(), std::nanf("")));
   DeviceCopy<float> d_dx(std::vector<float>(x.size())), d_dp(std::vector<float>(pooled.size()));
   LaunchInteractionForward(s, d_x.get(), d_p.get(), n, d_out.get(), nullptr);
   LaunchInteractionBackward(s, d_x.get(), d_p.get(), d_dout.get(), n, d_dx.get(), d_dp.get(),
