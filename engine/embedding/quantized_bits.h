@@ -1,5 +1,6 @@
 // The tail of a row-wise quantized row (quantized_row.h): the row's scale and bias, each
-// an IEEE binary16 (fp16) value, little-endian, after the codes, as FBGEMM's table-batched
+// an IEEE binary16 (fp16) value in the host's byte order (little-endian on every machine
+// the engine supports), after the codes, as FBGEMM's table-batched
 // inference rows carry them. One definition for the CPU's kernels and the CUDA backend's
 // (engine/cuda), so both read the same values.
 //
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "engine/core/philox.h"  // DLRM_HOST_DEVICE
 #include "engine/embedding/half_bits.h"
 
 namespace dlrm::quantized_bits {

@@ -124,6 +124,38 @@ int32_t PoolCodesAvx2(const void* const* rows, int64_t count, int64_t available,
 }
 #endif
 
+// The largest fp16 <= x, and the smallest fp16 >= x, for finite x (beyond +-65504 they
+// saturate at it).
+uint16_t Fp16AtMost(float x) {
+  const uint16_t h = half_bits::Fp16Narrow(x, false, 0);
+  if (half_bits::Fp16Widen(h) <= x || h == 0xFBFF) return h;  // 0xFBFF: -65504
+  if ((h & 0x7FFF) == 0) return 0x8001;  // a zero: the negative subnormal nearest it
+  return (h & 0x8000) != 0 ? static_cast<uint16_t>(h + 1) : static_cast<uint16_t>(h - 1);
+}
+
+uint16_t Fp16AtLeast(float x) {
+  const uint16_t h = half_bits::Fp16Narrow(x, false, 0);
+  if (half_bits::Fp16Widen(h) >= x || h == half_bits::kFp16MaxFinite) return h;
+  if ((h & 0x7FFF) == 0) return 0x0001;  // a zero: the positive subnormal nearest it
+  return (h & 0x8000) != 0 ? static_cast<uint16_t>(h - 1) : static_cast<uint16_t>(h + 1);
+}
+
+// A row's stored bias and scale: each the nearest fp16 unless that would clamp a code (a
+// bias above the row's minimum; a scale so short that the maximum's code would pass
+// `levels` by half a step or more), then rounded the other way. Nearest keeps the step as
+// exact as fp16 allows; the other way keeps every value within half a step where the range
+// is small against the minimum or the scale is an fp16 subnormal of few significant bits.
+uint16_t BiasBits(float lo) {
+  const uint16_t nearest = half_bits::Fp16Narrow(lo, false, 0);
+  return half_bits::Fp16Widen(nearest) <= lo ? nearest : Fp16AtMost(lo);
+}
+
+uint16_t ScaleBits(float span, float levels) {  // span = max - bias >= 0
+  const uint16_t nearest = half_bits::Fp16Narrow(span / levels, false, 0);
+  return half_bits::Fp16Widen(nearest) * (levels + 0.5f) > span ? nearest
+                                                                : Fp16AtLeast(span / levels);
+}
+
 }  // namespace
 
 const char* PrecisionName(TablePrecision precision) {
@@ -151,11 +183,11 @@ void QuantizeRow(const T* row, int32_t dim, TablePrecision precision, uint8_t* o
     hi = std::max(hi, static_cast<float>(row[k]));
   }
   // The codes are formed against the stored (fp16) bias and scale, so that they stand for
-  // the row as it will be read; a bias rounded above the minimum clamps to code 0.
+  // the row as it will be read.
   const float levels = Levels(precision);
-  const uint16_t bias_bits = half_bits::Fp16Narrow(lo, false, 0);
+  const uint16_t bias_bits = BiasBits(lo);
   const float bias = half_bits::Fp16Widen(bias_bits);
-  const uint16_t scale_bits = half_bits::Fp16Narrow(std::max(hi - bias, 0.0f) / levels, false, 0);
+  const uint16_t scale_bits = ScaleBits(hi - bias, levels);
   const float scale = half_bits::Fp16Widen(scale_bits);
   std::memset(out, 0, static_cast<size_t>(CodeBytes(precision, dim)));
   for (int32_t k = 0; scale > 0 && k < dim; ++k) {

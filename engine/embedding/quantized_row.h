@@ -5,9 +5,9 @@
 // value 2k in the low nibble of byte k, 2k + 1 in the high one), then the row's scale and
 // bias as fp16 (quantized_bits.h; 4 bytes, as FBGEMM's table-batched inference rows).
 // Value k is scale * code_k + bias, where bias is the row's minimum and scale
-// (max - bias) / 255 (INT8) or / 15 (INT4), each rounded to the nearest fp16, and code_k
-// is formed against those rounded values. A row of 16 values is 20 bytes in INT8 (0.31
-// of FP32), 12 in INT4; at dim 128, 132 and 68.
+// (max - bias) / 255 (INT8) or / 15 (INT4), each the nearest fp16 unless that would clamp
+// a code (then rounded the other way), and code_k is formed against those values. A row of 16
+// values is 20 bytes in INT8 (0.31 of FP32), 12 in INT4; at dim 128, 132 and 68.
 //
 // Determinism: every function is a pure function of its arguments; the AVX2 pooling
 // kernel adds in the portable loop's order without fused multiply-adds, so both give the
@@ -35,7 +35,9 @@ int64_t StoredRowBytes(TablePrecision precision, int32_t dim);
 // scale and bias: what QuantizeRow needs of a row (beyond it they would saturate).
 template <typename T>
 bool QuantizedRangeHolds(const T* row, int32_t dim);
-// out[0, StoredRowBytes) = row[0, dim) quantized; row must be QuantizedRangeHolds.
+// out[0, StoredRowBytes) = row[0, dim) quantized; row must be finite. A value beyond
+// +-65504 saturates the scale or bias (QuantizedRangeHolds says whether a row fits; Export
+// refuses a row that does not).
 template <typename T>
 void QuantizeRow(const T* row, int32_t dim, TablePrecision precision, uint8_t* out);
 // out[0, dim) = the values a quantized row stands for.

@@ -48,26 +48,39 @@ TEST(QuantizedRow, RowBytesAreCodesThenAnFp16ScaleAndBias) {
   EXPECT_STREQ(PrecisionName(kInt4), "INT4");
 }
 
+// Every value of `row` quantized and read back lies within half a step of its own: the
+// step of the stored (fp16) scale, which is rounded up from (max - bias) / levels with the
+// bias rounded down from the minimum, so at most an fp16 ulp of the minimum (2^-10
+// relative, 2^-24 below the normal range) widens the range and an ulp of the scale the step.
+void ExpectWithinHalfAStep(const std::vector<float>& row, TablePrecision precision) {
+  const auto dim = static_cast<int32_t>(row.size());
+  const float levels = precision == kInt8 ? 255.0f : 15.0f;
+  std::vector<uint8_t> codes(static_cast<size_t>(StoredRowBytes(precision, dim)));
+  QuantizeRow(row.data(), dim, precision, codes.data());
+  EXPECT_TRUE(QuantizedRowIsValid(codes.data(), dim, precision));
+  std::vector<float> back(static_cast<size_t>(dim));
+  DequantizeRow(codes.data(), dim, precision, back.data());
+  float lo = row[0], hi = row[0];
+  for (const float v : row) lo = std::min(lo, v), hi = std::max(hi, v);
+  const float range = hi - lo + std::max(std::abs(lo) * 0x1p-10f, 0x1p-24f);
+  const float half_step = (range / levels * (1 + 0x1p-10f) + 0x1p-24f) / 2;
+  for (int32_t k = 0; k < dim; ++k)
+    EXPECT_NEAR(back[k], row[k], half_step * 1.0001f)
+        << PrecisionName(precision) << " dim " << dim << " k " << k << " lo " << lo;
+}
+
 TEST(QuantizedRow, EveryValueComesBackWithinHalfAStep) {
   for (const auto precision : {kInt8, kInt4}) {
-    const float levels = precision == kInt8 ? 255.0f : 15.0f;
-    for (const int32_t dim : {1, 7, 16, 33, 128}) {
-      const std::vector<float> row = RandomRow(dim, static_cast<uint32_t>(dim));
-      std::vector<uint8_t> codes(static_cast<size_t>(StoredRowBytes(precision, dim)));
-      QuantizeRow(row.data(), dim, precision, codes.data());
-      std::vector<float> back(static_cast<size_t>(dim));
-      DequantizeRow(codes.data(), dim, precision, back.data());
-      float lo = row[0], hi = row[0];
-      for (const float v : row) lo = std::min(lo, v), hi = std::max(hi, v);
-      // Half a step of the fp16 scale (within 2^-11 of the exact one), and the fp16 bias's
-      // rounding (half an ulp of |lo|) where it rounded above the minimum.
-      const float half_step = (hi - lo) / levels / 2;
-      const float bound = half_step * (1 + 0x1p-10f) + std::abs(lo) * 0x1p-11f + 1e-7f;
-      for (int32_t k = 0; k < dim; ++k)
-        EXPECT_NEAR(back[k], row[k], bound)
-            << PrecisionName(precision) << " dim " << dim << " k " << k;
-      EXPECT_TRUE(QuantizedRowIsValid(codes.data(), dim, precision));
-    }
+    for (const int32_t dim : {1, 7, 16, 33, 128})
+      ExpectWithinHalfAStep(RandomRow(dim, static_cast<uint32_t>(dim)), precision);
+    // Rows far from zero (the bias's fp16 ulp larger than a step) and rows of a small
+    // range (a subnormal scale, as tables still at a small initializer's values have).
+    for (const float offset : {1000.0f, -3.5f, 0.02f})
+      for (const float spread : {1.0f, 1e-3f, 1e-5f, 0.0f}) {
+        std::vector<float> row = RandomRow(16, 7);
+        for (float& v : row) v = offset + spread * v;
+        ExpectWithinHalfAStep(row, precision);
+      }
   }
 }
 
