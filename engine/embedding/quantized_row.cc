@@ -128,7 +128,7 @@ int32_t PoolCodesAvx2(const void* const* rows, int64_t count, int64_t available,
 // saturate at it).
 uint16_t Fp16AtMost(float x) {
   const uint16_t h = half_bits::Fp16Narrow(x, false, 0);
-  if (half_bits::Fp16Widen(h) <= x || h == 0xFBFF) return h;  // 0xFBFF: -65504
+  if (half_bits::Fp16Widen(h) <= x || h == (half_bits::kFp16MaxFinite | 0x8000)) return h;
   if ((h & 0x7FFF) == 0) return 0x8001;  // a zero: the negative subnormal nearest it
   return (h & 0x8000) != 0 ? static_cast<uint16_t>(h + 1) : static_cast<uint16_t>(h - 1);
 }
