@@ -53,11 +53,13 @@ class TableStates {
   const T* Row(int32_t table, int64_t row, int32_t dim, int64_t width) const {
     DLRM_INTERNAL_CHECK(table >= 0 && static_cast<size_t>(table) < dims_.size());
     DLRM_INTERNAL_CHECK(dim == dims_[table]);
+    CheckRow(table, row, width);
     return buffers_[table].data() + row * width;
   }
   void Reset(int32_t table, int64_t row) {
     DLRM_INTERNAL_CHECK(table >= 0 && static_cast<size_t>(table) < dims_.size());
     const int64_t width = per_element_ ? dims_[table] : 1;
+    CheckRow(table, row, width);
     T* state = buffers_[table].data() + row * width;
     std::fill(state, state + width, initial_);
   }
@@ -72,6 +74,13 @@ class TableStates {
   }
 
  private:
+  // A row the table's state holds: a quantized table's holds none (StateRows), and no
+  // update may reach it.
+  void CheckRow(int32_t table, int64_t row, int64_t width) const {
+    DLRM_INTERNAL_CHECK(row >= 0 &&
+                        (row + 1) * width <= static_cast<int64_t>(buffers_[table].size()));
+  }
+
   bool per_element_;  // dim values per row, else one
   T initial_;
   std::vector<int32_t> dims_;
