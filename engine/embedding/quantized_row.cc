@@ -124,36 +124,35 @@ int32_t PoolCodesAvx2(const void* const* rows, int64_t count, int64_t available,
 }
 #endif
 
-// The largest fp16 <= x, and the smallest fp16 >= x, for finite x (beyond +-65504 they
-// saturate at it).
-uint16_t Fp16AtMost(float x) {
-  const uint16_t h = half_bits::Fp16Narrow(x, false, 0);
-  if (half_bits::Fp16Widen(h) <= x || h == (half_bits::kFp16MaxFinite | 0x8000)) return h;
-  if ((h & 0x7FFF) == 0) return 0x8001;  // a zero: the negative subnormal nearest it
-  return (h & 0x8000) != 0 ? static_cast<uint16_t>(h + 1) : static_cast<uint16_t>(h - 1);
+// The fp16 one step below, and one step above, the finite fp16 h (through zero to the
+// nearest subnormal of the other sign; saturating at -65504 and 65504).
+uint16_t Fp16StepDown(uint16_t h) {
+  if ((h & 0x7FFF) == 0) return 0x8001;
+  if ((h & 0x8000) == 0) return static_cast<uint16_t>(h - 1);
+  return h == (half_bits::kFp16MaxFinite | 0x8000) ? h : static_cast<uint16_t>(h + 1);
 }
 
-uint16_t Fp16AtLeast(float x) {
-  const uint16_t h = half_bits::Fp16Narrow(x, false, 0);
-  if (half_bits::Fp16Widen(h) >= x || h == half_bits::kFp16MaxFinite) return h;
-  if ((h & 0x7FFF) == 0) return 0x0001;  // a zero: the positive subnormal nearest it
-  return (h & 0x8000) != 0 ? static_cast<uint16_t>(h - 1) : static_cast<uint16_t>(h + 1);
+uint16_t Fp16StepUp(uint16_t h) {
+  if ((h & 0x7FFF) == 0) return 0x0001;
+  if ((h & 0x8000) != 0) return static_cast<uint16_t>(h - 1);
+  return h == half_bits::kFp16MaxFinite ? h : static_cast<uint16_t>(h + 1);
 }
 
 // A row's stored bias and scale: each the nearest fp16 unless that would clamp a code (a
 // bias above the row's minimum; a scale so short that the maximum's code would pass
-// `levels` by half a step or more), then rounded the other way. Nearest keeps the step as
-// exact as fp16 allows; the other way keeps every value within half a step where the range
-// is small against the minimum or the scale is an fp16 subnormal of few significant bits.
+// `levels` by half a step or more), then the fp16 next to it the other way. Nearest keeps
+// the step as exact as fp16 allows; the other way keeps every value within half a step
+// where the range is small against the minimum or the scale is an fp16 subnormal of few
+// significant bits.
 uint16_t BiasBits(float lo) {
   const uint16_t nearest = half_bits::Fp16Narrow(lo, false, 0);
-  return half_bits::Fp16Widen(nearest) <= lo ? nearest : Fp16AtMost(lo);
+  return half_bits::Fp16Widen(nearest) <= lo ? nearest : Fp16StepDown(nearest);
 }
 
 uint16_t ScaleBits(float span, float levels) {  // span = max - bias >= 0
   const uint16_t nearest = half_bits::Fp16Narrow(span / levels, false, 0);
-  return half_bits::Fp16Widen(nearest) * (levels + 0.5f) > span ? nearest
-                                                                : Fp16AtLeast(span / levels);
+  const bool clamps = span > 0 && !(half_bits::Fp16Widen(nearest) * (levels + 0.5f) > span);
+  return clamps ? Fp16StepUp(nearest) : nearest;
 }
 
 }  // namespace
