@@ -11,8 +11,9 @@
 #   gpu-bundle/run.sh               runs each binary with the bundle on LD_LIBRARY_PATH;
 #                                   exits non-zero if any test fails
 #   gpu-bundle/cuda_pooled_bench [FLAGS]
-#                                   the pooled forward against a device-to-device copy
-#                                   (multihot's shape, uniform ids; bench/cuda/)
+#                                   the pooled forward, the backward's sort and its update
+#                                   (at 1, 2, 4, 8 warps a block) against a device-to-device
+#                                   copy (multihot's shape, uniform ids; bench/cuda/)
 #   gpu-bundle/cuda_linear_bench [FLAGS]
 #                                   multihot's top MLP, its input 415 wide and padded to
 #                                   416, at each matmul precision (bench/cuda/)
@@ -21,11 +22,12 @@
 #                                   the PyTorch reference on the same GPU (bench/README.md)
 #   gpu-bundle/all.sh               everything above in one device call, each part with a
 #                                   time limit, what is least measured first: the suites,
-#                                   the forward against the copy, the top MLP at 415 / 416,
-#                                   multihot at batch 8192 in fp32 and TF32 against
-#                                   PyTorch, multihot with BF16 against FP32 tables (fp32
-#                                   and bf16 GEMMs), PyTorch with batches copied from host
-#                                   memory each step (--host_batches, as the engine); then
+#                                   the forward and update against the copy, the top MLP
+#                                   at 415 / 416, multihot at batch 8192 in fp32 and TF32
+#                                   against PyTorch, multihot with BF16 against FP32
+#                                   tables (fp32 and bf16 GEMMs), PyTorch with batches
+#                                   copied from host memory each step (--host_batches, as
+#                                   the engine); then
 #                                   small and kaggle, MLPerf's DCNv2 in fp32 and bf16, and
 #                                   a 1-server 1-trainer job (dlrm launch) with the trainer
 #                                   on the CPU, the GPU, and the GPU over NCCL; full logs
@@ -108,7 +110,7 @@ nvidia-smi -L
 timeout 200 "$here/run.sh" > "$out/tests.log" 2>&1
 echo "suites: exit $? ($(grep -c '^\[  PASSED' "$out/tests.log") of $(ls "$here"/*_test | wc -l) passed)"
 grep -E 'FAILED|Failure' "$out/tests.log" | head -20
-(source "$here/env.sh" && timeout 60 "$here/cuda_pooled_bench") 2>&1 | tee "$out/forward.log" | tail -3
+(source "$here/env.sh" && timeout 90 "$here/cuda_pooled_bench") 2>&1 | tee "$out/forward.log" | tail -8
 (source "$here/env.sh" && timeout 60 "$here/cuda_linear_bench") 2>&1 | tee "$out/linear.log"
 # report LABEL OURS_LOG TORCH_LOG: our train samples/s (synchronous steps, then the
 # asynchronous path that copies the next batch in during a step), PyTorch's, the ratios.

@@ -23,23 +23,34 @@ static_assert(kMaxDeviceRows == int64_t{1} << kMaxIdBits);
 static_assert(kMaxIdBits + 31 <= 64);
 constexpr int kThreads = 256;
 constexpr int kWarp = 32;
+constexpr int64_t kMaxPooledValues = int64_t{1} << 32;
 
 enum Kind : int { kSgd = 0, kAdagrad = 1, kRowwise = 2, kAdam = 3 };
 
-// One thread per bag (f, b): each occurrence's key, position and gradient source.
-__global__ void KeyOccurrences(EmbeddingBackwardArgs a, uint64_t* keys, int32_t* positions,
-                               int64_t* bases, float* coefs) {
+// An occurrence's sort payload: its d_pooled row's first element (below 2^32: CheckArgs)
+// in the low half and its coefficient's bits (per-id weight, / bag length for MEAN) in the
+// high half, so that the update reads both with the sorted key, one load.
+__device__ uint64_t PackOccurrence(int64_t base, float coef) {
+  return static_cast<uint64_t>(__float_as_uint(coef)) << 32 | static_cast<uint32_t>(base);
+}
+__device__ int64_t OccurrenceBase(uint64_t o) { return static_cast<int64_t>(o & 0xffffffffu); }
+__device__ float OccurrenceCoef(uint64_t o) {
+  return __uint_as_float(static_cast<uint32_t>(o >> 32));
+}
+
+// One thread per bag (f, b): each occurrence's key and payload.
+__global__ void KeyOccurrences(EmbeddingBackwardArgs a, uint64_t* keys, uint64_t* occurrences) {
   const int64_t bag = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (bag >= a.num_features * a.batch_size) return;
   const int64_t f = bag / a.batch_size, b = bag % a.batch_size;
   const SparseFeatureArgs feature = a.features[f];
   const int64_t begin = a.offsets[bag], end = a.offsets[bag + 1];
   const float scale = feature.mean ? __fdiv_rn(1.0f, static_cast<float>(end - begin)) : 1.0f;
+  const int64_t base = b * a.pooled_width + feature.pooled_offset;
   for (int64_t i = begin; i < end; ++i) {
     keys[i] = static_cast<uint64_t>(feature.table) << a.id_bits | a.ids[i];
-    positions[i] = static_cast<int32_t>(i);  // num_ids <= INT32_MAX (CheckArgs)
-    bases[i] = b * a.pooled_width + feature.pooled_offset;
-    coefs[i] = __fmul_rn(a.weights != nullptr ? a.weights[i] : 1.0f, scale);
+    occurrences[i] =
+        PackOccurrence(base, __fmul_rn(a.weights != nullptr ? a.weights[i] : 1.0f, scale));
   }
 }
 
@@ -99,10 +110,28 @@ constexpr int kUnroll = 8;  // occurrences whose d_pooled loads are in flight to
 constexpr int32_t kHotCount = 64;
 constexpr int kHotThreads = 256;
 constexpr int kStageFloats = 8192;       // UpdateHotRows' staged d_pooled values (32 KiB)
-constexpr int64_t kMaxBlocks = 16384;    // UpdateRows' grid: each block strides over rows
+constexpr int64_t kMaxRowWarps = 16384;  // UpdateRows' grid: each warp strides over rows
 constexpr int64_t kMaxHotBlocks = 1024;  // UpdateHotRows' grid
+// A block's shared memory without opting in: UpdateRows gives several warps a block only
+// while their scratch fits it.
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
 
-// The shared memory of a block of `threads` updating rows of <= max_dim columns: the
+// The threads that update one row together: one warp of UpdateRows' blocks (rows of few
+// occurrences), or a whole block of UpdateHotRows (which stages d_pooled rows).
+struct WarpGroup {
+  static constexpr bool kStages = false;
+  __device__ int rank() const { return static_cast<int>(threadIdx.x) % kWarp; }
+  __device__ int size() const { return kWarp; }
+  __device__ void sync() const { __syncwarp(); }
+};
+struct BlockGroup {
+  static constexpr bool kStages = true;
+  __device__ int rank() const { return static_cast<int>(threadIdx.x); }
+  __device__ int size() const { return static_cast<int>(blockDim.x); }
+  __device__ void sync() const { __syncthreads(); }
+};
+
+// The shared memory of a group of `threads` updating rows of <= max_dim columns: the
 // row's gradient [max_dim], row-wise Adagrad's denominator, one chunk of `threads`
 // occurrences' d_pooled bases and coefficients, then `stage` floats.
 struct RowScratch {
@@ -111,7 +140,8 @@ struct RowScratch {
   float* chunk_coef;
   float* stage;
 };
-// 16-byte aligned, so that stage (after 256 bases and coefficients) takes float4 stores.
+// 16-byte aligned, so that stage (after 256 bases and coefficients) takes float4 stores;
+// SharedBytes(max_dim, kWarp, 0) is a multiple of 16, so warps' scratch can follow each other.
 __host__ __device__ size_t ChunkOffset(int32_t max_dim) {
   return ((static_cast<size_t>(max_dim) + 1) * sizeof(float) + 15) / 16 * 16;
 }
@@ -119,12 +149,12 @@ __host__ __device__ size_t SharedBytes(int32_t max_dim, int threads, int stage) 
   return ChunkOffset(max_dim) + threads * (sizeof(int64_t) + sizeof(float)) +
          static_cast<size_t>(stage) * sizeof(float);
 }
-__device__ RowScratch CarveShared(unsigned char* shared, int32_t max_dim) {
+__device__ RowScratch CarveShared(unsigned char* shared, int32_t max_dim, int threads) {
   RowScratch r;
   r.grad = reinterpret_cast<float*>(shared);
   r.chunk_base = reinterpret_cast<int64_t*>(shared + ChunkOffset(max_dim));
-  r.chunk_coef = reinterpret_cast<float*>(r.chunk_base + blockDim.x);
-  r.stage = r.chunk_coef + blockDim.x;
+  r.chunk_coef = reinterpret_cast<float*>(r.chunk_base + threads);
+  r.stage = r.chunk_coef + threads;
   return r;
 }
 
@@ -190,66 +220,75 @@ __device__ bool RowsLoadAsFloat4(const EmbeddingBackwardArgs& a) {
   return ok;
 }
 
-// grad[k] = the sum over occurrences [begin, end) of coef * d_pooled[base + k], in order.
-// The block gathers blockDim.x occurrences' sources at a time into shared memory; with
-// `stage` floats of shared memory it stages their d_pooled rows too.
-__device__ void SumRowGradient(const float* d_pooled, const int32_t* positions,
-                               const int64_t* bases, const float* coefs, int64_t begin, int64_t end,
-                               int32_t dim, int stage, bool vec4, const RowScratch& s) {
-  const int t = static_cast<int>(threadIdx.x);
-  for (int k = t; k < dim; k += blockDim.x) s.grad[k] = 0.0f;
+// grad[k] = the sum over the sorted occurrences [begin, end) of coef * d_pooled[base + k],
+// in order. The group gathers group.size() occurrences at a time into shared memory; a
+// block with `stage` floats of shared memory stages their d_pooled rows too.
+template <typename Group>
+__device__ void SumRowGradient(const Group& group, const float* d_pooled,
+                               const uint64_t* occurrences, int64_t begin, int64_t end, int32_t dim,
+                               int stage, bool vec4, const RowScratch& s) {
+  const int t = group.rank(), threads = group.size();
+  for (int k = t; k < dim; k += threads) s.grad[k] = 0.0f;
   const int per_stage = stage / dim;  // rows staged at once; 0: read in place
-  for (int64_t j0 = begin; j0 < end; j0 += blockDim.x) {
-    const auto m = static_cast<int>(min(static_cast<int64_t>(blockDim.x), end - j0));
-    __syncthreads();  // the previous chunk's readers are done
+  for (int64_t j0 = begin; j0 < end; j0 += threads) {
+    const auto m = static_cast<int>(min(static_cast<int64_t>(threads), end - j0));
+    group.sync();  // the previous chunk's readers are done
     if (t < m) {
-      const int32_t p = positions[j0 + t];
-      s.chunk_base[t] = bases[p];
-      s.chunk_coef[t] = coefs[p];
+      const uint64_t o = occurrences[j0 + t];
+      s.chunk_base[t] = OccurrenceBase(o);
+      s.chunk_coef[t] = OccurrenceCoef(o);
     }
-    __syncthreads();
-    if (per_stage == 0) {
-      for (int k = t; k < dim; k += blockDim.x)
+    group.sync();
+    if (!Group::kStages || per_stage == 0) {
+      for (int k = t; k < dim; k += threads)
         s.grad[k] = SumChunk(d_pooled + k, s.chunk_base, s.chunk_coef, m, s.grad[k]);
       continue;
     }
-    for (int i0 = 0; i0 < m; i0 += per_stage) {
-      const int rows = min(per_stage, m - i0);
-      if (vec4)
-        SumStaged<4>(d_pooled, s.chunk_base + i0, s.chunk_coef + i0, rows, dim, s);
-      else
-        SumStaged<1>(d_pooled, s.chunk_base + i0, s.chunk_coef + i0, rows, dim, s);
+    if constexpr (Group::kStages) {
+      for (int i0 = 0; i0 < m; i0 += per_stage) {
+        const int rows = min(per_stage, m - i0);
+        if (vec4)
+          SumStaged<4>(d_pooled, s.chunk_base + i0, s.chunk_coef + i0, rows, dim, s);
+        else
+          SumStaged<1>(d_pooled, s.chunk_base + i0, s.chunk_coef + i0, rows, dim, s);
+      }
     }
   }
-  __syncthreads();
+  group.sync();
 }
 
-// Row s's gradient summed, then the optimizer applied to the row once.
-__device__ void UpdateRow(const EmbeddingBackwardArgs& a, const SparseStepArgs& o,
-                          const uint64_t* keys, const int32_t* positions, int64_t begin,
-                          int64_t end, const int64_t* bases, const float* coefs, int stage,
-                          bool vec4, const RowScratch& s) {
-  const uint64_t key = keys[begin];
-  const SparseTableArgs t = a.tables[key >> a.id_bits];
-  const auto row = static_cast<int64_t>(key & ((uint64_t{1} << a.id_bits) - 1));
-  SumRowGradient(a.d_pooled, positions, bases, coefs, begin, end, t.dim, stage, vec4, s);
-  float& rowwise_denom = s.grad[a.max_dim];
-  if (o.kind == kRowwise && threadIdx.x == 0) {
-    const float h =
-        __fadd_rn(t.state0[row], __fdiv_rn(SquaredNorm(s.grad, t.dim), static_cast<float>(t.dim)));
-    t.state0[row] = h;
-    rowwise_denom = __fadd_rn(__fsqrt_rn(h), o.eps);
-  }
-  __syncthreads();
-  for (int k = threadIdx.x; k < t.dim; k += blockDim.x)
-    UpdateElement(o, t, row, k, s.grad[k], rowwise_denom);
-  __syncthreads();  // before the next row overwrites grad
+// Asks L2 for the line holding p (device memory); changes no value.
+__device__ void PrefetchL2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
+}
+
+// The group asks L2 for the lines of values[0, dim), 128 bytes each.
+template <typename Group, typename V>
+__device__ void PrefetchValues(const Group& group, const V* values, int32_t dim) {
+  constexpr int kLine = 128 / sizeof(V);
+  for (int k = group.rank() * kLine; k < dim; k += group.size() * kLine) PrefetchL2(values + k);
+  if (group.rank() == 0) PrefetchL2(values + dim - 1);  // the last line of an unaligned row
+}
+
+// Row `row`'s values and optimizer state asked for before its gradient is summed, so that
+// the update after the sum finds them in L2 instead of waiting for memory.
+template <typename Group>
+__device__ void PrefetchRow(const Group& group, const SparseStepArgs& o, const SparseTableArgs& t,
+                            int64_t row) {
+  const int64_t first = row * t.dim;
+  if (t.half == 0)
+    PrefetchValues(group, t.weights + first, t.dim);
+  else
+    PrefetchValues(group, t.halves + first, t.dim);
+  if (o.kind == kAdagrad || o.kind == kAdam) PrefetchValues(group, t.state0 + first, t.dim);
+  if (o.kind == kAdam) PrefetchValues(group, t.state1 + first, t.dim);
+  if (o.kind == kRowwise && group.rank() == 0) PrefetchL2(t.state0 + row);
 }
 
 // The sorted occurrences' segments: where each touched row's run starts, and its length.
 struct Segments {
   const uint64_t* keys;
-  const int32_t* positions;
+  const uint64_t* occurrences;  // PackOccurrence, in the keys' order
   const int64_t* begin;
   const int32_t* counts;
   const int32_t* num;
@@ -257,39 +296,68 @@ struct Segments {
   int32_t* num_hot;  // zeroed before UpdateRows
 };
 
-// One block (one warp) per touched row of at most kHotCount occurrences, striding over
-// the rows; hotter rows are listed for UpdateHotRows (their order there is immaterial:
-// each row is one block's alone).
-__global__ void UpdateRows(EmbeddingBackwardArgs a, const SparseStepArgs* step, Segments g,
-                           const int64_t* bases, const float* coefs) {
+// The row of occurrences [begin, end): its gradient summed, then the optimizer applied to
+// the row once.
+template <typename Group>
+__device__ void UpdateRow(const Group& group, const EmbeddingBackwardArgs& a,
+                          const SparseStepArgs& o, const Segments& g, int64_t begin, int64_t end,
+                          int stage, bool vec4, const RowScratch& s) {
+  const uint64_t key = g.keys[begin];
+  const SparseTableArgs t = a.tables[key >> a.id_bits];
+  const auto row = static_cast<int64_t>(key & ((uint64_t{1} << a.id_bits) - 1));
+  PrefetchRow(group, o, t, row);
+  SumRowGradient(group, a.d_pooled, g.occurrences, begin, end, t.dim, stage, vec4, s);
+  float& rowwise_denom = s.grad[a.max_dim];
+  if (o.kind == kRowwise && group.rank() == 0) {
+    const float h =
+        __fadd_rn(t.state0[row], __fdiv_rn(SquaredNorm(s.grad, t.dim), static_cast<float>(t.dim)));
+    t.state0[row] = h;
+    rowwise_denom = __fadd_rn(__fsqrt_rn(h), o.eps);
+  }
+  group.sync();
+  for (int k = group.rank(); k < t.dim; k += group.size())
+    UpdateElement(o, t, row, k, s.grad[k], rowwise_denom);
+  group.sync();  // before the next row overwrites grad
+}
+
+// One warp per touched row of at most kHotCount occurrences, each warp of the block (its
+// own scratch) striding over the rows; hotter rows are listed for UpdateHotRows (their
+// order there is immaterial: each row is one block's alone). At most 64 registers a thread
+// (4 blocks of the most warps an SM): 32 warps an SM, as many as blocks of one warp had.
+__global__ void __launch_bounds__(EmbeddingBackward::kMaxRowWarpsPerBlock* kWarp, 4)
+    UpdateRows(EmbeddingBackwardArgs a, const SparseStepArgs* step, Segments g) {
   extern __shared__ __align__(16) unsigned char shared[];
-  const RowScratch scratch = CarveShared(shared, a.max_dim);
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int warps = static_cast<int>(blockDim.x) / kWarp;
+  const RowScratch scratch =
+      CarveShared(shared + warp * SharedBytes(a.max_dim, kWarp, 0), a.max_dim, kWarp);
   if (a.skip != nullptr && *a.skip != 0) return;
   const SparseStepArgs o = *step;
-  for (int64_t s = blockIdx.x; s < *g.num; s += gridDim.x) {
+  const WarpGroup group;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * warps;
+  for (int64_t s = static_cast<int64_t>(blockIdx.x) * warps + warp; s < *g.num; s += stride) {
     const int32_t count = g.counts[s];
     if (count > kHotCount) {
-      if (threadIdx.x == 0) g.hot[atomicAdd(g.num_hot, 1)] = static_cast<int32_t>(s);
+      if (group.rank() == 0) g.hot[atomicAdd(g.num_hot, 1)] = static_cast<int32_t>(s);
       continue;
     }
     const int64_t begin = g.begin[s];
-    UpdateRow(a, o, g.keys, g.positions, begin, begin + count, bases, coefs, 0, false, scratch);
+    UpdateRow(group, a, o, g, begin, begin + count, 0, false, scratch);
   }
 }
 
 // One block of kHotThreads per listed hot row.
-__global__ void UpdateHotRows(EmbeddingBackwardArgs a, const SparseStepArgs* step, Segments g,
-                              const int64_t* bases, const float* coefs) {
+__global__ void UpdateHotRows(EmbeddingBackwardArgs a, const SparseStepArgs* step, Segments g) {
   extern __shared__ __align__(16) unsigned char shared[];
-  const RowScratch scratch = CarveShared(shared, a.max_dim);
+  const RowScratch scratch = CarveShared(shared, a.max_dim, kHotThreads);
   if (a.skip != nullptr && *a.skip != 0) return;
   const SparseStepArgs o = *step;
   const bool vec4 = RowsLoadAsFloat4(a);
+  const BlockGroup group;
   for (int32_t h = blockIdx.x; h < *g.num_hot; h += gridDim.x) {
     const int32_t s = g.hot[h];
     const int64_t begin = g.begin[s];
-    UpdateRow(a, o, g.keys, g.positions, begin, begin + g.counts[s], bases, coefs, kStageFloats,
-              vec4, scratch);
+    UpdateRow(group, a, o, g, begin, begin + g.counts[s], kStageFloats, vec4, scratch);
   }
 }
 
@@ -303,6 +371,10 @@ void CheckArgs(const EmbeddingBackwardArgs& a) {
     ThrowInvalid("embedding backward: id_bits ", a.id_bits, " is outside [0, ", kMaxIdBits, "]");
   if (a.num_ids > INT32_MAX)
     ThrowInvalid("embedding backward: num_ids ", a.num_ids, " is more than 2^31 - 1");
+  // An occurrence's d_pooled offset travels in 32 bits (PackOccurrence).
+  if (a.batch_size > kMaxPooledValues / a.pooled_width)
+    ThrowInvalid("embedding backward: batch_size ", a.batch_size, " x pooled_width ",
+                 a.pooled_width, " is more than 2^32 pooled values");
 }
 
 int BitsFor(int64_t values) {
@@ -376,21 +448,33 @@ void AllowShared(Kernel kernel, size_t bytes) {
   limit = bytes;
 }
 
+EmbeddingBackward::EmbeddingBackward(int row_warps) : row_warps_(row_warps) {
+  if (row_warps < 1 || row_warps > kMaxRowWarpsPerBlock)
+    ThrowInvalid("embedding backward: row_warps ", row_warps, " is outside [1, ",
+                 kMaxRowWarpsPerBlock, "]");
+}
+
+int EmbeddingBackward::RowWarps(int32_t max_dim) const {
+  const size_t per_warp = SharedBytes(max_dim, kWarp, 0);
+  return static_cast<int>(
+      std::clamp<size_t>(kDefaultSharedBytes / per_warp, 1, static_cast<size_t>(row_warps_)));
+}
+
 void EmbeddingBackward::Prepare(const EmbeddingBackwardArgs& args) {
   CheckArgs(args);
   const int64_t n = args.num_ids;
   if (n == 0) return;
-  for (auto* b : {&keys_, &sorted_keys_, &unique_keys_}) b->Reserve(n);
-  for (auto* b : {&positions_, &sorted_positions_}) b->Reserve(n);
-  for (auto* b : {&segment_begin_, &bases_}) b->Reserve(n);
-  coefs_.Reserve(n);
+  for (auto* b : {&keys_, &sorted_keys_, &unique_keys_, &occurrences_, &sorted_occurrences_})
+    b->Reserve(n);
+  segment_begin_.Reserve(n);
   counts_.Reserve(n);
   hot_.Reserve(n / kHotCount + 1);
   num_segments_.Reserve(2);  // the segments, then the hot ones
   ReserveTemp(n, EndBit(args));
   const size_t shared = SharedBytes(args.max_dim, kHotThreads, kStageFloats);
   if (shared > shared_bytes_) {
-    AllowShared(UpdateRows, SharedBytes(args.max_dim, kWarp, 0));
+    // One warp's scratch past the default (several warps a block only below it).
+    AllowShared(UpdateRows, RowWarps(args.max_dim) * SharedBytes(args.max_dim, kWarp, 0));
     AllowShared(UpdateHotRows, shared);
     shared_bytes_ = shared;
   }
@@ -404,10 +488,10 @@ int EmbeddingBackward::EndBit(const EmbeddingBackwardArgs& args) {
 void EmbeddingBackward::ReserveTemp(int64_t n, int end_bit) {
   size_t sort_bytes = 0, encode_bytes = 0, scan_bytes = 0;
   const int items = static_cast<int>(n);
-  CheckCuda(
-      cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys_.get(), sorted_keys_.get(),
-                                      positions_.get(), sorted_positions_.get(), items, 0, end_bit),
-      "cub::DeviceRadixSort::SortPairs (size)");
+  CheckCuda(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys_.get(), sorted_keys_.get(),
+                                            occurrences_.get(), sorted_occurrences_.get(), items, 0,
+                                            end_bit),
+            "cub::DeviceRadixSort::SortPairs (size)");
   CheckCuda(cub::DeviceRunLengthEncode::Encode(nullptr, encode_bytes, sorted_keys_.get(),
                                                unique_keys_.get(), counts_.get(),
                                                num_segments_.get(), items),
@@ -422,7 +506,7 @@ void EmbeddingBackward::SortAndSegment(int64_t n, int end_bit, cudaStream_t stre
   const int items = static_cast<int>(n);
   size_t bytes = cub_temp_.size();
   CheckCuda(cub::DeviceRadixSort::SortPairs(cub_temp_.get(), bytes, keys_.get(), sorted_keys_.get(),
-                                            positions_.get(), sorted_positions_.get(), items, 0,
+                                            occurrences_.get(), sorted_occurrences_.get(), items, 0,
                                             end_bit, stream),
             "cub::DeviceRadixSort::SortPairs");
   // Counts past the last segment stay 0, so the scan over n items is defined.
@@ -450,8 +534,8 @@ void EmbeddingBackward::Sort(const EmbeddingBackwardArgs& args, cudaStream_t str
   if (n == 0) return;
   DLRM_INTERNAL_CHECK(keys_.size() >= static_cast<size_t>(n));  // Prepare()d
   const int64_t bags = args.num_features * args.batch_size;
-  KeyOccurrences<<<GridBlocks(bags, kThreads), kThreads, 0, stream>>>(
-      args, keys_.get(), positions_.get(), bases_.get(), coefs_.get());
+  KeyOccurrences<<<GridBlocks(bags, kThreads), kThreads, 0, stream>>>(args, keys_.get(),
+                                                                      occurrences_.get());
   CheckCuda(cudaGetLastError(), "embedding backward: keys");
   SortAndSegment(n, EndBit(args), stream);
 }
@@ -460,17 +544,18 @@ void EmbeddingBackward::Update(const EmbeddingBackwardArgs& args, const SparseSt
                                cudaStream_t stream) {
   const int64_t n = args.num_ids;
   if (n == 0) return;
-  const Segments g{sorted_keys_.get(),     sorted_positions_.get(), segment_begin_.get(),
-                   counts_.get(),          num_segments_.get(),     hot_.get(),
+  const Segments g{sorted_keys_.get(),     sorted_occurrences_.get(), segment_begin_.get(),
+                   counts_.get(),          num_segments_.get(),       hot_.get(),
                    num_segments_.get() + 1};
   CheckCuda(cudaMemsetAsync(g.num_hot, 0, sizeof(int32_t), stream), "cudaMemsetAsync");
-  // Sized for the most rows there can be; each block strides over the real count.
-  UpdateRows<<<static_cast<unsigned>(std::min(n, kMaxBlocks)), kWarp,
-               SharedBytes(args.max_dim, kWarp, 0), stream>>>(args, step_args, g, bases_.get(),
-                                                              coefs_.get());
+  // Sized for the most rows there can be; each warp strides over the real count.
+  const int warps = RowWarps(args.max_dim);
+  const int64_t row_blocks = std::min((n + warps - 1) / warps, kMaxRowWarps / warps);
+  UpdateRows<<<static_cast<unsigned>(row_blocks), warps * kWarp,
+               warps * SharedBytes(args.max_dim, kWarp, 0), stream>>>(args, step_args, g);
   UpdateHotRows<<<static_cast<unsigned>(std::min(n / kHotCount + 1, kMaxHotBlocks)), kHotThreads,
-                  SharedBytes(args.max_dim, kHotThreads, kStageFloats), stream>>>(
-      args, step_args, g, bases_.get(), coefs_.get());
+                  SharedBytes(args.max_dim, kHotThreads, kStageFloats), stream>>>(args, step_args,
+                                                                                  g);
   CheckCuda(cudaGetLastError(), "embedding backward: update");
 }
 

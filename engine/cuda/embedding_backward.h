@@ -1,9 +1,12 @@
 // The embedding backward fused with the sparse optimizers on a CUDA device (FBGEMM's
 // "backward + optimizer" TBE kernels, deterministic): every id occurrence of a batch is
 // keyed by (table, id) and stably radix-sorted (CUB; the keys take only as many bits as
-// the tables' rows and count need: 25 for multihot's 26 tables of 1M rows), each run of one key is
-// a touched row, and one warp per row sums the row's gradient over its occurrences in sorted order,
-// then applies the optimizer to the row once. A row of more than 64 occurrences (zipf ids give a
+// the tables' rows and count need: 25 for multihot's 26 tables of 1M rows) with its
+// d_pooled offset and coefficient as one 64-bit payload, each run of one key is a touched
+// row, and one warp per row (several warps a block, each on its own rows) sums the row's
+// gradient over its occurrences in sorted order, then applies the optimizer to the row
+// once, the row and its optimizer state asked of L2 before the sum so that the update
+// does not wait for memory after it. A row of more than 64 occurrences (zipf ids give a
 // table's hottest row a fifth of them) is left to a second kernel, a block of 256 threads
 // per row that stages the occurrences' d_pooled rows in shared memory before summing them
 // in the same order. No float atomics (an atomic index lists the hot rows; each row is one
@@ -25,7 +28,8 @@
 // Thread safety: one object is used by one thread at a time. Run uses one stream; Sort and
 // Update may use two, the caller ordering Update after its Sort (an event) and the next
 // Sort after that Update.
-// Errors: kInvalidArgument for bad sizes, naming them; kInternal for CUDA failures.
+// Errors: kInvalidArgument for bad sizes, naming them (a batch of more than 2^32 pooled
+// values among them); kInternal for CUDA failures.
 // A table wider than MaxDim or longer than kMaxDeviceRows is the caller's to refuse up front.
 #pragma once
 
@@ -95,6 +99,15 @@ SparseStepArgs MakeSparseStepArgs(const config::SparseOptimizerConfig& optimizer
 
 class EmbeddingBackward {
  public:
+  // The most warps a block of the few-occurrence rows' kernel has.
+  static constexpr int kMaxRowWarpsPerBlock = 8;
+  static constexpr int kDefaultRowWarps = 4;
+
+  // row_warps: the warps of each block of the few-occurrence rows' kernel (1 to
+  // kMaxRowWarpsPerBlock; fewer where their scratch would pass a block's default 48 KiB of
+  // shared memory). Only the speed depends on it, never a bit (kInvalidArgument outside).
+  explicit EmbeddingBackward(int row_warps = kDefaultRowWarps);
+
   // The id_bits of tables of at most `max_rows` rows (1 to kMaxDeviceRows): the fewer the
   // bits, the fewer passes the sort makes.
   static int32_t IdBitsFor(int64_t max_rows);
@@ -122,14 +135,15 @@ class EmbeddingBackward {
 
  private:
   static int EndBit(const EmbeddingBackwardArgs& args);
+  // The warps of UpdateRows' blocks for tables of at most max_dim columns.
+  int RowWarps(int32_t max_dim) const;
   void ReserveTemp(int64_t n, int end_bit);
   void SortAndSegment(int64_t n, int end_bit, cudaStream_t stream);
 
+  int row_warps_;
   DeviceBuffer<uint64_t> keys_, sorted_keys_, unique_keys_;
-  DeviceBuffer<int32_t> positions_, sorted_positions_;
+  DeviceBuffer<uint64_t> occurrences_, sorted_occurrences_;  // the sort's payload
   DeviceBuffer<int64_t> segment_begin_;
-  DeviceBuffer<int64_t> bases_;
-  DeviceBuffer<float> coefs_;
   DeviceBuffer<int32_t> counts_, num_segments_, hot_;
   DeviceBuffer<uint8_t> cub_temp_;
   size_t shared_bytes_ = 48 * 1024;  // the update kernels' dynamic shared memory limit

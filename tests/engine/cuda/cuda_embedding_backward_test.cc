@@ -73,11 +73,12 @@ std::vector<SparseFeatureSpec> Specs(const Layout& layout) {
   return specs;
 }
 
-// `reuse`: the backward object to run (one of the test's, else a fresh one).
+// `reuse`: the backward object to run (one of the test's, else a fresh one of row_warps).
 void Compare(const Layout& layout, const std::string& optimizer_text,
-             EmbeddingBackward* reuse = nullptr) {
+             EmbeddingBackward* reuse = nullptr,
+             int row_warps = EmbeddingBackward::kDefaultRowWarps) {
   SCOPED_TRACE(optimizer_text + " dim " + std::to_string(layout.dims[0]) + " bags < " +
-               std::to_string(layout.max_len));
+               std::to_string(layout.max_len) + " row_warps " + std::to_string(row_warps));
   const int32_t* dims = layout.dims;
   const std::vector<FeatureBinding> features = layout.Features();
   const int32_t width = layout.Width();
@@ -111,7 +112,7 @@ void Compare(const Layout& layout, const std::string& optimizer_text,
   for (const FeatureBinding& f : features) feature_args.push_back({f.table, f.offset, f.mean});
   const DeviceCopy<SparseFeatureArgs> d_features(feature_args);
   const DeviceCopy<SparseTableArgs> d_tables(table_args);
-  EmbeddingBackward own;
+  EmbeddingBackward own(row_warps);
   EmbeddingBackward& gpu = reuse != nullptr ? *reuse : own;
   for (int64_t step = 1; step <= 4; ++step) {
     const OwnedBatch batch = MakeBatch(layout, step);
@@ -168,6 +169,21 @@ TEST(CudaEmbeddingBackwardTest, EqualsTheCpuBitwiseForEveryOptimizer) {
   }
 }
 
+// The warps of a block of the few-occurrence rows' kernel change its speed only: one warp
+// a block, an odd count (a block's warps stride over the rows together) and the most.
+// 16384 columns fit one warp's scratch only (the kernel takes one warp a block then).
+TEST(CudaEmbeddingBackwardTest, EveryRowWarpsCountGivesTheCpusBits) {
+  SKIP_WITHOUT_GPU();
+  OpenDevice(0);
+  for (const int warps : {1, 3, EmbeddingBackward::kMaxRowWarpsPerBlock}) {
+    for (const Layout& layout : {Layout{{36, 5}}, Layout{{16384, 5}}, Layout{{36, 8}, 200}}) {
+      Compare(layout, "", nullptr, warps);
+      Compare(layout, "rowwise_adagrad { eps: 1e-8 initial_accumulator: 0.01 }", nullptr, warps);
+      Compare(layout, "adam { beta1: 0.9 beta2: 0.999 eps: 1e-8 }", nullptr, warps);
+    }
+  }
+}
+
 // The kernels' shared-memory limit is the process's, not an object's: a backward of
 // narrower tables (still past the default 48 KiB) prepared in between must not lower what
 // a wider one's launches need.
@@ -201,6 +217,14 @@ TEST(CudaEmbeddingBackwardTest, BadArgumentsAreRefusedNamingThem) {
   a.id_bits = 33;
   testing::ExpectError([&] { gpu.Run(a, &step_args, nullptr); }, StatusCode::kInvalidArgument,
                        "id_bits 33 is outside [0, 32]");
+  a.id_bits = 4;
+  // Each occurrence's d_pooled offset travels in 32 bits.
+  a.batch_size = (int64_t{1} << 30) + 1;
+  testing::ExpectError([&] { gpu.Run(a, &step_args, nullptr); }, StatusCode::kInvalidArgument,
+                       "batch_size 1073741825 x pooled_width 4 is more than 2^32 pooled values");
+  for (const int warps : {0, EmbeddingBackward::kMaxRowWarpsPerBlock + 1})
+    testing::ExpectError([&] { EmbeddingBackward bad(warps); }, StatusCode::kInvalidArgument,
+                         "row_warps " + std::to_string(warps) + " is outside [1, 8]");
 }
 
 // The sort keys take the bits the longest table needs, no more: ids < max_rows <= 2^32.
