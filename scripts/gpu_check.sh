@@ -21,16 +21,18 @@
 #                                   `dlrm bench --device cuda` on configs/small.pbtxt, then
 #                                   the PyTorch reference on the same GPU (bench/README.md)
 #   gpu-bundle/all.sh               everything above in one device call, each part with a
-#                                   time limit, what is least measured first: the suites,
-#                                   the forward and update against the copy, the top MLP
-#                                   at 415 / 416, multihot at batch 8192 in fp32 and TF32
-#                                   against PyTorch, multihot with BF16 against FP32
-#                                   tables (fp32 and bf16 GEMMs), PyTorch with batches
-#                                   copied from host memory each step (--host_batches, as
-#                                   the engine); then
-#                                   small and kaggle, MLPerf's DCNv2 in fp32 and bf16, and
-#                                   a 1-server 1-trainer job (dlrm launch) with the trainer
-#                                   on the CPU, the GPU, and the GPU over NCCL; full logs
+#                                   time limit, what is least measured first: the suites
+#                                   (the update's under compute-sanitizer, where the
+#                                   machine has it), the forward and update against the
+#                                   copy, the top MLP at 415 / 416, multihot at batch 8192
+#                                   in fp32 and TF32 against PyTorch, multihot with BF16
+#                                   against FP32 tables (fp32 and bf16 GEMMs), PyTorch
+#                                   with batches copied from host memory each step
+#                                   (--host_batches, as the engine); then small and
+#                                   kaggle, MLPerf's DCNv2 in fp32 and bf16, and a
+#                                   1-server 1-trainer job (dlrm launch) with the trainer
+#                                   on the CPU, the GPU, and the GPU over NCCL; then ncu's
+#                                   per-kernel times of eager multihot steps; full logs
 #                                   under $OUT (or /tmp/gpu-out)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -110,6 +112,17 @@ nvidia-smi -L
 timeout 200 "$here/run.sh" > "$out/tests.log" 2>&1
 echo "suites: exit $? ($(grep -c '^\[  PASSED' "$out/tests.log") of $(ls "$here"/*_test | wc -l) passed)"
 grep -E 'FAILED|Failure' "$out/tests.log" | head -20
+# The embedding update's warps under compute-sanitizer, where the machine has it: races on
+# shared memory, barriers, out-of-bounds accesses (the suites check only the bits).
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -n "$sanitizer" ]; then
+  for tool in racecheck synccheck memcheck; do
+    (source "$here/env.sh" && timeout 60 "$sanitizer" --tool "$tool" --error-exitcode 9 \
+      "$here/cuda_embedding_backward_test" --gtest_filter='*RowWarps*:*OptIn*') \
+      > "$out/sanitizer_$tool.log" 2>&1
+    echo "compute-sanitizer $tool: exit $? ($(grep -m1 -o 'ERROR SUMMARY: [0-9]* error' "$out/sanitizer_$tool.log" || echo 'no summary'))"
+  done
+fi
 (source "$here/env.sh" && timeout 90 "$here/cuda_pooled_bench") 2>&1 | tee "$out/forward.log" | tail -8
 (source "$here/env.sh" && timeout 60 "$here/cuda_linear_bench") 2>&1 | tee "$out/linear.log"
 # report LABEL OURS_LOG TORCH_LOG: our train samples/s (synchronous steps, then the
@@ -191,6 +204,16 @@ for variant in cpu cuda nccl owners; do
     --device="$device" --max_steps=80 --warmup_steps=10 --log_every_seconds=1000) > "$log" 2>&1
   echo "job $variant: exit $? $(grep -o 'steady [0-9]* samples/s ([0-9.]* ms/step' "$log" | tail -1)) $(grep -o '^eval .* auc=[0-9.]*' "$log" | tail -1)"
 done
+# Last, where the machine has ncu: the device time of each kernel of two eager multihot
+# steps (after the warm-up's), which the next change to the step is chosen by.
+ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+if [ -n "$ncu_bin" ]; then
+  (source "$here/env.sh" && timeout 150 "$ncu_bin" --print-summary per-kernel --launch-skip 300 \
+    --launch-count 150 "$here/dlrm" bench --config "$here/configs/multihot.pbtxt" --device cuda \
+    --batch_size 8192 --bag_size 10 --max_rows 500000 --steps 10 --warmup 5 --windows 1 \
+    --cuda_graph=false) > "$out/ncu_multihot.log" 2>&1
+  echo "ncu multihot: exit $? (ncu_multihot.log, $(grep -c 'Duration' "$out/ncu_multihot.log") kernels)"
+fi
 ALL
 chmod +x "$BUNDLE/run.sh" "$BUNDLE/bench.sh" "$BUNDLE/all.sh"
 tar czf "$BUNDLE.tar.gz" -C "$(dirname "$BUNDLE")" "$(basename "$BUNDLE")"

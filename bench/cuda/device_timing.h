@@ -37,17 +37,22 @@ double MedianMs(int reps, cudaStream_t stream, Fn fn) {
   return ms[ms.size() / 2];
 }
 
+// `block` (not empty) copied over device `array` [count] again and again.
+inline void FillRepeating(float* array, size_t count, const std::vector<float>& block) {
+  for (size_t at = 0; at < count; at += block.size()) {
+    const size_t n = std::min(block.size(), count - at);
+    CheckCuda(cudaMemcpy(array + at, block.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+              "cudaMemcpy (fill)");
+  }
+}
+
 // `count` values uniform in (-1, 1) into `array`: a random block (seeded by `salt`) copied
 // over it.
 inline void FillRandom(float* array, size_t count, uint64_t salt = 7) {
   const CounterRng rng(salt, 0, 0);
-  std::vector<float> block(std::min<size_t>(count, size_t{1} << 24));
+  std::vector<float> block(std::max<size_t>(std::min<size_t>(count, size_t{1} << 24), 1));
   for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<float>(2 * rng.Uniform(i) - 1);
-  for (size_t at = 0; at < count; at += block.size()) {
-    const size_t n = std::min(block.size(), count - at);
-    CheckCuda(cudaMemcpy(array + at, block.data(), n * sizeof(float), cudaMemcpyHostToDevice),
-              "cudaMemcpy (random values)");
-  }
+  FillRepeating(array, count, block);
 }
 
 // A benchmark's main: parses the flags, returns run()'s exit status, or prints

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -155,7 +156,17 @@ config::SparseOptimizerConfig Optimizer(int64_t* state_per_row) {
 std::vector<int> RowWarpsList() {
   std::vector<int> list;
   std::stringstream in(FLAGS_row_warps);
-  for (std::string item; std::getline(in, item, ',');) list.push_back(std::stoi(item));
+  for (std::string item; std::getline(in, item, ',');) {
+    size_t used = 0;
+    try {
+      list.push_back(std::stoi(item, &used));
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size())
+      ThrowInvalid("--row_warps must list integers separated by commas, got '", FLAGS_row_warps,
+                   "'");
+  }
   return list;
 }
 
@@ -200,12 +211,20 @@ struct BackwardInputs {
   }
 };
 
+// Adagrad's sums of squares into `state`: positive, 0.01 plus a value in [0, 1).
+void FillSumsOfSquares(DeviceBuffer<float>* state) {
+  std::vector<float> sums(size_t{1} << 20);
+  const CounterRng rng(13, 0, 0);
+  for (size_t i = 0; i < sums.size(); ++i) sums[i] = 0.01f + static_cast<float>(rng.Uniform(i));
+  FillRepeating(state->get(), state->size(), sums);
+}
+
 void TimeBackward(Setup& setup, double copy) {
   int64_t per_row = 0;
   const config::SparseOptimizerConfig optimizer = Optimizer(&per_row);
   DeviceBuffer<float> state(
       static_cast<size_t>(std::max<int64_t>(per_row * FLAGS_rows * FLAGS_tables, 1)));
-  FillRandom(state.get(), state.size(), 13);  // Adagrad's sums: any values the test has
+  FillSumsOfSquares(&state);
   BackwardInputs in(setup, state.get(), per_row, optimizer);
   const EmbeddingBackwardArgs& args = in.args;
   EmbeddingBackward sort;

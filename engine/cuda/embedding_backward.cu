@@ -33,7 +33,7 @@ enum Kind : int { kSgd = 0, kAdagrad = 1, kRowwise = 2, kAdam = 3 };
 __device__ uint64_t PackOccurrence(int64_t base, float coef) {
   return static_cast<uint64_t>(__float_as_uint(coef)) << 32 | static_cast<uint32_t>(base);
 }
-__device__ int64_t OccurrenceBase(uint64_t o) { return static_cast<int64_t>(o & 0xffffffffu); }
+__device__ uint32_t OccurrenceBase(uint64_t o) { return static_cast<uint32_t>(o); }
 __device__ float OccurrenceCoef(uint64_t o) {
   return __uint_as_float(static_cast<uint32_t>(o >> 32));
 }
@@ -136,7 +136,7 @@ struct BlockGroup {
 // occurrences' d_pooled bases and coefficients, then `stage` floats.
 struct RowScratch {
   float* grad;
-  int64_t* chunk_base;
+  uint32_t* chunk_base;  // an occurrence's d_pooled offset (below 2^32: CheckArgs)
   float* chunk_coef;
   float* stage;
 };
@@ -146,13 +146,13 @@ __host__ __device__ size_t ChunkOffset(int32_t max_dim) {
   return ((static_cast<size_t>(max_dim) + 1) * sizeof(float) + 15) / 16 * 16;
 }
 __host__ __device__ size_t SharedBytes(int32_t max_dim, int threads, int stage) {
-  return ChunkOffset(max_dim) + threads * (sizeof(int64_t) + sizeof(float)) +
+  return ChunkOffset(max_dim) + threads * (sizeof(uint32_t) + sizeof(float)) +
          static_cast<size_t>(stage) * sizeof(float);
 }
 __device__ RowScratch CarveShared(unsigned char* shared, int32_t max_dim, int threads) {
   RowScratch r;
   r.grad = reinterpret_cast<float*>(shared);
-  r.chunk_base = reinterpret_cast<int64_t*>(shared + ChunkOffset(max_dim));
+  r.chunk_base = reinterpret_cast<uint32_t*>(shared + ChunkOffset(max_dim));
   r.chunk_coef = reinterpret_cast<float*>(r.chunk_base + threads);
   r.stage = r.chunk_coef + threads;
   return r;
@@ -160,7 +160,7 @@ __device__ RowScratch CarveShared(unsigned char* shared, int32_t max_dim, int th
 
 // g plus column k's share of m occurrences, in order; the kUnroll loads of d_pooled
 // are issued before their products are summed.
-__device__ float SumChunk(const float* d_pooled_k, const int64_t* base, const float* coef, int m,
+__device__ float SumChunk(const float* d_pooled_k, const uint32_t* base, const float* coef, int m,
                           float g) {
   int i = 0;
   for (; i + kUnroll <= m; i += kUnroll) {
@@ -182,7 +182,7 @@ constexpr int kStagePerThread = kStageFloats / kHotThreads;
 // stage), W floats at a time (dim and every base a multiple of W); then each column k adds
 // their products into grad[k] in order.
 template <int W>
-__device__ void SumStaged(const float* d_pooled, const int64_t* base, const float* coef, int m,
+__device__ void SumStaged(const float* d_pooled, const uint32_t* base, const float* coef, int m,
                           int32_t dim, const RowScratch& s) {
   using Vec = std::conditional_t<W == 4, float4, float>;
   constexpr int kLoads = kStagePerThread / W;
@@ -429,10 +429,10 @@ int32_t EmbeddingBackward::MaxDim(size_t shared_bytes_per_block) {
   return static_cast<int32_t>((shared_bytes_per_block - fixed) / sizeof(float)) - 1;
 }
 
-// Lets `kernel` take `bytes` of dynamic shared memory on the current device (past the
-// default 48 KiB, it opts in). The attribute is the process's, not an object's: it is only
-// ever raised, so that an object of narrower tables never lowers what another one's
-// launches need.
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device: past the
+// default 48 KiB it opts in, within it it does nothing. The attribute is the process's, not
+// an object's: it is only ever raised above the default, never set below it, so that no
+// object's call lowers what another one's launches need.
 template <typename Kernel>
 void AllowShared(Kernel kernel, size_t bytes) {
   static std::mutex mu;
@@ -441,7 +441,7 @@ void AllowShared(Kernel kernel, size_t bytes) {
   CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
   std::lock_guard<std::mutex> lock(mu);
   size_t& limit = allowed[{device, reinterpret_cast<const void*>(kernel)}];
-  if (bytes <= limit) return;
+  if (bytes <= std::max(limit, kDefaultSharedBytes)) return;
   CheckCuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(bytes)),
             "cudaFuncSetAttribute (embedding update shared memory)");
@@ -473,7 +473,6 @@ void EmbeddingBackward::Prepare(const EmbeddingBackwardArgs& args) {
   ReserveTemp(n, EndBit(args));
   const size_t shared = SharedBytes(args.max_dim, kHotThreads, kStageFloats);
   if (shared > shared_bytes_) {
-    // One warp's scratch past the default (several warps a block only below it).
     AllowShared(UpdateRows, RowWarps(args.max_dim) * SharedBytes(args.max_dim, kWarp, 0));
     AllowShared(UpdateHotRows, shared);
     shared_bytes_ = shared;

@@ -33,14 +33,14 @@ using testing::DeviceCopy;
 using ::testing::HasSubstr;
 
 constexpr int64_t kBatch = 50;
-const int64_t kRows[2] = {30, 7};  // few rows: many repeats
 
 // Two tables and three features (table 0 twice): dims[0] = 36 is more columns than a warp
 // has lanes, a multiple of 4 and 8, and 5 is neither; 16384 floats (64 KiB) need more
 // shared memory than a block gets without opting in.
 struct Layout {
   int32_t dims[2];
-  int32_t max_len = 5;  // bags of 0 .. max_len - 1 ids; 200: rows of hundreds of occurrences
+  int32_t max_len = 5;        // bags of 0 .. max_len - 1 ids; 200: rows of hundreds of occurrences
+  int64_t rows[2] = {30, 7};  // few rows: many repeats (table 0 the larger)
   std::vector<FeatureBinding> Features() const {
     return {{0, 0, false}, {1, dims[0], true}, {0, dims[0] + dims[1], false}};
   }
@@ -59,7 +59,7 @@ OwnedBatch MakeBatch(const Layout& layout, uint64_t salt) {
       const auto len = static_cast<int32_t>(rng.Uniform(draw++) * layout.max_len);
       b.lengths.push_back(len);
       for (int32_t k = 0; k < len; ++k) {
-        b.ids.push_back(static_cast<int64_t>(rng.Uniform(draw++) * kRows[features[f].table]));
+        b.ids.push_back(static_cast<int64_t>(rng.Uniform(draw++) * layout.rows[features[f].table]));
         b.weights.push_back(static_cast<float>(0.5 + rng.Uniform(draw++)));
       }
     }
@@ -69,7 +69,8 @@ OwnedBatch MakeBatch(const Layout& layout, uint64_t salt) {
 
 std::vector<SparseFeatureSpec> Specs(const Layout& layout) {
   std::vector<SparseFeatureSpec> specs;
-  for (const FeatureBinding& f : layout.Features()) specs.push_back({f.table, kRows[f.table]});
+  for (const FeatureBinding& f : layout.Features())
+    specs.push_back({f.table, layout.rows[f.table]});
   return specs;
 }
 
@@ -80,16 +81,17 @@ void Compare(const Layout& layout, const std::string& optimizer_text,
   SCOPED_TRACE(optimizer_text + " dim " + std::to_string(layout.dims[0]) + " bags < " +
                std::to_string(layout.max_len) + " row_warps " + std::to_string(row_warps));
   const int32_t* dims = layout.dims;
+  const int64_t* rows = layout.rows;
   const std::vector<FeatureBinding> features = layout.Features();
   const int32_t width = layout.Width();
   const config::SparseOptimizerConfig config =
       ParseConfigText("sparse_optimizer { " + optimizer_text + " }").sparse_optimizer();
   std::vector<EmbeddingTable<float>> tables;
   for (int t = 0; t < 2; ++t) {
-    tables.emplace_back("t" + std::to_string(t), kRows[t], dims[t]);
-    tables.back().data() = testing::RandomFloats(kRows[t] * dims[t], 10 + t);
+    tables.emplace_back("t" + std::to_string(t), rows[t], dims[t]);
+    tables.back().data() = testing::RandomFloats(rows[t] * dims[t], 10 + t);
   }
-  auto cpu_opt = MakeSparseOptimizer<float>(config, {{kRows[0], dims[0]}, {kRows[1], dims[1]}});
+  auto cpu_opt = MakeSparseOptimizer<float>(config, {{rows[0], dims[0]}, {rows[1], dims[1]}});
   // The device's copies, from the CPU's initial values.
   std::vector<std::unique_ptr<DeviceCopy<float>>> owned;
   std::vector<SparseTableArgs> table_args;
@@ -97,7 +99,7 @@ void Compare(const Layout& layout, const std::string& optimizer_text,
     SparseTableArgs a;
     owned.push_back(std::make_unique<DeviceCopy<float>>(tables[t].data()));
     a.weights = owned.back()->get();
-    a.num_rows = kRows[t];
+    a.num_rows = rows[t];
     a.dim = dims[t];
     const auto states = cpu_opt->StateBuffers(t);
     float** slots[2] = {&a.state0, &a.state1};
@@ -132,7 +134,7 @@ void Compare(const Layout& layout, const std::string& optimizer_text,
     a.batch_size = kBatch;
     a.offsets = d_offsets.get();
     a.ids = d_ids.get();
-    a.id_bits = EmbeddingBackward::IdBitsFor(kRows[0]);  // 5: keys of 6 bits
+    a.id_bits = EmbeddingBackward::IdBitsFor(rows[0]);  // 30 rows: 5, keys of 6 bits
     a.weights = d_weights.get();
     a.num_ids = static_cast<int64_t>(batch.ids.size());
     a.d_pooled = d_grad.get();
@@ -155,6 +157,18 @@ void Compare(const Layout& layout, const std::string& optimizer_text,
   }
 }
 
+// The process's shared-memory limit is never set below the default 48 KiB: 8192 columns
+// (one warp's scratch is 33 KiB, the hot rows' kernel's 66 KiB) must not lower it, since
+// 3000 columns then launch 4 warps' scratch (48 KiB) without opting in. First in the file:
+// gtest runs a file's tests in order, and a test opting in above 48 KiB before this one
+// would hide a lowered limit.
+TEST(CudaEmbeddingBackwardTest, AnOptInNeverLowersTheDefaultSharedMemory) {
+  SKIP_WITHOUT_GPU();
+  OpenDevice(0);
+  Compare(Layout{{8192, 5}, 40}, "");
+  Compare(Layout{{3000, 5}, 40}, "");
+}
+
 TEST(CudaEmbeddingBackwardTest, EqualsTheCpuBitwiseForEveryOptimizer) {
   SKIP_WITHOUT_GPU();
   OpenDevice(0);
@@ -170,13 +184,16 @@ TEST(CudaEmbeddingBackwardTest, EqualsTheCpuBitwiseForEveryOptimizer) {
 }
 
 // The warps of a block of the few-occurrence rows' kernel change its speed only: one warp
-// a block, an odd count (a block's warps stride over the rows together) and the most.
-// 16384 columns fit one warp's scratch only (the kernel takes one warp a block then).
+// a block, an odd count and the most. Dims of 3000 and 5000 leave room in 48 KiB for 4 and
+// 2 warps' scratch only; 2^17 rows and bags of up to 399 ids give ~18K touched rows, more
+// than the kernel has warps (16384), so each warp takes several rows; hot rows (table 1)
+// beside cold ones in every layout.
 TEST(CudaEmbeddingBackwardTest, EveryRowWarpsCountGivesTheCpusBits) {
   SKIP_WITHOUT_GPU();
   OpenDevice(0);
   for (const int warps : {1, 3, EmbeddingBackward::kMaxRowWarpsPerBlock}) {
-    for (const Layout& layout : {Layout{{36, 5}}, Layout{{16384, 5}}, Layout{{36, 8}, 200}}) {
+    for (const Layout& layout : {Layout{{36, 5}}, Layout{{3000, 5}, 40}, Layout{{5000, 8}, 40},
+                                 Layout{{36, 5}, 400, {int64_t{1} << 17, 7}}}) {
       Compare(layout, "", nullptr, warps);
       Compare(layout, "rowwise_adagrad { eps: 1e-8 initial_accumulator: 0.01 }", nullptr, warps);
       Compare(layout, "adam { beta1: 0.9 beta2: 0.999 eps: 1e-8 }", nullptr, warps);
