@@ -55,7 +55,8 @@ class CudaBackend final : public train::Backend {
     scalars_.Resize(1);
     host_scalars_.Reserve(1);
     results_.Reserve(1);
-    DeviceTables::Check(s_.model.tables(), *s_.sparse_optimizer, device_, FreeMemoryBytes());
+    DeviceTables::Check(s_.model.tables(), s_.model.feature_bindings(), *s_.sparse_optimizer,
+                        device_, FreeMemoryBytes());
     PushState();
   }
   ~CudaBackend() override {

@@ -104,6 +104,7 @@ class DeviceBuffer {
   }
   // Copies the first `count` elements out, ordered on `stream` (the caller synchronizes).
   void Download(T* host, size_t count, cudaStream_t stream) const {
+    DLRM_INTERNAL_CHECK(count <= count_);
     if (count > 0)
       CheckCuda(cudaMemcpyAsync(host, ptr_, count * sizeof(T), cudaMemcpyDeviceToHost, stream),
                 "cudaMemcpyAsync (to the host)");

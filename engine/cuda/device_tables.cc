@@ -33,12 +33,15 @@ size_t DeviceBytes(const EmbeddingTable<float>& table, SparseOptimizer<float>& o
 }  // namespace
 
 void DeviceTables::Check(const std::vector<EmbeddingTable<float>>& tables,
+                         const std::vector<FeatureBinding>& features,
                          SparseOptimizer<float>& optimizer, const DeviceInfo& device,
                          size_t free_bytes) {
   const int32_t max_dim = EmbeddingBackward::MaxDim(device.shared_memory_per_block);
+  const std::vector<char> held = BoundTables(features, tables.size());
   size_t total = 0, largest = 0;
   const EmbeddingTable<float>* largest_table = nullptr;
   for (size_t t = 0; t < tables.size(); ++t) {
+    if (!held[t]) continue;
     const EmbeddingTable<float>& table = tables[t];
     if (table.dim() > max_dim)
       ThrowInvalid("table \"", table.name(), "\" has dim ", table.dim(), "; ", device.name,
@@ -61,9 +64,11 @@ void DeviceTables::Check(const std::vector<EmbeddingTable<float>>& tables,
 void DeviceTables::Push(const std::vector<EmbeddingTable<float>>& tables,
                         SparseOptimizer<float>& optimizer,
                         const std::vector<FeatureBinding>& features) {
-  // Same sizes every time: the arrays (and the descriptions naming them) stay put.
+  // Same tables and sizes every time: the arrays (and the descriptions naming them) stay put.
+  held_ = BoundTables(features, tables.size());
   tables_.resize(tables.size());
   for (size_t t = 0; t < tables.size(); ++t) {
+    if (!held_[t]) continue;
     Table& d = tables_[t];
     d.rows.Upload(tables[t].data(), stream_);
     d.halves.Upload(tables[t].halves(), stream_);
@@ -78,8 +83,9 @@ void DeviceTables::Push(const std::vector<EmbeddingTable<float>>& tables,
 
 void DeviceTables::Pull(std::vector<EmbeddingTable<float>>& tables,
                         SparseOptimizer<float>& optimizer) const {
-  DLRM_INTERNAL_CHECK(tables.size() == tables_.size());
+  DLRM_INTERNAL_CHECK(tables.size() == tables_.size() && held_.size() == tables.size());
   for (size_t t = 0; t < tables.size(); ++t) {
+    if (!held_[t]) continue;
     const Table& d = tables_[t];
     d.rows.Download(tables[t].data().data(), tables[t].data().size(), stream_);
     d.halves.Download(tables[t].halves().data(), tables[t].halves().size(), stream_);
@@ -106,6 +112,10 @@ void DeviceTables::Describe(const std::vector<EmbeddingTable<float>>& tables,
   std::vector<SparseTableArgs> sparse_tables;
   int64_t max_rows = 1;
   for (size_t t = 0; t < tables.size(); ++t) {
+    if (!held_[t]) {  // no feature's key names it: no rows, no columns
+      sparse_tables.push_back(SparseTableArgs{});
+      continue;
+    }
     const EmbeddingTable<float>& table = tables[t];
     const Table& d = tables_[t];
     const HalfRounding& r = table.rounding();

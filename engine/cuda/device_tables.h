@@ -6,8 +6,11 @@
 //
 // The host tables stay the copy checkpoints read and write: Push copies them (FP32 rows,
 // BF16 / FP16 rows or quantized codes, and the optimizer's state) in, Pull copies what
-// training changed back. The device arrays are sized by the first Push and never move, so
-// the descriptions (and CUDA graphs naming them) stay valid.
+// training changed back. Only the tables a feature binds are held (BoundTables): a table
+// no feature pools, such as the row-wise pieces a trainer's store serves to other ranks
+// and trains on the host, is neither counted, copied in nor copied back over. The device
+// arrays are sized by the first Push and never move, so the descriptions (and CUDA graphs
+// naming them) stay valid.
 //
 // Memory: owns its device arrays; borrows the stream. Threading: one thread at a time, on
 // the device selected by the caller. Errors: kInvalidArgument naming a table the kernels
@@ -36,21 +39,23 @@ class DeviceTables {
   DeviceTables(const DeviceTables&) = delete;
   DeviceTables& operator=(const DeviceTables&) = delete;
 
-  // Before anything is copied: kInvalidArgument naming the first table `device` cannot
-  // hold (a row wider than a block's shared memory holds for the update, or more than
-  // kMaxDeviceRows rows); kResourceExhausted when the tables' rows and `optimizer`'s state
-  // need more than `free_bytes` (the device's free memory), naming the bytes, the largest
-  // table and the device.
+  // Before anything is copied, for the tables `features` bind: kInvalidArgument naming the
+  // first one `device` cannot hold (a row wider than a block's shared memory holds for the
+  // update, or more than kMaxDeviceRows rows); kResourceExhausted when their rows and
+  // `optimizer`'s state need more than `free_bytes` (the device's free memory), naming the
+  // bytes, the largest table and the device.
   static void Check(const std::vector<EmbeddingTable<float>>& tables,
-                    SparseOptimizer<float>& optimizer, const DeviceInfo& device, size_t free_bytes);
+                    const std::vector<FeatureBinding>& features, SparseOptimizer<float>& optimizer,
+                    const DeviceInfo& device, size_t free_bytes);
 
-  // Copies `tables` and `optimizer`'s state for them in (the same tables every call), then
-  // describes them and `features` (table indices into `tables`) for the kernels. Returns
-  // once the copies are done.
+  // Copies the tables `features` (table indices into `tables`) bind and `optimizer`'s
+  // state for them in (the same tables and features every call), then describes them for
+  // the kernels. Returns once the copies are done.
   void Push(const std::vector<EmbeddingTable<float>>& tables, SparseOptimizer<float>& optimizer,
             const std::vector<FeatureBinding>& features);
   // Copies the rows and state training changed back into `tables` and `optimizer` (those
-  // Push was given). Quantized codes are never read back (nothing trains them).
+  // Push was given), the held tables only. Quantized codes are never read back (nothing
+  // trains them).
   void Pull(std::vector<EmbeddingTable<float>>& tables, SparseOptimizer<float>& optimizer) const;
 
   // [features] specs for the pooled forward (device memory).
@@ -76,7 +81,8 @@ class DeviceTables {
                 const std::vector<FeatureBinding>& features);
 
   const cudaStream_t stream_;
-  std::vector<Table> tables_;
+  std::vector<Table> tables_;  // empty arrays for a table not held
+  std::vector<char> held_;     // BoundTables of Push's features
   DeviceBuffer<FeatureSpec> feature_specs_;
   DeviceBuffer<SparseFeatureArgs> sparse_features_;
   DeviceBuffer<SparseTableArgs> sparse_tables_;

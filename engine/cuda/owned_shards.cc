@@ -29,7 +29,8 @@ class CudaOwnedShards final : public train::OwnedShards {
     tables_ = std::make_unique<DeviceTables>(stream_);
     step_args_.Resize(1);
     host_step_args_.Reserve(1);
-    DeviceTables::Check(store_.shard_tables(), store_.optimizer(), device_, FreeMemoryBytes());
+    DeviceTables::Check(store_.shard_tables(), store_.local_features(), store_.optimizer(), device_,
+                        FreeMemoryBytes());
     Push();
   }
   ~CudaOwnedShards() override {

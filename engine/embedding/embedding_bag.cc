@@ -57,6 +57,15 @@ auto RowValues(Table& table, int64_t id, T* widened) -> decltype(table.row(id)) 
 
 }  // namespace
 
+std::vector<char> BoundTables(const std::vector<FeatureBinding>& features, size_t num_tables) {
+  std::vector<char> bound(num_tables, 0);
+  for (const FeatureBinding& f : features) {
+    DLRM_INTERNAL_CHECK(f.table >= 0 && static_cast<size_t>(f.table) < num_tables);
+    bound[static_cast<size_t>(f.table)] = 1;
+  }
+  return bound;
+}
+
 template <typename T>
 EmbeddingBagCollection<T>::EmbeddingBagCollection(std::vector<EmbeddingTable<T>>* tables,
                                                   std::vector<FeatureBinding> features,

@@ -31,6 +31,10 @@ struct FeatureBinding {
   bool mean = false;   // MEAN pooling (an empty bag pools to zeros), else SUM
 };
 
+// Which of `num_tables` tables some feature binds (1; else 0): the tables a bag set over
+// `features` pools and updates. Every feature's table must be below num_tables.
+std::vector<char> BoundTables(const std::vector<FeatureBinding>& features, size_t num_tables);
+
 template <typename T>
 class EmbeddingBagCollection {
  public:

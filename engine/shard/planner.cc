@@ -24,8 +24,9 @@ constexpr uint32_t kAllTypes = Bit(ShardingConfig::TABLE_WISE) | Bit(ShardingCon
                                Bit(ShardingConfig::COLUMN_WISE) |
                                Bit(ShardingConfig::TABLE_ROW_WISE) |
                                Bit(ShardingConfig::DATA_PARALLEL);
-// What trainers that own their shards can hold (shard/pooled_layout.h); row-wise pieces
-// on the host only (train/owned_shards.h: a device holds whole-row shards).
+// What trainers that own their shards can hold (shard/pooled_layout.h). Where a trainer's
+// shards are on a device its row-wise pieces stay in host memory (train/owned_shards.h),
+// so there they are planned only where sharding.tables allows a table nothing else.
 constexpr uint32_t kTrainerTypes =
     Bit(ShardingConfig::TABLE_WISE) | Bit(ShardingConfig::COLUMN_WISE) |
     Bit(ShardingConfig::ROW_WISE) | Bit(ShardingConfig::DATA_PARALLEL);
@@ -230,17 +231,19 @@ double Imbalance(double max, double total, int32_t n) {
   return total > 0 ? max / (total / n) : 1.0;
 }
 
-// Per table: the sharding types sharding.tables allows (all where it says nothing) that
-// the owners can hold and the sparse optimizer can update (row-wise Adagrad keeps one
-// statistic per whole row: no column blocks).
+// Per table: the sharding types sharding.tables allows (where it says nothing, all but a
+// device trainer's row-wise pieces) that the owners can hold and the sparse optimizer can
+// update (row-wise Adagrad keeps one statistic per whole row: no column blocks).
 std::vector<uint32_t> AllowedTypes(const config::DlrmConfig& config, ShardOwners owners) {
   const config::ModelConfig& model = config.model();
   uint32_t holdable = owners == ShardOwners::kServers ? kAllTypes : kTrainerTypes;
-  if (owners == ShardOwners::kTrainers && config.device().kind() != config::DeviceConfig::CPU)
-    holdable &= ~Bit(ShardingConfig::ROW_WISE);
   if (config.sparse_optimizer().has_rowwise_adagrad())
     holdable &= ~Bit(ShardingConfig::COLUMN_WISE);
-  std::vector<uint32_t> allowed(static_cast<size_t>(model.tables_size()), holdable);
+  // A device trainer's pieces would be looked up and updated by its host, not its device.
+  uint32_t by_default = holdable;
+  if (owners == ShardOwners::kTrainers && config.device().kind() != config::DeviceConfig::CPU)
+    by_default &= ~Bit(ShardingConfig::ROW_WISE);
+  std::vector<uint32_t> allowed(static_cast<size_t>(model.tables_size()), by_default);
   for (const ShardingConfig::TableOptions& entry : config.sharding().tables()) {
     uint32_t mask = 0;
     for (const int type : entry.allowed_types()) mask |= Bit(static_cast<Type>(type));

@@ -31,8 +31,9 @@ inline constexpr int32_t kMaxServers = 1 << 20;
 // Who holds the served pieces. kServers: embedding servers (every type). kTrainers: the
 // trainers themselves, "server" r being trainer r (train/model_parallel_trainer.h):
 // TABLE_WISE, COLUMN_WISE and DATA_PARALLEL shards, and ROW_WISE pieces (which every rank
-// fetches rows of) on CPU trainers only, and only where a plan of whole rows would not
-// balance load and memory within 1 + 2 x sharding.split_fraction.
+// fetches rows of) only where a plan of whole rows would not balance load and memory
+// within 1 + 2 x sharding.split_fraction, and on trainers whose device is not the CPU
+// (whose pieces stay in host memory) only for tables sharding.tables allows ROW_WISE.
 enum class ShardOwners { kServers, kTrainers };
 
 // Throws kInvalidArgument naming the field for an invalid config (ValidateConfig),

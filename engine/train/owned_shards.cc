@@ -20,24 +20,10 @@ class HostOwnedShards final : public OwnedShards {
   }
   void PullState() override {}
   void StoreChanged() override {}
-  bool copies_store() const override { return false; }
 
  private:
   ps::EmbeddingShardStore& store_;
 };
-
-// kInvalidArgument naming the first table of which the store holds a row-wise piece (a
-// device copy holds whole-row shards only); `where`: the copy's device.
-void RequireNoPieces(const ps::EmbeddingShardStore& store, const config::DlrmConfig& config,
-                     const std::string& where) {
-  for (const ps::ShardLocation& s : store.shards()) {
-    if (s.whole_rows(config.model())) continue;
-    ThrowInvalid("table \"", config.model().tables(s.table).name(),
-                 "\" is cut into row-wise pieces, which trainers ",
-                 "hold in host memory only, and this trainer's shards are on ", where,
-                 ": let sharding.tables give it TABLE_WISE or COLUMN_WISE shards");
-  }
-}
 
 }  // namespace
 
@@ -49,13 +35,7 @@ std::unique_ptr<OwnedShards> MakeOwnedShards(const OwnedShardsFactory& factory,
                                              const config::DlrmConfig& config,
                                              ps::EmbeddingShardStore* store, ThreadPool* pool) {
   if (!factory) RequireHostDevice(config, "owned shards");
-  const config::DeviceConfig::Kind kind = config.device().kind();
-  if (kind != config::DeviceConfig::CPU)  // before the device copies anything
-    RequireNoPieces(*store, config, config::DeviceConfig::Kind_Name(kind));
-  std::unique_ptr<OwnedShards> shards =
-      factory ? factory(config, store, pool) : MakeHostOwnedShards(store);
-  if (shards->copies_store()) RequireNoPieces(*store, config, shards->name());
-  return shards;
+  return factory ? factory(config, store, pool) : MakeHostOwnedShards(store);
 }
 
 void RequireHostDevice(const config::DlrmConfig& config, const char* what) {

@@ -2,8 +2,12 @@
 // them and applies their fused update: on the host, by the store itself, or on the
 // trainer's device (cuda/owned_shards.h: the shards in a GPU's memory, as Neo keeps them
 // in HBM). The store (ps::EmbeddingShardStore) stays the host copy that checkpoints read
-// and write: a device copies it in when made and when told it changed (StoreChanged), and
-// copies what it trained back when asked (PullState).
+// and write: a device copies in the shards it pools (the store's local_features' tables,
+// embedding_bag.h BoundTables) when made and when told the store changed (StoreChanged),
+// and copies what it trained back when asked (PullState). The store's row-wise pieces,
+// which it serves to every rank and updates with their gradients (model_parallel_trainer.h),
+// are no feature's: they stay in host memory, trained by the store itself, and no device
+// copy is ever written over them.
 //
 // Bits: a device pools and updates with the host's operations in the host's order
 // (pooled_embedding.h, embedding_backward.h), so given the same bags and gradients its rows
@@ -46,10 +50,6 @@ class OwnedShards {
   // The store was written (a restore): it is the truth from here; a device copies it in
   // before its next call and never copies its older rows back over it.
   virtual void StoreChanged() = 0;
-  // Whether it trains a copy of the store (a device's memory), which PullState writes back
-  // over every shard: such a copy holds whole-row shards only, so a store with row-wise
-  // pieces (trained in host memory by the store itself) is refused by MakeOwnedShards.
-  virtual bool copies_store() const { return true; }
 };
 
 // Pools and updates in the store itself, with its pool.
@@ -61,8 +61,6 @@ using OwnedShardsFactory = std::function<std::unique_ptr<OwnedShards>(
 
 // factory's for config.device(); with no factory, the host's for kind CPU and
 // kFailedPrecondition naming device.kind for any other (RequireHostDevice).
-// kInvalidArgument naming the table when the store has row-wise pieces and the factory's
-// shards copy it (copies_store).
 std::unique_ptr<OwnedShards> MakeOwnedShards(const OwnedShardsFactory& factory,
                                              const config::DlrmConfig& config,
                                              ps::EmbeddingShardStore* store, ThreadPool* pool);

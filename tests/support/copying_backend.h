@@ -76,7 +76,9 @@ class CopyingBackend final : public train::TrainerBackend {
 // Owned shards whose rows and optimizer state live in a copy of the store, copied back only
 // by PullState and refreshed from the store only after StoreChanged, as a device's
 // (cuda/owned_shards.h): the trainer's side of that contract, checked without a GPU. A
-// call computes with the store's own code on the copy (swapped in for the call).
+// call computes with the store's own code on the copy (swapped in for the call). As a
+// device, it holds the shards the store pools (BoundTables of its local features), never
+// the row-wise pieces the store serves and trains on the host.
 class CopyingOwnedShards final : public train::OwnedShards {
  public:
   explicit CopyingOwnedShards(ps::EmbeddingShardStore* store) : store_(*store) { Refresh(); }
@@ -95,8 +97,9 @@ class CopyingOwnedShards final : public train::OwnedShards {
   }
   void PullState() override {
     if (stale_) return;  // the store was written since: it is the truth
-    store_.mutable_shard_tables() = tables_;
     for (size_t t = 0; t < tables_.size(); ++t) {
+      if (!held_[t]) continue;
+      store_.mutable_shard_tables()[t] = tables_[t];
       auto buffers = store_.optimizer().StateBuffers(static_cast<int32_t>(t));
       for (size_t s = 0; s < buffers.size(); ++s) *buffers[s].second = states_[t][s];
     }
@@ -105,6 +108,7 @@ class CopyingOwnedShards final : public train::OwnedShards {
 
  private:
   void Refresh() {
+    held_ = BoundTables(store_.local_features(), store_.shard_tables().size());
     tables_ = store_.shard_tables();
     states_.assign(tables_.size(), {});
     for (size_t t = 0; t < tables_.size(); ++t)
@@ -112,10 +116,11 @@ class CopyingOwnedShards final : public train::OwnedShards {
         states_[t].push_back(*buffer);
     stale_ = false;
   }
-  // Exchanges the copy with the store's rows and state.
+  // Exchanges the copy with the store's rows and state (of the held tables).
   void Swap() {
-    std::swap(store_.mutable_shard_tables(), tables_);
     for (size_t t = 0; t < tables_.size(); ++t) {
+      if (!held_[t]) continue;
+      std::swap(store_.mutable_shard_tables()[t], tables_[t]);
       auto buffers = store_.optimizer().StateBuffers(static_cast<int32_t>(t));
       for (size_t s = 0; s < buffers.size(); ++s) std::swap(*buffers[s].second, states_[t][s]);
     }
@@ -136,6 +141,7 @@ class CopyingOwnedShards final : public train::OwnedShards {
   ps::EmbeddingShardStore& store_;
   std::vector<EmbeddingTable<float>> tables_;
   std::vector<std::vector<std::vector<float>>> states_;  // [shard][state buffer]
+  std::vector<char> held_;                               // BoundTables: the shards copied
   bool stale_ = false;
 };
 

@@ -327,23 +327,32 @@ TEST(CudaBackendTest, ADivergedStepChangesNothingReplayedOrNot) {
 
 // Tables and their optimizer state beyond the device's free memory are refused before
 // anything is copied, naming the bytes, the largest table and the device (no GPU needed:
-// the check takes the device's description and its free bytes).
+// the check takes the device's description and its free bytes). Only the tables a feature
+// binds count: a table no feature pools (a trainer's row-wise pieces, which its host store
+// serves) is never copied to the device.
 TEST(CudaBackendTest, TablesBeyondTheDevicesFreeMemoryAreRefusedNamingThem) {
   std::vector<EmbeddingTable<float>> tables;
   tables.emplace_back("small", 10, 4);
   tables.emplace_back("big", 1000, 8);
+  tables.emplace_back("served", 100000, 8);
   const auto optimizer = MakeSparseOptimizer<float>(
-      ParseConfigText("sparse_optimizer { adagrad { } }").sparse_optimizer(), {{10, 4}, {1000, 8}});
+      ParseConfigText("sparse_optimizer { adagrad { } }").sparse_optimizer(),
+      {{10, 4}, {1000, 8}, {100000, 8}});
+  const std::vector<FeatureBinding> features = {{0, 0, false}, {1, 4, false}, {1, 12, true}};
   cuda::DeviceInfo device;
   device.name = "a test GPU";
   device.shared_memory_per_block = 227 * 1024;
   const size_t need = (10 * 4 + 1000 * 8) * sizeof(float) * 2;  // rows and sums of squares
-  cuda::DeviceTables::Check(tables, *optimizer, device, need);  // fits exactly
-  testing::ExpectError([&] { cuda::DeviceTables::Check(tables, *optimizer, device, need - 1); },
-                       StatusCode::kResourceExhausted,
-                       "the embedding tables need 64320 bytes of device memory (rows and "
-                       "optimizer state; the largest, table \"big\", 64000 bytes) but a test "
-                       "GPU has 64319 bytes free");
+  cuda::DeviceTables::Check(tables, features, *optimizer, device, need);  // fits exactly
+  testing::ExpectError(
+      [&] { cuda::DeviceTables::Check(tables, features, *optimizer, device, need - 1); },
+      StatusCode::kResourceExhausted,
+      "the embedding tables need 64320 bytes of device memory (rows and "
+      "optimizer state; the largest, table \"big\", 64000 bytes) but a test "
+      "GPU has 64319 bytes free");
+  const std::vector<FeatureBinding> all = {{0, 0, false}, {1, 4, false}, {2, 12, false}};
+  testing::ExpectError([&] { cuda::DeviceTables::Check(tables, all, *optimizer, device, need); },
+                       StatusCode::kResourceExhausted, "the largest, table \"served\"");
 }
 
 // A table whose row does not fit a block's shared memory (the embedding update holds one

@@ -14,12 +14,14 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/config/config.h"
 #include "engine/cuda/trainer_backend.h"
 #include "engine/device_backends.h"
 #include "engine/engine.h"
+#include "engine/shard/planner.h"
 #include "engine/train/model_parallel_trainer.h"
 #include "tests/support/cuda_support.h"
 #include "tests/support/dist_cluster.h"
@@ -243,19 +245,43 @@ std::vector<NeoRun> RunNeo(const config::DlrmConfig& c, const train::TrainerDevi
   return runs;
 }
 
+// A job of 2 trainers owning their shards on the GPU: `type` for the first test table (for
+// ROW_WISE, the second in column blocks and the third replicated beside its pieces).
+config::DlrmConfig NeoOnTheGpu(config::ShardingConfig::Type type,
+                               config::TableConfig::Precision precision) {
+  config::DlrmConfig c = testing::WithTablePrecision(
+      testing::ShardedTestConfig(type, "adagrad", "adagrad", 2), precision);
+  if (type == config::ShardingConfig::ROW_WISE) {
+    auto* tables = c.mutable_sharding()->mutable_tables();
+    tables->Mutable(1)->set_allowed_types(0, config::ShardingConfig::COLUMN_WISE);
+    tables->Mutable(2)->set_allowed_types(0, config::ShardingConfig::DATA_PARALLEL);
+  }
+  c.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  ValidateConfig(c);
+  return c;
+}
+
 // The shards a trainer owns, held and trained in the GPU's memory (cuda/owned_shards.h),
 // pool and update as the host store does, bit for bit: the same job with its shards
 // trained on the host (the dense step on the GPU both times) ends with the same losses,
 // dense parameters and rows; column-wise shards of BF16 rows rounded stochastically too
-// (their bits are the whole table's columns').
+// (their bits are the whole table's columns'); and row-wise pieces beside column blocks
+// and a replicated table, the pieces staying in host memory (the store serves and trains
+// them) while the column blocks train on the GPU.
 TEST(CudaTrainerNeo, ShardsOnTheGpuTrainAsTheHostStoreBitwise) {
   SKIP_WITHOUT_GPU();
-  for (const auto precision : {config::TableConfig::FP32, config::TableConfig::BF16}) {
-    config::DlrmConfig c = testing::WithTablePrecision(
-        testing::ShardedTestConfig(config::ShardingConfig::COLUMN_WISE, "adagrad", "adagrad", 2),
-        precision);
-    c.mutable_device()->set_kind(config::DeviceConfig::CUDA);
-    SCOPED_TRACE(config::TableConfig::Precision_Name(precision));
+  for (const auto& [type, precision] :
+       {std::pair{config::ShardingConfig::COLUMN_WISE, config::TableConfig::FP32},
+        std::pair{config::ShardingConfig::COLUMN_WISE, config::TableConfig::BF16},
+        std::pair{config::ShardingConfig::ROW_WISE, config::TableConfig::FP32}}) {
+    const config::DlrmConfig c = NeoOnTheGpu(type, precision);
+    SCOPED_TRACE(config::ShardingConfig::Type_Name(type) + " " +
+                 config::TableConfig::Precision_Name(precision));
+    const shard::ShardingPlan plan = shard::PlanSharding(c, 2, shard::ShardOwners::kTrainers);
+    int pieces = 0;
+    for (const shard::TableShard& s : plan.shards())
+      pieces += s.type() == config::ShardingConfig::ROW_WISE;
+    EXPECT_EQ(pieces > 0, type == config::ShardingConfig::ROW_WISE);
     train::TrainerDevices host = BuiltTrainerDevices();
     host.owned = [](const config::DlrmConfig&, ps::EmbeddingShardStore* store, ThreadPool*) {
       return train::MakeHostOwnedShards(store);

@@ -484,27 +484,29 @@ TEST(PlannerTest, TrainersGetRowPiecesOnlyWhereWholeRowsCannotBalance) {
   EXPECT_GT(mlperf_pieces, 0);
 }
 
-// Trainers whose shards live on a device hold whole-row shards only (train/owned_shards.h),
-// and no trainer holds a server group's pieces.
-TEST(PlannerTest, TrainersOnADeviceOrTableRowWiseAreRefusedRowPieces) {
-  config::DlrmConfig rows = Model({"t:500:16"});
-  Force(&rows, "t", config::ShardingConfig::ROW_WISE);
-  EXPECT_NO_THROW(PlanSharding(rows, 2, ShardOwners::kTrainers));
-  rows.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+// No trainer holds a server group's pieces. Trainers whose shards are on a device hold
+// row-wise pieces in host memory (train/owned_shards.h), so they are given them where
+// sharding.tables allows ROW_WISE (the same plan as CPU trainers), never unasked: there a
+// large table's pieces are column blocks or whole.
+TEST(PlannerTest, DeviceTrainersGetRowPiecesOnlyWhereAskedAndNoServerGroups) {
   config::DlrmConfig groups = Model({"t:500:16"});
   Force(&groups, "t", config::ShardingConfig::TABLE_ROW_WISE);
-  for (const config::DlrmConfig* config : {&rows, &groups}) {
-    try {
-      PlanSharding(*config, 2, ShardOwners::kTrainers);
-      ADD_FAILURE() << "row pieces were planned onto trainers that cannot hold them";
-    } catch (const Error& e) {
-      EXPECT_THAT(e.what(), HasSubstr("which trainers that own their shards cannot hold"));
-    }
+  try {
+    PlanSharding(groups, 2, ShardOwners::kTrainers);
+    ADD_FAILURE() << "a server group's pieces were planned onto trainers";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("which trainers that own their shards cannot hold"));
   }
-  // Unforced, a large table's pieces on a device's trainers are column blocks or whole.
-  config::DlrmConfig cuda = Model({"t:50000:16"});
-  cuda.mutable_device()->set_kind(config::DeviceConfig::CUDA);
-  const ShardingPlan plan = PlanSharding(cuda, 4, ShardOwners::kTrainers);
+  config::DlrmConfig rows = Model({"t:500:16"});
+  Force(&rows, "t", config::ShardingConfig::ROW_WISE);
+  const ShardingPlan cpu = PlanSharding(rows, 8, ShardOwners::kTrainers);
+  rows.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  const ShardingPlan cuda = PlanSharding(rows, 8, ShardOwners::kTrainers);
+  EXPECT_EQ(cuda.SerializeAsString(), cpu.SerializeAsString());
+  EXPECT_EQ(cuda.shards(0).type(), config::ShardingConfig::ROW_WISE);
+  config::DlrmConfig unasked = Model({"t:50000:16"});
+  unasked.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  const ShardingPlan plan = PlanSharding(unasked, 4, ShardOwners::kTrainers);
   for (const TableShard& s : plan.shards()) EXPECT_NE(s.type(), config::ShardingConfig::ROW_WISE);
 }
 

@@ -521,9 +521,9 @@ TEST(ModelParallelTrainerTest, ABackendWithItsOwnParameterCopyIsToldOfEveryChang
 // The owned shards trained on the trainer's device (owned_shards.h), as a GPU's copy of the
 // store: the job trains as one process bitwise, owned() reads the trained rows (copied
 // back), and rows a caller writes into the store (a restore) are what the next step trains
-// from on both ranks, as with shards trained in the store itself.
-TEST(ModelParallelTrainerTest, OwnedShardsOnACopyAreCopiedBackAndRefreshed) {
-  const config::DlrmConfig c = TableWise(2);
+// from on both ranks, as with shards trained in the store itself; with row-wise pieces
+// (host-held) beside the copied shards too.
+void ExpectOwnedShardsCopiedBackAndRefreshed(const config::DlrmConfig& c) {
   const train::OwnedShardsFactory copying = [](const config::DlrmConfig&,
                                                ps::EmbeddingShardStore* store, ThreadPool*) {
     return std::make_unique<CopyingOwnedShards>(store);
@@ -565,6 +565,11 @@ TEST(ModelParallelTrainerTest, OwnedShardsOnACopyAreCopiedBackAndRefreshed) {
   }
 }
 
+TEST(ModelParallelTrainerTest, OwnedShardsOnACopyAreCopiedBackAndRefreshed) {
+  ExpectOwnedShardsCopiedBackAndRefreshed(TableWise(2));
+  ExpectOwnedShardsCopiedBackAndRefreshed(Mixed(2));
+}
+
 // Owned shards on a device that fails once, on one rank, when told to: pooling or checking
 // the update throws, as a CUDA error would.
 class FailingOwnedShards final : public train::OwnedShards {
@@ -602,29 +607,32 @@ class FailingOwnedShards final : public train::OwnedShards {
   std::atomic<int>& fail_check_;
 };
 
-// An owner's device failing (pooling, or checking its update) on one rank fails the step on
-// every rank at once, naming that rank and the cause (it travels in the exchange: without
-// it the others would wait out the timeout), changes nothing, and the step then trains as
-// one process does.
-// A device copy of the shards holds whole-row shards only: the pieces would be trained on
-// the host and then overwritten by the copy's stale rows.
-TEST(ModelParallelTrainerTest, ADeviceCopyOfTheShardsRefusesRowWisePiecesNamingTheTable) {
+// Row-wise pieces beside shards on a device: the device copies the shards its store pools
+// (column blocks here), the store trains and serves its pieces on the host, and PullState
+// writes back the device's shards only, never its stale copy of a piece over the pieces'
+// trained rows (the copy holds none: BoundTables). The job trains as one process bitwise
+// and owned() reads every shard's trained rows.
+TEST(ModelParallelTrainerTest, RowWisePiecesBesideADeviceCopyEqualOneProcessBitwise) {
   const config::DlrmConfig c = Mixed(2);
   const train::OwnedShardsFactory copying = [](const config::DlrmConfig&,
                                                ps::EmbeddingShardStore* store, ThreadPool*) {
     return std::make_unique<CopyingOwnedShards>(store);
   };
-  try {
-    NeoCluster cluster(c, 2, train::TrainerDevices{nullptr, nullptr, copying});
-    ADD_FAILURE() << "row-wise pieces were given to a device copy";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("table \"t0\" is cut into row-wise pieces, which trainers "
-                                    "hold in host memory only, and this trainer's shards are on "
-                                    "copying"));
+  Engine engine(c);
+  NeoCluster cluster(c, 2, train::TrainerDevices{nullptr, nullptr, copying});
+  ASSERT_EQ(cluster.trainers[0]->layout().fetched_tables().size(), 1u);
+  for (int64_t step = 0; step < 4; ++step) {
+    const std::string where = "step " + std::to_string(step);
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectStepEqualsEngine(engine, cluster, MakeTestBatch(c, step, 2 * kPart), where));
+    ExpectSameParameters(engine, cluster, c, where);  // owned(): the copy's rows pulled back
   }
 }
 
+// An owner's device failing (pooling, or checking its update) on one rank fails the step on
+// every rank at once, naming that rank and the cause (it travels in the exchange: without
+// it the others would wait out the timeout), changes nothing, and the step then trains as
+// one process does.
 TEST(ModelParallelTrainerTest, AnOwnersDeviceFailureFailsEveryRankNamingIt) {
   const config::DlrmConfig c = TableWise(2);
   std::atomic<int> fail_pool{-1}, fail_check{-1}, made{0};
