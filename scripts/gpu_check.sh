@@ -21,19 +21,19 @@
 #                                   `dlrm bench --device cuda` on configs/small.pbtxt, then
 #                                   the PyTorch reference on the same GPU (bench/README.md)
 #   gpu-bundle/all.sh               everything above in one device call, each part with a
-#                                   time limit, what is least measured first: the suites
-#                                   (the update's under compute-sanitizer, where the
-#                                   machine has it), the forward and update against the
-#                                   copy, the top MLP at 415 / 416, multihot at batch 8192
-#                                   in fp32 and TF32 against PyTorch, multihot with BF16
-#                                   against FP32 tables (fp32 and bf16 GEMMs), PyTorch
-#                                   with batches copied from host memory each step
-#                                   (--host_batches, as the engine); then small and
-#                                   kaggle, MLPerf's DCNv2 in fp32 and bf16, and a
-#                                   1-server 1-trainer job (dlrm launch) with the trainer
-#                                   on the CPU, the GPU, and the GPU over NCCL; then ncu's
-#                                   per-kernel times of eager multihot steps; full logs
-#                                   under $OUT (or /tmp/gpu-out)
+#                                   time limit, what is least measured first: the suites,
+#                                   the forward and update against the copy, the top MLP
+#                                   at 415 / 416, multihot at batch 8192 in fp32 and TF32
+#                                   against PyTorch, multihot with BF16 against FP32
+#                                   tables (fp32 and bf16 GEMMs), PyTorch with batches
+#                                   copied from host memory each step (--host_batches, as
+#                                   the engine), the update's test under compute-sanitizer
+#                                   (racecheck, memcheck); then small and kaggle, MLPerf's
+#                                   DCNv2 in fp32 and bf16, and a 1-server 1-trainer job
+#                                   (dlrm launch) with the trainer on the CPU, the GPU,
+#                                   and the GPU over NCCL; then ncu's per-kernel times of
+#                                   eager multihot steps; full logs under $OUT (or
+#                                   /tmp/gpu-out)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DLRM_ROOT=$(pwd)
@@ -112,17 +112,6 @@ nvidia-smi -L
 timeout 200 "$here/run.sh" > "$out/tests.log" 2>&1
 echo "suites: exit $? ($(grep -c '^\[  PASSED' "$out/tests.log") of $(ls "$here"/*_test | wc -l) passed)"
 grep -E 'FAILED|Failure' "$out/tests.log" | head -20
-# The embedding update's warps under compute-sanitizer, where the machine has it: races on
-# shared memory, barriers, out-of-bounds accesses (the suites check only the bits).
-sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-if [ -n "$sanitizer" ]; then
-  for tool in racecheck synccheck memcheck; do
-    (source "$here/env.sh" && timeout 60 "$sanitizer" --tool "$tool" --error-exitcode 9 \
-      "$here/cuda_embedding_backward_test" --gtest_filter='*RowWarps*:*OptIn*') \
-      > "$out/sanitizer_$tool.log" 2>&1
-    echo "compute-sanitizer $tool: exit $? ($(grep -m1 -o 'ERROR SUMMARY: [0-9]* error' "$out/sanitizer_$tool.log" || echo 'no summary'))"
-  done
-fi
 (source "$here/env.sh" && timeout 90 "$here/cuda_pooled_bench") 2>&1 | tee "$out/forward.log" | tail -8
 (source "$here/env.sh" && timeout 60 "$here/cuda_linear_bench") 2>&1 | tee "$out/linear.log"
 # report LABEL OURS_LOG TORCH_LOG: our train samples/s (synchronous steps, then the
@@ -173,6 +162,17 @@ torch_host() {  # torch_host CONFIG
   report "$1 highest, torch batches from host" "$out/bench_$1_highest.log" "$log"
 }
 torch_host multihot
+# The embedding update's warps under compute-sanitizer, where the machine has it: races on
+# shared memory and out-of-bounds accesses (the suites check only the bits).
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -n "$sanitizer" ]; then
+  for tool in racecheck memcheck; do
+    (source "$here/env.sh" && timeout 45 "$sanitizer" --tool "$tool" --error-exitcode 9 \
+      "$here/cuda_embedding_backward_test" --gtest_filter='*RowWarps*:*OptIn*') \
+      > "$out/sanitizer_$tool.log" 2>&1
+    echo "compute-sanitizer $tool: exit $? ($(grep -m1 -o 'ERROR SUMMARY: [0-9]* error' "$out/sanitizer_$tool.log" || echo 'no summary'))"
+  done
+fi
 # Then what earlier calls measured, to follow it: small and kaggle, MLPerf's DCNv2, jobs.
 for precision in highest high; do
   for config in small kaggle; do bench_config "$config" "$precision"; done
