@@ -104,6 +104,40 @@ DLRM_F16C_TARGET int32_t DecodeAvx2(const uint16_t* row, int32_t dim, TablePreci
   return end;
 }
 
+// Columns [0, end) of a BF16 row rounded to nearest even, 16 at a time (one 32-byte
+// store). Where none of the 16 values is infinite, NaN or within 0xFFFF of infinity's bits
+// (the rows' usual case), adding the increment and dropping the low 16 bits is
+// Bf16Narrow exactly (no saturation, no quieting); a block holding such a value takes
+// NarrowBf16x8's checks. Returns end, a multiple of 16.
+DLRM_F16C_TARGET int32_t EncodeBf16Nearest16(const float* values, int32_t dim, uint16_t* out) {
+  const int32_t end = dim - dim % (2 * kBlock);
+  const __m256i magnitude = _mm256_set1_epi32(0x7FFFFFFF), limit = _mm256_set1_epi32(0x7F7F0000);
+  const __m256i half = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1);
+  for (int32_t k = 0; k < end; k += 2 * kBlock) {
+    const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + k));
+    const __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + k + kBlock));
+    const __m256i big = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_and_si256(u0, magnitude), limit),
+                                        _mm256_cmpgt_epi32(_mm256_and_si256(u1, magnitude), limit));
+    if (_mm256_testz_si256(big, big) == 0) {
+      for (int32_t j = k; j < k + 2 * kBlock; j += kBlock) {
+        const __m256 x = _mm256_loadu_ps(values + j);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j),
+                         NarrowBf16x8(x, NearestEvenIncrement(x)));
+      }
+      continue;
+    }
+    // The increment: 0x7FFF plus the kept part's lowest bit (ties to even).
+    const __m256i i0 = _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u0, 16), one));
+    const __m256i i1 = _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u1, 16), one));
+    const __m256i r0 = _mm256_srli_epi32(_mm256_add_epi32(u0, i0), 16);
+    const __m256i r1 = _mm256_srli_epi32(_mm256_add_epi32(u1, i1), 16);
+    // packus interleaves the 128-bit lanes (r0 low, r1 low, r0 high, r1 high): reorder.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), packed);
+  }
+  return end;
+}
+
 DLRM_F16C_TARGET int32_t EncodeAvx2(const float* values, int32_t dim, TablePrecision precision,
                                     const HalfRounding& rounding, int64_t step, int64_t row,
                                     uint16_t* out) {
@@ -111,7 +145,8 @@ DLRM_F16C_TARGET int32_t EncodeAvx2(const float* values, int32_t dim, TablePreci
   const bool stochastic = rounding.mode == config::TableConfig::STOCHASTIC;
   if (stochastic && !bf16) return 0;  // FP16's stochastic rounding: the portable loop
   const int32_t end = dim - dim % kBlock;
-  for (int32_t k = 0; k < end; k += kBlock) {
+  const int32_t begin = bf16 && !stochastic ? EncodeBf16Nearest16(values, dim, out) : 0;
+  for (int32_t k = begin; k < end; k += kBlock) {
     const __m256 x = _mm256_loadu_ps(values + k);
     __m128i h;
     if (stochastic) {
