@@ -109,12 +109,11 @@ constexpr int kUnroll = 8;  // occurrences whose d_pooled loads are in flight to
 // block of kHotThreads per row, stages its d_pooled rows through shared memory.
 constexpr int32_t kHotCount = 64;
 constexpr int kHotThreads = 256;
-constexpr int kStageFloats = 8192;       // UpdateHotRows' staged d_pooled values (32 KiB)
-constexpr int64_t kMaxRowWarps = 16384;  // UpdateRows' grid: each warp strides over rows
+constexpr int kStageFloats = 8192;           // UpdateHotRows' staged d_pooled values (32 KiB)
+constexpr int64_t kMaxGridRowWarps = 16384;  // UpdateRows' grid: each warp strides over rows
+constexpr int kMaxBlockThreads = EmbeddingBackward::kMaxRowWarpsPerBlock * kWarp;  // UpdateRows
 constexpr int64_t kMaxHotBlocks = 1024;  // UpdateHotRows' grid
-// A block's shared memory without opting in: UpdateRows gives several warps a block only
-// while their scratch fits it.
-constexpr size_t kDefaultSharedBytes = 48 * 1024;
+constexpr size_t kDefaultSharedBytes = EmbeddingBackward::kDefaultSharedBytes;
 
 // The threads that update one row together: one warp of UpdateRows' blocks (rows of few
 // occurrences), or a whole block of UpdateHotRows (which stages d_pooled rows).
@@ -324,7 +323,7 @@ __device__ void UpdateRow(const Group& group, const EmbeddingBackwardArgs& a,
 // own scratch) striding over the rows; hotter rows are listed for UpdateHotRows (their
 // order there is immaterial: each row is one block's alone). At most 64 registers a thread
 // (4 blocks of the most warps an SM): 32 warps an SM, as many as blocks of one warp had.
-__global__ void __launch_bounds__(EmbeddingBackward::kMaxRowWarpsPerBlock* kWarp, 4)
+__global__ void __launch_bounds__(kMaxBlockThreads, 4)
     UpdateRows(EmbeddingBackwardArgs a, const SparseStepArgs* step, Segments g) {
   extern __shared__ __align__(16) unsigned char shared[];
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
@@ -549,7 +548,7 @@ void EmbeddingBackward::Update(const EmbeddingBackwardArgs& args, const SparseSt
   CheckCuda(cudaMemsetAsync(g.num_hot, 0, sizeof(int32_t), stream), "cudaMemsetAsync");
   // Sized for the most rows there can be; each warp strides over the real count.
   const int warps = RowWarps(args.max_dim);
-  const int64_t row_blocks = std::min((n + warps - 1) / warps, kMaxRowWarps / warps);
+  const int64_t row_blocks = std::min((n + warps - 1) / warps, kMaxGridRowWarps / warps);
   UpdateRows<<<static_cast<unsigned>(row_blocks), warps * kWarp,
                warps * SharedBytes(args.max_dim, kWarp, 0), stream>>>(args, step_args, g);
   UpdateHotRows<<<static_cast<unsigned>(std::min(n / kHotCount + 1, kMaxHotBlocks)), kHotThreads,

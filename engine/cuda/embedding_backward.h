@@ -35,6 +35,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "engine/config/dlrm.pb.h"
@@ -101,6 +102,9 @@ class EmbeddingBackward {
  public:
   // The most warps a block of the few-occurrence rows' kernel has.
   static constexpr int kMaxRowWarpsPerBlock = 8;
+  // A block's dynamic shared memory without opting in (several warps a block only within
+  // it; past it the kernels opt in).
+  static constexpr size_t kDefaultSharedBytes = 48 * 1024;
   static constexpr int kDefaultRowWarps = 4;
 
   // row_warps: the warps of each block of the few-occurrence rows' kernel (1 to
@@ -146,7 +150,7 @@ class EmbeddingBackward {
   DeviceBuffer<int64_t> segment_begin_;
   DeviceBuffer<int32_t> counts_, num_segments_, hot_;
   DeviceBuffer<uint8_t> cub_temp_;
-  size_t shared_bytes_ = 48 * 1024;  // the update kernels' dynamic shared memory limit
+  size_t shared_bytes_ = kDefaultSharedBytes;  // the update kernels' dynamic shared memory limit
 };
 
 }  // namespace dlrm::cuda

@@ -26,7 +26,7 @@ constexpr uint32_t kAllTypes = Bit(ShardingConfig::TABLE_WISE) | Bit(ShardingCon
                                Bit(ShardingConfig::DATA_PARALLEL);
 // What trainers that own their shards can hold (shard/pooled_layout.h). Where a trainer's
 // shards are on a device its row-wise pieces stay in host memory (train/owned_shards.h),
-// so there they are planned only where sharding.tables allows a table nothing else.
+// so there they are planned only where sharding.tables allows a table ROW_WISE.
 constexpr uint32_t kTrainerTypes =
     Bit(ShardingConfig::TABLE_WISE) | Bit(ShardingConfig::COLUMN_WISE) |
     Bit(ShardingConfig::ROW_WISE) | Bit(ShardingConfig::DATA_PARALLEL);

@@ -246,7 +246,7 @@ std::vector<NeoRun> RunNeo(const config::DlrmConfig& c, const train::TrainerDevi
 }
 
 // A job of 2 trainers owning their shards on the GPU: `type` for the first test table (for
-// ROW_WISE, the second in column blocks and the third replicated beside its pieces).
+// ROW_WISE, its pieces beside the second table's column blocks and the third, replicated).
 config::DlrmConfig NeoOnTheGpu(config::ShardingConfig::Type type,
                                config::TableConfig::Precision precision) {
   config::DlrmConfig c = testing::WithTablePrecision(

@@ -122,16 +122,18 @@ TEST(HalfRow, RowNarrowingIsTheOneValueNarrowingForRandomPatterns) {
 // which round to BF16's largest, not to infinity; infinities; NaNs) in a block of its own
 // position, so that every block takes both paths across the rows.
 TEST(HalfRow, Bf16BlocksOfFiniteValuesEncodeAsTheOneValueNarrowing) {
-  constexpr int32_t kDim = 53;  // three blocks of 16, one of 8, a tail of 5
+  constexpr int32_t kDim = 61;  // three blocks of 16, one of 8, a tail of 5
   const uint32_t edges[] = {0x7F7F0000u, 0x7F7F0001u, 0x7F7F7FFFu, 0x7F7F8000u, 0x7F7FFFFFu,
                             0xFF7F8000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7F800001u};
   for (int64_t row = 0; row < 3000; ++row) {
     std::vector<float> values(kDim);
     for (int32_t k = 0; k < kDim; ++k) {
       const auto words = Philox4x32(11, static_cast<uint64_t>(row), static_cast<uint64_t>(k));
-      // Exponent field 0 to 253 (below the bound), any sign and mantissa.
-      const uint32_t exponent = words[0] % 254;
-      values[k] = FromBits((words[1] & 0x807FFFFFu) | exponent << 23);
+      // Exponent field 0 to 254 (every finite float), any sign and mantissa; a zero of
+      // either sign now and then.
+      const uint32_t exponent = words[0] % 255;
+      values[k] = words[2] % 16 == 0 ? FromBits(words[1] & 0x80000000u)
+                                     : FromBits((words[1] & 0x807FFFFFu) | exponent << 23);
     }
     if (row % 2 == 1) {
       const uint32_t edge = edges[static_cast<size_t>(row / 2) % std::size(edges)];
