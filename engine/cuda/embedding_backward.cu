@@ -113,7 +113,6 @@ constexpr int kStageFloats = 8192;           // UpdateHotRows' staged d_pooled v
 constexpr int64_t kMaxGridRowWarps = 16384;  // UpdateRows' grid: each warp strides over rows
 constexpr int kMaxBlockThreads = EmbeddingBackward::kMaxRowWarpsPerBlock * kWarp;  // UpdateRows
 constexpr int64_t kMaxHotBlocks = 1024;  // UpdateHotRows' grid
-constexpr size_t kDefaultSharedBytes = EmbeddingBackward::kDefaultSharedBytes;
 
 // The threads that update one row together: one warp of UpdateRows' blocks (rows of few
 // occurrences), or a whole block of UpdateHotRows (which stages d_pooled rows).
@@ -440,7 +439,7 @@ void AllowShared(Kernel kernel, size_t bytes) {
   CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
   std::lock_guard<std::mutex> lock(mu);
   size_t& limit = allowed[{device, reinterpret_cast<const void*>(kernel)}];
-  if (bytes <= std::max(limit, kDefaultSharedBytes)) return;
+  if (bytes <= std::max(limit, EmbeddingBackward::kDefaultSharedBytes)) return;
   CheckCuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(bytes)),
             "cudaFuncSetAttribute (embedding update shared memory)");

@@ -126,7 +126,9 @@ DLRM_F16C_TARGET int32_t EncodeBf16Nearest16(const float* values, int32_t dim, u
       }
       continue;
     }
-    // The increment: 0x7FFF plus the kept part's lowest bit (ties to even).
+    // The increment: 0x7FFF plus the kept part's lowest bit (ties to even), as
+    // NearestEvenIncrement, with its constants kept out of the loop (calling it rebuilt them
+    // each block: 5-15% slower on this VM's 64-value rows).
     const __m256i i0 = _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u0, 16), one));
     const __m256i i1 = _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u1, 16), one));
     const __m256i r0 = _mm256_srli_epi32(_mm256_add_epi32(u0, i0), 16);
