@@ -11,6 +11,12 @@
 // and backward (dx, dW, db), each the median of --reps passes timed with device events,
 // and the TFLOP/s of its multiply-adds. A performance figure, not a test: it asserts
 // nothing (cuda_linear_test checks the results).
+//
+// Before the MLP, the DOT interaction that feeds it (engine/cuda/interaction.h) at
+// --dot_features pooled vectors of --dot_dim, its rows as wide as its output and padded
+// to a multiple of 4 as the engine lays them: forward and backward, each with the
+// bandwidth its reads and writes would take at that time (what the kernel cannot do
+// without; cuda_interaction_test checks the results).
 #include <cuda_runtime.h>
 #include <gflags/gflags.h>
 
@@ -26,12 +32,15 @@
 #include "engine/core/status.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/interaction.h"
 #include "engine/cuda/linear.h"
 
 DEFINE_int64(batch_size, 8192, "rows of every GEMM");
 DEFINE_string(widths, "415,416", "input widths of the first layer, comma-separated");
 DEFINE_string(layers, "1024,1024,512,256,1", "output widths of the layers, comma-separated");
 DEFINE_int32(reps, 20, "timed passes (median reported)");
+DEFINE_int32(dot_dim, 64, "DOT's vector width (the bottom MLP's output, each table's dim)");
+DEFINE_int32(dot_features, 26, "DOT's pooled vectors (0: no DOT timing)");
 
 namespace dlrm::cuda {
 namespace {
@@ -113,12 +122,47 @@ void TimeMlp(const char* name, MatmulPrecision precision, int width, const std::
               4 * macs / (backward * 1e9));
 }
 
+// DOT over --dot_features vectors of --dot_dim and x, rows `stride` floats apart.
+void TimeDot(int stride) {
+  const Stream stream;
+  const int d = FLAGS_dot_dim, f = FLAGS_dot_features;
+  const InteractionShape shape{true, d, f, f * d, false, stride};
+  const int64_t n = FLAGS_batch_size;
+  const auto rows = static_cast<size_t>(n);
+  DeviceBuffer<float> x(rows * d), pooled(rows * f * d), out(rows * shape.row_stride()),
+      dout(rows * shape.row_stride()), dx(rows * d), dpooled(rows * f * d);
+  FillRandom(x.get(), x.size(), 5);
+  FillRandom(pooled.get(), pooled.size(), 6);
+  FillRandom(dout.get(), dout.size(), 7);
+  const double forward = MedianMs(FLAGS_reps, stream, [&](int) {
+    LaunchInteractionForward(shape, x.get(), pooled.get(), n, out.get(), stream);
+  });
+  const double backward = MedianMs(FLAGS_reps, stream, [&](int) {
+    LaunchInteractionBackward(shape, x.get(), pooled.get(), dout.get(), n, dx.get(), dpooled.get(),
+                              stream);
+  });
+  // Each reads the vectors; the forward writes its rows, the backward reads them and
+  // writes the vectors' gradients.
+  const double vectors = 4.0 * n * (f + 1) * d, rows_bytes = 4.0 * n * shape.row_stride();
+  std::printf(
+      "dot  %d x %d, stride %d: forward %.3f ms (%.0f GB/s), backward %.3f ms (%.0f GB/s)\n", f + 1,
+      d, shape.row_stride(), forward, (vectors + rows_bytes) / (forward * 1e6), backward,
+      (2 * vectors + rows_bytes) / (backward * 1e6));
+}
+
 int Run() {
   const std::vector<int> widths = ParseWidths("widths", FLAGS_widths);
   const std::vector<int> outs = ParseWidths("layers", FLAGS_layers);
   const DeviceInfo device = OpenDevice(0);
   std::printf("device      %s, %d SMs, batch %lld\n", device.name.c_str(), device.multiprocessors,
               static_cast<long long>(FLAGS_batch_size));
+  if (FLAGS_dot_features > 0) {
+    const int width = InteractionShape{true, FLAGS_dot_dim, FLAGS_dot_features,
+                                       FLAGS_dot_dim * FLAGS_dot_features}
+                          .out_dim();
+    TimeDot(width);
+    if (width % 4 != 0) TimeDot((width + 3) / 4 * 4);
+  }
   const std::pair<const char*, MatmulPrecision> precisions[] = {
       {"highest", MatmulPrecision::kHighest},
       {"high", MatmulPrecision::kHigh},

@@ -58,28 +58,113 @@ __global__ void DotForward(const float* x, const float* pooled, int d, int f, in
   }
 }
 
-// One block per sample, one thread per (vector m, column k): dz_m[k] = sum over the pairs
-// that hold m, in the forward's pair order, of g * the other vector's k-th value. In that
-// order the pairs holding m are (m, 0) .. (m, m - 1), with self (m, m) (whose g counts
-// twice: d<z, z> = 2z), then (m + 1, m) .. (f, m).
+// One sample's pair gradients as coefficients of the vectors' gradients: dout's value for
+// the pair holding vectors m and j (row max(m, j), column min(m, j); with self the pair
+// (m, m) at j == m), read from the row's pairs `g` in place.
+__device__ __forceinline__ float PairCoef(const float* g, int self, int m, int j) {
+  return m >= j ? g[RowStart(m, self) + j] : g[RowStart(j, self) + m];
+}
+
+// How DotBackward runs for vectors of d: each thread carries R sums (the fewest of 1, 2, 4,
+// 8 with which one pass of kThreads covers every (group of R vectors, column) of a sample,
+// else 8), and the block first copies into shared memory what fits in kDotStageLimit: the
+// coefficients, transposed (row j holds the coefficients of z_j for vectors 0 .. row - 1,
+// zero past f, so a thread's R read as one aligned vector), then the vectors (rows of d).
+struct DotBackwardPlan {
+  int sums = 1;
+  int coef_row = 0;  // groups of R vectors x R
+  bool coefs = false, vectors = false;
+  size_t bytes = 0;
+  DotBackwardPlan(int d, int f) {
+    const int n = f + 1;
+    sums = 8;
+    for (const int r : {1, 2, 4})
+      if (static_cast<int64_t>((n + r - 1) / r) * d <= kThreads) {
+        sums = r;
+        break;
+      }
+    coef_row = (n + sums - 1) / sums * sums;
+    const size_t coef_bytes = static_cast<size_t>(n) * coef_row * sizeof(float),
+                 vector_bytes = static_cast<size_t>(n) * d * sizeof(float);
+    coefs = coef_bytes <= kDotStageLimit;
+    bytes = coefs ? coef_bytes : 0;
+    vectors = bytes + vector_bytes <= kDotStageLimit;
+    if (vectors) bytes += vector_bytes;
+  }
+};
+
+// c[0, R) = the staged coefficients of z_j for vectors m0 .. m0 + R - 1 (`from`, aligned to
+// R floats), in as few loads as their alignment allows.
+template <int R>
+__device__ __forceinline__ void LoadCoefs(const float* from, float* c) {
+  if constexpr (R % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < R / 4; ++q) {
+      const float4 v = reinterpret_cast<const float4*>(from)[q];
+      c[4 * q] = v.x, c[4 * q + 1] = v.y, c[4 * q + 2] = v.z, c[4 * q + 3] = v.w;
+    }
+  } else if constexpr (R == 2) {
+    const float2 v = *reinterpret_cast<const float2*>(from);
+    c[0] = v.x, c[1] = v.y;
+  } else {
+    c[0] = *from;
+  }
+}
+
+// One block per sample; a thread owns column k of R vectors m0 .. m0 + R - 1 at once (R
+// independent sums, so a thread has R adds in flight and reads each vector's k-th value
+// once for all R). dz_m[k] = the sum over j ascending of coef(m, j) * z_j[k], which is the
+// forward's pair order: (m, 0) .. (m, m - 1), then with self (m, m) (whose coefficient
+// counts twice: d<z, z> = 2z), then (m + 1, m) .. (f, m); dx's sum starts from dout's x
+// part. What `plan` stages is read from shared memory; the sums are the same either way.
+template <int R>
 __global__ void DotBackward(const float* x, const float* pooled, const float* dout, int d, int f,
-                            int self, int stride, float* dx, float* dpooled) {
-  const int64_t r = blockIdx.x;
-  const float* xr = x + r * d;
-  const float* pr = pooled + r * static_cast<int64_t>(f) * d;
-  const float* g = dout + r * stride + d;
-  for (int t = threadIdx.x; t < (f + 1) * d; t += blockDim.x) {
-    const int m = t / d, k = t % d;
-    float acc = m == 0 ? dout[r * stride + k] : 0.0f;
-    const float* gm = g + RowStart(m, self);  // row m of the pairs: (m, j), j < m (<= m)
-    for (int j = 0; j < m; ++j) acc = __fadd_rn(acc, __fmul_rn(gm[j], Z(xr, pr, j, d)[k]));
-    if (self) acc = __fadd_rn(acc, __fmul_rn(__fadd_rn(gm[m], gm[m]), Z(xr, pr, m, d)[k]));
-    for (int i = m + 1; i <= f; ++i)
-      acc = __fadd_rn(acc, __fmul_rn(g[RowStart(i, self) + m], Z(xr, pr, i, d)[k]));
-    if (m == 0)
-      dx[r * d + k] = acc;
-    else
-      dpooled[r * static_cast<int64_t>(f) * d + (m - 1) * d + k] = acc;
+                            int self, int stride, DotBackwardPlan plan, float* dx, float* dpooled) {
+  extern __shared__ float4 shared_space[];  // float4: LoadCoefs' alignment
+  float* coefs = reinterpret_cast<float*>(shared_space);
+  const int64_t s = blockIdx.x;
+  const int n = f + 1, row = plan.coef_row;
+  const float* xr = x + s * d;
+  const float* pr = pooled + s * static_cast<int64_t>(f) * d;
+  const float* g = dout + s * stride + d;
+  float* z = coefs + (plan.coefs ? n * row : 0);
+  if (plan.coefs)
+    for (int e = threadIdx.x; e < n * row; e += blockDim.x) {
+      const int j = e / row, m = e % row;
+      coefs[e] = m < n && (j != m || self) ? PairCoef(g, self, m, j) : 0.0f;
+    }
+  if (plan.vectors)
+    for (int e = threadIdx.x; e < n * d; e += blockDim.x) z[e] = e < d ? xr[e] : pr[e - d];
+  __syncthreads();
+  for (int t = threadIdx.x; t < row / R * d; t += blockDim.x) {
+    const int k = t % d, m0 = (t / d) * R;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = m0 + r == 0 ? dout[s * stride + k] : 0.0f;
+    for (int j = 0; j < n; ++j) {
+      const float zj = plan.vectors ? z[j * d + k] : Z(xr, pr, j, d)[k];
+      float c[R];
+      if (plan.coefs)
+        LoadCoefs<R>(coefs + j * row + m0, c);
+      else
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          c[r] = m0 + r < n && (j != m0 + r || self) ? PairCoef(g, self, m0 + r, j) : 0.0f;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int m = m0 + r;
+        if (m >= n || (j == m && !self)) continue;
+        acc[r] = __fadd_rn(acc[r], __fmul_rn(j == m ? __fadd_rn(c[r], c[r]) : c[r], zj));
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int m = m0 + r;
+      if (m == 0)
+        dx[s * d + k] = acc[r];
+      else if (m < n)
+        dpooled[s * static_cast<int64_t>(f) * d + (m - 1) * d + k] = acc[r];
+    }
   }
 }
 
@@ -144,6 +229,23 @@ void CheckShape(const InteractionShape& s, int64_t n) {
   if (n > INT32_MAX) ThrowInvalid("interaction: n=", n, " is more than 2^31 - 1 blocks");
 }
 
+void LaunchDotBackward(const InteractionShape& s, const float* x, const float* pooled,
+                       const float* dout, unsigned blocks, float* dx, float* dpooled,
+                       cudaStream_t stream) {
+  const int d = s.bottom_dim, f = s.num_features, self = s.self_interaction ? 1 : 0;
+  const DotBackwardPlan plan(d, f);
+  const auto launch = [&](auto kernel) {
+    kernel<<<blocks, kThreads, plan.bytes, stream>>>(x, pooled, dout, d, f, self, s.row_stride(),
+                                                     plan, dx, dpooled);
+  };
+  switch (plan.sums) {
+    case 1: return launch(DotBackward<1>);
+    case 2: return launch(DotBackward<2>);
+    case 4: return launch(DotBackward<4>);
+    default: return launch(DotBackward<8>);
+  }
+}
+
 }  // namespace
 
 void LaunchInteractionForward(const InteractionShape& s, const float* x, const float* pooled,
@@ -170,9 +272,7 @@ void LaunchInteractionBackward(const InteractionShape& s, const float* x, const 
   if (n == 0) return;
   const auto blocks = static_cast<unsigned>(n);
   if (s.dot)
-    DotBackward<<<blocks, kThreads, 0, stream>>>(x, pooled, dout, s.bottom_dim, s.num_features,
-                                                 s.self_interaction ? 1 : 0, s.row_stride(), dx,
-                                                 dpooled);
+    LaunchDotBackward(s, x, pooled, dout, blocks, dx, dpooled, stream);
   else
     CatBackward<<<blocks, kThreads, 0, stream>>>(dout, s.bottom_dim, s.pooled_width, s.out_dim(),
                                                  s.row_stride(), dx, dpooled);

@@ -66,11 +66,69 @@ TEST(CudaInteractionTest, MatchesTheCpuAndRepeatsBitwise) {
   CompareInteraction(true, 16, 8);  // the CPU's AVX2 DOT where the CPU has it
   CompareInteraction(true, 3, 5);
   CompareInteraction(true, 512, 26);  // past 48 KiB: DotForward reads in place, unstaged
+  // DotBackward's sums per thread (DotBackwardWidth): 1 above, 2, 4 and 8 here; 121 vectors'
+  // pair coefficients do not fit in shared memory and are read in place.
+  CompareInteraction(true, 4, 120);
+  CompareInteraction(true, 32, 26);
+  CompareInteraction(true, 64, 26);  // multihot's
   CompareInteraction(false, 4, 3);
   // The pairs (i, i) too (DLRM's --arch-interaction-itself), staged and in place.
   CompareInteraction(true, 16, 8, /*self=*/true);
   CompareInteraction(true, 3, 5, /*self=*/true);
   CompareInteraction(true, 512, 26, /*self=*/true);
+}
+
+// The gradient of vector m's column k as interaction.h orders it: dout's x part (m = 0),
+// then over j ascending the pair (m, j)'s gradient (twice that of (m, m), with self) times
+// z_j[k], each product rounded and then added: what the device must give bitwise.
+float DotGradientInPairOrder(const std::vector<float>& z, const float* g, int d, int f, bool self,
+                             int m, int k, float start) {
+  const auto row = [&](int i) { return self ? i * (i + 1) / 2 : i * (i - 1) / 2; };
+  volatile float acc = start;  // volatile: no contraction into a fused multiply-add
+  for (int j = 0; j <= f; ++j) {
+    if (j == m && !self) continue;
+    volatile float c = m >= j ? g[row(m) + j] : g[row(j) + m];
+    if (j == m) c = c + c;
+    volatile float product = c * z[static_cast<size_t>(j) * d + k];
+    acc = acc + product;
+  }
+  return acc;
+}
+
+void ExpectDotBackwardInPairOrder(int d, int f, bool self) {
+  SCOPED_TRACE(::testing::Message() << "d=" << d << " f=" << f << (self ? " self" : ""));
+  const int64_t n = 5;
+  const InteractionShape s{true, d, f, f * d, self};
+  const std::vector<float> x = testing::RandomFloats(n * d, 1),
+                           pooled = testing::RandomFloats(n * f * d, 2),
+                           dout = testing::RandomFloats(n * s.out_dim(), 3);
+  const Outputs got = OnDevice(s, n, x, pooled, dout);
+  for (int64_t r = 0; r < n; ++r) {
+    std::vector<float> z(x.begin() + r * d, x.begin() + (r + 1) * d);  // z_0 = x, then pooled
+    z.insert(z.end(), pooled.begin() + r * f * d, pooled.begin() + (r + 1) * f * d);
+    const float* row = &dout[r * s.out_dim()];
+    for (int m = 0; m <= f; ++m)
+      for (int k = 0; k < d; ++k) {
+        const float want =
+            DotGradientInPairOrder(z, row + d, d, f, self, m, k, m == 0 ? row[k] : 0);
+        const float have = m == 0 ? got.dx[r * d + k] : got.dpooled[(r * f + m - 1) * d + k];
+        ASSERT_EQ(std::memcmp(&have, &want, sizeof(float)), 0)
+            << "sample " << r << " vector " << m << " column " << k << ": " << have << " vs "
+            << want;
+      }
+  }
+}
+
+TEST(CudaInteractionTest, DotBackwardSumsInThePairOrderBitwise) {
+  SKIP_WITHOUT_GPU();
+  OpenDevice(0);
+  for (const bool self : {false, true}) {
+    ExpectDotBackwardInPairOrder(16, 8, self);    // one sum a thread
+    ExpectDotBackwardInPairOrder(32, 26, self);   // four
+    ExpectDotBackwardInPairOrder(64, 26, self);   // eight
+    ExpectDotBackwardInPairOrder(512, 26, self);  // vectors read in place
+    ExpectDotBackwardInPairOrder(4, 120, self);   // coefficients read in place
+  }
 }
 
 // Rows `stride` apart (the top MLP's aligned input, dense_network.h): the same values,
