@@ -65,7 +65,7 @@ std::unique_ptr<collective::Communicator> MakeDeviceCommunicator(
 std::unique_ptr<train::Backend> MakeDeviceBackend(const config::DlrmConfig& config,
                                                   train::ModelState* state, ThreadPool* pool) {
   if (OnCpu(config)) return train::MakeCpuBackend(state, pool);
-  RequireInMemoryTables(config.model(), "device.kind CUDA");
+  RequireInMemoryTables(config.model(), "device.kind CUDA");  // SSD tables stay on the CPU
 #if DLRM_HAVE_CUDA
   return cuda::MakeCudaBackend(config.device().ordinal(), state, config, pool);
 #else

@@ -86,9 +86,9 @@ int32_t FirstQuantizedTable(const config::ModelConfig& model) {
 }  // namespace
 
 struct Engine::State : train::ModelState {
-  State(const config::DlrmConfig& config, ThreadPool* pool)
+  State(const config::DlrmConfig& config, ThreadPool* pool, const train::BackendFactory& make)
       : train::ModelState(config, pool),
-        backend(MakeDeviceBackend(config, this, pool)),
+        backend(make(config, this, pool)),
         dense_lr(config.dense_optimizer().learning_rate()),
         sparse_lr(config.sparse_optimizer().learning_rate()) {}
 
@@ -98,7 +98,9 @@ struct Engine::State : train::ModelState {
   float sparse_lr;
 };
 
-Engine::Engine(const config::DlrmConfig& config) : config_(config) {
+Engine::Engine(const config::DlrmConfig& config, train::BackendFactory backend)
+    : config_(config),
+      backend_factory_(backend ? std::move(backend) : train::BackendFactory(MakeDeviceBackend)) {
   CheckMaxIsa();
   ValidateConfig(config_);
   quantized_table_ = FirstQuantizedTable(config_.model());
@@ -129,7 +131,7 @@ void Engine::RequireTrainableTables(const char* what) const {
 }
 
 std::unique_ptr<Engine::State> Engine::NewState() const {
-  return std::make_unique<State>(config_, pool_.get());
+  return std::make_unique<State>(config_, pool_.get(), backend_factory_);
 }
 
 float Engine::TrainStep(const BatchView& batch) {
@@ -211,12 +213,14 @@ float Engine::TrainLocked(const ValidatedBatch& batch, const train::StepLookahea
     s.dynamic_tables.ReadAheadForNext(*lookahead.next);
   double loss = 0;
   try {
+    if (!s.dynamic_tables.empty()) s.backend->RowsChanged(s.dynamic_tables.ChangedByLastStep());
     loss = s.backend->TrainStep(*rows, rates, ahead);
   } catch (...) {
-    // A step that fails (diverged) changes nothing: nor the ids' rows.
+    // A step that fails (diverged) changes nothing: nor the ids' rows, on any device.
     if (!s.dynamic_tables.empty()) {
       s.dynamic_tables.DropReadAhead();
       s.dynamic_tables.RollBackStep(&s.model.tables(), s.sparse_optimizer.get());
+      s.backend->RestoreChangedRows();
     }
     throw;
   }
@@ -399,8 +403,8 @@ void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity
     std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
     return ReadSsdTable(t, out);
   }
+  state_->backend->PullState();  // a device's rows, 16-bit ones too
   if (apart) return ReadNarrowTable(state_->model.tables()[static_cast<size_t>(t)], out);
-  state_->backend->PullState();
   std::copy(data, data + size, out);
 }
 

@@ -44,7 +44,9 @@ enum class LrTarget { kDense = 1, kSparse = 2, kAll = 3 };
 class Engine {
  public:
   // Validates config (throws kInvalidArgument naming the field) and initializes the model.
-  explicit Engine(const config::DlrmConfig& config);
+  // `backend` makes the step's backend (null: config.device()'s, engine/device_backends.h;
+  // tests give one that computes on a copy of its own, as a device does).
+  explicit Engine(const config::DlrmConfig& config, train::BackendFactory backend = nullptr);
   // Builds the engine from the config stored in a checkpoint and restores its state, on
   // `device` ("cpu", "cuda", "cuda:N"; SetDeviceByName) instead of the checkpoint's own
   // device when not empty: the state is the same on every device, so a checkpoint
@@ -196,6 +198,7 @@ class Engine {
   AsyncStepQueue* AsyncQueue();
 
   config::DlrmConfig config_;
+  train::BackendFactory backend_factory_;
   // step_phases' own, in nanoseconds: validation and copies run on the callers' threads,
   // without the engine's lock.
   mutable std::atomic<int64_t> validate_ns_{0}, copy_ns_{0}, resolve_ns_{0};

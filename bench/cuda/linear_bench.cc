@@ -156,6 +156,9 @@ int Run() {
   const DeviceInfo device = OpenDevice(0);
   std::printf("device      %s, %d SMs, batch %lld\n", device.name.c_str(), device.multiprocessors,
               static_cast<long long>(FLAGS_batch_size));
+  if (FLAGS_dot_dim < 1 || FLAGS_dot_features < 0)
+    ThrowInvalid("--dot_dim must be >= 1 and --dot_features >= 0, got ", FLAGS_dot_dim, " and ",
+                 FLAGS_dot_features);
   if (FLAGS_dot_features > 0) {
     const int width = InteractionShape{true, FLAGS_dot_dim, FLAGS_dot_features,
                                        FLAGS_dot_dim * FLAGS_dot_features}

@@ -76,6 +76,8 @@ class CudaBackend final : public train::Backend {
   void PredictLogits(const ValidatedBatch& batch, float* logits) const override;
   void PullState() const override;
   void PushState() override;
+  void RowsChanged(const std::vector<ChangedRows>& changed) override;
+  void RestoreChangedRows() override;
   StepPhases Phases() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return phases_.Read();
@@ -282,6 +284,18 @@ void CudaBackend::PushState() {
   // Synchronizes the stream.
   tables_->Push(s_.model.tables(), *s_.sparse_optimizer, s_.model.feature_bindings());
   host_stale_ = false;
+}
+
+void CudaBackend::RowsChanged(const std::vector<ChangedRows>& changed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+  tables_->ReplaceRows(changed, s_.model.tables(), *s_.sparse_optimizer);
+}
+
+void CudaBackend::RestoreChangedRows() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+  tables_->RestoreRows();
 }
 
 // buf_.non_finite = how many blocks saw a NaN or infinity in the loss or a gradient.

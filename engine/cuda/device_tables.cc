@@ -4,6 +4,7 @@
 
 #include "engine/core/status.h"
 #include "engine/embedding/half_bits.h"
+#include "engine/embedding/packed_row.h"
 
 namespace dlrm::cuda {
 namespace {
@@ -93,6 +94,67 @@ void DeviceTables::Pull(std::vector<EmbeddingTable<float>>& tables,
     DLRM_INTERNAL_CHECK(states.size() == d.states.size());
     for (size_t s = 0; s < states.size(); ++s)
       d.states[s].Download(states[s].second->data(), states[s].second->size(), stream_);
+  }
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+std::vector<RowMove> DeviceTables::RowArrays(size_t t, const EmbeddingTable<float>& table) {
+  Table& d = tables_[t];
+  std::vector<RowMove> moves(1);
+  moves[0].array = table.half() ? d.halves.get() : reinterpret_cast<uint16_t*>(d.rows.get());
+  moves[0].width = table.half() ? table.dim() : 2 * int64_t{table.dim()};
+  int64_t offset = 2 * PackedWeightWidth(table.precision(), table.dim());  // words
+  for (DeviceBuffer<float>& state : d.states) {
+    RowMove m;
+    m.array = reinterpret_cast<uint16_t*>(state.get());
+    m.width = 2 * static_cast<int64_t>(state.size() / static_cast<size_t>(table.num_rows()));
+    m.packed_offset = offset;
+    offset += m.width;
+    moves.push_back(m);
+  }
+  for (RowMove& m : moves) m.packed_stride = offset;
+  return moves;
+}
+
+void DeviceTables::ReplaceRows(const std::vector<ChangedRows>& changed,
+                               const std::vector<EmbeddingTable<float>>& tables,
+                               SparseOptimizer<float>& optimizer) {
+  replaced_.resize(tables_.size());
+  for (Replaced& r : replaced_) r.n = 0;
+  std::vector<float> packed;
+  for (const ChangedRows& c : changed) {
+    const auto t = static_cast<size_t>(c.table);
+    if (t >= held_.size() || !held_[t] || c.rows->empty()) continue;
+    const EmbeddingTable<float>& table = tables[t];
+    const StateBufferList state = optimizer.StateBuffers(c.table);
+    packed.resize(c.rows->size() * static_cast<size_t>(PackedRowWidth(table, state)));
+    float* at = packed.data();
+    for (const int64_t row : *c.rows) at = PackRow(table, state, row, at);
+    Replaced& r = replaced_[t];
+    r.n = static_cast<int64_t>(c.rows->size());
+    r.rows.Reserve(c.rows->size());
+    r.rows.CopyIn(c.rows->data(), c.rows->size(), stream_);
+    r.kept.Reserve(packed.size() * 2);
+    r.incoming.Reserve(packed.size() * 2);
+    r.incoming.CopyIn(reinterpret_cast<const uint16_t*>(packed.data()), packed.size() * 2, stream_);
+    r.moves = RowArrays(t, table);
+    for (RowMove& m : r.moves) {
+      m.rows = r.rows.get(), m.n = r.n;
+      m.packed = r.kept.get();
+      LaunchGatherRows(m, stream_);
+      m.packed = r.incoming.get();
+      LaunchScatterRows(m, stream_);
+      m.packed = r.kept.get();  // what RestoreRows scatters
+    }
+    CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // `packed` is reused
+  }
+}
+
+void DeviceTables::RestoreRows() {
+  for (Replaced& r : replaced_) {
+    if (r.n == 0) continue;
+    for (const RowMove& m : r.moves) LaunchScatterRows(m, stream_);
+    r.n = 0;
   }
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }

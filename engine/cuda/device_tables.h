@@ -27,9 +27,11 @@
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/embedding_backward.h"
 #include "engine/cuda/pooled_embedding.h"
+#include "engine/cuda/row_moves.h"
 #include "engine/embedding/embedding_bag.h"
 #include "engine/embedding/embedding_table.h"
 #include "engine/embedding/sparse_optimizer.h"
+#include "engine/model/dynamic_tables.h"
 
 namespace dlrm::cuda {
 
@@ -58,6 +60,15 @@ class DeviceTables {
   // trains them).
   void Pull(std::vector<EmbeddingTable<float>>& tables, SparseOptimizer<float>& optimizer) const;
 
+  // The rows `changed` names (a step's DYNAMIC admissions: train/backend.h) copied in
+  // from `tables` and `optimizer`, weights and state, after keeping what those rows held
+  // on the device; RestoreRows puts that back (the step failed), and the next ReplaceRows
+  // forgets it. Tables not held are skipped. Both synchronize the stream.
+  void ReplaceRows(const std::vector<ChangedRows>& changed,
+                   const std::vector<EmbeddingTable<float>>& tables,
+                   SparseOptimizer<float>& optimizer);
+  void RestoreRows();
+
   // [features] specs for the pooled forward (device memory).
   const FeatureSpec* feature_specs() const { return feature_specs_.get(); }
   int32_t num_features() const { return num_features_; }
@@ -79,10 +90,22 @@ class DeviceTables {
   };
   void Describe(const std::vector<EmbeddingTable<float>>& tables,
                 const std::vector<FeatureBinding>& features);
+  // A held table's arrays as moves of its packed rows (row_moves.h): the weights (FP32 or
+  // 16-bit), then each optimizer state, in packed_row.h's order; rows and packed unset.
+  std::vector<RowMove> RowArrays(size_t t, const EmbeddingTable<float>& table);
+  // Per table, what the last ReplaceRows copied in: its rows, what they held (kept) and
+  // the host's packed rows (incoming), reused from step to step; moves put kept back.
+  struct Replaced {
+    int64_t n = 0;  // rows replaced; 0: none
+    DeviceBuffer<int64_t> rows;
+    DeviceBuffer<uint16_t> kept, incoming;
+    std::vector<RowMove> moves;
+  };
 
   const cudaStream_t stream_;
   std::vector<Table> tables_;  // empty arrays for a table not held
   std::vector<char> held_;     // BoundTables of Push's features
+  std::vector<Replaced> replaced_;
   DeviceBuffer<FeatureSpec> feature_specs_;
   DeviceBuffer<SparseFeatureArgs> sparse_features_;
   DeviceBuffer<SparseTableArgs> sparse_tables_;

@@ -207,6 +207,15 @@ void DynamicTables::SaveAdmitted(const Table& table, const RowChanges& changes,
   }
 }
 
+std::vector<ChangedRows> DynamicTables::ChangedByLastStep() const {
+  DLRM_INTERNAL_CHECK(can_roll_back_);
+  std::vector<ChangedRows> changed;
+  for (size_t slot = 0; slot < tables_.size(); ++slot)
+    if (!slot_steps_[slot].overwritten.rows.empty())
+      changed.push_back({tables_[slot].index, &slot_steps_[slot].overwritten.rows});
+  return changed;
+}
+
 void DynamicTables::RollBackStep(std::vector<EmbeddingTable<float>>* tables,
                                  SparseOptimizer<float>* optimizer) {
   DLRM_INTERNAL_CHECK(can_roll_back_);

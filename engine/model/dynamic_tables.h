@@ -78,6 +78,13 @@ struct TableStats {
   int64_t memory_bytes = 0;
 };
 
+// Rows of one table whose values and optimizer state in the host copy a step's resolve
+// rewrote (its admissions), in admission order.
+struct ChangedRows {
+  int32_t table = 0;                           // the model's table index
+  const std::vector<int64_t>* rows = nullptr;  // borrowed from the DynamicTables
+};
+
 class DynamicTables {
  public:
   // config must have passed ValidateConfig; one DynamicRows per DYNAMIC or SSD table, and
@@ -104,6 +111,10 @@ class DynamicTables {
   // (DynamicRows::Undo). Only right after ResolveForStep, with the same tables and
   // optimizer (an internal check).
   void RollBackStep(std::vector<EmbeddingTable<float>>* tables, SparseOptimizer<float>* optimizer);
+  // The rows the last ResolveForStep rewrote, per table that has any (what a device copy
+  // of the tables must take in: train/backend.h); borrowed until the next resolve. Only
+  // right after ResolveForStep (an internal check).
+  std::vector<ChangedRows> ChangedByLastStep() const;
   // Steps 1 and 4 with the rows the ids hold now, into *out (which the caller owns). Not
   // with SSD tables (has_ssd()), whose rows may not be in their caches: ResolveForPredict.
   void LookupRows(const ValidatedBatch& batch, RowBatch* out) const;

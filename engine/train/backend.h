@@ -20,8 +20,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/stopwatch.h"
@@ -81,9 +83,23 @@ class Backend {
   virtual void PullState() const = 0;
   // Takes the host copy over after the Engine changed it (host -> device). No-op for the CPU.
   virtual void PushState() = 0;
+
+  // A step's DYNAMIC tables changed these rows of the host copy (each admission's fresh
+  // weights and optimizer state) before the step that uses them: a device copies them in,
+  // keeping what its rows held until the next call of either; RestoreChangedRows, after
+  // that step failed, puts that back (the Engine takes the host copy back itself). No-op
+  // for the CPU. Called under the writer lock, between steps.
+  virtual void RowsChanged(const std::vector<ChangedRows>& changed) = 0;
+  virtual void RestoreChangedRows() = 0;
 };
 
 // Computes on the host copy itself, with `pool`.
 std::unique_ptr<Backend> MakeCpuBackend(ModelState* state, ThreadPool* pool);
+
+// Makes the Engine's backend for config.device() over the Engine's host copy (the one
+// place that maps devices onto code: engine/device_backends.h; tests give backends that
+// keep a copy of their own, as a device does).
+using BackendFactory = std::function<std::unique_ptr<Backend>(const config::DlrmConfig& config,
+                                                              ModelState* state, ThreadPool* pool)>;
 
 }  // namespace dlrm::train

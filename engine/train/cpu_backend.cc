@@ -50,6 +50,8 @@ class CpuBackend : public Backend {
 
   void PullState() const override {}
   void PushState() override {}
+  void RowsChanged(const std::vector<ChangedRows>&) override {}
+  void RestoreChangedRows() override {}
 
  private:
   ModelState& s_;

@@ -1,6 +1,7 @@
-// The trainers' device seams checked without a device: a backend that computes on a copy
-// of the dense parameters (trainer_backend.h), and owned shards that train a copy of the
-// store (owned_shards.h), as a GPU's do.
+// The device seams checked without a device: the Engine's backend computing on a state of
+// its own (train/backend.h), a trainer's backend that computes on a copy of the dense
+// parameters (trainer_backend.h), and owned shards that train a copy of the store
+// (owned_shards.h), as a GPU's do.
 #pragma once
 
 #include <memory>
@@ -13,12 +14,97 @@
 #include "engine/data/batch.h"
 #include "engine/embedding/embedding_bag.h"
 #include "engine/embedding/embedding_table.h"
+#include "engine/embedding/packed_row.h"
 #include "engine/model/dlrm_model.h"
+#include "engine/model/dynamic_tables.h"
 #include "engine/ps/shard_store.h"
+#include "engine/train/backend.h"
 #include "engine/train/owned_shards.h"
 #include "engine/train/trainer_backend.h"
 
 namespace dlrm::testing {
+
+// The Engine's backend computing with the CPU's code on a model state of its own, copied
+// from the Engine's host copy only when told (PushState, RowsChanged) and back only when
+// asked (PullState), as the CUDA backend's device copy (cuda/backend.h): the Engine's side
+// of that contract, checked without a GPU. A read the Engine serves from its host copy
+// without PullState, or rows it changes without RowsChanged, show as different bits.
+class CopyingEngineBackend final : public train::Backend {
+ public:
+  CopyingEngineBackend(const config::DlrmConfig& config, train::ModelState* host, ThreadPool* pool)
+      : host_(*host), own_(config, pool), cpu_(train::MakeCpuBackend(&own_, pool)) {
+    PushState();
+  }
+  static train::BackendFactory Factory() {
+    return [](const config::DlrmConfig& c, train::ModelState* s, ThreadPool* p) {
+      return std::make_unique<CopyingEngineBackend>(c, s, p);
+    };
+  }
+  std::string name() const override { return "copying"; }
+  double TrainStep(const ValidatedBatch& batch, const train::StepRates& rates,
+                   const train::StepLookahead& lookahead) override {
+    return cpu_->TrainStep(batch, rates, lookahead);
+  }
+  void PredictLogits(const ValidatedBatch& batch, float* logits) const override {
+    cpu_->PredictLogits(batch, logits);
+  }
+  StepPhases Phases() const override { return cpu_->Phases(); }
+  void PullState() const override { Copy(own_, &host_); }
+  void PushState() override { Copy(host_, &own_); }
+  void RowsChanged(const std::vector<ChangedRows>& changed) override {
+    saved_.clear();
+    for (const ChangedRows& c : changed) {
+      saved_.push_back({c.table, *c.rows, Packed(own_, c.table, *c.rows)});
+      Unpack(Packed(host_, c.table, *c.rows), c.table, *c.rows, &own_);
+    }
+  }
+  void RestoreChangedRows() override {
+    for (const Saved& s : saved_) Unpack(s.values, s.table, s.rows, &own_);
+    saved_.clear();
+  }
+
+ private:
+  struct Saved {
+    int32_t table;
+    std::vector<int64_t> rows;
+    std::vector<float> values;  // packed rows (packed_row.h)
+  };
+  // Everything a device copies in and out: dense parameters, the dense optimizer's state,
+  // every table's rows and the sparse optimizer's state.
+  static void Copy(train::ModelState& from, train::ModelState* to) {
+    to->model.dense_params() = from.model.dense_params();
+    auto dense_to = to->dense_optimizer->StateBuffers();
+    auto dense_from = from.dense_optimizer->StateBuffers();
+    for (size_t i = 0; i < dense_to.size(); ++i) *dense_to[i].second = *dense_from[i].second;
+    for (size_t t = 0; t < to->model.tables().size(); ++t) {
+      to->model.tables()[t] = from.model.tables()[t];
+      auto sparse_to = to->sparse_optimizer->StateBuffers(static_cast<int32_t>(t));
+      auto sparse_from = from.sparse_optimizer->StateBuffers(static_cast<int32_t>(t));
+      for (size_t i = 0; i < sparse_to.size(); ++i) *sparse_to[i].second = *sparse_from[i].second;
+    }
+  }
+  static std::vector<float> Packed(train::ModelState& state, int32_t t,
+                                   const std::vector<int64_t>& rows) {
+    const EmbeddingTable<float>& table = state.model.tables()[static_cast<size_t>(t)];
+    const StateBufferList buffers = state.sparse_optimizer->StateBuffers(t);
+    std::vector<float> out(rows.size() * static_cast<size_t>(PackedRowWidth(table, buffers)));
+    float* at = out.data();
+    for (const int64_t r : rows) at = PackRow(table, buffers, r, at);
+    return out;
+  }
+  static void Unpack(const std::vector<float>& packed, int32_t t, const std::vector<int64_t>& rows,
+                     train::ModelState* state) {
+    const StateBufferList buffers = state->sparse_optimizer->StateBuffers(t);
+    const float* at = packed.data();
+    for (const int64_t r : rows)
+      at = UnpackRow(at, buffers, r, &state->model.tables()[static_cast<size_t>(t)]);
+  }
+
+  train::ModelState& host_;
+  mutable train::ModelState own_;  // PullState reads its state buffers (non-const getters)
+  std::unique_ptr<train::Backend> cpu_;
+  std::vector<Saved> saved_;  // what RowsChanged replaced in own_
+};
 
 // A backend that computes on a copy of the dense parameters refreshed only when the trainer
 // says they changed, as a device backend does (cuda/trainer_backend.h): the trainer's side of

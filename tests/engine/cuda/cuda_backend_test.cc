@@ -325,6 +325,61 @@ TEST(CudaBackendTest, ADivergedStepChangesNothingReplayedOrNot) {
   }
 }
 
+// SmallConfigText's two tables DYNAMIC and smaller than their ids: t0 of 12 rows (LRU), t1
+// of 8 (LFU, admitted at an id's second occurrence, the others pooling the default row).
+config::DlrmConfig DynamicConfig(config::DeviceConfig::Kind kind) {
+  config::DlrmConfig config = ParseConfigText(testing::SmallConfigText(kOptimizers[1], 1, 8));
+  config::TableConfig* t0 = config.mutable_model()->mutable_tables(0);
+  t0->set_num_rows(12);
+  t0->set_kind(config::TableConfig::DYNAMIC);
+  config::TableConfig* t1 = config.mutable_model()->mutable_tables(1);
+  t1->set_num_rows(8);
+  t1->set_kind(config::TableConfig::DYNAMIC);
+  config::DynamicTableConfig* d1 = t1->mutable_dynamic();
+  d1->set_eviction(config::DynamicTableConfig::LFU);
+  d1->set_min_count(2);
+  d1->set_sketch_width(64);
+  d1->set_unadmitted(config::DynamicTableConfig::DEFAULT_ROW);
+  return WithDevice(config, kind);
+}
+
+// DYNAMIC tables on the device: the Engine resolves ids to rows on the host, and each
+// step's admissions are copied in before it (train/backend.h RowsChanged). They train as
+// the CPU does, with the same admissions and evictions; a diverged step that admitted and
+// evicted is taken back on the device too, so the engine trains on bitwise as one that
+// never saw it.
+TEST(CudaBackendTest, DynamicTablesTrainAsTheCpuDoesAndTakeADivergedStepBack) {
+  SKIP_WITHOUT_GPU();
+  Engine cpu(DynamicConfig(config::DeviceConfig::CPU));
+  Engine gpu(DynamicConfig(config::DeviceConfig::CUDA));
+  Engine control(DynamicConfig(config::DeviceConfig::CUDA));
+  TrainAlike(cpu, gpu, 60);
+  for (const char* table : {"t0", "t1"}) {
+    const TableStats c = cpu.GetTableStats(table), g = gpu.GetTableStats(table);
+    EXPECT_GT(g.counts.evicted, 0) << table;
+    EXPECT_EQ(g.counts.admitted, c.counts.admitted) << table;
+    EXPECT_EQ(g.counts.evicted, c.counts.evicted) << table;
+  }
+  for (uint64_t s = 0; s < 60; ++s)
+    control.TrainStep(testing::SmallBatch(64, s, /*weighted=*/s % 2 == 0).view());
+  const std::string weight = "bottom_mlp.0.weight";
+  const int64_t n = cpu.Parameters()[0].size();
+  ASSERT_EQ(cpu.Parameters()[0].name, weight);
+  std::vector<float> kept(n), huge(n, 3e38f);  // overflows the forward: the step diverges
+  gpu.ReadParameter(weight, kept.data(), n);
+  gpu.WriteParameter(weight, huge.data(), n);
+  OwnedBatch diverging = testing::SmallBatch(64, 999);
+  for (int64_t& id : diverging.ids) id += int64_t{1} << 40;  // new ids: admits and evicts
+  EXPECT_THROW(gpu.TrainStep(diverging.view()), Error);
+  gpu.WriteParameter(weight, kept.data(), n);
+  for (uint64_t s = 60; s < 70; ++s) {
+    const OwnedBatch batch = testing::SmallBatch(64, s);
+    const float a = gpu.TrainStep(batch.view()), b = control.TrainStep(batch.view());
+    EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "step " << s;
+  }
+  ExpectBitwise(AllParameters(gpu), AllParameters(control));
+}
+
 // Tables and their optimizer state beyond the device's free memory are refused before
 // anything is copied, naming the bytes, the largest table and the device (no GPU needed:
 // the check takes the device's description and its free bytes). Only the tables a feature

@@ -66,11 +66,13 @@ TEST(CudaInteractionTest, MatchesTheCpuAndRepeatsBitwise) {
   CompareInteraction(true, 16, 8);  // the CPU's AVX2 DOT where the CPU has it
   CompareInteraction(true, 3, 5);
   CompareInteraction(true, 512, 26);  // past 48 KiB: DotForward reads in place, unstaged
-  // DotBackward's sums per thread (DotBackwardWidth): 1 above, 2, 4 and 8 here; 121 vectors'
+  // DotBackward's sums per thread (DotBackwardPlan): 1 above, 2, 4 and 8 here; 121 vectors'
   // pair coefficients do not fit in shared memory and are read in place.
+  CompareInteraction(true, 16, 26);
   CompareInteraction(true, 4, 120);
   CompareInteraction(true, 32, 26);
   CompareInteraction(true, 64, 26);  // multihot's
+  CompareInteraction(true, 64, 120);
   CompareInteraction(false, 4, 3);
   // The pairs (i, i) too (DLRM's --arch-interaction-itself), staged and in place.
   CompareInteraction(true, 16, 8, /*self=*/true);
@@ -124,10 +126,12 @@ TEST(CudaInteractionTest, DotBackwardSumsInThePairOrderBitwise) {
   OpenDevice(0);
   for (const bool self : {false, true}) {
     ExpectDotBackwardInPairOrder(16, 8, self);    // one sum a thread
-    ExpectDotBackwardInPairOrder(32, 26, self);   // four
-    ExpectDotBackwardInPairOrder(64, 26, self);   // eight
+    ExpectDotBackwardInPairOrder(16, 26, self);   // two (one 8-byte load)
+    ExpectDotBackwardInPairOrder(32, 26, self);   // four (one 16-byte load)
+    ExpectDotBackwardInPairOrder(64, 26, self);   // eight (two)
     ExpectDotBackwardInPairOrder(512, 26, self);  // vectors read in place
-    ExpectDotBackwardInPairOrder(4, 120, self);   // coefficients read in place
+    ExpectDotBackwardInPairOrder(4, 120, self);   // coefficients read in place, two sums
+    ExpectDotBackwardInPairOrder(64, 120, self);  // and eight
   }
 }
 

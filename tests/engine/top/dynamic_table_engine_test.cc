@@ -19,6 +19,7 @@
 #include "engine/core/status.h"
 #include "engine/data/synthetic.h"
 #include "engine/engine.h"
+#include "tests/support/copying_backend.h"
 #include "tests/support/test_support.h"
 
 namespace dlrm {
@@ -275,6 +276,44 @@ TEST_P(DynamicEngineTest, ADivergedStepTakesItsAdmissionsAndEvictionsBack) {
   EXPECT_TRUE(BitwiseEqual(Params(failed), Params(control)));
 }
 
+// The Engine's side of a device backend's contract (train/backend.h), with a backend that
+// computes on a state of its own as the CUDA backend does on the device: each step's
+// admissions reach that copy before the step, a diverged step's are taken back there too
+// (else the next read, which pulls the copy, would bring the overwritten rows back as
+// the fresh ones), and every read pulls the copy first (16-bit tables' rows too): bitwise
+// the engine that computes on its host copy.
+TEST_P(DynamicEngineTest, ABackendWithAStateOfItsOwnTrainsBitwiseTheSame) {
+  const std::string config = ConfigText(kTtlT0, kEvictingT1, GetParam(), 2);
+  Engine copying(ParseConfigText(config), testing::CopyingEngineBackend::Factory()),
+      control(ParseConfigText(config));
+  EXPECT_EQ(Train(copying, 5), Train(control, 5));
+  // Each table read before any other read pulled the copy (t0: 12 rows, t1: 8, of 4).
+  for (const auto& [table, n] :
+       {std::pair{"embedding.t0.weight", 48}, {"embedding.t1.weight", 32}}) {
+    std::vector<float> a(n), b(n);
+    copying.ReadParameter(table, a.data(), n);
+    control.ReadParameter(table, b.data(), n);
+    EXPECT_EQ(a, b) << table;
+  }
+  const std::string weight = "bottom_mlp.0.weight";
+  const std::vector<float> kept = Params(copying).at(weight), huge(kept.size(), 3e38f);
+  copying.WriteParameter(weight, huge.data(), static_cast<int64_t>(huge.size()));
+  OwnedBatch diverging = RawBatch(copying, 64, 1000, false);  // admits and evicts (above)
+  for (size_t i = 0; i < diverging.ids.size(); ++i)
+    diverging.ids[i] = (int64_t{1} << 61) + static_cast<int64_t>(i / 2);
+  EXPECT_THROW(copying.TrainStep(diverging.view()), Error);
+  copying.WriteParameter(weight, kept.data(), static_cast<int64_t>(kept.size()));
+  EXPECT_EQ(Train(copying, 6, 5), Train(control, 6, 5));
+  EXPECT_TRUE(BitwiseEqual(Params(copying), Params(control)));
+  EXPECT_TRUE(SameStats(copying.GetTableStats("t0"), control.GetTableStats("t0")));
+  EXPECT_TRUE(SameStats(copying.GetTableStats("t1"), control.GetTableStats("t1")));
+  const OwnedBatch probe = RawBatch(control, 32, 77, true);
+  std::vector<float> a(32), b(32);
+  copying.Predict(probe.view(), a.data(), 32);
+  control.Predict(probe.view(), b.data(), 32);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * 32), 0);
+}
+
 // The FP32 suites with two optimizer sets, and 16-bit rows (issue 16): BF16 rounded
 // stochastically (the diverged step's rows come back as their own bits), FP16 to nearest.
 constexpr char kAdamAdagrad[] =
@@ -422,21 +461,6 @@ TEST(DynamicEngineTest, BadDynamicSettingsAreRefusedNamingTheField) {
                  "model.tables[0].num_rows of a DYNAMIC table must be at most 2^40");
   expect_invalid(head + "num_rows: 40 kind: DYNAMIC dynamic { ttl_steps: -1 } }",
                  "model.tables[0].dynamic.ttl_steps must be >= 0");
-}
-
-// The CUDA backend and embedding servers do not take DYNAMIC tables yet: refused naming
-// the table, before anything is allocated on a device.
-TEST(DynamicEngineTest, CudaDeviceRefusesDynamicTablesNamingThem) {
-  config::DlrmConfig config = ParseConfigText(ConfigText(kEvictingT0, ""));
-  config.mutable_device()->set_kind(config::DeviceConfig::CUDA);
-  try {
-    Engine engine(config);
-    ADD_FAILURE();
-  } catch (const Error& e) {
-    // Without CUDA built in, that is said first; with it, the table is named.
-    EXPECT_THAT(e.what(), ::testing::AnyOf(HasSubstr("model.tables[0] (\"t0\") is DYNAMIC"),
-                                           HasSubstr("built without CUDA")));
-  }
 }
 
 // The dynamic state of a checkpoint whose per-id tensors were damaged (a row held by two
