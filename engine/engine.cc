@@ -16,6 +16,7 @@
 #include "engine/config/config.h"
 #include "engine/core/cpu_features.h"
 #include "engine/core/finite.h"
+#include "engine/core/log.h"
 #include "engine/core/metrics.h"
 #include "engine/core/status.h"
 #include "engine/dense/loss.h"
@@ -74,6 +75,17 @@ float ReadLearningRate(const CheckpointReader& reader, const std::string& path,
     Throw(StatusCode::kDataLoss, "checkpoint ", path, ": metadata \"", key, "\" is ", text,
           ", not a learning rate (finite and >= 0)");
   return static_cast<float>(v);
+}
+
+// After a failed step, the device's copy of the rows the step admitted as they were; a
+// failure here is logged, so that the step's own error is the one thrown.
+void RestoreDeviceRows(train::Backend& backend) {
+  try {
+    backend.RestoreChangedRows();
+  } catch (const std::exception& e) {
+    DLRM_LOG(kError) << backend.name()
+                     << ": restoring the rows a failed step admitted: " << e.what();
+  }
 }
 
 // The index of the model's first quantized table, or -1.
@@ -220,7 +232,7 @@ float Engine::TrainLocked(const ValidatedBatch& batch, const train::StepLookahea
     if (!s.dynamic_tables.empty()) {
       s.dynamic_tables.DropReadAhead();
       s.dynamic_tables.RollBackStep(&s.model.tables(), s.sparse_optimizer.get());
-      s.backend->RestoreChangedRows();
+      RestoreDeviceRows(*s.backend);
     }
     throw;
   }

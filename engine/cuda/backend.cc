@@ -288,6 +288,7 @@ void CudaBackend::PushState() {
 
 void CudaBackend::RowsChanged(const std::vector<ChangedRows>& changed) {
   std::lock_guard<std::mutex> lock(mu_);
+  tables_->ForgetReplacedRows();  // the last step's, first: nothing below may restore them
   CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
   tables_->ReplaceRows(changed, s_.model.tables(), *s_.sparse_optimizer);
 }

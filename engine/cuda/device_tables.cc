@@ -119,8 +119,7 @@ std::vector<RowMove> DeviceTables::RowArrays(size_t t, const EmbeddingTable<floa
 void DeviceTables::ReplaceRows(const std::vector<ChangedRows>& changed,
                                const std::vector<EmbeddingTable<float>>& tables,
                                SparseOptimizer<float>& optimizer) {
-  replaced_.resize(tables_.size());
-  for (Replaced& r : replaced_) r.n = 0;
+  ForgetReplacedRows();
   std::vector<float> packed;
   for (const ChangedRows& c : changed) {
     const auto t = static_cast<size_t>(c.table);
@@ -131,23 +130,29 @@ void DeviceTables::ReplaceRows(const std::vector<ChangedRows>& changed,
     float* at = packed.data();
     for (const int64_t row : *c.rows) at = PackRow(table, state, row, at);
     Replaced& r = replaced_[t];
-    r.n = static_cast<int64_t>(c.rows->size());
+    const auto n = static_cast<int64_t>(c.rows->size());
     r.rows.Reserve(c.rows->size());
     r.rows.CopyIn(c.rows->data(), c.rows->size(), stream_);
     r.kept.Reserve(packed.size() * 2);
     r.incoming.Reserve(packed.size() * 2);
     r.incoming.CopyIn(reinterpret_cast<const uint16_t*>(packed.data()), packed.size() * 2, stream_);
-    r.moves = RowArrays(t, table);
-    for (RowMove& m : r.moves) {
-      m.rows = r.rows.get(), m.n = r.n;
+    std::vector<RowMove> moves = RowArrays(t, table);
+    for (RowMove& m : moves) {
+      m.rows = r.rows.get(), m.n = n;
       m.packed = r.kept.get();
       LaunchGatherRows(m, stream_);
       m.packed = r.incoming.get();
       LaunchScatterRows(m, stream_);
       m.packed = r.kept.get();  // what RestoreRows scatters
     }
+    r.moves = std::move(moves), r.n = n;  // recorded once its rows are replaced
     CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // `packed` is reused
   }
+}
+
+void DeviceTables::ForgetReplacedRows() {
+  replaced_.resize(tables_.size());
+  for (Replaced& r : replaced_) r.n = 0, r.moves.clear();
 }
 
 void DeviceTables::RestoreRows() {

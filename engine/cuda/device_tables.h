@@ -62,12 +62,15 @@ class DeviceTables {
 
   // The rows `changed` names (a step's DYNAMIC admissions: train/backend.h) copied in
   // from `tables` and `optimizer`, weights and state, after keeping what those rows held
-  // on the device; RestoreRows puts that back (the step failed), and the next ReplaceRows
-  // forgets it. Tables not held are skipped. Both synchronize the stream.
+  // on the device; RestoreRows puts back what the last call replaced (the step failed),
+  // ForgetReplacedRows and the next ReplaceRows forget it (a table's rows are recorded
+  // only once replaced, so a call that throws leaves what it did to restore). Tables not
+  // held are skipped. ReplaceRows and RestoreRows synchronize the stream.
   void ReplaceRows(const std::vector<ChangedRows>& changed,
                    const std::vector<EmbeddingTable<float>>& tables,
                    SparseOptimizer<float>& optimizer);
   void RestoreRows();
+  void ForgetReplacedRows();
 
   // [features] specs for the pooled forward (device memory).
   const FeatureSpec* feature_specs() const { return feature_specs_.get(); }

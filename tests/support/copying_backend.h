@@ -31,6 +31,7 @@ namespace dlrm::testing {
 // without PullState, or rows it changes without RowsChanged, show as different bits.
 class CopyingEngineBackend final : public train::Backend {
  public:
+  // host: the Engine's; own_ starts as its copy.
   CopyingEngineBackend(const config::DlrmConfig& config, train::ModelState* host, ThreadPool* pool)
       : host_(*host), own_(config, pool), cpu_(train::MakeCpuBackend(&own_, pool)) {
     PushState();
@@ -43,16 +44,24 @@ class CopyingEngineBackend final : public train::Backend {
   std::string name() const override { return "copying"; }
   double TrainStep(const ValidatedBatch& batch, const train::StepRates& rates,
                    const train::StepLookahead& lookahead) override {
+    host_stale_ = true;  // as the CUDA backend: from here the copy may change
     return cpu_->TrainStep(batch, rates, lookahead);
   }
   void PredictLogits(const ValidatedBatch& batch, float* logits) const override {
     cpu_->PredictLogits(batch, logits);
   }
   StepPhases Phases() const override { return cpu_->Phases(); }
-  void PullState() const override { Copy(own_, &host_); }
-  void PushState() override { Copy(host_, &own_); }
+  void PullState() const override {
+    if (!host_stale_) return;  // as the CUDA backend: only after a step
+    Copy(own_, &host_);
+    host_stale_ = false;
+  }
+  void PushState() override {
+    Copy(host_, &own_);
+    host_stale_ = false;
+  }
   void RowsChanged(const std::vector<ChangedRows>& changed) override {
-    saved_.clear();
+    saved_.clear();  // the last step's, first (as the CUDA backend's ForgetReplacedRows)
     for (const ChangedRows& c : changed) {
       saved_.push_back({c.table, *c.rows, Packed(own_, c.table, *c.rows)});
       Unpack(Packed(host_, c.table, *c.rows), c.table, *c.rows, &own_);
@@ -103,7 +112,8 @@ class CopyingEngineBackend final : public train::Backend {
   train::ModelState& host_;
   mutable train::ModelState own_;  // PullState reads its state buffers (non-const getters)
   std::unique_ptr<train::Backend> cpu_;
-  std::vector<Saved> saved_;  // what RowsChanged replaced in own_
+  std::vector<Saved> saved_;         // what RowsChanged replaced in own_
+  mutable bool host_stale_ = false;  // own_ trained since the last copy either way
 };
 
 // A backend that computes on a copy of the dense parameters refreshed only when the trainer

@@ -327,8 +327,12 @@ TEST(CudaBackendTest, ADivergedStepChangesNothingReplayedOrNot) {
 
 // SmallConfigText's two tables DYNAMIC and smaller than their ids: t0 of 12 rows (LRU), t1
 // of 8 (LFU, admitted at an id's second occurrence, the others pooling the default row).
-config::DlrmConfig DynamicConfig(config::DeviceConfig::Kind kind) {
-  config::DlrmConfig config = ParseConfigText(testing::SmallConfigText(kOptimizers[1], 1, 8));
+// `half`: BF16 rows rounded stochastically, t1 of 3 columns (an odd row of 16-bit words;
+// CAT, which takes any widths), Adam's two states a row: every packed layout the device
+// copies admitted rows in by.
+config::DlrmConfig DynamicConfig(config::DeviceConfig::Kind kind, bool half) {
+  config::DlrmConfig config = ParseConfigText(testing::SmallConfigText(
+      half ? "sparse_optimizer { learning_rate: 0.05 adam {} }" : kOptimizers[1], 1, 8));
   config::TableConfig* t0 = config.mutable_model()->mutable_tables(0);
   t0->set_num_rows(12);
   t0->set_kind(config::TableConfig::DYNAMIC);
@@ -340,7 +344,21 @@ config::DlrmConfig DynamicConfig(config::DeviceConfig::Kind kind) {
   d1->set_min_count(2);
   d1->set_sketch_width(64);
   d1->set_unadmitted(config::DynamicTableConfig::DEFAULT_ROW);
+  if (half) {
+    config.mutable_model()->set_interaction(config::ModelConfig::CAT);
+    t1->set_dim(3);
+    config = WithHalfTables(config, config::TableConfig::BF16, config::TableConfig::STOCHASTIC);
+  }
   return WithDevice(config, kind);
+}
+
+void ExpectSameCounts(const Engine& a, const Engine& b) {
+  for (const char* table : {"t0", "t1"}) {
+    const TableStats x = a.GetTableStats(table), y = b.GetTableStats(table);
+    EXPECT_EQ(x.counts.admitted, y.counts.admitted) << table;
+    EXPECT_EQ(x.counts.evicted, y.counts.evicted) << table;
+    EXPECT_EQ(x.size, y.size) << table;
+  }
 }
 
 // DYNAMIC tables on the device: the Engine resolves ids to rows on the host, and each
@@ -350,34 +368,37 @@ config::DlrmConfig DynamicConfig(config::DeviceConfig::Kind kind) {
 // never saw it.
 TEST(CudaBackendTest, DynamicTablesTrainAsTheCpuDoesAndTakeADivergedStepBack) {
   SKIP_WITHOUT_GPU();
-  Engine cpu(DynamicConfig(config::DeviceConfig::CPU));
-  Engine gpu(DynamicConfig(config::DeviceConfig::CUDA));
-  Engine control(DynamicConfig(config::DeviceConfig::CUDA));
-  TrainAlike(cpu, gpu, 60);
-  for (const char* table : {"t0", "t1"}) {
-    const TableStats c = cpu.GetTableStats(table), g = gpu.GetTableStats(table);
-    EXPECT_GT(g.counts.evicted, 0) << table;
-    EXPECT_EQ(g.counts.admitted, c.counts.admitted) << table;
-    EXPECT_EQ(g.counts.evicted, c.counts.evicted) << table;
+  for (const bool half : {false, true}) {
+    SCOPED_TRACE(half ? "BF16, Adam, an odd dim" : "FP32, row-wise Adagrad");
+    Engine cpu(DynamicConfig(config::DeviceConfig::CPU, half));
+    Engine gpu(DynamicConfig(config::DeviceConfig::CUDA, half));
+    Engine control(DynamicConfig(config::DeviceConfig::CUDA, half));
+    TrainAlike(cpu, gpu, 60, half ? 5e-3f : 1e-4f);
+    ExpectSameCounts(gpu, cpu);
+    EXPECT_GT(gpu.GetTableStats("t0").counts.evicted, 0);
+    EXPECT_GT(gpu.GetTableStats("t1").counts.evicted, 0);
+    for (uint64_t s = 0; s < 60; ++s)
+      control.TrainStep(testing::SmallBatch(64, s, /*weighted=*/s % 2 == 0).view());
+    const std::string weight = "bottom_mlp.0.weight";
+    const int64_t n = cpu.Parameters()[0].size();
+    ASSERT_EQ(cpu.Parameters()[0].name, weight);
+    std::vector<float> kept(n), huge(n, 3e38f);  // overflows the forward: the step diverges
+    gpu.ReadParameter(weight, kept.data(), n);
+    gpu.WriteParameter(weight, huge.data(), n);
+    OwnedBatch diverging = testing::SmallBatch(64, 999);
+    for (int64_t& id : diverging.ids) id += int64_t{1} << 40;  // new ids: admits and evicts
+    const TableStats before = gpu.GetTableStats("t0");
+    EXPECT_THROW(gpu.TrainStep(diverging.view()), Error);
+    EXPECT_EQ(gpu.GetTableStats("t0").counts.admitted, before.counts.admitted);
+    gpu.WriteParameter(weight, kept.data(), n);
+    for (uint64_t s = 60; s < 70; ++s) {
+      const OwnedBatch batch = testing::SmallBatch(64, s);
+      const float a = gpu.TrainStep(batch.view()), b = control.TrainStep(batch.view());
+      EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "step " << s;
+    }
+    ExpectBitwise(AllParameters(gpu), AllParameters(control));
+    ExpectSameCounts(gpu, control);
   }
-  for (uint64_t s = 0; s < 60; ++s)
-    control.TrainStep(testing::SmallBatch(64, s, /*weighted=*/s % 2 == 0).view());
-  const std::string weight = "bottom_mlp.0.weight";
-  const int64_t n = cpu.Parameters()[0].size();
-  ASSERT_EQ(cpu.Parameters()[0].name, weight);
-  std::vector<float> kept(n), huge(n, 3e38f);  // overflows the forward: the step diverges
-  gpu.ReadParameter(weight, kept.data(), n);
-  gpu.WriteParameter(weight, huge.data(), n);
-  OwnedBatch diverging = testing::SmallBatch(64, 999);
-  for (int64_t& id : diverging.ids) id += int64_t{1} << 40;  // new ids: admits and evicts
-  EXPECT_THROW(gpu.TrainStep(diverging.view()), Error);
-  gpu.WriteParameter(weight, kept.data(), n);
-  for (uint64_t s = 60; s < 70; ++s) {
-    const OwnedBatch batch = testing::SmallBatch(64, s);
-    const float a = gpu.TrainStep(batch.view()), b = control.TrainStep(batch.view());
-    EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "step " << s;
-  }
-  ExpectBitwise(AllParameters(gpu), AllParameters(control));
 }
 
 // Tables and their optimizer state beyond the device's free memory are refused before
