@@ -77,6 +77,21 @@ float ReadLearningRate(const CheckpointReader& reader, const std::string& path,
   return static_cast<float>(v);
 }
 
+// What the id resolution calls before it reads rows of the host copy: the backend's
+// PullRows (a device's rows may be newer).
+RowRefresh Refresh(const train::Backend* backend) {
+  return [backend](const ChangedRows& rows) { backend->PullRows(rows); };
+}
+
+// Gives the backend the rows a prediction's resolve moved (SSD caches). *unsent stays set
+// while that has not succeeded, and the next resolve's caller sends them first: a device
+// copy that missed them would hold the old rows' values under the new rows.
+void SendMovedRows(train::Backend& backend, const DynamicTables& tables, bool* unsent) {
+  *unsent = true;
+  backend.RowsChanged(tables.ChangedByLastResolve());
+  *unsent = false;
+}
+
 // After a failed step, the device's copy of the rows the step admitted as they were; a
 // failure here is logged, so that the step's own error is the one thrown.
 void RestoreDeviceRows(train::Backend& backend) {
@@ -105,6 +120,7 @@ struct Engine::State : train::ModelState {
         sparse_lr(config.sparse_optimizer().learning_rate()) {}
 
   std::unique_ptr<train::Backend> backend;
+  bool rows_unsent = false;  // SendMovedRows; under ssd_mu_ or the writer lock
   int64_t step = 0;
   float dense_lr;
   float sparse_lr;
@@ -140,6 +156,12 @@ void Engine::RequireTrainableTables(const char* what) const {
         " (a quantized serving table, read-only): ", what,
         " needs trainable (FP32, BF16, FP16) tables; use the checkpoint the model was exported "
         "from");
+}
+
+std::unique_lock<std::mutex> Engine::SsdLock() const {
+  std::unique_lock<std::mutex> lock(ssd_mu_, std::defer_lock);
+  if (state_->dynamic_tables.has_ssd()) lock.lock();
+  return lock;
 }
 
 std::unique_ptr<Engine::State> Engine::NewState() const {
@@ -215,17 +237,19 @@ float Engine::TrainLocked(const ValidatedBatch& batch, const train::StepLookahea
   if (!s.dynamic_tables.empty()) {
     // The step's ids resolve to rows now (admissions initialize rows in the host state,
     // which a CPU backend computes on); the next batch's ids are not rows yet.
+    if (s.rows_unsent) SendMovedRows(*s.backend, s.dynamic_tables, &s.rows_unsent);
     ScopedTimer timer(&resolve_ns_);
-    rows = &s.dynamic_tables.ResolveForStep(batch, s.step, &s.model.tables(),
-                                            s.sparse_optimizer.get(), pool_.get());
+    rows =
+        &s.dynamic_tables.ResolveForStep(batch, s.step, &s.model.tables(), s.sparse_optimizer.get(),
+                                         pool_.get(), Refresh(s.backend.get()));
     ahead = {lookahead.token, nullptr, 0};
   }
-  // SSD tables read the next batch's rows from disk while this step computes.
-  if (lookahead.next != nullptr && s.dynamic_tables.has_ssd())
-    s.dynamic_tables.ReadAheadForNext(*lookahead.next);
   double loss = 0;
   try {
-    if (!s.dynamic_tables.empty()) s.backend->RowsChanged(s.dynamic_tables.ChangedByLastStep());
+    if (!s.dynamic_tables.empty()) s.backend->RowsChanged(s.dynamic_tables.ChangedByLastResolve());
+    // SSD tables read the next batch's rows from disk while this step computes.
+    if (lookahead.next != nullptr && s.dynamic_tables.has_ssd())
+      s.dynamic_tables.ReadAheadForNext(*lookahead.next);
     loss = s.backend->TrainStep(*rows, rates, ahead);
   } catch (...) {
     // A step that fails (diverged) changes nothing: nor the ids' rows, on any device.
@@ -249,8 +273,15 @@ void Engine::PredictValid(const ValidatedBatch& batch, float* logits) const {
     return s.backend->PredictLogits(rows.batch(), logits);
   }
   std::lock_guard<std::mutex> lock(ssd_mu_);
-  s.dynamic_tables.ResolveForPredict(batch, s.step, &s.model.tables(), s.sparse_optimizer.get(),
-                                     &rows);
+  if (s.rows_unsent) SendMovedRows(*s.backend, s.dynamic_tables, &s.rows_unsent);
+  try {
+    s.dynamic_tables.ResolveForPredict(batch, s.step, &s.model.tables(), s.sparse_optimizer.get(),
+                                       &rows, Refresh(s.backend.get()));
+  } catch (...) {
+    SendMovedRows(*s.backend, s.dynamic_tables, &s.rows_unsent);  // the tables that moved
+    throw;
+  }
+  SendMovedRows(*s.backend, s.dynamic_tables, &s.rows_unsent);
   s.backend->PredictLogits(rows.batch(), logits);
 }
 
@@ -329,6 +360,7 @@ int64_t Engine::step() const {
 
 TableStats Engine::GetTableStats(const std::string& table) const {
   std::shared_lock<WriterPreferringMutex> lock(mu_);
+  const std::unique_lock<std::mutex> ssd_lock = SsdLock();  // predictions move SSD caches
   State& s = *state_;  // StateBuffers() is not const; only sizes are read
   const int t = FindTable(config_.model(), table);
   if (t < 0) Throw(StatusCode::kNotFound, "no table named \"", table, "\"");
@@ -411,11 +443,10 @@ void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity
   if (capacity < size)
     ThrowInvalid("output buffer holds ", capacity, " values but parameter \"", name, "\" has ",
                  size);
-  if (apart && apart->has_ssd()) {
-    std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
-    return ReadSsdTable(t, out);
-  }
-  state_->backend->PullState();  // a device's rows, 16-bit ones too
+  // A prediction moving an SSD table's cache waits: the pull and the read see it still.
+  const std::unique_lock<std::mutex> ssd_lock = SsdLock();
+  state_->backend->PullState();  // a device's rows: an SSD table's cache, 16-bit ones
+  if (apart && apart->has_ssd()) return ReadSsdTable(t, out);
   if (apart) return ReadNarrowTable(state_->model.tables()[static_cast<size_t>(t)], out);
   std::copy(data, data + size, out);
 }
@@ -475,6 +506,7 @@ void Engine::Save(const std::string& path) const {
   std::shared_lock<WriterPreferringMutex> lock(mu_);
   // StateBuffers() hands out mutable pointers; under the reader lock we only read them.
   State& s = *state_;
+  const std::unique_lock<std::mutex> ssd_lock = SsdLock();  // no prediction moves a cache
   s.backend->PullState();
   CheckpointWriter writer;
   writer.SetMetadata("format", checkpoint::kEngineFormat);
@@ -498,7 +530,6 @@ void Engine::Save(const std::string& path) const {
                                &writer);
   }
   if (!s.dynamic_tables.has_ssd()) return writer.WriteAtomic(path);
-  std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
   const std::string rows_dir = SaveSsdRows(path, &writer);
   try {
     writer.WriteAtomic(path);

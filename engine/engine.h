@@ -143,6 +143,8 @@ class Engine {
   struct State;
   struct ServingTables;
   std::unique_ptr<State> NewState() const;
+  // ssd_mu_, locked where the model has SSD tables (unlocked otherwise). mu_ held first.
+  std::unique_lock<std::mutex> SsdLock() const;
   // ValidateBatch of a training batch (labels required) against the model's features,
   // timed as step_phases' `validate`. Needs no lock.
   ValidatedBatch ValidateTrainingBatch(const BatchView& batch) const;

@@ -310,34 +310,17 @@ void RequireTrainableRows(const config::ModelConfig& model, const char* who) {
   }
 }
 
-namespace {
-
-// kInvalidArgument "model.tables[i] ("name") <what>, which <who> does not take yet" for
-// the first table `what` names something of.
-template <typename What>
-void RequireNoTable(const config::ModelConfig& model, const char* who, What what) {
-  for (int t = 0; t < model.tables_size(); ++t) {
-    const config::TableConfig& table = model.tables(t);
-    if (const char* it = what(table))
-      ThrowInvalid(Field("model.tables", t), " (\"", table.name(), "\") ", it, ", which ", who,
-                   " does not take yet; train it in one process on the CPU");
-  }
-}
-
-}  // namespace
-
-void RequireInMemoryTables(const config::ModelConfig& model, const char* who) {
-  RequireNoTable(model, who, [](const config::TableConfig& table) {
-    return table.has_ssd() ? "has ssd storage" : nullptr;
-  });
-}
-
 void RequireFixedTables(const config::ModelConfig& model, const char* who) {
   RequireTrainableRows(model, who);
-  RequireNoTable(model, who, [](const config::TableConfig& table) {
-    return table.kind() == config::TableConfig::DYNAMIC ? "is DYNAMIC" : nullptr;
-  });
-  RequireInMemoryTables(model, who);
+  for (int t = 0; t < model.tables_size(); ++t) {
+    const config::TableConfig& table = model.tables(t);
+    const char* what = table.kind() == config::TableConfig::DYNAMIC ? "is DYNAMIC"
+                       : table.has_ssd()                            ? "has ssd storage"
+                                                                    : nullptr;
+    if (what != nullptr)
+      ThrowInvalid(Field("model.tables", t), " (\"", table.name(), "\") ", what, ", which ", who,
+                   " does not take yet; train it in one process on the CPU");
+  }
 }
 
 int64_t SparseStateBytesPerRow(const config::SparseOptimizerConfig& optimizer, int32_t dim) {

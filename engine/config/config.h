@@ -53,13 +53,9 @@ config::TableConfig::Precision WireValuePrecision(const config::DistributedConfi
 // has precision INT8 (a quantized serving table), which <who> does not take yet" for a
 // quantized table. FP32, BF16 and FP16 rows are taken.
 void RequireTrainableRows(const config::ModelConfig& model, const char* who);
-// For the parts that hold every table's rows in memory (the CUDA backend, which also
-// pools quantized serving tables and DYNAMIC tables' rows): kInvalidArgument
-// "model.tables[i] ("name") has ssd storage, which <who> does not take yet".
-void RequireInMemoryTables(const config::ModelConfig& model, const char* who);
 // For the parts that train FIXED tables held in memory (embedding servers, trainers'
-// shards): RequireTrainableRows, then "model.tables[i] ("name") is DYNAMIC, which <who>
-// does not take yet", then RequireInMemoryTables.
+// shards): RequireTrainableRows, then kInvalidArgument "model.tables[i] ("name") is
+// DYNAMIC (or: has ssd storage), which <who> does not take yet".
 void RequireFixedTables(const config::ModelConfig& model, const char* who);
 
 // config.memory_limit_bytes, else MachineMemoryBytes (core/machine_memory.h); 0 when

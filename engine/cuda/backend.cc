@@ -78,6 +78,7 @@ class CudaBackend final : public train::Backend {
   void PushState() override;
   void RowsChanged(const std::vector<ChangedRows>& changed) override;
   void RestoreChangedRows() override;
+  void PullRows(const ChangedRows& rows) const override;
   StepPhases Phases() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return phases_.Read();
@@ -297,6 +298,13 @@ void CudaBackend::RestoreChangedRows() {
   std::lock_guard<std::mutex> lock(mu_);
   CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
   tables_->RestoreRows();
+}
+
+void CudaBackend::PullRows(const ChangedRows& rows) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!host_stale_) return;  // the host copy is current
+  CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+  tables_->PullRows(rows, s_.model.tables(), *s_.sparse_optimizer);
 }
 
 // buf_.non_finite = how many blocks saw a NaN or infinity in the loss or a gradient.

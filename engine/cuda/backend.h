@@ -16,7 +16,9 @@
 // copy only when a step has run since (Save, ReadParameter), PushState copies them back
 // (construction, Load, WriteParameter), so a checkpoint is the same file as on the CPU.
 // DYNAMIC tables are rows as any other (the Engine resolves ids on the host): the rows a
-// step admits are copied in before it (RowsChanged) and put back if it fails.
+// step admits are copied in before it (RowsChanged) and put back if it fails. An SSD
+// table's rows on the device are its cache's slots: those evicted are copied out before
+// their write-back to the store (PullRows), those filled copied in (RowsChanged).
 // Steps of the same config, seed and batches give the same bits run to run; they agree
 // with the CPU within rounding (the GEMMs' order is cuBLASLt's). It never trains on the
 // CPU behind a CUDA config.

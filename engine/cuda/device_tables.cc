@@ -150,6 +150,27 @@ void DeviceTables::ReplaceRows(const std::vector<ChangedRows>& changed,
   }
 }
 
+void DeviceTables::PullRows(const ChangedRows& rows, std::vector<EmbeddingTable<float>>& tables,
+                            SparseOptimizer<float>& optimizer) {
+  const auto t = static_cast<size_t>(rows.table);
+  if (t >= held_.size() || !held_[t] || rows.rows->empty()) return;
+  EmbeddingTable<float>& table = tables[t];
+  const StateBufferList state = optimizer.StateBuffers(rows.table);
+  std::vector<float> packed(rows.rows->size() * static_cast<size_t>(PackedRowWidth(table, state)));
+  pull_rows_.Reserve(rows.rows->size());
+  pull_rows_.CopyIn(rows.rows->data(), rows.rows->size(), stream_);
+  pulled_.Reserve(packed.size() * 2);
+  for (RowMove m : RowArrays(t, table)) {
+    m.rows = pull_rows_.get(), m.n = static_cast<int64_t>(rows.rows->size());
+    m.packed = pulled_.get();
+    LaunchGatherRows(m, stream_);
+  }
+  pulled_.Download(reinterpret_cast<uint16_t*>(packed.data()), packed.size() * 2, stream_);
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  const float* at = packed.data();
+  for (const int64_t row : *rows.rows) at = UnpackRow(at, state, row, &table);
+}
+
 void DeviceTables::ForgetReplacedRows() {
   replaced_.resize(tables_.size());
   for (Replaced& r : replaced_) r.n = 0, r.moves.clear();

@@ -71,6 +71,10 @@ class DeviceTables {
                    SparseOptimizer<float>& optimizer);
   void RestoreRows();
   void ForgetReplacedRows();
+  // The rows `rows` names copied out into `tables` and `optimizer` (weights and state),
+  // where the table is held. Synchronizes the stream.
+  void PullRows(const ChangedRows& rows, std::vector<EmbeddingTable<float>>& tables,
+                SparseOptimizer<float>& optimizer);
 
   // [features] specs for the pooled forward (device memory).
   const FeatureSpec* feature_specs() const { return feature_specs_.get(); }
@@ -109,6 +113,8 @@ class DeviceTables {
   std::vector<Table> tables_;  // empty arrays for a table not held
   std::vector<char> held_;     // BoundTables of Push's features
   std::vector<Replaced> replaced_;
+  DeviceBuffer<int64_t> pull_rows_;  // PullRows' rows and packed rows, reused
+  DeviceBuffer<uint16_t> pulled_;
   DeviceBuffer<FeatureSpec> feature_specs_;
   DeviceBuffer<SparseFeatureArgs> sparse_features_;
   DeviceBuffer<SparseTableArgs> sparse_tables_;

@@ -124,15 +124,16 @@ void DynamicTables::Gather(const ValidatedBatch& batch, size_t slot,
 const ValidatedBatch& DynamicTables::ResolveForStep(const ValidatedBatch& batch, int64_t step,
                                                     std::vector<EmbeddingTable<float>>* tables,
                                                     SparseOptimizer<float>* optimizer,
-                                                    ThreadPool* pool) {
+                                                    ThreadPool* pool, const RowRefresh& refresh) {
   WaitForReadAhead();
+  ForgetChanges();
   // A table's rows, optimizer state and DynamicRows are its own: tables run in parallel.
   std::vector<std::exception_ptr> failed(tables_.size());
   ParallelFor(pool, static_cast<int64_t>(tables_.size()), [&](int64_t i) {
     const auto slot = static_cast<size_t>(i);
     Gather(batch, slot, &slot_steps_[slot].gathered);
     try {
-      ResolveTable(slot, step, tables, optimizer);
+      ResolveTable(slot, step, tables, optimizer, refresh);
     } catch (...) {
       failed[slot] = std::current_exception();
     }
@@ -151,7 +152,7 @@ const ValidatedBatch& DynamicTables::ResolveForStep(const ValidatedBatch& batch,
 
 void DynamicTables::ResolveTable(size_t slot, int64_t step,
                                  std::vector<EmbeddingTable<float>>* tables,
-                                 SparseOptimizer<float>* optimizer) {
+                                 SparseOptimizer<float>* optimizer, const RowRefresh& refresh) {
   Table& table = tables_[slot];
   SlotStep& s = slot_steps_[slot];
   step_rows_[slot].resize(s.gathered.size());
@@ -160,7 +161,7 @@ void DynamicTables::ResolveTable(size_t slot, int64_t step,
   if (table.ssd) {
     // The cache's slots round as the table rows they hold (updates come this step).
     (*tables)[static_cast<size_t>(table.index)].KeyRoundingBy(table.rows.ids_of_rows());
-    MoveSsdRows(slot, tables, optimizer);
+    MoveSsdRows(slot, tables, optimizer, refresh);
     table.ssd->MarkDirty(step_rows_[slot]);  // the step is about to update them
     return;
   }
@@ -169,7 +170,7 @@ void DynamicTables::ResolveTable(size_t slot, int64_t step,
 }
 
 void DynamicTables::MoveSsdRows(size_t slot, std::vector<EmbeddingTable<float>>* tables,
-                                SparseOptimizer<float>* optimizer) {
+                                SparseOptimizer<float>* optimizer, const RowRefresh& refresh) {
   Table& table = tables_[slot];
   SlotStep& s = slot_steps_[slot];
   EmbeddingTable<float>* cache = &(*tables)[static_cast<size_t>(table.index)];
@@ -183,11 +184,17 @@ void DynamicTables::MoveSsdRows(size_t slot, std::vector<EmbeddingTable<float>>*
             " distinct rows but its cache holds ", table.rows.options().capacity, " (model.tables[",
             table.index, "].ssd.cache_bytes); raise it or send smaller batches");
     }
+    if (refresh && !s.changes.evicted.empty()) {  // the evicted slots' values, current
+      std::vector<int64_t> evicted;
+      for (const auto& [row, cache_slot] : s.changes.evicted) evicted.push_back(cache_slot);
+      refresh({table.index, &evicted});
+    }
     table.ssd->WriteBack(s.changes, cache, optimizer);
     SaveAdmitted(table, s.changes, tables, optimizer, &s.overwritten);
     table.ssd->Fill(s.changes, cache, optimizer);
   } catch (...) {
-    table.rows.Undo(s.undo);  // WriteBack and Fill changed nothing the math sees
+    table.rows.Undo(s.undo);     // WriteBack and Fill changed nothing the math sees
+    s.overwritten.rows.clear();  // nor any row (ChangedByLastResolve)
     throw;
   }
 }
@@ -207,8 +214,11 @@ void DynamicTables::SaveAdmitted(const Table& table, const RowChanges& changes,
   }
 }
 
-std::vector<ChangedRows> DynamicTables::ChangedByLastStep() const {
-  DLRM_INTERNAL_CHECK(can_roll_back_);
+void DynamicTables::ForgetChanges() {
+  for (SlotStep& s : slot_steps_) s.overwritten.rows.clear();
+}
+
+std::vector<ChangedRows> DynamicTables::ChangedByLastResolve() const {
   std::vector<ChangedRows> changed;
   for (size_t slot = 0; slot < tables_.size(); ++slot)
     if (!slot_steps_[slot].overwritten.rows.empty())
@@ -258,9 +268,11 @@ void DynamicTables::LookupRows(const ValidatedBatch& batch, RowBatch* out) const
 
 void DynamicTables::ResolveForPredict(const ValidatedBatch& batch, int64_t step,
                                       std::vector<EmbeddingTable<float>>* tables,
-                                      SparseOptimizer<float>* optimizer, RowBatch* out) {
+                                      SparseOptimizer<float>* optimizer, RowBatch* out,
+                                      const RowRefresh& refresh) {
   WaitForReadAhead();
   can_roll_back_ = false;  // the slot steps are reused
+  ForgetChanges();
   for (size_t slot = 0; slot < tables_.size(); ++slot) {
     Table& table = tables_[slot];
     SlotStep& s = slot_steps_[slot];
@@ -273,8 +285,9 @@ void DynamicTables::ResolveForPredict(const ValidatedBatch& batch, int64_t step,
     }
     table.rows.Resolve(s.gathered.data(), static_cast<int64_t>(s.gathered.size()),
                        table.StepFor(step), step_rows_[slot].data(), &s.changes, &s.undo);
-    MoveSsdRows(slot, tables, optimizer);  // a failed table is undone; the others' moves
-                                           // changed no value
+    // A failed table is undone; the others' moves changed no value (and are in
+    // ChangedByLastResolve).
+    MoveSsdRows(slot, tables, optimizer, refresh);
   }
   Rewrite(batch, step_rows_, out);
 }

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -85,6 +86,11 @@ struct ChangedRows {
   const std::vector<int64_t>* rows = nullptr;  // borrowed from the DynamicTables
 };
 
+// Makes rows of the host copy current before they are read: a device backend's PullRows
+// (train/backend.h), for an SSD table's evicted rows before their write-back. May be
+// called for different tables at once.
+using RowRefresh = std::function<void(const ChangedRows&)>;
+
 class DynamicTables {
  public:
   // config must have passed ValidateConfig; one DynamicRows per DYNAMIC or SSD table, and
@@ -103,18 +109,21 @@ class DynamicTables {
   // the next call. tables and optimizer are the model's (rows [0, num_rows) each). Steps
   // 1-3 run for the tables in parallel on pool (null: here): each table's decisions
   // depend on its own ids only, so the split changes nothing.
+  // `refresh` (null: the host copy is current) is called before evicted rows are read.
   const ValidatedBatch& ResolveForStep(const ValidatedBatch& batch, int64_t step,
                                        std::vector<EmbeddingTable<float>>* tables,
-                                       SparseOptimizer<float>* optimizer, ThreadPool* pool);
+                                       SparseOptimizer<float>* optimizer, ThreadPool* pool,
+                                       const RowRefresh& refresh = nullptr);
   // Takes the last ResolveForStep back when the step it served failed: the admitted rows'
   // values and optimizer state as they were, every table's DynamicRows as it was
   // (DynamicRows::Undo). Only right after ResolveForStep, with the same tables and
   // optimizer (an internal check).
   void RollBackStep(std::vector<EmbeddingTable<float>>* tables, SparseOptimizer<float>* optimizer);
-  // The rows the last ResolveForStep rewrote, per table that has any (what a device copy
-  // of the tables must take in: train/backend.h); borrowed until the next resolve. Only
-  // right after ResolveForStep (an internal check).
-  std::vector<ChangedRows> ChangedByLastStep() const;
+  // The rows the last ResolveForStep or ResolveForPredict rewrote (admissions, an SSD
+  // table's filled slots), per table that has any, also where it threw (a prediction's
+  // tables before the one that failed keep their moves): what a device copy of the
+  // tables must take in (train/backend.h); borrowed until the next resolve.
+  std::vector<ChangedRows> ChangedByLastResolve() const;
   // Steps 1 and 4 with the rows the ids hold now, into *out (which the caller owns). Not
   // with SSD tables (has_ssd()), whose rows may not be in their caches: ResolveForPredict.
   void LookupRows(const ValidatedBatch& batch, RowBatch* out) const;
@@ -122,7 +131,8 @@ class DynamicTables {
   // tables' rows are brought into their caches (steps 2 and 3 of a step at `step`).
   void ResolveForPredict(const ValidatedBatch& batch, int64_t step,
                          std::vector<EmbeddingTable<float>>* tables,
-                         SparseOptimizer<float>* optimizer, RowBatch* out);
+                         SparseOptimizer<float>* optimizer, RowBatch* out,
+                         const RowRefresh& refresh = nullptr);
 
   // The SSD tables' prefetch stage, after ResolveForStep: reads the rows `next` (the batch
   // expected to train next) needs from the stores on a thread of its own, while this step
@@ -174,14 +184,17 @@ class DynamicTables {
   };
   // Steps 2 and 3 for one table; for an SSD table, nothing changes when it throws.
   void ResolveTable(size_t slot, int64_t step, std::vector<EmbeddingTable<float>>* tables,
-                    SparseOptimizer<float>* optimizer);
+                    SparseOptimizer<float>* optimizer, const RowRefresh& refresh);
   // An SSD table's step 3 after its Resolve: the Resolve is undone when it throws.
   void MoveSsdRows(size_t slot, std::vector<EmbeddingTable<float>>* tables,
-                   SparseOptimizer<float>* optimizer);
+                   SparseOptimizer<float>* optimizer, const RowRefresh& refresh);
   // Takes one table's ResolveTable back.
   void RollBackSlot(size_t slot, std::vector<EmbeddingTable<float>>* tables,
                     SparseOptimizer<float>* optimizer);
   size_t SlotOf(int32_t table_index) const;
+  // Empties what ChangedByLastResolve lists: a resolve that fails part way lists only what
+  // it changed.
+  void ForgetChanges();
   // Waits for the prefetch stage; a failed one leaves nothing (its Fill reads itself).
   void WaitForReadAhead();
   // The ids of the features of tables_[slot], feature order then batch order.

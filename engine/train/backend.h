@@ -84,13 +84,19 @@ class Backend {
   // Takes the host copy over after the Engine changed it (host -> device). No-op for the CPU.
   virtual void PushState() = 0;
 
-  // A step's DYNAMIC tables changed these rows of the host copy (each admission's fresh
-  // weights and optimizer state) before the step that uses them: a device copies them in,
-  // keeping what its rows held until the next call of either; RestoreChangedRows, after
-  // that step failed, puts that back (the Engine takes the host copy back itself). No-op
-  // for the CPU. Called under the writer lock, between steps.
+  // The id resolution of DYNAMIC and SSD tables (model/dynamic_tables.h) changed these
+  // rows of the host copy (each admission's fresh weights and optimizer state, an SSD
+  // table's slots filled from its store) before the step or prediction that uses them: a
+  // device copies them in, keeping what its rows held until the next call of either;
+  // RestoreChangedRows, after that step failed, puts that back (the Engine takes the host
+  // copy back itself). No-op for the CPU. Called between steps, under the writer lock or,
+  // for a prediction, the reader lock and the SSD tables' lock.
   virtual void RowsChanged(const std::vector<ChangedRows>& changed) = 0;
   virtual void RestoreChangedRows() = 0;
+  // Makes these rows of the host copy current (device -> host): an SSD table's evicted
+  // slots before their write-back to the store. No-op for the CPU. May be called for
+  // different tables at once (the resolution's threads).
+  virtual void PullRows(const ChangedRows& rows) const = 0;
 };
 
 // Computes on the host copy itself, with `pool`.

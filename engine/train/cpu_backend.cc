@@ -52,6 +52,7 @@ class CpuBackend : public Backend {
   void PushState() override {}
   void RowsChanged(const std::vector<ChangedRows>&) override {}
   void RestoreChangedRows() override {}
+  void PullRows(const ChangedRows&) const override {}
 
  private:
   ModelState& s_;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,11 +53,13 @@ class CopyingEngineBackend final : public train::Backend {
   }
   StepPhases Phases() const override { return cpu_->Phases(); }
   void PullState() const override {
+    std::lock_guard<std::mutex> lock(mu_);
     if (!host_stale_) return;  // as the CUDA backend: only after a step
     Copy(own_, &host_);
     host_stale_ = false;
   }
   void PushState() override {
+    std::lock_guard<std::mutex> lock(mu_);
     Copy(host_, &own_);
     host_stale_ = false;
   }
@@ -70,6 +73,11 @@ class CopyingEngineBackend final : public train::Backend {
   void RestoreChangedRows() override {
     for (const Saved& s : saved_) Unpack(s.values, s.table, s.rows, &own_);
     saved_.clear();
+  }
+  void PullRows(const ChangedRows& rows) const override {
+    std::lock_guard<std::mutex> lock(mu_);  // called from the resolution's threads
+    if (!host_stale_) return;
+    Unpack(Packed(own_, rows.table, *rows.rows), rows.table, *rows.rows, &host_);
   }
 
  private:
@@ -114,6 +122,7 @@ class CopyingEngineBackend final : public train::Backend {
   std::unique_ptr<train::Backend> cpu_;
   std::vector<Saved> saved_;         // what RowsChanged replaced in own_
   mutable bool host_stale_ = false;  // own_ trained since the last copy either way
+  mutable std::mutex mu_;
 };
 
 // A backend that computes on a copy of the dense parameters refreshed only when the trainer

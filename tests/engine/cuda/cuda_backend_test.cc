@@ -11,6 +11,7 @@
 // GPU (engine_test covers that case).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "engine/core/status.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/device_tables.h"
+#include "engine/embedding/dynamic_rows.h"
 #include "engine/embedding/sparse_optimizer.h"
 #include "engine/engine.h"
 #include "tests/support/cuda_support.h"
@@ -325,6 +327,29 @@ TEST(CudaBackendTest, ADivergedStepChangesNothingReplayedOrNot) {
   }
 }
 
+// Weights of 3e38 overflow the forward of any batch with dense values but not of one whose
+// dense values are 0: both engines take such a step (the host copy stale again, as in
+// training), then `engine` alone the diverging `batch` (FAILED_PRECONDITION), then both get
+// their weights back, so `engine` must go on as `control`, which never saw `batch`.
+void TakeADivergedStep(Engine& engine, Engine& control, const OwnedBatch& batch) {
+  const ParameterInfo first = engine.Parameters()[0];  // bottom_mlp.0.weight
+  std::vector<float> kept(first.size()), huge(first.size(), 3e38f);
+  engine.ReadParameter(first.name, kept.data(), first.size());
+  OwnedBatch zeros = testing::SmallBatch(batch.batch_size, 4242);  // not `batch`'s new ids
+  std::fill(zeros.dense.begin(), zeros.dense.end(), 0.0f);
+  for (Engine* e : {&engine, &control}) {
+    e->WriteParameter(first.name, huge.data(), first.size());
+    e->TrainStep(zeros.view());
+  }
+  try {
+    engine.TrainStep(batch.view());
+    ADD_FAILURE() << "the step did not diverge";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition) << e.what();
+  }
+  for (Engine* e : {&engine, &control}) e->WriteParameter(first.name, kept.data(), first.size());
+}
+
 // SmallConfigText's two tables DYNAMIC and smaller than their ids: t0 of 12 rows (LRU), t1
 // of 8 (LFU, admitted at an id's second occurrence, the others pooling the default row).
 // `half`: BF16 rows rounded stochastically, t1 of 3 columns (an odd row of 16-bit words;
@@ -379,18 +404,11 @@ TEST(CudaBackendTest, DynamicTablesTrainAsTheCpuDoesAndTakeADivergedStepBack) {
     EXPECT_GT(gpu.GetTableStats("t1").counts.evicted, 0);
     for (uint64_t s = 0; s < 60; ++s)
       control.TrainStep(testing::SmallBatch(64, s, /*weighted=*/s % 2 == 0).view());
-    const std::string weight = "bottom_mlp.0.weight";
-    const int64_t n = cpu.Parameters()[0].size();
-    ASSERT_EQ(cpu.Parameters()[0].name, weight);
-    std::vector<float> kept(n), huge(n, 3e38f);  // overflows the forward: the step diverges
-    gpu.ReadParameter(weight, kept.data(), n);
-    gpu.WriteParameter(weight, huge.data(), n);
+    // A step with new ids that admits and evicts, then diverges, with the host copy stale
+    // (TakeADivergedStep), is taken back on the device too.
     OwnedBatch diverging = testing::SmallBatch(64, 999);
-    for (int64_t& id : diverging.ids) id += int64_t{1} << 40;  // new ids: admits and evicts
-    const TableStats before = gpu.GetTableStats("t0");
-    EXPECT_THROW(gpu.TrainStep(diverging.view()), Error);
-    EXPECT_EQ(gpu.GetTableStats("t0").counts.admitted, before.counts.admitted);
-    gpu.WriteParameter(weight, kept.data(), n);
+    for (int64_t& id : diverging.ids) id += int64_t{1} << 40;
+    TakeADivergedStep(gpu, control, diverging);
     for (uint64_t s = 60; s < 70; ++s) {
       const OwnedBatch batch = testing::SmallBatch(64, s);
       const float a = gpu.TrainStep(batch.view()), b = control.TrainStep(batch.view());
@@ -398,6 +416,68 @@ TEST(CudaBackendTest, DynamicTablesTrainAsTheCpuDoesAndTakeADivergedStepBack) {
     }
     ExpectBitwise(AllParameters(gpu), AllParameters(control));
     ExpectSameCounts(gpu, control);
+  }
+}
+
+// SmallConfigText's tables on the SSD tier with caches of 24 of t0's 40 rows and 12 of t1's
+// 25, in segments of a few rows; `half`: FP16 rows (rounded to nearest: stochastic rounding
+// of cache slots is refused on the device) and Adam.
+config::DlrmConfig SsdConfig(config::DeviceConfig::Kind kind, bool half, const std::string& dir) {
+  config::DlrmConfig config = ParseConfigText(testing::SmallConfigText(
+      half ? "sparse_optimizer { learning_rate: 0.05 adam {} }" : kOptimizers[1], 1, 8));
+  if (half)
+    config = WithHalfTables(config, config::TableConfig::FP16, config::TableConfig::NEAREST);
+  config.set_ssd_dir(dir);
+  const int64_t caches[2] = {24, 12};
+  for (int t = 0; t < 2; ++t) {
+    config::TableConfig* table = config.mutable_model()->mutable_tables(t);
+    table->mutable_ssd()->set_cache_bytes(SsdCacheBytes(config, t, caches[t]));
+    table->mutable_ssd()->set_segment_bytes(256);
+  }
+  return WithDevice(config, kind);
+}
+
+// SSD tables with their cache on the device: evicted slots come back from the device
+// before their write-back, filled ones go in before the step or prediction. They train as
+// the CPU does (as the table held in memory), and a diverged step is taken back bitwise.
+TEST(CudaBackendTest, SsdTablesCacheOnTheDeviceTrainAsTheCpuDoes) {
+  SKIP_WITHOUT_GPU();
+  for (const bool half : {false, true}) {
+    SCOPED_TRACE(half ? "FP16, Adam" : "FP32, row-wise Adagrad");
+    const std::string dir = testing::TempDir(half ? "cuda_ssd_half" : "cuda_ssd");
+    Engine cpu(SsdConfig(config::DeviceConfig::CPU, half, dir));
+    Engine gpu(SsdConfig(config::DeviceConfig::CUDA, half, dir));
+    Engine control(SsdConfig(config::DeviceConfig::CUDA, half, dir));
+    const float tol = half ? 5e-3f : 1e-4f;
+    // Batches of 4 (at most 24 rows of t0 and 12 of t1): the caches evict every few steps.
+    for (uint64_t s = 0; s < 60; ++s) {
+      const OwnedBatch batch = testing::SmallBatch(4, s, /*weighted=*/s % 3 == 1);
+      const float want = cpu.TrainStep(batch.view()), got = gpu.TrainStep(batch.view());
+      control.TrainStep(batch.view());
+      ASSERT_NEAR(got, want, tol * std::fabs(want)) << "step " << s;
+    }
+    for (uint64_t salt = 5000; salt < 5008; ++salt) {  // predictions move the caches too
+      const OwnedBatch batch = testing::SmallBatch(4, salt);
+      testing::ExpectAllNear(Predict(gpu, batch), Predict(cpu, batch), tol, "predictions");
+      Predict(control, batch);
+    }
+    EXPECT_GT(gpu.GetTableStats("t0").counts.evicted, 0);
+    TakeADivergedStep(gpu, control, testing::SmallBatch(4, 999));  // fills and evicts slots
+    for (uint64_t s = 60; s < 70; ++s) {
+      const OwnedBatch batch = testing::SmallBatch(4, s);
+      const float a = gpu.TrainStep(batch.view()), b = control.TrainStep(batch.view());
+      EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "step " << s;
+    }
+    ExpectBitwise(AllParameters(gpu), AllParameters(control));
+    // Saved from the device (pulled, the cache flushed to the store), predicting on the CPU.
+    const std::string path = dir + "/gpu.ckpt";
+    gpu.Save(path);
+    Engine restored(SsdConfig(config::DeviceConfig::CPU, half, dir));
+    restored.Load(path);
+    for (uint64_t salt = 6000; salt < 6004; ++salt) {
+      const OwnedBatch batch = testing::SmallBatch(4, salt);
+      testing::ExpectAllNear(Predict(restored, batch), Predict(gpu, batch), 1e-5f, "restored");
+    }
   }
 }
 

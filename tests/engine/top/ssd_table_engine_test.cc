@@ -21,6 +21,7 @@
 #include "engine/core/status.h"
 #include "engine/embedding/dynamic_rows.h"
 #include "engine/engine.h"
+#include "tests/support/copying_backend.h"
 #include "tests/support/test_support.h"
 
 namespace dlrm {
@@ -164,6 +165,56 @@ TEST_P(SsdEngineTest, CheckpointResumesBitwise) {
   EXPECT_TRUE(BitwiseEqual(testing::ParameterValues(*resumed), saved));
 }
 
+// The Engine's side of a device backend's contract with SSD tables (train/backend.h),
+// with a backend that computes on a state of its own as the CUDA backend does on the
+// device: evicted slots are pulled from that copy before their write-back (PullRows),
+// slots filled from the store copied in before the step or prediction that uses them
+// (RowsChanged), a diverged step's taken back there too, and reads pull the copy first:
+// bitwise the tables held in memory. Stochastic rounding keys a cache slot by the table
+// row it holds, which the CUDA backend refuses (as this copy would round by slot).
+TEST_P(SsdEngineTest, ABackendWithAStateOfItsOwnTrainsAsInMemory) {
+  const Case& c = GetParam();
+  if (c.rounding == config::TableConfig::STOCHASTIC) GTEST_SKIP() << "refused on a device";
+  Engine dram(Config(false, c.optimizers, c.threads, dir_, 24, 12, c.precision, c.rounding));
+  Engine ssd(Config(true, c.optimizers, c.threads, dir_, 24, 12, c.precision, c.rounding),
+             testing::CopyingEngineBackend::Factory());
+  EXPECT_EQ(Train(ssd, 40), Train(dram, 40));
+  EXPECT_EQ(PredictMany(ssd), PredictMany(dram));  // predictions move the caches too
+  EXPECT_EQ(Train(ssd, 5, 50), Train(dram, 5, 50));
+  for (const auto& [table, n] :
+       {std::pair{"embedding.t0.weight", 160}, {"embedding.t1.weight", 100}}) {
+    std::vector<float> a(n), b(n);  // read before anything else pulled the copy
+    ssd.ReadParameter(table, a.data(), n);
+    dram.ReadParameter(table, b.data(), n);
+    EXPECT_EQ(a, b) << table;
+  }
+  // Weights of 3e38 overflow the forward of any batch with dense values, not of one whose
+  // dense values are 0: after such a step (the host copy stale again, as in training) a
+  // step that fills and evicts slots diverges; its evicted slots were pulled for their
+  // write-back, and everything is taken back.
+  const std::string weight = "bottom_mlp.0.weight";
+  const std::vector<float> kept = testing::ParameterValues(dram).at(weight),
+                           huge(kept.size(), 3e38f);
+  const auto n = static_cast<int64_t>(kept.size());
+  OwnedBatch zeros = testing::SmallBatch(kBatch, 70, false);
+  std::fill(zeros.dense.begin(), zeros.dense.end(), 0.0f);
+  for (Engine* e : {&ssd, &dram}) {
+    e->WriteParameter(weight, huge.data(), n);
+    e->TrainStep(zeros.view());
+    EXPECT_THROW(e->TrainStep(testing::SmallBatch(kBatch, 999, false).view()), Error);
+    e->WriteParameter(weight, kept.data(), n);
+  }
+  EXPECT_EQ(Train(ssd, 10, 100), Train(dram, 10, 100));
+  // A checkpoint of the copy (pulled, then the cache flushed to the store) is the model.
+  const std::string path = dir_ + "/copy.ckpt";
+  ssd.Save(path);
+  Engine restored(Config(true, c.optimizers, c.threads, dir_, 24, 12, c.precision, c.rounding));
+  restored.Load(path);
+  EXPECT_TRUE(BitwiseEqual(testing::ParameterValues(restored), testing::ParameterValues(dram)));
+  EXPECT_TRUE(BitwiseEqual(testing::ParameterValues(ssd), testing::ParameterValues(dram)));
+  EXPECT_GT(ssd.GetTableStats("t0").counts.evicted, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, SsdEngineTest,
     ::testing::Values(
@@ -220,9 +271,11 @@ TEST(SsdEngineErrors, BadConfigsAreRefusedNamingTheField) {
   c = Config(true, "", 1, dir);
   c.mutable_model()->mutable_tables(1)->set_kind(config::TableConfig::DYNAMIC);
   expect_invalid(c, "model.tables[1].ssd is set but model.tables[1].kind is DYNAMIC");
-  c = Config(true, "", 1, dir);
+  c = Config(true, "", 1, dir, 24, 12, config::TableConfig::BF16, config::TableConfig::STOCHASTIC);
   c.mutable_device()->set_kind(config::DeviceConfig::CUDA);
-  expect_invalid(c, "model.tables[0] (\"t0\") has ssd storage, which device.kind CUDA");
+  expect_invalid(c,
+                 "model.tables[0] (\"t0\") has ssd storage and rounding STOCHASTIC, which "
+                 "device.kind CUDA does not take yet");
 
   c = Config(true, "", 1, "/proc/no/such/dir");
   try {
