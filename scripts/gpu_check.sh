@@ -15,6 +15,7 @@
 #                                   (at 1, 2, 4, 8 warps a block) against a device-to-device
 #                                   copy (multihot's shape, uniform ids; bench/cuda/)
 #   gpu-bundle/cuda_linear_bench [FLAGS]
+#                                   DOT's forward and backward at multihot's shape, then
 #                                   multihot's top MLP, its input 415 wide and padded to
 #                                   416, at each matmul precision (bench/cuda/)
 #   gpu-bundle/bench.sh small [FLAGS]
