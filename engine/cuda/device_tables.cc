@@ -98,7 +98,8 @@ void DeviceTables::Pull(std::vector<EmbeddingTable<float>>& tables,
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
-std::vector<RowMove> DeviceTables::RowArrays(size_t t, const EmbeddingTable<float>& table) {
+std::vector<RowMove> DeviceTables::RowArrays(size_t t, const EmbeddingTable<float>& table,
+                                             const int64_t* rows, size_t n) {
   Table& d = tables_[t];
   std::vector<RowMove> moves(1);
   moves[0].array = table.half() ? d.halves.get() : reinterpret_cast<uint16_t*>(d.rows.get());
@@ -112,7 +113,7 @@ std::vector<RowMove> DeviceTables::RowArrays(size_t t, const EmbeddingTable<floa
     offset += m.width;
     moves.push_back(m);
   }
-  for (RowMove& m : moves) m.packed_stride = offset;
+  for (RowMove& m : moves) m.packed_stride = offset, m.rows = rows, m.n = static_cast<int64_t>(n);
   return moves;
 }
 
@@ -124,28 +125,22 @@ void DeviceTables::ReplaceRows(const std::vector<ChangedRows>& changed,
   for (const ChangedRows& c : changed) {
     const auto t = static_cast<size_t>(c.table);
     if (t >= held_.size() || !held_[t] || c.rows->empty()) continue;
-    const EmbeddingTable<float>& table = tables[t];
-    const StateBufferList state = optimizer.StateBuffers(c.table);
-    packed.resize(c.rows->size() * static_cast<size_t>(PackedRowWidth(table, state)));
-    float* at = packed.data();
-    for (const int64_t row : *c.rows) at = PackRow(table, state, row, at);
+    PackRows(tables[t], optimizer.StateBuffers(c.table), *c.rows, &packed);
     Replaced& r = replaced_[t];
-    const auto n = static_cast<int64_t>(c.rows->size());
     r.rows.Reserve(c.rows->size());
     r.rows.CopyIn(c.rows->data(), c.rows->size(), stream_);
     r.kept.Reserve(packed.size() * 2);
     r.incoming.Reserve(packed.size() * 2);
     r.incoming.CopyIn(reinterpret_cast<const uint16_t*>(packed.data()), packed.size() * 2, stream_);
-    std::vector<RowMove> moves = RowArrays(t, table);
+    std::vector<RowMove> moves = RowArrays(t, tables[t], r.rows.get(), c.rows->size());
     for (RowMove& m : moves) {
-      m.rows = r.rows.get(), m.n = n;
       m.packed = r.kept.get();
       LaunchGatherRows(m, stream_);
       m.packed = r.incoming.get();
       LaunchScatterRows(m, stream_);
       m.packed = r.kept.get();  // what RestoreRows scatters
     }
-    r.moves = std::move(moves), r.n = n;  // recorded once its rows are replaced
+    r.moves = std::move(moves);  // recorded once its rows are replaced
     CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // `packed` is reused
   }
 }
@@ -160,27 +155,24 @@ void DeviceTables::PullRows(const ChangedRows& rows, std::vector<EmbeddingTable<
   pull_rows_.Reserve(rows.rows->size());
   pull_rows_.CopyIn(rows.rows->data(), rows.rows->size(), stream_);
   pulled_.Reserve(packed.size() * 2);
-  for (RowMove m : RowArrays(t, table)) {
-    m.rows = pull_rows_.get(), m.n = static_cast<int64_t>(rows.rows->size());
+  for (RowMove m : RowArrays(t, table, pull_rows_.get(), rows.rows->size())) {
     m.packed = pulled_.get();
     LaunchGatherRows(m, stream_);
   }
   pulled_.Download(reinterpret_cast<uint16_t*>(packed.data()), packed.size() * 2, stream_);
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  const float* at = packed.data();
-  for (const int64_t row : *rows.rows) at = UnpackRow(at, state, row, &table);
+  UnpackRows(packed.data(), state, *rows.rows, &table);
 }
 
 void DeviceTables::ForgetReplacedRows() {
   replaced_.resize(tables_.size());
-  for (Replaced& r : replaced_) r.n = 0, r.moves.clear();
+  for (Replaced& r : replaced_) r.moves.clear();
 }
 
 void DeviceTables::RestoreRows() {
   for (Replaced& r : replaced_) {
-    if (r.n == 0) continue;
     for (const RowMove& m : r.moves) LaunchScatterRows(m, stream_);
-    r.n = 0;
+    r.moves.clear();
   }
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }

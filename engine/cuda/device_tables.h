@@ -98,12 +98,14 @@ class DeviceTables {
   void Describe(const std::vector<EmbeddingTable<float>>& tables,
                 const std::vector<FeatureBinding>& features);
   // A held table's arrays as moves of its packed rows (row_moves.h): the weights (FP32 or
-  // 16-bit), then each optimizer state, in packed_row.h's order; rows and packed unset.
-  std::vector<RowMove> RowArrays(size_t t, const EmbeddingTable<float>& table);
+  // 16-bit), then each optimizer state, in packed_row.h's order, each of the n device
+  // `rows`; `packed` unset.
+  std::vector<RowMove> RowArrays(size_t t, const EmbeddingTable<float>& table, const int64_t* rows,
+                                 size_t n);
   // Per table, what the last ReplaceRows copied in: its rows, what they held (kept) and
-  // the host's packed rows (incoming), reused from step to step; moves put kept back.
+  // the host's packed rows (incoming), reused from step to step; moves put kept back
+  // (empty: nothing replaced).
   struct Replaced {
-    int64_t n = 0;  // rows replaced; 0: none
     DeviceBuffer<int64_t> rows;
     DeviceBuffer<uint16_t> kept, incoming;
     std::vector<RowMove> moves;

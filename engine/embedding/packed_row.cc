@@ -59,6 +59,18 @@ const float* UnpackRow(const float* in, const StateBufferList& state, int64_t ro
   return in;
 }
 
+void PackRows(const EmbeddingTable<float>& table, const StateBufferList& state,
+              const std::vector<int64_t>& rows, std::vector<float>* out) {
+  out->resize(rows.size() * static_cast<size_t>(PackedRowWidth(table, state)));
+  float* at = out->data();
+  for (const int64_t row : rows) at = PackRow(table, state, row, at);
+}
+
+void UnpackRows(const float* in, const StateBufferList& state, const std::vector<int64_t>& rows,
+                EmbeddingTable<float>* table) {
+  for (const int64_t row : rows) in = UnpackRow(in, state, row, table);
+}
+
 void PackedWeights(const float* in, TablePrecision precision, int32_t dim, float* out) {
   if (!IsHalf(precision)) {
     std::copy(in, in + dim, out);

@@ -32,5 +32,11 @@ float* PackRow(const EmbeddingTable<float>& table, const StateBufferList& state,
 // Copies a packed row from in into row's weights and state; returns the end of what it read.
 const float* UnpackRow(const float* in, const StateBufferList& state, int64_t row,
                        EmbeddingTable<float>* table);
+// *out = rows[i]'s packed rows one after the other (resized to hold them).
+void PackRows(const EmbeddingTable<float>& table, const StateBufferList& state,
+              const std::vector<int64_t>& rows, std::vector<float>* out);
+// The packed rows in, one after the other, into rows[i]'s weights and state.
+void UnpackRows(const float* in, const StateBufferList& state, const std::vector<int64_t>& rows,
+                EmbeddingTable<float>* table);
 
 }  // namespace dlrm

@@ -202,16 +202,10 @@ void DynamicTables::MoveSsdRows(size_t slot, std::vector<EmbeddingTable<float>>*
 void DynamicTables::SaveAdmitted(const Table& table, const RowChanges& changes,
                                  std::vector<EmbeddingTable<float>>* tables,
                                  SparseOptimizer<float>* optimizer, Overwritten* saved) const {
-  const EmbeddingTable<float>& weights = (*tables)[static_cast<size_t>(table.index)];
-  const StateBufferList state = optimizer->StateBuffers(table.index);
-  const auto width = static_cast<size_t>(PackedRowWidth(weights, state));
   saved->rows.clear();
-  saved->values.resize(changes.admitted.size() * width);
-  float* out = saved->values.data();
-  for (const auto& [id, row] : changes.admitted) {
-    saved->rows.push_back(row);
-    out = PackRow(weights, state, row, out);
-  }
+  for (const auto& [id, row] : changes.admitted) saved->rows.push_back(row);
+  PackRows((*tables)[static_cast<size_t>(table.index)], optimizer->StateBuffers(table.index),
+           saved->rows, &saved->values);
 }
 
 void DynamicTables::ForgetChanges() {
@@ -236,11 +230,9 @@ void DynamicTables::RollBackStep(std::vector<EmbeddingTable<float>>* tables,
 void DynamicTables::RollBackSlot(size_t slot, std::vector<EmbeddingTable<float>>* tables,
                                  SparseOptimizer<float>* optimizer) {
   const Table& table = tables_[slot];
-  EmbeddingTable<float>& weights = (*tables)[static_cast<size_t>(table.index)];
-  const StateBufferList state = optimizer->StateBuffers(table.index);
   const Overwritten& saved = slot_steps_[slot].overwritten;
-  const float* value = saved.values.data();
-  for (const int64_t row : saved.rows) value = UnpackRow(value, state, row, &weights);
+  UnpackRows(saved.values.data(), optimizer->StateBuffers(table.index), saved.rows,
+             &(*tables)[static_cast<size_t>(table.index)]);
   tables_[slot].rows.Undo(slot_steps_[slot].undo);
 }
 

@@ -102,19 +102,15 @@ class CopyingEngineBackend final : public train::Backend {
   }
   static std::vector<float> Packed(train::ModelState& state, int32_t t,
                                    const std::vector<int64_t>& rows) {
-    const EmbeddingTable<float>& table = state.model.tables()[static_cast<size_t>(t)];
-    const StateBufferList buffers = state.sparse_optimizer->StateBuffers(t);
-    std::vector<float> out(rows.size() * static_cast<size_t>(PackedRowWidth(table, buffers)));
-    float* at = out.data();
-    for (const int64_t r : rows) at = PackRow(table, buffers, r, at);
+    std::vector<float> out;
+    PackRows(state.model.tables()[static_cast<size_t>(t)], state.sparse_optimizer->StateBuffers(t),
+             rows, &out);
     return out;
   }
   static void Unpack(const std::vector<float>& packed, int32_t t, const std::vector<int64_t>& rows,
                      train::ModelState* state) {
-    const StateBufferList buffers = state->sparse_optimizer->StateBuffers(t);
-    const float* at = packed.data();
-    for (const int64_t r : rows)
-      at = UnpackRow(at, buffers, r, &state->model.tables()[static_cast<size_t>(t)]);
+    UnpackRows(packed.data(), state->sparse_optimizer->StateBuffers(t), rows,
+               &state->model.tables()[static_cast<size_t>(t)]);
   }
 
   train::ModelState& host_;
