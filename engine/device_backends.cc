@@ -60,26 +60,11 @@ std::unique_ptr<collective::Communicator> MakeDeviceCommunicator(
 #endif
 }
 
-// kInvalidArgument naming an SSD table whose 16-bit rows round stochastically: a cache
-// slot draws the bits of the table row it holds (EmbeddingTable::KeyRoundingBy), which the
-// CUDA update does not know.
-void RequireCacheRounding(const config::ModelConfig& model) {
-  for (int t = 0; t < model.tables_size(); ++t) {
-    const config::TableConfig& table = model.tables(t);
-    if (table.has_ssd() && IsHalf(table.precision()) &&
-        table.rounding() == config::TableConfig::STOCHASTIC)
-      ThrowInvalid("model.tables[", t, "] (\"", table.name(),
-                   "\") has ssd storage and rounding STOCHASTIC, which device.kind CUDA does not "
-                   "take yet; use rounding NEAREST, or train it on the CPU");
-  }
-}
-
 }  // namespace
 
 std::unique_ptr<train::Backend> MakeDeviceBackend(const config::DlrmConfig& config,
                                                   train::ModelState* state, ThreadPool* pool) {
   if (OnCpu(config)) return train::MakeCpuBackend(state, pool);
-  RequireCacheRounding(config.model());
 #if DLRM_HAVE_CUDA
   return cuda::MakeCudaBackend(config.device().ordinal(), state, config, pool);
 #else

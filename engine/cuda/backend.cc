@@ -56,7 +56,7 @@ class CudaBackend final : public train::Backend {
     host_scalars_.Reserve(1);
     results_.Reserve(1);
     DeviceTables::Check(s_.model.tables(), s_.model.feature_bindings(), *s_.sparse_optimizer,
-                        device_, FreeMemoryBytes());
+                        CacheRowKeys(), device_, FreeMemoryBytes());
     PushState();
   }
   ~CudaBackend() override {
@@ -91,6 +91,8 @@ class CudaBackend final : public train::Backend {
   // of ForEachState.
   float* params() const { return state_[0].get(); }
   std::vector<float*> DenseStates() const;
+  // The SSD tables' slot keys (DeviceTables' RowKeys), as the host copy holds them now.
+  RowKeys CacheRowKeys() const { return s_.dynamic_tables.CacheRowKeys(s_.model.tables().size()); }
 
   void WriteScalars(const train::StepRates& rates);
   // The step on `in`: replayed, captured or eager (device.cuda_graph and the shape).
@@ -283,7 +285,8 @@ void CudaBackend::PushState() {
   ForEachState(
       [&](DeviceBuffer<float>& device, std::vector<float>& host) { device.Upload(host, stream_); });
   // Synchronizes the stream.
-  tables_->Push(s_.model.tables(), *s_.sparse_optimizer, s_.model.feature_bindings());
+  tables_->Push(s_.model.tables(), *s_.sparse_optimizer, s_.model.feature_bindings(),
+                CacheRowKeys());
   host_stale_ = false;
 }
 
@@ -291,7 +294,7 @@ void CudaBackend::RowsChanged(const std::vector<ChangedRows>& changed) {
   std::lock_guard<std::mutex> lock(mu_);
   tables_->ForgetReplacedRows();  // the last step's, first: nothing below may restore them
   CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
-  tables_->ReplaceRows(changed, s_.model.tables(), *s_.sparse_optimizer);
+  tables_->ReplaceRows(changed, s_.model.tables(), *s_.sparse_optimizer, CacheRowKeys());
 }
 
 void CudaBackend::RestoreChangedRows() {

@@ -18,7 +18,8 @@
 // DYNAMIC tables are rows as any other (the Engine resolves ids on the host): the rows a
 // step admits are copied in before it (RowsChanged) and put back if it fails. An SSD
 // table's rows on the device are its cache's slots: those evicted are copied out before
-// their write-back to the store (PullRows), those filled copied in (RowsChanged).
+// their write-back to the store (PullRows), those filled copied in (RowsChanged) with the
+// table row each holds, which keys a 16-bit slot's stochastic rounding as on the CPU.
 // Steps of the same config, seed and batches give the same bits run to run; they agree
 // with the CPU within rounding (the GEMMs' order is cuBLASLt's). It never trains on the
 // CPU behind a CUDA config.

@@ -21,11 +21,21 @@ int32_t QuantBits(const EmbeddingTable<float>& table) {
   return table.precision() == config::TableConfig::INT8 ? 8 : 4;
 }
 
-// Table t's rows (of whichever precision) and its optimizer state, in bytes.
+// Whether table t's rows round by the table rows they hold (keys[t], RowKeys): 16-bit rows
+// with stochastic rounding and keys given.
+bool Keyed(const EmbeddingTable<float>& table, const RowKeys& keys, size_t t) {
+  return t < keys.size() && keys[t] != nullptr && table.half() &&
+         table.rounding().mode == config::TableConfig::STOCHASTIC;
+}
+
+// Table t's rows (of whichever precision), its optimizer state and its rounding keys, in
+// bytes.
 size_t DeviceBytes(const EmbeddingTable<float>& table, SparseOptimizer<float>& optimizer,
-                   int32_t t) {
+                   const RowKeys& keys, int32_t t) {
   size_t bytes = table.data().size() * sizeof(float) + table.halves().size() * sizeof(uint16_t) +
                  table.codes().size();
+  if (Keyed(table, keys, static_cast<size_t>(t)))
+    bytes += static_cast<size_t>(table.num_rows()) * sizeof(int64_t);
   for (const auto& [name, state] : optimizer.StateBuffers(t))
     bytes += state->size() * sizeof(float);
   return bytes;
@@ -35,8 +45,8 @@ size_t DeviceBytes(const EmbeddingTable<float>& table, SparseOptimizer<float>& o
 
 void DeviceTables::Check(const std::vector<EmbeddingTable<float>>& tables,
                          const std::vector<FeatureBinding>& features,
-                         SparseOptimizer<float>& optimizer, const DeviceInfo& device,
-                         size_t free_bytes) {
+                         SparseOptimizer<float>& optimizer, const RowKeys& keys,
+                         const DeviceInfo& device, size_t free_bytes) {
   const int32_t max_dim = EmbeddingBackward::MaxDim(device.shared_memory_per_block);
   const std::vector<char> held = BoundTables(features, tables.size());
   size_t total = 0, largest = 0;
@@ -51,20 +61,20 @@ void DeviceTables::Check(const std::vector<EmbeddingTable<float>>& tables,
       ThrowInvalid("table \"", table.name(), "\" has ", table.num_rows(),
                    " rows; the CUDA backend holds tables of at most ", kMaxDeviceRows,
                    " rows (32-bit ids)");
-    const size_t bytes = DeviceBytes(table, optimizer, static_cast<int32_t>(t));
+    const size_t bytes = DeviceBytes(table, optimizer, keys, static_cast<int32_t>(t));
     total += bytes;
     if (largest_table == nullptr || bytes > largest) largest = bytes, largest_table = &table;
   }
   if (total > free_bytes)
     Throw(StatusCode::kResourceExhausted, "the embedding tables need ", total,
-          " bytes of device memory (rows and optimizer state; the largest, table \"",
+          " bytes of device memory (rows, optimizer state and rounding keys; the largest, table \"",
           largest_table->name(), "\", ", largest, " bytes) but ", device.name, " has ", free_bytes,
           " bytes free");
 }
 
 void DeviceTables::Push(const std::vector<EmbeddingTable<float>>& tables,
                         SparseOptimizer<float>& optimizer,
-                        const std::vector<FeatureBinding>& features) {
+                        const std::vector<FeatureBinding>& features, const RowKeys& keys) {
   // Same tables and sizes every time: the arrays (and the descriptions naming them) stay put.
   held_ = BoundTables(features, tables.size());
   tables_.resize(tables.size());
@@ -77,6 +87,8 @@ void DeviceTables::Push(const std::vector<EmbeddingTable<float>>& tables,
     const auto states = optimizer.StateBuffers(static_cast<int32_t>(t));
     d.states.resize(states.size());
     for (size_t s = 0; s < states.size(); ++s) d.states[s].Upload(*states[s].second, stream_);
+    if (Keyed(tables[t], keys, t))
+      d.keys.Upload(keys[t], static_cast<size_t>(tables[t].num_rows()), stream_);
   }
   Describe(tables, features);
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
@@ -119,9 +131,10 @@ std::vector<RowMove> DeviceTables::RowArrays(size_t t, const EmbeddingTable<floa
 
 void DeviceTables::ReplaceRows(const std::vector<ChangedRows>& changed,
                                const std::vector<EmbeddingTable<float>>& tables,
-                               SparseOptimizer<float>& optimizer) {
+                               SparseOptimizer<float>& optimizer, const RowKeys& keys) {
   ForgetReplacedRows();
   std::vector<float> packed;
+  std::vector<int64_t> incoming_keys;
   for (const ChangedRows& c : changed) {
     const auto t = static_cast<size_t>(c.table);
     if (t >= held_.size() || !held_[t] || c.rows->empty()) continue;
@@ -141,8 +154,32 @@ void DeviceTables::ReplaceRows(const std::vector<ChangedRows>& changed,
       m.packed = r.kept.get();  // what RestoreRows scatters
     }
     r.moves = std::move(moves);  // recorded once its rows are replaced
-    CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // `packed` is reused
+    if (Keyed(tables[t], keys, t)) ReplaceKeys(t, *c.rows, keys[t], &incoming_keys, &r);
+    CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // host copies reused
   }
+}
+
+void DeviceTables::ReplaceKeys(size_t t, const std::vector<int64_t>& rows, const int64_t* keys,
+                               std::vector<int64_t>* incoming, Replaced* r) {
+  constexpr int64_t kWords = sizeof(int64_t) / sizeof(uint16_t);
+  DLRM_INTERNAL_CHECK(tables_[t].keys.size() > 0);  // Push was given this table's keys
+  incoming->resize(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) (*incoming)[i] = keys[rows[i]];
+  r->kept_keys.Reserve(rows.size() * kWords);
+  r->incoming_keys.Reserve(rows.size() * kWords);
+  r->incoming_keys.CopyIn(reinterpret_cast<const uint16_t*>(incoming->data()), rows.size() * kWords,
+                          stream_);
+  RowMove m;
+  m.array = reinterpret_cast<uint16_t*>(tables_[t].keys.get());
+  m.width = m.packed_stride = kWords;
+  m.rows = r->rows.get();
+  m.n = static_cast<int64_t>(rows.size());
+  m.packed = r->kept_keys.get();
+  LaunchGatherRows(m, stream_);
+  m.packed = r->incoming_keys.get();
+  LaunchScatterRows(m, stream_);
+  m.packed = r->kept_keys.get();  // what RestoreRows scatters
+  r->moves.push_back(m);
 }
 
 void DeviceTables::PullRows(const ChangedRows& rows, std::vector<EmbeddingTable<float>>& tables,
@@ -203,7 +240,8 @@ void DeviceTables::Describe(const std::vector<EmbeddingTable<float>>& tables,
                              d.states.size() > 0 ? d.states[0].get() : nullptr,
                              d.states.size() > 1 ? d.states[1].get() : nullptr, d.halves.get(),
                              HalfKind(table), r.mode == config::TableConfig::STOCHASTIC ? 1 : 0,
-                             half_bits::RoundingKey(r.seed, r.table), r.row_begin, r.col_begin});
+                             half_bits::RoundingKey(r.seed, r.table), r.row_begin, r.col_begin,
+                             d.keys.get()});
     max_dim_ = std::max(max_dim_, table.dim());
     max_rows = std::max(max_rows, table.num_rows());
   }

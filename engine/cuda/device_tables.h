@@ -5,12 +5,12 @@
 // here, a trainer that owns table shards (owned_shards.h) its shards.
 //
 // The host tables stay the copy checkpoints read and write: Push copies them (FP32 rows,
-// BF16 / FP16 rows or quantized codes, and the optimizer's state) in, Pull copies what
-// training changed back. Only the tables a feature binds are held (BoundTables): a table
-// no feature pools, such as the row-wise pieces a trainer's store serves to other ranks
-// and trains on the host, is neither counted, copied in nor copied back over. The device
-// arrays are sized by the first Push and never move, so the descriptions (and CUDA graphs
-// naming them) stay valid.
+// BF16 / FP16 rows or quantized codes, the optimizer's state, and an SSD cache's rounding
+// keys: RowKeys) in, Pull copies what training changed back. Only the tables a feature binds are
+// held (BoundTables): a table no feature pools, such as the row-wise pieces a trainer's store
+// serves to other ranks and trains on the host, is neither counted, copied in nor copied back over.
+// The device arrays are sized by the first Push and never move, so the descriptions (and CUDA
+// graphs naming them) stay valid.
 //
 // Memory: owns its device arrays; borrows the stream. Threading: one thread at a time, on
 // the device selected by the caller. Errors: kInvalidArgument naming a table the kernels
@@ -35,6 +35,12 @@
 
 namespace dlrm::cuda {
 
+// Per model table, the table row each slot of an SSD table's cache holds (DynamicRows'
+// ids_of_rows; null for other tables): a 16-bit cache slot with stochastic rounding draws
+// the bits of the row it holds (EmbeddingTable::KeyRoundingBy), so the device keeps a
+// copy of these keys beside such a table's rows. Empty: no table has any.
+using RowKeys = std::vector<const int64_t*>;
+
 class DeviceTables {
  public:
   explicit DeviceTables(cudaStream_t stream) : stream_(stream) {}
@@ -43,32 +49,33 @@ class DeviceTables {
 
   // Before anything is copied, for the tables `features` bind: kInvalidArgument naming the
   // first one `device` cannot hold (a row wider than a block's shared memory holds for the
-  // update, or more than kMaxDeviceRows rows); kResourceExhausted when their rows and
-  // `optimizer`'s state need more than `free_bytes` (the device's free memory), naming the
-  // bytes, the largest table and the device.
+  // update, or more than kMaxDeviceRows rows); kResourceExhausted when their rows,
+  // `optimizer`'s state and the rounding keys `keys` calls for (as Push's) need more than
+  // `free_bytes` (the device's free memory), naming the bytes, the largest table and the
+  // device.
   static void Check(const std::vector<EmbeddingTable<float>>& tables,
                     const std::vector<FeatureBinding>& features, SparseOptimizer<float>& optimizer,
-                    const DeviceInfo& device, size_t free_bytes);
+                    const RowKeys& keys, const DeviceInfo& device, size_t free_bytes);
 
-  // Copies the tables `features` (table indices into `tables`) bind and `optimizer`'s
-  // state for them in (the same tables and features every call), then describes them for
-  // the kernels. Returns once the copies are done.
+  // Copies the tables `features` (table indices into `tables`) bind, `optimizer`'s state
+  // for them and their rounding keys in (the same tables, features and kinds of keys every
+  // call), then describes them for the kernels. Returns once the copies are done.
   void Push(const std::vector<EmbeddingTable<float>>& tables, SparseOptimizer<float>& optimizer,
-            const std::vector<FeatureBinding>& features);
+            const std::vector<FeatureBinding>& features, const RowKeys& keys);
   // Copies the rows and state training changed back into `tables` and `optimizer` (those
   // Push was given), the held tables only. Quantized codes are never read back (nothing
   // trains them).
   void Pull(std::vector<EmbeddingTable<float>>& tables, SparseOptimizer<float>& optimizer) const;
 
   // The rows `changed` names (a step's DYNAMIC admissions: train/backend.h) copied in
-  // from `tables` and `optimizer`, weights and state, after keeping what those rows held
-  // on the device; RestoreRows puts back what the last call replaced (the step failed),
-  // ForgetReplacedRows and the next ReplaceRows forget it (a table's rows are recorded
-  // only once replaced, so a call that throws leaves what it did to restore). Tables not
-  // held are skipped. ReplaceRows and RestoreRows synchronize the stream.
+  // from `tables` and `optimizer`, weights, state and rounding keys (`keys`, as Push's),
+  // after keeping what those rows held on the device; RestoreRows puts back what the last call
+  // replaced (the step failed), ForgetReplacedRows and the next ReplaceRows forget it (a table's
+  // rows are recorded only once replaced, so a call that throws leaves what it did to restore).
+  // Tables not held are skipped. ReplaceRows and RestoreRows synchronize the stream.
   void ReplaceRows(const std::vector<ChangedRows>& changed,
                    const std::vector<EmbeddingTable<float>>& tables,
-                   SparseOptimizer<float>& optimizer);
+                   SparseOptimizer<float>& optimizer, const RowKeys& keys);
   void RestoreRows();
   void ForgetReplacedRows();
   // The rows `rows` names copied out into `tables` and `optimizer` (weights and state),
@@ -88,12 +95,14 @@ class DeviceTables {
                                    int32_t pooled_width, const int32_t* skip) const;
 
  private:
-  // Device arrays of one table: its rows (one of the three kinds) and optimizer states.
+  // Device arrays of one table: its rows (one of the three kinds), optimizer states and
+  // rounding keys (a keyed table's: device_tables.cc Keyed; else empty).
   struct Table {
     DeviceBuffer<float> rows;
     DeviceBuffer<uint16_t> halves;
     DeviceBuffer<uint8_t> codes;
     std::vector<DeviceBuffer<float>> states;
+    DeviceBuffer<int64_t> keys;
   };
   void Describe(const std::vector<EmbeddingTable<float>>& tables,
                 const std::vector<FeatureBinding>& features);
@@ -108,8 +117,15 @@ class DeviceTables {
   struct Replaced {
     DeviceBuffer<int64_t> rows;
     DeviceBuffer<uint16_t> kept, incoming;
+    DeviceBuffer<uint16_t> kept_keys, incoming_keys;
     std::vector<RowMove> moves;
   };
+  // Sets the keys of the device rows r->rows names (rows, already copied in) to
+  // keys[rows[i]] after keeping the old ones; adds the move that puts them back to
+  // r->moves. Table t is keyed; `incoming` is host staging the caller keeps until it
+  // synchronizes the stream.
+  void ReplaceKeys(size_t t, const std::vector<int64_t>& rows, const int64_t* keys,
+                   std::vector<int64_t>* incoming, Replaced* r);
 
   const cudaStream_t stream_;
   std::vector<Table> tables_;  // empty arrays for a table not held

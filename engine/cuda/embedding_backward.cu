@@ -86,10 +86,17 @@ __device__ float UpdatedValue(const SparseStepArgs& o, const SparseTableArgs& t,
   }
 }
 
+// The row whose random bits `row`'s stochastic rounding draws (HalfRounding's R, keyed as
+// the CPU's StoreRow keys it).
+__device__ int64_t RoundingRow(const SparseTableArgs& t, int64_t row) {
+  return t.row_begin + (t.row_keys != nullptr ? t.row_keys[row] : row);
+}
+
 // Element k of `row` updated: an FP32 row in place; a 16-bit one widened, updated and
-// narrowed as the CPU's StoreRow does (the same random bits when stochastic).
-__device__ void UpdateElement(const SparseStepArgs& o, const SparseTableArgs& t, int64_t row, int k,
-                              float g, float rowwise_denom) {
+// narrowed as the CPU's StoreRow does (the same random bits when stochastic, those of
+// table row key_row: RoundingRow).
+__device__ void UpdateElement(const SparseStepArgs& o, const SparseTableArgs& t, int64_t row,
+                              int64_t key_row, int k, float g, float rowwise_denom) {
   const int64_t at = row * t.dim + k;
   if (t.half == 0) {
     t.weights[at] = UpdatedValue(o, t, at, t.weights[at], g, rowwise_denom);
@@ -98,9 +105,8 @@ __device__ void UpdateElement(const SparseStepArgs& o, const SparseTableArgs& t,
   const bool bf16 = t.half == 1;
   const float w = UpdatedValue(o, t, at, half_bits::Widen(t.halves[at], bf16), g, rowwise_denom);
   const uint16_t random =
-      t.stochastic != 0
-          ? half_bits::RoundingWord(t.rounding_key, o.step, t.row_begin + row, t.col_begin + k)
-          : 0;
+      t.stochastic != 0 ? half_bits::RoundingWord(t.rounding_key, o.step, key_row, t.col_begin + k)
+                        : 0;
   t.halves[at] = half_bits::Narrow(w, bf16, t.stochastic != 0, random);
 }
 
@@ -313,8 +319,9 @@ __device__ void UpdateRow(const Group& group, const EmbeddingBackwardArgs& a,
     rowwise_denom = __fadd_rn(__fsqrt_rn(h), o.eps);
   }
   group.sync();
+  const int64_t key_row = t.stochastic != 0 ? RoundingRow(t, row) : 0;
   for (int k = group.rank(); k < t.dim; k += group.size())
-    UpdateElement(o, t, row, k, s.grad[k], rowwise_denom);
+    UpdateElement(o, t, row, key_row, k, s.grad[k], rowwise_denom);
   group.sync();  // before the next row overwrites grad
 }
 

@@ -68,6 +68,9 @@ struct SparseTableArgs {
   // bits of the whole table's row row_begin + r, column col_begin + k.
   int64_t row_begin = 0;
   int32_t col_begin = 0;
+  // An SSD table's cache (EmbeddingTable::KeyRoundingBy): slot r draws the bits of table
+  // row row_keys[r], the row it holds, instead (null: row_begin + r).
+  const int64_t* row_keys = nullptr;
 };
 
 struct EmbeddingBackwardArgs {

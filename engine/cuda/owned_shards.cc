@@ -29,8 +29,8 @@ class CudaOwnedShards final : public train::OwnedShards {
     tables_ = std::make_unique<DeviceTables>(stream_);
     step_args_.Resize(1);
     host_step_args_.Reserve(1);
-    DeviceTables::Check(store_.shard_tables(), store_.local_features(), store_.optimizer(), device_,
-                        FreeMemoryBytes());
+    DeviceTables::Check(store_.shard_tables(), store_.local_features(), store_.optimizer(),
+                        /*keys=*/{}, device_, FreeMemoryBytes());
     Push();
   }
   ~CudaOwnedShards() override {
@@ -87,7 +87,8 @@ void CudaOwnedShards::Prepare() {
 }
 
 void CudaOwnedShards::Push() {
-  tables_->Push(store_.shard_tables(), store_.optimizer(), store_.local_features());
+  tables_->Push(store_.shard_tables(), store_.optimizer(), store_.local_features(),
+                /*keys=*/{});  // no SSD tables in a trainer's store
   device_stale_ = host_stale_ = false;
 }
 

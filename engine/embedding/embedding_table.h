@@ -110,6 +110,7 @@ class EmbeddingTable {
   // rows[s] (the row it holds), not of row s, so the cache rounds as the whole table
   // would. rows must outlive the next StoreRow; null: each row draws its own bits.
   void KeyRoundingBy(const int64_t* rows) { rounding_rows_ = rows; }
+  const int64_t* rounding_rows() const { return rounding_rows_; }
   // Exchanges the stored rows (whatever the precision) with other's, a table of the same
   // shape and precision: a load staged in a fresh table commits by one swap. The names and
   // rounding keys stay where they were.

@@ -336,6 +336,13 @@ std::vector<int32_t> DynamicTables::ssd_table_indices() const {
   return indices;
 }
 
+std::vector<const int64_t*> DynamicTables::CacheRowKeys(size_t num_tables) const {
+  std::vector<const int64_t*> keys(num_tables, nullptr);
+  for (const Table& table : tables_)
+    if (table.ssd) keys.at(static_cast<size_t>(table.index)) = table.rows.ids_of_rows();
+  return keys;
+}
+
 size_t DynamicTables::SlotOf(int32_t table_index) const {
   for (size_t slot = 0; slot < tables_.size(); ++slot)
     if (tables_[slot].index == table_index) return slot;

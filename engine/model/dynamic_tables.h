@@ -145,6 +145,11 @@ class DynamicTables {
   std::vector<int32_t> table_indices() const;
   // The model's table index of each SSD table, ascending.
   std::vector<int32_t> ssd_table_indices() const;
+  // Per model table (of num_tables), the table row each slot of an SSD table's cache
+  // holds, what a 16-bit slot's stochastic rounding is keyed by (KeyRoundingBy); null for
+  // the other tables. Current after every resolve and rollback (both write the keys in
+  // place, and Restore leaves SSD tables alone: the pointers stay valid).
+  std::vector<const int64_t*> CacheRowKeys(size_t num_tables) const;
   // A DYNAMIC table's ids, or an SSD table's cache; kNotFound for other tables.
   const DynamicRows& rows(int32_t table_index) const;
   // An SSD table's tier; kNotFound for other tables.

@@ -61,17 +61,32 @@ class CopyingEngineBackend final : public train::Backend {
   void PushState() override {
     std::lock_guard<std::mutex> lock(mu_);
     Copy(host_, &own_);
+    CopyKeys();
     host_stale_ = false;
   }
   void RowsChanged(const std::vector<ChangedRows>& changed) override {
+    std::lock_guard<std::mutex> lock(mu_);  // as the CUDA backend's
     saved_.clear();  // the last step's, first (as the CUDA backend's ForgetReplacedRows)
+    const std::vector<const int64_t*> host_keys = HostKeys();
     for (const ChangedRows& c : changed) {
-      saved_.push_back({c.table, *c.rows, Packed(own_, c.table, *c.rows)});
+      std::vector<int64_t>& keys = keys_[static_cast<size_t>(c.table)];
+      Saved s{c.table, *c.rows, Packed(own_, c.table, *c.rows), {}};
       Unpack(Packed(host_, c.table, *c.rows), c.table, *c.rows, &own_);
+      if (!keys.empty())  // an SSD table's slots now hold the rows the host's keys name
+        for (const int64_t r : *c.rows) {
+          s.keys.push_back(keys[static_cast<size_t>(r)]);
+          keys[static_cast<size_t>(r)] = host_keys[static_cast<size_t>(c.table)][r];
+        }
+      saved_.push_back(std::move(s));
     }
   }
   void RestoreChangedRows() override {
-    for (const Saved& s : saved_) Unpack(s.values, s.table, s.rows, &own_);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Saved& s : saved_) {
+      Unpack(s.values, s.table, s.rows, &own_);
+      for (size_t i = 0; i < s.keys.size(); ++i)
+        keys_[static_cast<size_t>(s.table)][static_cast<size_t>(s.rows[i])] = s.keys[i];
+    }
     saved_.clear();
   }
   void PullRows(const ChangedRows& rows) const override {
@@ -85,16 +100,33 @@ class CopyingEngineBackend final : public train::Backend {
     int32_t table;
     std::vector<int64_t> rows;
     std::vector<float> values;  // packed rows (packed_row.h)
+    std::vector<int64_t> keys;  // the rows' rounding keys (a keyed table)
   };
+  // The host's SSD slot keys (DynamicTables::CacheRowKeys), which the copy keeps its own
+  // copy of, as the CUDA backend does on the device.
+  std::vector<const int64_t*> HostKeys() const {
+    return host_.dynamic_tables.CacheRowKeys(host_.model.tables().size());
+  }
+  void CopyKeys() {
+    const std::vector<const int64_t*> host_keys = HostKeys();
+    keys_.assign(host_keys.size(), {});
+    for (size_t t = 0; t < host_keys.size(); ++t) {
+      if (host_keys[t] == nullptr) continue;
+      keys_[t].assign(host_keys[t], host_keys[t] + own_.model.tables()[t].num_rows());
+      own_.model.tables()[t].KeyRoundingBy(keys_[t].data());
+    }
+  }
   // Everything a device copies in and out: dense parameters, the dense optimizer's state,
-  // every table's rows and the sparse optimizer's state.
+  // every table's rows and the sparse optimizer's state (each side keeps its rounding keys).
   static void Copy(train::ModelState& from, train::ModelState* to) {
     to->model.dense_params() = from.model.dense_params();
     auto dense_to = to->dense_optimizer->StateBuffers();
     auto dense_from = from.dense_optimizer->StateBuffers();
     for (size_t i = 0; i < dense_to.size(); ++i) *dense_to[i].second = *dense_from[i].second;
     for (size_t t = 0; t < to->model.tables().size(); ++t) {
+      const int64_t* keys = to->model.tables()[t].rounding_rows();
       to->model.tables()[t] = from.model.tables()[t];
+      to->model.tables()[t].KeyRoundingBy(keys);
       auto sparse_to = to->sparse_optimizer->StateBuffers(static_cast<int32_t>(t));
       auto sparse_from = from.sparse_optimizer->StateBuffers(static_cast<int32_t>(t));
       for (size_t i = 0; i < sparse_to.size(); ++i) *sparse_to[i].second = *sparse_from[i].second;
@@ -116,8 +148,9 @@ class CopyingEngineBackend final : public train::Backend {
   train::ModelState& host_;
   mutable train::ModelState own_;  // PullState reads its state buffers (non-const getters)
   std::unique_ptr<train::Backend> cpu_;
-  std::vector<Saved> saved_;         // what RowsChanged replaced in own_
-  mutable bool host_stale_ = false;  // own_ trained since the last copy either way
+  std::vector<Saved> saved_;                // what RowsChanged replaced in own_
+  std::vector<std::vector<int64_t>> keys_;  // own_'s SSD slot keys (CopyKeys)
+  mutable bool host_stale_ = false;         // own_ trained since the last copy either way
   mutable std::mutex mu_;
 };
 

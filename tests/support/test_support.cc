@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -72,6 +73,17 @@ OwnedBatch SmallBatch(int64_t batch_size, uint64_t salt, bool weighted) {
     const float signal = b.dense[s * 4] + 0.5f * b.dense[s * 4 + 1];
     b.labels.push_back(signal + 0.3 * (uniform() - 0.5) > 0 ? 1.0f : 0.0f);
   }
+  return b;
+}
+
+OwnedBatch SmallBatchOfRows(int64_t t0_first, int64_t t1_first, uint64_t salt, bool zero_dense) {
+  constexpr int64_t kSamples = 4, kLength = 3;
+  OwnedBatch b = SmallBatch(kSamples, salt);
+  b.lengths.assign(3 * kSamples, kLength);
+  b.ids.clear();
+  for (const int64_t first : {t0_first, t1_first, t0_first})
+    for (int64_t i = 0; i < kSamples * kLength; ++i) b.ids.push_back(first + i);
+  if (zero_dense) std::fill(b.dense.begin(), b.dense.end(), 0.0f);
   return b;
 }
 

@@ -30,6 +30,11 @@ std::string SmallConfigText(const std::string& optimizers = "", int num_threads 
 // A deterministic batch for SmallConfigText's model: bags of 0-3 ids (empty bags
 // included), some repeated ids, per-id weights when weighted, labels in {0, 1}.
 OwnedBatch SmallBatch(int64_t batch_size, uint64_t salt, bool weighted = false);
+// A SmallBatch of 4 samples whose bags hold 12 distinct rows of each table, in order:
+// t0's [t0_first, t0_first + 12) (both of its features), t1's [t1_first, t1_first + 12);
+// dense values 0 with `zero_dense`.
+OwnedBatch SmallBatchOfRows(int64_t t0_first, int64_t t1_first, uint64_t salt,
+                            bool zero_dense = false);
 
 // Every parameter of the engine (Engine::Parameters), by name: its observable model state.
 std::map<std::string, std::vector<float>> ParameterValues(const Engine& engine);

@@ -419,14 +419,26 @@ TEST(CudaBackendTest, DynamicTablesTrainAsTheCpuDoesAndTakeADivergedStepBack) {
   }
 }
 
+// The rows of an SSD test: FP32 with row-wise Adagrad; FP16 rounded to nearest and BF16
+// rounded stochastically (each cache slot as the table row it holds), with Adam.
+struct SsdCase {
+  const char* name;
+  config::TableConfig::Precision precision;
+  config::TableConfig::Rounding rounding;
+};
+constexpr SsdCase kSsdCases[] = {
+    {"FP32, row-wise Adagrad", config::TableConfig::FP32, config::TableConfig::NEAREST},
+    {"FP16, Adam", config::TableConfig::FP16, config::TableConfig::NEAREST},
+    {"BF16 stochastic, Adam", config::TableConfig::BF16, config::TableConfig::STOCHASTIC}};
+
 // SmallConfigText's tables on the SSD tier with caches of 24 of t0's 40 rows and 12 of t1's
-// 25, in segments of a few rows; `half`: FP16 rows (rounded to nearest: stochastic rounding
-// of cache slots is refused on the device) and Adam.
-config::DlrmConfig SsdConfig(config::DeviceConfig::Kind kind, bool half, const std::string& dir) {
+// 25, in segments of a few rows, rows as `c` says.
+config::DlrmConfig SsdConfig(config::DeviceConfig::Kind kind, const SsdCase& c,
+                             const std::string& dir) {
+  const bool half = IsHalf(c.precision);
   config::DlrmConfig config = ParseConfigText(testing::SmallConfigText(
       half ? "sparse_optimizer { learning_rate: 0.05 adam {} }" : kOptimizers[1], 1, 8));
-  if (half)
-    config = WithHalfTables(config, config::TableConfig::FP16, config::TableConfig::NEAREST);
+  if (half) config = WithHalfTables(config, c.precision, c.rounding);
   config.set_ssd_dir(dir);
   const int64_t caches[2] = {24, 12};
   for (int t = 0; t < 2; ++t) {
@@ -437,17 +449,41 @@ config::DlrmConfig SsdConfig(config::DeviceConfig::Kind kind, bool half, const s
   return WithDevice(config, kind);
 }
 
+// A diverged step over an SSD table's cache whose slots it evicts (with 24 slots for t0,
+// `early`'s and `late`'s rows are all it holds; the diverging batch's 12 new rows evict
+// `early`'s) taken back by `engine`, whose next step trains `early`'s rows in the slots
+// they were put back in before anything pushes the state; `control` never sees the
+// diverging batch. As TakeADivergedStep: weights of 3e38 with dense values of 0.
+void TakeADivergedStepOverTheCache(Engine& engine, Engine& control) {
+  const ParameterInfo first = engine.Parameters()[0];  // bottom_mlp.0.weight
+  std::vector<float> kept(first.size()), huge(first.size(), 3e38f);
+  engine.ReadParameter(first.name, kept.data(), first.size());
+  const OwnedBatch early = testing::SmallBatchOfRows(0, 0, 60, /*zero_dense=*/true),
+                   late = testing::SmallBatchOfRows(12, 12, 70, true);
+  for (Engine* e : {&engine, &control}) {
+    e->WriteParameter(first.name, huge.data(), first.size());
+    e->TrainStep(early.view());
+    e->TrainStep(late.view());
+  }
+  EXPECT_THROW(engine.TrainStep(testing::SmallBatchOfRows(24, 0, 999).view()), Error);
+  const float a = engine.TrainStep(early.view()), b = control.TrainStep(early.view());
+  EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0);
+  for (Engine* e : {&engine, &control}) e->WriteParameter(first.name, kept.data(), first.size());
+}
+
 // SSD tables with their cache on the device: evicted slots come back from the device
-// before their write-back, filled ones go in before the step or prediction. They train as
-// the CPU does (as the table held in memory), and a diverged step is taken back bitwise.
+// before their write-back, filled ones go in (with the rows they hold, which key a 16-bit
+// slot's stochastic rounding) before the step or prediction. They train as the CPU does
+// (as the table held in memory), and a diverged step is taken back bitwise.
 TEST(CudaBackendTest, SsdTablesCacheOnTheDeviceTrainAsTheCpuDoes) {
   SKIP_WITHOUT_GPU();
-  for (const bool half : {false, true}) {
-    SCOPED_TRACE(half ? "FP16, Adam" : "FP32, row-wise Adagrad");
-    const std::string dir = testing::TempDir(half ? "cuda_ssd_half" : "cuda_ssd");
-    Engine cpu(SsdConfig(config::DeviceConfig::CPU, half, dir));
-    Engine gpu(SsdConfig(config::DeviceConfig::CUDA, half, dir));
-    Engine control(SsdConfig(config::DeviceConfig::CUDA, half, dir));
+  for (const SsdCase& c : kSsdCases) {
+    SCOPED_TRACE(c.name);
+    const bool half = IsHalf(c.precision);
+    const std::string dir = testing::TempDir("cuda_ssd");
+    Engine cpu(SsdConfig(config::DeviceConfig::CPU, c, dir));
+    Engine gpu(SsdConfig(config::DeviceConfig::CUDA, c, dir));
+    Engine control(SsdConfig(config::DeviceConfig::CUDA, c, dir));
     const float tol = half ? 5e-3f : 1e-4f;
     // Batches of 4 (at most 24 rows of t0 and 12 of t1): the caches evict every few steps.
     for (uint64_t s = 0; s < 60; ++s) {
@@ -463,6 +499,7 @@ TEST(CudaBackendTest, SsdTablesCacheOnTheDeviceTrainAsTheCpuDoes) {
     }
     EXPECT_GT(gpu.GetTableStats("t0").counts.evicted, 0);
     TakeADivergedStep(gpu, control, testing::SmallBatch(4, 999));  // fills and evicts slots
+    TakeADivergedStepOverTheCache(gpu, control);
     for (uint64_t s = 60; s < 70; ++s) {
       const OwnedBatch batch = testing::SmallBatch(4, s);
       const float a = gpu.TrainStep(batch.view()), b = control.TrainStep(batch.view());
@@ -472,12 +509,38 @@ TEST(CudaBackendTest, SsdTablesCacheOnTheDeviceTrainAsTheCpuDoes) {
     // Saved from the device (pulled, the cache flushed to the store), predicting on the CPU.
     const std::string path = dir + "/gpu.ckpt";
     gpu.Save(path);
-    Engine restored(SsdConfig(config::DeviceConfig::CPU, half, dir));
+    Engine restored(SsdConfig(config::DeviceConfig::CPU, c, dir));
     restored.Load(path);
     for (uint64_t salt = 6000; salt < 6004; ++salt) {
       const OwnedBatch batch = testing::SmallBatch(4, salt);
       testing::ExpectAllNear(Predict(restored, batch), Predict(gpu, batch), 1e-5f, "restored");
     }
+  }
+}
+
+// On the device as on the CPU, a cache computes as the table held whole: every sum of a
+// row's gradient in the same order whatever slot holds the row, and each 16-bit slot
+// rounding with the bits of the row it holds (a slot keyed by itself would round
+// differently, within any tolerance a comparison with the CPU allows). Bitwise, every case.
+TEST(CudaBackendTest, SsdCachesOnTheDeviceTrainBitwiseAsTheTableHeldThere) {
+  SKIP_WITHOUT_GPU();
+  for (const SsdCase& c : kSsdCases) {
+    SCOPED_TRACE(c.name);
+    const std::string dir = testing::TempDir("cuda_ssd_whole");
+    config::DlrmConfig whole = SsdConfig(config::DeviceConfig::CUDA, c, dir);
+    for (auto& table : *whole.mutable_model()->mutable_tables()) table.clear_ssd();
+    Engine cache(SsdConfig(config::DeviceConfig::CUDA, c, dir)), held(whole);
+    for (uint64_t s = 0; s < 60; ++s) {
+      const OwnedBatch batch = testing::SmallBatch(4, s, /*weighted=*/s % 3 == 1);
+      const float a = cache.TrainStep(batch.view()), b = held.TrainStep(batch.view());
+      ASSERT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "step " << s;
+      if (s % 10 == 9) {  // predictions move the cache too
+        const OwnedBatch other = testing::SmallBatch(4, 5000 + s);
+        EXPECT_EQ(Predict(cache, other), Predict(held, other));
+      }
+    }
+    EXPECT_GT(cache.GetTableStats("t0").counts.evicted, 0);
+    ExpectBitwise(AllParameters(cache), AllParameters(held));
   }
 }
 
@@ -499,16 +562,40 @@ TEST(CudaBackendTest, TablesBeyondTheDevicesFreeMemoryAreRefusedNamingThem) {
   device.name = "a test GPU";
   device.shared_memory_per_block = 227 * 1024;
   const size_t need = (10 * 4 + 1000 * 8) * sizeof(float) * 2;  // rows and sums of squares
-  cuda::DeviceTables::Check(tables, features, *optimizer, device, need);  // fits exactly
+  cuda::DeviceTables::Check(tables, features, *optimizer, {}, device, need);  // fits exactly
   testing::ExpectError(
-      [&] { cuda::DeviceTables::Check(tables, features, *optimizer, device, need - 1); },
+      [&] { cuda::DeviceTables::Check(tables, features, *optimizer, {}, device, need - 1); },
       StatusCode::kResourceExhausted,
-      "the embedding tables need 64320 bytes of device memory (rows and "
-      "optimizer state; the largest, table \"big\", 64000 bytes) but a test "
+      "the embedding tables need 64320 bytes of device memory (rows, "
+      "optimizer state and rounding keys; the largest, table \"big\", 64000 bytes) but a test "
       "GPU has 64319 bytes free");
   const std::vector<FeatureBinding> all = {{0, 0, false}, {1, 4, false}, {2, 12, false}};
-  testing::ExpectError([&] { cuda::DeviceTables::Check(tables, all, *optimizer, device, need); },
-                       StatusCode::kResourceExhausted, "the largest, table \"served\"");
+  testing::ExpectError(
+      [&] { cuda::DeviceTables::Check(tables, all, *optimizer, {}, device, need); },
+      StatusCode::kResourceExhausted, "the largest, table \"served\"");
+}
+
+// An SSD table's 16-bit cache with stochastic rounding keeps the table row each slot holds
+// beside its rows on the device (8 bytes a slot), and Check counts them; keys given for a
+// table that rounds to nearest cost nothing.
+TEST(CudaBackendTest, AStochasticCachesRoundingKeysCountInItsDeviceBytes) {
+  std::vector<EmbeddingTable<float>> tables;
+  tables.emplace_back("cache", 100, 8, config::TableConfig::BF16, config::TableConfig::STOCHASTIC);
+  tables.emplace_back("nearest", 100, 8, config::TableConfig::BF16);
+  const auto optimizer = MakeSparseOptimizer<float>(
+      ParseConfigText("sparse_optimizer { sgd { } }").sparse_optimizer(), {{100, 8}, {100, 8}});
+  const std::vector<FeatureBinding> features = {{0, 0, false}, {1, 8, false}};
+  cuda::DeviceInfo device;
+  device.name = "a test GPU";
+  device.shared_memory_per_block = 227 * 1024;
+  const std::vector<int64_t> slots(100, 7);
+  const cuda::RowKeys keys = {slots.data(), slots.data()};
+  const size_t need = 2 * 100 * 8 * sizeof(uint16_t) + 100 * sizeof(int64_t);
+  cuda::DeviceTables::Check(tables, features, *optimizer, keys, device, need);
+  testing::ExpectError(
+      [&] { cuda::DeviceTables::Check(tables, features, *optimizer, keys, device, need - 1); },
+      StatusCode::kResourceExhausted, "need 4000 bytes");
+  cuda::DeviceTables::Check(tables, features, *optimizer, {}, device, need - 800);
 }
 
 // A table whose row does not fit a block's shared memory (the embedding update holds one

@@ -22,6 +22,7 @@
 #include "engine/data/batch.h"
 #include "engine/embedding/embedding_bag.h"
 #include "engine/embedding/embedding_table.h"
+#include "engine/embedding/half_bits.h"
 #include "engine/embedding/sparse_optimizer.h"
 #include "tests/support/cuda_support.h"
 #include "tests/support/test_support.h"
@@ -33,6 +34,7 @@ using testing::DeviceCopy;
 using ::testing::HasSubstr;
 
 constexpr int64_t kBatch = 50;
+constexpr uint64_t kSeed = 77;  // of the keyed tables' stochastic rounding
 
 // Two tables and three features (table 0 twice): dims[0] = 36 is more columns than a warp
 // has lanes, a multiple of 4 and 8, and 5 is neither; 16384 floats (64 KiB) need more
@@ -41,6 +43,7 @@ struct Layout {
   int32_t dims[2];
   int32_t max_len = 5;        // bags of 0 .. max_len - 1 ids; 200: rows of hundreds of occurrences
   int64_t rows[2] = {30, 7};  // few rows: many repeats (table 0 the larger)
+  bool keyed = false;         // BF16 rows rounded stochastically by keys (MakeTables)
   std::vector<FeatureBinding> Features() const {
     return {{0, 0, false}, {1, dims[0], true}, {0, dims[0] + dims[1], false}};
   }
@@ -74,46 +77,117 @@ std::vector<SparseFeatureSpec> Specs(const Layout& layout) {
   return specs;
 }
 
+// The CPU's tables of `layout`, from fixed random values: FP32, or (layout.keyed) BF16
+// rounded stochastically, each row drawing the bits of another row of a larger table
+// (keys[t], as an SSD cache's slots do: EmbeddingTable::KeyRoundingBy).
+std::vector<EmbeddingTable<float>> MakeTables(const Layout& layout,
+                                              std::vector<std::vector<int64_t>>* keys) {
+  std::vector<EmbeddingTable<float>> tables;
+  keys->assign(2, {});
+  tables.reserve(2);
+  for (int t = 0; t < 2; ++t) {
+    const int64_t rows = layout.rows[t];
+    const int32_t dim = layout.dims[t];
+    const std::vector<float> values = testing::RandomFloats(rows * dim, 10 + t);
+    if (!layout.keyed) {
+      tables.emplace_back("t" + std::to_string(t), rows, dim);
+      tables.back().data() = values;
+      continue;
+    }
+    tables.emplace_back("t" + std::to_string(t), rows, dim, config::TableConfig::BF16,
+                        config::TableConfig::STOCHASTIC);
+    tables.back().SetRoundingKey(kSeed, t);
+    for (int64_t r = 0; r < rows; ++r) {
+      (*keys)[t].push_back(1000 + 3 * (rows - 1 - r));
+      tables.back().WriteRow(r, values.data() + r * dim);
+    }
+    tables.back().KeyRoundingBy((*keys)[t].data());
+  }
+  return tables;
+}
+
+// The device's copies of the tables, their keys and the optimizer's state, and their
+// descriptions for the kernels.
+struct DeviceSide {
+  std::vector<std::unique_ptr<DeviceCopy<float>>> weights;  // FP32 rows, per table
+  std::vector<std::unique_ptr<DeviceCopy<uint16_t>>> halves;
+  std::vector<std::vector<std::unique_ptr<DeviceCopy<float>>>> states;
+  std::vector<std::unique_ptr<DeviceCopy<int64_t>>> keys;
+  std::vector<SparseTableArgs> args;
+};
+
+DeviceSide CopyToDevice(const std::vector<EmbeddingTable<float>>& tables,
+                        SparseOptimizer<float>& optimizer,
+                        const std::vector<std::vector<int64_t>>& keys) {
+  DeviceSide d;
+  for (int t = 0; t < 2; ++t) {
+    const EmbeddingTable<float>& table = tables[static_cast<size_t>(t)];
+    SparseTableArgs a;
+    a.num_rows = table.num_rows();
+    a.dim = table.dim();
+    d.weights.push_back(std::make_unique<DeviceCopy<float>>(table.data()));
+    d.halves.push_back(std::make_unique<DeviceCopy<uint16_t>>(table.halves()));
+    d.keys.push_back(std::make_unique<DeviceCopy<int64_t>>(keys[static_cast<size_t>(t)]));
+    a.weights = d.weights.back()->get();
+    if (table.half()) {
+      a.halves = d.halves.back()->get();
+      a.half = 1;  // BF16
+      a.stochastic = 1;
+      a.rounding_key = half_bits::RoundingKey(kSeed, t);
+      a.row_keys = d.keys.back()->get();
+    }
+    d.states.emplace_back();
+    float** slots[2] = {&a.state0, &a.state1};
+    const auto states = optimizer.StateBuffers(t);
+    for (size_t s = 0; s < states.size(); ++s) {
+      d.states.back().push_back(std::make_unique<DeviceCopy<float>>(*states[s].second));
+      *slots[s] = d.states.back().back()->get();
+    }
+    d.args.push_back(a);
+  }
+  return d;
+}
+
+// The device's tables and state bitwise the CPU's.
+void ExpectSameAsTheCpu(const DeviceSide& d, const std::vector<EmbeddingTable<float>>& tables,
+                        SparseOptimizer<float>& optimizer) {
+  for (int t = 0; t < 2; ++t) {
+    const EmbeddingTable<float>& table = tables[static_cast<size_t>(t)];
+    const std::vector<float> w = d.weights[t]->ToHost();
+    const std::vector<uint16_t> h = d.halves[t]->ToHost();
+    EXPECT_EQ(std::memcmp(w.data(), table.data().data(), w.size() * 4), 0) << "table " << t;
+    EXPECT_EQ(std::memcmp(h.data(), table.halves().data(), h.size() * 2), 0) << "table " << t;
+    const auto states = optimizer.StateBuffers(t);
+    for (size_t s = 0; s < states.size(); ++s) {
+      const std::vector<float> v = d.states[t][s]->ToHost();
+      EXPECT_EQ(std::memcmp(v.data(), states[s].second->data(), v.size() * 4), 0)
+          << states[s].first << " " << t;
+    }
+  }
+}
+
 // `reuse`: the backward object to run (one of the test's, else a fresh one of row_warps).
 void Compare(const Layout& layout, const std::string& optimizer_text,
              EmbeddingBackward* reuse = nullptr,
              int row_warps = EmbeddingBackward::kDefaultRowWarps) {
   SCOPED_TRACE(optimizer_text + " dim " + std::to_string(layout.dims[0]) + " bags < " +
-               std::to_string(layout.max_len) + " row_warps " + std::to_string(row_warps));
+               std::to_string(layout.max_len) + " row_warps " + std::to_string(row_warps) +
+               (layout.keyed ? " BF16 keyed" : ""));
   const int32_t* dims = layout.dims;
   const int64_t* rows = layout.rows;
   const std::vector<FeatureBinding> features = layout.Features();
   const int32_t width = layout.Width();
   const config::SparseOptimizerConfig config =
       ParseConfigText("sparse_optimizer { " + optimizer_text + " }").sparse_optimizer();
-  std::vector<EmbeddingTable<float>> tables;
-  for (int t = 0; t < 2; ++t) {
-    tables.emplace_back("t" + std::to_string(t), rows[t], dims[t]);
-    tables.back().data() = testing::RandomFloats(rows[t] * dims[t], 10 + t);
-  }
+  std::vector<std::vector<int64_t>> keys;
+  std::vector<EmbeddingTable<float>> tables = MakeTables(layout, &keys);
   auto cpu_opt = MakeSparseOptimizer<float>(config, {{rows[0], dims[0]}, {rows[1], dims[1]}});
-  // The device's copies, from the CPU's initial values.
-  std::vector<std::unique_ptr<DeviceCopy<float>>> owned;
-  std::vector<SparseTableArgs> table_args;
-  for (int t = 0; t < 2; ++t) {
-    SparseTableArgs a;
-    owned.push_back(std::make_unique<DeviceCopy<float>>(tables[t].data()));
-    a.weights = owned.back()->get();
-    a.num_rows = rows[t];
-    a.dim = dims[t];
-    const auto states = cpu_opt->StateBuffers(t);
-    float** slots[2] = {&a.state0, &a.state1};
-    for (size_t s = 0; s < states.size(); ++s) {
-      owned.push_back(std::make_unique<DeviceCopy<float>>(*states[s].second));
-      *slots[s] = owned.back()->get();
-    }
-    table_args.push_back(a);
-  }
+  const DeviceSide device = CopyToDevice(tables, *cpu_opt, keys);  // the initial values
   EmbeddingBagCollection<float> bags(&tables, features, width);
   std::vector<SparseFeatureArgs> feature_args;
   for (const FeatureBinding& f : features) feature_args.push_back({f.table, f.offset, f.mean});
   const DeviceCopy<SparseFeatureArgs> d_features(feature_args);
-  const DeviceCopy<SparseTableArgs> d_tables(table_args);
+  const DeviceCopy<SparseTableArgs> d_tables(device.args);
   EmbeddingBackward own(row_warps);
   EmbeddingBackward& gpu = reuse != nullptr ? *reuse : own;
   for (int64_t step = 1; step <= 4; ++step) {
@@ -146,15 +220,7 @@ void Compare(const Layout& layout, const std::string& optimizer_text,
     a.skip = skip.get();
     gpu.Run(a, step_args.get(), nullptr);
   }
-  size_t k = 0;
-  for (int t = 0; t < 2; ++t) {
-    const std::vector<float> w = owned[k++]->ToHost();
-    EXPECT_EQ(std::memcmp(w.data(), tables[t].data().data(), w.size() * 4), 0) << "table " << t;
-    for (const auto& [name, buffer] : cpu_opt->StateBuffers(t)) {
-      const std::vector<float> s = owned[k++]->ToHost();
-      EXPECT_EQ(std::memcmp(s.data(), buffer->data(), s.size() * 4), 0) << name << " " << t;
-    }
-  }
+  ExpectSameAsTheCpu(device, tables, *cpu_opt);
 }
 
 // The process's shared-memory limit is never set below the default 48 KiB: 8192 columns
@@ -178,6 +244,20 @@ TEST(CudaEmbeddingBackwardTest, EqualsTheCpuBitwiseForEveryOptimizer) {
        {Layout{{36, 5}}, Layout{{16384, 5}}, Layout{{36, 5}, 200}, Layout{{36, 8}, 200}}) {
     Compare(layout, "");
     Compare(layout, "adagrad { eps: 1e-8 initial_accumulator: 0.1 }");
+    Compare(layout, "rowwise_adagrad { eps: 1e-8 initial_accumulator: 0.01 }");
+    Compare(layout, "adam { beta1: 0.9 beta2: 0.999 eps: 1e-8 }");
+  }
+}
+
+// BF16 rows rounded stochastically, each drawing the bits of the table row a key names
+// (an SSD cache's slots: SparseTableArgs::row_keys), as the CPU's KeyRoundingBy: few and
+// hot rows, every optimizer.
+TEST(CudaEmbeddingBackwardTest, KeyedRowsRoundAsTheCpuBitwise) {
+  SKIP_WITHOUT_GPU();
+  OpenDevice(0);
+  for (const Layout& layout :
+       {Layout{{36, 5}, 5, {30, 7}, true}, Layout{{36, 8}, 200, {30, 7}, true}}) {
+    Compare(layout, "");
     Compare(layout, "rowwise_adagrad { eps: 1e-8 initial_accumulator: 0.01 }");
     Compare(layout, "adam { beta1: 0.9 beta2: 0.999 eps: 1e-8 }");
   }
