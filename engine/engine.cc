@@ -92,6 +92,18 @@ void SendMovedRows(train::Backend& backend, const DynamicTables& tables, bool* u
   *unsent = false;
 }
 
+// SendMovedRows after a resolve that failed part way (the tables before the one that
+// failed moved rows): a failure here is logged, so that the resolve's own error is the one
+// thrown; the rows stay unsent, and go before the next resolve.
+void SendMovedRowsAfterFailure(train::Backend& backend, const DynamicTables& tables, bool* unsent) {
+  try {
+    SendMovedRows(backend, tables, unsent);
+  } catch (const std::exception& e) {
+    DLRM_LOG(kError) << backend.name()
+                     << ": sending the rows a failed prediction moved: " << e.what();
+  }
+}
+
 // After a failed step, the device's copy of the rows the step admitted as they were; a
 // failure here is logged, so that the step's own error is the one thrown.
 void RestoreDeviceRows(train::Backend& backend) {
@@ -278,7 +290,7 @@ void Engine::PredictValid(const ValidatedBatch& batch, float* logits) const {
     s.dynamic_tables.ResolveForPredict(batch, s.step, &s.model.tables(), s.sparse_optimizer.get(),
                                        &rows, Refresh(s.backend.get()));
   } catch (...) {
-    SendMovedRows(*s.backend, s.dynamic_tables, &s.rows_unsent);  // the tables that moved
+    SendMovedRowsAfterFailure(*s.backend, s.dynamic_tables, &s.rows_unsent);
     throw;
   }
   SendMovedRows(*s.backend, s.dynamic_tables, &s.rows_unsent);

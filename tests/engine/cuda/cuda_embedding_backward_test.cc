@@ -166,6 +166,35 @@ void ExpectSameAsTheCpu(const DeviceSide& d, const std::vector<EmbeddingTable<fl
   }
 }
 
+// A step's batch on the device, and the backward's arguments naming it and the tables.
+struct DeviceStep {
+  DeviceStep(const Layout& layout, const OwnedBatch& batch, const ValidatedBatch& vb,
+             const std::vector<float>& d_pooled, const SparseFeatureArgs* features,
+             const SparseTableArgs* tables)
+      : offsets(vb.offsets),
+        ids(testing::DeviceIds(batch.ids)),
+        weights(batch.weights),
+        grad(d_pooled) {
+    args.features = features;
+    args.num_features = 3;
+    args.tables = tables;
+    args.num_tables = 2;
+    args.max_dim = layout.dims[0];
+    args.batch_size = kBatch;
+    args.offsets = offsets.get();
+    args.ids = ids.get();
+    args.id_bits = EmbeddingBackward::IdBitsFor(layout.rows[0]);  // 30 rows: 5, keys of 6 bits
+    args.weights = weights.get();
+    args.num_ids = static_cast<int64_t>(batch.ids.size());
+    args.d_pooled = grad.get();
+    args.pooled_width = layout.Width();
+  }
+  const DeviceCopy<int64_t> offsets;
+  const DeviceCopy<DeviceId> ids;
+  const DeviceCopy<float> weights, grad;
+  EmbeddingBackwardArgs args;
+};
+
 // `reuse`: the backward object to run (one of the test's, else a fresh one of row_warps).
 void Compare(const Layout& layout, const std::string& optimizer_text,
              EmbeddingBackward* reuse = nullptr,
@@ -196,23 +225,8 @@ void Compare(const Layout& layout, const std::string& optimizer_text,
     const std::vector<float> d_pooled = testing::RandomFloats(kBatch * width, 100 + step);
     const float lr = 0.1f / static_cast<float>(step);
     bags.BackwardAndUpdate(vb, d_pooled.data(), *cpu_opt, lr, step, nullptr);
-    const DeviceCopy<int64_t> d_offsets(vb.offsets);
-    const DeviceCopy<DeviceId> d_ids(testing::DeviceIds(batch.ids));
-    const DeviceCopy<float> d_weights(batch.weights), d_grad(d_pooled);
-    EmbeddingBackwardArgs a;
-    a.features = d_features.get();
-    a.num_features = 3;
-    a.tables = d_tables.get();
-    a.num_tables = 2;
-    a.max_dim = dims[0];
-    a.batch_size = kBatch;
-    a.offsets = d_offsets.get();
-    a.ids = d_ids.get();
-    a.id_bits = EmbeddingBackward::IdBitsFor(rows[0]);  // 30 rows: 5, keys of 6 bits
-    a.weights = d_weights.get();
-    a.num_ids = static_cast<int64_t>(batch.ids.size());
-    a.d_pooled = d_grad.get();
-    a.pooled_width = width;
+    DeviceStep on_device(layout, batch, vb, d_pooled, d_features.get(), d_tables.get());
+    EmbeddingBackwardArgs& a = on_device.args;
     const DeviceCopy<SparseStepArgs> step_args({MakeSparseStepArgs(config, lr, step)});
     gpu.Run(a, step_args.get(), nullptr);
     // The same step again with the skip flag set (a diverged step) changes nothing.

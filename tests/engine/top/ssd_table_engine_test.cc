@@ -14,11 +14,14 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/config/config.h"
 #include "engine/core/status.h"
+#include "engine/core/thread_pool.h"
 #include "engine/embedding/dynamic_rows.h"
 #include "engine/engine.h"
 #include "tests/support/copying_backend.h"
@@ -230,6 +233,74 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"Fp16Adam", "sparse_optimizer { learning_rate: 0.05 adam {} }", 1,
              config::TableConfig::FP16}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+// The copying backend (a device's stand-in) whose RowsChanged fails while *armed, as a
+// device error would.
+class FailingRowsBackend final : public train::Backend {
+ public:
+  FailingRowsBackend(const config::DlrmConfig& c, train::ModelState* s, ThreadPool* p,
+                     const bool* armed)
+      : inner_(c, s, p), armed_(*armed) {}
+  std::string name() const override { return "failing"; }
+  double TrainStep(const ValidatedBatch& batch, const train::StepRates& rates,
+                   const train::StepLookahead& ahead) override {
+    return inner_.TrainStep(batch, rates, ahead);
+  }
+  void PredictLogits(const ValidatedBatch& batch, float* logits) const override {
+    inner_.PredictLogits(batch, logits);
+  }
+  StepPhases Phases() const override { return inner_.Phases(); }
+  void PullState() const override { inner_.PullState(); }
+  void PushState() override { inner_.PushState(); }
+  void RowsChanged(const std::vector<ChangedRows>& changed) override {
+    if (armed_) Throw(StatusCode::kInternal, "the device failed");
+    inner_.RowsChanged(changed);
+  }
+  void RestoreChangedRows() override { inner_.RestoreChangedRows(); }
+  void PullRows(const ChangedRows& rows) const override { inner_.PullRows(rows); }
+
+ private:
+  testing::CopyingEngineBackend inner_;
+  const bool& armed_;
+};
+
+// Training (the losses' bits) and predictions on batches of 3 samples (at most 9 rows of
+// t1).
+std::pair<std::vector<uint32_t>, std::vector<float>> TrainAndPredict(Engine& engine,
+                                                                     uint64_t salt) {
+  std::pair<std::vector<uint32_t>, std::vector<float>> out{Train(engine, 4, salt, 3), {}};
+  for (uint64_t s = salt; s < salt + 4; ++s) {
+    const OwnedBatch batch = testing::SmallBatch(3, 5000 + s, false);
+    std::vector<float> p(3);
+    engine.Predict(batch.view(), p.data(), 3);
+    out.second.insert(out.second.end(), p.begin(), p.end());
+  }
+  return out;
+}
+
+// A prediction whose resolve fails part way (t1's 12 rows outgrow its cache of 11 after
+// t0's moved) throws that error, not the one of a device that then fails to take the
+// moved rows in; those rows go in before the next resolve, and the engine goes on as one
+// on its own host copy.
+TEST(SsdEngineErrors, AFailedPredictionKeepsItsErrorWhenTheDeviceFailsToo) {
+  const std::string dir = testing::TempDir("ssd_engine_device_error");
+  bool armed = false;
+  Engine engine(Config(true, "", 1, dir, 24, 11),
+                [&armed](const config::DlrmConfig& c, train::ModelState* s, ThreadPool* p) {
+                  return std::make_unique<FailingRowsBackend>(c, s, p, &armed);
+                });
+  Engine control(Config(true, "", 1, dir, 24, 11));
+  EXPECT_EQ(TrainAndPredict(engine, 0), TrainAndPredict(control, 0));
+  const OwnedBatch big = testing::SmallBatchOfRows(24, 0, 5);
+  std::vector<float> p(4);
+  armed = true;
+  for (Engine* e : {&engine, &control})
+    testing::ExpectError([&] { e->Predict(big.view(), p.data(), 4); },
+                         StatusCode::kResourceExhausted, "SSD table \"t1\"");
+  armed = false;
+  EXPECT_EQ(TrainAndPredict(engine, 100), TrainAndPredict(control, 100));
+  EXPECT_TRUE(BitwiseEqual(testing::ParameterValues(engine), testing::ParameterValues(control)));
+}
 
 // A batch with more distinct rows of a table than its cache holds is refused naming the
 // table and the budget; nothing changes, and training goes on as if it never came.
