@@ -93,9 +93,11 @@ void SendMovedRows(train::Backend& backend, const DynamicTables& tables, bool* u
 }
 
 // SendMovedRows after a resolve that failed part way (the tables before the one that
-// failed moved rows): a failure here is logged, so that the resolve's own error is the one
-// thrown; the rows stay unsent, and go before the next resolve.
+// failed may have moved rows): a failure here is logged, so that the resolve's own error
+// is the one thrown; the rows stay unsent, and go before the next resolve or pull
+// (Engine::PullCurrentState).
 void SendMovedRowsAfterFailure(train::Backend& backend, const DynamicTables& tables, bool* unsent) {
+  if (tables.ChangedByLastResolve().empty()) return;
   try {
     SendMovedRows(backend, tables, unsent);
   } catch (const std::exception& e) {
@@ -174,6 +176,11 @@ std::unique_lock<std::mutex> Engine::SsdLock() const {
   std::unique_lock<std::mutex> lock(ssd_mu_, std::defer_lock);
   if (state_->dynamic_tables.has_ssd()) lock.lock();
   return lock;
+}
+
+void Engine::PullCurrentState(State& s) {
+  if (s.rows_unsent) SendMovedRows(*s.backend, s.dynamic_tables, &s.rows_unsent);
+  s.backend->PullState();
 }
 
 std::unique_ptr<Engine::State> Engine::NewState() const {
@@ -457,7 +464,7 @@ void Engine::ReadParameter(const std::string& name, float* out, int64_t capacity
                  size);
   // A prediction moving an SSD table's cache waits: the pull and the read see it still.
   const std::unique_lock<std::mutex> ssd_lock = SsdLock();
-  state_->backend->PullState();  // a device's rows: an SSD table's cache, 16-bit ones
+  PullCurrentState(*state_);  // a device's rows: an SSD table's cache, 16-bit ones
   if (apart && apart->has_ssd()) return ReadSsdTable(t, out);
   if (apart) return ReadNarrowTable(state_->model.tables()[static_cast<size_t>(t)], out);
   std::copy(data, data + size, out);
@@ -498,7 +505,7 @@ void Engine::WriteParameter(const std::string& name, const float* values, int64_
   for (int64_t i = 0; i < count; ++i)
     if (!std::isfinite(values[i]))
       ThrowInvalid("values[", i, "] for parameter \"", name, "\" is not finite (", values[i], ")");
-  state_->backend->PullState();  // the other parameters and the optimizer state stay
+  PullCurrentState(*state_);  // the other parameters and the optimizer state stay
   if (half)
     WriteHalfTable(values, &state_->model.tables()[static_cast<size_t>(t)]);
   else
@@ -519,7 +526,7 @@ void Engine::Save(const std::string& path) const {
   // StateBuffers() hands out mutable pointers; under the reader lock we only read them.
   State& s = *state_;
   const std::unique_lock<std::mutex> ssd_lock = SsdLock();  // no prediction moves a cache
-  s.backend->PullState();
+  PullCurrentState(s);
   CheckpointWriter writer;
   writer.SetMetadata("format", checkpoint::kEngineFormat);
   writer.SetMetadata("config", ConfigToText(config_));
@@ -770,7 +777,7 @@ void Engine::Export(const std::string& path, config::TableConfig::Precision quan
   std::shared_lock<WriterPreferringMutex> lock(mu_);
   std::lock_guard<std::mutex> ssd_lock(ssd_mu_);
   State& s = *state_;  // only read (StateBuffers and the SSD tables' reads are not const)
-  s.backend->PullState();
+  PullCurrentState(s);
   CheckpointWriter writer;
   writer.SetMetadata("format", checkpoint::kServingFormat);
   writer.SetMetadata("config", ConfigToText(serving));

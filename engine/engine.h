@@ -145,6 +145,10 @@ class Engine {
   std::unique_ptr<State> NewState() const;
   // ssd_mu_, locked where the model has SSD tables (unlocked otherwise). mu_ held first.
   std::unique_lock<std::mutex> SsdLock() const;
+  // Makes the host copy of `s` current (Backend::PullState), after giving the backend the
+  // rows a prediction moved but could not send (else the pull would copy the device's old
+  // slots over them). Under ssd_mu_ or the writer lock.
+  static void PullCurrentState(State& s);
   // ValidateBatch of a training batch (labels required) against the model's features,
   // timed as step_phases' `validate`. Needs no lock.
   ValidatedBatch ValidateTrainingBatch(const BatchView& batch) const;

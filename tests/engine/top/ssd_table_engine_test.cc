@@ -235,12 +235,12 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // The copying backend (a device's stand-in) whose RowsChanged fails while *armed, as a
-// device error would.
+// device error would, when it is given rows (the tables it was given, in *failed).
 class FailingRowsBackend final : public train::Backend {
  public:
   FailingRowsBackend(const config::DlrmConfig& c, train::ModelState* s, ThreadPool* p,
-                     const bool* armed)
-      : inner_(c, s, p), armed_(*armed) {}
+                     const bool* armed, std::vector<int32_t>* failed)
+      : inner_(c, s, p), armed_(*armed), failed_(*failed) {}
   std::string name() const override { return "failing"; }
   double TrainStep(const ValidatedBatch& batch, const train::StepRates& rates,
                    const train::StepLookahead& ahead) override {
@@ -253,7 +253,11 @@ class FailingRowsBackend final : public train::Backend {
   void PullState() const override { inner_.PullState(); }
   void PushState() override { inner_.PushState(); }
   void RowsChanged(const std::vector<ChangedRows>& changed) override {
-    if (armed_) Throw(StatusCode::kInternal, "the device failed");
+    if (armed_ && !changed.empty()) {
+      for (const ChangedRows& c : changed)
+        if (!c.rows->empty()) failed_.push_back(c.table);
+      Throw(StatusCode::kInternal, "the device failed");
+    }
     inner_.RowsChanged(changed);
   }
   void RestoreChangedRows() override { inner_.RestoreChangedRows(); }
@@ -262,6 +266,7 @@ class FailingRowsBackend final : public train::Backend {
  private:
   testing::CopyingEngineBackend inner_;
   const bool& armed_;
+  std::vector<int32_t>& failed_;
 };
 
 // Training (the losses' bits) and predictions on batches of 3 samples (at most 9 rows of
@@ -280,14 +285,15 @@ std::pair<std::vector<uint32_t>, std::vector<float>> TrainAndPredict(Engine& eng
 
 // A prediction whose resolve fails part way (t1's 12 rows outgrow its cache of 11 after
 // t0's moved) throws that error, not the one of a device that then fails to take the
-// moved rows in; those rows go in before the next resolve, and the engine goes on as one
-// on its own host copy.
+// moved rows in; those rows go in before anything pulls the device's copy (a read of a
+// parameter, here) or resolves again, and the engine goes on as one on its host copy.
 TEST(SsdEngineErrors, AFailedPredictionKeepsItsErrorWhenTheDeviceFailsToo) {
   const std::string dir = testing::TempDir("ssd_engine_device_error");
   bool armed = false;
+  std::vector<int32_t> failed;
   Engine engine(Config(true, "", 1, dir, 24, 11),
-                [&armed](const config::DlrmConfig& c, train::ModelState* s, ThreadPool* p) {
-                  return std::make_unique<FailingRowsBackend>(c, s, p, &armed);
+                [&](const config::DlrmConfig& c, train::ModelState* s, ThreadPool* p) {
+                  return std::make_unique<FailingRowsBackend>(c, s, p, &armed, &failed);
                 });
   Engine control(Config(true, "", 1, dir, 24, 11));
   EXPECT_EQ(TrainAndPredict(engine, 0), TrainAndPredict(control, 0));
@@ -298,6 +304,11 @@ TEST(SsdEngineErrors, AFailedPredictionKeepsItsErrorWhenTheDeviceFailsToo) {
     testing::ExpectError([&] { e->Predict(big.view(), p.data(), 4); },
                          StatusCode::kResourceExhausted, "SSD table \"t1\"");
   armed = false;
+  EXPECT_EQ(failed, std::vector<int32_t>{0});  // t0's moved rows, not sent
+  std::vector<float> a(100), b(100);           // t1's rows: a read that pulls the device's copy
+  engine.ReadParameter("embedding.t1.weight", a.data(), 100);
+  control.ReadParameter("embedding.t1.weight", b.data(), 100);
+  EXPECT_EQ(a, b);
   EXPECT_EQ(TrainAndPredict(engine, 100), TrainAndPredict(control, 100));
   EXPECT_TRUE(BitwiseEqual(testing::ParameterValues(engine), testing::ParameterValues(control)));
 }
