@@ -133,6 +133,12 @@ struct Engine::State : train::ModelState {
         dense_lr(config.dense_optimizer().learning_rate()),
         sparse_lr(config.sparse_optimizer().learning_rate()) {}
 
+  // The rows a prediction moved that have not reached the backend (SendMovedRows), sent
+  // before anything resolves ids or pulls the backend's copy again.
+  void SendUnsentRows() {
+    if (rows_unsent) SendMovedRows(*backend, dynamic_tables, &rows_unsent);
+  }
+
   std::unique_ptr<train::Backend> backend;
   bool rows_unsent = false;  // SendMovedRows; under ssd_mu_ or the writer lock
   int64_t step = 0;
@@ -179,7 +185,7 @@ std::unique_lock<std::mutex> Engine::SsdLock() const {
 }
 
 void Engine::PullCurrentState(State& s) {
-  if (s.rows_unsent) SendMovedRows(*s.backend, s.dynamic_tables, &s.rows_unsent);
+  s.SendUnsentRows();
   s.backend->PullState();
 }
 
@@ -256,7 +262,7 @@ float Engine::TrainLocked(const ValidatedBatch& batch, const train::StepLookahea
   if (!s.dynamic_tables.empty()) {
     // The step's ids resolve to rows now (admissions initialize rows in the host state,
     // which a CPU backend computes on); the next batch's ids are not rows yet.
-    if (s.rows_unsent) SendMovedRows(*s.backend, s.dynamic_tables, &s.rows_unsent);
+    s.SendUnsentRows();
     ScopedTimer timer(&resolve_ns_);
     rows =
         &s.dynamic_tables.ResolveForStep(batch, s.step, &s.model.tables(), s.sparse_optimizer.get(),
@@ -292,7 +298,7 @@ void Engine::PredictValid(const ValidatedBatch& batch, float* logits) const {
     return s.backend->PredictLogits(rows.batch(), logits);
   }
   std::lock_guard<std::mutex> lock(ssd_mu_);
-  if (s.rows_unsent) SendMovedRows(*s.backend, s.dynamic_tables, &s.rows_unsent);
+  s.SendUnsentRows();
   try {
     s.dynamic_tables.ResolveForPredict(batch, s.step, &s.model.tables(), s.sparse_optimizer.get(),
                                        &rows, Refresh(s.backend.get()));

@@ -145,15 +145,8 @@ void DeviceTables::ReplaceRows(const std::vector<ChangedRows>& changed,
     r.kept.Reserve(packed.size() * 2);
     r.incoming.Reserve(packed.size() * 2);
     r.incoming.CopyIn(reinterpret_cast<const uint16_t*>(packed.data()), packed.size() * 2, stream_);
-    std::vector<RowMove> moves = RowArrays(t, tables[t], r.rows.get(), c.rows->size());
-    for (RowMove& m : moves) {
-      m.packed = r.kept.get();
-      LaunchGatherRows(m, stream_);
-      m.packed = r.incoming.get();
-      LaunchScatterRows(m, stream_);
-      m.packed = r.kept.get();  // what RestoreRows scatters
-    }
-    r.moves = std::move(moves);  // recorded once its rows are replaced
+    for (const RowMove& m : RowArrays(t, tables[t], r.rows.get(), c.rows->size()))
+      SwapIn(m, r.kept.get(), r.incoming.get(), &r.moves);
     if (Keyed(tables[t], keys, t)) ReplaceKeys(t, *c.rows, keys[t], &incoming_keys, &r);
     CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // host copies reused
   }
@@ -174,12 +167,17 @@ void DeviceTables::ReplaceKeys(size_t t, const std::vector<int64_t>& rows, const
   m.width = m.packed_stride = kWords;
   m.rows = r->rows.get();
   m.n = static_cast<int64_t>(rows.size());
-  m.packed = r->kept_keys.get();
-  LaunchGatherRows(m, stream_);
-  m.packed = r->incoming_keys.get();
-  LaunchScatterRows(m, stream_);
-  m.packed = r->kept_keys.get();  // what RestoreRows scatters
-  r->moves.push_back(m);
+  SwapIn(m, r->kept_keys.get(), r->incoming_keys.get(), &r->moves);
+}
+
+void DeviceTables::SwapIn(RowMove move, uint16_t* kept, uint16_t* incoming,
+                          std::vector<RowMove>* restore) {
+  move.packed = kept;
+  LaunchGatherRows(move, stream_);
+  move.packed = incoming;
+  LaunchScatterRows(move, stream_);
+  move.packed = kept;  // what RestoreRows scatters
+  restore->push_back(move);
 }
 
 void DeviceTables::PullRows(const ChangedRows& rows, std::vector<EmbeddingTable<float>>& tables,

@@ -126,6 +126,10 @@ class DeviceTables {
   // synchronizes the stream.
   void ReplaceKeys(size_t t, const std::vector<int64_t>& rows, const int64_t* keys,
                    std::vector<int64_t>* incoming, Replaced* r);
+  // One array's rows `move` names: gathers what they hold into `kept`, scatters
+  // `incoming` over them (both packed as `move` says) and appends to *restore the move
+  // that puts `kept` back (so a restore undoes exactly the arrays swapped so far).
+  void SwapIn(RowMove move, uint16_t* kept, uint16_t* incoming, std::vector<RowMove>* restore);
 
   const cudaStream_t stream_;
   std::vector<Table> tables_;  // empty arrays for a table not held
