@@ -5,12 +5,17 @@
 // engine's padded interaction output buys (engine/cuda/dense_network.h, as HugeCTR pads;
 // DESIGN.md, "The floor, and what 3x needs").
 //
-//   cuda_linear_bench [--batch_size 8192 --widths 415,416 --layers 1024,1024,512,256,1]
+//   cuda_linear_bench [--batch_size 8192 --widths 415,416 --layers 1024,1024,512,256,1
+//                      --algorithms 8]
 //
 // For each width and precision: the whole MLP's forward (GEMM, bias and ReLU epilogue)
 // and backward (dx, dW, db), each the median of --reps passes timed with device events,
 // and the TFLOP/s of its multiply-adds. A performance figure, not a test: it asserts
 // nothing (cuda_linear_test checks the results).
+//
+// Then, at the last width, each layer at each of cuBLASLt's first --algorithms
+// candidates (LinearContext's algorithm_rank; rank 0 is the engine's choice), and the sums
+// of rank 0 and of each layer's fastest: what choosing the algorithm by timing would buy.
 //
 // Before the MLP, the DOT interaction that feeds it (engine/cuda/interaction.h) at
 // --dot_features pooled vectors of --dot_dim, its rows as wide as its output and padded
@@ -41,6 +46,8 @@ DEFINE_string(layers, "1024,1024,512,256,1", "output widths of the layers, comma
 DEFINE_int32(reps, 20, "timed passes (median reported)");
 DEFINE_int32(dot_dim, 64, "DOT's vector width (the bottom MLP's output, each table's dim)");
 DEFINE_int32(dot_features, 26, "DOT's pooled vectors (0: no DOT timing)");
+DEFINE_int32(algorithms, 8,
+             "cuBLASLt candidates timed per layer at the last width (0: none; at most 64)");
 
 namespace dlrm::cuda {
 namespace {
@@ -86,40 +93,94 @@ struct Layer {
   }
 };
 
+// The MLP's input [batch_size x width] and layers of widths `outs` (ReLU but the last).
+struct Mlp {
+  int64_t n = FLAGS_batch_size;
+  DeviceBuffer<float> x;
+  std::vector<std::unique_ptr<Layer>> layers;
+  double macs = 0;  // multiply-adds of the forward
+
+  Mlp(int width, const std::vector<int>& outs) : x(static_cast<size_t>(FLAGS_batch_size) * width) {
+    FillRandom(x.get(), x.size(), 4);
+    int in = width;
+    for (const int out : outs) {
+      layers.push_back(std::make_unique<Layer>(n, in, out));
+      macs += static_cast<double>(n) * in * out;
+      in = out;
+    }
+  }
+  DeviceActivation act(size_t l) const {
+    return l + 1 < layers.size() ? DeviceActivation::kRelu : DeviceActivation::kNone;
+  }
+  const float* input(size_t l) const { return l == 0 ? x.get() : layers[l - 1]->y.get(); }
+  void Forward(LinearContext& context, size_t l) {
+    Layer& L = *layers[l];
+    context.Forward(input(l), n, L.in, L.out, L.W.get(), L.b.get(), act(l), L.y.get());
+  }
+  void Backward(LinearContext& context, size_t l) {
+    Layer& L = *layers[l];
+    context.Backward(input(l), L.y.get(), L.dy.get(), n, L.in, L.out, L.W.get(), act(l), L.dx.get(),
+                     L.dW.get(), L.db.get());
+  }
+};
+
 void TimeMlp(const char* name, MatmulPrecision precision, int width, const std::vector<int>& outs) {
   const Stream stream;
   LinearContext context(stream, precision);
-  const int64_t n = FLAGS_batch_size;
-  DeviceBuffer<float> x(static_cast<size_t>(n) * width);
-  FillRandom(x.get(), x.size(), 4);
-  std::vector<std::unique_ptr<Layer>> layers;
-  double macs = 0;
-  int in = width;
-  for (const int out : outs) {
-    layers.push_back(std::make_unique<Layer>(n, in, out));
-    macs += static_cast<double>(n) * in * out;
-    in = out;
-  }
-  const auto act = [&](size_t l) {
-    return l + 1 < layers.size() ? DeviceActivation::kRelu : DeviceActivation::kNone;
-  };
-  const auto input = [&](size_t l) { return l == 0 ? x.get() : layers[l - 1]->y.get(); };
+  Mlp mlp(width, outs);
   const double forward = MedianMs(FLAGS_reps, stream, [&](int) {
-    for (size_t l = 0; l < layers.size(); ++l) {
-      Layer& L = *layers[l];
-      context.Forward(input(l), n, L.in, L.out, L.W.get(), L.b.get(), act(l), L.y.get());
-    }
+    for (size_t l = 0; l < mlp.layers.size(); ++l) mlp.Forward(context, l);
   });
   const double backward = MedianMs(FLAGS_reps, stream, [&](int) {
-    for (size_t l = layers.size(); l-- > 0;) {
-      Layer& L = *layers[l];
-      context.Backward(input(l), L.y.get(), L.dy.get(), n, L.in, L.out, L.W.get(), act(l),
-                       L.dx.get(), L.dW.get(), L.db.get());
-    }
+    for (size_t l = mlp.layers.size(); l-- > 0;) mlp.Backward(context, l);
   });
   std::printf("mlp %4d-%s %-8s forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
-              width, FLAGS_layers.c_str(), name, forward, 2 * macs / (forward * 1e9), backward,
-              4 * macs / (backward * 1e9));
+              width, FLAGS_layers.c_str(), name, forward, 2 * mlp.macs / (forward * 1e9), backward,
+              4 * mlp.macs / (backward * 1e9));
+}
+
+// Milliseconds of fn (a layer's pass at one algorithm rank), or -1 where cuBLASLt has no
+// candidate of that rank for one of its shapes.
+template <typename Fn>
+double MsOrNone(cudaStream_t stream, Fn fn) {
+  try {
+    return MedianMs(FLAGS_reps, stream, [&](int) { fn(); });
+  } catch (const Error& e) {
+    if (e.code() != StatusCode::kNotFound) throw;
+    return -1;
+  }
+}
+
+// Per layer, its forward and backward at each of the heuristic's first --algorithms
+// candidates: what a choice other than the heuristic's first would buy (each candidate
+// is deterministic: the reduction schemes with atomics are excluded from all of them).
+void TimeAlgorithms(const char* name, MatmulPrecision precision, int width,
+                    const std::vector<int>& outs) {
+  const Stream stream;
+  Mlp mlp(width, outs);
+  std::vector<std::unique_ptr<LinearContext>> contexts;
+  for (int r = 0; r < FLAGS_algorithms; ++r)
+    contexts.push_back(std::make_unique<LinearContext>(stream, precision, r));
+  double first[2] = {0, 0}, best[2] = {0, 0};
+  for (size_t l = 0; l < mlp.layers.size(); ++l) {
+    std::printf("algos %-8s layer %zu (%d -> %d), ms by rank:", name, l, mlp.layers[l]->in,
+                mlp.layers[l]->out);
+    double layer_best[2] = {-1, -1};
+    for (const auto& context : contexts) {
+      const double ms[2] = {MsOrNone(stream, [&] { mlp.Forward(*context, l); }),
+                            MsOrNone(stream, [&] { mlp.Backward(*context, l); })};
+      std::printf(" %.3f/%.3f", ms[0], ms[1]);
+      for (int p = 0; p < 2; ++p)
+        if (ms[p] >= 0 && (layer_best[p] < 0 || ms[p] < layer_best[p])) layer_best[p] = ms[p];
+      if (context == contexts.front()) first[0] += ms[0], first[1] += ms[1];
+    }
+    std::printf("\n");
+    best[0] += layer_best[0], best[1] += layer_best[1];
+  }
+  std::printf(
+      "algos %-8s %d-%s: forward %.3f ms at rank 0, %.3f at each layer's best; backward %.3f, "
+      "%.3f\n",
+      name, width, FLAGS_layers.c_str(), first[0], best[0], first[1], best[1]);
 }
 
 // DOT over --dot_features vectors of --dot_dim and x, rows `stride` floats apart.
@@ -156,6 +217,8 @@ int Run() {
   const DeviceInfo device = OpenDevice(0);
   std::printf("device      %s, %d SMs, batch %lld\n", device.name.c_str(), device.multiprocessors,
               static_cast<long long>(FLAGS_batch_size));
+  if (FLAGS_algorithms < 0 || FLAGS_algorithms > 64)
+    ThrowInvalid("--algorithms must be in [0, 64], got ", FLAGS_algorithms);
   if (FLAGS_dot_dim < 1 || FLAGS_dot_features < 0)
     ThrowInvalid("--dot_dim must be >= 1 and --dot_features >= 0, got ", FLAGS_dot_dim, " and ",
                  FLAGS_dot_features);
@@ -172,6 +235,9 @@ int Run() {
       {"medium", MatmulPrecision::kMedium}};
   for (const auto& [name, precision] : precisions)
     for (const int width : widths) TimeMlp(name, precision, width, outs);
+  if (FLAGS_algorithms > 0)
+    for (const auto& [name, precision] : precisions)
+      TimeAlgorithms(name, precision, widths.back(), outs);
   return 0;
 }
 

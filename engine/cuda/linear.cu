@@ -1,3 +1,5 @@
+#include <vector>
+
 #include "engine/core/status.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/linear.h"
@@ -10,7 +12,9 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr int kBiasChunkRows = 32;
 constexpr int kThreads = 256;
 
-constexpr int kRowsInFlight = 8;  // rows whose loads are issued before their sums
+constexpr int kRowsInFlight = 8;
+constexpr int kMaxAlgorithmRank =
+    64;  // candidates a shape may be asked for  // rows whose loads are issued before their sums
 
 // dy's (r, j) with the ReLU's mask applied (zeroed in dy where y <= 0, as the CPU).
 __device__ __forceinline__ float MaskedGrad(const float* y, float* dy, int64_t at, float g,
@@ -102,8 +106,13 @@ struct LinearContext::Gemm {
   const float* bias = nullptr;
 };
 
-LinearContext::LinearContext(cudaStream_t stream, MatmulPrecision precision)
-    : api_(CublasLt()), stream_(stream), compute_(ComputeType(precision)) {
+LinearContext::LinearContext(cudaStream_t stream, MatmulPrecision precision, int algorithm_rank)
+    : api_(CublasLt()),
+      stream_(stream),
+      compute_(ComputeType(precision)),
+      algorithm_rank_(algorithm_rank) {
+  if (algorithm_rank < 0 || algorithm_rank >= kMaxAlgorithmRank)
+    ThrowInvalid("algorithm_rank must be in [0, ", kMaxAlgorithmRank, "), got ", algorithm_rank);
   CheckCublas(api_.Create(&handle_), "cublasLtCreate");
   workspace_.Resize(kWorkspaceBytes);
 }
@@ -137,16 +146,19 @@ const cublasLtMatmulAlgo_t& LinearContext::AlgoFor(const Gemm& g, cublasLtMatmul
                                     sizeof workspace);
   api_.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
                                     sizeof schemes);
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(algorithm_rank_) + 1);
   int found = 0;
-  const cublasStatus_t status =
-      api_.MatmulAlgoGetHeuristic(handle_, desc, a, b, c, c, pref, 1, &result, &found);
+  const cublasStatus_t status = api_.MatmulAlgoGetHeuristic(
+      handle_, desc, a, b, c, c, pref, algorithm_rank_ + 1, results.data(), &found);
   api_.MatmulPreferenceDestroy(pref);
   CheckCublas(status, "cublasLtMatmulAlgoGetHeuristic");
   if (found == 0)
     Throw(StatusCode::kInternal, "cuBLASLt has no algorithm for a ", g.m, "x", g.n, "x", g.k,
           " fp32 GEMM");
-  return algos_.emplace(key, result.algo).first->second;
+  if (found <= algorithm_rank_)
+    Throw(StatusCode::kNotFound, "cuBLASLt offers ", found, " algorithms for a ", g.m, "x", g.n,
+          "x", g.k, " fp32 GEMM, not one of rank ", algorithm_rank_);
+  return algos_.emplace(key, results[static_cast<size_t>(algorithm_rank_)].algo).first->second;
 }
 
 void LinearContext::Run(const Gemm& g) {

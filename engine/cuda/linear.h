@@ -36,8 +36,11 @@ enum class MatmulPrecision { kHighest, kHigh, kMedium };
 class LinearContext {
  public:
   // Opens cuBLASLt (kFailedPrecondition naming the files tried when it cannot).
-  explicit LinearContext(cudaStream_t stream,
-                         MatmulPrecision precision = MatmulPrecision::kHighest);
+  // algorithm_rank: which of the heuristic's candidates each shape runs, in its order (0,
+  // its first choice, is what the engine runs; cuda_linear_bench times the others). A
+  // shape with fewer candidates fails its call with kNotFound naming the count.
+  explicit LinearContext(cudaStream_t stream, MatmulPrecision precision = MatmulPrecision::kHighest,
+                         int algorithm_rank = 0);
   ~LinearContext();
   LinearContext(const LinearContext&) = delete;
   LinearContext& operator=(const LinearContext&) = delete;
@@ -67,6 +70,7 @@ class LinearContext {
   const CublasLtApi& api_;
   cudaStream_t stream_;
   const cublasComputeType_t compute_;
+  const int algorithm_rank_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<uint8_t> workspace_;
   DeviceBuffer<float> bias_partials_;  // Backward's first level of the bias-gradient sum

@@ -60,12 +60,12 @@ struct Result {
 
 Result RunOnDevice(const Case& c, const std::vector<float>& x, const std::vector<float>& W,
                    const std::vector<float>& b, const std::vector<float>& dy,
-                   MatmulPrecision precision = MatmulPrecision::kHighest) {
+                   MatmulPrecision precision = MatmulPrecision::kHighest, int rank = 0) {
   const DeviceActivation act = c.relu ? DeviceActivation::kRelu : DeviceActivation::kNone;
   DeviceCopy<float> d_x(x), d_W(W), d_b(b), d_dy(dy);
   DeviceCopy<float> d_y(std::vector<float>(c.n * c.out)), d_dx(std::vector<float>(c.n * c.in));
   DeviceCopy<float> d_dW(std::vector<float>(W.size())), d_db(std::vector<float>(b.size()));
-  LinearContext ctx(nullptr, precision);
+  LinearContext ctx(nullptr, precision, rank);
   ctx.Forward(d_x.get(), c.n, c.in, c.out, d_W.get(), d_b.get(), act, d_y.get());
   ctx.Backward(d_x.get(), d_y.get(), d_dy.get(), c.n, c.in, c.out, d_W.get(), act, d_dx.get(),
                d_dW.get(), d_db.get());
@@ -183,6 +183,45 @@ TEST(CudaLinearTest, ReducedPrecisionIsWithinItsRoundingAndRepeatsBitwise) {
     const Result again = RunOnDevice(c, x, W, b, dy0, precision);
     EXPECT_EQ(std::memcmp(got.y.data(), again.y.data(), got.y.size() * sizeof(float)), 0);
     EXPECT_EQ(std::memcmp(got.dW.data(), again.dW.data(), got.dW.size() * sizeof(float)), 0);
+  }
+}
+
+// The heuristic's other candidates (what cuda_linear_bench times): each gives the first
+// one's values within fp32 rounding and repeats bitwise, a rank past the candidates is
+// kNotFound naming their count, and a rank outside [0, 64) is refused when the context is
+// made.
+TEST(CudaLinearTest, EveryAlgorithmRankIsWithinRoundingAndRepeatsBitwise) {
+  SKIP_WITHOUT_GPU();
+  OpenDevice(0);
+  const Case c{1000, 256, 192, false};  // a ReLU's mask would follow the rounding near zero
+  const std::vector<float> x = testing::RandomFloats(c.n * c.in, 31),
+                           W = testing::RandomFloats(c.out * c.in, 32),
+                           b = testing::RandomFloats(c.out, 33),
+                           dy0 = testing::RandomFloats(c.n * c.out, 34);
+  const Result first = RunOnDevice(c, x, W, b, dy0);
+  int ranks = 1;
+  for (int rank = 1; rank < 64; ++rank, ++ranks) {
+    SCOPED_TRACE(rank);
+    try {
+      const Result got = RunOnDevice(c, x, W, b, dy0, MatmulPrecision::kHighest, rank);
+      testing::ExpectAllNear(got.y, first.y, 1e-4f, "y");
+      testing::ExpectAllNear(got.dx, first.dx, 1e-4f, "dx");
+      testing::ExpectAllNear(got.dW, first.dW, 1e-3f, "dW");
+      const Result again = RunOnDevice(c, x, W, b, dy0, MatmulPrecision::kHighest, rank);
+      EXPECT_EQ(std::memcmp(got.dW.data(), again.dW.data(), got.dW.size() * sizeof(float)), 0);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kNotFound);
+      EXPECT_THAT(e.what(), HasSubstr("algorithms for a"));
+      break;
+    }
+  }
+  EXPECT_GT(ranks, 1) << "cuBLASLt offered one algorithm for every shape";
+  try {
+    LinearContext ctx(nullptr, MatmulPrecision::kHighest, 64);
+    ADD_FAILURE() << "took an algorithm rank of 64";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("algorithm_rank"));
   }
 }
 
