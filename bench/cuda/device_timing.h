@@ -23,7 +23,8 @@ namespace dlrm::cuda {
 // three untimed calls.
 template <typename Fn>
 double MedianMs(int reps, cudaStream_t stream, Fn fn) {
-  const Event begin, end;
+  const Event begin("cudaEventCreate (timing)", cudaEventDefault),
+      end("cudaEventCreate (timing)", cudaEventDefault);
   for (int i = 0; i < 3; ++i) fn(i);  // warm-up
   std::vector<float> ms(static_cast<size_t>(std::max(reps, 1)));
   for (size_t i = 0; i < ms.size(); ++i) {

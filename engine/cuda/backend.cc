@@ -175,7 +175,14 @@ double CudaBackend::TrainStep(const ValidatedBatch& batch, const train::StepRate
   phases_.Lap(0);
   WriteScalars(rates);
   host_stale_ = true;  // from here the device may change its copy
-  RunStep(in);
+  try {
+    RunStep(in);
+  } catch (...) {
+    // What was enqueued finishes before the step's arrays, staging and scalars are reused.
+    cudaStreamSynchronize(stream_);
+    cudaGetLastError();
+    throw;
+  }
   phases_.Lap(1);
   Prefetch(ahead);  // the next batch's copy overlaps this step's compute
   phases_.Lap(2);
@@ -343,21 +350,17 @@ void CudaBackend::StartSort(const EmbeddingBackwardArgs& args) {
 
 // Both updates (the embedding tables' when `sparse` names the sorted batch), skipped on
 // the device when CheckStepFinite counted anything. Everything that can throw (checks,
-// allocation) was done before the first update. The dense update does not need the sort:
-// it is enqueued before the join.
+// allocation, the join of the sort) is done before the first update, so only a failed
+// launch can throw once an update is enqueued. The dense update, which does not need the
+// sort, gives up overlapping its tail for that.
 void CudaBackend::ApplyUpdates(const EmbeddingBackwardArgs* sparse) {
   StepScalars* scalars = scalars_.get();
-  try {
-    LaunchDenseUpdate(config_.dense_optimizer(), params(), dense_grad_.get(), DenseStates(),
-                      static_cast<int64_t>(dense_grad_.size()), &scalars->dense,
-                      buf_.non_finite.get(), stream_);
-  } catch (...) {
-    if (sparse != nullptr) cudaStreamWaitEvent(stream_, sorted_, 0);  // the fork joined
-    throw;
-  }
-  if (sparse == nullptr) return;
-  CheckCuda(cudaStreamWaitEvent(stream_, sorted_, 0), "cudaStreamWaitEvent (sorted)");
-  embedding_backward_.Update(*sparse, &scalars->sparse, stream_);
+  if (sparse != nullptr)
+    CheckCuda(cudaStreamWaitEvent(stream_, sorted_, 0), "cudaStreamWaitEvent (sorted)");
+  LaunchDenseUpdate(config_.dense_optimizer(), params(), dense_grad_.get(), DenseStates(),
+                    static_cast<int64_t>(dense_grad_.size()), &scalars->dense,
+                    buf_.non_finite.get(), stream_);
+  if (sparse != nullptr) embedding_backward_.Update(*sparse, &scalars->sparse, stream_);
 }
 
 }  // namespace

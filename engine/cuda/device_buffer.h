@@ -41,12 +41,13 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
-// An event without timing (a point of a stream another stream waits for), destroyed with
-// the object. Converts to the cudaEvent_t it holds.
+// An event, destroyed with the object: by default without timing (a point of a stream
+// another stream waits for); with flags cudaEventDefault, one cudaEventElapsedTime can
+// read (the benchmarks'). Converts to the cudaEvent_t it holds.
 class Event {
  public:
-  explicit Event(const char* what = "cudaEventCreate") {
-    CheckCuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), what);
+  explicit Event(const char* what = "cudaEventCreate", unsigned flags = cudaEventDisableTiming) {
+    CheckCuda(cudaEventCreateWithFlags(&event_, flags), what);
   }
   ~Event() { cudaEventDestroy(event_); }
   Event(const Event&) = delete;
