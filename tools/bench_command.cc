@@ -51,8 +51,8 @@ DEFINE_int32(warmup, 5, "bench: untimed train steps and predict calls before tim
 DEFINE_int32(pool_batches, 16, "bench: distinct pre-generated batches, used round robin");
 DEFINE_string(device, "",
               "bench, train and eval: cpu, cuda or cuda:N (the CUDA device ordinal; a "
-              "multi-process trainer's cuda:local is its DLRM_LOCAL_RANK); default: the "
-              "config's (eval: the checkpoint's) device");
+              "multi-process trainer's cuda:local is its DLRM_LOCAL_RANK, and the flag "
+              "overrides DLRM_DEVICE); default: the config's (eval: the checkpoint's) device");
 DEFINE_bool(cuda_graph, true,
             "bench: on a CUDA device, replay each step of a repeated batch shape as one CUDA "
             "graph (device.cuda_graph); false launches every step's kernels one by one");

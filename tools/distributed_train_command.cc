@@ -51,26 +51,10 @@ DEFINE_int64(warmup_steps, 10, "steps left out of the reported steady-state samp
 namespace dlrm::tools {
 namespace {
 
-// A trainer's --device on config; cuda:local names the GPU of its DLRM_LOCAL_RANK. Servers
-// compute on the CPU whatever the flag says (the device is a field of each process).
-void ApplyDeviceFlag(const cluster::ClusterEnv& env, config::DlrmConfig* config) {
-  if (FLAGS_device.empty() || env.role != cluster::ROLE_TRAINER) return;
-  std::string device = FLAGS_device;
-  if (device == "cuda:local") {
-    if (env.local_rank < 0)
-      ThrowInvalid(
-          "--device=cuda:local needs DLRM_LOCAL_RANK (this trainer's index on its "
-          "host; dlrm launch sets it, another launcher must)");
-    device = "cuda:" + std::to_string(env.local_rank);
-  }
-  SetDeviceByName(device, "--device", config->mutable_device());
-}
-
-config::DlrmConfig JobConfig(const cluster::ClusterEnv& env) {
+config::DlrmConfig JobConfig() {
   if (FLAGS_config.empty()) ThrowInvalid("train needs --config");
   config::DlrmConfig config = LoadConfigFile(FLAGS_config);
   if (FLAGS_threads >= 0) config.set_num_threads(FLAGS_threads);
-  ApplyDeviceFlag(env, &config);
   config::DistributedConfig* d = config.mutable_distributed();
   if (FLAGS_mode == "sync") {
     d->set_mode(config::DistributedConfig::SYNC);
@@ -265,16 +249,21 @@ bool DistributedRoleFromEnvironment() {
 }
 
 int DistributedTrainCommand() {
-  const cluster::ClusterEnv env = cluster::ClusterEnvFromEnvironment();
+  cluster::ClusterEnv env = cluster::ClusterEnvFromEnvironment();
+  // A trainer's --device, as DLRM_DEVICE (which it overrides): its config's device, where
+  // cuda:local names the GPU of its DLRM_LOCAL_RANK. Servers compute on the CPU whatever
+  // either says (the device is a field of each process).
+  if (!FLAGS_device.empty() && env.role == cluster::ROLE_TRAINER)
+    env.device = cluster::ResolveDeviceName(FLAGS_device, env.local_rank, "--device");
   const std::string restore = FLAGS_restore.empty() || env.role == cluster::ROLE_COORDINATOR
                                   ? ""
                                   : CheckpointToRestore(FLAGS_restore);
   if (env.role != cluster::ROLE_TRAINER) {
-    const auto config = [&env] { return JobConfig(env); };
+    const auto config = [] { return JobConfig(); };
     ps::RunServingRole(env, config, restore);
     return 0;
   }
-  return TrainerMain(env, JobConfig(env), restore);
+  return TrainerMain(env, JobConfig(), restore);
 }
 
 }  // namespace dlrm::tools

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "engine/config/config.h"
 #include "engine/core/status.h"
 
 namespace dlrm::cluster {
@@ -189,9 +190,36 @@ int64_t ParseTimeoutMs(const EnvLookup& lookup) {
   return ParseIntVar("DLRM_TIMEOUT_MS", *timeout, 1, 86400000, "[1, 86400000]");
 }
 
+std::string ResolveDeviceName(const std::string& name, int32_t local_rank,
+                              const std::string& what) {
+  std::string device = name;
+  if (device == "cuda:local") {
+    if (local_rank < 0)
+      ThrowInvalid(what, "=cuda:local needs DLRM_LOCAL_RANK (this trainer's index on its host; ",
+                   "dlrm launch sets it, another launcher must)");
+    device = "cuda:" + std::to_string(local_rank);
+  }
+  config::DeviceConfig checked;
+  SetDeviceByName(device, what, &checked);  // kInvalidArgument naming `what` and the value
+  return device;
+}
+
+config::DlrmConfig WithTrainerDevice(const ClusterEnv& env, config::DlrmConfig config) {
+  if (env.role == ROLE_TRAINER && !env.device.empty())
+    SetDeviceByName(env.device, "DLRM_DEVICE", config.mutable_device());
+  return config;
+}
+
 ClusterEnv ParseClusterEnv(const EnvLookup& lookup) {
   ClusterEnv env;
   ParseMembership(lookup, &env);
+  if (std::optional<std::string> device = lookup("DLRM_DEVICE")) {
+    // Checked for every process (a launcher may set it for all), used by trainers only.
+    const bool trainer = env.role == ROLE_TRAINER;
+    const std::string resolved =
+        ResolveDeviceName(*device, trainer ? env.local_rank : 0, "DLRM_DEVICE");
+    if (trainer) env.device = resolved;
+  }
   ParseAddresses(lookup, &env);
   ParseTransport(lookup, &env);
   return env;
@@ -238,8 +266,9 @@ namespace {
 
 // The contract's variables (cluster_env.h), then the others libdlrm and its scripts read.
 constexpr const char* kKnownVariables[] = {
-    "DLRM_ROLE", "DLRM_WORLD_SIZE", "DLRM_RANK", "DLRM_LOCAL_RANK", "DLRM_COORDINATOR",
-    "DLRM_BIND_ADDRESS", "DLRM_SECRET", "DLRM_TIMEOUT_MS", "DLRM_NET_DELAY_MS", "DLRM_COLLECTIVE",
+    "DLRM_ROLE", "DLRM_WORLD_SIZE", "DLRM_RANK", "DLRM_LOCAL_RANK", "DLRM_DEVICE",
+    "DLRM_COORDINATOR", "DLRM_BIND_ADDRESS", "DLRM_SECRET", "DLRM_TIMEOUT_MS", "DLRM_NET_DELAY_MS",
+    "DLRM_COLLECTIVE",
     // engine/core/cpu_features.h
     "DLRM_MAX_ISA",
     // bindings (the library to load), scripts/*.sh, tests and benchmarks

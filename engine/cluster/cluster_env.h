@@ -10,6 +10,11 @@
 //                      its host, in [0, DLRM_WORLD_SIZE): the GPU of a trainer started
 //                      with --device=cuda:local; `dlrm launch` sets it for trainers
 //                      (optional)
+//   DLRM_DEVICE        a trainer's device: cpu, cuda, cuda:N, or cuda:local (the GPU of
+//                      its DLRM_LOCAL_RANK); replaces the config's device for that
+//                      process, so one config serves a job whose trainers each have
+//                      their own GPU (a Spark task's, Slurm's SLURM_LOCALID). Servers
+//                      and the coordinator compute on the CPU and ignore it (optional)
 //   DLRM_COORDINATOR   host:port of the coordinator (IPv6 as [addr]:port)    (required)
 //   DLRM_BIND_ADDRESS  interface to listen on, default 127.0.0.1 (loopback only); set it
 //                      (e.g. 0.0.0.0 or the host's IP) for a job that spans hosts
@@ -39,6 +44,7 @@
 #include <vector>
 
 #include "engine/cluster/cluster.pb.h"
+#include "engine/config/dlrm.pb.h"
 #include "engine/net/options.h"
 
 namespace dlrm::cluster {
@@ -74,6 +80,7 @@ struct ClusterEnv {
   Role role = ROLE_UNSPECIFIED;
   int32_t rank = -1;        // -1 for the coordinator
   int32_t local_rank = -1;  // DLRM_LOCAL_RANK; -1 when not set
+  std::string device;  // a trainer's DLRM_DEVICE: cpu, cuda or cuda:N (cuda:local resolved); or ""
   int32_t world_size = 0;
   std::string coordinator_host;  // as given ("10.0.0.5", "[::1]", "node-3")
   int32_t coordinator_port = 0;
@@ -125,6 +132,15 @@ EnvLookup ProcessEnvironment();
 // "KEY=VALUE" lines, blank lines and # comments allowed, every key a DLRM_* name set once.
 // kInvalidArgument naming the line otherwise.
 EnvLookup ParseClusterSettings(const std::string& text);
+
+// A device name as DLRM_DEVICE takes it (`what` names where it came from: "DLRM_DEVICE",
+// "--device"), with cuda:local replaced by cuda:<local_rank>: "cpu", "cuda" or "cuda:N".
+// kInvalidArgument naming `what` and the value for anything else, and for cuda:local
+// without a local rank (-1).
+std::string ResolveDeviceName(const std::string& name, int32_t local_rank, const std::string& what);
+// config with env.device in place of its device where this process is a trainer given one
+// (DLRM_DEVICE, or what a launcher's flag put there); unchanged otherwise.
+config::DlrmConfig WithTrainerDevice(const ClusterEnv& env, config::DlrmConfig config);
 
 // "coordinator", "server", "trainer" (the DLRM_ROLE spellings).
 const char* RoleName(Role role);

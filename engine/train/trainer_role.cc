@@ -71,8 +71,9 @@ void TrainerRole::MakeTrainer(const TrainerDevices& devices) {
                                                    service_.get(), &pool_, devices.backend);
 }
 
-const config::DlrmConfig& TrainerRole::Validated(const cluster::ClusterEnv& env,
-                                                 const config::DlrmConfig& config) {
+config::DlrmConfig TrainerRole::Validated(const cluster::ClusterEnv& env,
+                                          const config::DlrmConfig& given) {
+  config::DlrmConfig config = cluster::WithTrainerDevice(env, given);
   ValidateConfig(config);
   if (env.collective == cluster::ClusterEnv::Collective::kNccl &&
       config.device().kind() != config::DeviceConfig::CUDA)

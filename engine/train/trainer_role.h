@@ -81,9 +81,10 @@ class TrainerRole {
   void LeaveFailed(const std::string& failure) { coordinator_.LeaveFailed(failure); }
 
  private:
-  // config, once it passed ValidateConfig and suits env (DLRM_COLLECTIVE=nccl: a GPU).
-  static const config::DlrmConfig& Validated(const cluster::ClusterEnv& env,
-                                             const config::DlrmConfig& config);
+  // config with env's device (DLRM_DEVICE) in place, once it passed ValidateConfig and
+  // suits env (DLRM_COLLECTIVE=nccl: a GPU).
+  static config::DlrmConfig Validated(const cluster::ClusterEnv& env,
+                                      const config::DlrmConfig& config);
   std::unique_ptr<collective::Communicator> MakeCommunicator(const CommunicatorFactory& factory,
                                                              const TrainerDevices& devices);
   // The transport's own communicator, or Gloo's over it (env_.collective).

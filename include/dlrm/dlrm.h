@@ -330,9 +330,11 @@ DLRM_API dlrm_status dlrm_engine_table_stats(dlrm_engine* engine, const char* ta
  * A job is a coordinator, embedding servers and trainers (docs/DESIGN.md, "A multi-process
  * job"); `dlrm launch` starts one on a single host. Each process is told its part by the
  * DLRM_* settings (DLRM_ROLE, DLRM_RANK, DLRM_WORLD_SIZE, DLRM_COORDINATOR, and optionally
- * DLRM_BIND_ADDRESS, DLRM_SECRET, DLRM_TIMEOUT_MS, DLRM_NET_DELAY_MS, DLRM_COLLECTIVE),
- * given as "KEY=VALUE" lines in `cluster` (hosts that cannot set environment variables,
- * like a JVM, pass them so), or read from the process environment when cluster is NULL.
+ * DLRM_BIND_ADDRESS, DLRM_SECRET, DLRM_TIMEOUT_MS, DLRM_NET_DELAY_MS, DLRM_COLLECTIVE,
+ * DLRM_LOCAL_RANK, and DLRM_DEVICE: a trainer's device in place of the config's, "cpu",
+ * "cuda", "cuda:N" or "cuda:local"; engine/cluster/cluster_env.h), given as "KEY=VALUE"
+ * lines in `cluster` (hosts that cannot set environment variables, like a JVM, pass them
+ * so), or read from the process environment when cluster is NULL.
  * Every wait is bounded by DLRM_TIMEOUT_MS; a dead peer is an error naming it. A job with
  * no embedding server has its trainers own the embedding shards (sync only): the same
  * calls, the same bits, checkpoints either layout restores. */

@@ -137,6 +137,16 @@ if ! command -v nvidia-smi > /dev/null; then
     --max_steps=5 > "$WORK/run9.log" 2>&1 && fail "trained on cuda:local without a GPU"
   grep -Eq "FAILED_PRECONDITION: (no usable CUDA device|device.kind is CUDA but)" \
     "$WORK/run9.log" || fail "cuda:local did not reach the device"
+  # DLRM_DEVICE says the same for one config (a Spark task's GPU); every process of the job
+  # inherits it here, and the servers ignore it ...
+  DLRM_DEVICE=cuda:local "$DLRM" launch --trainers=1 --servers=1 -- train "${common[@]}" \
+    --max_steps=5 > "$WORK/run11.log" 2>&1 && fail "trained on DLRM_DEVICE=cuda:local without a GPU"
+  grep -Eq "FAILED_PRECONDITION: (no usable CUDA device|device.kind is CUDA but)" \
+    "$WORK/run11.log" || fail "DLRM_DEVICE did not reach the trainer's device"
+  # ... and a trainer's --device overrides it.
+  DLRM_DEVICE=cuda "$DLRM" launch --trainers=1 --servers=1 -- train "${common[@]}" \
+    --device=cpu --max_steps=2 > "$WORK/run12.log" 2>&1 \
+    || fail "--device=cpu did not override DLRM_DEVICE=cuda: $(tail -3 "$WORK/run12.log")"
   # ... and another launcher must.
   DLRM_ROLE=trainer DLRM_RANK=1 DLRM_WORLD_SIZE=2 DLRM_COORDINATOR=127.0.0.1:1 "$DLRM" train \
     "${common[@]}" --device=cuda:local > "$WORK/run10.log" 2>&1 \

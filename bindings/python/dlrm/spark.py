@@ -62,6 +62,7 @@ class _Job(NamedTuple):
     coordinator: str
     checkpoint_dir: Optional[str]
     timeout_ms: int
+    device: Optional[str] = None
 
 
 def _address(host: str) -> str:
@@ -112,11 +113,51 @@ def _holdout(ctx: Any, job: _Job, rows: List[Dict[str, Any]], my_parts: int) -> 
     return out
 
 
-def _settings(ctx: Any, job: _Job) -> Dict[str, object]:
+def _check_device(device: Optional[str]) -> None:
+    """None, "cpu", "cuda" or "cuda:N" (DlrmEstimator's device)."""
+    if device is None or device in ("cpu", "cuda"):
+        return
+    ordinal = device[len("cuda:"):] if device.startswith("cuda:") else ""
+    if not (ordinal.isdigit() and ordinal.isascii() and len(ordinal) <= 4):
+        raise ValueError(f"device must be None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+
+
+_NO_GPU = ("needs a GPU for each trainer task: set spark.task.resource.gpu.amount=1 and the "
+           "executors' GPUs (spark.executor.resource.gpu.amount, "
+           "spark.executor.resource.gpu.discoveryScript)")
+
+
+def _require_gpu_tasks(conf: Any, device: Optional[str]) -> None:
+    """device='cuda' on a session whose tasks get no GPU: refused before anything starts (a
+    task's own refusal can lose to the coordinator's rendezvous timeout)."""
+    if device == "cuda" and not conf.get("spark.task.resource.gpu.amount"):
+        raise ValueError(f"device='cuda' {_NO_GPU}; this session sets none")
+
+
+def _task_device(ctx: Any, device: str) -> str:
+    """The trainer's DLRM_DEVICE: "cuda" is the GPU Spark assigned to this task."""
+    if device != "cuda":
+        return device
+    gpu = ctx.resources().get("gpu")
+    addresses = list(gpu.addresses) if gpu is not None else []
+    if not addresses:
+        raise RuntimeError(f"device='cuda' {_NO_GPU}; Spark assigned this task none")
+    if not (addresses[0].isdigit() and addresses[0].isascii()):
+        raise RuntimeError(f"Spark assigned this task GPU address {addresses[0]!r}, which is "
+                           "not a CUDA device ordinal")
+    return f"cuda:{addresses[0]}"
+
+
+def _settings(ctx: Any, job: _Job, device: Optional[str]) -> Dict[str, object]:
+    """The trainer's DLRM_* settings; device: its _task_device (None: the config's)."""
     host = ctx.getTaskInfos()[ctx.partitionId()].address.rsplit(":", 1)[0]
-    return {"DLRM_ROLE": "trainer", "DLRM_RANK": job.servers + ctx.partitionId(),
-            "DLRM_WORLD_SIZE": job.servers + job.trainers, "DLRM_COORDINATOR": job.coordinator,
-            "DLRM_BIND_ADDRESS": _address(host), "DLRM_TIMEOUT_MS": job.timeout_ms}
+    settings: Dict[str, object] = {
+        "DLRM_ROLE": "trainer", "DLRM_RANK": job.servers + ctx.partitionId(),
+        "DLRM_WORLD_SIZE": job.servers + job.trainers, "DLRM_COORDINATOR": job.coordinator,
+        "DLRM_BIND_ADDRESS": _address(host), "DLRM_TIMEOUT_MS": job.timeout_ms}
+    if device is not None:
+        settings["DLRM_DEVICE"] = device
+    return settings
 
 
 def _train_partition(job: _Job, rows_iter: Iterator[Any]) -> Iterator[TrainOutcome]:
@@ -126,6 +167,7 @@ def _train_partition(job: _Job, rows_iter: Iterator[Any]) -> Iterator[TrainOutco
     rows = [r.asDict() for r in rows_iter]
     # Bad data fails every attempt alike, before joining.
     parts = _parts(rows, job, f"partition {ctx.partitionId()}, ")
+    device = None if job.device is None else _task_device(ctx, job.device)  # as bad data
     if ctx.attemptNumber() > 0:  # (a retried stage's tasks are refused at rendezvous)
         raise RuntimeError("a retried trainer task cannot rejoin the libdlrm job; fit again "
                            "(from a checkpoint)")
@@ -134,7 +176,7 @@ def _train_partition(job: _Job, rows_iter: Iterator[Any]) -> Iterator[TrainOutco
     # The job's collectives go over libdlrm's own transport, executor to executor: through
     # Spark's allGather (the driver, Base64) each took about 1.2 s here, a floor under every
     # step (and the trainers that own the shards make four a step).
-    with distributed.Trainer(job.config, _settings(ctx, job)) as t:
+    with distributed.Trainer(job.config, _settings(ctx, job, device)) as t:
         t.enqueue(parts[0])
         losses = []
         for s in range(steps):
@@ -220,14 +262,19 @@ class DlrmEstimator:
         timeout_ms: every wait of the job (DLRM_TIMEOUT_MS).
         driver_host: the address the servers bind on (default spark.driver.host).
         prediction_col: the column transform adds.
+        device: where each trainer computes (DLRM_DEVICE): None keeps the config's device,
+            "cpu", "cuda:N", or "cuda": the GPU Spark assigned to the trainer's task (as
+            xgboost.spark's device="cuda"; needs spark.task.resource.gpu.amount=1 and GPUs
+            on the executors). Servers compute on the driver's CPU.
     """
 
     def __init__(self, config: str, columns: Columns, part_rows: int, servers: int = 1,
                  holdout_parts: int = 0, checkpoint_dir: Optional[str] = None,
                  timeout_ms: int = 60000, driver_host: Optional[str] = None,
-                 prediction_col: str = "probability") -> None:
+                 prediction_col: str = "probability", device: Optional[str] = None) -> None:
         if columns.label is None:
             raise ValueError("columns.label is required to train")
+        _check_device(device)
         for name, value, low in (("part_rows", part_rows, 1), ("servers", servers, 0),
                                  ("holdout_parts", holdout_parts, 0),
                                  ("timeout_ms", timeout_ms, 1)):
@@ -237,16 +284,17 @@ class DlrmEstimator:
             servers
         self.holdout_parts, self.checkpoint_dir, self.timeout_ms = holdout_parts, \
             checkpoint_dir, timeout_ms
-        self.driver_host, self.prediction_col = driver_host, prediction_col
+        self.driver_host, self.prediction_col, self.device = driver_host, prediction_col, device
 
     def fit(self, df: Any) -> DlrmModel:
         """Trains on df's rows (one trainer per partition); blocks until the job ends."""
         spark = df.sparkSession
+        _require_gpu_tasks(spark.sparkContext.getConf(), self.device)
         host = _address(self.driver_host or spark.conf.get("spark.driver.host"))
         coordinator = f"{host}:{_free_port(host)}"
         job = _Job(self.config, self.columns, self.part_rows, self.holdout_parts,
                    self.servers, df.rdd.getNumPartitions(), coordinator, self.checkpoint_dir,
-                   self.timeout_ms)
+                   self.timeout_ms, self.device)
         group = f"libdlrm-fit-{coordinator}"
         roles = self._start_roles(job, host, lambda: spark.sparkContext.cancelJobGroup(group))
         try:

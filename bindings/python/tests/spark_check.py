@@ -93,8 +93,10 @@ def test_fit_and_transform_equal_one_engine_bitwise(spark, tmp_path, servers):
     partitions = [[r.asDict() for r in p] for p in df.rdd.glom().collect()]
     ckpt = str(tmp_path / "ckpt")
     start = time.monotonic()
+    # device="cpu" reaches each trainer as DLRM_DEVICE (the config's device otherwise).
     model = DlrmEstimator(CONFIG, COLS, part_rows=PART, servers=servers, holdout_parts=1,
-                          checkpoint_dir=ckpt, timeout_ms=30000).fit(df)
+                          checkpoint_dir=ckpt, timeout_ms=30000,
+                          device="cpu" if servers == 0 else None).fit(df)
     print(f"dlrm.spark fit ({servers} servers): {len(model.losses)} steps in "
           f"{time.monotonic() - start:.1f} s")
     assert len(model.losses) == 5 and len(model.outcomes) == 2
@@ -117,3 +119,11 @@ def test_a_null_fails_the_fit_naming_column_and_row(spark):
     named = r"partition 1, part 0 \(rows 0..63\): row 7, column 'd1': expected a number"
     with pytest.raises(RuntimeError, match=named):
         DlrmEstimator(CONFIG, COLS, part_rows=PART, timeout_ms=5000).fit(df)
+
+
+def test_device_cuda_needs_a_gpu_for_each_trainer_task(spark):
+    """device="cuda" puts each trainer on the GPU Spark assigned its task; this session
+    gives tasks none, so the fit is refused naming the setting before anything starts."""
+    df = frame(spark, rows(2 * 2 * PART))
+    with pytest.raises(ValueError, match="spark.task.resource.gpu.amount"):
+        DlrmEstimator(CONFIG, COLS, part_rows=PART, timeout_ms=5000, device="cuda").fit(df)

@@ -130,3 +130,61 @@ def test_bad_settings_are_refused_by_name() -> None:
         dlrm.distributed.run_role(CONFIG, _cluster("trainer", 2, 5555))
     with pytest.raises(TypeError):
         dlrm.distributed.Trainer(b"not text")  # type: ignore[arg-type]
+
+
+class _FakeGpu:
+    def __init__(self, addresses: Sequence[str]) -> None:
+        self.addresses = addresses
+
+
+class _FakeTaskContext:
+    """What dlrm.spark reads of a BarrierTaskContext: the task's address and resources."""
+
+    def __init__(self, resources: Dict[str, _FakeGpu]) -> None:
+        self._resources = resources
+
+    def partitionId(self) -> int:  # noqa: N802 - Spark's name
+        return 1
+
+    def getTaskInfos(self) -> List[object]:  # noqa: N802 - Spark's name
+        info = type("Info", (), {"address": "127.0.0.1:4040"})
+        return [info, info]
+
+    def resources(self) -> Dict[str, _FakeGpu]:
+        return self._resources
+
+
+def test_spark_trainer_task_takes_the_gpu_spark_assigned_it():
+    from dlrm import spark
+    job = spark._Job(SMALL_CONFIG, dlrm.Columns(dense=[], sparse=[], label="y"), 64, 0, 2, 3,
+                     "127.0.0.1:1", None, 1000)
+    ctx = _FakeTaskContext({"gpu": _FakeGpu(["3"])})
+    assert "DLRM_DEVICE" not in spark._settings(ctx, job, None)  # the config's device
+    for device, want in (("cuda", "cuda:3"), ("cpu", "cpu"), ("cuda:1", "cuda:1")):
+        settings = spark._settings(ctx, job, spark._task_device(ctx, device))
+        assert settings["DLRM_DEVICE"] == want and settings["DLRM_RANK"] == 3
+    with pytest.raises(RuntimeError, match="spark.task.resource.gpu.amount"):
+        spark._task_device(_FakeTaskContext({}), "cuda")
+    with pytest.raises(RuntimeError, match="GPU address 'gpu-a'"):
+        spark._task_device(_FakeTaskContext({"gpu": _FakeGpu(["gpu-a"])}), "cuda")
+    spark._require_gpu_tasks({"spark.task.resource.gpu.amount": "1"}, "cuda")
+    spark._require_gpu_tasks({}, "cpu")
+    with pytest.raises(ValueError, match="this session sets none"):
+        spark._require_gpu_tasks({}, "cuda")
+    columns = dlrm.Columns(dense=["d"], sparse=[], label="y")
+    for bad in ("gpu", "cuda:", "cuda:x", "cuda:12345", "CUDA"):
+        with pytest.raises(ValueError, match="device must be None, 'cpu', 'cuda' or 'cuda:N'"):
+            spark.DlrmEstimator(SMALL_CONFIG, columns, part_rows=64, device=bad)
+
+
+def test_dlrm_device_in_the_cluster_settings_is_checked_by_name():
+    """DLRM_DEVICE (a trainer's device in place of the config's) is refused by name
+    before the trainer joins when it cannot be used as given."""
+    settings = {"DLRM_ROLE": "trainer", "DLRM_RANK": 0, "DLRM_WORLD_SIZE": 1,
+                "DLRM_COORDINATOR": "127.0.0.1:1", "DLRM_TIMEOUT_MS": 1000,
+                "DLRM_DEVICE": "cuda:local"}
+    with pytest.raises(dlrm.DlrmError, match="DLRM_DEVICE=cuda:local needs DLRM_LOCAL_RANK"):
+        dlrm.distributed.Trainer(SMALL_CONFIG, settings)
+    settings["DLRM_DEVICE"] = "tpu"
+    with pytest.raises(dlrm.DlrmError, match="DLRM_DEVICE must be cpu, cuda or cuda:N"):
+        dlrm.distributed.Trainer(SMALL_CONFIG, settings)

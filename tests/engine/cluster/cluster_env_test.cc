@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/cluster/roster.h"
+#include "engine/config/dlrm.pb.h"
 #include "engine/core/status.h"
 
 namespace dlrm {
@@ -181,6 +182,40 @@ TEST(DistEnvTest, LocalRankIsOptionalAndChecked) {
                 {"DLRM_LOCAL_RANK=4 is out of range [0, DLRM_WORLD_SIZE=4)"});
   ExpectInvalid("DLRM_LOCAL_RANK", "-1", {"DLRM_LOCAL_RANK=-1 is out of range"});
   ExpectInvalid("DLRM_LOCAL_RANK", "gpu0", {"DLRM_LOCAL_RANK='gpu0' is not an integer"});
+}
+
+// DLRM_DEVICE gives a trainer its own device without a config of its own (a Spark task's
+// GPU): cuda:local is its DLRM_LOCAL_RANK's GPU; it replaces the config's device for
+// trainers only, and a bad value is refused naming the variable in every process.
+TEST(DistEnvTest, DeviceIsATrainersOwnAndCudaLocalIsItsLocalRank) {
+  EXPECT_EQ(Parse(Trainer()).device, "");
+  Vars vars = Trainer();
+  for (const auto& [given, resolved] :
+       {std::pair{"cpu", "cpu"}, {"cuda", "cuda"}, {"cuda:7", "cuda:7"}}) {
+    vars["DLRM_DEVICE"] = given;
+    EXPECT_EQ(Parse(vars).device, resolved);
+  }
+  vars["DLRM_DEVICE"] = "cuda:local";
+  vars["DLRM_LOCAL_RANK"] = "3";
+  const cluster::ClusterEnv env = Parse(vars);
+  EXPECT_EQ(env.device, "cuda:3");
+  config::DlrmConfig config;
+  config.mutable_device()->set_ordinal(5);
+  const config::DlrmConfig mine = cluster::WithTrainerDevice(env, config);
+  EXPECT_EQ(mine.device().kind(), config::DeviceConfig::CUDA);
+  EXPECT_EQ(mine.device().ordinal(), 3);
+
+  ExpectInvalid("DLRM_DEVICE", "cuda:local", {"DLRM_DEVICE=cuda:local needs DLRM_LOCAL_RANK"});
+  ExpectInvalid("DLRM_DEVICE", "gpu", {"DLRM_DEVICE must be cpu, cuda or cuda:N, got 'gpu'"});
+  ExpectInvalid("DLRM_DEVICE", "cuda:", {"got 'cuda:'"});
+  ExpectInvalid("DLRM_DEVICE", "cuda:-1", {"got 'cuda:-1'"});
+  Vars server = Trainer();
+  server["DLRM_ROLE"] = "server";
+  ExpectInvalid("DLRM_DEVICE", "tpu", {"DLRM_DEVICE must be"}, server);
+  server["DLRM_DEVICE"] = "cuda:local";  // a launcher's setting for every process
+  const cluster::ClusterEnv served = Parse(server);
+  EXPECT_EQ(served.device, "");
+  EXPECT_EQ(cluster::WithTrainerDevice(served, config).device().kind(), config::DeviceConfig::CPU);
 }
 
 TEST(DistEnvTest, RejectsCoordinator) {

@@ -53,6 +53,12 @@ public final class SparkTrainer {
     Objects.requireNonNull(config, "config");
     Objects.requireNonNull(columns, "columns");
     Objects.requireNonNull(options, "options");
+    // Before anything starts: a task's own refusal can lose to the rendezvous timeout.
+    if ("cuda".equals(options.device())
+        && !spark.sparkContext().getConf().contains("spark.task.resource.gpu.amount")) {
+      throw new IllegalArgumentException("device \"cuda\" " + TrainerTask.NO_GPU
+          + "; this session sets none");
+    }
     int trainers = df.rdd().getNumPartitions();
     String host = address(options.driverHost() != null ? options.driverHost()
                                                        : spark.conf().get("spark.driver.host"));

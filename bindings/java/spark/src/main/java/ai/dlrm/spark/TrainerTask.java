@@ -11,6 +11,7 @@ import java.util.List;
 import java.util.Map;
 import org.apache.spark.BarrierTaskContext;
 import org.apache.spark.SparkEnv;
+import org.apache.spark.resource.ResourceInformation;
 import org.apache.spark.sql.Row;
 import scala.collection.Iterator;
 import scala.jdk.javaapi.CollectionConverters;
@@ -35,6 +36,10 @@ import scala.runtime.AbstractFunction1;
 final class TrainerTask extends AbstractFunction1<Iterator<Row>, Iterator<TrainerOutcome>>
     implements Serializable {
   private static final long serialVersionUID = 1L;
+  /** What device "cuda" needs of Spark, for the refusals. */
+  static final String NO_GPU = "needs a GPU for each trainer task: set "
+      + "spark.task.resource.gpu.amount=1 and the executors' GPUs "
+      + "(spark.executor.resource.gpu.amount, spark.executor.resource.gpu.discoveryScript)";
 
   private final String config;
   private final FeatureColumns columns;
@@ -59,6 +64,8 @@ final class TrainerTask extends AbstractFunction1<Iterator<Row>, Iterator<Traine
     rows.foreach(mine::add);
     RowBatcher batcher = new RowBatcher(columns, options.partRows());
     List<Batch> parts = batcher.batches(mine.iterator());
+    // As bad data: a task without the GPU it needs fails every attempt alike, at once.
+    String device = options.device() == null ? null : taskDevice(ctx, options.device());
     if (ctx.stageAttemptNumber() > 0 || ctx.attemptNumber() > 0) {
       throw new IllegalStateException("a retried trainer task cannot rejoin the libdlrm job "
           + "(stage attempt " + ctx.stageAttemptNumber() + "); fit again, from a checkpoint");
@@ -67,7 +74,7 @@ final class TrainerTask extends AbstractFunction1<Iterator<Row>, Iterator<Traine
     List<Batch> holdout = exchangeHoldout(ctx, batcher, mine, parts.size());
     TrainerOutcome outcome;
     try (DistributedTrainer trainer =
-        new DistributedTrainer(config, cluster(ctx), null, null)) {
+        new DistributedTrainer(config, cluster(ctx, device), null, null)) {
       outcome = run(trainer, parts.subList(0, steps), holdout);
     }
     return CollectionConverters.asScala(List.of(outcome).iterator());
@@ -125,8 +132,11 @@ final class TrainerTask extends AbstractFunction1<Iterator<Row>, Iterator<Traine
         eval == null ? Double.NaN : eval.auc(), eval == null ? 0 : eval.numSamples());
   }
 
-  /** This trainer's DLRM_* settings: servers are ranks [0, S), trainers [S, S + T). */
-  private Map<String, String> cluster(BarrierTaskContext ctx) {
+  /**
+   * This trainer's DLRM_* settings: servers are ranks [0, S), trainers [S, S + T); device: its
+   * taskDevice (null: the config's).
+   */
+  private Map<String, String> cluster(BarrierTaskContext ctx, String device) {
     Map<String, String> c = new HashMap<>();
     c.put("DLRM_ROLE", "trainer");
     c.put("DLRM_RANK", Integer.toString(options.servers() + ctx.partitionId()));
@@ -135,6 +145,27 @@ final class TrainerTask extends AbstractFunction1<Iterator<Row>, Iterator<Traine
     c.put("DLRM_BIND_ADDRESS",
         SparkTrainer.address(SparkEnv.get().blockManager().blockManagerId().host()));
     c.put("DLRM_TIMEOUT_MS", Long.toString(options.timeoutMs()));
+    if (device != null) {
+      c.put("DLRM_DEVICE", device);
+    }
     return c;
+  }
+
+  /** The trainer's DLRM_DEVICE: "cuda" is the GPU Spark assigned to this task. */
+  static String taskDevice(BarrierTaskContext ctx, String device) {
+    if (!device.equals("cuda")) {
+      return device;
+    }
+    ResourceInformation gpu = ctx.resourcesJMap().get("gpu");
+    String[] addresses = gpu == null ? new String[0] : gpu.addresses();
+    if (addresses.length == 0) {
+      throw new IllegalStateException(
+          "device \"cuda\" " + NO_GPU + "; Spark assigned this task none");
+    }
+    if (!addresses[0].matches("[0-9]+")) {
+      throw new IllegalStateException("Spark assigned this task GPU address \"" + addresses[0]
+          + "\", which is not a CUDA device ordinal");
+    }
+    return "cuda:" + addresses[0];
   }
 }

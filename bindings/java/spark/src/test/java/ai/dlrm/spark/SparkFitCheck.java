@@ -52,7 +52,8 @@ public final class SparkFitCheck {
     boolean ok;
     try {
       // 0 servers: the trainers own the embedding shards.
-      ok = checkBitwise(spark, tmp, 2) & checkBitwise(spark, tmp, 0) & checkBadRow(spark);
+      ok = checkBitwise(spark, tmp, 2) & checkBitwise(spark, tmp, 0) & checkBadRow(spark)
+          & checkDevice(spark);
     } finally {
       spark.stop();
     }
@@ -67,9 +68,11 @@ public final class SparkFitCheck {
     Path ckpt = tmp.resolve("spark_ckpt_" + servers);
     deleteTree(ckpt); // an earlier run's MANIFEST proves nothing
     long start = System.nanoTime();
+    // device "cpu" reaches each trainer as DLRM_DEVICE (the config's device otherwise).
     TrainResult r = SparkTrainer.fit(spark, df, CONFIG, COLUMNS,
         TrainOptions.of(PART_ROWS).withServers(servers).withHoldoutParts(1)
-            .withCheckpointDir(ckpt.toString()).withTimeoutMs(30_000));
+            .withCheckpointDir(ckpt.toString()).withTimeoutMs(30_000)
+            .withDevice(servers == 0 ? "cpu" : null));
     System.out.printf("SparkFitCheck: fit of %d steps on %d trainers, %d servers took %.1f s%n",
         r.losses().length, r.trainers(), servers, (System.nanoTime() - start) / 1e9);
     boolean ok = check(r.trainers() == 2, "2 trainers");
@@ -109,6 +112,34 @@ public final class SparkFitCheck {
         all += " | " + c;
       }
       return check(all.contains("column \"d1\", row 7: null"), "bad row named: " + all);
+    }
+  }
+
+  /**
+   * device "cuda" puts each trainer on the GPU Spark assigned its task; this session gives
+   * tasks none, so the fit is refused naming the setting before anything starts. A bad device
+   * name is refused when given.
+   */
+  private static boolean checkDevice(SparkSession spark) {
+    boolean ok;
+    try {
+      TrainOptions.of(PART_ROWS).withDevice("gpu");
+      ok = check(false, "device \"gpu\" refused");
+    } catch (IllegalArgumentException e) {
+      ok = check(e.getMessage().contains("device must be null"), "bad device named: " + e);
+    }
+    Dataset<Row> df = frame(spark, rows(2 * 2 * PART_ROWS, -1));
+    try {
+      SparkTrainer.fit(spark, df, CONFIG, COLUMNS,
+          TrainOptions.of(PART_ROWS).withTimeoutMs(5_000).withDevice("cuda"));
+      return check(false, "device cuda without a GPU resource fails the fit");
+    } catch (RuntimeException e) {
+      String all = String.valueOf(e);
+      for (Throwable c = e.getCause(); c != null; c = c.getCause()) {
+        all += " | " + c;
+      }
+      return ok & check(all.contains("spark.task.resource.gpu.amount"),
+          "missing GPU resource named: " + all);
     }
   }
 
