@@ -24,6 +24,8 @@ struct dlrm_gather {
 
 struct dlrm_trainer {
   std::unique_ptr<dlrm::train::TrainerRole> impl;
+  // The last failed call's error: why the trainer leaves if it is destroyed unfinished.
+  std::string last_error;
 };
 
 namespace {
@@ -47,6 +49,19 @@ dlrm::train::TrainerRole& TrainerOf(dlrm_trainer* trainer) {
   RequireNotNull(trainer, "trainer");
   if (!trainer->impl) dlrm::ThrowInvalid("trainer handle is not valid");
   return *trainer->impl;
+}
+
+// Guard for a call on a trainer: its error is also kept as the trainer's last_error.
+template <typename Fn>
+dlrm_status TrainerGuard(dlrm_trainer* trainer, Fn&& fn) {
+  return Guard([&] {
+    try {
+      fn(TrainerOf(trainer));
+    } catch (const std::exception& e) {
+      if (trainer != nullptr) trainer->last_error = e.what();
+      throw;
+    }
+  });
 }
 
 }  // namespace
@@ -103,6 +118,10 @@ DLRM_API dlrm_status dlrm_trainer_create(const char* config_text, const char* cl
 
 DLRM_API void dlrm_trainer_destroy(dlrm_trainer* trainer) {
   std::unique_ptr<dlrm_trainer> owned(trainer);
+  // Unfinished after a failed call (a host that gives up on an error): the other peers
+  // learn that error at once. A no-op for a trainer that finished; never throws.
+  if (owned && owned->impl && !owned->last_error.empty())
+    owned->impl->LeaveFailed("its last call failed: " + owned->last_error);
 }
 
 DLRM_API dlrm_status dlrm_trainer_info(dlrm_trainer* trainer, int32_t* rank, int32_t* num_trainers,
@@ -116,34 +135,34 @@ DLRM_API dlrm_status dlrm_trainer_info(dlrm_trainer* trainer, int32_t* rank, int
 }
 
 DLRM_API dlrm_status dlrm_trainer_enqueue(dlrm_trainer* trainer, const dlrm_batch* part) {
-  return Guard([&] { TrainerOf(trainer).trainer().Enqueue(ToView(part, "part")); });
+  return TrainerGuard(
+      trainer, [&](dlrm::train::TrainerRole& t) { t.trainer().Enqueue(ToView(part, "part")); });
 }
 
 DLRM_API dlrm_status dlrm_trainer_train_step(dlrm_trainer* trainer, float* loss_out) {
-  return Guard([&] {
-    const float loss = TrainerOf(trainer).trainer().TrainStep();
+  return TrainerGuard(trainer, [&](dlrm::train::TrainerRole& t) {
+    const float loss = t.trainer().TrainStep();
     if (loss_out) *loss_out = loss;
   });
 }
 
 DLRM_API dlrm_status dlrm_trainer_evaluate(dlrm_trainer* trainer, const dlrm_batch* batches,
                                            size_t num_batches, dlrm_eval_result* out) {
-  return Guard([&] {
-    dlrm::train::TrainerRole& t = TrainerOf(trainer);
+  return TrainerGuard(trainer, [&](dlrm::train::TrainerRole& t) {
     RequireNotNull(out, "out");
     WriteEvalResult(t.Evaluate(ToViews(batches, num_batches)), out);
   });
 }
 
 DLRM_API dlrm_status dlrm_trainer_checkpoint(dlrm_trainer* trainer, const char* dir) {
-  return Guard([&] {
+  return TrainerGuard(trainer, [&](dlrm::train::TrainerRole& t) {
     RequireNotNull(dir, "dir");
-    TrainerOf(trainer).Checkpoint(dir);
+    t.Checkpoint(dir);
   });
 }
 
 DLRM_API dlrm_status dlrm_trainer_finish(dlrm_trainer* trainer) {
-  return Guard([&] { TrainerOf(trainer).Finish(); });
+  return TrainerGuard(trainer, [&](dlrm::train::TrainerRole& t) { t.Finish(); });
 }
 
 }  // extern "C"

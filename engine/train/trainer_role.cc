@@ -50,9 +50,15 @@ TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfi
   layout_ = cluster::LayoutFromRoster(
       coordinator_.Rendezvous(listener_.address(), cluster::JobConfigOf(config_)), env.rank,
       config_);
-  comm_ = MakeCommunicator(make_communicator, devices);
-  MakeTrainer(devices);
-  if (!restore_dir.empty()) Restore(restore_dir);
+  try {
+    comm_ = MakeCommunicator(make_communicator, devices);
+    MakeTrainer(devices);
+    if (!restore_dir.empty()) Restore(restore_dir);
+  } catch (const std::exception& e) {
+    // Joined: every other peer learns why at once (not "it ended without finishing").
+    coordinator_.LeaveFailed(e.what());
+    throw;
+  }
 }
 
 void TrainerRole::MakeTrainer(const TrainerDevices& devices) {

@@ -368,6 +368,9 @@ typedef struct dlrm_trainer dlrm_trainer;
 DLRM_API dlrm_status dlrm_trainer_create(const char* config_text, const char* cluster,
                                          const char* restore_dir, dlrm_allgather_fn allgather,
                                          void* user_data, dlrm_trainer** out);
+/* A trainer destroyed before dlrm_trainer_finish leaves the job as failed, ending it: the
+ * other processes' calls fail naming this trainer and, when one of its calls failed, that
+ * call's error (else "it ended without finishing"). */
 DLRM_API void dlrm_trainer_destroy(dlrm_trainer* trainer);
 /* This trainer's rank among the trainers, their number, and the global step done. Any
  * pointer may be NULL. */

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -127,3 +128,42 @@ def test_device_cuda_needs_a_gpu_for_each_trainer_task(spark):
     df = frame(spark, rows(2 * 2 * PART))
     with pytest.raises(ValueError, match="spark.task.resource.gpu.amount"):
         DlrmEstimator(CONFIG, COLS, part_rows=PART, timeout_ms=5000, device="cuda").fit(df)
+
+
+def gpu_session(spark, tmp_path):
+    """The module's session stopped, and one whose workers each announce two GPUs (a
+    discovery script) and whose tasks take one each, as a GPU cluster's would."""
+    from pyspark.sql import SparkSession
+    script = tmp_path / "gpus.sh"
+    script.write_text('#!/bin/sh\necho \'{"name": "gpu", "addresses": ["0", "1"]}\'\n')
+    script.chmod(0o755)
+    conf = spark.sparkContext.getConf()
+    spark.stop()
+    builder = SparkSession.builder.master("local-cluster[2,1,1024]")
+    for key in ("spark.cores.max", "spark.scheduler.minRegisteredResourcesRatio",
+                "spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "spark.ui.enabled",
+                "spark.log.level", "spark.executorEnv.DLRM_LIBRARY",
+                "spark.executorEnv.PYTHONPATH", "spark.executorEnv.PYTHONDONTWRITEBYTECODE"):
+        builder = builder.config(key, conf.get(key))
+    return (builder.config("spark.worker.resource.gpu.amount", "2")
+            .config("spark.worker.resource.gpu.discoveryScript", str(script))
+            .config("spark.executor.resource.gpu.amount", "1")
+            .config("spark.task.resource.gpu.amount", "1").getOrCreate())
+
+
+# Last in the file: it replaces the module's session.
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU would train")
+def test_device_cuda_is_the_gpu_spark_assigned_each_task(spark, tmp_path):
+    """On a session whose tasks get GPUs, device="cuda" reaches each trainer as its task's
+    GPU; here none can be used, so the fit ends naming why (the trainer tells the job its
+    error, not only that it left)."""
+    session = gpu_session(spark, tmp_path)
+    try:
+        df = frame(session, rows(2 * 2 * PART))
+        with pytest.raises(RuntimeError, match="trainer [01] .* failed: (no usable CUDA device"
+                                               "|device.kind is CUDA but this libdlrm was built "
+                                               "without CUDA)"):
+            DlrmEstimator(CONFIG, COLS, part_rows=PART, timeout_ms=30000, device="cuda").fit(df)
+    finally:
+        session.stop()
+

@@ -188,3 +188,33 @@ def test_dlrm_device_in_the_cluster_settings_is_checked_by_name():
     settings["DLRM_DEVICE"] = "tpu"
     with pytest.raises(dlrm.DlrmError, match="DLRM_DEVICE must be cpu, cuda or cuda:N"):
         dlrm.distributed.Trainer(SMALL_CONFIG, settings)
+
+
+def test_a_trainer_closed_after_a_failed_call_tells_the_job_why() -> None:
+    """A host that gives up on a trainer after an error (closes it unfinished) ends the
+    job, and the other processes' errors name that error, not only that it left."""
+    port = _free_port()
+    errors: List[str] = []
+
+    def cluster(role: str, rank: int) -> Dict[str, object]:
+        return dict(_cluster(role, rank, port), DLRM_WORLD_SIZE=2, DLRM_TIMEOUT_MS=5000)
+
+    def role(name: str, rank: int) -> None:
+        try:
+            dlrm.distributed.run_role(CONFIG, cluster(name, rank))
+        except dlrm.DlrmError as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=role, args=("coordinator", -1))]
+    threads[0].start()
+    time.sleep(0.2)  # the coordinator binds its port before the peers bind theirs
+    threads.append(threading.Thread(target=role, args=("server", 0)))
+    threads[1].start()
+    with dlrm.distributed.Trainer(CONFIG, cluster("trainer", 1)) as t:
+        with pytest.raises(dlrm.DlrmError, match="no part queued"):
+            t.train_step()
+    for thread in threads:
+        thread.join(60)
+    assert len(errors) == 2, errors  # the coordinator's and the server's
+    for e in errors:
+        assert "its last call failed" in e and "no part queued" in e, e

@@ -267,6 +267,25 @@ TEST(ClusterNccl, RefusedNamingTheDeviceOrTheMissingBackends) {
         << result.trainer_errors[r];
 }
 
+// A trainer that joined but cannot be made (here: a CUDA config and no device backends)
+// leaves naming its error, so every other peer fails naming it too, at once, instead of
+// "it ended without finishing" (which is all a Spark fit reported).
+TEST(ClusterFaults, ATrainerThatCannotBeMadeTellsEveryPeerWhy) {
+  config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", kServers);
+  c.mutable_device()->set_kind(config::DeviceConfig::CUDA);
+  const auto nothing = [](train::TrainerRole&) { FAIL() << "a trainer was made"; };
+  const JobResult result = RunJob(c, "", nothing, 5000);
+  const std::string why = "but this trainer was made without device backends";
+  for (int r = 0; r < kTrainers; ++r)
+    EXPECT_NE(result.trainer_errors[r].find(why), std::string::npos) << result.trainer_errors[r];
+  for (int s = 0; s < kServers; ++s) {
+    EXPECT_NE(result.server_errors[s].find(why), std::string::npos) << result.server_errors[s];
+    EXPECT_EQ(result.server_errors[s].find("ended without finishing"), std::string::npos)
+        << result.server_errors[s];
+  }
+}
+
 // An embedding server whose shards exceed the memory limit leaves the job naming their
 // bytes before it allocates them, while the trainers' own parts fit the same limit; the
 // reason reaches every peer.
