@@ -51,12 +51,14 @@ dlrm::train::TrainerRole& TrainerOf(dlrm_trainer* trainer) {
   return *trainer->impl;
 }
 
-// Guard for a call on a trainer: its error is also kept as the trainer's last_error.
+// Guard for a call on a trainer: the trainer's last_error becomes its error, or "" when
+// it succeeds (a recovered error is not why a trainer leaves later).
 template <typename Fn>
 dlrm_status TrainerGuard(dlrm_trainer* trainer, Fn&& fn) {
   return Guard([&] {
     try {
       fn(TrainerOf(trainer));
+      trainer->last_error.clear();
     } catch (const std::exception& e) {
       if (trainer != nullptr) trainer->last_error = e.what();
       throw;
@@ -120,8 +122,11 @@ DLRM_API void dlrm_trainer_destroy(dlrm_trainer* trainer) {
   std::unique_ptr<dlrm_trainer> owned(trainer);
   // Unfinished after a failed call (a host that gives up on an error): the other peers
   // learn that error at once. A no-op for a trainer that finished; never throws.
-  if (owned && owned->impl && !owned->last_error.empty())
-    owned->impl->LeaveFailed("its last call failed: " + owned->last_error);
+  try {
+    if (owned && owned->impl && !owned->last_error.empty())
+      owned->impl->LeaveFailed("its last call failed: " + owned->last_error);
+  } catch (...) {  // best effort: the destructor still leaves, with its generic reason
+  }
 }
 
 DLRM_API dlrm_status dlrm_trainer_info(dlrm_trainer* trainer, int32_t* rank, int32_t* num_trainers,

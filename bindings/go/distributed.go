@@ -242,7 +242,8 @@ func NewTrainer(config string, cluster map[string]string, opts ...TrainerOption)
 	return t, nil
 }
 
-// Close releases the trainer; without Finish the servers notice its absence by timeout.
+// Close releases the trainer; without Finish it leaves the job as failed, which ends it:
+// the other processes fail at once, naming its last failed call's error.
 // It waits for a call in flight, is idempotent and always returns nil; later calls
 // return an error matching ErrClosed.
 func (t *Trainer) Close() error {

@@ -200,13 +200,20 @@ std::string ResolveDeviceName(const std::string& name, int32_t local_rank,
     device = "cuda:" + std::to_string(local_rank);
   }
   config::DeviceConfig checked;
-  SetDeviceByName(device, what, &checked);  // kInvalidArgument naming `what` and the value
+  try {
+    SetDeviceByName(device, what, &checked);
+  } catch (const Error&) {
+    ThrowInvalid(what, " must be cpu, cuda, cuda:N or cuda:local, got '", name, "'");
+  }
   return device;
 }
 
 config::DlrmConfig WithTrainerDevice(const ClusterEnv& env, config::DlrmConfig config) {
-  if (env.role == ROLE_TRAINER && !env.device.empty())
-    SetDeviceByName(env.device, "DLRM_DEVICE", config.mutable_device());
+  if (env.role != ROLE_TRAINER || env.device.empty()) return config;
+  // cuda:local is resolved here when it could not be at parsing (no DLRM_LOCAL_RANK), so
+  // that a --device given beside it overrides it rather than failing over it.
+  const std::string device = ResolveDeviceName(env.device, env.local_rank, "DLRM_DEVICE");
+  SetDeviceByName(device, "DLRM_DEVICE", config.mutable_device());
   return config;
 }
 
@@ -214,11 +221,12 @@ ClusterEnv ParseClusterEnv(const EnvLookup& lookup) {
   ClusterEnv env;
   ParseMembership(lookup, &env);
   if (std::optional<std::string> device = lookup("DLRM_DEVICE")) {
-    // Checked for every process (a launcher may set it for all), used by trainers only.
-    const bool trainer = env.role == ROLE_TRAINER;
+    // Spelled right in every process (a launcher may set it for all), used by trainers
+    // only; cuda:local without DLRM_LOCAL_RANK is refused when used (WithTrainerDevice).
+    const bool resolvable = env.role == ROLE_TRAINER && env.local_rank >= 0;
     const std::string resolved =
-        ResolveDeviceName(*device, trainer ? env.local_rank : 0, "DLRM_DEVICE");
-    if (trainer) env.device = resolved;
+        ResolveDeviceName(*device, resolvable ? env.local_rank : 0, "DLRM_DEVICE");
+    if (env.role == ROLE_TRAINER) env.device = resolvable ? resolved : *device;
   }
   ParseAddresses(lookup, &env);
   ParseTransport(lookup, &env);

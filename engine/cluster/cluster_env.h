@@ -80,7 +80,9 @@ struct ClusterEnv {
   Role role = ROLE_UNSPECIFIED;
   int32_t rank = -1;        // -1 for the coordinator
   int32_t local_rank = -1;  // DLRM_LOCAL_RANK; -1 when not set
-  std::string device;  // a trainer's DLRM_DEVICE: cpu, cuda or cuda:N (cuda:local resolved); or ""
+  // A trainer's DLRM_DEVICE (cpu, cuda, cuda:N; cuda:local resolved where DLRM_LOCAL_RANK
+  // is set), or "".
+  std::string device;
   int32_t world_size = 0;
   std::string coordinator_host;  // as given ("10.0.0.5", "[::1]", "node-3")
   int32_t coordinator_port = 0;
@@ -139,7 +141,8 @@ EnvLookup ParseClusterSettings(const std::string& text);
 // without a local rank (-1).
 std::string ResolveDeviceName(const std::string& name, int32_t local_rank, const std::string& what);
 // config with env.device in place of its device where this process is a trainer given one
-// (DLRM_DEVICE, or what a launcher's flag put there); unchanged otherwise.
+// (DLRM_DEVICE, or what a launcher's flag put there); unchanged otherwise. kInvalidArgument
+// for cuda:local without DLRM_LOCAL_RANK.
 config::DlrmConfig WithTrainerDevice(const ClusterEnv& env, config::DlrmConfig config);
 
 // "coordinator", "server", "trainer" (the DLRM_ROLE spellings).

@@ -10,6 +10,7 @@
 #include "engine/collective/net_communicator.h"
 #include "engine/config/config.h"
 #include "engine/core/byte_codec.h"
+#include "engine/core/crc32c.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/ps/shard_store_file.h"
@@ -47,11 +48,12 @@ TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfi
       coordinator_(context_, env, member_) {
   if (env.role != cluster::ROLE_TRAINER)
     ThrowInvalid("TrainerRole with DLRM_ROLE=", cluster::RoleName(env.role));
-  layout_ = cluster::LayoutFromRoster(
-      coordinator_.Rendezvous(listener_.address(), cluster::JobConfigOf(config_)), env.rank,
-      config_);
+  const cluster::Roster roster =
+      coordinator_.Rendezvous(listener_.address(), cluster::JobConfigOf(config_));
   try {
+    layout_ = cluster::LayoutFromRoster(roster, env.rank, config_);
     comm_ = MakeCommunicator(make_communicator, devices);
+    if (layout_.trainers_own_shards()) RequireOnePlan();
     MakeTrainer(devices);
     if (!restore_dir.empty()) Restore(restore_dir);
   } catch (const std::exception& e) {
@@ -59,6 +61,21 @@ TrainerRole::TrainerRole(const cluster::ClusterEnv& env, const config::DlrmConfi
     coordinator_.LeaveFailed(e.what());
     throw;
   }
+}
+
+void TrainerRole::RequireOnePlan() {
+  const std::string plan = layout_.plan.SerializeAsString();
+  const std::string mine = config::DeviceConfig::Kind_Name(config_.device().kind()) + " " +
+                           std::to_string(Crc32c(0, plan.data(), plan.size()));
+  const std::vector<std::string> all = comm_->AllGather(mine);
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0]) {
+      const auto kind = [&](size_t t) { return all[t].substr(0, all[t].find(' ')); };
+      ThrowInvalid("trainers 0 (device.kind ", kind(0), ") and ", r, " (device.kind ", kind(r),
+                   ") planned different shards; a job whose trainers own the shards needs "
+                   "one plan, and the planner keeps tables whole on GPU trainers: give every "
+                   "trainer the same device kind (DLRM_DEVICE, --device)");
+    }
 }
 
 void TrainerRole::MakeTrainer(const TrainerDevices& devices) {

@@ -85,6 +85,11 @@ class TrainerRole {
   // suits env (DLRM_COLLECTIVE=nccl: a GPU).
   static config::DlrmConfig Validated(const cluster::ClusterEnv& env,
                                       const config::DlrmConfig& config);
+  // Collective over the trainers of a job without servers: each planned the shards from
+  // its own config, whose device (a per-process field the coordinator does not compare)
+  // decides whether a table may be cut into row-wise pieces. kInvalidArgument on every
+  // trainer alike, naming two that differ, unless all hold the same plan.
+  void RequireOnePlan();
   std::unique_ptr<collective::Communicator> MakeCommunicator(const CommunicatorFactory& factory,
                                                              const TrainerDevices& devices);
   // The transport's own communicator, or Gloo's over it (env_.collective).

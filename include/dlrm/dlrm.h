@@ -21,6 +21,8 @@
  * writer lock and serialize with everything else; a waiting writer goes before readers
  * that arrive after it, so training makes progress under any prediction load.
  * dlrm_engine_destroy must not race with any other call on the same handle.
+ * A dlrm_trainer takes one call at a time: calls on one trainer, its destroy included,
+ * must not overlap (the bindings serialize them).
  */
 #ifndef DLRM_DLRM_H_
 #define DLRM_DLRM_H_

@@ -42,14 +42,16 @@ struct JobResult {
 // Runs a job: ranks 0..servers-1 are servers, the rest trainers. `dead_server` replaces
 // server 1 by a peer that joins and then vanishes (a server that died). The coordinator's
 // address is published through coordinator_address when given; the trainers get
-// `devices` (none: the CPU only).
+// `devices` (none: the CPU only) and, when given, trainer t its DLRM_DEVICE
+// trainer_devices[t].
 inline JobResult RunJob(
     const config::DlrmConfig& c, const std::string& restore, const TrainerBody& body,
     int64_t timeout_ms = 20000, bool dead_server = false,
     cluster::ClusterEnv::Collective collective = cluster::ClusterEnv::Collective::kBuiltin,
     int32_t servers = kJobServers, int32_t trainers = kJobTrainers,
     std::atomic<const std::string*>* coordinator_address = nullptr,
-    const train::TrainerDevices& devices = {}) {
+    const train::TrainerDevices& devices = {},
+    const std::vector<std::string>& trainer_devices = {}) {
   net::Context context;
   const int32_t world = servers + trainers;
   // The dead server's link to the coordinator: it outlives the coordinator, silent.
@@ -77,6 +79,7 @@ inline JobResult RunJob(
           PeerEnv(coordinator.address(), server ? cluster::ROLE_SERVER : cluster::ROLE_TRAINER,
                   rank, world, timeout_ms);
       env.collective = collective;
+      if (!server && !trainer_devices.empty()) env.device = trainer_devices[rank - servers];
       std::string& error =
           server ? result.server_errors[rank] : result.trainer_errors[rank - servers];
       try {

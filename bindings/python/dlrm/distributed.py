@@ -87,7 +87,8 @@ class Trainer:
         return self._handle
 
     def close(self) -> None:
-        """Releases the trainer (without finish(): the servers then notice by timeout)."""
+        """Releases the trainer. Without finish() it leaves the job as failed, which ends
+        it: the other processes fail at once, naming its last failed call's error."""
         with self._lock:
             handle, self._handle = self._handle, None
         if handle is not None:

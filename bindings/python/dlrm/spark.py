@@ -117,6 +117,8 @@ def _check_device(device: Optional[str]) -> None:
     """None, "cpu", "cuda" or "cuda:N" (DlrmEstimator's device)."""
     if device is None or device in ("cpu", "cuda"):
         return
+    if not isinstance(device, str):
+        raise ValueError(f"device must be None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     ordinal = device[len("cuda:"):] if device.startswith("cuda:") else ""
     if not (ordinal.isdigit() and ordinal.isascii() and len(ordinal) <= 4):
         raise ValueError(f"device must be None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
@@ -289,6 +291,7 @@ class DlrmEstimator:
     def fit(self, df: Any) -> DlrmModel:
         """Trains on df's rows (one trainer per partition); blocks until the job ends."""
         spark = df.sparkSession
+        _check_device(self.device)  # (an attribute set since construction)
         _require_gpu_tasks(spark.sparkContext.getConf(), self.device)
         host = _address(self.driver_host or spark.conf.get("spark.driver.host"))
         coordinator = f"{host}:{_free_port(host)}"

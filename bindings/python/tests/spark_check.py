@@ -160,6 +160,9 @@ def test_device_cuda_is_the_gpu_spark_assigned_each_task(spark, tmp_path):
     session = gpu_session(spark, tmp_path)
     try:
         df = frame(session, rows(2 * 2 * PART))
+        # The executors started, so the job's rendezvous clock does not include that.
+        assert session.sparkContext.parallelize(range(2), 2).barrier() \
+            .mapPartitions(lambda rows: [len(list(rows))]).collect() == [1, 1]
         with pytest.raises(RuntimeError, match="trainer [01] .* failed: (no usable CUDA device"
                                                "|device.kind is CUDA but this libdlrm was built "
                                                "without CUDA)"):

@@ -172,7 +172,7 @@ def test_spark_trainer_task_takes_the_gpu_spark_assigned_it():
     with pytest.raises(ValueError, match="this session sets none"):
         spark._require_gpu_tasks({}, "cuda")
     columns = dlrm.Columns(dense=["d"], sparse=[], label="y")
-    for bad in ("gpu", "cuda:", "cuda:x", "cuda:12345", "CUDA"):
+    for bad in ("gpu", "cuda:", "cuda:x", "cuda:12345", "CUDA", 0):
         with pytest.raises(ValueError, match="device must be None, 'cpu', 'cuda' or 'cuda:N'"):
             spark.DlrmEstimator(SMALL_CONFIG, columns, part_rows=64, device=bad)
 
@@ -186,7 +186,7 @@ def test_dlrm_device_in_the_cluster_settings_is_checked_by_name():
     with pytest.raises(dlrm.DlrmError, match="DLRM_DEVICE=cuda:local needs DLRM_LOCAL_RANK"):
         dlrm.distributed.Trainer(SMALL_CONFIG, settings)
     settings["DLRM_DEVICE"] = "tpu"
-    with pytest.raises(dlrm.DlrmError, match="DLRM_DEVICE must be cpu, cuda or cuda:N"):
+    with pytest.raises(dlrm.DlrmError, match="DLRM_DEVICE must be cpu, cuda, cuda:N or cuda:local"):
         dlrm.distributed.Trainer(SMALL_CONFIG, settings)
 
 

@@ -205,8 +205,23 @@ TEST(DistEnvTest, DeviceIsATrainersOwnAndCudaLocalIsItsLocalRank) {
   EXPECT_EQ(mine.device().kind(), config::DeviceConfig::CUDA);
   EXPECT_EQ(mine.device().ordinal(), 3);
 
-  ExpectInvalid("DLRM_DEVICE", "cuda:local", {"DLRM_DEVICE=cuda:local needs DLRM_LOCAL_RANK"});
-  ExpectInvalid("DLRM_DEVICE", "gpu", {"DLRM_DEVICE must be cpu, cuda or cuda:N, got 'gpu'"});
+  // cuda:local without DLRM_LOCAL_RANK is refused when used, so a --device beside it can
+  // still replace it (tools/distributed_train_command.cc).
+  Vars unranked = Trainer();
+  unranked["DLRM_DEVICE"] = "cuda:local";
+  cluster::ClusterEnv no_rank = Parse(unranked);
+  EXPECT_EQ(no_rank.device, "cuda:local");
+  try {
+    cluster::WithTrainerDevice(no_rank, config);
+    ADD_FAILURE() << "cuda:local without DLRM_LOCAL_RANK was used";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("DLRM_DEVICE=cuda:local needs DLRM_LOCAL_RANK"));
+  }
+  no_rank.device = cluster::ResolveDeviceName("cuda:1", no_rank.local_rank, "--device");
+  EXPECT_EQ(cluster::WithTrainerDevice(no_rank, config).device().ordinal(), 1);
+  ExpectInvalid("DLRM_DEVICE", "gpu",
+                {"DLRM_DEVICE must be cpu, cuda, cuda:N or cuda:local, got 'gpu'"});
   ExpectInvalid("DLRM_DEVICE", "cuda:", {"got 'cuda:'"});
   ExpectInvalid("DLRM_DEVICE", "cuda:-1", {"got 'cuda:-1'"});
   Vars server = Trainer();

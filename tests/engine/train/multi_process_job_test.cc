@@ -286,6 +286,28 @@ TEST(ClusterFaults, ATrainerThatCannotBeMadeTellsEveryPeerWhy) {
   }
 }
 
+// Trainers that own the shards plan them each from their own config, and the device
+// (DLRM_DEVICE: a per-process field the coordinator does not compare) changes the plan:
+// a CPU trainer cuts a large table into row-wise pieces, a GPU trainer keeps it whole.
+// Such a job is refused on every trainer naming both, before anything trains on two
+// plans (which would send rows to owners that do not hold them).
+TEST(ClusterNeo, TrainersOnDifferentDeviceKindsAreRefusedNamingThem) {
+  config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", kTrainers);
+  c.mutable_sharding()->clear_tables();                  // the planner's own choice
+  c.mutable_sharding()->set_data_parallel_max_bytes(0);  // no table replicated
+  c.mutable_model()->mutable_tables(0)->set_num_rows(6000);
+  const auto nothing = [](train::TrainerRole&) { FAIL() << "a trainer was made"; };
+  const JobResult result =
+      RunJob(c, "", nothing, 5000, false, cluster::ClusterEnv::Collective::kBuiltin, /*servers=*/0,
+             kTrainers, nullptr, {}, {"cpu", "cuda"});
+  for (int r = 0; r < kTrainers; ++r)
+    EXPECT_NE(result.trainer_errors[r].find("trainers 0 (device.kind CPU) and 1 (device.kind "
+                                            "CUDA) planned different shards"),
+              std::string::npos)
+        << result.trainer_errors[r];
+}
+
 // An embedding server whose shards exceed the memory limit leaves the job naming their
 // bytes before it allocates them, while the trainers' own parts fit the same limit; the
 // reason reaches every peer.

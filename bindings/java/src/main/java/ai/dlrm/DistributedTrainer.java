@@ -48,8 +48,8 @@ import java.util.function.Function;
  *
  * <p>Thread safety: the calls on one trainer are serialized (a trainer is meant to be driven
  * by one thread). {@link #close} waits for a call in flight; calls after it throw {@link
- * IllegalStateException}. Close without {@link #finish} leaves the job: the servers notice
- * by timeout.
+ * IllegalStateException}. Close without {@link #finish} leaves the job as failed, which ends
+ * it: the other processes fail at once, naming its last failed call's error.
  */
 public final class DistributedTrainer implements AutoCloseable {
   static {
