@@ -12,9 +12,8 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr int kBiasChunkRows = 32;
 constexpr int kThreads = 256;
 
-constexpr int kRowsInFlight = 8;
-constexpr int kMaxAlgorithmRank =
-    64;  // candidates a shape may be asked for  // rows whose loads are issued before their sums
+constexpr int kRowsInFlight = 8;       // rows whose loads are issued before their sums
+constexpr int kMaxAlgorithmRank = 64;  // heuristic candidates a shape may be asked for
 
 // dy's (r, j) with the ReLU's mask applied (zeroed in dy where y <= 0, as the CPU).
 __device__ __forceinline__ float MaskedGrad(const float* y, float* dy, int64_t at, float g,
