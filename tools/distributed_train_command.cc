@@ -253,8 +253,7 @@ int DistributedTrainCommand() {
   // A trainer's --device, as DLRM_DEVICE (which it overrides): its config's device, where
   // cuda:local names the GPU of its DLRM_LOCAL_RANK. Servers compute on the CPU whatever
   // either says (the device is a field of each process).
-  if (!FLAGS_device.empty() && env.role == cluster::ROLE_TRAINER)
-    env.device = cluster::ResolveDeviceName(FLAGS_device, env.local_rank, "--device");
+  if (!FLAGS_device.empty()) cluster::SetTrainerDevice(FLAGS_device, "--device", &env);
   const std::string restore = FLAGS_restore.empty() || env.role == cluster::ROLE_COORDINATOR
                                   ? ""
                                   : CheckpointToRestore(FLAGS_restore);

@@ -190,44 +190,49 @@ int64_t ParseTimeoutMs(const EnvLookup& lookup) {
   return ParseIntVar("DLRM_TIMEOUT_MS", *timeout, 1, 86400000, "[1, 86400000]");
 }
 
+namespace {
+
+// name with cuda:local replaced by cuda:<local_rank>; kInvalidArgument naming `from` for a
+// misspelled name, and for cuda:local without a local rank (-1).
 std::string ResolveDeviceName(const std::string& name, int32_t local_rank,
-                              const std::string& what) {
+                              const std::string& from) {
   std::string device = name;
   if (device == "cuda:local") {
     if (local_rank < 0)
-      ThrowInvalid(what, "=cuda:local needs DLRM_LOCAL_RANK (this trainer's index on its host; ",
+      ThrowInvalid(from, "=cuda:local needs DLRM_LOCAL_RANK (this trainer's index on its host; ",
                    "dlrm launch sets it, another launcher must)");
     device = "cuda:" + std::to_string(local_rank);
   }
   config::DeviceConfig checked;
   try {
-    SetDeviceByName(device, what, &checked);
+    SetDeviceByName(device, from, &checked);
   } catch (const Error&) {
-    ThrowInvalid(what, " must be cpu, cuda, cuda:N or cuda:local, got '", name, "'");
+    ThrowInvalid(from, " must be cpu, cuda, cuda:N or cuda:local, got '", name, "'");
   }
   return device;
 }
 
+}  // namespace
+
+void SetTrainerDevice(const std::string& name, const std::string& from, ClusterEnv* env) {
+  ResolveDeviceName(name, 0, from);  // the spelling only: cuda:local is resolved when used
+  if (env->role != ROLE_TRAINER) return;
+  env->device = name;
+  env->device_from = from;
+}
+
 config::DlrmConfig WithTrainerDevice(const ClusterEnv& env, config::DlrmConfig config) {
   if (env.role != ROLE_TRAINER || env.device.empty()) return config;
-  // cuda:local is resolved here when it could not be at parsing (no DLRM_LOCAL_RANK), so
-  // that a --device given beside it overrides it rather than failing over it.
-  const std::string device = ResolveDeviceName(env.device, env.local_rank, "DLRM_DEVICE");
-  SetDeviceByName(device, "DLRM_DEVICE", config.mutable_device());
+  const std::string device = ResolveDeviceName(env.device, env.local_rank, env.device_from);
+  SetDeviceByName(device, env.device_from, config.mutable_device());
   return config;
 }
 
 ClusterEnv ParseClusterEnv(const EnvLookup& lookup) {
   ClusterEnv env;
   ParseMembership(lookup, &env);
-  if (std::optional<std::string> device = lookup("DLRM_DEVICE")) {
-    // Spelled right in every process (a launcher may set it for all), used by trainers
-    // only; cuda:local without DLRM_LOCAL_RANK is refused when used (WithTrainerDevice).
-    const bool resolvable = env.role == ROLE_TRAINER && env.local_rank >= 0;
-    const std::string resolved =
-        ResolveDeviceName(*device, resolvable ? env.local_rank : 0, "DLRM_DEVICE");
-    if (env.role == ROLE_TRAINER) env.device = resolvable ? resolved : *device;
-  }
+  if (std::optional<std::string> device = lookup("DLRM_DEVICE"))
+    SetTrainerDevice(*device, "DLRM_DEVICE", &env);
   ParseAddresses(lookup, &env);
   ParseTransport(lookup, &env);
   return env;

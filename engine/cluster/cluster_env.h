@@ -80,9 +80,10 @@ struct ClusterEnv {
   Role role = ROLE_UNSPECIFIED;
   int32_t rank = -1;        // -1 for the coordinator
   int32_t local_rank = -1;  // DLRM_LOCAL_RANK; -1 when not set
-  // A trainer's DLRM_DEVICE (cpu, cuda, cuda:N; cuda:local resolved where DLRM_LOCAL_RANK
-  // is set), or "".
+  // A trainer's device as given (cpu, cuda, cuda:N or cuda:local; WithTrainerDevice
+  // resolves it), or "", and where it was given ("DLRM_DEVICE", "--device"): SetTrainerDevice.
   std::string device;
+  std::string device_from;
   int32_t world_size = 0;
   std::string coordinator_host;  // as given ("10.0.0.5", "[::1]", "node-3")
   int32_t coordinator_port = 0;
@@ -135,14 +136,15 @@ EnvLookup ProcessEnvironment();
 // kInvalidArgument naming the line otherwise.
 EnvLookup ParseClusterSettings(const std::string& text);
 
-// A device name as DLRM_DEVICE takes it (`what` names where it came from: "DLRM_DEVICE",
-// "--device"), with cuda:local replaced by cuda:<local_rank>: "cpu", "cuda" or "cuda:N".
-// kInvalidArgument naming `what` and the value for anything else, and for cuda:local
-// without a local rank (-1).
-std::string ResolveDeviceName(const std::string& name, int32_t local_rank, const std::string& what);
-// config with env.device in place of its device where this process is a trainer given one
-// (DLRM_DEVICE, or what a launcher's flag put there); unchanged otherwise. kInvalidArgument
-// for cuda:local without DLRM_LOCAL_RANK.
+// Gives a trainer its own device, `name` as DLRM_DEVICE spells it (`from`: where it came
+// from, "DLRM_DEVICE" or a launcher's "--device", which names it in errors): replaces
+// what env holds. Every role checks the spelling (a launcher may set it for all); only a
+// trainer keeps it. kInvalidArgument naming `from` and the value unless it is cpu, cuda,
+// cuda:N or cuda:local.
+void SetTrainerDevice(const std::string& name, const std::string& from, ClusterEnv* env);
+// config with env.device in place of its device where this process is a trainer given one,
+// cuda:local resolved to cuda:<DLRM_LOCAL_RANK>; unchanged otherwise. kInvalidArgument
+// naming env.device_from for cuda:local without DLRM_LOCAL_RANK.
 config::DlrmConfig WithTrainerDevice(const ClusterEnv& env, config::DlrmConfig config);
 
 // "coordinator", "server", "trainer" (the DLRM_ROLE spellings).

@@ -13,6 +13,7 @@
 #include "engine/cluster/roster.h"
 #include "engine/config/dlrm.pb.h"
 #include "engine/core/status.h"
+#include "tests/support/test_support.h"
 
 namespace dlrm {
 namespace {
@@ -189,28 +190,27 @@ TEST(DistEnvTest, LocalRankIsOptionalAndChecked) {
 // trainers only, and a bad value is refused naming the variable in every process.
 TEST(DistEnvTest, DeviceIsATrainersOwnAndCudaLocalIsItsLocalRank) {
   EXPECT_EQ(Parse(Trainer()).device, "");
+  config::DlrmConfig config;
+  config.mutable_device()->set_ordinal(5);
+  const auto applied = [&](const cluster::ClusterEnv& env) {
+    const config::DeviceConfig& d = cluster::WithTrainerDevice(env, config).device();
+    return config::DeviceConfig::Kind_Name(d.kind()) + ":" + std::to_string(d.ordinal());
+  };
   Vars vars = Trainer();
-  for (const auto& [given, resolved] :
-       {std::pair{"cpu", "cpu"}, {"cuda", "cuda"}, {"cuda:7", "cuda:7"}}) {
+  for (const auto& [given, device] :
+       {std::pair{"cpu", "CPU:0"}, {"cuda", "CUDA:0"}, {"cuda:7", "CUDA:7"}}) {
     vars["DLRM_DEVICE"] = given;
-    EXPECT_EQ(Parse(vars).device, resolved);
+    EXPECT_EQ(applied(Parse(vars)), device) << given;
   }
   vars["DLRM_DEVICE"] = "cuda:local";
   vars["DLRM_LOCAL_RANK"] = "3";
-  const cluster::ClusterEnv env = Parse(vars);
-  EXPECT_EQ(env.device, "cuda:3");
-  config::DlrmConfig config;
-  config.mutable_device()->set_ordinal(5);
-  const config::DlrmConfig mine = cluster::WithTrainerDevice(env, config);
-  EXPECT_EQ(mine.device().kind(), config::DeviceConfig::CUDA);
-  EXPECT_EQ(mine.device().ordinal(), 3);
+  EXPECT_EQ(applied(Parse(vars)), "CUDA:3");
 
   // cuda:local without DLRM_LOCAL_RANK is refused when used, so a --device beside it can
-  // still replace it (tools/distributed_train_command.cc).
+  // still replace it (tools/distributed_train_command.cc), and is named in the error.
   Vars unranked = Trainer();
   unranked["DLRM_DEVICE"] = "cuda:local";
   cluster::ClusterEnv no_rank = Parse(unranked);
-  EXPECT_EQ(no_rank.device, "cuda:local");
   try {
     cluster::WithTrainerDevice(no_rank, config);
     ADD_FAILURE() << "cuda:local without DLRM_LOCAL_RANK was used";
@@ -218,8 +218,14 @@ TEST(DistEnvTest, DeviceIsATrainersOwnAndCudaLocalIsItsLocalRank) {
     EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(e.what(), HasSubstr("DLRM_DEVICE=cuda:local needs DLRM_LOCAL_RANK"));
   }
-  no_rank.device = cluster::ResolveDeviceName("cuda:1", no_rank.local_rank, "--device");
-  EXPECT_EQ(cluster::WithTrainerDevice(no_rank, config).device().ordinal(), 1);
+  cluster::SetTrainerDevice("cuda:1", "--device", &no_rank);
+  EXPECT_EQ(applied(no_rank), "CUDA:1");
+  cluster::SetTrainerDevice("cuda:local", "--device", &no_rank);
+  testing::ExpectError([&] { cluster::WithTrainerDevice(no_rank, config); },
+                       StatusCode::kInvalidArgument, "--device=cuda:local needs DLRM_LOCAL_RANK");
+  testing::ExpectError([&] { cluster::SetTrainerDevice("gpu", "--device", &no_rank); },
+                       StatusCode::kInvalidArgument,
+                       "--device must be cpu, cuda, cuda:N or cuda:local, got 'gpu'");
   ExpectInvalid("DLRM_DEVICE", "gpu",
                 {"DLRM_DEVICE must be cpu, cuda, cuda:N or cuda:local, got 'gpu'"});
   ExpectInvalid("DLRM_DEVICE", "cuda:", {"got 'cuda:'"});
@@ -230,7 +236,7 @@ TEST(DistEnvTest, DeviceIsATrainersOwnAndCudaLocalIsItsLocalRank) {
   server["DLRM_DEVICE"] = "cuda:local";  // a launcher's setting for every process
   const cluster::ClusterEnv served = Parse(server);
   EXPECT_EQ(served.device, "");
-  EXPECT_EQ(cluster::WithTrainerDevice(served, config).device().kind(), config::DeviceConfig::CPU);
+  EXPECT_EQ(applied(served), "CPU:5");
 }
 
 TEST(DistEnvTest, RejectsCoordinator) {
