@@ -25,6 +25,9 @@ struct ModelParallelTrainer::Input {
   std::vector<int64_t> first;    // per rank: its first sample in `joined`
   OwnedBatch joined, local;
   ValidatedBatch joined_vb, local_vb;
+  // Whether the bags and requests the ranks sent this one decode and fit its shards: an
+  // error travels in phase 2's outcome, so that every rank fails with it.
+  Outcome accepted;
 };
 
 // The tables cut into row-wise pieces (PooledLayout::fetched_tables(), index k): what this
@@ -221,20 +224,27 @@ void ModelParallelTrainer::JoinInputParts(const std::vector<std::string>& receiv
                                           Purpose purpose) {
   Input& in = *in_;
   const int32_t ranks = comm_->world_size();
-  std::vector<OwnedBatch> parts(ranks);
+  std::vector<ByteReader> readers;
+  readers.reserve(static_cast<size_t>(ranks));
+  // A rank's own error (every rank reads the same one) fails the phase here, on every rank.
   for (int32_t r = 0; r < ranks; ++r) {
-    ByteReader bytes(received[r], "model-parallel input");
-    const Outcome got = GetOutcome(&bytes);
-    if (!got.ok()) {
-      const auto code = static_cast<StatusCode>(got.code);
-      if (purpose == Purpose::kTrain)
-        Throw(code, "step ", step_ + 1, ": trainer ", r, "'s part: ", got.error);
-      Throw(code, "trainer ", r, "'s batch: ", got.error);
-    }
-    parts[r] = GetBags(&bytes);
-    GetRowRequests(r, &bytes);
-    bytes.ExpectEnd();
+    readers.emplace_back(received[r], "model-parallel input");
+    const Outcome got = GetOutcome(&readers.back());
+    if (got.ok()) continue;
+    const auto code = static_cast<StatusCode>(got.code);
+    if (purpose == Purpose::kTrain)
+      Throw(code, "step ", step_ + 1, ": trainer ", r, "'s part: ", got.error);
+    Throw(code, "trainer ", r, "'s batch: ", got.error);
   }
+  std::vector<OwnedBatch> parts(ranks);
+  in.accepted = Attempt([&] {
+    for (int32_t r = 0; r < ranks; ++r) {
+      parts[r] = GetBags(&readers[r]);
+      GetRowRequests(r, &readers[r]);
+      readers[r].ExpectEnd();
+    }
+  });
+  if (!in.accepted.ok()) return;
   in.samples.assign(ranks, 0);
   in.first.assign(ranks, 0);
   for (int32_t r = 0; r < ranks; ++r) {
@@ -242,8 +252,10 @@ void ModelParallelTrainer::JoinInputParts(const std::vector<std::string>& receiv
     if (r > 0) in.first[r] = in.first[r - 1] + in.samples[r - 1];
   }
   if (purpose == Purpose::kTrain) CheckEqualParts(in.samples, step_ + 1);
-  in.joined = layout_.JoinInput(comm_->rank(), parts);
-  in.joined_vb = owned_.ValidateLocalBatch(in.joined.view());
+  in.accepted = Attempt([&] {
+    in.joined = layout_.JoinInput(comm_->rank(), parts);
+    in.joined_vb = owned_.ValidateLocalBatch(in.joined.view());
+  });
   if (!in.mine.present) return;
   in.local = layout_.LocalInput(in.mine.validated.view);
   if (!replicas_.features().empty()) in.local_vb = replicas_.ValidateLocalBatch(in.local.view());
@@ -252,13 +264,16 @@ void ModelParallelTrainer::JoinInputParts(const std::vector<std::string>& receiv
 void ModelParallelTrainer::ExchangePooled() {
   const Input& in = *in_;
   const int32_t ranks = comm_->world_size(), me = comm_->rank();
-  owned_out_.resize(static_cast<size_t>(in.joined.batch_size) * layout_.owned_width(me));
-  // A failure (the device's, or a request for rows outside a piece) travels in place of
-  // the rows: every rank fails with it.
-  const Outcome done = Attempt([&] {
-    shards_->Pool(in.joined_vb, owned_out_.data());
-    AnswerRowRequests();
-  });
+  // A failure (input that does not fit this rank's shards, the device's, a request for
+  // rows outside a piece) travels in place of the rows: every rank fails with it.
+  Outcome done = in.accepted;
+  if (done.ok()) {
+    owned_out_.resize(static_cast<size_t>(in.joined.batch_size) * layout_.owned_width(me));
+    done = Attempt([&] {
+      shards_->Pool(in.joined_vb, owned_out_.data());
+      AnswerRowRequests();
+    });
+  }
   // Rounded where made: every rank, this one included, sees the same bits.
   RoundForWire(&owned_out_, wire_);
   std::vector<std::string> to_each(ranks);
@@ -581,12 +596,13 @@ void ModelParallelTrainer::PredictLogits(const BatchView& batch, float* logits) 
   backend_->PredictLogitsPooled(in_->mine.validated, pooled_.data(), logits);
 }
 
-void ModelParallelTrainer::PredictRounds(const std::vector<const BatchView*>& mine,
+void ModelParallelTrainer::PredictRounds(int64_t rounds,
+                                         const std::function<const BatchView*(int64_t)>& mine,
                                          std::vector<double>* probabilities,
                                          std::vector<float>* labels) {
   std::vector<float> logits;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const BatchView* b = mine[i];
+  for (int64_t i = 0; i < rounds; ++i) {
+    const BatchView* b = mine(i);
     try {
       ExchangeInput(Prepare(b, Purpose::kEvaluate), Purpose::kEvaluate);
     } catch (const Error& e) {
@@ -603,34 +619,55 @@ void ModelParallelTrainer::PredictRounds(const std::vector<const BatchView*>& mi
   }
 }
 
+std::vector<int64_t> ModelParallelTrainer::GatherBatchCounts(size_t mine) {
+  ByteWriter count;
+  count.Put<int64_t>(static_cast<int64_t>(mine));
+  const std::vector<std::string> all = comm_->AllGather(std::move(count).Take());
+  std::vector<int64_t> counts;
+  for (size_t r = 0; r < all.size(); ++r) {
+    ByteReader in(all[r], "model-parallel evaluation");
+    counts.push_back(in.Get<int64_t>("batch count"));
+    in.ExpectEnd();
+    if (counts.back() < 0 || counts.back() > kMaxBatchCount)
+      Throw(StatusCode::kDataLoss, "trainer ", r, " sent a batch count of ", counts.back(),
+            ", outside [0, ", kMaxBatchCount, "]");
+  }
+  return counts;
+}
+
 void ModelParallelTrainer::AppendPredictions(const std::vector<BatchView>& batches, size_t first,
                                              size_t stride, std::vector<double>* probabilities,
                                              std::vector<float>* labels) {
-  if (batches.empty()) ThrowInvalid("evaluate needs at least one batch");
   if (stride == 0) ThrowInvalid("prediction stride must be > 0");
-  // The same batches on every rank: the same number of rounds, no exchange needed.
-  const size_t rounds = (batches.size() + stride - 1) / stride;
-  std::vector<const BatchView*> mine(rounds, nullptr);
-  for (size_t i = 0; i < rounds; ++i)
-    if (first + i * stride < batches.size()) mine[i] = &batches[first + i * stride];
-  PredictRounds(mine, probabilities, labels);
+  // The same batches on every rank (each predicts its share): the same rounds everywhere.
+  const std::vector<int64_t> counts = GatherBatchCounts(batches.size());
+  for (size_t r = 1; r < counts.size(); ++r)
+    if (counts[r] != counts[0])
+      ThrowInvalid("evaluation needs the same batches on every trainer: trainer 0 has ", counts[0],
+                   ", trainer ", r, " has ", counts[r]);
+  if (batches.empty()) ThrowInvalid("evaluate needs at least one batch");
+  const auto rounds = static_cast<int64_t>((batches.size() + stride - 1) / stride);
+  PredictRounds(
+      rounds,
+      [&](int64_t i) {
+        const size_t b = first + static_cast<size_t>(i) * stride;
+        return b < batches.size() ? &batches[b] : nullptr;
+      },
+      probabilities, labels);
 }
 
 EvalResult ModelParallelTrainer::Evaluate(const std::vector<BatchView>& batches) {
-  int64_t rounds = 0;
-  ByteWriter count;
-  count.Put<int64_t>(static_cast<int64_t>(batches.size()));
-  for (const std::string& bytes : comm_->AllGather(std::move(count).Take())) {
-    ByteReader in(bytes, "model-parallel evaluation");
-    rounds = std::max(rounds, in.Get<int64_t>("batch count"));
-    in.ExpectEnd();
-  }
+  const std::vector<int64_t> counts = GatherBatchCounts(batches.size());
+  const int64_t rounds = *std::max_element(counts.begin(), counts.end());
   if (rounds == 0) ThrowInvalid("evaluate needs at least one batch (no rank has one)");
-  std::vector<const BatchView*> mine(static_cast<size_t>(rounds), nullptr);
-  for (size_t i = 0; i < batches.size(); ++i) mine[i] = &batches[i];
   std::vector<double> probabilities;
   std::vector<float> labels;
-  PredictRounds(mine, &probabilities, &labels);
+  PredictRounds(
+      rounds,
+      [&](int64_t i) {
+        return static_cast<size_t>(i) < batches.size() ? &batches[static_cast<size_t>(i)] : nullptr;
+      },
+      &probabilities, &labels);
   return GatherEvaluation(comm_, "", probabilities, labels);
 }
 

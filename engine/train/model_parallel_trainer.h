@@ -47,6 +47,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,6 +86,8 @@ class ModelParallelTrainer : public SyncTrainer {
   float TrainStep() override;
   size_t queued() const override { return queue_.size(); }
   void Flush() override {}
+  // Collective here (the owners pool every rank's share): ranks given different numbers of
+  // batches all fail alike (kInvalidArgument naming two counts) and stay in step.
   void AppendPredictions(const std::vector<BatchView>& batches, size_t first, size_t stride,
                          std::vector<double>* probabilities, std::vector<float>* labels) override;
   // Trains this rank's part of the next global batch (collective); returns the global
@@ -155,10 +158,14 @@ class ModelParallelTrainer : public SyncTrainer {
   // Phase 1's halves: this rank's bytes for each rank, and the received ones joined.
   std::vector<std::string> EncodeInputParts();
   void JoinInputParts(const std::vector<std::string>& received, Purpose purpose);
-  // Collective rounds of prediction: round i predicts mine[i] (null: nothing this round;
+  // Collective rounds of prediction: round i predicts mine(i) (null: nothing this round;
   // every rank runs the same number of rounds), appending probabilities and labels.
-  void PredictRounds(const std::vector<const BatchView*>& mine, std::vector<double>* probabilities,
-                     std::vector<float>* labels);
+  void PredictRounds(int64_t rounds, const std::function<const BatchView*(int64_t)>& mine,
+                     std::vector<double>* probabilities, std::vector<float>* labels);
+  // Every rank's number of evaluation batches (collective), in rank order; kDataLoss naming
+  // the rank for a count outside [0, kMaxBatchCount] (what no rank could hold).
+  static constexpr int64_t kMaxBatchCount = int64_t{1} << 31;
+  std::vector<int64_t> GatherBatchCounts(size_t mine);
   // Phase 2: pooled_ [n x pooled_width] for this rank's samples.
   void ExchangePooled();
   // Phase 2's halves: the bytes for rank q (the owned rows of its samples and the piece

@@ -53,6 +53,7 @@ class ForgingCommunicator : public collective::Communicator {
   int32_t rank() const override { return inner_->rank(); }
   int32_t world_size() const override { return inner_->world_size(); }
   std::vector<std::string> AllGather(const std::string& contribution) override {
+    if (forge_gather) return inner_->AllGather(std::exchange(forge_gather, nullptr)(contribution));
     return inner_->AllGather(contribution);
   }
   std::vector<std::string> AllToAll(const std::vector<std::string>& to_each) override {
@@ -60,7 +61,8 @@ class ForgingCommunicator : public collective::Communicator {
     if (forge) std::exchange(forge, nullptr)(&parts);
     return inner_->AllToAll(parts);
   }
-  Forge forge;  // applied to the next AllToAll only
+  Forge forge;                                                  // applied to the next AllToAll only
+  std::function<std::string(const std::string&)> forge_gather;  // the next AllGather only
 
  private:
   std::unique_ptr<collective::Communicator> inner_;
@@ -378,6 +380,82 @@ TEST(ModelParallelTrainerTest, AForgedRowRequestFailsTheStepOnEveryRankNamingThe
     ExpectSameParameters(engine, cluster, c, "after a forged request");
   }
   ASSERT_NO_FATAL_FAILURE(ExpectStepEqualsEngine(engine, cluster, good, "after the refusals"));
+}
+
+// Bags from a peer that do not fit this owner's shards (ids past a table's rows, bytes
+// cut short: what no trainer sends) fail the step on every rank, not only on the owner
+// that received them while the others wait; nothing changes.
+TEST(ModelParallelTrainerTest, AForgedInputPartFailsTheStepOnEveryRank) {
+  const config::DlrmConfig c = TableWise(2);
+  Engine engine(c);
+  NeoCluster cluster(c, 2);
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectStepEqualsEngine(engine, cluster, MakeTestBatch(c, 0, 2 * kPart), "first"));
+  const OwnedBatch good = MakeTestBatch(c, 1, 2 * kPart);
+  const auto past_the_rows = [](std::vector<std::string>* p) {
+    ByteReader in((*p)[0], "input part");
+    const train::Outcome outcome = train::GetOutcome(&in);
+    OwnedBatch bags = train::GetBags(&in);
+    ASSERT_FALSE(bags.ids.empty());
+    bags.ids[0] = int64_t{1} << 40;
+    const std::string requests = (*p)[0].substr((*p)[0].size() - in.remaining());
+    ByteWriter out;
+    train::PutOutcome(outcome, &out);
+    train::PutBags(bags, &out);
+    (*p)[0] = std::move(out).Take() + requests;
+  };
+  const auto cut_short = [](std::vector<std::string>* p) { (*p)[0].resize((*p)[0].size() - 3); };
+  for (const auto& [forge, expected] :
+       {std::pair<ForgingCommunicator::Forge, std::string>{past_the_rows, "1099511627776"},
+        {cut_short, "model-parallel input"}}) {
+    static_cast<ForgingCommunicator&>(*cluster.comms[1]).forge = forge;
+    std::vector<std::string> errors;
+    cluster.Step(good, &errors);
+    for (int32_t r = 0; r < 2; ++r) {
+      EXPECT_THAT(errors[r], HasSubstr("trainer 0 failed pooling its shards: ")) << "rank " << r;
+      EXPECT_THAT(errors[r], HasSubstr(expected)) << "rank " << r;
+      EXPECT_EQ(cluster.trainers[r]->step(), 1);
+    }
+    ExpectSameParameters(engine, cluster, c, "after a forged part");
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectStepEqualsEngine(engine, cluster, good, "after the refusals"));
+}
+
+// A job's evaluation (AppendPredictions: every rank given the same batches) with ranks
+// given different numbers fails on every rank alike, as does a count no rank could hold
+// (a peer's bytes); the ranks stay in step.
+TEST(ModelParallelTrainerTest, EvaluationBatchCountsThatDifferFailEveryRankAlike) {
+  const config::DlrmConfig c = TableWise(2);
+  Engine engine(c);
+  NeoCluster cluster(c, 2);
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectStepEqualsEngine(engine, cluster, MakeTestBatch(c, 0, 2 * kPart), "first"));
+  const std::vector<OwnedBatch> batches{MakeTestBatch(c, 50, 8), MakeTestBatch(c, 51, 8),
+                                        MakeTestBatch(c, 52, 8)};
+  std::vector<std::string> errors = cluster.Run([&](int32_t r, train::ModelParallelTrainer& t) {
+    std::vector<BatchView> mine;
+    for (int32_t i = 0; i < 2 + r; ++i) mine.push_back(batches[i].view());
+    std::vector<double> probabilities;
+    std::vector<float> labels;
+    t.AppendPredictions(mine, r, 2, &probabilities, &labels);
+  });
+  for (int32_t r = 0; r < 2; ++r)
+    EXPECT_THAT(errors[r], HasSubstr("evaluation needs the same batches on every trainer: "
+                                     "trainer 0 has 2, trainer 1 has 3"))
+        << "rank " << r;
+  static_cast<ForgingCommunicator&>(*cluster.comms[1]).forge_gather = [](const std::string&) {
+    ByteWriter out;
+    out.Put<int64_t>(std::numeric_limits<int64_t>::max());
+    return std::move(out).Take();
+  };
+  errors = cluster.Run(
+      [&](int32_t, train::ModelParallelTrainer& t) { t.Evaluate({batches[0].view()}); });
+  for (int32_t r = 0; r < 2; ++r)
+    EXPECT_THAT(errors[r], HasSubstr("trainer 1 sent a batch count of 9223372036854775807"))
+        << "rank " << r;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectStepEqualsEngine(engine, cluster, MakeTestBatch(c, 1, 2 * kPart), "after"));
+  ExpectSameParameters(engine, cluster, c, "after the refusals");
 }
 
 // Checkpoint restores set the step; parts queued would then train at other steps.
