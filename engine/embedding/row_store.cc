@@ -500,7 +500,8 @@ void RowStore::TableLog::ParseIndex(const std::string& path, std::string_view by
 
 void RowStore::TableLog::OpenSealedSegment(uint32_t id, int64_t records) {
   const std::string path = SegmentPath(dir_, id);
-  if ((int64_t{id} + 1) * per_segment_ > kNowhere || records < 0 || records > per_segment_ ||
+  // (id + 1) * per_segment_ <= kNowhere, without the product (both near 2^32 overflow it).
+  if (int64_t{id} + 1 > kNowhere / per_segment_ || records < 0 || records > per_segment_ ||
       (id < segments_.size() && segments_[id].in_use))
     Throw(StatusCode::kDataLoss, "row store index ", IndexPath(dir_), ": segment ", id, " with ",
           records, " records is out of range or listed twice");

@@ -162,11 +162,23 @@ void DynamicTables::ResolveTable(size_t slot, int64_t step,
     // The cache's slots round as the table rows they hold (updates come this step).
     (*tables)[static_cast<size_t>(table.index)].KeyRoundingBy(table.rows.ids_of_rows());
     MoveSsdRows(slot, tables, optimizer, refresh);
-    table.ssd->MarkDirty(step_rows_[slot]);  // the step is about to update them
+    table.ssd->MarkDirty(step_rows_[slot], &s.dirty_before);  // the step is about to update them
     return;
   }
-  SaveAdmitted(table, s.changes, tables, optimizer, &s.overwritten);
-  InitializeAdmitted(table, s.changes, tables, optimizer);
+  try {
+    SaveAdmitted(table, s.changes, tables, optimizer, &s.overwritten);
+  } catch (...) {
+    table.rows.Undo(s.undo);
+    s.overwritten.rows.clear();
+    throw;
+  }
+  try {
+    InitializeAdmitted(table, s.changes, tables, optimizer);
+  } catch (...) {  // the admitted rows' values and state as they were, then the ids
+    RollBackSlot(slot, tables, optimizer);
+    s.overwritten.rows.clear();
+    throw;
+  }
 }
 
 void DynamicTables::MoveSsdRows(size_t slot, std::vector<EmbeddingTable<float>>* tables,
@@ -233,6 +245,7 @@ void DynamicTables::RollBackSlot(size_t slot, std::vector<EmbeddingTable<float>>
   const Overwritten& saved = slot_steps_[slot].overwritten;
   UnpackRows(saved.values.data(), optimizer->StateBuffers(table.index), saved.rows,
              &(*tables)[static_cast<size_t>(table.index)]);
+  if (table.ssd) table.ssd->RestoreDirty(step_rows_[slot], slot_steps_[slot].dirty_before);
   tables_[slot].rows.Undo(slot_steps_[slot].undo);
 }
 

@@ -234,6 +234,7 @@ class DynamicTables {
     RowChanges changes;
     DynamicRowsUndo undo;
     Overwritten overwritten;
+    std::vector<uint8_t> dirty_before;  // an SSD table's: SsdTier::MarkDirty's
   };
   std::vector<SlotStep> slot_steps_;
   std::vector<std::vector<int64_t>> step_rows_;  // per slot: the gathered ids' rows

@@ -145,8 +145,19 @@ void SsdTier::ReadAhead(std::vector<int64_t> rows) {
   ahead_values_ = std::move(values);
 }
 
-void SsdTier::MarkDirty(const std::vector<int64_t>& slots) {
-  for (const int64_t slot : slots) dirty_[static_cast<size_t>(slot)] = 1;
+void SsdTier::MarkDirty(const std::vector<int64_t>& slots, std::vector<uint8_t>* before) {
+  before->resize(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    uint8_t& mark = dirty_[static_cast<size_t>(slots[i])];
+    (*before)[i] = mark;
+    mark = 1;
+  }
+}
+
+void SsdTier::RestoreDirty(const std::vector<int64_t>& slots, const std::vector<uint8_t>& before) {
+  DLRM_INTERNAL_CHECK(before.size() == slots.size());
+  for (size_t i = slots.size(); i-- > 0;)  // a slot used twice: its first mark last
+    dirty_[static_cast<size_t>(slots[i])] = before[i];
 }
 
 void SsdTier::Flush(const DynamicRows& map, EmbeddingTable<float>* cache,

@@ -48,7 +48,11 @@ class SsdTier {
                  SparseOptimizer<float>* optimizer);
   void Fill(const RowChanges& changes, EmbeddingTable<float>* cache,
             SparseOptimizer<float>* optimizer);
-  void MarkDirty(const std::vector<int64_t>& slots);
+  // *before (resized to slots) receives each slot's mark as it was, for RestoreDirty.
+  void MarkDirty(const std::vector<int64_t>& slots, std::vector<uint8_t>* before);
+  // The marks of MarkDirty(slots, &before) put back: a step taken back leaves unchanged
+  // slots as clean as they were (a checkpoint then writes no row the step did not change).
+  void RestoreDirty(const std::vector<int64_t>& slots, const std::vector<uint8_t>& before);
 
   // The prefetch stage: of `rows` (the next step's), those that are neither cached in
   // `map` nor never written, to be read from the store by ReadAhead (which may run on

@@ -18,11 +18,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/core/crc32c.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "tests/support/test_support.h"
@@ -526,6 +528,25 @@ TEST(RowStoreTest, DamagedFilesAndAnotherStoreAreRefusedNamingTheFile) {
         })));
       },
       S::kDataLoss, "02.index is not a file of this store's tables");
+  // A segment number and a records-per-segment both near 2^32 (checksummed as a writer
+  // would: a crafted index, its segment file present) are refused, not multiplied.
+  ExpectError(
+      [&] {
+        RowStore s(At(damaged("huge", [&](const std::string& d) {
+          std::ifstream in(d + "/0.index", std::ios::binary);
+          std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+          bytes.resize(bytes.size() - sizeof(uint32_t));  // the checksum, recomputed below
+          const int64_t per_segment = UINT32_MAX;
+          const uint32_t segment = UINT32_MAX;
+          std::memcpy(&bytes[24], &per_segment, sizeof(per_segment));  // after magic .. width
+          std::memcpy(&bytes[40], &segment, sizeof(segment));          // the first segment's
+          const uint32_t crc = Crc32c(0, bytes.data(), bytes.size());
+          std::ofstream(d + "/0.index", std::ios::binary | std::ios::trunc)
+              << bytes << std::string(reinterpret_cast<const char*>(&crc), sizeof(crc));
+          fs::copy(d + "/0.0.seg", d + "/0.4294967295.seg");
+        })));
+      },
+      S::kDataLoss, "segment 4294967295 with 100 records is out of range");
   RowStoreOptions wider = At(dir + "/good");
   wider.tables[0].width = kWidth + 1;
   ExpectError(
