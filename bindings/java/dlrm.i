@@ -544,7 +544,10 @@ static int32_t jdlrm_gather_in_frame(JNIEnv* jenv, jdlrm_trainer* t, const void*
     return JDLRM_GATHER_BAD_RESULT;
   }
   n = (*jenv)->GetArrayLength(jenv, all);
-  if (n != t->num_trainers) {
+  /* num_trainers is 0 until dlrm_trainer_create returns, and the create itself may gather
+   * (trainers that own the shards compare their plans): dlrm_gather_put and the collective
+   * then check the count. */
+  if (t->num_trainers > 0 && n != t->num_trainers) {
     snprintf(message, sizeof message,
              "AllGather.allGather returned %ld arrays for %ld trainers (one per rank, in "
              "rank order)", (long)n, (long)t->num_trainers);
@@ -1346,7 +1349,7 @@ jdlrm_trainer* jdlrm_trainer_create(JNIEnv* jenv, const char* config_text, const
                                t->gather != NULL ? jdlrm_allgather : NULL, t, &t->trainer);
   if (status == DLRM_OK)
     status = dlrm_trainer_info(t->trainer, NULL, &t->num_trainers, NULL);
-  if (!jdlrm_check(jenv, status)) {
+  if (!jdlrm_trainer_check(jenv, t, status)) { /* the gather's failure as its cause */
     dlrm_trainer_destroy(t->trainer);
     if (t->gather != NULL) (*jenv)->DeleteGlobalRef(jenv, t->gather);
     free(t);

@@ -84,14 +84,31 @@ public class DistributedTrainerTest {
     assertEquals(TRAINERS * (STEPS + 3), gather.calls.get());
   }
 
-  /** With the built-in collective over array batches, with {@code gather} over direct ones. */
+  /**
+   * With no servers the trainers own the shards (the Neo layout), and the all-gather runs
+   * inside the constructor already (the trainers compare their plans).
+   */
+  @Test
+  public void serverlessJobWithAJavaAllGatherEqualsOneEngineBitwise() throws Exception {
+    checkSyncJob(new BarrierGather(), 0);
+  }
+
   private void checkSyncJob(BarrierGather gather) throws Exception {
+    checkSyncJob(gather, SERVERS);
+  }
+
+  /**
+   * A job of {@code servers} servers: with the built-in collective over array batches, with
+   * {@code gather} over direct ones.
+   */
+  private void checkSyncJob(BarrierGather gather, int servers) throws Exception {
     boolean direct = gather != null;
     Reference want = new Reference();
     TrainerRun[] runs = new TrainerRun[TRAINERS];
     Path checkpoint = Files.createTempDirectory("dlrm-dist-ckpt");
     try {
-      runJob(r -> gather == null ? null : gather.member(r), (r, trainer) -> {
+      runJob(DistributedTrainer::runRole, servers, r -> gather == null ? null : gather.member(r),
+          (r, trainer) -> {
         TrainerRun run = new TrainerRun();
         assertEquals(r, trainer.rank());
         assertEquals(TRAINERS, trainer.numTrainers());
@@ -252,23 +269,29 @@ public class DistributedTrainerTest {
    */
   static void runJob(RoleRunner coordinator, IntFunction<AllGather> gathers, TrainerBody body)
       throws Exception {
+    runJob(coordinator, SERVERS, gathers, body);
+  }
+
+  /** runJob with {@code servers} servers (0: the trainers own the shards). */
+  static void runJob(RoleRunner coordinator, int servers, IntFunction<AllGather> gathers,
+      TrainerBody body) throws Exception {
     int timeoutMs = TIMEOUT_MS;
     int port = freePort();
     Queue<Throwable> errors = new ConcurrentLinkedQueue<>();
     List<Thread> threads = new ArrayList<>();
     threads.add(start("coordinator", errors,
-        () -> coordinator.run(CONFIG, cluster("coordinator", -1, port, timeoutMs))));
+        () -> coordinator.run(CONFIG, cluster("coordinator", -1, port, timeoutMs, servers))));
     Thread.sleep(200); // the coordinator binds its port before the peers bind theirs
-    for (int s = 0; s < SERVERS; s++) {
+    for (int s = 0; s < servers; s++) {
       int rank = s;
-      threads.add(start("server-" + s, errors,
-          () -> DistributedTrainer.runRole(CONFIG, cluster("server", rank, port, timeoutMs))));
+      threads.add(start("server-" + s, errors, () -> DistributedTrainer.runRole(CONFIG,
+          cluster("server", rank, port, timeoutMs, servers))));
     }
     for (int r = 0; r < TRAINERS; r++) {
       int rank = r;
       threads.add(start("trainer-" + r, errors, () -> {
         DistributedTrainer trainer = new DistributedTrainer(
-            CONFIG, cluster("trainer", SERVERS + rank, port, timeoutMs), null,
+            CONFIG, cluster("trainer", servers + rank, port, timeoutMs, servers), null,
             gathers.apply(rank));
         try {
           body.run(rank, trainer);
@@ -317,9 +340,14 @@ public class DistributedTrainerTest {
   }
 
   private static Map<String, String> cluster(String role, int rank, int port, int timeoutMs) {
+    return cluster(role, rank, port, timeoutMs, SERVERS);
+  }
+
+  private static Map<String, String> cluster(String role, int rank, int port, int timeoutMs,
+      int servers) {
     Map<String, String> c = new LinkedHashMap<>();
     c.put("DLRM_ROLE", role);
-    c.put("DLRM_WORLD_SIZE", String.valueOf(SERVERS + TRAINERS));
+    c.put("DLRM_WORLD_SIZE", String.valueOf(servers + TRAINERS));
     c.put("DLRM_COORDINATOR", "127.0.0.1:" + port);
     c.put("DLRM_TIMEOUT_MS", String.valueOf(timeoutMs));
     if (rank >= 0) {
