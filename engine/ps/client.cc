@@ -42,12 +42,19 @@ class RemoteLookup : public PendingLookup {
 
 }  // namespace
 
+// What an UPDATE carries besides its part's bytes, at most: the header (step, rank, two
+// payload descriptors) and the learning rate.
+constexpr int64_t kUpdateOverheadBytes = 4096;
+
 RemoteEmbeddingService::RemoteEmbeddingService(const net::Context& context,
                                                const std::vector<std::string>& server_addresses,
                                                int32_t rank, const net::TransportOptions& options,
                                                std::chrono::milliseconds timeout,
                                                config::TableConfig::Precision wire)
-    : rank_(rank), timeout_(timeout), wire_(wire) {
+    : rank_(rank),
+      timeout_(timeout),
+      wire_(wire),
+      max_update_bytes_(options.max_message_bytes - kUpdateOverheadBytes) {
   RegisterMessageTypes();
   if (rank_ < 0) ThrowInvalid("remote embedding service: rank must be >= 0, got ", rank);
   for (size_t i = 0; i < server_addresses.size(); ++i)

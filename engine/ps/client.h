@@ -39,6 +39,8 @@ class RemoteEmbeddingService : public EmbeddingService {
   void Update(int32_t owner, int32_t rank, int64_t step, float lr,
               std::vector<FeatureUpdate> part) override;
   void WaitUntilApplied(int64_t step) override;
+  // The transport's max_message_bytes less room for the UPDATE's header and learning rate.
+  int64_t max_update_bytes() const override { return max_update_bytes_; }
 
   // Every server writes its shards as of `step` into `dir` (a directory all of them can
   // reach) once that step is applied; returns when all have.
@@ -58,6 +60,7 @@ class RemoteEmbeddingService : public EmbeddingService {
   const int32_t rank_;
   const std::chrono::milliseconds timeout_;
   const config::TableConfig::Precision wire_;
+  const int64_t max_update_bytes_;
   std::vector<std::unique_ptr<net::Client>> servers_;
   std::mutex heartbeat_mu_;
   std::condition_variable heartbeat_cv_;

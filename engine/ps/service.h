@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -42,6 +43,9 @@ class EmbeddingService {
   // Blocks until every owner has applied every update up to `step` (end of training, a
   // checkpoint, evaluation); throws an owner's rejection or kTimeout.
   virtual void WaitUntilApplied(int64_t step) = 0;
+  // The most bytes a part given to Update may take (FeatureUpdatesBytes, in the service's
+  // wire precision): a larger one cannot travel. Unbounded in process.
+  virtual int64_t max_update_bytes() const { return std::numeric_limits<int64_t>::max(); }
 
   // SubmitLookup + Wait.
   std::vector<ShardRows> Lookup(int32_t owner, int64_t step, std::vector<ShardRows> request) {

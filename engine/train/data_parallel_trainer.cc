@@ -35,6 +35,9 @@ struct DataParallelTrainer::Prepared {
   std::vector<std::vector<Placement>> placements;           // per server, one per ShardRows asked
   std::vector<Placement> replica_placements;                // read at train time (see GatherRows)
   std::vector<std::unique_ptr<ps::PendingLookup>> lookups;  // per server; null: nothing asked
+  // Per server: this rank's update of its features, made with the gradients (ComputePart)
+  // and sent once the step is applied (ApplyUpdates).
+  std::vector<std::vector<ps::FeatureUpdate>> server_updates;
 };
 
 DataParallelTrainer::DataParallelTrainer(const config::DlrmConfig& config,
@@ -133,8 +136,10 @@ void DataParallelTrainer::SubmitLookups(Prepared& p) {
       p.placements[loc.owner].push_back(where);
     }
   }
+  // Every server this rank will update is asked, if for no rows: its answer (once step
+  // - 1 - staleness is applied there) is what lets this rank's update follow (shard_owner.h).
   for (size_t s = 0; s < servers; ++s) {
-    if (requests[s].empty()) continue;
+    if (requests[s].empty() && server_features_[s].empty()) continue;
     p.lookups[s] = service_->SubmitLookup(static_cast<int32_t>(s), p.step, std::move(requests[s]));
   }
 }
@@ -244,17 +249,18 @@ float DataParallelTrainer::TrainStep() {
   queue_.pop_front();
   // 1-2. Rows, then this part's forward/backward; any failure becomes this rank's error.
   // 3. One exchange: everybody's readiness, loss and gradient subtree.
-  std::vector<Contribution>& by_rank = Exchange(ComputePart(*p));
+  std::vector<Contribution>* by_rank = nullptr;
   double loss = 0;
-  try {
-    CheckContributions(by_rank, step_ + 1, model_.dense_params().size());
-    loss = ReduceContributions(by_rank, step_, pool_);
+  try {  // (a peer's bytes that do not decode fail the step as a bad part would)
+    by_rank = &Exchange(ComputePart(*p));
+    CheckContributions(*by_rank, step_ + 1, model_.dense_params().size());
+    loss = ReduceContributions(*by_rank, step_, pool_);
   } catch (const Error&) {
     RenumberQueue();
     throw;
   }
   // 4. The updates: dense, the replicas' from every rank's part, then the servers'.
-  ApplyUpdates(*p, by_rank);
+  ApplyUpdates(*p, *by_rank);
   return static_cast<float>(loss);
 }
 
@@ -274,10 +280,26 @@ Contribution DataParallelTrainer::ComputePart(Prepared& p) {
     if (!replicas_.features().empty())
       mine.replica_update =
           ps::EncodeFeatureUpdates(UpdatesFor(replicas_.features(), p.validated), wire_);
+    MakeServerUpdates(p);
   } catch (const Error& e) {
     mine.outcome = Outcome::Of(e);
   }
   return mine;
+}
+
+void DataParallelTrainer::MakeServerUpdates(Prepared& p) const {
+  p.server_updates.assign(server_features_.size(), {});
+  for (size_t owner = 0; owner < server_features_.size(); ++owner) {
+    if (server_features_[owner].empty()) continue;
+    p.server_updates[owner] = UpdatesFor(server_features_[owner], p.validated);
+    // Refused here, where the error fails the step on every rank before anything changes,
+    // rather than when sent, after the dense update.
+    const int64_t bytes = ps::FeatureUpdatesBytes(p.server_updates[owner], wire_);
+    if (bytes > service_->max_update_bytes())
+      ThrowInvalid("this part's update for server ", owner, " is ", bytes,
+                   " bytes, more than one message may carry (", service_->max_update_bytes(),
+                   "): send smaller parts");
+  }
 }
 
 std::vector<Contribution>& DataParallelTrainer::Exchange(Contribution mine) {
@@ -315,23 +337,20 @@ std::vector<Contribution>& DataParallelTrainer::Exchange(Contribution mine) {
   return exchange_;
 }
 
-void DataParallelTrainer::ApplyUpdates(const Prepared& p,
-                                       const std::vector<Contribution>& by_rank) {
+void DataParallelTrainer::ApplyUpdates(Prepared& p, const std::vector<Contribution>& by_rank) {
   const auto ranks = static_cast<int32_t>(by_rank.size());
   const int64_t global_batch = by_rank[0].samples * ranks;
-  // Decoded before anything changes: a bad part throws with the state untouched.
-  std::vector<std::vector<ps::FeatureUpdate>> replica_parts;
-  if (!replicas_.features().empty()) {
-    for (int32_t r = 0; r < ranks; ++r)
-      replica_parts.push_back(ps::DecodeFeatureUpdates(by_rank[r].replica_update));
-  }
   const StepRates rates =
       RatesForStep(config_.lr_schedule(), config_.dense_optimizer().learning_rate(),
                    config_.sparse_optimizer().learning_rate(), step_);
   // Every trainer holds the same parameters, replicas and sums: they all refuse, or none
-  // does. The dense update is checked, then the replicas' update checks and applies itself
-  // (it writes nothing when it throws), and only then is the dense update written.
+  // does. The replicas' parts are decoded (a bad one throws with the state untouched) and
+  // the dense update is checked, then the replicas' update checks and applies itself (it
+  // writes nothing when it throws), and only then is the dense update written.
+  std::vector<std::vector<ps::FeatureUpdate>> replica_parts;
   try {
+    for (int32_t r = 0; r < ranks && !replicas_.features().empty(); ++r)
+      replica_parts.push_back(ps::DecodeFeatureUpdates(by_rank[r].replica_update));
     if (!DenseUpdateIsFinite(*dense_optimizer_, model_.dense_params(), by_rank[0].dense_grad.data(),
                              rates, pool_))
       ThrowUpdateNotFinite(rates);
@@ -344,14 +363,16 @@ void DataParallelTrainer::ApplyUpdates(const Prepared& p,
   }
   UpdateDense(*dense_optimizer_, model_.dense_params(), by_rank[0].dense_grad.data(), rates, pool_);
   backend_->ParametersChanged();
+  step_ = rates.t;
+  ++wire_bytes_.steps;
+  // Each part fits a message (MakeServerUpdates): a send fails only with the transport,
+  // which leaves the step incomplete on that server, and the job with it.
   for (int32_t owner = 0; owner < static_cast<int32_t>(server_features_.size()); ++owner) {
     if (server_features_[owner].empty()) continue;
-    std::vector<ps::FeatureUpdate> part = UpdatesFor(server_features_[owner], p.validated);
+    std::vector<ps::FeatureUpdate>& part = p.server_updates[owner];
     wire_bytes_.sent += ps::FeatureUpdatesBytes(part, wire_);
     service_->Update(owner, comm_->rank(), rates.t, rates.sparse_lr, std::move(part));
   }
-  step_ = rates.t;
-  ++wire_bytes_.steps;
 }
 
 void DataParallelTrainer::CountLookupBytes(const Prepared& p) {

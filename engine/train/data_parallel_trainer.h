@@ -121,7 +121,9 @@ class DataParallelTrainer : public SyncTrainer {
   // and sums are dense_exchange.h's), and the updates.
   Contribution ComputePart(Prepared& p);
   std::vector<Contribution>& Exchange(Contribution mine);
-  void ApplyUpdates(const Prepared& p, const std::vector<Contribution>& by_rank);
+  void ApplyUpdates(Prepared& p, const std::vector<Contribution>& by_rank);
+  // ComputePart's: p.server_updates, each checked to fit one message (kInvalidArgument).
+  void MakeServerUpdates(Prepared& p) const;
 
   const config::DlrmConfig config_;
   // The precision served rows, embedding gradients and dense gradients travel in

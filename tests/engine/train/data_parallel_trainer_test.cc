@@ -28,12 +28,14 @@
 #include "tests/support/dist_cluster.h"
 #include "tests/support/dist_config.h"
 #include "tests/support/dist_data.h"
+#include "tests/support/forging_communicator.h"
 #include "tests/support/test_support.h"
 
 namespace dlrm {
 namespace {
 
 using namespace ::dlrm::testing;  // the suites' shared helpers
+using ::testing::HasSubstr;
 
 using Type = config::ShardingConfig::Type;
 constexpr int32_t kServers = 2, kTrainers = 2;
@@ -231,6 +233,118 @@ TEST(DataParallelTrainerErrors, AnUpdateThatWouldOverflowFailsEveryRankAndChange
   ExpectSameParameters(engine, cluster, c, "after the refused step");
 }
 
+// An in-process service whose updates may take at most `limit` bytes (a stand-in for the
+// transport's max_message_bytes).
+class LimitedService : public ps::EmbeddingService {
+ public:
+  explicit LimitedService(ps::EmbeddingService* inner) : inner_(inner) {}
+  std::unique_ptr<ps::PendingLookup> SubmitLookup(int32_t owner, int64_t step,
+                                                  std::vector<ps::ShardRows> request) override {
+    return inner_->SubmitLookup(owner, step, std::move(request));
+  }
+  void Update(int32_t owner, int32_t rank, int64_t step, float lr,
+              std::vector<ps::FeatureUpdate> part) override {
+    inner_->Update(owner, rank, step, lr, std::move(part));
+  }
+  void WaitUntilApplied(int64_t step) override { inner_->WaitUntilApplied(step); }
+  int64_t max_update_bytes() const override { return limit; }
+  int64_t limit = 64;
+
+ private:
+  ps::EmbeddingService* inner_;
+};
+
+// A part whose update for a server is larger than one message may carry fails the step on
+// every rank before anything is applied (dense, replicas, servers), naming the sizes,
+// rather than after the dense update when it is sent.
+TEST(DataParallelTrainerErrors, AnUpdateTooLargeToSendFailsEveryRankAndChangesNothing) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "adam", "adagrad", kServers);
+  Engine engine(c);
+  Cluster cluster(c);
+  LimitedService limited(cluster.service.get());
+  collective::LocalCommunicatorHub hub(kTrainers, std::chrono::seconds(20));
+  for (int r = 0; r < kTrainers; ++r) {  // the cluster's trainers, on the limited service
+    cluster.comms[r] = hub.Rank(r);
+    cluster.trainers[r] = std::make_unique<train::DataParallelTrainer>(
+        c, cluster.plan, cluster.comms[r].get(), &limited, cluster.pools[r].get());
+  }
+  const OwnedBatch global = MakeBatch(c, 0);
+  std::vector<std::string> errors;
+  cluster.Step({Part(global, 0, kPart), Part(global, kPart, kGlobal)}, &errors);
+  for (int r = 0; r < kTrainers; ++r)
+    EXPECT_THAT(errors[r], HasSubstr("more than one message may carry (64): send smaller parts"))
+        << "rank " << r;
+  EXPECT_EQ(cluster.trainers[0]->step(), 0);
+  ExpectSameParameters(engine, cluster, c, "after the refused step");
+  limited.limit = int64_t{1} << 30;
+  const float want = engine.TrainStep(global.view());
+  const auto losses = cluster.Step({Part(global, 0, kPart), Part(global, kPart, kGlobal)}, &errors);
+  for (int r = 0; r < kTrainers; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(std::memcmp(&losses[r], &want, sizeof(float)), 0) << "rank " << r;
+  }
+  ExpectSameParameters(engine, cluster, c, "after a good step");
+}
+
+// Contributions that do not decode (a peer's bytes cut short) fail the step on the ranks
+// that read them; the parts queued behind it are renumbered as after any failed step, so
+// they train as the engine's next steps instead of waiting for a step that never comes.
+TEST(DataParallelTrainerPipeline, AnUndecodableContributionFailsItsStepAndTheQueueTrains) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "adagrad", kServers);
+  Engine engine(c);
+  Cluster cluster(c);
+  collective::LocalCommunicatorHub hub(kTrainers, std::chrono::seconds(20));
+  std::vector<ForgingCommunicator*> forging;
+  for (int r = 0; r < kTrainers; ++r) {
+    auto comm = std::make_unique<ForgingCommunicator>(hub.Rank(r));
+    forging.push_back(comm.get());
+    cluster.comms[r] = std::move(comm);
+    cluster.trainers[r] = std::make_unique<train::DataParallelTrainer>(
+        c, cluster.plan, cluster.comms[r].get(), cluster.service.get(), cluster.pools[r].get());
+  }
+  constexpr int64_t kBatches = 4, kBad = 1;
+  std::vector<OwnedBatch> globals;
+  std::vector<float> want;
+  for (int64_t i = 0; i < kBatches; ++i) {
+    globals.push_back(MakeBatch(c, i));
+    if (i != kBad) want.push_back(engine.TrainStep(globals.back().view()));
+  }
+  std::vector<std::vector<float>> losses(kTrainers);
+  std::vector<std::vector<std::string>> errors(kTrainers);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kTrainers; ++r) {
+    threads.emplace_back([&, r] {
+      train::DataParallelTrainer& trainer = *cluster.trainers[r];
+      for (const OwnedBatch& g : globals)  // every part queued, its lookups in flight
+        trainer.Enqueue(Part(g, r * kPart, (r + 1) * kPart).view());
+      for (int64_t i = 0; i < kBatches; ++i) {
+        if (i == kBad)  // every rank receives the other's contribution cut short
+          forging[r]->forge_gathered = [r](std::vector<std::string>* all) {
+            (*all)[1 - r].resize((*all)[1 - r].size() / 2);
+          };
+        try {
+          losses[r].push_back(trainer.TrainStep());
+        } catch (const Error& e) {
+          errors[r].push_back(e.what());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kTrainers; ++r) {
+    ASSERT_EQ(errors[r].size(), 1u) << "rank " << r;
+    EXPECT_THAT(errors[r][0], HasSubstr("trainer exchange")) << "rank " << r;
+    ASSERT_EQ(losses[r].size(), want.size()) << "rank " << r;
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_EQ(std::memcmp(&losses[r][i], &want[i], sizeof(float)), 0)
+          << "rank " << r << " step " << i + 1;
+  }
+  cluster.service->WaitUntilApplied(cluster.trainers[0]->step());
+  ExpectSameParameters(engine, cluster, c, "after the queue");
+}
+
 // Pipelining: each trainer keeps three parts queued (their lookups in flight) and the
 // result is still the engine's, bitwise; a bad part in the middle of the queue fails its
 // step on both ranks and the parts queued behind it train as the next step. Prediction
@@ -319,6 +433,36 @@ TEST(DataParallelTrainerPipeline, QueuedPartsTrainLikeOneProcess) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("batches[1]"), std::string::npos) << e.what();
   }
+}
+
+// A step whose parts read no rows of a server still sends it their updates; each trainer
+// first looks up there (an empty lookup), so the update never arrives before the server
+// applied the step before it (which the server refuses, failing the job). Sync, with a
+// slow server, and without waiting for the updates between steps.
+TEST(DataParallelTrainerPipeline, AStepThatReadsNoRowsOfAServerStillTrainsLikeOneProcess) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", "sgd", kServers);
+  Engine engine(c);
+  Cluster cluster(c);
+  cluster.service->set_apply_delay(std::chrono::milliseconds(50));
+  for (int64_t step = 0; step < 4; ++step) {
+    OwnedBatch global = MakeBatch(c, step);
+    if (step % 2 == 1) {  // every bag empty: no rows read anywhere
+      std::fill(global.lengths.begin(), global.lengths.end(), 0);
+      global.ids.clear();
+      global.weights.clear();
+    }
+    const float want = engine.TrainStep(global.view());
+    std::vector<std::string> errors;
+    const std::vector<float> losses = cluster.Step(
+        {Part(global, 0, kPart), Part(global, kPart, kGlobal)}, &errors, /*wait_applied=*/false);
+    for (int r = 0; r < kTrainers; ++r) {
+      ASSERT_EQ(errors[r], "") << "step " << step << " rank " << r;
+      EXPECT_EQ(std::memcmp(&losses[r], &want, sizeof(float)), 0) << "step " << step;
+    }
+  }
+  cluster.service->WaitUntilApplied(cluster.trainers[0]->step());
+  ExpectSameParameters(engine, cluster, c, "after the steps without rows");
 }
 
 // Hybrid mode: with a slow server, trainers run ahead of the embedding updates, but never

@@ -32,6 +32,7 @@
 #include "tests/support/dist_checks.h"
 #include "tests/support/dist_config.h"
 #include "tests/support/dist_data.h"
+#include "tests/support/forging_communicator.h"
 #include "tests/support/test_support.h"
 
 namespace dlrm {
@@ -42,31 +43,6 @@ using namespace ::dlrm::testing;  // the suites' shared helpers
 using ::testing::HasSubstr;
 using Type = config::ShardingConfig::Type;
 constexpr int64_t kPart = 32;  // two reduction chunks of 16
-
-// A rank's communicator whose next all-to-all parts `forge` rewrites on their way, as a
-// peer's malformed or hostile bytes would arrive.
-class ForgingCommunicator : public collective::Communicator {
- public:
-  using Forge = std::function<void(std::vector<std::string>*)>;
-  explicit ForgingCommunicator(std::unique_ptr<collective::Communicator> inner)
-      : inner_(std::move(inner)) {}
-  int32_t rank() const override { return inner_->rank(); }
-  int32_t world_size() const override { return inner_->world_size(); }
-  std::vector<std::string> AllGather(const std::string& contribution) override {
-    if (forge_gather) return inner_->AllGather(std::exchange(forge_gather, nullptr)(contribution));
-    return inner_->AllGather(contribution);
-  }
-  std::vector<std::string> AllToAll(const std::vector<std::string>& to_each) override {
-    std::vector<std::string> parts = to_each;
-    if (forge) std::exchange(forge, nullptr)(&parts);
-    return inner_->AllToAll(parts);
-  }
-  Forge forge;                                                  // applied to the next AllToAll only
-  std::function<std::string(const std::string&)> forge_gather;  // the next AllGather only
-
- private:
-  std::unique_ptr<collective::Communicator> inner_;
-};
 
 // `world` trainers on one hub, stepped on threads of their own.
 struct NeoCluster {
