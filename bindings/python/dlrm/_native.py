@@ -16,7 +16,7 @@ import ctypes
 import ctypes.util
 import os
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, Union
 
 from .errors import DlrmError
 
@@ -273,6 +273,30 @@ def check(status: int) -> None:
         name = lib.dlrm_status_name(status).decode("utf-8", "replace")
         message = lib.dlrm_last_error().decode("utf-8", "replace")
         raise DlrmError(status, name, message)
+
+
+def c_string(value: Union[str, bytes, "os.PathLike[str]"], what: str, path: bool = False) -> bytes:
+    """``value`` as the bytes of a NUL-terminated C string: UTF-8 text, or with ``path`` a
+    file system path (str, bytes or os.PathLike) in the file system's encoding.
+
+    Every string passed to the library goes through here: C would silently cut it at an
+    embedded NUL (``save("ckpt\\0.bak")`` writing ``ckpt``), so that is refused instead.
+
+    Raises:
+        TypeError: ``value`` is not a str (or, with ``path``, a path); ``what`` names it.
+        ValueError: ``value`` contains a NUL character; ``what`` names it.
+    """
+    if path and isinstance(value, (str, bytes, os.PathLike)):
+        data = os.fsencode(value)
+    elif isinstance(value, str):
+        data = value.encode("utf-8")
+    else:
+        kind = "a str or os.PathLike" if path else "a str"
+        raise TypeError(f"{what} must be {kind}, got {type(value).__name__}")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise ValueError(f"{what} contains a NUL character (at byte {nul})")
+    return data
 
 
 def take_string(ptr: ctypes.c_void_p) -> str:

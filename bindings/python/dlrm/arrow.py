@@ -85,20 +85,21 @@ def _struct_array(data: object) -> Any:
                     f"{type(data).__name__}")
 
 
-def _c_names(names: Sequence[Optional[str]]) -> Any:
+def _c_names(names: Sequence[Optional[str]], field: str) -> Any:
     array = (ctypes.c_char_p * max(len(names), 1))()
     for i, name in enumerate(names):
-        array[i] = None if name is None else name.encode("utf-8")
+        array[i] = None if name is None else _native.c_string(name, f"columns.{field}[{i}]")
     return array
 
 
 def _columns_struct(columns: Columns) -> _native.ArrowColumnsStruct:
+    label = columns.label
     return _native.ArrowColumnsStruct(
         struct_size=ctypes.sizeof(_native.ArrowColumnsStruct),
-        label=None if columns.label is None else columns.label.encode("utf-8"),
-        dense=_c_names(columns.dense), num_dense=len(columns.dense),
-        sparse=_c_names(columns.sparse), num_sparse=len(columns.sparse),
-        weights=None if columns.weights is None else _c_names(columns.weights))
+        label=None if label is None else _native.c_string(label, "columns.label"),
+        dense=_c_names(columns.dense, "dense"), num_dense=len(columns.dense),
+        sparse=_c_names(columns.sparse, "sparse"), num_sparse=len(columns.sparse),
+        weights=None if columns.weights is None else _c_names(columns.weights, "weights"))
 
 
 def _release(struct: ctypes.Structure) -> None:
@@ -128,15 +129,15 @@ def from_arrow(data: object, columns: Columns) -> Batch:
 
     Raises:
         TypeError: data or columns of the wrong type.
+        ValueError: a column name containing a NUL character (named as columns.<field>).
         DlrmError: INVALID_ARGUMENT naming the column (and row) the engine refused.
     """
-    columns = _checked_columns(columns)
+    mapping = _columns_struct(_checked_columns(columns))  # its strings stay alive with it
     struct = _struct_array(data)
     schema, array = _native.ArrowSchemaStruct(), _native.ArrowArrayStruct()
     struct._export_to_c(ctypes.addressof(array), ctypes.addressof(schema))
     handle = ctypes.c_void_p()
     try:
-        mapping = _columns_struct(columns)
         _native.check(_native.lib.dlrm_arrow_batch_create(
             ctypes.byref(schema), ctypes.byref(array), ctypes.byref(mapping),
             ctypes.byref(handle)))

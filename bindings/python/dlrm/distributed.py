@@ -15,14 +15,15 @@ taking this trainer's bytes and returning every trainer's bytes in rank order.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
-from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Callable, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _native
 from .batch import Batch
-from .engine import EvalResult, _path_bytes, _require_batch
+from .engine import EvalResult, _require_batch
 from .errors import EngineClosedError
 
 AllGather = Callable[[bytes], Sequence[bytes]]
@@ -36,8 +37,12 @@ def _cluster_bytes(cluster: Optional[Mapping[str, object]]) -> Optional[bytes]:
     for key, value in cluster.items():
         if not isinstance(key, str) or "\n" in key or "\n" in str(value):
             raise ValueError(f"cluster setting {key!r} = {value!r} is not a single line")
-        lines.append(f"{key}={value}")
-    return ("\n".join(lines) + "\n").encode("utf-8")
+        lines.append(_native.c_string(f"{key}={value}", f"cluster setting {key!r}"))
+    return b"\n".join(lines) + b"\n"
+
+
+def _optional_path(path: Optional[PathLike], what: str) -> Optional[bytes]:
+    return None if path is None else _native.c_string(path, what, path=True)
 
 
 def run_role(config: str, cluster: Optional[Mapping[str, object]] = None,
@@ -45,25 +50,33 @@ def run_role(config: str, cluster: Optional[Mapping[str, object]] = None,
     """Runs this process's part when it is the coordinator or an embedding server, until
     the job ends (the GIL is released meanwhile)."""
     _native.check(_native.lib.dlrm_run_role(
-        config.encode("utf-8"), _cluster_bytes(cluster),
-        None if restore_dir is None else _path_bytes(restore_dir)))
+        _native.c_string(config, "config"), _cluster_bytes(cluster),
+        _optional_path(restore_dir, "restore_dir")))
 
 
 class Trainer:
     """One trainer of a multi-process job. Collective calls (train_step, evaluate,
-    checkpoint, finish) must be made by every trainer, in the same order."""
+    checkpoint, finish) must be made by every trainer, in the same order.
+
+    Calls from several threads run one at a time, close() included, as dlrm.h requires of
+    a trainer. The all-gather runs inside train_step and the other collectives, on their
+    thread: it must not call the trainer (that raises RuntimeError, failing the step)."""
 
     def __init__(self, config: str, cluster: Optional[Mapping[str, object]] = None,
                  restore_dir: Optional[PathLike] = None,
                  allgather: Optional[AllGather] = None) -> None:
         if not isinstance(config, str):
             raise TypeError(f"config must be protobuf text (str), got {type(config).__name__}")
-        self._lock = threading.Lock()
+        # Serializes every call on the trainer, close() included (dlrm.h); re-entrant so
+        # train_step(part) can enqueue under it. The all-gather never takes it: C runs it
+        # on the calling thread, inside the call that holds it.
+        self._lock = threading.RLock()
+        self._in_call = False
         self._callback = None if allgather is None else self._make_callback(allgather)
         handle = ctypes.c_void_p()
         _native.check(_native.lib.dlrm_trainer_create(
-            config.encode("utf-8"), _cluster_bytes(cluster),
-            None if restore_dir is None else _path_bytes(restore_dir),
+            _native.c_string(config, "config"), _cluster_bytes(cluster),
+            _optional_path(restore_dir, "restore_dir"),
             self._callback if self._callback is not None else _native.ALLGATHER_FN(),
             None, ctypes.byref(handle)))
         self._handle: Optional[ctypes.c_void_p] = handle
@@ -81,18 +94,38 @@ class Trainer:
                 return 1
         return _native.ALLGATHER_FN(call)
 
-    def _h(self) -> ctypes.c_void_p:
-        if self._handle is None:
-            raise EngineClosedError()
-        return self._handle
+    @contextlib.contextmanager
+    def _use(self) -> Iterator[ctypes.c_void_p]:
+        """Yields the live handle for one C call, holding the lock that serializes every
+        call on this trainer, close() included (dlrm.h: calls must not overlap)."""
+        with self._lock:
+            self._refuse_reentry()
+            if self._handle is None:
+                raise EngineClosedError()
+            self._in_call = True
+            try:
+                yield self._handle
+            finally:
+                self._in_call = False
+
+    def _refuse_reentry(self) -> None:
+        # The lock is re-entrant and held by this thread: a call still running here can
+        # only be the one whose all-gather (run on this thread, inside it) called back.
+        if self._in_call:
+            raise RuntimeError("the all-gather function must not call its Trainer")
 
     def close(self) -> None:
         """Releases the trainer. Without finish() it leaves the job as failed, which ends
-        it: the other processes fail at once, naming its last failed call's error."""
+        it: the other processes fail at once, naming its last failed call's error.
+
+        Idempotent. Called from another thread, it waits for the call in flight (a
+        collective returns once its peers answer or DLRM_TIMEOUT_MS passes); later calls
+        raise EngineClosedError."""
         with self._lock:
+            self._refuse_reentry()
             handle, self._handle = self._handle, None
-        if handle is not None:
-            _native.lib.dlrm_trainer_destroy(handle)
+            if handle is not None:
+                _native.lib.dlrm_trainer_destroy(handle)
 
     def __enter__(self) -> "Trainer":
         return self
@@ -100,39 +133,46 @@ class Trainer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _info(self, rank: object = None, count: object = None, step: object = None) -> None:
+        with self._use() as h:
+            _native.check(_native.lib.dlrm_trainer_info(h, rank, count, step))
+
     @property
     def rank(self) -> int:
         """This trainer's rank among the trainers."""
         rank = ctypes.c_int32()
-        _native.check(_native.lib.dlrm_trainer_info(self._h(), ctypes.byref(rank), None, None))
+        self._info(rank=ctypes.byref(rank))
         return int(rank.value)
 
     @property
     def num_trainers(self) -> int:
         count = ctypes.c_int32()
-        _native.check(_native.lib.dlrm_trainer_info(self._h(), None, ctypes.byref(count), None))
+        self._info(count=ctypes.byref(count))
         return int(count.value)
 
     @property
     def step(self) -> int:
         """Global steps trained (a restored trainer starts at the checkpoint's)."""
         step = ctypes.c_int64()
-        _native.check(_native.lib.dlrm_trainer_info(self._h(), None, None, ctypes.byref(step)))
+        self._info(step=ctypes.byref(step))
         return int(step.value)
 
     def enqueue(self, part: Batch) -> None:
         """Queues this trainer's part of the next global batch (copied) and starts its
         lookups; a bad part fails its step on every trainer."""
         s = _require_batch(part, "part")._struct
-        _native.check(_native.lib.dlrm_trainer_enqueue(self._h(), ctypes.byref(s)))
+        with self._use() as h:
+            _native.check(_native.lib.dlrm_trainer_enqueue(h, ctypes.byref(s)))
 
     def train_step(self, part: Optional[Batch] = None) -> float:
         """Collective: trains the oldest queued part (``part``, if given, is queued first)
         and returns the global batch's mean loss."""
-        if part is not None:
-            self.enqueue(part)
         loss = ctypes.c_float()
-        _native.check(_native.lib.dlrm_trainer_train_step(self._h(), ctypes.byref(loss)))
+        with self._lock:  # re-entrant: no other thread's call between the two
+            if part is not None:
+                self.enqueue(part)
+            with self._use() as h:
+                _native.check(_native.lib.dlrm_trainer_train_step(h, ctypes.byref(loss)))
         return float(loss.value)
 
     def evaluate(self, batches: Union[Batch, Iterable[Batch]]) -> EvalResult:
@@ -142,14 +182,18 @@ class Trainer:
             _require_batch(b, f"batches[{i}]")
         structs = (_native.BatchStruct * len(items))(*(b._struct for b in items))
         result = _native.EvalResultStruct(struct_size=ctypes.sizeof(_native.EvalResultStruct))
-        _native.check(_native.lib.dlrm_trainer_evaluate(self._h(), structs, len(items),
-                                                        ctypes.byref(result)))
+        with self._use() as h:
+            _native.check(_native.lib.dlrm_trainer_evaluate(h, structs, len(items),
+                                                            ctypes.byref(result)))
         return EvalResult(float(result.log_loss), float(result.auc), int(result.num_samples))
 
     def checkpoint(self, directory: PathLike) -> None:
         """Collective: a sharded checkpoint of the current step in ``directory``."""
-        _native.check(_native.lib.dlrm_trainer_checkpoint(self._h(), _path_bytes(directory)))
+        directory_bytes = _native.c_string(directory, "directory", path=True)
+        with self._use() as h:
+            _native.check(_native.lib.dlrm_trainer_checkpoint(h, directory_bytes))
 
     def finish(self) -> None:
         """Collective: waits for every update, tells the servers, leaves the job."""
-        _native.check(_native.lib.dlrm_trainer_finish(self._h()))
+        with self._use() as h:
+            _native.check(_native.lib.dlrm_trainer_finish(h))

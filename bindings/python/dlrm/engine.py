@@ -3,7 +3,9 @@
 Thread safety follows dlrm.h: predict / evaluate / save / getters may run concurrently
 from several Python threads (the GIL is released inside every call); train_step and
 mutations serialize inside the engine. The Python object adds one guarantee the C ABI
-leaves to the caller: close() waits for calls in flight, so destroy never races a call.
+leaves to the caller: close() waits for calls in flight, so destroy never races a call,
+and so does the backstop that releases an engine never closed (at garbage collection, or
+at interpreter exit while daemon threads may still be calling it).
 """
 from __future__ import annotations
 
@@ -73,14 +75,48 @@ class LoadResult(NamedTuple):
     unexpected_keys: List[str]
 
 
-def _path_bytes(path: PathLike) -> bytes:
-    return os.fsencode(os.fspath(path))
-
-
 def _require_batch(batch: object, name: str = "batch") -> Batch:
     if not isinstance(batch, Batch):
         raise TypeError(f"{name} must be a dlrm.Batch, got {type(batch).__name__}")
     return batch
+
+
+class _Lifetime:
+    """An engine's handle and its calls in flight, guarded by one condition.
+
+    Shared by the Engine and its finalizer (which must not hold the Engine), so that every
+    way of releasing the handle (close(), garbage collection, interpreter exit while a
+    daemon thread still predicts) waits for the calls in flight and makes later calls
+    raise EngineClosedError instead of reaching a destroyed engine.
+    """
+
+    def __init__(self, handle: ctypes.c_void_p) -> None:
+        self.handle: Optional[ctypes.c_void_p] = handle
+        self.cond = threading.Condition()
+        self.in_flight = 0
+
+    def enter(self) -> ctypes.c_void_p:
+        """The live handle, with the call counted as in flight; pair with leave()."""
+        with self.cond:
+            if self.handle is None:
+                raise EngineClosedError()
+            self.in_flight += 1
+            return self.handle
+
+    def leave(self) -> None:
+        with self.cond:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self.cond.notify_all()
+
+    def release(self) -> None:
+        """Refuses new calls, waits for those in flight, then destroys the engine."""
+        with self.cond:
+            handle, self.handle = self.handle, None  # new calls fail from here on
+            while self.in_flight:
+                self.cond.wait()
+        if handle is not None:
+            _native.lib.dlrm_engine_destroy(handle)
 
 
 class Engine:
@@ -102,13 +138,14 @@ class Engine:
         if not isinstance(config, str):
             raise TypeError(f"config must be protobuf text (str), got {type(config).__name__}"
                             "; use Engine.from_file(path) for a file")
-        self._adopt(self._create(_native.lib.dlrm_engine_create, config.encode("utf-8")))
+        self._adopt(self._create(_native.lib.dlrm_engine_create,
+                                 _native.c_string(config, "config")))
 
     @classmethod
     def from_file(cls, path: PathLike) -> "Engine":
         """Creates an engine from a protobuf text config file."""
         return cls._from_handle(cls._create(_native.lib.dlrm_engine_create_from_file,
-                                            _path_bytes(path)))
+                                            _native.c_string(path, "path", path=True)))
 
     @classmethod
     def from_checkpoint(cls, path: PathLike, device: Optional[str] = None) -> "Engine":
@@ -120,15 +157,16 @@ class Engine:
         Any other name raises DlrmError INVALID_ARGUMENT naming it; a CUDA device this
         machine cannot use raises FAILED_PRECONDITION.
         """
+        path_bytes = _native.c_string(path, "path", path=True)
         if device is None:
             return cls._from_handle(cls._create(
-                _native.lib.dlrm_engine_create_from_checkpoint, _path_bytes(path)))
+                _native.lib.dlrm_engine_create_from_checkpoint, path_bytes))
         if not isinstance(device, str):
             raise TypeError(f"device must be a str such as 'cpu' or 'cuda:0', "
                             f"got {type(device).__name__}")
         return cls._from_handle(cls._create(
-            _native.lib.dlrm_engine_create_from_checkpoint_on, _path_bytes(path),
-            device.encode("utf-8")))
+            _native.lib.dlrm_engine_create_from_checkpoint_on, path_bytes,
+            _native.c_string(device, "device")))
 
     # ---- lifetime ---------------------------------------------------------------------
     @staticmethod
@@ -144,41 +182,27 @@ class Engine:
         return engine
 
     def _adopt(self, handle: ctypes.c_void_p) -> None:
-        self._handle: Optional[ctypes.c_void_p] = handle
-        self._cond = threading.Condition()
-        self._in_flight = 0
-        # Backstop for engines never closed; it holds the handle, not self.
-        self._finalizer = weakref.finalize(self, _native.lib.dlrm_engine_destroy, handle)
+        self._life = _Lifetime(handle)
+        # Backstop for engines never closed, at garbage collection or interpreter exit
+        # (where daemon threads may still be calling): it holds the lifetime, not self.
+        self._finalizer = weakref.finalize(self, self._life.release)
 
     @contextlib.contextmanager
     def _use(self) -> Iterator[ctypes.c_void_p]:
         """Yields the live handle, counting the call as in flight so close() waits."""
-        with self._cond:
-            if self._handle is None:
-                raise EngineClosedError()
-            self._in_flight += 1
-            handle = self._handle
+        handle = self._life.enter()
         try:
             yield handle
         finally:
-            with self._cond:
-                self._in_flight -= 1
-                if self._in_flight == 0:
-                    self._cond.notify_all()
+            self._life.leave()
 
     def close(self) -> None:
         """Releases the engine. Idempotent; waits for calls in flight on other threads."""
-        with self._cond:
-            if self._handle is None:
-                return
-            self._handle = None  # new calls fail from here on
-            while self._in_flight:
-                self._cond.wait()
-        self._finalizer()  # dlrm_engine_destroy, exactly once
+        self._finalizer()  # _Lifetime.release, exactly once
 
     @property
     def closed(self) -> bool:
-        return self._handle is None
+        return self._life.handle is None
 
     def __enter__(self) -> "Engine":
         with self._use():  # entering a closed engine is an error too
@@ -232,7 +256,7 @@ class Engine:
     def predict(self, batch: Batch, out: Optional[np.ndarray] = None) -> np.ndarray:
         """Click probabilities, float32 ``[batch_size]``. Labels are ignored.
 
-        ``out`` (optional): a float32, C-contiguous, 1-D array of at least batch_size
+        ``out`` (optional): a float32, aligned, C-contiguous 1-D array of at least batch_size
         values to write into instead of allocating (it is returned, cut to batch_size).
         """
         s = _require_batch(batch)._struct
@@ -242,8 +266,10 @@ class Engine:
         else:
             if not isinstance(out, np.ndarray) or out.dtype != np.float32:
                 raise TypeError("out must be a numpy.ndarray of dtype float32")
-            if out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
-                raise ValueError("out must be a writeable, C-contiguous 1-D array")
+            flags = out.flags
+            if out.ndim != 1 or not (flags.c_contiguous and flags.writeable and flags.aligned):
+                # The engine writes through a float*: a misaligned one is undefined behaviour.
+                raise ValueError("out must be a writeable, aligned, C-contiguous 1-D array")
             if out.shape[0] < n:
                 raise ValueError(f"out holds {out.shape[0]} values but batch_size is {n}")
         with self._use() as h:
@@ -305,13 +331,15 @@ class Engine:
     # ---- checkpoints ------------------------------------------------------------------
     def save(self, path: PathLike) -> None:
         """Writes parameters, optimizer state, step and learning rates atomically."""
+        path_bytes = _native.c_string(path, "path", path=True)
         with self._use() as h:
-            _native.check(_native.lib.dlrm_engine_save(h, _path_bytes(path)))
+            _native.check(_native.lib.dlrm_engine_save(h, path_bytes))
 
     def load(self, path: PathLike) -> None:
         """Restores a checkpoint of the same model; on failure the engine is unchanged."""
+        path_bytes = _native.c_string(path, "path", path=True)
         with self._use() as h:
-            _native.check(_native.lib.dlrm_engine_load(h, _path_bytes(path)))
+            _native.check(_native.lib.dlrm_engine_load(h, path_bytes))
 
     def export(self, path: PathLike, quantize: str = "fp32", dense: str = "fp32") -> None:
         """Writes a compact read-only model for serving, atomically; takes the reader lock.
@@ -331,8 +359,9 @@ class Engine:
                 code |= choices[value]
             except (KeyError, TypeError):
                 raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
+        path_bytes = _native.c_string(path, "path", path=True)
         with self._use() as h:
-            _native.check(_native.lib.dlrm_engine_export(h, _path_bytes(path), code))
+            _native.check(_native.lib.dlrm_engine_export(h, path_bytes, code))
 
     # ---- parameters -------------------------------------------------------------------
     def parameter_names(self) -> List[str]:
@@ -349,19 +378,21 @@ class Engine:
 
     def parameter_shape(self, name: str) -> Tuple[int, ...]:
         """Shape of the named parameter ([out, in] weights, [out] biases, [rows, dim])."""
+        name_bytes = _native.c_string(name, "name")
         shape = (ctypes.c_int64 * _native.MAX_PARAMETER_DIMS)()
         ndim = ctypes.c_int32()
         with self._use() as h:
             _native.check(_native.lib.dlrm_engine_parameter_shape(
-                h, name.encode("utf-8"), shape, _native.MAX_PARAMETER_DIMS, ctypes.byref(ndim)))
+                h, name_bytes, shape, _native.MAX_PARAMETER_DIMS, ctypes.byref(ndim)))
         return tuple(int(d) for d in shape[:ndim.value])
 
     def get_parameter(self, name: str) -> np.ndarray:
         """A float32 copy of the named parameter, with its shape."""
         out = np.empty(self.parameter_shape(name), dtype=np.float32)
+        name_bytes = _native.c_string(name, "name")
         with self._use() as h:
             _native.check(_native.lib.dlrm_engine_read_parameter(
-                h, name.encode("utf-8"), out.ctypes.data_as(_native.c_float_p), out.size))
+                h, name_bytes, out.ctypes.data_as(_native.c_float_p), out.size))
         return out
 
     def set_parameter(self, name: str, value: np.ndarray) -> None:
@@ -439,15 +470,16 @@ class Engine:
         Raises DlrmError NOT_FOUND, naming it, for a name that is not a table. May run
         concurrently with predict.
         """
+        name_bytes = _native.c_string(name, "name")
         out = _native.TableStatsStruct(struct_size=ctypes.sizeof(_native.TableStatsStruct))
         with self._use() as h:
-            _native.check(_native.lib.dlrm_engine_table_stats(h, name.encode("utf-8"),
-                                                              ctypes.byref(out)))
+            _native.check(_native.lib.dlrm_engine_table_stats(h, name_bytes, ctypes.byref(out)))
         return TableStats(bool(out.dynamic), int(out.capacity), int(out.size),
                           int(out.lookups), int(out.hits), int(out.admitted),
                           int(out.evicted), int(out.rejected), int(out.memory_bytes))
 
     def _write_parameter(self, name: str, value: np.ndarray) -> None:
+        name_bytes = _native.c_string(name, "name")
         with self._use() as h:
             _native.check(_native.lib.dlrm_engine_write_parameter(
-                h, name.encode("utf-8"), value.ctypes.data_as(_native.c_float_p), value.size))
+                h, name_bytes, value.ctypes.data_as(_native.c_float_p), value.size))

@@ -2,6 +2,7 @@
 hand-built batches of the same samples, and refusals that name the column and row."""
 from __future__ import annotations
 
+import re
 from typing import List
 
 import numpy as np
@@ -118,6 +119,17 @@ def test_refusals_name_the_column_and_row(rng):
         dlrm.Batch.from_arrow(rb, COLS._replace(weights=["wa"]))
     with pytest.raises(TypeError, match="expected a pyarrow RecordBatch"):
         dlrm.Batch.from_arrow({"d0": [1.0]}, COLS)
+
+
+def test_nul_in_column_names_is_refused(rng):
+    # C would read "d0\0x" as "d0" and convert the wrong column without a word.
+    rb = arrow_of(records_of(make_batch(rng, batch_size=8, weights=True)))
+    for field, columns in (("dense[0]", COLS._replace(dense=["d0\0x", "d1", "d2"])),
+                           ("sparse[1]", COLS._replace(sparse=["a", "b\0x"])),
+                           ("label", COLS._replace(label="click\0x")),
+                           ("weights[0]", WEIGHTED._replace(weights=["wa\0x", None]))):
+        with pytest.raises(ValueError, match=rf"^columns\.{re.escape(field)} contains a NUL"):
+            dlrm.Batch.from_arrow(rb, columns)
 
 
 def test_row_refusals_name_the_row():

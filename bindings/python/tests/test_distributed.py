@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -132,6 +132,19 @@ def test_bad_settings_are_refused_by_name() -> None:
         dlrm.distributed.Trainer(b"not text")  # type: ignore[arg-type]
 
 
+def test_nul_in_strings_is_refused_by_name(tmp_path: Path) -> None:
+    # C would cut each string at the NUL: a config or setting shortened without a word.
+    settings = _cluster("trainer", 2, 5555)
+    with pytest.raises(ValueError, match="^config contains a NUL character"):
+        dlrm.distributed.Trainer(CONFIG + "\0 model { oops }", settings)
+    with pytest.raises(ValueError, match="^config contains a NUL character"):
+        dlrm.distributed.run_role(CONFIG + "\0", _cluster("server", 0, 5555))
+    with pytest.raises(ValueError, match="^cluster setting 'DLRM_ROLE' contains a NUL"):
+        dlrm.distributed.Trainer(CONFIG, dict(settings, DLRM_ROLE="trainer\0server"))
+    with pytest.raises(ValueError, match="^restore_dir contains a NUL character"):
+        dlrm.distributed.Trainer(CONFIG, settings, restore_dir=f"{tmp_path}\0x")
+
+
 class _FakeGpu:
     def __init__(self, addresses: Sequence[str]) -> None:
         self.addresses = addresses
@@ -190,11 +203,10 @@ def test_dlrm_device_in_the_cluster_settings_is_checked_by_name():
         dlrm.distributed.Trainer(SMALL_CONFIG, settings)
 
 
-def test_a_trainer_closed_after_a_failed_call_tells_the_job_why() -> None:
-    """A host that gives up on a trainer after an error (closes it unfinished) ends the
-    job, and the other processes' errors name that error, not only that it left."""
+def _one_trainer_job(errors: List[str]) -> Tuple[Dict[str, object], List[threading.Thread]]:
+    """Starts a coordinator and a server in threads (run_role's errors go to errors) for
+    one trainer; returns that trainer's settings and the threads, for _join."""
     port = _free_port()
-    errors: List[str] = []
 
     def cluster(role: str, rank: int) -> Dict[str, object]:
         return dict(_cluster(role, rank, port), DLRM_WORLD_SIZE=2, DLRM_TIMEOUT_MS=5000)
@@ -210,11 +222,67 @@ def test_a_trainer_closed_after_a_failed_call_tells_the_job_why() -> None:
     time.sleep(0.2)  # the coordinator binds its port before the peers bind theirs
     threads.append(threading.Thread(target=role, args=("server", 0)))
     threads[1].start()
-    with dlrm.distributed.Trainer(CONFIG, cluster("trainer", 1)) as t:
-        with pytest.raises(dlrm.DlrmError, match="no part queued"):
-            t.train_step()
+    return cluster("trainer", 1), threads
+
+
+def _join(threads: List[threading.Thread]) -> None:
     for thread in threads:
         thread.join(60)
+        assert not thread.is_alive(), thread
+
+
+def test_a_trainer_closed_after_a_failed_call_tells_the_job_why() -> None:
+    """A host that gives up on a trainer after an error (closes it unfinished) ends the
+    job, and the other processes' errors name that error, not only that it left."""
+    errors: List[str] = []
+    settings, threads = _one_trainer_job(errors)
+    with dlrm.distributed.Trainer(CONFIG, settings) as t:
+        with pytest.raises(dlrm.DlrmError, match="no part queued"):
+            t.train_step()
+    _join(threads)
     assert len(errors) == 2, errors  # the coordinator's and the server's
     for e in errors:
         assert "its last call failed" in e and "no part queued" in e, e
+
+
+def test_trainer_calls_are_serialized() -> None:
+    """Calls on one trainer, destroy included, must not overlap (dlrm.h): close() from
+    another thread waits for a train_step blocked in the host all-gather, which runs
+    inside it without needing the trainer's lock; a call from the all-gather is refused."""
+    errors: List[str] = []
+    entered, release, close_returned = threading.Event(), threading.Event(), threading.Event()
+    seen: Dict[str, object] = {}
+
+    def allgather(mine: bytes) -> Sequence[bytes]:
+        try:
+            t.step  # re-entry on this thread, inside train_step: refused, no deadlock
+        except RuntimeError as e:
+            seen["reentry"] = str(e)
+        entered.set()
+        assert release.wait(60)
+        return [mine]
+
+    def releaser() -> None:
+        entered.wait(60)
+        time.sleep(0.5)  # meanwhile close() runs on the main thread
+        seen["close_returned_early"] = close_returned.is_set()
+        release.set()
+
+    settings, threads = _one_trainer_job(errors)
+    t = dlrm.distributed.Trainer(CONFIG, settings, allgather=allgather)
+    part = make_batch(np.random.default_rng(3), batch_size=8)
+    stepper = threading.Thread(target=lambda: seen.setdefault("loss", t.train_step(part)))
+    helpers = [stepper, threading.Thread(target=releaser)]
+    for thread in helpers:
+        thread.start()
+    assert entered.wait(60)
+    t.close()  # waits for the train_step in flight
+    close_returned.set()
+    _join(helpers)
+    assert seen["close_returned_early"] is False
+    assert "must not call its Trainer" in str(seen["reentry"])
+    assert isinstance(seen["loss"], float)  # the step finished before the trainer went
+    with pytest.raises(dlrm.EngineClosedError):
+        t.train_step(part)
+    _join(threads)  # the job ends: the trainer left without finish()
+    assert len(errors) == 2, errors

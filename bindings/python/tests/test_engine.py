@@ -53,6 +53,45 @@ def test_predict_into_caller_buffer(engine, batch):
         engine.predict(batch, out=np.empty(8, np.float64))
 
 
+def test_predict_refuses_unaligned_out(engine, batch):
+    # The engine writes through a float*: a misaligned buffer is refused, not written.
+    n = batch.batch_size
+    raw = bytearray(4 * n + 1)
+    out = np.frombuffer(raw, np.float32, offset=1, count=n)
+    assert out.flags.writeable and out.flags.c_contiguous and not out.flags.aligned
+    with pytest.raises(ValueError, match="out must be a writeable, aligned"):
+        engine.predict(batch, out=out)
+    assert raw == bytearray(4 * n + 1)
+
+
+def test_nul_in_strings_is_refused(engine, tmp_path):
+    # C would cut each string at the NUL (save("ckpt\0.bak") writing "ckpt") and succeed.
+    good = tmp_path / "model.ckpt"
+    engine.save(good)
+    calls = {
+        "path": [lambda: engine.save(str(tmp_path / "ckpt") + "\0.bak"),
+                 lambda: engine.load(str(good) + "\0.bak"),
+                 lambda: engine.export(str(tmp_path / "export") + "\0.bak"),
+                 lambda: dlrm.Engine.from_checkpoint(str(good) + "\0.bak"),
+                 lambda: dlrm.Engine.from_checkpoint(str(good) + "\0.bak", device="cpu"),
+                 lambda: dlrm.Engine.from_file(str(good) + "\0.bak")],
+        "device": [lambda: dlrm.Engine.from_checkpoint(good, device="cpu\0gpu")],
+        "config": [lambda: dlrm.Engine(SMALL_CONFIG + "\0 model { oops }")],
+        "name": [lambda: engine.parameter_shape("top_mlp.0.weight\0x"),
+                 lambda: engine.get_parameter("top_mlp.0.weight\0x"),
+                 lambda: engine.set_parameter("top_mlp.0.weight\0x",
+                                              engine.get_parameter("top_mlp.0.weight")),
+                 lambda: engine.table_stats("t0\0x")],
+    }
+    for argument, refused in calls.items():
+        for call in refused:
+            with pytest.raises(ValueError, match=f"^{argument} contains a NUL character"):
+                call()
+    assert sorted(tmp_path.iterdir()) == [good]  # nothing written under a cut name
+    with pytest.raises(TypeError, match="name must be a str"):
+        engine.table_stats(b"t0")  # type: ignore[arg-type]
+
+
 def test_train_step_needs_labels(engine, batch):
     with pytest.raises(dlrm.DlrmError, match="batch.labels is NULL") as info:
         engine.train_step(batch.without_labels())

@@ -6,8 +6,12 @@ test_library.py::test_library_releases_the_gil.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 from conftest import make_batch, same_bits
@@ -88,3 +92,40 @@ def test_training_alongside_predictions_is_safe():
             t.join()
         assert not errors
         assert engine.step == 5
+
+
+# A daemon thread predicts in a loop; the main thread exits without close(). The engine's
+# exit-time backstop must wait for the call in flight and make the next one raise, not
+# destroy the engine under it.
+_EXIT_SCRIPT = """
+import threading
+from test_threads import BIG_CONFIG, _batches
+import dlrm
+
+engine = dlrm.Engine(BIG_CONFIG)
+batch = _batches(1)[0]
+predicted = threading.Semaphore(0)
+
+def predict_forever():
+    try:
+        while True:
+            engine.predict(batch)
+            predicted.release()
+    except dlrm.EngineClosedError:
+        pass
+
+for _ in range(2):
+    threading.Thread(target=predict_forever, daemon=True).start()
+for _ in range(4):
+    predicted.acquire()
+print("exiting", flush=True)
+"""
+
+
+def test_exit_with_a_daemon_thread_predicting_on_an_unclosed_engine():
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    for _ in range(3):
+        run = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT], cwd=Path(__file__).parent,
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, (run.returncode, run.stderr)
+        assert run.stdout == "exiting\n" and "Traceback" not in run.stderr, run.stderr
