@@ -556,10 +556,13 @@ void Engine::Save(const std::string& path) const {
   }
   if (!s.dynamic_tables.has_ssd()) return writer.WriteAtomic(path);
   const std::string rows_dir = SaveSsdRows(path, &writer);
+  bool renamed = false;
   try {
-    writer.WriteAtomic(path);
+    writer.WriteAtomic(path, &renamed);
   } catch (...) {
-    RemoveTree(rows_dir);  // the file it was for was not written
+    // Before the rename, the file it was for was not written. After it (the directory's
+    // sync failed) the file names it, and a crash may yet bring back the old one: keep both.
+    if (!renamed) RemoveTree(rows_dir);
     throw;
   }
   RemoveOtherSsdRows(path, rows_dir);  // the ones of the file just replaced
@@ -746,8 +749,12 @@ void Engine::LoadFrom(const CheckpointReader& reader, const std::string& path) {
 void Engine::LoadSsdRows(const CheckpointReader& reader, const std::string& path,
                          State* staged) const {
   const std::string& name = checkpoint::RequiredMetadata(reader, path, checkpoint::kSsdRowsKey);
+  // One ordinary name beside the file (what SaveSsdRows writes), never a way out of it.
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    Throw(StatusCode::kDataLoss, "checkpoint ", path, ": ", checkpoint::kSsdRowsKey, " '", name,
+          "' is not the name of a directory beside it");
   const std::filesystem::path dir = std::filesystem::path(path).parent_path() / name;
-  if (name.find('/') != std::string::npos || !std::filesystem::is_directory(dir))
+  if (!std::filesystem::is_directory(dir))
     Throw(StatusCode::kDataLoss, "checkpoint ", path, ": the directory of its SSD tables' rows, ",
           dir.string(), ", is missing");
   std::vector<std::vector<uint64_t>> stored;

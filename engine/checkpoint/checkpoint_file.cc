@@ -400,7 +400,7 @@ void CheckpointWriter::SetMetadata(const std::string& key, const std::string& va
   metadata_[key] = value;
 }
 
-void CheckpointWriter::WriteAtomic(const std::string& path) const {
+void CheckpointWriter::WriteAtomic(const std::string& path, bool* renamed) const {
   checkpoint::CheckpointHeader header;
   uint64_t payload_bytes = 0;
   for (const Pending& t : tensors_) {
@@ -444,6 +444,7 @@ void CheckpointWriter::WriteAtomic(const std::string& path) const {
   if (::rename(file.path().c_str(), path.c_str()) != 0)
     ThrowWriteError(path, "renaming " + file.path(), errno);
   file.Commit();
+  if (renamed != nullptr) *renamed = true;
   // The new file is in place now; a failure here still throws, because without the
   // directory sync the rename may not survive a crash.
   SyncDirectory(path);

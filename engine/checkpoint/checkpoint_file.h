@@ -40,11 +40,13 @@ class CheckpointWriter {
   void AddTensorCopy(const std::string& name, checkpoint::TensorEntry::DType dtype,
                      std::vector<int64_t> shape, const void* data, size_t num_bytes);
   void SetMetadata(const std::string& key, const std::string& value);
-  // Throws dlrm::Error(kIo) naming the path and the OS error on any failure; the
-  // temporary file is removed and an existing file at path is left as it was. Writes of
-  // one path may run at once (threads or processes): each has its own temporary, and the
-  // file is always one of them, complete.
-  void WriteAtomic(const std::string& path) const;
+  // Throws dlrm::Error(kIo) naming the path and the OS error on any failure. Until the
+  // new file is renamed into place the temporary is removed and an existing file at path
+  // is left as it was; *renamed (when given) says whether that happened, for a failure
+  // after it (the directory's sync: the file is the new one, though a crash might still
+  // bring back the old). Writes of one path may run at once (threads or processes): each
+  // has its own temporary, and the file is always one of them, complete.
+  void WriteAtomic(const std::string& path, bool* renamed = nullptr) const;
 
  private:
   struct Pending {

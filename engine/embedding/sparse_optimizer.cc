@@ -210,7 +210,7 @@ class SparseRowwiseAdagrad final : public SparseOptimizer<T> {
   void ResetRow(int32_t table, int64_t row) override { row_sum_sq_.Reset(table, row); }
 
   std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) override {
-    return {{"row_sum_sq", row_sum_sq_.buffer(table)}};
+    return {{kRowSumSqState, row_sum_sq_.buffer(table)}};
   }
 
  private:

@@ -41,6 +41,11 @@ class SparseOptimizer {
   virtual std::vector<std::pair<std::string, std::vector<T>*>> StateBuffers(int32_t table) = 0;
 };
 
+// The name of row-wise Adagrad's state, the only state with one value per row (every
+// other holds one per element): what a checkpoint's reader needs to cut it.
+inline constexpr char kRowSumSqState[] = "row_sum_sq";
+inline bool IsPerRowState(const std::string& name) { return name == kRowSumSqState; }
+
 struct TableShape {
   int64_t num_rows;  // the rows with state: 0 for a table no update reaches
   int32_t dim;

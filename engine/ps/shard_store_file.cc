@@ -150,17 +150,18 @@ class SavedFiles {
 };
 
 // Copies the overlap of saved piece `from` (values[rows x from_width]) into shard `to`
-// (out[rows x to_width]). A width equal to the columns is per element, 1 per row (a
-// row-wise state, only ever on whole rows: CheckShardColumns).
+// (out[rows x to_width]): per element (the widths are the pieces' columns), or per row
+// (widths 1: a row-wise state, only ever on whole rows: CheckShardColumns). Which is
+// said, not guessed from a width: a shard of one column is per element too.
 template <typename E>
 void CopyOverlap(const ShardLocation& from, const E* values, int64_t from_width,
-                 const ShardLocation& to, E* out, int64_t to_width) {
+                 const ShardLocation& to, E* out, int64_t to_width, bool per_row) {
   const int64_t r0 = std::max(from.row_begin, to.row_begin);
   const int64_t r1 = std::min(from.row_end, to.row_end);
-  const int64_t c0 = to_width == 1 ? 0 : std::max(from.col_begin, to.col_begin);
-  const int64_t c1 = to_width == 1 ? 1 : std::min(from.col_end, to.col_end);
-  const int64_t from_col = to_width == 1 ? 0 : from.col_begin;
-  const int64_t to_col = to_width == 1 ? 0 : to.col_begin;
+  const int64_t c0 = per_row ? 0 : std::max(from.col_begin, to.col_begin);
+  const int64_t c1 = per_row ? 1 : std::min(from.col_end, to.col_end);
+  const int64_t from_col = per_row ? 0 : from.col_begin;
+  const int64_t to_col = per_row ? 0 : to.col_begin;
   for (int64_t r = r0; r < r1; ++r)
     std::copy(values + (r - from.row_begin) * from_width + (c0 - from_col),
               values + (r - from.row_begin) * from_width + (c1 - from_col),
@@ -169,14 +170,15 @@ void CopyOverlap(const ShardLocation& from, const E* values, int64_t from_width,
 
 // Saved piece `piece`'s tensor `name` (piece rows x width values of E, stored as dtype in
 // `shape`) read into values, and its overlap with shard `to` copied into out (to_width a
-// row).
+// row; per_row as CopyOverlap's).
 template <typename E>
 void CopyPiece(const CheckpointReader& reader, const std::string& name, TensorEntry::DType dtype,
                const std::vector<int64_t>& shape, const ShardLocation& piece, int64_t width,
-               const ShardLocation& to, E* out, int64_t to_width, std::vector<E>* values) {
+               const ShardLocation& to, E* out, int64_t to_width, bool per_row,
+               std::vector<E>* values) {
   values->resize(static_cast<size_t>((piece.row_end - piece.row_begin) * width));
   reader.ReadTensor(name, dtype, shape, values->data());
-  CopyOverlap(piece, values->data(), width, to, out, to_width);
+  CopyOverlap(piece, values->data(), width, to, out, to_width, per_row);
 }
 
 // Shard i of store assembled from the saved pieces into the staged rows and state.
@@ -196,15 +198,15 @@ void CutShard(const EmbeddingShardStore& store, int32_t i, const std::vector<Sha
     const int64_t piece_cols = piece.col_end - piece.col_begin;
     if (rows_out->half())
       CopyPiece(reader, weight, RowsDType(*rows_out), {piece_rows, piece_cols}, piece, piece_cols,
-                shard, rows_out->halves().data(), cols, &halves);
+                shard, rows_out->halves().data(), cols, false, &halves);
     else
       CopyPiece(reader, weight, kF32, {piece_rows, piece_cols}, piece, piece_cols, shard,
-                rows_out->data().data(), cols, &values);
+                rows_out->data().data(), cols, false, &values);
     for (const auto& [name, buffer] : state) {
-      const int64_t width = static_cast<int64_t>(buffer->size()) / rows;
-      const int64_t piece_width = width == 1 ? 1 : piece_cols;
+      const bool per_row = IsPerRowState(name);
+      const int64_t width = per_row ? 1 : cols, piece_width = per_row ? 1 : piece_cols;
       CopyPiece(reader, SparseStateName(key, name), kF32, {piece_rows * piece_width}, piece,
-                piece_width, shard, buffer->data(), width, &values);
+                piece_width, shard, buffer->data(), width, per_row, &values);
     }
     covered +=
         (std::min(piece.row_end, shard.row_end) - std::max(piece.row_begin, shard.row_begin)) *

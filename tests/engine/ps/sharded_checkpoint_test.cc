@@ -387,6 +387,51 @@ struct Dense {
   std::vector<std::vector<float>> Snapshot() { return ::dlrm::Snapshot(model, *optimizer); }
 };
 
+// A whole table saved by one server restores onto shards of one column (dim 8 over 8
+// servers): each takes its own column of the weights and of every per-element state, as
+// a wider column block does (a width of 1 once read as a row-wise state: SGD's shards
+// took the piece's first column, Adagrad's were refused).
+TEST(ShardStoreReshard, OneColumnShardsTakeTheirColumnOfWeightsAndState) {
+  for (const std::string sparse : {"sgd", "adagrad", "adam"}) {
+    const config::DlrmConfig c =
+        ShardedTestConfig(config::ShardingConfig::TABLE_WISE, "sgd", sparse, 1);
+    const shard::ShardingPlan whole = shard::PlanSharding(c, 1);
+    const std::string dir = TempDir("one_column_" + sparse);
+    ps::EmbeddingShardStore saved(c, whole, 0);
+    Train(c, &saved, 1, 2);
+    ps::SaveShardStore(saved, 0, 2, dir + "/" + checkpoint::ServerShardFile(0));
+    checkpoint::CheckpointManifest manifest;
+    manifest.set_step(2);
+    *manifest.mutable_plan() = whole;
+    config::DlrmConfig by_column =
+        ShardedTestConfig(config::ShardingConfig::COLUMN_WISE, "sgd", sparse, 8);
+    by_column.mutable_sharding()->set_min_column_block(1);
+    const shard::ShardingPlan columns = shard::PlanSharding(by_column, 8);
+    for (int32_t server = 0; server < 8; ++server) {
+      ps::EmbeddingShardStore store(by_column, columns, server);
+      ps::LoadReshardedStore(&store, dir, manifest, c.model());
+      for (int32_t i = 0; i < static_cast<int32_t>(store.shards().size()); ++i) {
+        const ps::ShardLocation& at = store.shards()[static_cast<size_t>(i)];
+        ASSERT_EQ(at.col_end - at.col_begin, 1) << sparse << " server " << server;
+        const std::string where = sparse + " table " + std::to_string(at.table) + " column " +
+                                  std::to_string(at.col_begin);
+        std::vector<float> want = saved.shard_table(at.table).data();  // saved shard t: table t
+        for (int64_t r = 0; r < at.row_end; ++r)
+          EXPECT_EQ(store.shard_table(i).data()[static_cast<size_t>(r)],
+                    want[static_cast<size_t>(r * 8 + at.col_begin)])
+              << where << " row " << r;
+        const auto state = store.optimizer().StateBuffers(i);
+        const auto saved_state = saved.optimizer().StateBuffers(at.table);
+        for (size_t k = 0; k < state.size(); ++k)
+          for (int64_t r = 0; r < at.row_end; ++r)
+            EXPECT_EQ((*state[k].second)[static_cast<size_t>(r)],
+                      (*saved_state[k].second)[static_cast<size_t>(r * 8 + at.col_begin)])
+                << where << " " << state[k].first << " row " << r;
+      }
+    }
+  }
+}
+
 config::DlrmConfig DenseConfig(const std::string& dense_optimizer) {
   return ShardedTestConfig(config::ShardingConfig::ROW_WISE, dense_optimizer, "sgd", kServers);
 }

@@ -4,6 +4,7 @@
 // resumes bitwise, a process killed with SIGKILL restores from its last checkpoint, and
 // bad configs, batches too large for the cache and damaged checkpoints are refused naming
 // what is wrong, changing nothing.
+#include <dlfcn.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -19,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/checkpoint/checkpoint_file.h"
+#include "engine/checkpoint/codec.h"
 #include "engine/config/config.h"
 #include "engine/core/status.h"
 #include "engine/core/thread_pool.h"
@@ -402,6 +405,66 @@ TEST(SsdEngineErrors, AMissingRowsDirectoryIsDataLossAndChangesNothing) {
   }
   EXPECT_TRUE(BitwiseEqual(testing::ParameterValues(b), before));
   EXPECT_EQ(b.step(), 2);
+}
+
+// A checkpoint whose ssd_rows names no directory beside it ("", ".", "..": a damaged or
+// forged file, checksummed as a writer would) is DATA_LOSS naming the key, before
+// anything of the directory it would reach is read or copied; the engine is unchanged.
+TEST(SsdEngineErrors, ARowsDirectoryNameLeavingTheCheckpointIsDataLoss) {
+  const std::string dir = testing::TempDir("ssd_engine_rows_name");
+  Engine a(Config(true, "", 1, dir));
+  Train(a, 5);
+  a.Save(dir + "/model.ckpt");
+  const CheckpointReader good(dir + "/model.ckpt");
+  std::vector<std::vector<char>> data;  // borrowed by the writers below
+  for (const std::string name : {"", ".", ".."}) {
+    CheckpointWriter bad;
+    for (const auto& [key, value] : good.metadata())
+      bad.SetMetadata(key, key == checkpoint::kSsdRowsKey ? name : value);
+    for (const std::string& tensor : good.TensorNames()) {
+      const checkpoint::TensorEntry& entry = good.Tensor(tensor);
+      std::vector<char>& bytes = data.emplace_back(static_cast<size_t>(entry.num_bytes()));
+      good.ReadTensor(tensor, entry.dtype(), good.TensorShape(tensor), bytes.data());
+      bad.AddTensor(tensor, entry.dtype(), good.TensorShape(tensor), bytes.data(), bytes.size());
+    }
+    bad.WriteAtomic(dir + "/bad.ckpt");
+    Engine b(Config(true, "", 1, dir));
+    Train(b, 2, 50);
+    const auto before = testing::ParameterValues(b);
+    testing::ExpectError([&] { b.Load(dir + "/bad.ckpt"); }, StatusCode::kDataLoss,
+                         "ssd_rows '" + name + "' is not the name of a directory beside it");
+    EXPECT_TRUE(BitwiseEqual(testing::ParameterValues(b), before)) << "'" << name << "'";
+    EXPECT_EQ(b.step(), 2);
+  }
+}
+
+// A save whose new file is renamed into place but whose directory then fails to sync
+// (kIo) leaves a checkpoint that loads: the file names the rows directory it was written
+// with, which must therefore stay. Needs tests/support/fail_dir_fsync.cc preloaded
+// (tests/CMakeLists.txt runs it so); skipped elsewhere.
+TEST(SsdEngineFaults, ASaveWhoseDirectorySyncFailsLeavesACheckpointThatLoads) {
+  if (dlsym(RTLD_DEFAULT, "dlrm_fail_dir_fsync_loaded") == nullptr)
+    GTEST_SKIP() << "tests/support/fail_dir_fsync.cc is not preloaded";
+  const std::string dir = testing::TempDir("ssd_engine_dir_sync");
+  const std::string path = dir + "/model.ckpt";
+  Engine a(Config(true, "", 1, dir));
+  Train(a, 3);
+  a.Save(path);
+  Train(a, 2, 30);
+  const auto saved = testing::ParameterValues(a);
+  ASSERT_EQ(setenv("DLRM_TEST_FAIL_FSYNC_DIR", std::filesystem::canonical(dir).string().c_str(), 1),
+            0);
+  try {
+    a.Save(path);
+    ADD_FAILURE() << "the directory sync did not fail";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kIo) << e.what();
+  }
+  unsetenv("DLRM_TEST_FAIL_FSYNC_DIR");
+  Engine b(Config(true, "", 1, dir));
+  b.Load(path);  // the new file, with its rows
+  EXPECT_EQ(b.step(), 5);
+  EXPECT_TRUE(BitwiseEqual(testing::ParameterValues(b), saved));
 }
 
 // Acceptance 4: a training process killed with SIGKILL after a checkpoint (and in the
