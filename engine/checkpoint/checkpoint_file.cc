@@ -450,6 +450,14 @@ void CheckpointWriter::WriteAtomic(const std::string& path, bool* renamed) const
   SyncDirectory(path);
 }
 
+void RemoveDurably(const std::string& path) {
+  if (::unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return;
+    ThrowWriteError(path, "removing it", errno);
+  }
+  SyncDirectory(path);
+}
+
 // ---- reader -------------------------------------------------------------------------
 
 namespace {

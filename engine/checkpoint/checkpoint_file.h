@@ -58,6 +58,10 @@ class CheckpointWriter {
   std::map<std::string, std::string> metadata_;
 };
 
+// Removes the file at `path` if there is one and syncs its directory, so that the removal
+// survives a crash. kIo naming the path and the OS error.
+void RemoveDurably(const std::string& path);
+
 class CheckpointReader {
  public:
   // Reads and verifies the whole file. Throws dlrm::Error: kIo if it cannot be read or is

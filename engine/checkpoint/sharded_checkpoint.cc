@@ -144,6 +144,13 @@ CheckpointFile DescribeFile(const std::string& dir, const std::string& name) {
   return file;
 }
 
+void BeginCheckpointDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) Throw(StatusCode::kIo, "cannot create checkpoint directory ", dir, ": ", ec.message());
+  RemoveDurably(ManifestPath(dir));
+}
+
 void WriteManifest(const std::string& dir, const CheckpointManifest& manifest) {
   if (manifest.step() < 0) ThrowInvalid("manifest step must be >= 0, got ", manifest.step());
   std::string text;

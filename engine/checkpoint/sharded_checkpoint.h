@@ -54,6 +54,13 @@ int64_t LoadDenseState(DlrmModel<float>* model, DenseOptimizer<float>* optimizer
 // cannot be read).
 CheckpointFile DescribeFile(const std::string& dir, const std::string& name);
 
+// Readies `dir` for a checkpoint's files (creating it if missing) by taking away the
+// MANIFEST of one written there before, durably: until WriteManifest the directory is
+// incomplete, so a crash or a failed save leaves no old manifest beside new files (a
+// directory neither checkpoint could be read from, that a restore would still choose).
+// kIo naming what failed.
+void BeginCheckpointDir(const std::string& dir);
+
 // Writes dir/MANIFEST atomically (a CheckpointWriter file: temporary file, fsync, rename,
 // directory fsync) holding the manifest as protobuf text. Call it last.
 void WriteManifest(const std::string& dir, const CheckpointManifest& manifest);

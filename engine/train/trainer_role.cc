@@ -27,6 +27,13 @@ std::chrono::milliseconds AllGatherTimeout(const cluster::ClusterEnv& env) {
   return cluster::kAllGatherTimeouts * Timeout(env);
 }
 
+// "" when every trainer's `errors` entry is, else the first as "trainer r: ...".
+std::string FirstError(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r)
+    if (!errors[r].empty()) return "trainer " + std::to_string(r) + ": " + errors[r];
+  return "";
+}
+
 void CreateCheckpointDir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -176,12 +183,12 @@ void TrainerRole::Checkpoint(const std::string& dir) {
   const int64_t step = trainer_->step();
   // Every trainer stops sending updates here, so the servers save exactly `step`.
   trainer_->Flush();
-  // Trainers that own shards save them first: the manifest follows every file.
-  std::string error;
+  // Trainer 0 takes the directory's old manifest away before any of its files is replaced;
+  // trainers that own shards then save them: the manifest follows every file.
+  std::string error = layout_.index == 0 ? BeginCheckpoint(dir) : "";
   if (owner_ != nullptr) {
-    const std::vector<std::string> saved = comm_->AllGather(SaveOwnedShards(dir, step));
-    for (size_t r = 0; r < saved.size() && error.empty(); ++r)
-      if (!saved[r].empty()) error = "trainer " + std::to_string(r) + ": " + saved[r];
+    error = FirstError(comm_->AllGather(error));
+    if (error.empty()) error = FirstError(comm_->AllGather(SaveOwnedShards(dir, step)));
   }
   if (layout_.index == 0 && error.empty()) {
     try {
@@ -198,6 +205,15 @@ void TrainerRole::Checkpoint(const std::string& dir) {
                   << dir;
 }
 
+std::string TrainerRole::BeginCheckpoint(const std::string& dir) {
+  try {
+    checkpoint::BeginCheckpointDir(dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 std::string TrainerRole::SaveOwnedShards(const std::string& dir, int64_t step) {
   if (owner_ == nullptr) return "";
   try {
@@ -211,7 +227,6 @@ std::string TrainerRole::SaveOwnedShards(const std::string& dir, int64_t step) {
 }
 
 void TrainerRole::WriteCheckpoint(const std::string& dir, int64_t step) {
-  CreateCheckpointDir(dir);
   if (service_) service_->SaveShards(step, dir);
   checkpoint::SaveDenseState(trainer_->model(), trainer_->dense_optimizer(), step,
                              dir + "/" + checkpoint::kDenseStateFile);

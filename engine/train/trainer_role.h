@@ -98,9 +98,11 @@ class TrainerRole {
   // ModelParallelTrainer).
   void MakeTrainer(const TrainerDevices& devices);
   void Restore(const std::string& restore_dir);
-  // Checkpoint's parts: this trainer's own shards where it owns some (the outcome, "" or
-  // why it failed); the lead trainer's files: the servers' shards, the dense state, the
-  // replicas and, last, the manifest.
+  // Checkpoint's parts: the lead trainer readies the directory (BeginCheckpointDir; the
+  // outcome, "" or why it failed); this trainer's own shards where it owns some (the
+  // same); the lead trainer's files: the servers' shards, the dense state, the replicas
+  // and, last, the manifest.
+  static std::string BeginCheckpoint(const std::string& dir);
   std::string SaveOwnedShards(const std::string& dir, int64_t step);
   void WriteCheckpoint(const std::string& dir, int64_t step);
 

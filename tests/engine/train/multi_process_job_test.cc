@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -383,6 +384,35 @@ TEST(ClusterCheckpoint, RestoreContinuesBitwise) {
       other, first, [](train::TrainerRole&) {}, 3000);
   for (const std::string& e : result.server_errors)
     EXPECT_NE(e.find("cannot be restored"), std::string::npos) << e;
+}
+
+// A checkpoint into a directory that holds one already, failing part way (a server's file
+// cannot be replaced), leaves the directory incomplete (no MANIFEST: a restore passes it
+// over) rather than the old manifest beside new files, which neither checkpoint could be
+// read from.
+TEST(ClusterCheckpoint, AFailedRewriteLeavesTheDirectoryIncompleteNotMixed) {
+  const config::DlrmConfig c =
+      ShardedTestConfig(config::ShardingConfig::ROW_WISE, "sgd", "adagrad", kServers);
+  const std::string dir = TempDir("rewrite");
+  JobResult result = RunJob(c, "", [&](train::TrainerRole& t) {
+    std::vector<float> losses;
+    TrainBatches(t, c, 0, 2, 1, &losses);
+    t.Checkpoint(dir);
+  });
+  for (const std::string& e : result.trainer_errors) ASSERT_EQ(e, "");
+  ASSERT_EQ(checkpoint::ReadManifest(dir).step(), 2);
+  // Server 1's file becomes a directory that holds a file: its rename into place fails.
+  const std::string blocked = dir + "/" + checkpoint::ServerShardFile(1);
+  std::filesystem::remove(blocked);
+  std::filesystem::create_directory(blocked);
+  std::ofstream(blocked + "/keep") << "x";
+  result = RunJob(c, "", [&](train::TrainerRole& t) {
+    std::vector<float> losses;
+    TrainBatches(t, c, 0, 3, 1, &losses);
+    ExpectError([&] { t.Checkpoint(dir); }, StatusCode::kIo, "checkpoint of step 3");
+  });
+  for (const std::string& e : result.trainer_errors) ASSERT_EQ(e, "");
+  ExpectError([&] { checkpoint::ReadManifest(dir); }, StatusCode::kNotFound, "incomplete");
 }
 
 // Engine::FromCheckpoint on a directory: no MANIFEST (an interrupted checkpoint) is
