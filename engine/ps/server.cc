@@ -1,6 +1,7 @@
 #include "engine/ps/server.h"
 
 #include <chrono>
+#include <new>
 #include <utility>
 
 #include "engine/checkpoint/sharded_checkpoint.h"
@@ -15,14 +16,15 @@ namespace dlrm::ps {
 EmbeddingServer::EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int32_t index,
                                  std::vector<std::string> trainer_links,
                                  std::chrono::milliseconds trainer_timeout,
-                                 config::TableConfig::Precision wire)
+                                 config::TableConfig::Precision wire, int64_t max_message_bytes)
     : endpoint_(endpoint),
       owner_(owner),
       index_(index),
       trainer_links_(std::move(trainer_links)),
       num_trainers_(trainer_links_.size()),
       trainer_timeout_(trainer_timeout),
-      wire_(wire) {
+      wire_(wire),
+      max_message_bytes_(max_message_bytes) {
   RegisterMessageTypes();
   if (endpoint_ == nullptr || owner_ == nullptr)
     ThrowInvalid("embedding server: endpoint and owner are required");
@@ -127,6 +129,7 @@ void EmbeddingServer::HandleLookup(net::Received r) {
     lookup.step = RequiredStep(r.message);
     lookup.rows = DecodeLookup(r.message);
     owner_->ValidateLookup(lookup.rows, lookup.step);
+    CheckAnswerFits(lookup.rows);
   } catch (const Error& e) {
     endpoint_->ReplyError(r, e.code(), "server " + std::to_string(index_) + ": " + e.what());
     return;
@@ -134,6 +137,20 @@ void EmbeddingServer::HandleLookup(net::Received r) {
   lookup.request = std::move(r);
   std::lock_guard<std::mutex> lock(parked_mu_);
   if (!TryAnswer(lookup)) parked_lookups_.push_back(std::move(lookup));
+}
+
+void EmbeddingServer::CheckAnswerFits(const std::vector<ShardRows>& request) const {
+  // The answer's values at most (ids were checked against the LOOKUP's own size), and room
+  // for the header and the counts.
+  int64_t values = 0;
+  for (const ShardRows& r : request)
+    values += static_cast<int64_t>(r.ids.size()) * owner_->store().shard_table(r.shard).dim();
+  const int64_t bytes =
+      values * (IsHalf(wire_) ? 2 : 4) + 8 * static_cast<int64_t>(request.size()) + 4096;
+  if (bytes > max_message_bytes_)
+    ThrowInvalid("the answer to this lookup would take ", bytes,
+                 " bytes, more than one message may carry (", max_message_bytes_,
+                 "): look up fewer rows at once");
 }
 
 bool EmbeddingServer::TryAnswer(ParkedLookup& lookup) {
@@ -144,6 +161,10 @@ bool EmbeddingServer::TryAnswer(ParkedLookup& lookup) {
     ++lookups_served_;
   } catch (const Error& e) {
     endpoint_->ReplyError(lookup.request, e.code(), e.what());
+  } catch (const std::bad_alloc&) {  // the server goes on: only this answer is lost
+    endpoint_->ReplyError(
+        lookup.request, StatusCode::kResourceExhausted,
+        "server " + std::to_string(index_) + ": out of memory answering a lookup");
   }
   return true;
 }

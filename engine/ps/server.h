@@ -32,6 +32,7 @@
 
 #include "engine/config/dlrm.pb.h"
 #include "engine/net/endpoint.h"
+#include "engine/net/options.h"
 #include "engine/ps/shard_owner.h"
 
 namespace dlrm::ps {
@@ -42,10 +43,13 @@ class EmbeddingServer {
   // trainer_links[t]: the routing id trainer t connects with (JobLayout::trainer_links).
   // trainer_timeout: how long a trainer may stay silent (trainers send heartbeats)
   // before Serve gives up on the job. wire: the precision rows are answered in
-  // (WireValuePrecision of the job's DistributedConfig).
+  // (WireValuePrecision of the job's DistributedConfig). max_message_bytes: the endpoint's
+  // (TransportOptions): a lookup whose answer could not travel is refused before any row
+  // is read.
   EmbeddingServer(net::Endpoint* endpoint, ShardOwner* owner, int32_t index,
                   std::vector<std::string> trainer_links, std::chrono::milliseconds trainer_timeout,
-                  config::TableConfig::Precision wire = config::TableConfig::FP32);
+                  config::TableConfig::Precision wire = config::TableConfig::FP32,
+                  int64_t max_message_bytes = net::TransportOptions().max_message_bytes);
   ~EmbeddingServer();
   EmbeddingServer(const EmbeddingServer&) = delete;
   EmbeddingServer& operator=(const EmbeddingServer&) = delete;
@@ -67,6 +71,8 @@ class EmbeddingServer {
     int64_t step;
     std::vector<ShardRows> rows;
   };
+  // kInvalidArgument when the answer to `request` (valid shards) would not fit a message.
+  void CheckAnswerFits(const std::vector<ShardRows>& request) const;
   // The trainer `r` comes from: the rank it claims, if it came over that trainer's link.
   std::optional<int32_t> SendingTrainer(const net::Received& r) const;
   // Counts and logs (rate-limited) a dropped message.
@@ -89,6 +95,7 @@ class EmbeddingServer {
   const int32_t num_trainers_;
   const std::chrono::milliseconds trainer_timeout_;
   const config::TableConfig::Precision wire_;
+  const int64_t max_message_bytes_;
   std::vector<std::chrono::steady_clock::time_point> last_heard_;  // by trainer
   mutable std::mutex parked_mu_;
   std::deque<ParkedLookup> parked_lookups_;

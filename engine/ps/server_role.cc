@@ -32,11 +32,11 @@ void CheckServerFitsMemory(const config::DlrmConfig& config, const shard::Shardi
 namespace {
 
 // Server layout.index's part of the job, from its memory check to the last trainer's
-// departure: its shards built (or restored from restore_dir), then served on `listener`.
-// Throws what fails; the caller tells the coordinator.
+// departure: its shards built (or restored from restore_dir), then served on `listener`
+// (made with `options`). Throws what fails; the caller tells the coordinator.
 void ServeShards(const cluster::ClusterEnv& env, const config::DlrmConfig& config,
                  const cluster::JobLayout& layout, const std::string& restore_dir,
-                 net::Endpoint* listener) {
+                 net::Endpoint* listener, const net::TransportOptions& options) {
   CheckServerFitsMemory(config, layout.plan, layout.index);
   ThreadPool pool(ResolveThreadCount(config.num_threads()));
   EmbeddingShardStore store(config, layout.plan, layout.index, &pool);
@@ -57,7 +57,7 @@ void ServeShards(const cluster::ClusterEnv& env, const config::DlrmConfig& confi
                    StalenessBound(config.distributed()), applied);
   EmbeddingServer server(listener, &owner, layout.index, layout.trainer_links,
                          std::chrono::milliseconds(env.timeout_ms),
-                         WireValuePrecision(config.distributed()));
+                         WireValuePrecision(config.distributed()), options.max_message_bytes);
   DLRM_LOG(kInfo) << "server " << layout.index << " (rank " << env.rank << ") serves "
                   << store.shards().size() << " shards at " << listener->address() << " for "
                   << layout.num_trainers() << " trainers, staleness " << owner.staleness();
@@ -84,7 +84,7 @@ void RunEmbeddingServer(const net::Context& context, const cluster::ClusterEnv& 
   const cluster::JobLayout layout = cluster::LayoutFromRoster(roster, env.rank, config);
 
   try {
-    ServeShards(env, config, layout, restore_dir, &listener);
+    ServeShards(env, config, layout, restore_dir, &listener, member.options);
   } catch (const Error& e) {
     coordinator.LeaveFailed(e.what());  // every other peer learns why at once
     throw;

@@ -58,7 +58,10 @@ struct ServerFixture : ::testing::Test {
   net::Context context;
   net::Endpoint listener{context, net::Endpoint::kListen, "tcp://127.0.0.1:*",
                          net::TransportOptions(), "server 0"};
-  ps::EmbeddingServer server{&listener, &owner, 0, {kTrainerLink}, milliseconds(60000)};
+  // Answers of at most 1 MiB (the transport's limit as the server is told it).
+  ps::EmbeddingServer server{
+      &listener,       &owner, 0, {kTrainerLink}, milliseconds(60000), config::TableConfig::FP32,
+      int64_t{1} << 20};
   std::thread serving{[this] { server.Serve(); }};
   net::Client client{context, listener.address(), Linked(kTrainerLink), "server 0", 0};
 
@@ -136,6 +139,18 @@ TEST_F(ServerFixture, SyncLookupWaitsForThePreviousStepsUpdate) {
   EXPECT_EQ(owner.applied(), 1);
   const net::Message ack = client.Call(ps::StepMessage(ps::FLUSH, 1), kWait);
   EXPECT_EQ(ack.header.type(), ps::FLUSH_ACK);
+}
+
+// A lookup whose answer could not travel in one message is refused before any row is read
+// (it would have been read whole, then failed to send), and the server keeps serving.
+TEST_F(ServerFixture, ALookupWhoseAnswerCannotTravelIsRefusedBeforeAnyRowIsRead) {
+  std::vector<int64_t> ids(40000);  // 160 KB asked; 40000 rows of 8 floats = 1.28 MB answered
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i % 60);
+  const std::string error = LookupError(1, Request(0, ids));
+  EXPECT_NE(error.find("INVALID_ARGUMENT"), std::string::npos) << error;
+  EXPECT_NE(error.find("more than one message may carry (1048576)"), std::string::npos) << error;
+  ids.resize(30000);  // 960 KB: fits
+  EXPECT_EQ(LookupError(1, Request(0, ids)), "");
 }
 
 TEST_F(ServerFixture, BadRequestsGetErrorsAndTheServerKeepsServing) {
