@@ -19,25 +19,38 @@ namespace dlrm::capi {
 // The C ABI's error channel is per thread by contract (like errno).
 std::string& LastError();
 
-inline dlrm_status Fail(dlrm_status status, const std::string& message) {
-  LastError() = message;
+// Records prefix + message as this thread's last error and returns status. Never throws
+// (it runs inside Guard's handlers, at the C boundary): where the text cannot be stored
+// (out of memory) the record is "out of memory", which fits the string's own buffer.
+inline dlrm_status Fail(dlrm_status status, const char* prefix, const char* message) noexcept {
+  std::string& last = LastError();
+  try {
+    last.assign(prefix);
+    last.append(message);
+  } catch (...) {
+    last.clear();
+    try {
+      last.assign("out of memory");
+    } catch (...) {  // (a short string's own buffer holds it: nothing to allocate)
+    }
+  }
   return status;
 }
 
-// Runs fn, converting any exception into a status code and message.
+// Runs fn, converting any exception into a status code and message. Never throws.
 template <typename Fn>
-dlrm_status Guard(Fn&& fn) {
+dlrm_status Guard(Fn&& fn) noexcept {
   try {
     fn();
     return DLRM_OK;
   } catch (const dlrm::Error& e) {
-    return Fail(static_cast<dlrm_status>(e.code()), e.what());
+    return Fail(static_cast<dlrm_status>(e.code()), "", e.what());
   } catch (const std::bad_alloc&) {
-    return Fail(DLRM_RESOURCE_EXHAUSTED, "out of memory");
+    return Fail(DLRM_RESOURCE_EXHAUSTED, "", "out of memory");
   } catch (const std::exception& e) {
-    return Fail(DLRM_INTERNAL, std::string("internal error: ") + e.what());
+    return Fail(DLRM_INTERNAL, "internal error: ", e.what());
   } catch (...) {
-    return Fail(DLRM_INTERNAL, "internal error: unknown exception");
+    return Fail(DLRM_INTERNAL, "", "internal error: unknown exception");
   }
 }
 
