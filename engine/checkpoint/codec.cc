@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
 #include "engine/config/config.h"
 #include "engine/core/status.h"
+#include "engine/embedding/half_bits.h"
 #include "engine/embedding/half_row.h"
 #include "engine/embedding/quantized_bits.h"
 
@@ -97,9 +99,26 @@ void AddDenseParams(const DlrmModel<float>& model, CheckpointWriter* writer) {
                       info.size * sizeof(float));
 }
 
+namespace {
+
+// kFailedPrecondition naming the first of values[0, n) (parameter `name`) beyond fp16's
+// finite range: narrowed, it would saturate (as a quantized table's row is refused too).
+void RequireFp16Range(const float* values, size_t n, const std::string& name) {
+  for (size_t i = 0; i < n; ++i)
+    if (std::abs(values[i]) > half_bits::kFp16MaxValue)
+      Throw(StatusCode::kFailedPrecondition, "dense parameter ", name, "[", i, "] = ", values[i],
+            " is beyond fp16's range (+-", half_bits::kFp16MaxValue,
+            "): export the dense parameters as bf16 or fp32");
+}
+
+}  // namespace
+
 void AddServingDenseParams(const DlrmModel<float>& model, TablePrecision precision,
                            std::deque<std::vector<uint16_t>>* owned, CheckpointWriter* writer) {
   if (!IsHalf(precision)) return AddDenseParams(model, writer);
+  if (precision == config::TableConfig::FP16)
+    for (const DenseParamInfo& info : model.dense_param_infos())
+      RequireFp16Range(model.dense_params().data() + info.offset, info.size, info.name);
   const TensorEntry::DType dtype =
       precision == config::TableConfig::BF16 ? TensorEntry::BFLOAT16 : TensorEntry::FLOAT16;
   for (const DenseParamInfo& info : model.dense_param_infos()) {

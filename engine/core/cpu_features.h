@@ -103,13 +103,16 @@ inline bool CpuHasAvx2F16c() {
 }
 
 // AVX-512 kernels that also multiply bf16 pairs (AVX512-BF16: AMD Zen 4 and later, Intel
-// Cooper Lake and Sapphire Rapids and later): the bf16 GEMM (dense/sgemm_avx512.h). Capped
-// with AVX-512 by DLRM_MAX_ISA.
+// Cooper Lake and Sapphire Rapids and later): the bf16 GEMM (dense/sgemm_avx512.h), which
+// also packs its panels with AVX512BW's 16-bit permutes. Every such CPU has BW; a virtual
+// CPU may show BF16 without it, and is then refused the bf16 GEMM as a CPU without BF16
+// is (device.matmul_precision). Capped with AVX-512 by DLRM_MAX_ISA.
 inline bool CpuHasAvx512Bf16() {
 #if defined(__x86_64__)
   static const bool bf16 = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
+    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0 &&
+           __builtin_cpu_supports("avx512bw");
   }();
   return CpuHasAvx512() && bf16;
 #else

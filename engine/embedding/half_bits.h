@@ -21,6 +21,7 @@
 namespace dlrm::half_bits {
 
 inline constexpr uint32_t kFp16MaxFinite = 0x7BFF, kBf16MaxFinite = 0x7F7F;
+inline constexpr float kFp16MaxValue = 65504.0f;  // kFp16MaxFinite's value
 // Columns that share one Philox call's 128 random bits (16 each).
 inline constexpr int32_t kRandomBlock = 8;
 

@@ -20,7 +20,7 @@ namespace dlrm::quantized_bits {
 inline constexpr int64_t kScaleBiasBytes = 2 * sizeof(uint16_t);
 // The largest magnitude they hold (FP16's largest finite value): a row with a value beyond
 // it cannot be quantized.
-inline constexpr float kMaxMagnitude = 65504.0f;
+inline constexpr float kMaxMagnitude = half_bits::kFp16MaxValue;
 
 // The scale and bias of a row whose codes end at `tail` (unaligned), widened exactly.
 DLRM_HOST_DEVICE inline void ReadScaleBias(const uint8_t* tail, float* scale, float* bias) {

@@ -472,6 +472,26 @@ TEST(ServingExport, ARowBeyondTheFp16RangeIsNotQuantizedAndNamed) {
   EXPECT_EQ(Predictions(*Engine::FromCheckpoint(dir + "/fp32.serving")), before);
 }
 
+// A dense parameter beyond fp16's range is not exported as fp16 (it would saturate, as a
+// quantized table's row is refused): FAILED_PRECONDITION naming it, nothing written; bf16
+// holds it.
+TEST(ServingExport, ADenseParameterBeyondTheFp16RangeIsNotNarrowedAndNamed) {
+  const std::string dir = testing::TempDir("serving_export_dense_range");
+  Engine engine(ParseConfigText(testing::SmallConfigText()));
+  Train(engine, 3);
+  std::vector<float> bias(testing::ParameterValues(engine).at("top_mlp.0.bias").size());
+  engine.ReadParameter("top_mlp.0.bias", bias.data(), static_cast<int64_t>(bias.size()));
+  bias[1] = 1e5f;
+  engine.WriteParameter("top_mlp.0.bias", bias.data(), static_cast<int64_t>(bias.size()));
+  testing::ExpectError(
+      [&] { engine.Export(dir + "/fp16.serving", kFp32, config::TableConfig::FP16); },
+      StatusCode::kFailedPrecondition,
+      "dense parameter top_mlp.0.bias[1] = 100000 is beyond fp16's range (+-65504)");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/fp16.serving"));
+  engine.Export(dir + "/bf16.serving", kFp32, config::TableConfig::BF16);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/bf16.serving"));
+}
+
 // An older export's INT8 rows: each row's codes, then its scale and bias as two fp32.
 TEST(ServingExport, AnOlderExportsFp32ScaleAndBiasAreRefusedNamingTheTable) {
   const std::string dir = testing::TempDir("serving_export_quantized_fp32_tail");
