@@ -15,6 +15,7 @@
 #include "engine/checkpoint/sharded_checkpoint.h"
 #include "engine/config/config.h"
 #include "engine/core/cpu_features.h"
+#include "engine/core/file_lock.h"
 #include "engine/core/finite.h"
 #include "engine/core/log.h"
 #include "engine/core/metrics.h"
@@ -555,10 +556,17 @@ void Engine::Save(const std::string& path) const {
                                &writer);
   }
   if (!s.dynamic_tables.has_ssd()) return writer.WriteAtomic(path);
-  const std::string rows_dir = SaveSsdRows(path, &writer);
+  WriteWithSsdRows(path, &writer);
+}
+
+void Engine::WriteWithSsdRows(const std::string& path, CheckpointWriter* writer) const {
+  // Saves of this path by other engines (other processes) wait: each removes the rows
+  // directories beside it but its own, which must not be another save's in flight.
+  const FileLock one_save(checkpoint::SsdSaveLockPath(path));
+  const std::string rows_dir = SaveSsdRows(path, writer);
   bool renamed = false;
   try {
-    writer.WriteAtomic(path, &renamed);
+    writer->WriteAtomic(path, &renamed);
   } catch (...) {
     // Before the rename, the file it was for was not written. After it (the directory's
     // sync failed) the file names it, and a crash may yet bring back the old one: keep both.

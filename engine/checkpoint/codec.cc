@@ -378,6 +378,8 @@ std::vector<uint64_t> ReadSsdStored(const CheckpointReader& reader, const std::s
   return ReadVectorTensor<uint64_t>(reader, path, SsdStoredName(key), kI64, expected);
 }
 
+std::string SsdSaveLockPath(const std::string& path) { return path + ".lock"; }
+
 std::string SsdRowsDirPrefix(const std::string& path) {
   return std::filesystem::path(path).filename().string() + ".rows-";
 }

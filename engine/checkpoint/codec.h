@@ -171,6 +171,9 @@ inline constexpr const char* kSsdRowsKey = "ssd_rows";
 // Every such directory of the checkpoint at `path` is named this prefix plus a suffix of
 // its own: "<file name>.rows-".
 std::string SsdRowsDirPrefix(const std::string& path);
+// The file whose lock serializes saves of the checkpoint at `path` that have SSD tables,
+// by any engine of any process: "<path>.lock" (left in place; it holds nothing).
+std::string SsdSaveLockPath(const std::string& path);
 
 // Staging copies of live state buffers, for a load that must change nothing until every
 // tensor was read: read into list(), then Commit() copies into the live buffers (copies,
