@@ -254,6 +254,31 @@ class LimitedService : public ps::EmbeddingService {
   ps::EmbeddingService* inner_;
 };
 
+// The cluster's trainers made again, over communicators of a new hub (wrapped by `wrap`,
+// none: as they are) and `service`: the same plan, config and pools.
+void RemakeTrainers(const config::DlrmConfig& c, Cluster* cluster,
+                    collective::LocalCommunicatorHub* hub, ps::EmbeddingService* service,
+                    const std::function<std::unique_ptr<collective::Communicator>(
+                        std::unique_ptr<collective::Communicator>)>& wrap = nullptr) {
+  for (int r = 0; r < kTrainers; ++r) {
+    cluster->comms[r] = wrap ? wrap(hub->Rank(r)) : hub->Rank(r);
+    cluster->trainers[r] = std::make_unique<train::DataParallelTrainer>(
+        c, cluster->plan, cluster->comms[r].get(), service, cluster->pools[r].get());
+  }
+}
+
+// kBatches global batches of c, and the engine's losses on all but batch `bad` (which
+// the job's step refuses), in order.
+std::vector<OwnedBatch> BatchesAndLosses(const config::DlrmConfig& c, Engine* engine,
+                                         int64_t batches, int64_t bad, std::vector<float>* want) {
+  std::vector<OwnedBatch> globals;
+  for (int64_t i = 0; i < batches; ++i) {
+    globals.push_back(MakeBatch(c, i));
+    if (i != bad) want->push_back(engine->TrainStep(globals.back().view()));
+  }
+  return globals;
+}
+
 // A part whose update for a server is larger than one message may carry fails the step on
 // every rank before anything is applied (dense, replicas, servers), naming the sizes,
 // rather than after the dense update when it is sent.
@@ -264,11 +289,7 @@ TEST(DataParallelTrainerErrors, AnUpdateTooLargeToSendFailsEveryRankAndChangesNo
   Cluster cluster(c);
   LimitedService limited(cluster.service.get());
   collective::LocalCommunicatorHub hub(kTrainers, std::chrono::seconds(20));
-  for (int r = 0; r < kTrainers; ++r) {  // the cluster's trainers, on the limited service
-    cluster.comms[r] = hub.Rank(r);
-    cluster.trainers[r] = std::make_unique<train::DataParallelTrainer>(
-        c, cluster.plan, cluster.comms[r].get(), &limited, cluster.pools[r].get());
-  }
+  RemakeTrainers(c, &cluster, &hub, &limited);
   const OwnedBatch global = MakeBatch(c, 0);
   std::vector<std::string> errors;
   cluster.Step({Part(global, 0, kPart), Part(global, kPart, kGlobal)}, &errors);
@@ -297,20 +318,14 @@ TEST(DataParallelTrainerPipeline, AnUndecodableContributionFailsItsStepAndTheQue
   Cluster cluster(c);
   collective::LocalCommunicatorHub hub(kTrainers, std::chrono::seconds(20));
   std::vector<ForgingCommunicator*> forging;
-  for (int r = 0; r < kTrainers; ++r) {
-    auto comm = std::make_unique<ForgingCommunicator>(hub.Rank(r));
-    forging.push_back(comm.get());
-    cluster.comms[r] = std::move(comm);
-    cluster.trainers[r] = std::make_unique<train::DataParallelTrainer>(
-        c, cluster.plan, cluster.comms[r].get(), cluster.service.get(), cluster.pools[r].get());
-  }
+  RemakeTrainers(c, &cluster, &hub, cluster.service.get(), [&](auto comm) {
+    auto forged = std::make_unique<ForgingCommunicator>(std::move(comm));
+    forging.push_back(forged.get());
+    return forged;
+  });
   constexpr int64_t kBatches = 4, kBad = 1;
-  std::vector<OwnedBatch> globals;
   std::vector<float> want;
-  for (int64_t i = 0; i < kBatches; ++i) {
-    globals.push_back(MakeBatch(c, i));
-    if (i != kBad) want.push_back(engine.TrainStep(globals.back().view()));
-  }
+  const std::vector<OwnedBatch> globals = BatchesAndLosses(c, &engine, kBatches, kBad, &want);
   std::vector<std::vector<float>> losses(kTrainers);
   std::vector<std::vector<std::string>> errors(kTrainers);
   std::vector<std::thread> threads;
@@ -371,12 +386,8 @@ TEST(DataParallelTrainerPipeline, QueuedPartsTrainLikeOneProcess) {
   Engine engine(c);
   Cluster cluster(c);
   constexpr int64_t kBatches = 7, kBad = 3, kDepth = 3;
-  std::vector<OwnedBatch> globals;
   std::vector<float> want;
-  for (int64_t i = 0; i < kBatches; ++i) {
-    globals.push_back(MakeBatch(c, i));
-    if (i != kBad) want.push_back(engine.TrainStep(globals.back().view()));
-  }
+  const std::vector<OwnedBatch> globals = BatchesAndLosses(c, &engine, kBatches, kBad, &want);
   std::vector<std::vector<OwnedBatch>> parts(kTrainers);
   for (int64_t i = 0; i < kBatches; ++i) {
     parts[0].push_back(Part(globals[i], 0, kPart));

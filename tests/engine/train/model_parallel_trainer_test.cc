@@ -17,6 +17,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -319,6 +320,36 @@ TEST(ModelParallelTrainerTest, ABadPartFailsTheStepOnEveryRankWithTheStateUnchan
   ExpectSameParameters(engine, cluster, c, "after the refusals");
 }
 
+// Rewrites one rank's input part (phase 1) as sent: its outcome, its bags after `edit`
+// (null: as sent), then `rest` in place of the row requests after them (null: as sent).
+void RewriteInputPart(std::string* part, const std::function<void(OwnedBatch*)>& edit,
+                      const std::optional<std::string>& rest = std::nullopt) {
+  ByteReader in(*part, "input part");
+  const train::Outcome outcome = train::GetOutcome(&in);
+  OwnedBatch bags = train::GetBags(&in);
+  if (edit) edit(&bags);
+  const std::string requests = part->substr(part->size() - in.remaining());
+  ByteWriter out;
+  train::PutOutcome(outcome, &out);
+  train::PutBags(bags, &out);
+  *part = std::move(out).Take() + rest.value_or(requests);
+}
+
+// A step in which rank 1 sends `forge`d bytes fails on every rank with `expected`, and
+// changes nothing (the step count stays 1).
+void ExpectForgedPartRefused(const Engine& engine, NeoCluster& cluster, const config::DlrmConfig& c,
+                             const OwnedBatch& global, const ForgingCommunicator::Forge& forge,
+                             const std::string& expected) {
+  static_cast<ForgingCommunicator&>(*cluster.comms[1]).forge = forge;
+  std::vector<std::string> errors;
+  cluster.Step(global, &errors);
+  for (int32_t r = 0; r < cluster.world; ++r) {
+    EXPECT_THAT(errors[r], HasSubstr(expected)) << "rank " << r;
+    EXPECT_EQ(cluster.trainers[r]->step(), 1);
+  }
+  ExpectSameParameters(engine, cluster, c, "after a forged part: " + expected);
+}
+
 // A request for rows outside the owner's piece, or not distinct and ascending (what no
 // trainer sends), fails the step on every rank naming the asker; nothing changes.
 TEST(ModelParallelTrainerTest, AForgedRowRequestFailsTheStepOnEveryRankNamingTheAsker) {
@@ -334,26 +365,15 @@ TEST(ModelParallelTrainerTest, AForgedRowRequestFailsTheStepOnEveryRankNamingThe
   for (const std::vector<int64_t>& forged :
        {std::vector<int64_t>{piece.row_end + 3}, std::vector<int64_t>{piece.row_begin + 1, 0}}) {
     // Rank 1's input part for rank 0: its outcome and bags as sent, then forged ids.
-    static_cast<ForgingCommunicator&>(*cluster.comms[1]).forge = [&](std::vector<std::string>* p) {
-      ByteReader in((*p)[0], "input part");
-      const train::Outcome outcome = train::GetOutcome(&in);
-      const OwnedBatch bags = train::GetBags(&in);
-      ByteWriter out;
-      train::PutOutcome(outcome, &out);
-      train::PutBags(bags, &out);
-      out.PutIndices(forged);
-      (*p)[0] = std::move(out).Take();
-    };
-    std::vector<std::string> errors;
-    cluster.Step(good, &errors);
-    for (int32_t r = 0; r < 2; ++r) {
-      EXPECT_THAT(errors[r], HasSubstr("trainer 0 failed pooling its shards: trainer 1 asked for "
-                                       "row " +
-                                       std::to_string(forged.back())))
-          << "rank " << r;
-      EXPECT_EQ(cluster.trainers[r]->step(), 1);
-    }
-    ExpectSameParameters(engine, cluster, c, "after a forged request");
+    ExpectForgedPartRefused(
+        engine, cluster, c, good,
+        [&](std::vector<std::string>* p) {
+          ByteWriter ids;
+          ids.PutIndices(forged);
+          RewriteInputPart(&(*p)[0], nullptr, std::move(ids).Take());
+        },
+        "trainer 0 failed pooling its shards: trainer 1 asked for row " +
+            std::to_string(forged.back()));
   }
   ASSERT_NO_FATAL_FAILURE(ExpectStepEqualsEngine(engine, cluster, good, "after the refusals"));
 }
@@ -368,32 +388,16 @@ TEST(ModelParallelTrainerTest, AForgedInputPartFailsTheStepOnEveryRank) {
   ASSERT_NO_FATAL_FAILURE(
       ExpectStepEqualsEngine(engine, cluster, MakeTestBatch(c, 0, 2 * kPart), "first"));
   const OwnedBatch good = MakeTestBatch(c, 1, 2 * kPart);
-  const auto past_the_rows = [](std::vector<std::string>* p) {
-    ByteReader in((*p)[0], "input part");
-    const train::Outcome outcome = train::GetOutcome(&in);
-    OwnedBatch bags = train::GetBags(&in);
-    ASSERT_FALSE(bags.ids.empty());
-    bags.ids[0] = int64_t{1} << 40;
-    const std::string requests = (*p)[0].substr((*p)[0].size() - in.remaining());
-    ByteWriter out;
-    train::PutOutcome(outcome, &out);
-    train::PutBags(bags, &out);
-    (*p)[0] = std::move(out).Take() + requests;
-  };
-  const auto cut_short = [](std::vector<std::string>* p) { (*p)[0].resize((*p)[0].size() - 3); };
-  for (const auto& [forge, expected] :
-       {std::pair<ForgingCommunicator::Forge, std::string>{past_the_rows, "1099511627776"},
-        {cut_short, "model-parallel input"}}) {
-    static_cast<ForgingCommunicator&>(*cluster.comms[1]).forge = forge;
-    std::vector<std::string> errors;
-    cluster.Step(good, &errors);
-    for (int32_t r = 0; r < 2; ++r) {
-      EXPECT_THAT(errors[r], HasSubstr("trainer 0 failed pooling its shards: ")) << "rank " << r;
-      EXPECT_THAT(errors[r], HasSubstr(expected)) << "rank " << r;
-      EXPECT_EQ(cluster.trainers[r]->step(), 1);
-    }
-    ExpectSameParameters(engine, cluster, c, "after a forged part");
-  }
+  ExpectForgedPartRefused(
+      engine, cluster, c, good,
+      [](std::vector<std::string>* p) {
+        RewriteInputPart(&(*p)[0], [](OwnedBatch* bags) { bags->ids.at(0) = int64_t{1} << 40; });
+      },
+      "trainer 0 failed pooling its shards: batch.ids");
+  ExpectForgedPartRefused(
+      engine, cluster, c, good,
+      [](std::vector<std::string>* p) { (*p)[0].resize((*p)[0].size() - 3); },
+      "trainer 0 failed pooling its shards: model-parallel input");
   ASSERT_NO_FATAL_FAILURE(ExpectStepEqualsEngine(engine, cluster, good, "after the refusals"));
 }
 
