@@ -7,6 +7,7 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -35,6 +36,12 @@
 
 namespace dlrm {
 namespace {
+
+bool HasSsdTables(const config::ModelConfig& model) {
+  for (const config::TableConfig& table : model.tables())
+    if (table.has_ssd()) return true;
+  return false;
+}
 
 // Removes a directory and everything in it; best effort (what is left is only disk).
 void RemoveTree(const std::string& dir) {
@@ -528,6 +535,12 @@ void Engine::WriteHalfTable(const float* values, EmbeddingTable<float>* table) c
 
 void Engine::Save(const std::string& path) const {
   RequireTrainableTables("Save (a training checkpoint)");
+  // With SSD tables, saves of one path in any process run one at a time (each removes the
+  // rows directories beside the file but its own) and loads wait for them. Taken before
+  // this engine's locks: waiting for another's save holds up none of its calls.
+  std::optional<FileLock> one_save;
+  if (HasSsdTables(config_.model()))
+    one_save.emplace(checkpoint::SsdSaveLockPath(path), FileLock::kExclusive);
   DrainAsyncSteps();  // save the state after every submitted step
   std::shared_lock<WriterPreferringMutex> lock(mu_);
   // StateBuffers() hands out mutable pointers; under the reader lock we only read them.
@@ -560,9 +573,6 @@ void Engine::Save(const std::string& path) const {
 }
 
 void Engine::WriteWithSsdRows(const std::string& path, CheckpointWriter* writer) const {
-  // Saves of this path by other engines (other processes) wait: each removes the rows
-  // directories beside it but its own, which must not be another save's in flight.
-  const FileLock one_save(checkpoint::SsdSaveLockPath(path));
   const std::string rows_dir = SaveSsdRows(path, writer);
   bool renamed = false;
   try {
@@ -757,6 +767,7 @@ void Engine::LoadFrom(const CheckpointReader& reader, const std::string& path) {
 void Engine::LoadSsdRows(const CheckpointReader& reader, const std::string& path,
                          State* staged) const {
   const std::string& name = checkpoint::RequiredMetadata(reader, path, checkpoint::kSsdRowsKey);
+  const FileLock no_save(checkpoint::SsdSaveLockPath(path), FileLock::kShared);  // (Save)
   // One ordinary name beside the file (what SaveSsdRows writes), never a way out of it.
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
     Throw(StatusCode::kDataLoss, "checkpoint ", path, ": ", checkpoint::kSsdRowsKey, " '", name,

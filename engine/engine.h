@@ -188,10 +188,9 @@ class Engine {
   // logits of a validated batch, its DYNAMIC tables' ids looked up (nothing admitted), its
   // SSD tables' rows brought into their caches; mu_ held (shared or exclusive).
   void PredictValid(const ValidatedBatch& batch, float* logits) const;
-  // Save's part for SSD tables: under the path's save lock (one such save of a path at a
-  // time, in any process), their rows copied into a new directory beside `path` and named
-  // in the writer's metadata (SaveSsdRows, which returns the directory), the file written,
-  // then the rows of the file it replaced removed.
+  // Save's part for SSD tables (under the path's save lock, Save's): their rows copied
+  // into a new directory beside `path` and named in the writer's metadata (SaveSsdRows,
+  // which returns the directory), the file written, then the replaced file's rows removed.
   void WriteWithSsdRows(const std::string& path, CheckpointWriter* writer) const;
   std::string SaveSsdRows(const std::string& path, CheckpointWriter* writer) const;
   // Every row of SSD table t into out[num_rows x dim]; mu_ and ssd_mu_ held.

@@ -1,6 +1,6 @@
-// FileLock: an exclusive advisory lock (flock) on a file, held while the object lives, so
-// that holders of the same path run one at a time: processes, and objects of one process
-// too (each lock opens the file anew, and flock locks belong to the open file).
+// FileLock: an advisory lock (flock) on a file, held while the object lives: an exclusive
+// holder of a path runs alone, shared holders together. Between processes, and objects of
+// one process too (each lock opens the file anew, and flock locks belong to the open file).
 //
 // Ownership: owns the lock file's descriptor; creates the file if missing and leaves it in
 // place (it holds nothing). Threading: the constructor blocks until the lock is free.
@@ -21,11 +21,12 @@ namespace dlrm {
 
 class FileLock {
  public:
-  explicit FileLock(const std::string& path)
+  enum Kind { kExclusive = LOCK_EX, kShared = LOCK_SH };
+  FileLock(const std::string& path, Kind kind)
       : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
     if (!fd_.is_open())
       Throw(StatusCode::kIo, "cannot open lock file ", path, ": ", std::strerror(errno));
-    while (::flock(fd_.get(), LOCK_EX) != 0)
+    while (::flock(fd_.get(), kind) != 0)
       if (errno != EINTR) Throw(StatusCode::kIo, "cannot lock ", path, ": ", std::strerror(errno));
   }
 

@@ -43,7 +43,7 @@ class RemoteLookup : public PendingLookup {
 }  // namespace
 
 // What an UPDATE carries besides its part's bytes, at most: the header (step, rank, two
-// payload descriptors) and the learning rate.
+// payload descriptors) and the learning rate (half of the smallest message allowed).
 constexpr int64_t kUpdateOverheadBytes = 4096;
 
 RemoteEmbeddingService::RemoteEmbeddingService(const net::Context& context,
@@ -54,7 +54,8 @@ RemoteEmbeddingService::RemoteEmbeddingService(const net::Context& context,
     : rank_(rank),
       timeout_(timeout),
       wire_(wire),
-      max_update_bytes_(options.max_message_bytes - kUpdateOverheadBytes) {
+      max_update_bytes_(options.max_message_bytes -
+                        std::min(kUpdateOverheadBytes, options.max_message_bytes / 2)) {
   RegisterMessageTypes();
   if (rank_ < 0) ThrowInvalid("remote embedding service: rank must be >= 0, got ", rank);
   for (size_t i = 0; i < server_addresses.size(); ++i)

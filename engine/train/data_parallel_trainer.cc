@@ -24,6 +24,7 @@ struct DataParallelTrainer::Prepared {
   ValidatedBatch validated;                    // views `batch`
   Outcome outcome;                             // not ok: why the part cannot be trained
   int64_t step = 0;                            // the step its lookups were submitted for
+  bool training = false;                       // a step's part (its servers get its update)
   std::vector<std::vector<int64_t>> distinct;  // per table: the part's ids, sorted, unique
   // Where a shard's rows go: one entry per shard the part reads.
   struct Placement {
@@ -79,6 +80,7 @@ std::unique_ptr<DataParallelTrainer::Prepared> DataParallelTrainer::Prepare(cons
                                                                             bool training) {
   auto p = std::make_unique<Prepared>();
   p->step = step;
+  p->training = training;
   try {
     ValidatedBatch checked =
         ValidateBatch(part, model_.num_dense_features(), model_.feature_specs(), training);
@@ -136,10 +138,10 @@ void DataParallelTrainer::SubmitLookups(Prepared& p) {
       p.placements[loc.owner].push_back(where);
     }
   }
-  // Every server this rank will update is asked, if for no rows: its answer (once step
+  // A step's part asks every server it will update, if for no rows: the answer (once step
   // - 1 - staleness is applied there) is what lets this rank's update follow (shard_owner.h).
   for (size_t s = 0; s < servers; ++s) {
-    if (requests[s].empty() && server_features_[s].empty()) continue;
+    if (requests[s].empty() && !(p.training && !server_features_[s].empty())) continue;
     p.lookups[s] = service_->SubmitLookup(static_cast<int32_t>(s), p.step, std::move(requests[s]));
   }
 }

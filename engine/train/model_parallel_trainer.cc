@@ -245,15 +245,16 @@ void ModelParallelTrainer::JoinInputParts(const std::vector<std::string>& receiv
     }
   });
   if (!in.accepted.ok()) return;
-  in.samples.assign(ranks, 0);
-  in.first.assign(ranks, 0);
-  for (int32_t r = 0; r < ranks; ++r) {
-    in.samples[r] = parts[r].batch_size;
-    if (r > 0) in.first[r] = in.first[r - 1] + in.samples[r - 1];
-  }
-  if (purpose == Purpose::kTrain) CheckEqualParts(in.samples, step_ + 1);
   in.accepted = Attempt([&] {
+    // Sizes checked first (JoinInput's), then summed: a peer's could be anything.
     in.joined = layout_.JoinInput(comm_->rank(), parts);
+    in.samples.assign(ranks, 0);
+    in.first.assign(ranks, 0);
+    for (int32_t r = 0; r < ranks; ++r) {
+      in.samples[r] = parts[r].batch_size;
+      if (r > 0) in.first[r] = in.first[r - 1] + in.samples[r - 1];
+    }
+    if (purpose == Purpose::kTrain) CheckEqualParts(in.samples, step_ + 1);
     in.joined_vb = owned_.ValidateLocalBatch(in.joined.view());
   });
   if (!in.mine.present) return;

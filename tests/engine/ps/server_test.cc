@@ -120,6 +120,11 @@ TEST_F(ServerFixture, AnswersLookupsFromTheShards) {
     EXPECT_EQ(answered[0].rows[k], table.row(3)[k]);
     EXPECT_EQ(answered[0].rows[table.dim() + k], table.row(1)[k]);
   }
+  // A lookup for no rows (a trainer's part that reads none here, before its update) is
+  // answered with none, over the wire as in process.
+  std::vector<ps::ShardRows> none;
+  ps::DecodeLookupReply(client.Call(ps::EncodeLookup(1, none), kWait), &none);
+  EXPECT_TRUE(none.empty());
 }
 
 TEST_F(ServerFixture, SyncLookupWaitsForThePreviousStepsUpdate) {

@@ -473,8 +473,11 @@ TEST(SsdEngineErrors, EnginesSavingOnePathAtOnceLeaveACheckpointThatLoads) {
 // with, which must therefore stay. Needs tests/support/fail_dir_fsync.cc preloaded
 // (tests/CMakeLists.txt runs it so); skipped elsewhere.
 TEST(SsdEngineFaults, ASaveWhoseDirectorySyncFailsLeavesACheckpointThatLoads) {
-  if (dlsym(RTLD_DEFAULT, "dlrm_fail_dir_fsync_loaded") == nullptr)
+  if (dlsym(RTLD_DEFAULT, "dlrm_fail_dir_fsync_loaded") == nullptr) {
+    // Its own registration preloads the shim and says so: there, a missing shim fails.
+    ASSERT_EQ(std::getenv("DLRM_TEST_FSYNC_SHIM"), nullptr) << "the shim did not load";
     GTEST_SKIP() << "tests/support/fail_dir_fsync.cc is not preloaded";
+  }
   const std::string dir = testing::TempDir("ssd_engine_dir_sync");
   const std::string path = dir + "/model.ckpt";
   Engine a(Config(true, "", 1, dir));

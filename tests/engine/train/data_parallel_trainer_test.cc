@@ -255,7 +255,8 @@ class LimitedService : public ps::EmbeddingService {
 };
 
 // The cluster's trainers made again, over communicators of a new hub (wrapped by `wrap`,
-// none: as they are) and `service`: the same plan, config and pools.
+// none: as they are) and `service`: the same plan, config and pools. They borrow hub and
+// service: ForgetTrainers before either goes.
 void RemakeTrainers(const config::DlrmConfig& c, Cluster* cluster,
                     collective::LocalCommunicatorHub* hub, ps::EmbeddingService* service,
                     const std::function<std::unique_ptr<collective::Communicator>(
@@ -265,6 +266,11 @@ void RemakeTrainers(const config::DlrmConfig& c, Cluster* cluster,
     cluster->trainers[r] = std::make_unique<train::DataParallelTrainer>(
         c, cluster->plan, cluster->comms[r].get(), service, cluster->pools[r].get());
   }
+}
+
+void ForgetTrainers(Cluster* cluster) {
+  cluster->trainers.clear();
+  cluster->comms.clear();
 }
 
 // kBatches global batches of c, and the engine's losses on all but batch `bad` (which
@@ -306,6 +312,7 @@ TEST(DataParallelTrainerErrors, AnUpdateTooLargeToSendFailsEveryRankAndChangesNo
     EXPECT_EQ(std::memcmp(&losses[r], &want, sizeof(float)), 0) << "rank " << r;
   }
   ExpectSameParameters(engine, cluster, c, "after a good step");
+  ForgetTrainers(&cluster);
 }
 
 // Contributions that do not decode (a peer's bytes cut short) fail the step on the ranks
@@ -358,6 +365,7 @@ TEST(DataParallelTrainerPipeline, AnUndecodableContributionFailsItsStepAndTheQue
   }
   cluster.service->WaitUntilApplied(cluster.trainers[0]->step());
   ExpectSameParameters(engine, cluster, c, "after the queue");
+  ForgetTrainers(&cluster);
 }
 
 // Pipelining: each trainer keeps three parts queued (their lookups in flight) and the

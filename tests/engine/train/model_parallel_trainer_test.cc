@@ -398,6 +398,18 @@ TEST(ModelParallelTrainerTest, AForgedInputPartFailsTheStepOnEveryRank) {
       engine, cluster, c, good,
       [](std::vector<std::string>* p) { (*p)[0].resize((*p)[0].size() - 3); },
       "trainer 0 failed pooling its shards: model-parallel input");
+  // A part of another size sent to rank 0 only (the others get rank 1's real one).
+  ExpectForgedPartRefused(
+      engine, cluster, c, good,
+      [](std::vector<std::string>* p) {
+        RewriteInputPart(&(*p)[0], [](OwnedBatch* bags) {
+          bags->batch_size = kPart / 2;
+          bags->lengths.assign(static_cast<size_t>(bags->num_sparse) * kPart / 2, 0);
+          bags->ids.clear();
+          bags->weights.clear();
+        });
+      },
+      "trainer 0 failed pooling its shards: step 2: trainer 1 has 16 samples, trainer 0 has 32");
   ASSERT_NO_FATAL_FAILURE(ExpectStepEqualsEngine(engine, cluster, good, "after the refusals"));
 }
 
