@@ -193,8 +193,9 @@ TEST(DistEnvTest, DeviceIsATrainersOwnAndCudaLocalIsItsLocalRank) {
   config::DlrmConfig config;
   config.mutable_device()->set_ordinal(5);
   const auto applied = [&](const cluster::ClusterEnv& env) {
-    const config::DeviceConfig& d = cluster::WithTrainerDevice(env, config).device();
-    return config::DeviceConfig::Kind_Name(d.kind()) + ":" + std::to_string(d.ordinal());
+    const config::DlrmConfig mine = cluster::WithTrainerDevice(env, config);
+    return config::DeviceConfig::Kind_Name(mine.device().kind()) + ":" +
+           std::to_string(mine.device().ordinal());
   };
   Vars vars = Trainer();
   for (const auto& [given, device] :
