@@ -144,10 +144,14 @@ CheckpointFile DescribeFile(const std::string& dir, const std::string& name) {
   return file;
 }
 
-void BeginCheckpointDir(const std::string& dir) {
+void CreateCheckpointDir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) Throw(StatusCode::kIo, "cannot create checkpoint directory ", dir, ": ", ec.message());
+}
+
+void BeginCheckpointDir(const std::string& dir) {
+  CreateCheckpointDir(dir);
   RemoveDurably(ManifestPath(dir));
 }
 

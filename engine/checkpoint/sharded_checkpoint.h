@@ -54,6 +54,10 @@ int64_t LoadDenseState(DlrmModel<float>* model, DenseOptimizer<float>* optimizer
 // cannot be read).
 CheckpointFile DescribeFile(const std::string& dir, const std::string& name);
 
+// Creates `dir` and its parents where missing (kIo naming it when that fails): for a
+// rank writing its files into a directory the lead rank may not have begun yet.
+void CreateCheckpointDir(const std::string& dir);
+
 // Readies `dir` for a checkpoint's files (creating it if missing) by taking away the
 // MANIFEST of one written there before, durably: until WriteManifest the directory is
 // incomplete, so a crash or a failed save leaves no old manifest beside new files (a

@@ -42,10 +42,6 @@ class RemoteLookup : public PendingLookup {
 
 }  // namespace
 
-// What an UPDATE carries besides its part's bytes, at most: the header (step, rank, two
-// payload descriptors) and the learning rate (half of the smallest message allowed).
-constexpr int64_t kUpdateOverheadBytes = 4096;
-
 RemoteEmbeddingService::RemoteEmbeddingService(const net::Context& context,
                                                const std::vector<std::string>& server_addresses,
                                                int32_t rank, const net::TransportOptions& options,
@@ -55,7 +51,7 @@ RemoteEmbeddingService::RemoteEmbeddingService(const net::Context& context,
       timeout_(timeout),
       wire_(wire),
       max_update_bytes_(options.max_message_bytes -
-                        std::min(kUpdateOverheadBytes, options.max_message_bytes / 2)) {
+                        std::min(kMessageHeaderRoomBytes, options.max_message_bytes / 2)) {
   RegisterMessageTypes();
   if (rank_ < 0) ThrowInvalid("remote embedding service: rank must be >= 0, got ", rank);
   for (size_t i = 0; i < server_addresses.size(); ++i)

@@ -31,6 +31,11 @@ void RegisterMessageTypes();
 // Bytes a LOOKUP spends per id when its largest id is max_id: 4 up to 2^32 - 1, else 8.
 // (A trainer counts what it sends with the encoder's rule.)
 inline int64_t LookupIdBytes(int64_t max_id) { return FitsU32(max_id) ? 4 : 8; }
+
+// Room a message keeps for what it carries besides its rows and per-request counts: the
+// header (step, rank, payload descriptors) and small frames such as an UPDATE's learning
+// rate. Servers size a LOOKUP_REPLY with it, trainers an UPDATE (at most half a message).
+constexpr int64_t kMessageHeaderRoomBytes = 4096;
 net::Message EncodeLookup(int64_t step, const std::vector<ShardRows>& request);
 std::vector<ShardRows> DecodeLookup(const net::Message& message);
 

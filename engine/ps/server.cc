@@ -145,8 +145,8 @@ void EmbeddingServer::CheckAnswerFits(const std::vector<ShardRows>& request) con
   int64_t values = 0;
   for (const ShardRows& r : request)
     values += static_cast<int64_t>(r.ids.size()) * owner_->store().shard_table(r.shard).dim();
-  const int64_t bytes =
-      values * (IsHalf(wire_) ? 2 : 4) + 8 * static_cast<int64_t>(request.size()) + 4096;
+  const int64_t bytes = values * (IsHalf(wire_) ? 2 : 4) +
+                        8 * static_cast<int64_t>(request.size()) + kMessageHeaderRoomBytes;
   if (bytes > max_message_bytes_)
     ThrowInvalid("the answer to this lookup would take ", bytes,
                  " bytes, more than one message may carry (", max_message_bytes_,

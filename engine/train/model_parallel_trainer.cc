@@ -243,9 +243,6 @@ void ModelParallelTrainer::JoinInputParts(const std::vector<std::string>& receiv
       GetRowRequests(r, &readers[r]);
       readers[r].ExpectEnd();
     }
-  });
-  if (!in.accepted.ok()) return;
-  in.accepted = Attempt([&] {
     // Sizes checked first (JoinInput's), then summed: a peer's could be anything.
     in.joined = layout_.JoinInput(comm_->rank(), parts);
     in.samples.assign(ranks, 0);

@@ -1,6 +1,5 @@
 #include "engine/train/trainer_role.h"
 
-#include <filesystem>
 #include <system_error>
 
 #include "engine/checkpoint/sharded_checkpoint.h"
@@ -32,12 +31,6 @@ std::string FirstError(const std::vector<std::string>& errors) {
   for (size_t r = 0; r < errors.size(); ++r)
     if (!errors[r].empty()) return "trainer " + std::to_string(r) + ": " + errors[r];
   return "";
-}
-
-void CreateCheckpointDir(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) Throw(StatusCode::kIo, "cannot create checkpoint directory ", dir, ": ", ec.message());
 }
 
 }  // namespace
@@ -217,7 +210,7 @@ std::string TrainerRole::BeginCheckpoint(const std::string& dir) {
 std::string TrainerRole::SaveOwnedShards(const std::string& dir, int64_t step) {
   if (owner_ == nullptr) return "";
   try {
-    CreateCheckpointDir(dir);
+    checkpoint::CreateCheckpointDir(dir);
     ps::SaveShardStore(owner_->owned(), layout_.index, step,
                        dir + "/" + checkpoint::ServerShardFile(layout_.index));
   } catch (const Error& e) {

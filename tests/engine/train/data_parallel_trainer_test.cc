@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -75,6 +76,61 @@ void ExpectSameParameters(const Engine& engine, const Cluster& cluster, const co
   for (const auto& s : cluster.servers) owners.push_back(s.get());
   for (const auto& t : cluster.trainers) owners.push_back(&t->replicas());
   ExpectStoresMatchEngine(engine, c, owners, where);
+}
+
+// What each rank's trainer did in RunQueued: the losses of its steps and the errors of
+// those that failed, in order.
+struct QueuedRun {
+  std::vector<std::vector<float>> losses{kTrainers};
+  std::vector<std::vector<std::string>> errors{kTrainers};
+};
+
+// Each rank, on a thread of its own, keeps up to `depth` of its parts queued (their
+// lookups in flight) and steps until its queue is empty; before_step(rank, i) runs before
+// its i-th step.
+QueuedRun RunQueued(Cluster& cluster, const std::vector<std::vector<OwnedBatch>>& parts,
+                    size_t depth, const std::function<void(int, int64_t)>& before_step = {}) {
+  QueuedRun run;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kTrainers; ++r) {
+    threads.emplace_back([&, r] {
+      train::DataParallelTrainer& trainer = *cluster.trainers[r];
+      size_t next = 0;
+      while (next < std::min(depth, parts[r].size())) trainer.Enqueue(parts[r][next++].view());
+      for (int64_t i = 0; trainer.queued() > 0; ++i) {
+        if (before_step) before_step(r, i);
+        try {
+          run.losses[r].push_back(trainer.TrainStep());
+        } catch (const Error& e) {
+          run.errors[r].push_back(e.what());
+        }
+        if (next < parts[r].size()) trainer.Enqueue(parts[r][next++].view());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return run;
+}
+
+// Every rank failed one step, with `error`, and its other losses are `want`'s, bitwise.
+void ExpectOneFailureAndLosses(const QueuedRun& run, const std::vector<float>& want,
+                               const std::string& error) {
+  for (int r = 0; r < kTrainers; ++r) {
+    ASSERT_EQ(run.errors[r].size(), 1u) << "rank " << r;
+    EXPECT_THAT(run.errors[r][0], HasSubstr(error)) << "rank " << r;
+    ASSERT_EQ(run.losses[r].size(), want.size()) << "rank " << r;
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_EQ(std::memcmp(&run.losses[r][i], &want[i], sizeof(float)), 0)
+          << "rank " << r << " step " << i + 1 << ": " << run.losses[r][i] << " vs " << want[i];
+  }
+}
+
+// Each global batch split into the ranks' parts.
+std::vector<std::vector<OwnedBatch>> SplitParts(const std::vector<OwnedBatch>& globals) {
+  std::vector<std::vector<OwnedBatch>> parts(kTrainers);
+  for (const OwnedBatch& g : globals)
+    for (int r = 0; r < kTrainers; ++r) parts[r].push_back(Part(g, r * kPart, (r + 1) * kPart));
+  return parts;
 }
 
 struct Case {
@@ -333,45 +389,20 @@ TEST(DataParallelTrainerPipeline, AnUndecodableContributionFailsItsStepAndTheQue
   constexpr int64_t kBatches = 4, kBad = 1;
   std::vector<float> want;
   const std::vector<OwnedBatch> globals = BatchesAndLosses(c, &engine, kBatches, kBad, &want);
-  std::vector<std::vector<float>> losses(kTrainers);
-  std::vector<std::vector<std::string>> errors(kTrainers);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kTrainers; ++r) {
-    threads.emplace_back([&, r] {
-      train::DataParallelTrainer& trainer = *cluster.trainers[r];
-      for (const OwnedBatch& g : globals)  // every part queued, its lookups in flight
-        trainer.Enqueue(Part(g, r * kPart, (r + 1) * kPart).view());
-      for (int64_t i = 0; i < kBatches; ++i) {
-        if (i == kBad)  // every rank receives the other's contribution cut short
-          forging[r]->forge_gathered = [r](std::vector<std::string>* all) {
-            (*all)[1 - r].resize((*all)[1 - r].size() / 2);
-          };
-        try {
-          losses[r].push_back(trainer.TrainStep());
-        } catch (const Error& e) {
-          errors[r].push_back(e.what());
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < kTrainers; ++r) {
-    ASSERT_EQ(errors[r].size(), 1u) << "rank " << r;
-    EXPECT_THAT(errors[r][0], HasSubstr("trainer exchange")) << "rank " << r;
-    ASSERT_EQ(losses[r].size(), want.size()) << "rank " << r;
-    for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_EQ(std::memcmp(&losses[r][i], &want[i], sizeof(float)), 0)
-          << "rank " << r << " step " << i + 1;
-  }
+  // Every part queued, its lookups in flight; at step kBad every rank receives the other's
+  // contribution cut short.
+  const QueuedRun run = RunQueued(cluster, SplitParts(globals), kBatches, [&](int r, int64_t i) {
+    if (i != kBad) return;
+    forging[r]->forge_gathered = [r](std::vector<std::string>* all) {
+      (*all)[1 - r].resize((*all)[1 - r].size() / 2);
+    };
+  });
+  ASSERT_NO_FATAL_FAILURE(ExpectOneFailureAndLosses(run, want, "trainer exchange"));
   cluster.service->WaitUntilApplied(cluster.trainers[0]->step());
   ExpectSameParameters(engine, cluster, c, "after the queue");
   ForgetTrainers(&cluster);
 }
 
-// Pipelining: each trainer keeps three parts queued (their lookups in flight) and the
-// result is still the engine's, bitwise; a bad part in the middle of the queue fails its
-// step on both ranks and the parts queued behind it train as the next step. Prediction
-// and evaluation then match the engine's exactly.
 // Checkpoint restores set the step; parts queued would then train at other steps.
 TEST(DataParallelTrainerPipeline, SetStepRefusesQueuedPartsAndNegativeSteps) {
   const config::DlrmConfig c =
@@ -388,6 +419,10 @@ TEST(DataParallelTrainerPipeline, SetStepRefusesQueuedPartsAndNegativeSteps) {
   EXPECT_EQ(t.queued(), 1u);
 }
 
+// Pipelining: each trainer keeps three parts queued (their lookups in flight) and the
+// result is still the engine's, bitwise; a bad part in the middle of the queue fails its
+// step on both ranks and the parts queued behind it train as the next step. Prediction
+// and evaluation then match the engine's exactly.
 TEST(DataParallelTrainerPipeline, QueuedPartsTrainLikeOneProcess) {
   const config::DlrmConfig c =
       ShardedTestConfig(config::ShardingConfig::TABLE_ROW_WISE, "adagrad", "adagrad", kServers);
@@ -396,39 +431,10 @@ TEST(DataParallelTrainerPipeline, QueuedPartsTrainLikeOneProcess) {
   constexpr int64_t kBatches = 7, kBad = 3, kDepth = 3;
   std::vector<float> want;
   const std::vector<OwnedBatch> globals = BatchesAndLosses(c, &engine, kBatches, kBad, &want);
-  std::vector<std::vector<OwnedBatch>> parts(kTrainers);
-  for (int64_t i = 0; i < kBatches; ++i) {
-    parts[0].push_back(Part(globals[i], 0, kPart));
-    parts[1].push_back(Part(globals[i], kPart, kGlobal));
-  }
+  std::vector<std::vector<OwnedBatch>> parts = SplitParts(globals);
   parts[1][kBad].ids[0] = 10'000;  // outside every table
-  std::vector<std::vector<float>> losses(kTrainers);
-  std::vector<std::vector<std::string>> errors(kTrainers);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kTrainers; ++r) {
-    threads.emplace_back([&, r] {
-      train::DataParallelTrainer& trainer = *cluster.trainers[r];
-      int64_t next = 0;
-      while (next < kDepth) trainer.Enqueue(parts[r][next++].view());
-      while (trainer.queued() > 0) {
-        try {
-          losses[r].push_back(trainer.TrainStep());
-        } catch (const Error& e) {
-          errors[r].push_back(e.what());
-        }
-        if (next < kBatches) trainer.Enqueue(parts[r][next++].view());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < kTrainers; ++r) {
-    ASSERT_EQ(errors[r].size(), 1u) << "rank " << r;
-    EXPECT_NE(errors[r][0].find("step 4: trainer 1's part"), std::string::npos) << errors[r][0];
-    ASSERT_EQ(losses[r].size(), want.size()) << "rank " << r;
-    for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_EQ(std::memcmp(&losses[r][i], &want[i], sizeof(float)), 0)
-          << "rank " << r << " step " << i + 1 << ": " << losses[r][i] << " vs " << want[i];
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectOneFailureAndLosses(RunQueued(cluster, parts, kDepth), want,
+                                                    "step 4: trainer 1's part"));
   cluster.service->WaitUntilApplied(cluster.trainers[0]->step());
   ExpectSameParameters(engine, cluster, c, "after the pipelined steps");
 
