@@ -9,10 +9,11 @@
 //    + bias gradient), at the chunk size only (elementwise: a larger batch only repeats
 //    it). Inputs have random signs, as pre-activations do, which a branchy loop pays for.
 //  BM_DotInteractionForward / BM_DotInteractionBackward: the DOT interaction.
-//  BM_Gemm/{fp32,bf16}[/tn]/MxNxK: Gemm<float> alone (x W^T, as a Linear forward; tn:
-//    dY^T X, a weight gradient) in each precision, at MLPerf DCNv2's top-MLP and
-//    cross-layer shapes on the engine's 512-row chunks; bf16 only where the CPU has
-//    AVX512-BF16 (issue 16, acceptance 4: its FLOP/s against fp32's).
+//  BM_Gemm/{fp32,bf16,bf16_amx,bf16_avx512}[/tn]/MxNxK: Gemm<float> alone (x W^T, as a
+//    Linear forward; tn: dY^T X, a weight gradient) in each precision, at MLPerf DCNv2's
+//    top-MLP and cross-layer shapes on the engine's 512-row chunks; bf16 only where the CPU
+//    has AVX512-BF16 (issue 16, acceptance 4: its FLOP/s against fp32's), named bf16_amx
+//    where Gemm<float> takes AMX, which then also runs bf16_avx512, the AVX512-BF16 kernel.
 // A FLOP/s counter gives GEMM efficiency; bytes are the operands read and written once.
 #include <benchmark/benchmark.h>
 
@@ -27,6 +28,7 @@
 #include "engine/dense/gemm.h"
 #include "engine/dense/interaction.h"
 #include "engine/dense/linear.h"
+#include "engine/dense/sgemm_avx512.h"
 
 namespace dlrm::bench {
 namespace {
@@ -141,15 +143,34 @@ void DotBwd(benchmark::State& state, const Interaction<float>* inter, int d, int
   SetRates(state, n, kFloat * n * (2 * (d + width) + inter->out_dim()), 4 * n * pairs * d);
 }
 
+// What BM_Gemm multiplies with: Gemm<float> in a precision (bf16: AMX where the CPU has
+// it), or, where it has AMX, the AVX512-BF16 kernel it replaced, called directly.
+enum class GemmPath { kFp32, kBf16, kBf16Avx512 };
+
+const char* GemmPathName(GemmPath path) {
+  switch (path) {
+    case GemmPath::kFp32: return "fp32";
+    case GemmPath::kBf16: return CpuHasAmxBf16() ? "bf16_amx" : "bf16";
+    case GemmPath::kBf16Avx512: break;
+  }
+  return "bf16_avx512";
+}
+
 // trans_a: C = A^T B (a Linear layer's weight gradient, dY^T X), else C = A B^T.
 void GemmOnly(benchmark::State& state, bool trans_a, int64_t M, int64_t N, int64_t K,
-              GemmPrecision precision) {
+              GemmPath path) {
   const auto a = Pattern(M * K, 1.0f, 17), b = Pattern(N * K, 0.05f, 18);
   std::vector<float> c(static_cast<size_t>(M * N));
   const int64_t lda = trans_a ? M : K, ldb = trans_a ? N : K;
+  const GemmPrecision precision =
+      path == GemmPath::kFp32 ? GemmPrecision::kFp32 : GemmPrecision::kBf16;
   for (auto _ : state) {
-    Gemm<float>(trans_a, !trans_a, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N,
-                precision);
+    if (path == GemmPath::kBf16Avx512)
+      SbgemmAvx512(trans_a, !trans_a, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(),
+                   N);
+    else
+      Gemm<float>(trans_a, !trans_a, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N,
+                  precision);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
@@ -162,14 +183,14 @@ void RegisterGemms() {
   const int64_t shapes[][4] = {{0, 512, 1024, 1024}, {0, 512, 512, 1024},  {0, 512, 1024, 512},
                                {0, 512, 512, 256},   {0, 512, 1024, 3456}, {0, 512, 512, 3456},
                                {0, 512, 3456, 512},  {1, 1024, 3456, 512}, {1, 512, 3456, 512}};
-  for (const GemmPrecision precision : {GemmPrecision::kFp32, GemmPrecision::kBf16}) {
-    if (precision == GemmPrecision::kBf16 && !CpuHasAvx512Bf16()) continue;
+  for (const GemmPath path : {GemmPath::kFp32, GemmPath::kBf16, GemmPath::kBf16Avx512}) {
+    if (path == GemmPath::kBf16 && !CpuHasAvx512Bf16()) continue;
+    if (path == GemmPath::kBf16Avx512 && !CpuHasAmxBf16()) continue;
     for (const auto& [trans_a, M, N, K] : shapes) {
-      const std::string name = std::string("BM_Gemm/") +
-                               (precision == GemmPrecision::kBf16 ? "bf16/" : "fp32/") +
+      const std::string name = std::string("BM_Gemm/") + GemmPathName(path) + "/" +
                                (trans_a != 0 ? "tn/" : "") + std::to_string(M) + "x" +
                                std::to_string(N) + "x" + std::to_string(K);
-      benchmark::RegisterBenchmark(name.c_str(), GemmOnly, trans_a != 0, M, N, K, precision)
+      benchmark::RegisterBenchmark(name.c_str(), GemmOnly, trans_a != 0, M, N, K, path)
           ->UseRealTime();
     }
   }

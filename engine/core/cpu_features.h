@@ -5,13 +5,18 @@
 // choice is fixed for the life of the process, so results stay bitwise reproducible on a
 // machine; a machine with another ISA level may round differently (as BLAS already does).
 //
-// DLRM_MAX_ISA caps the choice for the whole process: "avx2" keeps the AVX2 kernels and
-// BLAS for the GEMMs, "portable" also the portable loops. A fleet of mixed CPUs can so get
-// the same bits everywhere, and a benchmark can measure a kernel against what it replaced.
+// DLRM_MAX_ISA caps the choice for the whole process: "avx512" keeps the bf16 GEMM off
+// AMX's tiles, "avx2" keeps the AVX2 kernels and BLAS for the GEMMs, "portable" also the
+// portable loops. A fleet of mixed CPUs can so get the same bits everywhere, and a
+// benchmark can measure a kernel against what it replaced.
 #pragma once
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 #include <cstdlib>
@@ -21,11 +26,13 @@
 
 namespace dlrm {
 
-enum class IsaLevel { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+// kAmx: AVX-512 and AMX's bf16 tiles (Intel Sapphire Rapids and later).
+enum class IsaLevel { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 
-// "avx512", "avx2" or "portable": what benchmarks print beside their numbers.
+// "amx", "avx512", "avx2" or "portable": what benchmarks print beside their numbers.
 inline const char* IsaLevelName(IsaLevel level) {
   switch (level) {
+    case IsaLevel::kAmx: return "amx";
     case IsaLevel::kAvx512: return "avx512";
     case IsaLevel::kAvx2: return "avx2";
     case IsaLevel::kPortable: break;
@@ -36,7 +43,8 @@ inline const char* IsaLevelName(IsaLevel level) {
 // A level's name (as IsaLevelName spells it) into *level; false (and *level untouched)
 // for any other text.
 inline bool ParseIsaLevel(const char* name, IsaLevel* level) {
-  for (IsaLevel candidate : {IsaLevel::kAvx512, IsaLevel::kAvx2, IsaLevel::kPortable}) {
+  for (IsaLevel candidate :
+       {IsaLevel::kAmx, IsaLevel::kAvx512, IsaLevel::kAvx2, IsaLevel::kPortable}) {
     if (std::strcmp(name, IsaLevelName(candidate)) == 0) {
       *level = candidate;
       return true;
@@ -50,7 +58,7 @@ inline bool ParseIsaLevel(const char* name, IsaLevel* level) {
 struct MaxIsaSetting {
   const char* value = nullptr;  // the variable's text, null when unset
   bool valid = true;
-  IsaLevel level = IsaLevel::kAvx512;
+  IsaLevel level = IsaLevel::kAmx;
 };
 
 inline MaxIsaSetting ReadMaxIsa() {
@@ -65,7 +73,25 @@ inline MaxIsaSetting ReadMaxIsa() {
 inline void CheckMaxIsa() {
   const MaxIsaSetting setting = ReadMaxIsa();
   if (!setting.valid)
-    ThrowInvalid("DLRM_MAX_ISA must be avx512, avx2 or portable, got '", setting.value, "'");
+    ThrowInvalid("DLRM_MAX_ISA must be amx, avx512, avx2 or portable, got '", setting.value, "'");
+}
+
+// Whether the CPU has AMX's tiles and bf16 products (CPUID.7.0:EDX bits 24 and 22) and
+// the OS saves their state (XCR0 bits 17 and 18). Linux still has each process ask for
+// the tiles before its first use (CpuHasAmxBf16 does).
+inline bool CpuOffersAmxBf16() {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  if ((edx & (1u << 24)) == 0 || (edx & (1u << 22)) == 0) return false;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & bit_OSXSAVE) == 0) return false;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  constexpr unsigned kTileState = (1u << 17) | (1u << 18);
+  return (xcr0_lo & kTileState) == kTileState;
+#else
+  return false;
+#endif
 }
 
 // The widest level this CPU (and its OS: GCC's check includes XGETBV) supports, capped by
@@ -77,6 +103,7 @@ inline IsaLevel CpuIsaLevel() {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
       cpu = __builtin_cpu_supports("avx512f") ? IsaLevel::kAvx512 : IsaLevel::kAvx2;
     }
+    if (cpu == IsaLevel::kAvx512 && CpuOffersAmxBf16()) cpu = IsaLevel::kAmx;
     const IsaLevel cap = ReadMaxIsa().level;
     return static_cast<int>(cap) < static_cast<int>(cpu) ? cap : cpu;
   }();
@@ -87,7 +114,7 @@ inline IsaLevel CpuIsaLevel() {
 }
 
 inline bool CpuHasAvx2Fma() { return CpuIsaLevel() != IsaLevel::kPortable; }
-inline bool CpuHasAvx512() { return CpuIsaLevel() == IsaLevel::kAvx512; }
+inline bool CpuHasAvx512() { return CpuIsaLevel() >= IsaLevel::kAvx512; }
 // AVX2 kernels that also convert 16-bit floats (F16C: every AVX2 CPU has it, asked
 // through cpuid because GCC and clang name it differently in __builtin_cpu_supports).
 inline bool CpuHasAvx2F16c() {
@@ -118,6 +145,34 @@ inline bool CpuHasAvx512Bf16() {
 #else
   return false;
 #endif
+}
+
+// The bf16 GEMM on AMX tiles (dense/sgemm_avx512.h): the CPU offers them, DLRM_MAX_ISA
+// allows "amx", the CPU has AVX512-BF16 (every AMX CPU does; the kernel packs with it), and
+// Linux granted this process the tile state (ARCH_REQ_XCOMP_PERM, asked here once, when a
+// model first asks for bf16 GEMMs rather than at load: a process granted it has larger
+// signal frames, and Linux refuses it while a thread's alternate signal stack is too small
+// for them). Where it is refused the bf16 GEMM runs on AVX512-BF16 (AmxBf16Refused says
+// so; the model logs it).
+inline bool AmxTilesGranted() {
+#if defined(__x86_64__) && defined(__linux__)
+  static const bool granted = [] {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return granted;
+#else
+  return false;
+#endif
+}
+
+inline bool CpuHasAmxBf16() {
+  return CpuIsaLevel() == IsaLevel::kAmx && CpuHasAvx512Bf16() && AmxTilesGranted();
+}
+
+// True where AMX would run the bf16 GEMM but Linux refused this process its tile state.
+inline bool AmxBf16Refused() {
+  return CpuIsaLevel() == IsaLevel::kAmx && CpuHasAvx512Bf16() && !AmxTilesGranted();
 }
 
 }  // namespace dlrm

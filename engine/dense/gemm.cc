@@ -39,7 +39,7 @@ void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blas
   }
   if (bf16) {
     DLRM_INTERNAL_CHECK(CpuHasAvx512Bf16());
-    SbgemmAvx512(ta == CblasTrans, tb == CblasTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    Sbgemm(ta == CblasTrans, tb == CblasTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   if (CpuHasAvx512()) {

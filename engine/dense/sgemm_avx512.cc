@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "engine/core/cpu_features.h"
+
 #define DLRM_AVX512 __attribute__((target("avx512f,fma")))
 
 // GCC 12's AVX-512 headers build their "undefined" pass-through operands as `__m512 x = x`,
@@ -164,7 +166,8 @@ inline void PrefetchTile(const float* c, int64_t ldc, int64_t rows, int64_t cols
 // C tile [rows x cols] = alpha * acc + beta * C; beta == 0 leaves C unread. Inlined, so
 // the accumulators go from registers to C (called, they took a trip through the stack
 // that was ~6% of a bf16 step in mlperf_dcnv2's profile).
-DLRM_AVX512 __attribute__((always_inline)) inline void StoreTile(const __m512 (&acc)[kMr][2],
+template <int64_t Rows>
+DLRM_AVX512 __attribute__((always_inline)) inline void StoreTile(const __m512 (&acc)[Rows][2],
                                                                  float* c, int64_t ldc,
                                                                  int64_t rows, int64_t cols,
                                                                  float alpha, float beta) {
@@ -274,16 +277,17 @@ DLRM_AVX512_BF16 void PackABf16(bool trans_a, const float* A, int64_t lda, int64
               kMr, 0x0FFF);
 }
 
-// PackB's layout in words: panel q holds, for each k pair, the kNr words of its columns,
-// packed 16 columns at a time.
-DLRM_AVX512_BF16 void PackBBf16(bool trans_b, const float* B, int64_t ldb, int64_t k0, int64_t j0,
-                                int64_t kc, int64_t nc, uint32_t* dst) {
+// PackB's layout in words: panel q holds, for each of `words` k pairs, the kNr words of its
+// columns, packed 16 columns at a time; pairs past kc (words > (kc + 1) / 2) are zero.
+DLRM_AVX512_BF16 void PackBPairs(bool trans_b, const float* B, int64_t ldb, int64_t k0, int64_t j0,
+                                 int64_t kc, int64_t nc, int64_t words, uint32_t* dst) {
   for (int64_t q = 0; q < nc; q += kNr) {
+    uint32_t* panel = dst + q * words;
     for (int64_t half = 0; half < kNr; half += kLanes) {  // op(B)(k, j) = B[j * ldb + k] if trans_b
       const int64_t cols = std::max<int64_t>(0, std::min(kLanes, nc - q - half));
-      PackPairs(trans_b, B, ldb, j0 + q + half, k0, cols, kc, dst + q * ((kc + 1) / 2) + half, kNr,
-                0xFFFF);
+      PackPairs(trans_b, B, ldb, j0 + q + half, k0, cols, kc, panel + half, kNr, 0xFFFF);
     }
+    std::fill(panel + (kc + 1) / 2 * kNr, panel + words * kNr, 0u);
   }
 }
 
@@ -311,15 +315,16 @@ DLRM_AVX512_BF16 void MicroKernelBf16(int64_t words, const uint32_t* a, const ui
 
 struct Bf16Kernel {
   using Word = uint32_t;
-  static constexpr int64_t kPerWord = 2;
+  static constexpr int64_t kRows = kMr;
   static constexpr int64_t kKc = kSbgemmKc;
+  static int64_t Words(int64_t kc) { return (kc + 1) / 2; }
   static void PackA(bool t, const float* A, int64_t lda, int64_t i0, int64_t k0, int64_t mc,
                     int64_t kc, Word* dst) {
     PackABf16(t, A, lda, i0, k0, mc, kc, dst);
   }
   static void PackB(bool t, const float* B, int64_t ldb, int64_t k0, int64_t j0, int64_t kc,
                     int64_t nc, Word* dst) {
-    PackBBf16(t, B, ldb, k0, j0, kc, nc, dst);
+    PackBPairs(t, B, ldb, k0, j0, kc, nc, Words(kc), dst);
   }
   static void Micro(int64_t words, const Word* a, const Word* b, float* c, int64_t ldc,
                     int64_t rows, int64_t cols, float alpha, float beta) {
@@ -327,11 +332,151 @@ struct Bf16Kernel {
   }
 };
 
+// ---- AMX: C in 16 x 16 fp32 tiles, each tdpbf16ps adding 16 k pairs (words) ----
+
+#define DLRM_AMX __attribute__((target("avx512f,avx512bw,avx512bf16,fma,amx-tile,amx-bf16")))
+
+constexpr int64_t kTileRows = 16;          // rows of a tile; words (64 bytes) in a tile row
+constexpr int64_t kAmxMr = 2 * kTileRows;  // rows of C per micro-kernel: two tiles of A
+static_assert(kMc % kAmxMr == 0, "an A block must be whole micro-kernel panels");
+
+// A K block's words padded to whole tiles: the pad pairs are zero in A and in B.
+int64_t AmxWords(int64_t kc) { return ((kc + 1) / 2 + kTileRows - 1) / kTileRows * kTileRows; }
+
+// Rows r0 .. r0 + 15 of an A block (`rows` of them real), words w0 .. w0 + 15: tile[c] gets
+// row c's 16 words (zeros past the rows and past kc).
+DLRM_AMX void LoadAWords(bool trans_a, const float* A, int64_t lda, int64_t i, int64_t k,
+                         int64_t rows, int64_t kc_left, __m512 (&tile)[16]) {
+  if (!trans_a) {  // op(A)(i, k) = A[i * lda + k]: a row's k values are consecutive
+    for (int64_t c = 0; c < kTileRows; ++c)
+      tile[c] = c < rows ? ConsecutivePairs(A + (i + c) * lda + k, kc_left) : _mm512_setzero_ps();
+    return;
+  }
+  const __mmask16 mask = LaneMask(rows);  // A[k * lda + i]: 16 rows' word w, then transposed
+  for (int64_t w = 0; w < kTileRows; ++w) {
+    const int64_t kw = 2 * w;
+    const __m512 lo =
+        kw < kc_left ? _mm512_maskz_loadu_ps(mask, A + (k + kw) * lda + i) : _mm512_setzero_ps();
+    const __m512 hi = kw + 1 < kc_left ? _mm512_maskz_loadu_ps(mask, A + (k + kw + 1) * lda + i)
+                                       : _mm512_setzero_ps();
+    tile[w] = reinterpret_cast<__m512>(InterleavePairs(lo, hi));
+  }
+  Transpose16x16(tile);
+}
+
+// op(A) rows [i0, i0 + mc), k [k0, k0 + kc) row-major in words, as tileloadd reads them:
+// row r's word w at dst[r * AmxWords(kc) + w]. Rows up to a whole kAmxMr and words past kc
+// are zero.
+DLRM_AMX void PackAAmx(bool trans_a, const float* A, int64_t lda, int64_t i0, int64_t k0,
+                       int64_t mc, int64_t kc, uint32_t* dst) {
+  const int64_t words = AmxWords(kc);
+  const int64_t rows_padded = (mc + kAmxMr - 1) / kAmxMr * kAmxMr;
+  for (int64_t r0 = 0; r0 < rows_padded; r0 += kTileRows) {
+    const int64_t rows = std::clamp<int64_t>(mc - r0, 0, kTileRows);
+    for (int64_t w0 = 0; w0 < words; w0 += kTileRows) {
+      __m512 tile[16];
+      LoadAWords(trans_a, A, lda, i0 + r0, k0 + 2 * w0, rows, kc - 2 * w0, tile);
+      for (int64_t c = 0; c < kTileRows; ++c)
+        _mm512_store_ps(reinterpret_cast<float*>(dst + (r0 + c) * words + w0), tile[c]);
+    }
+  }
+}
+
+// The sums of A's first 16 rows (tiles 0 and 1: B's two column blocks) and, when
+// `both`, of its next 16 (tiles 2 and 3), from zero over `words`, 16 pairs at a time.
+template <bool kBoth>
+DLRM_AMX void SumTiles(int64_t words, const uint32_t* a, const uint32_t* b) {
+  const int64_t a_stride = words * static_cast<int64_t>(sizeof(uint32_t));
+  constexpr int64_t kBStride = kNr * sizeof(uint32_t);
+  _tile_zero(0);
+  _tile_zero(1);
+  if (kBoth) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (int64_t w = 0; w < words; w += kTileRows) {
+    _tile_loadd(4, a + w, a_stride);
+    _tile_loadd(6, b + w * kNr, kBStride);
+    _tile_loadd(7, b + w * kNr + kTileRows, kBStride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if (kBoth) {
+      _tile_loadd(5, a + kTileRows * words + w, a_stride);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+}
+
+// C tile [rows x cols] (at most kAmxMr x kNr) = alpha * (a_panel x b_panel) + beta * C:
+// 16 x 16 tiles of sums from zero, 16 k pairs per tdpbf16ps, pairs ascending (the second
+// row of tiles only where rows > 16: a row's sums are the same either way). How a
+// tdpbf16ps rounds within its 16 pairs is the hardware's: its bits are not vdpbf16ps's.
+DLRM_AMX void MicroKernelAmx(int64_t words, const uint32_t* a, const uint32_t* b, float* c,
+                             int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta) {
+  PrefetchTile(c, ldc, rows, cols);
+  constexpr int64_t kCStride = 2 * sizeof(__m512);
+  __m512 acc[kAmxMr][2];  // a row of C's 32 columns in two registers, as StoreTile takes
+  if (rows > kTileRows) {
+    SumTiles<true>(words, a, b);
+    _tile_stored(2, &acc[kTileRows][0], kCStride);
+    _tile_stored(3, &acc[kTileRows][1], kCStride);
+  } else {
+    SumTiles<false>(words, a, b);
+  }
+  _tile_stored(0, &acc[0][0], kCStride);
+  _tile_stored(1, &acc[0][1], kCStride);
+  StoreTile(acc, c, ldc, rows, cols, alpha, beta);
+}
+
+// LDTILECFG's 64-byte operand: palette 1 with all eight tiles 16 rows of 64 bytes. Tiles
+// 0-3 hold C, 4-5 A's two row blocks, 6-7 B's two column blocks.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads 64 bytes");
+// In static storage: GCC 12 does not see that ldtilecfg reads its operand, and dropped
+// the stores of a local one's tile shapes (so every tile instruction faulted).
+const TileConfig kTileConfig;
+
+// The tiles configured for the calls of one product, and released at the end, so the
+// thread's tile state goes back to its initial (unsaved) state.
+class TileSession {
+ public:
+  DLRM_AMX TileSession() { _tile_loadconfig(&kTileConfig); }
+  DLRM_AMX ~TileSession() { _tile_release(); }
+  TileSession(const TileSession&) = delete;
+  TileSession& operator=(const TileSession&) = delete;
+};
+
+struct AmxKernel {
+  using Word = uint32_t;
+  static constexpr int64_t kRows = kAmxMr;
+  static constexpr int64_t kKc = kSbgemmKc;
+  static int64_t Words(int64_t kc) { return AmxWords(kc); }
+  static void PackA(bool t, const float* A, int64_t lda, int64_t i0, int64_t k0, int64_t mc,
+                    int64_t kc, Word* dst) {
+    PackAAmx(t, A, lda, i0, k0, mc, kc, dst);
+  }
+  static void PackB(bool t, const float* B, int64_t ldb, int64_t k0, int64_t j0, int64_t kc,
+                    int64_t nc, Word* dst) {
+    PackBPairs(t, B, ldb, k0, j0, kc, nc, Words(kc), dst);
+  }
+  static void Micro(int64_t words, const Word* a, const Word* b, float* c, int64_t ldc,
+                    int64_t rows, int64_t cols, float alpha, float beta) {
+    MicroKernelAmx(words, a, b, c, ldc, rows, cols, alpha, beta);
+  }
+};
+
 // The fp32 kernel's pieces, for BlockedGemm.
 struct Fp32Kernel {
   using Word = float;
-  static constexpr int64_t kPerWord = 1;   // k values per packed word
-  static constexpr int64_t kKc = kGemmKc;  // k values per K block
+  static constexpr int64_t kRows = kMr;            // rows of C per micro-kernel
+  static constexpr int64_t kKc = kGemmKc;          // k values per K block
+  static int64_t Words(int64_t kc) { return kc; }  // packed words per row of a K block
   static void PackA(bool t, const float* A, int64_t lda, int64_t i0, int64_t k0, int64_t mc,
                     int64_t kc, Word* dst) {
     dlrm::PackA(t, A, lda, i0, k0, mc, kc, dst);
@@ -357,7 +502,7 @@ void ForEachBBlock(int64_t N, int64_t K, Fn fn) {
     const int64_t nc_padded = (nc + kNr - 1) / kNr * kNr;
     for (int64_t pc = 0; pc < K; pc += Kernel::kKc) {
       const int64_t kc = std::min(Kernel::kKc, K - pc);
-      fn(jc, pc, nc, kc, (kc + Kernel::kPerWord - 1) / Kernel::kPerWord * nc_padded);
+      fn(jc, pc, nc, kc, Kernel::Words(kc) * nc_padded);
     }
   }
 }
@@ -392,7 +537,7 @@ void BlockedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
   const Word* next_packed = packed_b;
   ForEachBBlock<Kernel>(
       N, K, [&](int64_t jc, int64_t pc, int64_t nc, int64_t kc, int64_t block_words) {
-        const int64_t words = (kc + Kernel::kPerWord - 1) / Kernel::kPerWord;
+        const int64_t words = Kernel::Words(kc);
         const float block_beta = pc == 0 ? beta : 1.0f;
         const Word* block_b = next_packed;
         if (packed_b != nullptr) {
@@ -404,13 +549,13 @@ void BlockedGemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
         }
         for (int64_t ic = 0; ic < M; ic += kMc) {
           const int64_t mc = std::min(kMc, M - ic);
-          const int64_t mc_padded = (mc + kMr - 1) / kMr * kMr;
+          const int64_t mc_padded = (mc + Kernel::kRows - 1) / Kernel::kRows * Kernel::kRows;
           Word* packed_a = a_buffer.Get(static_cast<size_t>(mc_padded * words));
           Kernel::PackA(trans_a, A, lda, ic, pc, mc, kc, packed_a);
           for (int64_t jr = 0; jr < nc; jr += kNr) {
-            for (int64_t ir = 0; ir < mc; ir += kMr) {
+            for (int64_t ir = 0; ir < mc; ir += Kernel::kRows) {
               Kernel::Micro(words, packed_a + ir * words, block_b + jr * words,
-                            C + (ic + ir) * ldc + jc + jr, ldc, std::min(kMr, mc - ir),
+                            C + (ic + ir) * ldc + jc + jr, ldc, std::min(Kernel::kRows, mc - ir),
                             std::min(kNr, nc - jr), alpha, block_beta);
             }
           }
@@ -432,27 +577,49 @@ void SbgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   BlockedGemm<Bf16Kernel>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+void SbgemmAmx(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  const TileSession tiles;
+  BlockedGemm<AmxKernel>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void Sbgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+            int64_t ldc) {
+  (CpuHasAmxBf16() ? SbgemmAmx : SbgemmAvx512)(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
+                                               beta, C, ldc);
+}
+
 int64_t PackedBAvx512Words(bool bf16, int64_t N, int64_t K) {
-  return bf16 ? PackedBWords<Bf16Kernel>(N, K) : PackedBWords<Fp32Kernel>(N, K);
+  if (!bf16) return PackedBWords<Fp32Kernel>(N, K);
+  return CpuHasAmxBf16() ? PackedBWords<AmxKernel>(N, K) : PackedBWords<Bf16Kernel>(N, K);
 }
 
 void PackBAvx512(bool bf16, bool trans_b, int64_t N, int64_t K, const float* B, int64_t ldb,
                  uint32_t* dst) {
-  if (bf16)
-    PackWholeB<Bf16Kernel>(trans_b, N, K, B, ldb, dst);
-  else
+  if (!bf16)
     PackWholeB<Fp32Kernel>(trans_b, N, K, B, ldb, reinterpret_cast<float*>(dst));
+  else if (CpuHasAmxBf16())
+    PackWholeB<AmxKernel>(trans_b, N, K, B, ldb, dst);
+  else
+    PackWholeB<Bf16Kernel>(trans_b, N, K, B, ldb, dst);
 }
 
 void GemmAvx512PackedB(bool bf16, bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
                        const float* A, int64_t lda, const uint32_t* packed_b, float beta, float* C,
                        int64_t ldc) {
-  if (bf16)
-    BlockedGemm<Bf16Kernel>(trans_a, false, M, N, K, alpha, A, lda, nullptr, 0, beta, C, ldc,
-                            packed_b);
-  else
+  if (!bf16) {
     BlockedGemm<Fp32Kernel>(trans_a, false, M, N, K, alpha, A, lda, nullptr, 0, beta, C, ldc,
                             reinterpret_cast<const float*>(packed_b));
+  } else if (CpuHasAmxBf16()) {
+    const TileSession tiles;
+    BlockedGemm<AmxKernel>(trans_a, false, M, N, K, alpha, A, lda, nullptr, 0, beta, C, ldc,
+                           packed_b);
+  } else {
+    BlockedGemm<Bf16Kernel>(trans_a, false, M, N, K, alpha, A, lda, nullptr, 0, beta, C, ldc,
+                            packed_b);
+  }
 }
 
 }  // namespace dlrm
@@ -469,6 +636,14 @@ void SgemmAvx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int
 void SbgemmAvx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                   int64_t, float, float*, int64_t) {
   DLRM_INTERNAL_CHECK(false && "SbgemmAvx512 on a CPU without AVX512-BF16");
+}
+void SbgemmAmx(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+               int64_t, float, float*, int64_t) {
+  DLRM_INTERNAL_CHECK(false && "SbgemmAmx on a CPU without AMX");
+}
+void Sbgemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+            int64_t, float, float*, int64_t) {
+  DLRM_INTERNAL_CHECK(false && "Sbgemm on a CPU without AVX512-BF16");
 }
 int64_t PackedBAvx512Words(bool, int64_t, int64_t) { return 0; }
 void PackBAvx512(bool, bool, int64_t, int64_t, const float*, int64_t, uint32_t*) {

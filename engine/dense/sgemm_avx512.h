@@ -1,6 +1,7 @@
 // Single-precision GEMM with AVX-512, the engine's own (BLIS-style packing and a 12 x 32
 // register-blocked micro-kernel), used by Gemm<float> where the CPU has AVX-512F; and its
-// bf16 twin (the same loops, bf16 operands) where the CPU has AVX512-BF16.
+// bf16 twins (the same loops, bf16 operands) where the CPU has AVX512-BF16, or AMX's tiles
+// (a 32 x 32 block of C in four of them).
 //
 // Why not BLAS there: Debian's OpenBLAS 0.3.21 picks its kernels by CPU model, and on
 // CPUs newer than it knows (AMD Zen 4/5) it falls back to its AVX2 (Haswell) kernels,
@@ -44,6 +45,26 @@ void SbgemmAvx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                   int64_t ldc);
 
+// The same bf16 product on AMX's tiles: each tdpbf16ps adds 16 k pairs of a 16 x 32 bf16
+// tile of op(A) times a 32 x 16 tile of op(B) to a 16 x 16 fp32 tile of sums (256 multiply-
+// adds per k pair where vdpbf16ps does 16). The loops and blocks are SbgemmAvx512's, so
+// each element of C is again one fixed-order sum: K blocks of kSbgemmKc, each summed from
+// zero in a tile, 16 pairs per instruction in ascending order (a K block's last pairs
+// padded with zeros to 16). Within an instruction the hardware rounds its own way, so the
+// bits differ from SbgemmAvx512's (not the determinism contract: one kernel per process,
+// DLRM_MAX_ISA=avx512 chooses the other). Subnormals as vdpbf16ps. Callers check
+// CpuHasAmxBf16() first (it also asks Linux for the tile state).
+void SbgemmAmx(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+
+// The bf16 product on this process's kernel: SbgemmAmx where CpuHasAmxBf16(), else
+// SbgemmAvx512 (the packed-B functions below choose alike). Callers check
+// CpuHasAvx512Bf16() first.
+void Sbgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+            int64_t ldc);
+
 // The first 64-byte aligned element at or after `data`: packed panels are loaded with
 // aligned full-width loads, so a packing buffer holds 64 / sizeof(T) spare elements.
 template <typename T>
@@ -53,8 +74,8 @@ T* AlignedTo64(T* data) {
 }
 
 // op(B) [K x N] packed once, for several products with the same B (a layer's weights times
-// every chunk of a step): the words PackBAvx512 writes (bf16: SbgemmAvx512's layout, else
-// SgemmAvx512's; fp32 values are stored in the words' bits), and the product of an op(A)
+// every chunk of a step): the words PackBAvx512 writes (bf16: Sbgemm's kernel's layout,
+// else SgemmAvx512's; fp32 values are stored in the words' bits), and the product of an op(A)
 // with it, the same sums in the same order as the unpacked call (bitwise its result).
 // dst must hold PackedBAvx512Words(bf16, N, K) words, 64-byte aligned.
 int64_t PackedBAvx512Words(bool bf16, int64_t N, int64_t K);

@@ -1,10 +1,12 @@
 #include "engine/model/dlrm_model.h"
 
 #include <algorithm>
+#include <mutex>
 #include <type_traits>
 
 #include "engine/config/config.h"
 #include "engine/core/cpu_features.h"
+#include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/core/tree_reduce.h"
 #include "engine/dense/loss.h"
@@ -81,6 +83,19 @@ DenseLayers<T> MakeDenseLayers(const config::ModelConfig& model,
   return d;
 }
 
+// A CPU with AMX whose tiles Linux refused this process runs the bf16 GEMMs on AVX512-BF16
+// at a fifth of the speed, and with other bits: said once per process, not silently.
+void WarnOnceIfAmxRefused() {
+  static const bool refused = AmxBf16Refused();
+  static std::once_flag once;
+  if (refused)
+    std::call_once(once, [] {
+      DLRM_LOG(kWarning) << "this CPU has AMX, but Linux refused this process its tile state "
+                            "(arch_prctl ARCH_REQ_XCOMP_PERM: a thread's alternate signal "
+                            "stack too small?): bf16 GEMMs run on AVX512-BF16";
+    });
+}
+
 // What the model's GEMMs multiply: bf16 where the config asks for MEDIUM on the CPU, fp32
 // otherwise (a CUDA model's host copy too). kFailedPrecondition where this CPU cannot.
 template <typename T>
@@ -95,6 +110,7 @@ GemmPrecision CpuGemmPrecision(const config::DlrmConfig& config) {
           "this CPU ",
           ReadMaxIsa().value != nullptr ? "(capped by DLRM_MAX_ISA) " : "",
           "lacks it; use HIGHEST (fp32)");
+  WarnOnceIfAmxRefused();
   return GemmPrecision::kBf16;
 }
 

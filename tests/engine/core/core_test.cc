@@ -74,7 +74,7 @@ TEST(ByteCodecTest, ForgedIndicesAreDataLossNamingTheField) {
 
 TEST(CpuFeaturesTest, MaxIsaCapsTheLevelOnlyWhenNamed) {
   ASSERT_EQ(unsetenv("DLRM_MAX_ISA"), 0);
-  EXPECT_EQ(ReadMaxIsa().level, IsaLevel::kAvx512);
+  EXPECT_EQ(ReadMaxIsa().level, IsaLevel::kAmx);
   EXPECT_EQ(ReadMaxIsa().value, nullptr);
   CheckMaxIsa();
   setenv("DLRM_MAX_ISA", "avx2", 1);
@@ -82,25 +82,33 @@ TEST(CpuFeaturesTest, MaxIsaCapsTheLevelOnlyWhenNamed) {
   CheckMaxIsa();
   setenv("DLRM_MAX_ISA", "portable", 1);
   EXPECT_EQ(ReadMaxIsa().level, IsaLevel::kPortable);
-  setenv("DLRM_MAX_ISA", "sse9", 1);  // not a level: no cap, and refused by name
+  setenv("DLRM_MAX_ISA", "avx512", 1);  // AVX-512 without AMX's tiles
   EXPECT_EQ(ReadMaxIsa().level, IsaLevel::kAvx512);
+  setenv("DLRM_MAX_ISA", "sse9", 1);  // not a level: no cap, and refused by name
+  EXPECT_EQ(ReadMaxIsa().level, IsaLevel::kAmx);
   EXPECT_FALSE(ReadMaxIsa().valid);
   try {
     CheckMaxIsa();
     ADD_FAILURE() << "sse9 accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
-    EXPECT_STREQ(e.what(), "DLRM_MAX_ISA must be avx512, avx2 or portable, got 'sse9'");
+    EXPECT_STREQ(e.what(), "DLRM_MAX_ISA must be amx, avx512, avx2 or portable, got 'sse9'");
   }
   IsaLevel parsed = IsaLevel::kAvx2;
   EXPECT_FALSE(ParseIsaLevel("AVX2", &parsed));
   EXPECT_EQ(parsed, IsaLevel::kAvx2);
   EXPECT_TRUE(ParseIsaLevel("avx512", &parsed));
   EXPECT_EQ(parsed, IsaLevel::kAvx512);
+  EXPECT_TRUE(ParseIsaLevel("amx", &parsed));
+  EXPECT_EQ(parsed, IsaLevel::kAmx);
   unsetenv("DLRM_MAX_ISA");
   // The process's level is fixed at first use and is one the CPU supports.
   const IsaLevel level = CpuIsaLevel();
-  EXPECT_EQ(CpuHasAvx512(), level == IsaLevel::kAvx512);
+  EXPECT_EQ(CpuHasAvx512(), level >= IsaLevel::kAvx512);
+  EXPECT_TRUE(level != IsaLevel::kAmx || CpuOffersAmxBf16());
+  // AMX's bf16 GEMM needs AVX512-BF16 and the tile state Linux grants.
+  EXPECT_TRUE(!CpuHasAmxBf16() || (CpuHasAvx512Bf16() && AmxTilesGranted()));
+  EXPECT_FALSE(CpuHasAmxBf16() && AmxBf16Refused());
   EXPECT_EQ(CpuHasAvx2Fma(), level != IsaLevel::kPortable);
   EXPECT_STREQ(IsaLevelName(IsaLevel::kAvx2), "avx2");
 }

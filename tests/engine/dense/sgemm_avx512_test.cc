@@ -1,8 +1,9 @@
-// The AVX-512 GEMMs (engine/dense/sgemm_avx512.h), fp32 and bf16: values against a double
-// reference (of the bf16-rounded operands for bf16) over shapes at every blocking edge, the
-// fp32 kernel's documented summation order bit for bit, and independence of a row's result
-// from the call's shape (what chunked training relies on). Skipped on CPUs without
-// AVX-512F (AVX512-BF16 for the bf16 kernel), where Gemm<float> never calls them.
+// The AVX-512 GEMMs (engine/dense/sgemm_avx512.h), fp32 and bf16 (AVX512-BF16 and AMX):
+// values against a double reference (of the bf16-rounded operands for bf16) over shapes at
+// every blocking edge, the fp32 kernel's documented summation order bit for bit, and
+// independence of a row's result from the call's shape (what chunked training relies on).
+// Each kernel is skipped on CPUs without its instructions (AVX-512F, AVX512-BF16, AMX),
+// where Gemm<float> never calls it.
 
 #include "engine/dense/sgemm_avx512.h"
 
@@ -62,9 +63,29 @@ float RoundToBf16(float x) {
   return x;
 }
 
-void Multiply(Operands& o, float alpha, float beta, bool bf16 = false) {
-  (bf16 ? SbgemmAvx512 : SgemmAvx512)(o.ta, o.tb, o.M, o.N, o.K, alpha, o.A.data(), o.lda,
-                                      o.B.data(), o.ldb, beta, o.C.data(), o.ldc);
+enum class Kernel { kFp32, kBf16, kAmx };
+
+bool IsBf16(Kernel kernel) { return kernel != Kernel::kFp32; }
+
+void Multiply(Operands& o, float alpha, float beta, Kernel kernel = Kernel::kFp32) {
+  const auto fn = kernel == Kernel::kFp32   ? SgemmAvx512
+                  : kernel == Kernel::kBf16 ? SbgemmAvx512
+                                            : SbgemmAmx;
+  fn(o.ta, o.tb, o.M, o.N, o.K, alpha, o.A.data(), o.lda, o.B.data(), o.ldb, beta, o.C.data(),
+     o.ldc);
+}
+
+// Whether this CPU runs the kernel, and whether Gemm<float> chooses it for its precision.
+bool Runs(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::kFp32: return CpuHasAvx512();
+    case Kernel::kBf16: return CpuHasAvx512Bf16();
+    case Kernel::kAmx: return CpuHasAmxBf16();
+  }
+  return false;
+}
+bool GemmChooses(Kernel kernel) {
+  return Runs(kernel) && (kernel != Kernel::kBf16 || !CpuHasAmxBf16());
 }
 
 std::string Shape(const Operands& o) {
@@ -79,22 +100,33 @@ class SgemmAvx512Test : public ::testing::Test {
   }
 };
 
-// Both kernels: GetParam() is true for bf16.
-class AnyGemmAvx512Test : public ::testing::TestWithParam<bool> {
+// Every kernel, each where the CPU runs it.
+class AnyGemmAvx512Test : public ::testing::TestWithParam<Kernel> {
  protected:
   void SetUp() override {
-    if (!(GetParam() ? CpuHasAvx512Bf16() : CpuHasAvx512()))
-      GTEST_SKIP() << "this CPU has no AVX-512F/AVX512-BF16 (or DLRM_MAX_ISA caps it)";
+    if (!Runs(GetParam()))
+      GTEST_SKIP() << "this CPU lacks the kernel's instructions (AVX-512F, AVX512-BF16, AMX), "
+                      "or DLRM_MAX_ISA caps them";
   }
+  GemmPrecision precision() const {
+    return IsBf16(GetParam()) ? GemmPrecision::kBf16 : GemmPrecision::kFp32;
+  }
+  // For the tests of Gemm<float>, which skip where it chooses another kernel.
+  bool GemmTakesAnother() const { return !GemmChooses(GetParam()); }
 };
-INSTANTIATE_TEST_SUITE_P(Kernels, AnyGemmAvx512Test, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "Bf16" : "Fp32"; });
+INSTANTIATE_TEST_SUITE_P(Kernels, AnyGemmAvx512Test,
+                         ::testing::Values(Kernel::kFp32, Kernel::kBf16, Kernel::kAmx),
+                         [](const auto& info) {
+                           return info.param == Kernel::kFp32   ? "Fp32"
+                                  : info.param == Kernel::kBf16 ? "Bf16"
+                                                                : "Amx";
+                         });
 
 TEST_P(AnyGemmAvx512Test, MatchesDoubleReferenceAtEveryBlockingEdge) {
-  const bool bf16 = GetParam();
-  const auto op = [bf16](float x) { return bf16 ? RoundToBf16(x) : x; };
-  // 12 x 32 register block, 16 lanes, K blocks of kGemmKc = 256 (bf16: kSbgemmKc = 512),
-  // 192-row A blocks.
+  const Kernel kernel = GetParam();
+  const auto op = [kernel](float x) { return IsBf16(kernel) ? RoundToBf16(x) : x; };
+  // 12 x 32 register block (AMX: 32 x 32 in 16 x 16 tiles of 16 k pairs), 16 lanes, K
+  // blocks of kGemmKc = 256 (bf16: kSbgemmKc = 512), 192-row A blocks.
   const int64_t sizes[] = {1, 11, 12, 13, 16, 17, 31, 32, 33, 191, 193};
   const int64_t depths[] = {1, 15, 16, 17, 255, 256, 257, 511, 512, 513, 1040};
   uint64_t seed = 0;
@@ -108,7 +140,7 @@ TEST_P(AnyGemmAvx512Test, MatchesDoubleReferenceAtEveryBlockingEdge) {
             const float alpha = seed % 2 ? 1.0f : -0.5f;
             const float beta = seed % 3 == 0 ? 0.0f : (seed % 3 == 1 ? 1.0f : 0.25f);
             const std::vector<float> before = o.C;
-            Multiply(o, alpha, beta, bf16);
+            Multiply(o, alpha, beta, kernel);
             for (int64_t i = 0; i < M; ++i) {
               for (int64_t j = 0; j < o.ldc; ++j) {
                 const float got = o.C[i * o.ldc + j];
@@ -157,13 +189,13 @@ TEST_F(SgemmAvx512Test, SumsInTheDocumentedOrderBitForBit) {
 }
 
 TEST_P(AnyGemmAvx512Test, RowsDoNotDependOnTheCallsShape) {
-  const bool bf16 = GetParam();
+  const Kernel kernel = GetParam();
   // One row computed alone, or at any position of a larger M, or in a narrower N: same
   // bits. Chunked training and prediction (any chunk size, any thread) rely on this.
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       Operands whole = MakeOperands(ta, tb, 203, 77, 300, 50 + ta + 2 * tb);
-      Multiply(whole, 1.0f, 0.0f, bf16);
+      Multiply(whole, 1.0f, 0.0f, kernel);
       for (int64_t row : {0, 11, 12, 100, 202}) {
         Operands single = whole;
         single.M = 1;
@@ -174,14 +206,14 @@ TEST_P(AnyGemmAvx512Test, RowsDoNotDependOnTheCallsShape) {
           single.A.assign(whole.A.begin() + row * whole.lda,
                           whole.A.begin() + (row + 1) * whole.lda);
         }
-        Multiply(single, 1.0f, 0.0f, bf16);
+        Multiply(single, 1.0f, 0.0f, kernel);
         for (int64_t j = 0; j < whole.N; ++j)
           ASSERT_EQ(single.C[j], whole.C[row * whole.ldc + j]) << Shape(whole) << " row " << row;
       }
       Operands narrow = whole;
       narrow.N = 40;  // the first 40 columns only
       narrow.C.assign(narrow.C.size(), 0.0f);
-      Multiply(narrow, 1.0f, 0.0f, bf16);
+      Multiply(narrow, 1.0f, 0.0f, kernel);
       for (int64_t i = 0; i < whole.M; ++i) {
         for (int64_t j = 0; j < narrow.N; ++j)
           ASSERT_EQ(narrow.C[i * narrow.ldc + j], whole.C[i * whole.ldc + j]) << Shape(whole);
@@ -201,12 +233,12 @@ TEST_P(AnyGemmAvx512Test, BetaZeroOverwritesNaNInC) {
 
 TEST_P(AnyGemmAvx512Test, GemmFloatUsesThisKernel) {
   // Gemm<float> dispatches here on this CPU: same bits as a direct call.
+  if (GemmTakesAnother()) GTEST_SKIP() << "Gemm<float> takes AMX for bf16 on this CPU";
   Operands direct = MakeOperands(true, false, 40, 50, 60, 90);
   Operands through = direct;
   Multiply(direct, 1.0f, 0.0f, GetParam());
   Gemm<float>(true, false, 40, 50, 60, 1.0f, through.A.data(), through.lda, through.B.data(),
-              through.ldb, 0.0f, through.C.data(), through.ldc,
-              GetParam() ? GemmPrecision::kBf16 : GemmPrecision::kFp32);
+              through.ldb, 0.0f, through.C.data(), through.ldc, precision());
   EXPECT_EQ(direct.C, through.C);
 }
 
@@ -215,7 +247,8 @@ TEST_P(AnyGemmAvx512Test, GemmFloatUsesThisKernel) {
 // (N over kNc = 2048 columns, K over the K block), with either transposition, beta 0 and 1,
 // and several A's against one packed B; after Reset a changed B is packed again.
 TEST_P(AnyGemmAvx512Test, PackedWeightsGiveTheUncachedBits) {
-  const GemmPrecision precision = GetParam() ? GemmPrecision::kBf16 : GemmPrecision::kFp32;
+  if (GemmTakesAnother()) GTEST_SKIP() << "Gemm<float> takes AMX for bf16 on this CPU";
+  const GemmPrecision precision = this->precision();
   GemmPackCache cache;
   uint64_t seed = 300;
   for (bool tb : {false, true}) {
@@ -249,15 +282,37 @@ TEST_P(AnyGemmAvx512Test, PackedWeightsGiveTheUncachedBits) {
   EXPECT_EQ(o.C, stale.C) << "a reset cache multiplied the old weights";
 }
 
+// Packing writes every word the product reads: B packed into a buffer of NaN bit patterns
+// (what a reused buffer may hold) gives the unpacked call's bits, at depths whose last K
+// block ends inside a tile of 16 k pairs (AMX pads it with zeros) and past one K block.
+TEST_P(AnyGemmAvx512Test, PackedWeightsIgnoreWhatTheirBufferHeldBefore) {
+  if (GemmTakesAnother()) GTEST_SKIP() << "Gemm<float> takes AMX for bf16 on this CPU";
+  const bool bf16 = IsBf16(GetParam());
+  uint64_t seed = 700;
+  for (const int64_t K : {1, 33, 40, 530}) {
+    Operands plain = MakeOperands(false, true, 45, 70, K, seed++);
+    Operands packed = plain;
+    std::vector<uint32_t> buffer(static_cast<size_t>(PackedBAvx512Words(bf16, 70, K)) + 16,
+                                 0xFFFFFFFFu);
+    uint32_t* words = AlignedTo64(buffer.data());
+    PackBAvx512(bf16, true, 70, K, packed.B.data(), packed.ldb, words);
+    GemmAvx512PackedB(bf16, false, 45, 70, K, 1.0f, packed.A.data(), packed.lda, words, 0.0f,
+                      packed.C.data(), packed.ldc);
+    Gemm<float>(false, true, 45, 70, K, 1.0f, plain.A.data(), plain.lda, plain.B.data(), plain.ldb,
+                0.0f, plain.C.data(), plain.ldc, precision());
+    ASSERT_EQ(packed.C, plain.C) << Shape(plain);
+  }
+}
+
 // A bf16 product differs from the fp32 one by the operands' rounding (8 significant bits):
 // close, not equal, and the same bits on every call.
-TEST(SbgemmAvx512Test, IsNearFp32AndRepeatsBitwise) {
-  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "this CPU has no AVX512-BF16 (or DLRM_MAX_ISA caps it)";
+TEST_P(AnyGemmAvx512Test, Bf16IsNearFp32AndRepeatsBitwise) {
+  if (!IsBf16(GetParam())) GTEST_SKIP() << "for the bf16 kernels";
   Operands fp32 = MakeOperands(false, true, 64, 96, 512, 123);
   Operands bf16 = fp32, again = fp32;
   Multiply(fp32, 1.0f, 0.0f);
-  Multiply(bf16, 1.0f, 0.0f, true);
-  Multiply(again, 1.0f, 0.0f, true);
+  Multiply(bf16, 1.0f, 0.0f, GetParam());
+  Multiply(again, 1.0f, 0.0f, GetParam());
   EXPECT_EQ(bf16.C, again.C);
   double worst = 0;
   for (int64_t i = 0; i < fp32.M; ++i) {

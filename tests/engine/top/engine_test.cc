@@ -707,7 +707,7 @@ TEST(EngineTest, CreationRefusesAMaxIsaThatNamesNoLevel) {
     ADD_FAILURE() << "DLRM_MAX_ISA=avx1024 accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("DLRM_MAX_ISA must be avx512, avx2 or portable"));
+    EXPECT_THAT(e.what(), HasSubstr("DLRM_MAX_ISA must be amx, avx512, avx2 or portable"));
   }
   unsetenv("DLRM_MAX_ISA");
   EXPECT_NE(MakeEngine(kOptimizerSets[0]), nullptr);
