@@ -152,8 +152,9 @@ inline bool CpuHasAvx512Bf16() {
 // Linux granted this process the tile state (ARCH_REQ_XCOMP_PERM, asked here once, when a
 // model first asks for bf16 GEMMs rather than at load: a process granted it has larger
 // signal frames, and Linux refuses it while a thread's alternate signal stack is too small
-// for them). Where it is refused the bf16 GEMM runs on AVX512-BF16 (AmxBf16Refused says
-// so; the model logs it).
+// for them, or after it has been granted refuses such a stack). Where it is refused,
+// AmxBf16Refused says so and the model refuses MEDIUM: the AVX512-BF16 kernel would give
+// other bits than the processes granted it (DLRM_MAX_ISA=avx512 asks for that kernel).
 inline bool AmxTilesGranted() {
 #if defined(__x86_64__) && defined(__linux__)
   static const bool granted = [] {

@@ -386,6 +386,9 @@ DLRM_AMX void PackAAmx(bool trans_a, const float* A, int64_t lda, int64_t i0, in
 // `both`, of its next 16 (tiles 2 and 3), from zero over `words`, 16 pairs at a time.
 template <bool kBoth>
 DLRM_AMX void SumTiles(int64_t words, const uint32_t* a, const uint32_t* b) {
+  // GCC 12's _tile_loadd is an asm that names no memory: without this barrier the packing's
+  // stores could be sunk past the loads (or dropped) were this ever inlined into them.
+  __asm__ volatile("" ::: "memory");
   const int64_t a_stride = words * static_cast<int64_t>(sizeof(uint32_t));
   constexpr int64_t kBStride = kNr * sizeof(uint32_t);
   _tile_zero(0);
@@ -438,8 +441,8 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
 };
 static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads 64 bytes");
-// In static storage: GCC 12 does not see that ldtilecfg reads its operand, and dropped
-// the stores of a local one's tile shapes (so every tile instruction faulted).
+// In static storage: GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes, so it
+// dropped the stores of a local config's tile shapes (and every tile instruction faulted).
 const TileConfig kTileConfig;
 
 // The tiles configured for the calls of one product, and released at the end, so the

@@ -1,12 +1,10 @@
 #include "engine/model/dlrm_model.h"
 
 #include <algorithm>
-#include <mutex>
 #include <type_traits>
 
 #include "engine/config/config.h"
 #include "engine/core/cpu_features.h"
-#include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/core/tree_reduce.h"
 #include "engine/dense/loss.h"
@@ -83,21 +81,9 @@ DenseLayers<T> MakeDenseLayers(const config::ModelConfig& model,
   return d;
 }
 
-// A CPU with AMX whose tiles Linux refused this process runs the bf16 GEMMs on AVX512-BF16
-// at a fifth of the speed, and with other bits: said once per process, not silently.
-void WarnOnceIfAmxRefused() {
-  static const bool refused = AmxBf16Refused();
-  static std::once_flag once;
-  if (refused)
-    std::call_once(once, [] {
-      DLRM_LOG(kWarning) << "this CPU has AMX, but Linux refused this process its tile state "
-                            "(arch_prctl ARCH_REQ_XCOMP_PERM: a thread's alternate signal "
-                            "stack too small?): bf16 GEMMs run on AVX512-BF16";
-    });
-}
-
 // What the model's GEMMs multiply: bf16 where the config asks for MEDIUM on the CPU, fp32
-// otherwise (a CUDA model's host copy too). kFailedPrecondition where this CPU cannot.
+// otherwise (a CUDA model's host copy too). kFailedPrecondition where this CPU cannot, or
+// where it has AMX and Linux refused this process the tiles.
 template <typename T>
 GemmPrecision CpuGemmPrecision(const config::DlrmConfig& config) {
   const config::DeviceConfig& d = config.device();
@@ -110,7 +96,13 @@ GemmPrecision CpuGemmPrecision(const config::DlrmConfig& config) {
           "this CPU ",
           ReadMaxIsa().value != nullptr ? "(capped by DLRM_MAX_ISA) " : "",
           "lacks it; use HIGHEST (fp32)");
-  WarnOnceIfAmxRefused();
+  // Another kernel would give other bits than every other process on this machine.
+  if (AmxBf16Refused())
+    Throw(StatusCode::kFailedPrecondition,
+          "device.matmul_precision MEDIUM multiplies bf16 on AMX's tiles on this CPU, but "
+          "Linux refused this process their state (arch_prctl ARCH_REQ_XCOMP_PERM: a thread's "
+          "alternate signal stack too small for AMX's signal frames?); set "
+          "DLRM_MAX_ISA=avx512 to multiply on AVX512-BF16 (other bits), or HIGHEST (fp32)");
   return GemmPrecision::kBf16;
 }
 

@@ -108,7 +108,6 @@ TEST(CpuFeaturesTest, MaxIsaCapsTheLevelOnlyWhenNamed) {
   EXPECT_TRUE(level != IsaLevel::kAmx || CpuOffersAmxBf16());
   // AMX's bf16 GEMM needs AVX512-BF16 and the tile state Linux grants.
   EXPECT_TRUE(!CpuHasAmxBf16() || (CpuHasAvx512Bf16() && AmxTilesGranted()));
-  EXPECT_FALSE(CpuHasAmxBf16() && AmxBf16Refused());
   EXPECT_EQ(CpuHasAvx2Fma(), level != IsaLevel::kPortable);
   EXPECT_STREQ(IsaLevelName(IsaLevel::kAvx2), "avx2");
 }

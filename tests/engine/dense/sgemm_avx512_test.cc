@@ -9,6 +9,10 @@
 
 #include <gtest/gtest.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -64,6 +68,17 @@ float RoundToBf16(float x) {
 }
 
 enum class Kernel { kFp32, kBf16, kAmx };
+
+// The calling thread's tile palette (sttilecfg): 0 once its tiles are released.
+#if defined(__x86_64__)
+__attribute__((target("amx-tile"))) int StoredTilePalette() {
+  alignas(64) unsigned char config[64] = {};
+  _tile_storeconfig(config);
+  return config[0];
+}
+#else
+int StoredTilePalette() { return 0; }
+#endif
 
 bool IsBf16(Kernel kernel) { return kernel != Kernel::kFp32; }
 
@@ -196,7 +211,8 @@ TEST_P(AnyGemmAvx512Test, RowsDoNotDependOnTheCallsShape) {
     for (bool tb : {false, true}) {
       Operands whole = MakeOperands(ta, tb, 203, 77, 300, 50 + ta + 2 * tb);
       Multiply(whole, 1.0f, 0.0f, kernel);
-      for (int64_t row : {0, 11, 12, 100, 202}) {
+      // Rows at every place of a panel: AMX's second row of tiles (16-31) among them.
+      for (int64_t row : {0, 11, 12, 16, 31, 47, 100, 191, 202}) {
         Operands single = whole;
         single.M = 1;
         single.C.assign(static_cast<size_t>(single.ldc), 0.0f);
@@ -302,6 +318,19 @@ TEST_P(AnyGemmAvx512Test, PackedWeightsIgnoreWhatTheirBufferHeldBefore) {
                 0.0f, plain.C.data(), plain.ldc, precision());
     ASSERT_EQ(packed.C, plain.C) << Shape(plain);
   }
+}
+
+// Gemm<float>'s bf16 takes AMX exactly where the CPU offers its tiles, DLRM_MAX_ISA allows
+// "amx" and Linux granted them (ctest runs this under DLRM_MAX_ISA=avx512 too, where it
+// must not take them), and each product leaves the thread's tiles released.
+TEST(SbgemmKernelChoice, AmxExactlyWhereOfferedAllowedAndGranted) {
+  const bool allowed = ReadMaxIsa().level >= IsaLevel::kAmx;
+  EXPECT_EQ(CpuHasAmxBf16(), allowed && CpuHasAvx512() && CpuOffersAmxBf16() &&
+                                 CpuHasAvx512Bf16() && AmxTilesGranted());
+  if (!CpuHasAmxBf16()) return;
+  Operands o = MakeOperands(false, true, 40, 50, 60, 1);
+  Multiply(o, 1.0f, 0.0f, Kernel::kAmx);
+  EXPECT_EQ(StoredTilePalette(), 0) << "a product left its tiles configured";
 }
 
 // A bf16 product differs from the fp32 one by the operands' rounding (8 significant bits):

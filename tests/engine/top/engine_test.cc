@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -676,12 +677,14 @@ TEST(EngineTest, LearnsAHeldOutSignal) {
 // bf16 where the CPU has AVX512-BF16: training repeats bitwise (1 and 2 threads alike),
 // differs from fp32 and stays near it. Elsewhere (ctest runs this test again with
 // DLRM_MAX_ISA=avx2) the engine refuses it naming the field and what the CPU lacks.
+config::DlrmConfig MatmulConfig(int threads, const char* precision) {
+  std::string text = testing::SmallConfigText(kOptimizerSets[2], threads);
+  text.insert(text.find("bottom_mlp"), "interaction: DCN dcn { num_layers: 2 rank: 4 }\n  ");
+  return ParseConfigText(text + "device { matmul_precision: " + precision + " }");
+}
+
 TEST(EngineMatmulPrecision, MediumMultipliesBf16WhereTheCpuCanAndIsRefusedElsewhere) {
-  const auto config = [](int threads, const char* precision) {
-    std::string text = testing::SmallConfigText(kOptimizerSets[2], threads);
-    text.insert(text.find("bottom_mlp"), "interaction: DCN dcn { num_layers: 2 rank: 4 }\n  ");
-    return ParseConfigText(text + "device { matmul_precision: " + precision + " }");
-  };
+  const auto config = MatmulConfig;
   if (!CpuHasAvx512Bf16()) {
     testing::ExpectError([&] { Engine engine(config(1, "MEDIUM")); },
                          StatusCode::kFailedPrecondition,
@@ -698,6 +701,32 @@ TEST(EngineMatmulPrecision, MediumMultipliesBf16WhereTheCpuCanAndIsRefusedElsewh
   std::memcpy(&last_bf16, &losses.back(), sizeof last_bf16);
   std::memcpy(&last_fp32, &fp32_losses.back(), sizeof last_fp32);
   EXPECT_NEAR(last_bf16, last_fp32, 0.02f);
+}
+
+// On a CPU with AMX, a process that Linux refuses the tile state (here: an alternate
+// signal stack too small for AMX's signal frames, installed before the first bf16 model)
+// gets MEDIUM refused naming DLRM_MAX_ISA=avx512, not the AVX512-BF16 kernel's other bits.
+// ctest runs it as EngineMatmulPrecision.AmxRefusedByLinux, alone in its process (the
+// grant is asked once per process), with DLRM_TEST_SMALL_ALTSTACK set.
+TEST(EngineMatmulPrecision, AmxTilesRefusedByLinuxAreAnErrorNotAnotherKernel) {
+  if (std::getenv("DLRM_TEST_SMALL_ALTSTACK") == nullptr)
+    GTEST_SKIP() << "runs as ctest's EngineMatmulPrecision.AmxRefusedByLinux, in its own process";
+  if (CpuIsaLevel() != IsaLevel::kAmx || !CpuHasAvx512Bf16())
+    GTEST_SKIP() << "this CPU has no AMX (or DLRM_MAX_ISA caps it)";
+  static std::vector<char> small(4096);  // above MINSIGSTKSZ, below AMX's frames
+  stack_t stack{};
+  stack.ss_sp = small.data();
+  stack.ss_size = small.size();
+  ASSERT_EQ(sigaltstack(&stack, nullptr), 0);
+  testing::ExpectError([] { Engine engine(MatmulConfig(1, "MEDIUM")); },
+                       StatusCode::kFailedPrecondition,
+                       "Linux refused this process their state (arch_prctl");
+  EXPECT_TRUE(AmxBf16Refused());
+  EXPECT_FALSE(CpuHasAmxBf16());
+  Engine fp32(MatmulConfig(1, "HIGHEST"));  // fp32 is unaffected
+  EXPECT_NO_THROW(TrainLosses(fp32, 2));
+  stack.ss_flags = SS_DISABLE;
+  sigaltstack(&stack, nullptr);
 }
 
 TEST(EngineTest, CreationRefusesAMaxIsaThatNamesNoLevel) {
