@@ -58,7 +58,8 @@ DEFINE_bool(cuda_graph, true,
             "graph (device.cuda_graph); false launches every step's kernels one by one");
 DEFINE_string(matmul_precision, "",
               "bench: the dense layers' matmul precision (device.matmul_precision): highest "
-              "(fp32), high (TF32, CUDA) or medium (bf16: CUDA, or a CPU with AVX512-BF16), as "
+              "(fp32), high (TF32, CUDA) or medium (bf16: CUDA, or a CPU with AVX512-BF16, on AMX "
+              "tiles where it has them), as "
               "PyTorch's set_float32_matmul_precision; empty keeps the config's");
 DEFINE_string(optimizer, "",
               "bench: replace the config's optimizers (learning rates kept): sgd, adagrad "

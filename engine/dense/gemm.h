@@ -13,7 +13,8 @@
 namespace dlrm {
 
 // What a float GEMM multiplies: fp32 operands, or operands rounded to bf16 with fp32 sums
-// (device.matmul_precision MEDIUM; only where CpuHasAvx512Bf16(), which the model checks).
+// (device.matmul_precision MEDIUM; only where CpuHasAvx512Bf16() and not AmxBf16Refused(),
+// which the model checks: AMX's tiles where CpuHasAmxBf16(), else AVX512-BF16).
 enum class GemmPrecision { kFp32, kBf16 };
 
 // B operands packed once and kept for the GEMMs of one step (or one prediction): a

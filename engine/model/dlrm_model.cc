@@ -102,7 +102,8 @@ GemmPrecision CpuGemmPrecision(const config::DlrmConfig& config) {
           "device.matmul_precision MEDIUM multiplies bf16 on AMX's tiles on this CPU, but "
           "Linux refused this process their state (arch_prctl ARCH_REQ_XCOMP_PERM: a thread's "
           "alternate signal stack too small for AMX's signal frames?); set "
-          "DLRM_MAX_ISA=avx512 to multiply on AVX512-BF16 (other bits), or HIGHEST (fp32)");
+          "DLRM_MAX_ISA=avx512 in the environment the process starts with to multiply on "
+          "AVX512-BF16 (other bits), or use HIGHEST (fp32)");
   return GemmPrecision::kBf16;
 }
 

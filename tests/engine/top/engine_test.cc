@@ -673,26 +673,27 @@ TEST(EngineTest, LearnsAHeldOutSignal) {
   EXPECT_LT(after.log_loss, before.log_loss - 0.2);
 }
 
-// Issue 16, acceptance 4: device.matmul_precision MEDIUM multiplies the dense layers in
-// bf16 where the CPU has AVX512-BF16: training repeats bitwise (1 and 2 threads alike),
-// differs from fp32 and stays near it. Elsewhere (ctest runs this test again with
-// DLRM_MAX_ISA=avx2) the engine refuses it naming the field and what the CPU lacks.
+// The small config with a cross network, `threads` threads and a matmul precision.
 config::DlrmConfig MatmulConfig(int threads, const char* precision) {
   std::string text = testing::SmallConfigText(kOptimizerSets[2], threads);
   text.insert(text.find("bottom_mlp"), "interaction: DCN dcn { num_layers: 2 rank: 4 }\n  ");
   return ParseConfigText(text + "device { matmul_precision: " + precision + " }");
 }
 
+// Issue 16, acceptance 4: device.matmul_precision MEDIUM multiplies the dense layers in
+// bf16 where the CPU has AVX512-BF16: training repeats bitwise (1 and 2 threads alike),
+// differs from fp32 and stays near it. Elsewhere (ctest runs this test again with
+// DLRM_MAX_ISA=avx2) the engine refuses it naming the field and what the CPU lacks.
 TEST(EngineMatmulPrecision, MediumMultipliesBf16WhereTheCpuCanAndIsRefusedElsewhere) {
-  const auto config = MatmulConfig;
   if (!CpuHasAvx512Bf16()) {
-    testing::ExpectError([&] { Engine engine(config(1, "MEDIUM")); },
+    testing::ExpectError([&] { Engine engine(MatmulConfig(1, "MEDIUM")); },
                          StatusCode::kFailedPrecondition,
                          "device.matmul_precision MEDIUM multiplies bf16, which on the CPU needs "
                          "AVX512-BF16");
     return;
   }
-  Engine bf16(config(1, "MEDIUM")), again(config(2, "MEDIUM")), fp32(config(1, "HIGHEST"));
+  Engine bf16(MatmulConfig(1, "MEDIUM")), again(MatmulConfig(2, "MEDIUM")),
+      fp32(MatmulConfig(1, "HIGHEST"));
   const auto losses = TrainLosses(bf16, 30), fp32_losses = TrainLosses(fp32, 30);
   EXPECT_EQ(TrainLosses(again, 30), losses);
   EXPECT_TRUE(BitwiseEqual(Snapshot(again), Snapshot(bf16)));
@@ -717,7 +718,9 @@ TEST(EngineMatmulPrecision, AmxTilesRefusedByLinuxAreAnErrorNotAnotherKernel) {
   stack_t stack{};
   stack.ss_sp = small.data();
   stack.ss_size = small.size();
-  ASSERT_EQ(sigaltstack(&stack, nullptr), 0);
+  ASSERT_EQ(sigaltstack(&stack, nullptr), 0)
+      << "a 4 KiB alternate stack refused: was AMX's tile state already granted in this process "
+         "(run this test alone, as ctest does)?";
   testing::ExpectError([] { Engine engine(MatmulConfig(1, "MEDIUM")); },
                        StatusCode::kFailedPrecondition,
                        "Linux refused this process their state (arch_prctl");
