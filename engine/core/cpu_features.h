@@ -167,13 +167,13 @@ inline bool AmxTilesGranted() {
 #endif
 }
 
-inline bool CpuHasAmxBf16() {
-  return CpuIsaLevel() == IsaLevel::kAmx && CpuHasAvx512Bf16() && AmxTilesGranted();
-}
+// The CPU offers AMX under DLRM_MAX_ISA's cap, with AVX512-BF16: where the bf16 GEMM runs
+// on the tiles once Linux grants them.
+inline bool AmxBf16Wanted() { return CpuIsaLevel() == IsaLevel::kAmx && CpuHasAvx512Bf16(); }
+
+inline bool CpuHasAmxBf16() { return AmxBf16Wanted() && AmxTilesGranted(); }
 
 // True where AMX would run the bf16 GEMM but Linux refused this process its tile state.
-inline bool AmxBf16Refused() {
-  return CpuIsaLevel() == IsaLevel::kAmx && CpuHasAvx512Bf16() && !AmxTilesGranted();
-}
+inline bool AmxBf16Refused() { return AmxBf16Wanted() && !AmxTilesGranted(); }
 
 }  // namespace dlrm

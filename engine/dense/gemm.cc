@@ -31,14 +31,14 @@ void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blas
               const float* a, blasint lda, const float* b, blasint ldb, float beta, float* c,
               blasint ldc, GemmPrecision precision, GemmPackCache* b_cache) {
   const bool bf16 = precision == GemmPrecision::kBf16;
+  // The model refuses bf16 first where the CPU cannot (CpuGemmPrecision).
+  DLRM_INTERNAL_CHECK(!bf16 || (CpuHasAvx512Bf16() && !AmxBf16Refused()));
   if (b_cache != nullptr && (bf16 || CpuHasAvx512())) {
-    DLRM_INTERNAL_CHECK(!bf16 || (CpuHasAvx512Bf16() && !AmxBf16Refused()));
     const uint32_t* packed = b_cache->Packed(b, tb == CblasTrans, n, k, ldb, bf16);
     GemmAvx512PackedB(bf16, ta == CblasTrans, m, n, k, alpha, a, lda, packed, beta, c, ldc);
     return;
   }
   if (bf16) {
-    DLRM_INTERNAL_CHECK(CpuHasAvx512Bf16() && !AmxBf16Refused());
     Sbgemm(ta == CblasTrans, tb == CblasTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
